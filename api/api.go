@@ -1,0 +1,153 @@
+// Package api holds the public HTTP API's wire types, its routes, and the one
+// translation between failure kinds and HTTP status codes in each direction.
+// The control plane's handlers, the Go client and the CLI import it. Field
+// names are stable: they are what `-o json` prints and what scripts read.
+package api
+
+import (
+	"time"
+)
+
+// Prefix is the version prefix of every public route.
+const Prefix = "/v1"
+
+// Run statuses, in the order a run normally moves through them.
+const (
+	RunQueued    = "queued"    // accepted, not yet placed
+	RunPlaced    = "placed"    // an attempt was assigned to a node
+	RunPreparing = "preparing" // the node is preparing the image
+	RunRunning   = "running"   // the daemon reports the container running
+	RunSucceeded = "succeeded" // exited 0
+	RunFailed    = "failed"    // exited non-zero, could not start, or timed out
+	RunCancelled = "cancelled" // cancelled by a user
+)
+
+// Attempt statuses. "unknown" means the node stopped reporting; its real
+// report settles the attempt later.
+const (
+	AttemptPlaced    = "placed"
+	AttemptPreparing = "preparing"
+	AttemptRunning   = "running"
+	AttemptSucceeded = "succeeded"
+	AttemptFailed    = "failed"
+	AttemptCancelled = "cancelled"
+	AttemptUnknown   = "unknown"
+)
+
+// Terminal reports whether a run status is final.
+func Terminal(status string) bool {
+	return status == RunSucceeded || status == RunFailed || status == RunCancelled
+}
+
+// RunSpec is the body of POST /v1/runs.
+type RunSpec struct {
+	// Image is a reference with a tag or a digest; the control plane pins it
+	// to a manifest digest at submit.
+	Image   string            `json:"image"`
+	Command []string          `json:"command,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	// CPU in cores; 0 means no limit.
+	CPU float64 `json:"cpu,omitempty"`
+	// MemoryBytes is a hard limit; 0 means no limit.
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// TimeoutSeconds, when positive, ends the run as failed that long after
+	// its container started.
+	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`
+	// Retries is how many further attempts a failed attempt may get
+	// (non-zero exit, failure to start). 0 means one attempt only.
+	Retries int `json:"retries,omitempty"`
+}
+
+// Run is a run as the API shows it.
+type Run struct {
+	ID string `json:"id"`
+	RunSpec
+	// PinnedImage is Image resolved to repo@sha256:…, the only reference a
+	// node ever pulls.
+	PinnedImage string     `json:"pinned_image"`
+	Status      string     `json:"status"`
+	Reason      string     `json:"reason,omitempty"`
+	ExitCode    *int       `json:"exit_code,omitempty"`
+	Attempts    []Attempt  `json:"attempts"`
+	Cancel      bool       `json:"cancel_requested,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+}
+
+// Attempt is one placement of a run.
+type Attempt struct {
+	Number      int        `json:"number"`
+	NodeID      string     `json:"node_id"`
+	Status      string     `json:"status"`
+	ContainerID string     `json:"container_id,omitempty"`
+	ExitCode    *int       `json:"exit_code,omitempty"`
+	OOMKilled   bool       `json:"oom_killed,omitempty"`
+	Error       string     `json:"error,omitempty"`
+	StopReason  string     `json:"stop_reason,omitempty"`
+	PlacedAt    time.Time  `json:"placed_at"`
+	StartedAt   *time.Time `json:"started_at,omitempty"`
+	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+}
+
+// RunList is the body of GET /v1/runs.
+type RunList struct {
+	Runs []Run `json:"runs"`
+}
+
+// Node statuses.
+const (
+	NodeInvited     = "invited"     // an invitation exists, never enrolled
+	NodeReady       = "ready"       // enrolled and inside its lease
+	NodeUnreachable = "unreachable" // past its lease
+)
+
+// Node is a machine as the API shows it.
+type Node struct {
+	ID           string        `json:"id"`
+	Status       string        `json:"status"`
+	FencingToken uint64        `json:"fencing_token"`
+	EnrolledAt   *time.Time    `json:"enrolled_at,omitempty"`
+	LastSeenAt   *time.Time    `json:"last_seen_at,omitempty"`
+	Facts        *NodeFactsDoc `json:"facts,omitempty"`
+	// Running lists the attempts the control plane believes are on the node.
+	Running []string `json:"running,omitempty"`
+}
+
+// NodeFactsDoc is the node's last reported facts, exactly as it reported
+// them (see capability.NodeFacts for field meanings).
+type NodeFactsDoc = map[string]any
+
+// NodeList is the body of GET /v1/nodes.
+type NodeList struct {
+	Nodes []Node `json:"nodes"`
+}
+
+// InvitationRequest is the body of POST /v1/nodes/{id}/invitations.
+type InvitationRequest struct {
+	// TTLSeconds is how long the invitation may be spent; 0 means the
+	// default (24 hours).
+	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+}
+
+// Invitation is a single-use credential to enroll one node, and the exact
+// command line to run on that machine.
+type Invitation struct {
+	NodeID    string    `json:"node_id"`
+	Token     string    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Command   string    `json:"command"`
+}
+
+// Error is the one JSON shape of every error the API returns.
+type Error struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody: Code is machine-readable (see failure.Code), Message is for a
+// person, Field names the request field at fault when there is one.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}

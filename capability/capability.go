@@ -1,0 +1,217 @@
+// Package capability is the contract between the control plane and the node
+// agent: the capability version, the enrollment and renewal exchanges, the
+// commands the control plane sends, and the facts and observations a node
+// reports. Both sides import it; it imports nothing of Mercator's but the
+// failure kinds, so changing it is changing the wire protocol.
+//
+// # Capability version
+//
+// Version is one integer, raised whenever either side gains something the
+// other may need to know about (Tailscale's tailcfg.CapabilityVersion is the
+// model). Never compare it as semver: a control plane checks "is the agent's
+// version at least N" for the feature added in N. History:
+//
+//   - 1 (2026-11-30): enroll, renew, session stream, events, logs;
+//     commands prepare_image, prepare_artifact, launch_workload,
+//     stop_workload; workload observations, node facts, operation results
+//     carried in the event spool.
+package capability
+
+import (
+	"time"
+)
+
+// Version is the capability version this build speaks. See the package doc
+// for what each version added.
+const Version = 1
+
+// Paths of the node protocol, relative to the control plane's base URL. Every
+// one is called by the agent; the control plane never calls a node.
+const (
+	PathEnroll  = "/v1/node/enroll"
+	PathRenew   = "/v1/node/renew"
+	PathSession = "/v1/node/session"
+	PathEvents  = "/v1/node/events"
+	PathResults = "/v1/node/results"
+	PathLogs    = "/v1/node/logs"
+)
+
+// HeaderNodeID names the node on every authenticated node-protocol call; the
+// session credential travels as "Authorization: Bearer <token>".
+const HeaderNodeID = "Mercator-Node-Id"
+
+// EnrollmentRequest spends a single-use invitation.
+type EnrollmentRequest struct {
+	NodeID            string `json:"node_id"`
+	Invitation        string `json:"invitation"`
+	AgentVersion      string `json:"agent_version"`
+	CapabilityVersion int    `json:"capability_version"`
+}
+
+// Enrollment is what the control plane answers a successful enrollment with.
+// FencingToken is strictly greater than any token this node held before.
+type Enrollment struct {
+	NodeID       string        `json:"node_id"`
+	SessionToken string        `json:"session_token"`
+	ExpiresAt    time.Time     `json:"expires_at"`
+	FencingToken uint64        `json:"fencing_token"`
+	Lease        time.Duration `json:"lease_ns"`
+}
+
+// SessionRenewal is a later credential for the same session. FencingToken is
+// unchanged by a renewal.
+type SessionRenewal struct {
+	SessionToken string    `json:"session_token"`
+	ExpiresAt    time.Time `json:"expires_at"`
+	FencingToken uint64    `json:"fencing_token"`
+}
+
+// NodeFacts is what a node measured about itself. A field the node could not
+// measure is zero and, where it matters, explained in Notes; nothing here is
+// a guess.
+type NodeFacts struct {
+	Hostname          string        `json:"hostname"`
+	OS                string        `json:"os"`
+	Arch              string        `json:"arch"`
+	CPUs              float64       `json:"cpus"`
+	MemoryBytes       int64         `json:"memory_bytes"`
+	DiskFreeBytes     int64         `json:"disk_free_bytes"`
+	RuntimeName       string        `json:"runtime_name"`
+	RuntimeVersion    string        `json:"runtime_version"`
+	RuntimeAPIVersion string        `json:"runtime_api_version"`
+	AgentVersion      string        `json:"agent_version"`
+	CapabilityVersion int           `json:"capability_version"`
+	Images            []string      `json:"images,omitempty"`
+	Accelerators      []Accelerator `json:"accelerators,omitempty"`
+	Notes             []string      `json:"notes,omitempty"`
+}
+
+// Accelerator is one device as the vendor tool described it.
+type Accelerator struct {
+	Vendor        string `json:"vendor"`
+	Model         string `json:"model"`
+	UUID          string `json:"uuid"`
+	MemoryBytes   int64  `json:"memory_bytes"`
+	DriverVersion string `json:"driver_version,omitempty"`
+	CUDAVersion   string `json:"cuda_version,omitempty"`
+	PCIBusID      string `json:"pci_bus_id,omitempty"`
+}
+
+// PrepareImageCommand asks the node to hold an image. Image is always pinned
+// by manifest digest (repo@sha256:…); a node refuses anything else.
+type PrepareImageCommand struct {
+	Image string `json:"image"`
+	// RegistryAuth is the base64 JSON the Engine API takes as
+	// X-Registry-Auth. It lives in memory for one pull and is never written
+	// to the node's state, logs or spool.
+	RegistryAuth string `json:"registry_auth,omitempty"`
+}
+
+// PrepareArtifactCommand asks the node to hold one immutable artifact
+// version, fetched only through URL, which the control plane minted for this
+// one fetch and which expires at ExpiresAt.
+type PrepareArtifactCommand struct {
+	Name      string    `json:"name"`
+	Version   string    `json:"version"`
+	SHA256    string    `json:"sha256"`
+	Size      int64     `json:"size"`
+	URL       string    `json:"url"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// WorkloadKey names one attempt of one run; the container's name is derived
+// from it, which is what lets the daemon refuse a duplicate.
+type WorkloadKey struct {
+	RunID   string `json:"run_id"`
+	Attempt int    `json:"attempt"`
+}
+
+// LaunchWorkloadCommand starts one attempt of a run.
+type LaunchWorkloadCommand struct {
+	WorkloadKey
+	// Image is pinned by digest. The agent prepares it first if needed.
+	Image        string            `json:"image"`
+	RegistryAuth string            `json:"registry_auth,omitempty"`
+	Command      []string          `json:"command,omitempty"`
+	Env          map[string]string `json:"env,omitempty"`
+	// CPU in cores (0.5 = half a core); 0 means unlimited.
+	CPU float64 `json:"cpu,omitempty"`
+	// MemoryBytes is a hard limit; 0 means unlimited.
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// GPUs are device UUIDs assigned by the scheduler.
+	GPUs []string `json:"gpus,omitempty"`
+	// Timeout, when positive, is enforced by the node from the daemon's own
+	// start moment, so it holds through a partition and an agent restart.
+	Timeout time.Duration `json:"timeout_ns,omitempty"`
+}
+
+// StopWorkloadCommand stops one attempt: the signal, then after GracePeriod
+// a kill. Stopping a workload that is gone succeeds.
+type StopWorkloadCommand struct {
+	WorkloadKey
+	// Reason is reported back in later observations ("cancelled",
+	// "timeout", "replaced", "drained").
+	Reason      string        `json:"reason,omitempty"`
+	GracePeriod time.Duration `json:"grace_period_ns,omitempty"`
+}
+
+// Workload phases a node reports.
+const (
+	PhasePreparing = "preparing" // the image is being pulled
+	PhaseCreated   = "created"   // the container exists but has not started
+	PhaseRunning   = "running"
+	PhaseExited    = "exited"
+	PhaseFailed    = "failed"  // the node could not start it; Error says why
+	PhaseMissing   = "missing" // the daemon no longer knows the container
+)
+
+// WorkloadObservation is what the node saw of one attempt. StartedAt and
+// FinishedAt are the daemon's own moments, never the agent's clock.
+type WorkloadObservation struct {
+	WorkloadKey
+	ContainerID string     `json:"container_id,omitempty"`
+	Image       string     `json:"image,omitempty"`
+	Phase       string     `json:"phase"`
+	ExitCode    *int       `json:"exit_code,omitempty"`
+	OOMKilled   bool       `json:"oom_killed,omitempty"`
+	StartedAt   *time.Time `json:"started_at,omitempty"`
+	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	StopReason  string     `json:"stop_reason,omitempty"`
+	Error       string     `json:"error,omitempty"`
+}
+
+// Same reports whether two observations say the same thing, which is what
+// decides whether the control plane needs to hear it again.
+func (o WorkloadObservation) Same(p WorkloadObservation) bool {
+	eqTime := func(a, b *time.Time) bool {
+		if a == nil || b == nil {
+			return a == b
+		}
+		return a.Equal(*b)
+	}
+	eqInt := func(a, b *int) bool {
+		if a == nil || b == nil {
+			return a == b
+		}
+		return *a == *b
+	}
+	return o.WorkloadKey == p.WorkloadKey && o.ContainerID == p.ContainerID &&
+		o.Phase == p.Phase && eqInt(o.ExitCode, p.ExitCode) && o.OOMKilled == p.OOMKilled &&
+		eqTime(o.StartedAt, p.StartedAt) && eqTime(o.FinishedAt, p.FinishedAt) &&
+		o.StopReason == p.StopReason && o.Error == p.Error
+}
+
+// LogChunk is a piece of one attempt's combined stdout and stderr. Offset is
+// the byte position of Data in that attempt's whole log, so a redelivered
+// chunk is recognised and appended once.
+type LogChunk struct {
+	WorkloadKey
+	Offset int64  `json:"offset"`
+	Data   []byte `json:"data"`
+}
+
+// LogAck tells the agent how many bytes of the attempt's log the control
+// plane holds, so it can skip what was already delivered.
+type LogAck struct {
+	Size int64 `json:"size"`
+}

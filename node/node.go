@@ -1,0 +1,84 @@
+// Package node holds the envelopes of the node protocol: a Command the
+// control plane sends down a node's session, an Event a node reports, and
+// the Result of one operation. The payloads are the types of package
+// capability. Both the agent and the control plane import it.
+package node
+
+import (
+	"time"
+
+	"github.com/mercator/mercator/capability"
+)
+
+// Command kinds.
+const (
+	KindPrepareImage    = "prepare_image"
+	KindPrepareArtifact = "prepare_artifact"
+	KindLaunchWorkload  = "launch_workload"
+	KindStopWorkload    = "stop_workload"
+	// KindKeepAlive carries nothing; it keeps idle proxies from closing the
+	// session stream and lets the agent notice a dead one.
+	KindKeepAlive = "keep_alive"
+)
+
+// Command is one operation for one node. OperationID is unique and stable
+// across redeliveries; FencingToken is the enrollment it was issued under.
+// Exactly one payload field is set, the one Kind names.
+type Command struct {
+	OperationID     string                             `json:"operation_id,omitempty"`
+	FencingToken    uint64                             `json:"fencing_token,omitempty"`
+	Kind            string                             `json:"kind"`
+	PrepareImage    *capability.PrepareImageCommand    `json:"prepare_image,omitempty"`
+	PrepareArtifact *capability.PrepareArtifactCommand `json:"prepare_artifact,omitempty"`
+	LaunchWorkload  *capability.LaunchWorkloadCommand  `json:"launch_workload,omitempty"`
+	StopWorkload    *capability.StopWorkloadCommand    `json:"stop_workload,omitempty"`
+}
+
+// Result outcomes.
+const (
+	OutcomeOK      = "ok"
+	OutcomeFailed  = "failed"
+	OutcomeRefused = "refused" // fenced below the node's token, or otherwise not attempted
+)
+
+// Result is the outcome of one operation.
+type Result struct {
+	OperationID  string    `json:"operation_id"`
+	FencingToken uint64    `json:"fencing_token"`
+	Kind         string    `json:"kind"`
+	Outcome      string    `json:"outcome"`
+	Error        string    `json:"error,omitempty"`
+	At           time.Time `json:"at"`
+	// Workload is set for launch and stop results.
+	Workload *capability.WorkloadKey `json:"workload,omitempty"`
+}
+
+// Event kinds.
+const (
+	EventWorkload = "workload"
+	EventFacts    = "facts"
+	EventResult   = "result"
+)
+
+// Event is one fact a node owes the control plane. ID is minted by the node
+// (State.NextEventID): stable across redeliveries and monotonic within one
+// state file, so the control plane deduplicates by (node, ID).
+type Event struct {
+	ID       string                          `json:"id"`
+	Kind     string                          `json:"kind"`
+	At       time.Time                       `json:"at"`
+	Workload *capability.WorkloadObservation `json:"workload,omitempty"`
+	Facts    *capability.NodeFacts           `json:"facts,omitempty"`
+	Result   *Result                         `json:"result,omitempty"`
+}
+
+// EventBatch is the body of an events call.
+type EventBatch struct {
+	Events []Event `json:"events"`
+}
+
+// EventAck lists which events of a batch the control plane now holds
+// (accepted now or earlier); the agent removes exactly those from its spool.
+type EventAck struct {
+	Accepted []string `json:"accepted"`
+}

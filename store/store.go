@@ -1,0 +1,165 @@
+// Package store defines the control plane's durable state: the Store
+// interface, the records it holds, and their contracts. Implementations live
+// in sub-packages (sqlstore for SQLite and PostgreSQL, memstore as the fake
+// for unit tests); every implementation passes the conformance suite in
+// storetest.
+//
+// The interface is transactional rather than a list of domain operations:
+// the control plane's logic decides what changes (a run's status, a new
+// operation, a deduplicated event) and a Store makes a group of changes
+// atomic. That keeps business rules in one place instead of once per
+// database.
+//
+// Records are stored whole. Callers own what they pass in and what they get
+// back: a Store copies on the way in and out, so mutating a returned record
+// changes nothing until it is Put again.
+//
+// Only the control plane imports store.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/node"
+)
+
+// Store is the control plane's durable state.
+type Store interface {
+	// Update runs fn in one read-write transaction. If fn returns an error,
+	// nothing it did is kept and that error is returned. Update may call fn
+	// more than once when the database reports a serialization conflict, so
+	// fn must not have effects outside tx. Safe for concurrent use.
+	Update(ctx context.Context, fn func(tx Tx) error) error
+	// View runs fn in a read-only transaction with a consistent snapshot.
+	View(ctx context.Context, fn func(tx Tx) error) error
+	// Close releases the database. Calls after Close fail.
+	Close() error
+}
+
+// Tx is one transaction. Its methods use the context Update or View was
+// given. Errors are failure kinds: failure.ErrNotFound for a missing record,
+// failure.ErrConflict for a Create whose key exists, anything else wraps the
+// database's error. A Tx must not be used after fn returns.
+type Tx interface {
+	GetNode(id string) (Node, error)
+	// PutNode creates or replaces a node.
+	PutNode(n Node) error
+	// ListNodes returns every node ordered by ID.
+	ListNodes() ([]Node, error)
+
+	// CreateInvitation stores a new invitation; ErrConflict if the hash exists.
+	CreateInvitation(inv Invitation) error
+	GetInvitation(tokenHash string) (Invitation, error)
+	// PutInvitation replaces an existing invitation (to mark it spent).
+	PutInvitation(inv Invitation) error
+
+	// PutSession creates or replaces a session credential.
+	PutSession(s Session) error
+	GetSession(tokenHash string) (Session, error)
+	// DeleteSessions removes every session of a node (on re-enrollment).
+	DeleteSessions(nodeID string) error
+
+	// CreateRun stores a new run; ErrConflict if the ID exists.
+	CreateRun(r Run) error
+	GetRun(id string) (Run, error)
+	// PutRun replaces an existing run; ErrNotFound if it does not exist.
+	PutRun(r Run) error
+	// ListRuns returns runs newest first (by CreatedAt, then ID).
+	ListRuns(opts ListRunsOptions) ([]Run, error)
+
+	// PutOperation creates or replaces an operation.
+	PutOperation(op Operation) error
+	GetOperation(id string) (Operation, error)
+	// PendingOperations returns a node's operations without a result,
+	// oldest first.
+	PendingOperations(nodeID string) ([]Operation, error)
+
+	// SeeEvent records that the node's event was applied. It returns false
+	// if it was already recorded, which is how a redelivered event is
+	// recognised and applied once.
+	SeeEvent(nodeID, eventID string, at time.Time) (fresh bool, err error)
+
+	// AppendLog adds data at offset to an attempt's log and returns the log's
+	// size afterwards. Bytes before the current size are ignored (already
+	// held); a gap (offset beyond the size) is appended as if contiguous.
+	AppendLog(key capability.WorkloadKey, offset int64, data []byte) (size int64, err error)
+	// ReadLog returns up to max bytes of an attempt's log from offset, and the
+	// log's size. A log nobody wrote is empty, not an error.
+	ReadLog(key capability.WorkloadKey, offset int64, max int) (data []byte, size int64, err error)
+
+	// CreateToken stores an API credential; ErrConflict if the hash exists.
+	CreateToken(t Token) error
+	GetToken(hash string) (Token, error)
+}
+
+// Node is one machine. FencingToken rises with every enrollment.
+type Node struct {
+	ID           string                `json:"id"`
+	FencingToken uint64                `json:"fencing_token"`
+	CreatedAt    time.Time             `json:"created_at"`
+	EnrolledAt   *time.Time            `json:"enrolled_at,omitempty"`
+	LastSeenAt   *time.Time            `json:"last_seen_at,omitempty"`
+	Facts        *capability.NodeFacts `json:"facts,omitempty"`
+	FactsAt      *time.Time            `json:"facts_at,omitempty"`
+	AgentVersion string                `json:"agent_version,omitempty"`
+	Capability   int                   `json:"capability_version,omitempty"`
+}
+
+// Invitation is a single-use enrollment credential, stored by hash only.
+type Invitation struct {
+	TokenHash string     `json:"token_hash"`
+	NodeID    string     `json:"node_id"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	SpentAt   *time.Time `json:"spent_at,omitempty"`
+}
+
+// Session is a node's session credential, stored by hash only. It is valid
+// while ExpiresAt is in the future and FencingToken is the node's current
+// one.
+type Session struct {
+	TokenHash    string    `json:"token_hash"`
+	NodeID       string    `json:"node_id"`
+	FencingToken uint64    `json:"fencing_token"`
+	ExpiresAt    time.Time `json:"expires_at"`
+	CreatedAt    time.Time `json:"created_at"`
+}
+
+// Run is a run with the control plane's bookkeeping beside what the API shows.
+type Run struct {
+	api.Run
+	// NextCheck, when set, is when the reconciler must look at this run again
+	// without being prompted (a lease to check, a deadline to enforce).
+	NextCheck *time.Time `json:"next_check,omitempty"`
+}
+
+// ListRunsOptions filters ListRuns. Zero values mean no filter; Limit 0 means
+// no limit.
+type ListRunsOptions struct {
+	Statuses []string
+	NodeID   string // runs with an attempt on this node
+	// Before, when set, returns only runs created strictly before the run
+	// with this ID (a cursor for pagination).
+	Before string
+	Limit  int
+}
+
+// Operation is one command for one node, kept until the node reports its
+// result, and redelivered on every new session until then.
+type Operation struct {
+	ID        string       `json:"id"`
+	NodeID    string       `json:"node_id"`
+	CreatedAt time.Time    `json:"created_at"`
+	Command   node.Command `json:"command"`
+	Result    *node.Result `json:"result,omitempty"`
+}
+
+// Token is an API credential (an admin token), stored by hash only.
+type Token struct {
+	Hash      string    `json:"hash"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
