@@ -178,6 +178,9 @@ type WorkloadObservation struct {
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
 	StopReason  string     `json:"stop_reason,omitempty"`
 	Error       string     `json:"error,omitempty"`
+	// Timeout is the launch's timeout as the container's labels state it, so
+	// a restarted agent still enforces it; zero means none.
+	Timeout time.Duration `json:"timeout_ns,omitempty"`
 }
 
 // Same reports whether two observations say the same thing, which is what

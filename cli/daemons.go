@@ -1,0 +1,138 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/controlplane"
+	"github.com/mercator/mercator/devenv"
+	"github.com/mercator/mercator/nodeagent"
+)
+
+// This file holds the long-running commands: server, agent and dev. Each is
+// flags and wiring only; the work is in controlplane.Run, nodeagent.Run and
+// devenv.Run, which end-to-end tests call directly.
+
+func init() {
+	register(&command{name: "server", summary: "Run the control plane", run: runServer})
+	register(&command{name: "agent", summary: "Run the node agent on this machine", run: runAgent})
+	register(&command{name: "dev", summary: "Run a control plane, a local agent and a registry on loopback, with embedded defaults", run: runDev})
+}
+
+func (inv *invocation) logger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level must be debug, info, warn or error, not %q", level)
+	}
+	return slog.New(slog.NewTextHandler(inv.stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+func runServer(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags]", `Run the control plane: the public API, the node protocol and the scheduler.
+
+On first start it creates an admin credential, writes it (mode 0600) to
+DATA_DIR/admin-token and prints the path; give it to the CLI with
+--token-file or MERCATOR_TOKEN.`)
+	db := fs.String("db", "", "store `URL`: sqlite://PATH (default sqlite://DATA_DIR/mercator.db)")
+	listen := fs.String("listen", "127.0.0.1:7070", "`address` to serve on")
+	dataDir := fs.String("data-dir", "/var/lib/mercator/server", "`directory` for the admin credential and the default database")
+	public := fs.String("public-url", "", "`URL` agents and clients use to reach this server (default http://LISTEN)")
+	lease := fs.Duration("lease", 30*time.Second, "how long a node stays ready without reporting")
+	insecure := fs.String("insecure-registries", "", "comma-separated `hosts` reached over plain HTTP when pinning images (loopback always is)")
+	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
+	if pos, err := fs.parse(args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	log, err := inv.logger(*level)
+	if err != nil {
+		return err
+	}
+	var regs []string
+	if *insecure != "" {
+		regs = strings.Split(*insecure, ",")
+	}
+	return controlplane.Run(ctx, controlplane.Options{
+		DB: *db, Listen: *listen, DataDir: *dataDir, PublicURL: *public, InsecureRegistries: regs,
+		Config: controlplane.Config{Lease: *lease}, Logger: log,
+		Ready: func(url, tokenFile string) {
+			fmt.Fprintf(inv.stderr, "control plane at %s\nadmin credential in %s\n", url, tokenFile)
+		},
+	})
+}
+
+func runAgent(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags]", `Run the node agent: it connects to the control plane (outbound only) and runs
+the work placed on this machine through the local Docker daemon.
+
+The first start needs a single-use invitation (--token-file) from
+`+"`mercator node invite NODE_ID`"+`; later starts resume the session kept in --state.`)
+	cp := fs.String("control-plane", "", "control plane `URL`")
+	nodeID := fs.String("node-id", "", "this machine's node `ID`, as invited")
+	stateDir := fs.String("state", "/var/lib/mercator/agent", "`directory` for the agent's durable state")
+	tokenFile := fs.String("token-file", "", "`file` holding the invitation (mode 0600); needed for the first enrollment")
+	dockerHost := fs.String("docker-host", "", "Docker daemon `address` (default $DOCKER_HOST or the local socket)")
+	artifactRoot := fs.String("artifact-root", "", "`directory` for artifact copies (default STATE/artifacts)")
+	accelTool := fs.String("accelerator-tool", "", "`path` of the GPU vendor tool (default nvidia-smi on PATH)")
+	kernel := fs.String("kernel-reports", "", "`root` of the kernel's reports (default /proc)")
+	heartbeat := fs.Duration("heartbeat", 0, "how often to report liveness and facts (default 5s, and at most a third of the lease)")
+	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
+	if pos, err := fs.parse(args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	if *cp == "" || *nodeID == "" {
+		return usagef("--control-plane and --node-id are required")
+	}
+	log, err := inv.logger(*level)
+	if err != nil {
+		return err
+	}
+	var invitation string
+	if *tokenFile != "" {
+		if invitation, err = nodeagent.ReadTokenFile(*tokenFile); err != nil {
+			return err
+		}
+	}
+	if *artifactRoot == "" {
+		*artifactRoot = filepath.Join(*stateDir, "artifacts")
+	}
+	return nodeagent.Run(ctx, nodeagent.Options{
+		ControlPlaneURL: *cp, NodeID: *nodeID, StateDir: *stateDir, Invitation: invitation, DockerHost: *dockerHost,
+		ArtifactRoot: *artifactRoot, AcceleratorTool: *accelTool, KernelReports: *kernel, Heartbeat: *heartbeat, Logger: log,
+	})
+}
+
+func runDev(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags]", `Run Mercator on this machine with embedded defaults: a control plane on
+SQLite, one local agent driving the local Docker daemon, and an OCI registry
+on loopback that keeps what is pushed to it across restarts.
+
+It writes the server's address and admin credential to the CLI's context
+file, so other terminals need no flags. Stop it with Ctrl-C.`)
+	dataDir := fs.String("data-dir", devenv.DefaultDataDir(inv.env), "`directory` for the database, registry storage and agent state")
+	listen := fs.String("listen", "127.0.0.1:7070", "control plane `address`")
+	registry := fs.String("registry", "127.0.0.1:5000", "registry `address` on loopback, or off")
+	nodeID := fs.String("node-id", "local", "the local node's `ID`")
+	level := fs.String("log-level", "warn", "log `level`: debug, info, warn, error")
+	if pos, err := fs.parse(args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	log, err := inv.logger(*level)
+	if err != nil {
+		return err
+	}
+	return devenv.Run(ctx, devenv.Options{
+		DataDir: *dataDir, Listen: *listen, Registry: *registry, NodeID: *nodeID,
+		ContextPath: client.ContextPath(inv.env), Logger: log, Out: inv.stderr,
+	})
+}

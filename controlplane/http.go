@@ -1,0 +1,201 @@
+package controlplane
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/store"
+)
+
+//go:embed openapi.json
+var openAPI []byte
+
+// maxBody bounds every request body the server decodes as JSON.
+const maxBody = 1 << 20
+
+// maxLogBody bounds one log chunk from an agent.
+const maxLogBody = 8 << 20
+
+// Handler returns the HTTP handler for the public API and the node protocol.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	// Public API.
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(openAPI)
+	})
+	mux.Handle("POST /v1/runs", s.admin(s.submitRun))
+	mux.Handle("GET /v1/runs", s.admin(s.listRuns))
+	mux.Handle("GET /v1/runs/{id}", s.admin(s.getRun))
+	mux.Handle("POST /v1/runs/{id}/cancel", s.admin(s.cancelRun))
+	mux.Handle("GET /v1/runs/{id}/wait", s.admin(s.waitRun))
+	mux.Handle("GET /v1/runs/{id}/logs", s.admin(s.runLogs))
+	mux.Handle("GET /v1/nodes", s.admin(s.listNodes))
+	mux.Handle("GET /v1/nodes/{id}", s.admin(s.getNode))
+	mux.Handle("POST /v1/nodes/{id}/invitations", s.admin(s.inviteNode))
+	// Node protocol.
+	mux.HandleFunc("POST "+capability.PathEnroll, s.enroll)
+	mux.Handle("POST "+capability.PathRenew, s.nodeAuth(s.renew))
+	mux.Handle("POST "+capability.PathSession, s.nodeAuth(s.session))
+	mux.Handle("POST "+capability.PathEvents, s.nodeAuth(s.events))
+	mux.Handle("POST "+capability.PathLogs, s.nodeAuth(s.nodeLogs))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &failure.Error{Kind: failure.ErrNotFound, Message: fmt.Sprintf("no route %s %s; see /v1/openapi.json", r.Method, r.URL.Path)})
+	})
+	return recoverer(s, mux)
+}
+
+// recoverer turns a panic in a handler into a 500 with the API's error shape
+// instead of a dropped connection, and logs it. A malformed request must
+// never take the process down.
+func recoverer(s *Server, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
+				writeError(w, fmt.Errorf("internal error"))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// admin requires an API credential.
+func (s *Server) admin(h func(http.ResponseWriter, *http.Request)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := bearer(r)
+		if !ok {
+			writeError(w, failure.Unauthorized("this API needs a credential: send `Authorization: Bearer <token>` (the CLI reads MERCATOR_TOKEN or --token-file)"))
+			return
+		}
+		err := s.store.View(r.Context(), func(tx store.Tx) error { _, err := tx.GetToken(hashToken(tok)); return err })
+		if errors.Is(err, failure.ErrNotFound) {
+			writeError(w, failure.Unauthorized("the credential is not valid for this control plane"))
+			return
+		}
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		h(w, r)
+	})
+}
+
+type nodeCaller struct {
+	nodeID  string
+	session store.Session
+}
+
+type nodeCallerKey struct{}
+
+// nodeAuth requires a valid, current session credential and refuses one
+// fenced below the node's token with failure.ErrFenced.
+func (s *Server) nodeAuth(h func(http.ResponseWriter, *http.Request, nodeCaller)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := s.authenticateNode(r.Context(), r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		h(w, r, c)
+	})
+}
+
+func (s *Server) authenticateNode(ctx context.Context, r *http.Request) (nodeCaller, error) {
+	tok, ok := bearer(r)
+	nodeID := r.Header.Get(capability.HeaderNodeID)
+	if !ok || nodeID == "" {
+		return nodeCaller{}, failure.Unauthorized("node calls need `Authorization: Bearer <session token>` and %s", capability.HeaderNodeID)
+	}
+	var c nodeCaller
+	err := s.store.View(ctx, func(tx store.Tx) error {
+		sess, err := tx.GetSession(hashToken(tok))
+		if errors.Is(err, failure.ErrNotFound) || (err == nil && sess.NodeID != nodeID) {
+			return failure.Unauthorized("session credential not recognised for node %q; enroll again with a new invitation", nodeID)
+		}
+		if err != nil {
+			return err
+		}
+		if !sess.ExpiresAt.After(s.now()) {
+			return failure.Unauthorized("session credential for node %q expired at %s; the agent was offline past its credential's life: run `mercator node invite %s` and restart the agent with the new token", nodeID, sess.ExpiresAt.Format("2006-01-02T15:04:05Z07:00"), nodeID)
+		}
+		n, err := tx.GetNode(nodeID)
+		if err != nil {
+			return err
+		}
+		if sess.FencingToken < n.FencingToken {
+			return failure.Fenced("node %q was enrolled again (fencing token %d); this session holds token %d and may no longer act for it", nodeID, n.FencingToken, sess.FencingToken)
+		}
+		c = nodeCaller{nodeID: nodeID, session: sess}
+		return nil
+	})
+	return c, err
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	tok = strings.TrimSpace(tok)
+	return tok, ok && tok != ""
+}
+
+// decode reads exactly one JSON object into v, refusing unknown fields,
+// trailing data and oversized bodies with an invalid-kind error.
+func decode(r *http.Request, limit int64, v any) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return failure.Invalid("", "reading request body: %v", err)
+	}
+	if int64(len(body)) > limit {
+		return failure.Invalid("", "request body is larger than %d bytes", limit)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return failure.Invalid("", "request body is empty; send a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		var syntaxErr *json.SyntaxError
+		switch {
+		case errors.As(err, &typeErr):
+			return failure.Invalid(typeErr.Field, "must be of JSON type %s, not %s", typeErr.Type, typeErr.Value)
+		case errors.As(err, &syntaxErr):
+			return failure.Invalid("", "malformed JSON at byte %d: %v", syntaxErr.Offset, err)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return failure.Invalid(field, "unknown field; see /v1/openapi.json for the accepted fields")
+		}
+		return failure.Invalid("", "malformed JSON: %v", err)
+	}
+	if dec.More() {
+		return failure.Invalid("", "trailing data after the JSON object")
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	writeJSON(w, api.StatusOf(err), api.ErrorOf(err))
+}

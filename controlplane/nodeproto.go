@@ -1,0 +1,317 @@
+package controlplane
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/lifecycle"
+	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/store"
+)
+
+// enroll spends a single-use invitation and returns a session credential and
+// a fencing token above any the node held before. Pending operations for the
+// node are re-issued under the new token: they were never acknowledged, the
+// new enrollment is now the only one that may perform them, and the
+// container name derived from run and attempt makes performing one that the
+// old enrollment already started an adoption rather than a duplicate.
+func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
+	var req capability.EnrollmentRequest
+	if err := decode(r, maxBody, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.Invitation == "" || req.NodeID == "" {
+		writeError(w, failure.Invalid("invitation", "node_id and invitation are required"))
+		return
+	}
+	now := s.now()
+	tok := "mcs_" + randomToken()
+	var out capability.Enrollment
+	err := s.store.Update(r.Context(), func(tx store.Tx) error {
+		inv, err := tx.GetInvitation(hashToken(req.Invitation))
+		if errors.Is(err, failure.ErrNotFound) || (err == nil && inv.NodeID != req.NodeID) {
+			return failure.Unauthorized("invitation not recognised for node %q; create one with `mercator node invite %s`", req.NodeID, req.NodeID)
+		}
+		if err != nil {
+			return err
+		}
+		if inv.SpentAt != nil {
+			return failure.Unauthorized("invitation for node %q was already used at %s; invitations are single-use: create a new one with `mercator node invite %s`", req.NodeID, inv.SpentAt.Format(time.RFC3339), req.NodeID)
+		}
+		if !inv.ExpiresAt.After(now) {
+			return failure.Unauthorized("invitation for node %q expired at %s; create a new one with `mercator node invite %s`", req.NodeID, inv.ExpiresAt.Format(time.RFC3339), req.NodeID)
+		}
+		inv.SpentAt = &now
+		if err := tx.PutInvitation(inv); err != nil {
+			return err
+		}
+		n, err := tx.GetNode(req.NodeID)
+		if err != nil {
+			return err
+		}
+		n.FencingToken++
+		n.EnrolledAt, n.LastSeenAt = &now, &now
+		n.AgentVersion, n.Capability = req.AgentVersion, req.CapabilityVersion
+		if err := tx.PutNode(n); err != nil {
+			return err
+		}
+		ops, err := tx.PendingOperations(n.ID)
+		if err != nil {
+			return err
+		}
+		for _, op := range ops {
+			op.Command.FencingToken = n.FencingToken
+			if err := tx.PutOperation(op); err != nil {
+				return err
+			}
+		}
+		out = capability.Enrollment{NodeID: n.ID, SessionToken: tok, ExpiresAt: now.Add(s.cfg.SessionTTL), FencingToken: n.FencingToken, Lease: s.cfg.Lease}
+		return tx.PutSession(store.Session{TokenHash: hashToken(tok), NodeID: n.ID, FencingToken: n.FencingToken, ExpiresAt: out.ExpiresAt, CreatedAt: now})
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.log.Info("node enrolled", "node", req.NodeID, "fencing_token", out.FencingToken, "agent_version", req.AgentVersion)
+	s.nodeBroadcast(req.NodeID).Notify() // an older session's stream must notice it is fenced
+	s.wakeReconcile()
+	writeJSON(w, http.StatusOK, out)
+}
+
+// renew issues a later credential for the caller's session. The old one
+// stays valid until its own expiry, so a renewal whose answer is lost costs
+// nothing.
+func (s *Server) renew(w http.ResponseWriter, r *http.Request, c nodeCaller) {
+	now := s.now()
+	tok := "mcs_" + randomToken()
+	out := capability.SessionRenewal{SessionToken: tok, ExpiresAt: now.Add(s.cfg.SessionTTL), FencingToken: c.session.FencingToken}
+	err := s.store.Update(r.Context(), func(tx store.Tx) error {
+		return tx.PutSession(store.Session{TokenHash: hashToken(tok), NodeID: c.nodeID, FencingToken: c.session.FencingToken, ExpiresAt: out.ExpiresAt, CreatedAt: now})
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// touch records that the node is alive.
+func (s *Server) touch(tx store.Tx, nodeID string) (store.Node, error) {
+	n, err := tx.GetNode(nodeID)
+	if err != nil {
+		return n, err
+	}
+	now := s.now()
+	n.LastSeenAt = &now
+	return n, tx.PutNode(n)
+}
+
+// session streams the node's pending operations as newline-delimited JSON,
+// each once per stream, with keep-alives, until the client goes away or the
+// session is fenced. Every new stream starts by sending everything still
+// pending: that is the redelivery.
+func (s *Server) session(w http.ResponseWriter, r *http.Request, c nodeCaller) {
+	ctx := r.Context()
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, fmt.Errorf("streaming unsupported"))
+		return
+	}
+	if err := s.store.Update(ctx, func(tx store.Tx) error { _, err := s.touch(tx, c.nodeID); return err }); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+	s.log.Info("session opened", "node", c.nodeID, "fencing_token", c.session.FencingToken)
+	defer s.log.Info("session closed", "node", c.nodeID)
+	enc := json.NewEncoder(w)
+	sent := map[string]bool{}
+	wake := s.nodeBroadcast(c.nodeID)
+	keep := time.NewTicker(s.cfg.KeepAlive)
+	defer keep.Stop()
+	for {
+		woken := wake.Wait()
+		var ops []store.Operation
+		fenced := false
+		err := s.store.View(ctx, func(tx store.Tx) error {
+			n, err := tx.GetNode(c.nodeID)
+			if err != nil {
+				return err
+			}
+			fenced = n.FencingToken > c.session.FencingToken
+			ops, err = tx.PendingOperations(c.nodeID)
+			return err
+		})
+		if err != nil || fenced {
+			return
+		}
+		for _, op := range ops {
+			if sent[op.ID] {
+				continue
+			}
+			if err := enc.Encode(op.Command); err != nil {
+				return
+			}
+			sent[op.ID] = true
+		}
+		flusher.Flush()
+		select {
+		case <-ctx.Done():
+			return
+		case <-woken:
+		case <-keep.C:
+			if err := enc.Encode(node.Command{Kind: node.KindKeepAlive}); err != nil {
+				return
+			}
+			flusher.Flush()
+		}
+	}
+}
+
+// events applies a batch of node events, each at most once (deduplicated by
+// node and event ID in the same transaction that applies it), and answers
+// with the IDs the control plane now holds. An empty batch is a heartbeat.
+func (s *Server) events(w http.ResponseWriter, r *http.Request, c nodeCaller) {
+	var batch node.EventBatch
+	if err := decode(r, maxLogBody, &batch); err != nil {
+		writeError(w, err)
+		return
+	}
+	accepted := make([]string, 0, len(batch.Events))
+	changedRuns := false
+	err := s.store.Update(r.Context(), func(tx store.Tx) error {
+		accepted, changedRuns = accepted[:0], false
+		if _, err := s.touch(tx, c.nodeID); err != nil {
+			return err
+		}
+		for _, ev := range batch.Events {
+			if ev.ID == "" {
+				return failure.Invalid("events.id", "every event needs an ID")
+			}
+			fresh, err := tx.SeeEvent(c.nodeID, ev.ID, s.now())
+			if err != nil {
+				return err
+			}
+			if fresh {
+				changed, err := s.applyEvent(tx, c.nodeID, ev)
+				if err != nil {
+					return fmt.Errorf("event %s: %w", ev.ID, err)
+				}
+				changedRuns = changedRuns || changed
+			}
+			accepted = append(accepted, ev.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if changedRuns {
+		s.runs.Notify()
+		s.wakeReconcile()
+	}
+	writeJSON(w, http.StatusOK, node.EventAck{Accepted: accepted})
+}
+
+// applyEvent applies one fresh event inside tx and reports whether a run
+// changed.
+func (s *Server) applyEvent(tx store.Tx, nodeID string, ev node.Event) (bool, error) {
+	now := s.now()
+	switch ev.Kind {
+	case node.EventFacts:
+		if ev.Facts == nil {
+			return false, nil
+		}
+		n, err := tx.GetNode(nodeID)
+		if err != nil {
+			return false, err
+		}
+		n.Facts, n.FactsAt = ev.Facts, &now
+		return true, tx.PutNode(n) // capacity changed: placements may now fit
+	case node.EventWorkload:
+		o := ev.Workload
+		if o == nil {
+			return false, nil
+		}
+		run, err := tx.GetRun(o.RunID)
+		if errors.Is(err, failure.ErrNotFound) {
+			return false, nil // not ours (a container from another control plane)
+		}
+		if err != nil {
+			return false, err
+		}
+		if !lifecycle.Observe(&run.Run, nodeID, *o, now) {
+			return false, nil
+		}
+		return true, tx.PutRun(run)
+	case node.EventResult:
+		res := ev.Result
+		if res == nil {
+			return false, nil
+		}
+		op, err := tx.GetOperation(res.OperationID)
+		if errors.Is(err, failure.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if op.NodeID != nodeID || op.Result != nil {
+			return false, nil
+		}
+		op.Result = res
+		if err := tx.PutOperation(op); err != nil {
+			return false, err
+		}
+		if res.Outcome == node.OutcomeOK || res.Workload == nil || op.Command.Kind != node.KindLaunchWorkload {
+			return false, nil
+		}
+		run, err := tx.GetRun(res.Workload.RunID)
+		if err != nil {
+			return false, err
+		}
+		if !lifecycle.LaunchFailed(&run.Run, nodeID, res.Workload.Attempt, "could not start: "+res.Error, now) {
+			return false, nil
+		}
+		return true, tx.PutRun(run)
+	}
+	return false, nil // an event kind from a newer agent: held, not applied
+}
+
+// nodeLogs appends a chunk of a workload's output.
+func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c nodeCaller) {
+	var chunk capability.LogChunk
+	if err := decode(r, maxLogBody, &chunk); err != nil {
+		writeError(w, err)
+		return
+	}
+	var size int64
+	err := s.store.Update(r.Context(), func(tx store.Tx) error {
+		run, err := tx.GetRun(chunk.RunID)
+		if err != nil {
+			return err
+		}
+		if a := lifecycle.Find(&run.Run, chunk.Attempt); a == nil || a.NodeID != c.nodeID {
+			return failure.Conflict("run %s attempt %d is not on node %s", chunk.RunID, chunk.Attempt, c.nodeID)
+		}
+		size, err = tx.AppendLog(chunk.WorkloadKey, chunk.Offset, chunk.Data)
+		return err
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(chunk.Data) > 0 {
+		s.logs.Notify()
+	}
+	writeJSON(w, http.StatusOK, capability.LogAck{Size: size})
+}

@@ -1,0 +1,145 @@
+package controlplane
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/lifecycle"
+	"github.com/mercator/mercator/store"
+)
+
+// nodeIDPattern: lowercase letters, digits, '-', '_' and '.', starting with a
+// letter or digit, at most 63 characters, so an ID is safe in a container
+// label, a file name and a URL path.
+var nodeIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// ValidateNodeID checks a node ID.
+func ValidateNodeID(id string) error {
+	if !nodeIDPattern.MatchString(id) {
+		return failure.Invalid("node_id", "%q is not a valid node ID: use 1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit (for example gpu-node-01)", id)
+	}
+	return nil
+}
+
+func (s *Server) nodeStatus(n store.Node) string {
+	switch {
+	case n.EnrolledAt == nil:
+		return api.NodeInvited
+	case n.LastSeenAt == nil || s.now().Sub(*n.LastSeenAt) > s.cfg.Lease:
+		return api.NodeUnreachable
+	}
+	return api.NodeReady
+}
+
+func (s *Server) nodeView(n store.Node, running []string) api.Node {
+	out := api.Node{ID: n.ID, Status: s.nodeStatus(n), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: n.LastSeenAt, Running: running}
+	if n.Facts != nil {
+		data, _ := json.Marshal(n.Facts)
+		json.Unmarshal(data, &out.Facts)
+	}
+	return out
+}
+
+// activeByNode lists "RUN/ATTEMPT" of every active attempt, by node.
+func activeByNode(tx store.Tx) (map[string][]string, error) {
+	runs, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, r := range runs {
+		if a := lifecycle.Current(&r.Run); a != nil && lifecycle.Active(*a) {
+			out[a.NodeID] = append(out[a.NodeID], fmt.Sprintf("%s/%d", r.ID, a.Number))
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
+	out := api.NodeList{Nodes: []api.Node{}}
+	err := s.store.View(r.Context(), func(tx store.Tx) error {
+		nodes, err := tx.ListNodes()
+		if err != nil {
+			return err
+		}
+		active, err := activeByNode(tx)
+		for _, n := range nodes {
+			out.Nodes = append(out.Nodes, s.nodeView(n, active[n.ID]))
+		}
+		return err
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
+	var out api.Node
+	err := s.store.View(r.Context(), func(tx store.Tx) error {
+		n, err := tx.GetNode(r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		active, err := activeByNode(tx)
+		out = s.nodeView(n, active[n.ID])
+		return err
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// inviteNode creates the node if it is new and a single-use invitation for
+// it. Inviting an enrolled node again is how an agent that lost its
+// credential comes back; the next enrollment fences the old one out.
+func (s *Server) inviteNode(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := ValidateNodeID(id); err != nil {
+		writeError(w, err)
+		return
+	}
+	var req api.InvitationRequest
+	if r.ContentLength != 0 {
+		if err := decode(r, maxBody, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	ttl := s.cfg.InvitationTTL
+	if req.TTLSeconds < 0 || req.TTLSeconds > 30*24*3600 {
+		writeError(w, failure.Invalid("ttl_seconds", "must be from 1 to 2592000 (30 days), or 0 for the default"))
+		return
+	}
+	if req.TTLSeconds > 0 {
+		ttl = time.Duration(req.TTLSeconds) * time.Second
+	}
+	now := s.now()
+	tok := "mci_" + randomToken()
+	inv := store.Invitation{TokenHash: hashToken(tok), NodeID: id, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	err := s.store.Update(r.Context(), func(tx store.Tx) error {
+		if _, err := tx.GetNode(id); errors.Is(err, failure.ErrNotFound) {
+			if err := tx.PutNode(store.Node{ID: id, CreatedAt: now}); err != nil {
+				return err
+			}
+		} else if err != nil {
+			return err
+		}
+		return tx.CreateInvitation(inv)
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	cmd := fmt.Sprintf("mercator agent --control-plane %s --node-id %s --state /var/lib/mercator/agent --token-file TOKEN_FILE  # put the token in TOKEN_FILE (mode 0600) first", s.cfg.PublicURL, id)
+	writeJSON(w, http.StatusCreated, api.Invitation{NodeID: id, Token: tok, ExpiresAt: inv.ExpiresAt, Command: cmd})
+}

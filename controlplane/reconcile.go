@@ -1,0 +1,182 @@
+package controlplane
+
+import (
+	"context"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/lifecycle"
+	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/scheduler"
+	"github.com/mercator/mercator/store"
+)
+
+// reconcileLoop places pending runs whenever something may have changed (a
+// submission, a finished attempt, new facts) and at least every
+// ReconcileEvery, which is also what notices expired leases.
+func (s *Server) reconcileLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.ReconcileEvery)
+	defer t.Stop()
+	for {
+		if err := s.reconcile(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("reconcile", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.reconcileWake:
+		}
+	}
+}
+
+// issue stores a command for a node under the node's current fencing token.
+// The caller notifies the node's session after its transaction commits.
+func (s *Server) issue(tx store.Tx, nodeID string, cmd node.Command) error {
+	n, err := tx.GetNode(nodeID)
+	if err != nil {
+		return err
+	}
+	cmd.OperationID = newID("op-")
+	cmd.FencingToken = n.FencingToken
+	return tx.PutOperation(store.Operation{ID: cmd.OperationID, NodeID: nodeID, CreatedAt: s.now(), Command: cmd})
+}
+
+// snapshot builds the scheduler's view from the store.
+func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run, error) {
+	var snap scheduler.Snapshot
+	nodes, err := tx.ListNodes()
+	if err != nil {
+		return snap, nil, err
+	}
+	byID := map[string]*scheduler.Node{}
+	for _, n := range nodes {
+		sn := scheduler.Node{ID: n.ID, UsedGPUs: map[string]bool{}, Images: map[string]bool{}}
+		switch s.nodeStatus(n) {
+		case api.NodeReady:
+			sn.Ready = true
+		case api.NodeInvited:
+			sn.NotReadyReason = "has not enrolled yet"
+		default:
+			sn.NotReadyReason = "is unreachable"
+		}
+		if f := n.Facts; f != nil {
+			sn.CPU, sn.MemoryBytes = f.CPUs, f.MemoryBytes
+			for _, img := range f.Images {
+				sn.Images[img] = true
+			}
+			for _, g := range f.Accelerators {
+				sn.GPUs = append(sn.GPUs, scheduler.GPU{UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes})
+			}
+		}
+		snap.Nodes = append(snap.Nodes, sn)
+	}
+	for i := range snap.Nodes {
+		byID[snap.Nodes[i].ID] = &snap.Nodes[i]
+	}
+	active, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
+	if err != nil {
+		return snap, nil, err
+	}
+	for _, r := range active {
+		a := lifecycle.Current(&r.Run)
+		if a == nil || !lifecycle.Active(*a) || byID[a.NodeID] == nil {
+			continue
+		}
+		n := byID[a.NodeID]
+		n.UsedCPU += r.CPU
+		n.UsedMemory += r.MemoryBytes
+	}
+	queued, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunQueued}})
+	if err != nil {
+		return snap, nil, err
+	}
+	pending := map[string]store.Run{}
+	for i := len(queued) - 1; i >= 0; i-- { // oldest first
+		r := queued[i]
+		if r.Cancel {
+			continue
+		}
+		pending[r.ID] = r
+		snap.Pending = append(snap.Pending, scheduler.Run{ID: r.ID, Image: r.PinnedImage, CPU: r.CPU, MemoryBytes: r.MemoryBytes})
+	}
+	return snap, pending, nil
+}
+
+// reconcile runs the scheduler once and commits its plan: each placement
+// becomes an attempt and a launch operation in one transaction, and each
+// waiting run gets its reason.
+func (s *Server) reconcile(ctx context.Context) error {
+	var plan scheduler.Plan
+	var pending map[string]store.Run
+	if err := s.store.View(ctx, func(tx store.Tx) error {
+		snap, p, err := s.snapshot(tx)
+		if err != nil {
+			return err
+		}
+		pending = p
+		if len(snap.Pending) > 0 {
+			plan = scheduler.Schedule(snap)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if len(plan.Placements) == 0 && len(plan.Waiting) == 0 {
+		return nil
+	}
+	touched := map[string]bool{}
+	err := s.store.Update(ctx, func(tx store.Tx) error {
+		clear(touched)
+		now := s.now()
+		for _, p := range plan.Placements {
+			run, err := tx.GetRun(p.RunID)
+			if err != nil {
+				return err
+			}
+			if run.Status != api.RunQueued || run.Cancel || len(run.Attempts) != len(pending[p.RunID].Attempts) {
+				continue // changed since the snapshot; the next pass sees it
+			}
+			a := lifecycle.Place(&run.Run, p.NodeID, now)
+			cmd := node.Command{Kind: node.KindLaunchWorkload, LaunchWorkload: &capability.LaunchWorkloadCommand{
+				WorkloadKey: capability.WorkloadKey{RunID: run.ID, Attempt: a.Number},
+				Image:       run.PinnedImage, Command: run.Command, Env: run.Env,
+				CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: p.GPUs,
+				Timeout: time.Duration(run.TimeoutSeconds) * time.Second,
+			}}
+			if err := s.issue(tx, p.NodeID, cmd); err != nil {
+				return err
+			}
+			if err := tx.PutRun(run); err != nil {
+				return err
+			}
+			touched[p.NodeID] = true
+		}
+		for id, why := range plan.Waiting {
+			run, err := tx.GetRun(id)
+			if err != nil {
+				return err
+			}
+			if run.Status != api.RunQueued || run.Reason == why {
+				continue
+			}
+			run.Reason, run.UpdatedAt = why, now
+			if err := tx.PutRun(run); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for id := range touched {
+		s.nodeBroadcast(id).Notify()
+	}
+	if len(plan.Placements) > 0 {
+		s.log.Info("placed runs", "count", len(plan.Placements), "waiting", len(plan.Waiting))
+		s.runs.Notify()
+	}
+	return nil
+}

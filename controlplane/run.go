@@ -1,0 +1,96 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mercator/mercator/imageref"
+	"github.com/mercator/mercator/store/sqlstore"
+)
+
+// Options is what `mercator server` is started with.
+type Options struct {
+	// DB is the store: "sqlite://PATH" (default: sqlite under DataDir).
+	DB string
+	// Listen is the address to serve on (default 127.0.0.1:7070). Port 0
+	// picks a free one; Ready reports which.
+	Listen string
+	// DataDir holds the admin credential and, by default, the database.
+	DataDir string
+	// PublicURL is how agents and clients reach this server (default
+	// http://LISTEN-ADDRESS).
+	PublicURL string
+	// InsecureRegistries are further registries reached over plain HTTP
+	// when pinning images (loopback registries always are).
+	InsecureRegistries []string
+	Config             Config
+	Logger             *slog.Logger
+	// Ready, when set, is called once the server accepts connections, with
+	// its URL and the path of the admin credential file.
+	Ready func(url, tokenFile string)
+}
+
+// Run opens the store, makes sure an admin credential exists, and serves
+// until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.DataDir == "" {
+		return fmt.Errorf("a data directory is required (--data-dir)")
+	}
+	if o.DB == "" {
+		o.DB = "sqlite://" + filepath.Join(o.DataDir, "mercator.db")
+	}
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:7070"
+	}
+	if !strings.HasPrefix(o.DB, "sqlite://") {
+		return fmt.Errorf("--db %q: only sqlite://PATH is supported by this build", o.DB)
+	}
+	st, err := sqlstore.Open(ctx, o.DB)
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", o.DB, err)
+	}
+	defer st.Close()
+	tokenFile, err := EnsureAdminToken(ctx, st, o.DataDir, time.Now())
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.Listen, err)
+	}
+	url := "http://" + l.Addr().String()
+	cfg := o.Config
+	cfg.Logger = o.Logger
+	if cfg.PublicURL = o.PublicURL; cfg.PublicURL == "" {
+		cfg.PublicURL = url
+	}
+	srv := New(cfg, st, refResolver{&imageref.Resolver{Insecure: o.InsecureRegistries}})
+	o.Logger.Info("control plane listening", "url", url, "db", o.DB, "admin_token_file", tokenFile)
+	if o.Ready != nil {
+		o.Ready(url, tokenFile)
+	}
+	return srv.Serve(ctx, l)
+}
+
+// refResolver adapts imageref.Resolver to ImageResolver.
+type refResolver struct{ r *imageref.Resolver }
+
+func (a refResolver) Resolve(ctx context.Context, s string) (string, error) {
+	ref, err := imageref.Parse(s)
+	if err != nil {
+		return "", err
+	}
+	pinned, err := a.r.Resolve(ctx, ref)
+	if err != nil {
+		return "", err
+	}
+	return pinned.String(), nil
+}

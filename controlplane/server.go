@@ -1,0 +1,219 @@
+// Package controlplane is Mercator's control plane: the public HTTP API, the
+// node protocol every agent connects to, and the reconcile loop that turns
+// pending runs into placements and operations.
+//
+// It owns no state of its own beyond caches: everything durable is in the
+// store.Store, so a restarted control plane loses no run, command or event.
+// Commands reach nodes through the store (pending operations are redelivered
+// on every new session until the node reports their result), which is also
+// what lets several replicas share one PostgreSQL database later.
+//
+// cmd/mercator (through package cli) and the end-to-end tests import it.
+package controlplane
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mercator/mercator/store"
+)
+
+// ImageResolver pins an image reference to a manifest digest by asking its
+// registry. Errors are failure kinds: ErrInvalid when the reference or the
+// image does not exist (the user can fix it), ErrUnavailable when the
+// registry cannot be reached.
+type ImageResolver interface {
+	Resolve(ctx context.Context, ref string) (pinned string, err error)
+}
+
+// Config is the control plane's configuration. Zero durations take the
+// defaults documented on each field.
+type Config struct {
+	// PublicURL is the address agents and clients use to reach this server;
+	// it appears in the agent command lines invitations print.
+	PublicURL string
+	// Lease is how long a node stays ready without reporting (default 30s).
+	Lease time.Duration
+	// SessionTTL is a session credential's life (default 24h).
+	SessionTTL time.Duration
+	// InvitationTTL is the default life of an invitation (default 24h).
+	InvitationTTL time.Duration
+	// ReconcileEvery is the reconcile loop's idle period (default 1s); work
+	// that arrives earlier wakes it at once.
+	ReconcileEvery time.Duration
+	// KeepAlive is the session stream's keep-alive period (default 5s).
+	KeepAlive time.Duration
+	Logger    *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (c *Config) defaults() {
+	if c.Lease == 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = 24 * time.Hour
+	}
+	if c.InvitationTTL == 0 {
+		c.InvitationTTL = 24 * time.Hour
+	}
+	if c.ReconcileEvery == 0 {
+		c.ReconcileEvery = time.Second
+	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Server is one control-plane process.
+type Server struct {
+	cfg      Config
+	store    store.Store
+	resolver ImageResolver
+	log      *slog.Logger
+
+	reconcileWake chan struct{}
+	runs          *broadcast // a run changed
+	nodeWake      sync.Map   // node ID → *broadcast: new operations for it
+	logs          *broadcast // a log grew
+}
+
+// New returns a server over st. It does nothing until Run or Handler.
+func New(cfg Config, st store.Store, resolver ImageResolver) *Server {
+	cfg.defaults()
+	return &Server{
+		cfg: cfg, store: st, resolver: resolver, log: cfg.Logger,
+		reconcileWake: make(chan struct{}, 1),
+		runs:          newBroadcast(), logs: newBroadcast(),
+	}
+}
+
+// Serve serves the API on l and runs the reconcile loop until ctx ends.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(l) }()
+	go func() { s.reconcileLoop(ctx); errc <- nil }()
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(shutdown)
+	return nil
+}
+
+// EnsureAdminToken returns the path of the admin credential file in dataDir,
+// creating the credential (and its hash in the store) on first start. The
+// file is mode 0600; the store keeps only the hash.
+func EnsureAdminToken(ctx context.Context, st store.Store, dataDir string, now time.Time) (path string, err error) {
+	path = filepath.Join(dataDir, "admin-token")
+	if data, err := os.ReadFile(path); err == nil {
+		tok := strings.TrimSpace(string(data))
+		err = st.View(ctx, func(tx store.Tx) error { _, err := tx.GetToken(hashToken(tok)); return err })
+		if err == nil {
+			return path, nil
+		}
+		return "", fmt.Errorf("admin token in %s is not known to this database (was the database replaced?): %w; remove the file to mint a new one", path, err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", err
+	}
+	tok := "mca_" + randomToken()
+	if err := st.Update(ctx, func(tx store.Tx) error {
+		return tx.CreateToken(store.Token{Hash: hashToken(tok), Name: "admin", CreatedAt: now.UTC()})
+	}); err != nil {
+		return "", err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(tok+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return path, os.Rename(tmp, path)
+}
+
+func (s *Server) now() time.Time { return s.cfg.Now().UTC() }
+
+func (s *Server) wakeReconcile() {
+	select {
+	case s.reconcileWake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Server) nodeBroadcast(nodeID string) *broadcast {
+	b, _ := s.nodeWake.LoadOrStore(nodeID, newBroadcast())
+	return b.(*broadcast)
+}
+
+// broadcast wakes every waiter at once: Wait returns a channel closed at the
+// next Notify.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
+
+func (b *broadcast) Wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ch
+}
+
+func (b *broadcast) Notify() {
+	b.mu.Lock()
+	close(b.ch)
+	b.ch = make(chan struct{})
+	b.mu.Unlock()
+}
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// newID returns prefix + 16 random base32 characters (80 bits).
+func newID(prefix string) string {
+	var b [10]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // the kernel's random source failing is not recoverable
+	}
+	return prefix + idEncoding.EncodeToString(b[:])
+}
+
+func randomToken() string {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return idEncoding.EncodeToString(b[:])
+}
+
+// hashToken is how every credential is stored: a leaked database holds no
+// usable token.
+func hashToken(tok string) string {
+	h := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(h[:])
+}

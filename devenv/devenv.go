@@ -1,0 +1,165 @@
+// Package devenv is `mercator dev`: a control plane on SQLite, one local
+// agent, and an OCI registry on loopback, in one process with embedded
+// defaults, for a laptop or a single box. It leaves the server's address and
+// admin credential where the CLI looks by default, so a second terminal
+// needs no flags.
+//
+// Package cli imports it; so may end-to-end tests.
+package devenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/controlplane"
+	"github.com/mercator/mercator/devregistry"
+	"github.com/mercator/mercator/nodeagent"
+)
+
+// Options configures the dev environment. Zero values take the defaults
+// noted on each field.
+type Options struct {
+	// DataDir holds the database, the registry's storage, the agent's state
+	// and the admin credential (default ~/.local/share/mercator/dev).
+	DataDir string
+	// Listen is the control plane's address (default 127.0.0.1:7070).
+	Listen string
+	// Registry is the OCI registry's address (default 127.0.0.1:5000);
+	// "off" runs none.
+	Registry string
+	// NodeID is the local agent's node (default "local").
+	NodeID string
+	// ContextPath is where the CLI's context file is written (default
+	// client.ContextPath).
+	ContextPath string
+	Logger      *slog.Logger
+	// Out receives the human summary of where everything is.
+	Out io.Writer
+	// Ready is called once everything is up, with the server URL and the
+	// registry address.
+	Ready func(url, registry string)
+}
+
+// DefaultDataDir is where dev keeps its state when no directory is given.
+func DefaultDataDir(env func(string) string) string {
+	if d := env("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "mercator", "dev")
+	}
+	if h := env("HOME"); h != "" {
+		return filepath.Join(h, ".local", "share", "mercator", "dev")
+	}
+	return filepath.Join(os.TempDir(), "mercator-dev")
+}
+
+// Run starts the registry, the control plane and the local agent and runs
+// until ctx ends or one of them fails.
+func Run(ctx context.Context, o Options) error {
+	if o.DataDir == "" {
+		return errors.New("devenv: DataDir is required")
+	}
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:7070"
+	}
+	if o.Registry == "" {
+		o.Registry = "127.0.0.1:5000"
+	}
+	if o.NodeID == "" {
+		o.NodeID = "local"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	registryAddr := ""
+	if o.Registry != "off" {
+		reg, err := devregistry.Start(ctx, o.Registry, filepath.Join(o.DataDir, "registry"), o.Logger.With("component", "registry"))
+		if err != nil {
+			return fmt.Errorf("start the registry on %s (use --registry ADDR to pick another address): %w", o.Registry, err)
+		}
+		defer reg.Close(context.Background())
+		registryAddr = reg.Addr()
+	}
+
+	ready := make(chan [2]string, 1)
+	errc := make(chan error, 2)
+	go func() {
+		errc <- controlplane.Run(ctx, controlplane.Options{
+			DataDir: filepath.Join(o.DataDir, "server"), Listen: o.Listen, Logger: o.Logger.With("component", "server"),
+			Ready: func(url, tokenFile string) { ready <- [2]string{url, tokenFile} },
+		})
+	}()
+	var url, tokenFile string
+	select {
+	case r := <-ready:
+		url, tokenFile = r[0], r[1]
+	case err := <-errc:
+		return fmt.Errorf("control plane: %w", err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	tokenData, err := os.ReadFile(tokenFile)
+	if err != nil {
+		return err
+	}
+	admin := client.New(url, string(trimNewline(tokenData)), nil)
+	invCtx, invCancel := context.WithTimeout(ctx, 10*time.Second)
+	inv, err := admin.InviteNode(invCtx, o.NodeID, 0)
+	invCancel()
+	if err != nil {
+		return fmt.Errorf("invite the local node: %w", err)
+	}
+	if o.ContextPath != "" {
+		if err := client.WriteContext(o.ContextPath, client.ContextFile{Addr: url, TokenFile: tokenFile}); err != nil {
+			return fmt.Errorf("write the CLI context file: %w", err)
+		}
+	}
+	go func() {
+		errc <- nodeagent.Run(ctx, nodeagent.Options{
+			ControlPlaneURL: url, NodeID: o.NodeID, StateDir: filepath.Join(o.DataDir, "agent"),
+			Invitation: inv.Token, ArtifactRoot: filepath.Join(o.DataDir, "artifacts"), Logger: o.Logger.With("component", "agent"),
+		})
+	}()
+	fmt.Fprintf(o.Out, "mercator dev is up\n  control plane  %s\n  admin token    %s\n  registry       %s\n  node           %s (local Docker)\n  data           %s\n",
+		url, tokenFile, orNone(registryAddr), o.NodeID, o.DataDir)
+	if o.ContextPath != "" {
+		fmt.Fprintf(o.Out, "  CLI context    %s (other terminals need no flags)\n", o.ContextPath)
+	}
+	if o.Ready != nil {
+		o.Ready(url, registryAddr)
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+}
+
+func trimNewline(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r' || b[len(b)-1] == ' ') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}

@@ -1,0 +1,197 @@
+// Package lifecycle is the run state machine: how a run and its attempts
+// move when a node reports something, when a launch fails, when a user
+// cancels. It is pure logic over api.Run values, with the moment passed in;
+// the control plane does the I/O around it (reading and writing the store,
+// issuing operations).
+//
+// A run's status is driven only by what a node observed or reported, never
+// by a guess: a run is "running" because the daemon said its container
+// started, and it ends because the daemon said the container exited.
+//
+// Only the control plane imports lifecycle.
+package lifecycle
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/capability"
+)
+
+// Active reports whether an attempt still holds (or may hold) resources on
+// its node.
+func Active(a api.Attempt) bool {
+	switch a.Status {
+	case api.AttemptPlaced, api.AttemptPreparing, api.AttemptRunning, api.AttemptUnknown:
+		return true
+	}
+	return false
+}
+
+// Current returns the run's latest attempt, or nil.
+func Current(r *api.Run) *api.Attempt {
+	if len(r.Attempts) == 0 {
+		return nil
+	}
+	return &r.Attempts[len(r.Attempts)-1]
+}
+
+// Find returns the attempt with the given number, or nil.
+func Find(r *api.Run, number int) *api.Attempt {
+	for i := range r.Attempts {
+		if r.Attempts[i].Number == number {
+			return &r.Attempts[i]
+		}
+	}
+	return nil
+}
+
+// Place records a new attempt of a queued run on a node.
+func Place(r *api.Run, nodeID string, now time.Time) api.Attempt {
+	a := api.Attempt{Number: len(r.Attempts) + 1, NodeID: nodeID, Status: api.AttemptPlaced, PlacedAt: now}
+	r.Attempts = append(r.Attempts, a)
+	r.Status = api.RunPlaced
+	r.Reason = ""
+	r.UpdatedAt = now
+	return a
+}
+
+// Observe applies a node's observation of one attempt. It returns whether
+// the run changed. An observation from a node that does not hold the attempt
+// changes nothing, and one for an attempt already settled only fills in
+// moments that were missing.
+func Observe(r *api.Run, nodeID string, o capability.WorkloadObservation, now time.Time) bool {
+	a := Find(r, o.Attempt)
+	if a == nil || a.NodeID != nodeID {
+		return false
+	}
+	before := fmt.Sprintf("%+v", *r)
+	if o.ContainerID != "" {
+		a.ContainerID = o.ContainerID
+	}
+	if o.StartedAt != nil {
+		a.StartedAt = o.StartedAt
+	}
+	if o.FinishedAt != nil && o.Phase == capability.PhaseExited {
+		a.FinishedAt = o.FinishedAt
+	}
+	if !Active(*a) && a.Status != api.AttemptUnknown {
+		return before != fmt.Sprintf("%+v", *r)
+	}
+	switch o.Phase {
+	case capability.PhasePreparing, capability.PhaseCreated:
+		if a.Status == api.AttemptPlaced || a.Status == api.AttemptUnknown {
+			a.Status = api.AttemptPreparing
+		}
+	case capability.PhaseRunning:
+		a.Status = api.AttemptRunning
+	case capability.PhaseExited:
+		code := 0
+		if o.ExitCode != nil {
+			code = *o.ExitCode
+		}
+		a.ExitCode = &code
+		a.OOMKilled = o.OOMKilled
+		a.StopReason = o.StopReason
+		switch {
+		case o.StopReason == "cancelled" || (r.Cancel && code != 0):
+			a.Status = api.AttemptCancelled
+		case code == 0 && o.StopReason == "":
+			a.Status = api.AttemptSucceeded
+		default:
+			a.Status = api.AttemptFailed
+			a.Error = exitError(r, code, o)
+		}
+	case capability.PhaseFailed, capability.PhaseMissing:
+		a.Status = api.AttemptFailed
+		a.Error = o.Error
+		if a.FinishedAt == nil {
+			t := now
+			a.FinishedAt = &t
+		}
+	}
+	settle(r, a, now)
+	r.UpdatedAt = now
+	return before != fmt.Sprintf("%+v", *r)
+}
+
+func exitError(r *api.Run, code int, o capability.WorkloadObservation) string {
+	switch {
+	case o.StopReason == "timeout":
+		return fmt.Sprintf("timed out after %s and was stopped", (time.Duration(r.TimeoutSeconds) * time.Second).String())
+	case o.OOMKilled:
+		return fmt.Sprintf("killed for exceeding its memory limit (exit %d)", code)
+	case o.StopReason != "":
+		return fmt.Sprintf("stopped (%s), exit %d", o.StopReason, code)
+	}
+	return fmt.Sprintf("exited with code %d", code)
+}
+
+// LaunchFailed applies a launch the node could not perform (the image could
+// not be pulled, the container could not start).
+func LaunchFailed(r *api.Run, nodeID string, attempt int, message string, now time.Time) bool {
+	a := Find(r, attempt)
+	if a == nil || a.NodeID != nodeID || !Active(*a) {
+		return false
+	}
+	a.Status = api.AttemptFailed
+	a.Error = message
+	t := now
+	a.FinishedAt = &t
+	settle(r, a, now)
+	r.UpdatedAt = now
+	return true
+}
+
+// settle moves the run after its attempt a changed.
+func settle(r *api.Run, a *api.Attempt, now time.Time) {
+	if cur := Current(r); cur == nil || cur.Number != a.Number || api.Terminal(r.Status) {
+		return
+	}
+	switch a.Status {
+	case api.AttemptPreparing:
+		r.Status = api.RunPreparing
+	case api.AttemptRunning:
+		r.Status = api.RunRunning
+	case api.AttemptSucceeded:
+		finish(r, api.RunSucceeded, "", a.ExitCode, now)
+	case api.AttemptCancelled:
+		finish(r, api.RunCancelled, "cancelled by request", a.ExitCode, now)
+	case api.AttemptFailed:
+		if r.Cancel {
+			finish(r, api.RunCancelled, "cancelled by request", a.ExitCode, now)
+			return
+		}
+		if len(r.Attempts) <= r.Retries && a.StopReason != "timeout" {
+			r.Status = api.RunQueued
+			r.Reason = fmt.Sprintf("attempt %d failed (%s); retrying (%d of %d retries used)", a.Number, a.Error, len(r.Attempts), r.Retries)
+			return
+		}
+		finish(r, api.RunFailed, fmt.Sprintf("attempt %d %s", a.Number, a.Error), a.ExitCode, now)
+	}
+}
+
+func finish(r *api.Run, status, reason string, code *int, now time.Time) {
+	r.Status = status
+	r.Reason = reason
+	r.ExitCode = code
+	t := now
+	r.FinishedAt = &t
+}
+
+// Cancel marks a run cancelled on request. It returns the attempt that must
+// be stopped on its node, or nil when nothing runs and the run ended here.
+// Cancelling an ended run changes nothing.
+func Cancel(r *api.Run, now time.Time) *api.Attempt {
+	if api.Terminal(r.Status) {
+		return nil
+	}
+	r.Cancel = true
+	r.UpdatedAt = now
+	if a := Current(r); a != nil && Active(*a) {
+		return a
+	}
+	finish(r, api.RunCancelled, "cancelled by request", nil, now)
+	return nil
+}

@@ -1,0 +1,539 @@
+package nodeagent
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/node"
+)
+
+// Bucket and key names in the state file. Changing them is a migration.
+var (
+	bucketMeta      = []byte("meta")
+	bucketApplied   = []byte("applied")
+	bucketSpool     = []byte("spool")
+	bucketWorkloads = []byte("workloads")
+	bucketStops     = []byte("stops")
+
+	keyIncarnation = []byte("incarnation")
+	keyEventCeil   = []byte("event_ceiling")
+	keyFencing     = []byte("fencing_token")
+	keySession     = []byte("session")
+	keyNodeID      = []byte("node_id")
+)
+
+// eventIDBlock is how many event IDs one durable write reserves. NextEventID
+// is on the path of every observation, and an fsync per ID would cost more
+// than the observation itself; reserving a block keeps IDs monotonic across a
+// crash (a restart skips the unused rest of the block) at one fsync per
+// block.
+const eventIDBlock = 1024
+
+// AppliedRetention is how long an operation stays in the applied memory
+// after the control plane acknowledged its result. The control plane stops
+// redelivering an operation once it holds the result, so what can still be
+// redelivered is only what was already in flight on a session stream when
+// the acknowledgement landed; an hour covers that with a wide margin and
+// keeps the memory bounded by the rate of operations times one hour.
+// Operations whose results were never acknowledged are kept however old they
+// are, since those are exactly the ones the control plane will send again.
+const AppliedRetention = time.Hour
+
+// State is the agent's local durable memory. It exists for one reason: an
+// agent that restarts must be able to say "I already did that" about a
+// command it is handed again. Without it, every redelivered launch is a
+// second container.
+//
+// It also holds the session credential, so a restarted agent resumes rather
+// than re-enrolling, and the spool of events it owes the control plane.
+//
+// State is one bbolt file. Every write is one transaction, fsynced before the
+// method returns. All methods are safe for concurrent use.
+//
+// Where this differs from the seed's State: MarkApplied takes the result
+// event and spools it in the same transaction as the applied mark, so there
+// is no moment at which an operation is remembered as done but its result is
+// not owed to the control plane; Acknowledge removes delivered events by ID
+// instead of ClearSpool's all-or-nothing, because new events are spooled
+// while a batch is in flight.
+type State struct {
+	db  *bolt.DB
+	now func() time.Time
+
+	mu          sync.Mutex
+	incarnation string
+	nextEvent   uint64
+	eventCeil   uint64
+	fencing     uint64
+	session     storedSession
+	hasSession  bool
+	told        map[capability.WorkloadKey]capability.WorkloadObservation
+}
+
+type storedSession struct {
+	Token     string    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+type appliedEntry struct {
+	AppliedAt time.Time  `json:"applied_at"`
+	Result    node.Event `json:"result"`
+	AckedAt   *time.Time `json:"acked_at,omitempty"`
+}
+
+// OpenState opens (creating if needed) the state file in dir. A second
+// process opening the same file waits up to a few seconds and then fails:
+// two agents sharing one memory would each believe the other's work undone.
+func OpenState(dir string) (*State, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create state directory %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, "agent.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open agent state %s (is another agent using this --state directory?): %w", path, err)
+	}
+	s := &State{db: db, now: time.Now, told: map[capability.WorkloadKey]capability.WorkloadObservation{}}
+	if err := s.load(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("read agent state %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func (s *State) load() error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketMeta, bucketApplied, bucketSpool, bucketWorkloads, bucketStops} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(keyIncarnation); v != nil {
+			s.incarnation = string(v)
+		} else {
+			var b [6]byte
+			if _, err := rand.Read(b[:]); err != nil {
+				return err
+			}
+			s.incarnation = hex.EncodeToString(b[:])
+			if err := meta.Put(keyIncarnation, []byte(s.incarnation)); err != nil {
+				return err
+			}
+		}
+		// Start after the last reserved block: IDs handed out before a crash
+		// may have reached the control plane, so none may be reused.
+		s.eventCeil = getUint(meta.Get(keyEventCeil))
+		s.nextEvent = s.eventCeil + 1
+		s.eventCeil = s.nextEvent - 1 // forces a reservation on first use
+		s.fencing = getUint(meta.Get(keyFencing))
+		if v := meta.Get(keySession); v != nil {
+			if err := json.Unmarshal(v, &s.session); err != nil {
+				return fmt.Errorf("session record: %w", err)
+			}
+			s.hasSession = s.session.Token != ""
+		}
+		return tx.Bucket(bucketWorkloads).ForEach(func(_, v []byte) error {
+			var o capability.WorkloadObservation
+			if err := json.Unmarshal(v, &o); err != nil {
+				return fmt.Errorf("workload record: %w", err)
+			}
+			s.told[o.WorkloadKey] = o
+			return nil
+		})
+	})
+}
+
+// Close closes the state file.
+func (s *State) Close() error { return s.db.Close() }
+
+// NodeID returns the node this state file belongs to, or "" if it has never
+// enrolled.
+func (s *State) NodeID() string {
+	var id string
+	s.db.View(func(tx *bolt.Tx) error {
+		id = string(tx.Bucket(bucketMeta).Get(keyNodeID))
+		return nil
+	})
+	return id
+}
+
+// NextEventID mints a stable, monotonic identity for one event, so the same
+// fact carries the same ID however many times it is delivered. The ID is
+// "<incarnation>-<sequence>": the incarnation is random per state file, so a
+// machine whose state was wiped never reuses an ID the control plane has
+// already seen; the sequence is zero-padded so IDs sort in minting order.
+func (s *State) NextEventID() (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nextEvent > s.eventCeil {
+		ceil := s.nextEvent + eventIDBlock - 1
+		if err := s.db.Update(func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketMeta).Put(keyEventCeil, putUint(ceil))
+		}); err != nil {
+			return "", fmt.Errorf("reserve event IDs: %w", err)
+		}
+		s.eventCeil = ceil
+	}
+	n := s.nextEvent
+	s.nextEvent++
+	return fmt.Sprintf("%s-%016d", s.incarnation, n), nil
+}
+
+// eventSeq is the sequence part of an ID NextEventID minted; it orders the
+// spool.
+func eventSeq(id string) (uint64, error) {
+	i := strings.LastIndexByte(id, '-')
+	if i < 0 {
+		return 0, fmt.Errorf("event ID %q has no sequence", id)
+	}
+	return strconv.ParseUint(id[i+1:], 10, 64)
+}
+
+// Enrolled records a fresh enrollment. A new fencing token means the control
+// plane has superseded whatever this agent was doing, so the applied-operation
+// memory stays and the session is replaced.
+func (s *State) Enrolled(nodeID string, e capability.Enrollment) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess := storedSession{Token: e.SessionToken, ExpiresAt: e.ExpiresAt}
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if err := meta.Put(keyNodeID, []byte(nodeID)); err != nil {
+			return err
+		}
+		if err := meta.Put(keyFencing, putUint(e.FencingToken)); err != nil {
+			return err
+		}
+		return putJSON(meta, keySession, sess)
+	}); err != nil {
+		return fmt.Errorf("record enrollment: %w", err)
+	}
+	s.fencing, s.session, s.hasSession = e.FencingToken, sess, true
+	return nil
+}
+
+// Renewed records a later credential for the session this agent already
+// has. The fencing token comes back unchanged from a renewal, and it is
+// written from the answer rather than left alone for the same reason every
+// other field is: what this agent believes about itself is what the control
+// plane last told it. The new credential is durable before this returns, so
+// the agent never uses a credential it could forget.
+func (s *State) Renewed(r capability.SessionRenewal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess := storedSession{Token: r.SessionToken, ExpiresAt: r.ExpiresAt}
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if err := meta.Put(keyFencing, putUint(r.FencingToken)); err != nil {
+			return err
+		}
+		return putJSON(meta, keySession, sess)
+	}); err != nil {
+		return fmt.Errorf("record renewal: %w", err)
+	}
+	s.fencing, s.session, s.hasSession = r.FencingToken, sess, true
+	return nil
+}
+
+// ForgetSession drops the session credential (it was refused as expired or
+// superseded); the agent needs a new invitation to enroll again.
+func (s *State) ForgetSession() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Delete(keySession)
+	}); err != nil {
+		return err
+	}
+	s.session, s.hasSession = storedSession{}, false
+	return nil
+}
+
+// Session returns the credential this agent holds and the moment it lapses,
+// and whether it holds one at all.
+//
+// Whether the credential is still worth using is the agent's judgment rather
+// than this file's, which is why the expiry is answered instead of compared.
+func (s *State) Session() (string, time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.session.Token, s.session.ExpiresAt, s.hasSession
+}
+
+// FencingToken is the highest fencing token this agent has been given.
+func (s *State) FencingToken() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fencing
+}
+
+// Applied reports whether the operation was already performed.
+func (s *State) Applied(operationID string) bool {
+	_, ok := s.AppliedResult(operationID)
+	return ok
+}
+
+// AppliedResult returns the result event recorded when the operation was
+// applied, so a redelivered command is answered with the very same event
+// (same ID, same outcome) instead of being performed again.
+func (s *State) AppliedResult(operationID string) (node.Event, bool) {
+	var e appliedEntry
+	var ok bool
+	s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketApplied).Get([]byte(operationID))
+		if v != nil && json.Unmarshal(v, &e) == nil {
+			ok = true
+		}
+		return nil
+	})
+	return e.Result, ok
+}
+
+// MarkApplied records an operation as performed and spools its result event,
+// in one durable transaction, before the result is reported. A crash between
+// performing the operation and this call costs a redelivery that the daemon
+// itself refuses (the container name is derived from the run and attempt); a
+// crash after it costs a duplicate acknowledgement, never a duplicate
+// container.
+func (s *State) MarkApplied(operationID string, result node.Event) error {
+	seq, err := eventSeq(result.ID)
+	if err != nil {
+		return err
+	}
+	entry := appliedEntry{AppliedAt: s.now().UTC(), Result: result}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if err := putJSON(tx.Bucket(bucketApplied), []byte(operationID), entry); err != nil {
+			return err
+		}
+		return putJSON(tx.Bucket(bucketSpool), putUint(seq), result)
+	})
+}
+
+// Spool holds an event the control plane is owed until Acknowledge removes
+// it. It keeps its ID, so replaying it after a reconnection changes nothing.
+func (s *State) Spool(event node.Event) error {
+	seq, err := eventSeq(event.ID)
+	if err != nil {
+		return err
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return putJSON(tx.Bucket(bucketSpool), putUint(seq), event)
+	})
+}
+
+// Spooled returns up to max spooled events (0 means all) in the order they
+// were minted.
+func (s *State) Spooled(max int) ([]node.Event, error) {
+	var out []node.Event
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketSpool).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			var e node.Event
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("spooled event %x: %w", k, err)
+			}
+			out = append(out, e)
+			if max > 0 && len(out) == max {
+				break
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// SpoolDepth is how many events are waiting for the control plane.
+func (s *State) SpoolDepth() int {
+	n := 0
+	s.db.View(func(tx *bolt.Tx) error {
+		n = tx.Bucket(bucketSpool).Stats().KeyN
+		return nil
+	})
+	return n
+}
+
+// Acknowledge removes events the control plane confirmed holding, and prunes
+// applied operations whose results were acknowledged more than
+// AppliedRetention ago (see AppliedRetention for why that bound is safe).
+func (s *State) Acknowledge(ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	now := s.now().UTC()
+	acked := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		acked[id] = true
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		spool := tx.Bucket(bucketSpool)
+		for _, id := range ids {
+			seq, err := eventSeq(id)
+			if err != nil {
+				continue
+			}
+			if err := spool.Delete(putUint(seq)); err != nil {
+				return err
+			}
+		}
+		applied := tx.Bucket(bucketApplied)
+		var drop [][]byte
+		err := applied.ForEach(func(k, v []byte) error {
+			var e appliedEntry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return nil
+			}
+			switch {
+			case e.AckedAt == nil && acked[e.Result.ID]:
+				e.AckedAt = &now
+				return putJSON(applied, append([]byte(nil), k...), e)
+			case e.AckedAt != nil && now.Sub(*e.AckedAt) > AppliedRetention:
+				drop = append(drop, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range drop {
+			if err := applied.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// AppliedCount is the size of the applied-operation memory.
+func (s *State) AppliedCount() int {
+	n := 0
+	s.db.View(func(tx *bolt.Tx) error {
+		n = tx.Bucket(bucketApplied).Stats().KeyN
+		return nil
+	})
+	return n
+}
+
+// ClearSpool drops every spooled event. It is for an operator discarding a
+// node's backlog on purpose; the agent itself only ever uses Acknowledge.
+func (s *State) ClearSpool() error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket(bucketSpool); err != nil {
+			return err
+		}
+		_, err := tx.CreateBucket(bucketSpool)
+		return err
+	})
+}
+
+// WorkloadChanged reports whether this observation says something the
+// control plane has not already been told.
+func (s *State) WorkloadChanged(o capability.WorkloadObservation) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev, ok := s.told[o.WorkloadKey]
+	return !ok || !prev.Same(o)
+}
+
+// RecordWorkload remembers what the control plane was told, so an unchanged
+// phase is not repeated on every tick, across restarts too.
+func (s *State) RecordWorkload(o capability.WorkloadObservation) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		return putJSON(tx.Bucket(bucketWorkloads), workloadKeyBytes(o.WorkloadKey), o)
+	}); err != nil {
+		return err
+	}
+	s.told[o.WorkloadKey] = o
+	return nil
+}
+
+// ForgetWorkload drops what was told about a workload that no longer exists
+// on the daemon and whose end was reported.
+func (s *State) ForgetWorkload(key capability.WorkloadKey) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketStops).Delete(workloadKeyBytes(key)); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketWorkloads).Delete(workloadKeyBytes(key))
+	}); err != nil {
+		return err
+	}
+	delete(s.told, key)
+	return nil
+}
+
+// Told returns every observation the control plane was last told.
+func (s *State) Told() []capability.WorkloadObservation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]capability.WorkloadObservation, 0, len(s.told))
+	for _, o := range s.told {
+		out = append(out, o)
+	}
+	return out
+}
+
+// RecordStop remembers why the agent stopped a workload (a timeout, a
+// cancellation), durably, so observations made after a restart still carry
+// the reason; the daemon itself only knows that a signal arrived.
+func (s *State) RecordStop(key capability.WorkloadKey, reason string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketStops)
+		if b.Get(workloadKeyBytes(key)) != nil {
+			return nil // the first reason stands
+		}
+		return b.Put(workloadKeyBytes(key), []byte(reason))
+	})
+}
+
+// StopReason returns the reason RecordStop recorded, or "".
+func (s *State) StopReason(key capability.WorkloadKey) string {
+	var r string
+	s.db.View(func(tx *bolt.Tx) error {
+		r = string(tx.Bucket(bucketStops).Get(workloadKeyBytes(key)))
+		return nil
+	})
+	return r
+}
+
+func workloadKeyBytes(k capability.WorkloadKey) []byte {
+	return []byte(k.RunID + "/" + strconv.Itoa(k.Attempt))
+}
+
+func putJSON(b *bolt.Bucket, key []byte, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put(key, data)
+}
+
+func putUint(n uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], n)
+	return b[:]
+}
+
+func getUint(b []byte) uint64 {
+	if len(b) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(b)
+}
+

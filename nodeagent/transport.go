@@ -1,0 +1,222 @@
+package nodeagent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/node"
+)
+
+// Transport is the agent's outbound connection to the control plane.
+//
+// Where this differs from the seed: results are not a call of their own.
+// They travel in the event spool (node.EventResult), so a result owed during
+// a partition is kept on disk and delivered in order with the observations
+// around it; SendEvents answers which events the control plane now holds;
+// and SendLogs carries container output, which is bulk data rather than a
+// fact and so is not spooled (the daemon keeps it, and the agent re-reads it
+// from the offset the control plane acknowledges).
+type Transport interface {
+	// Enroll spends the single-use invitation.
+	Enroll(ctx context.Context, request capability.EnrollmentRequest) (capability.Enrollment, error)
+	// RenewSession takes a later credential using the one the agent holds. It
+	// is separate from Enroll because the material is separate: enrolling
+	// spends the single-use invitation the machine was bootstrapped with, and
+	// renewing spends nothing.
+	RenewSession(ctx context.Context, nodeID, sessionToken string) (capability.SessionRenewal, error)
+	// Session opens the command stream and sends each command to commands. It
+	// returns when the connection ends; the agent reconnects.
+	Session(ctx context.Context, nodeID, sessionToken string, commands chan<- node.Command) error
+	// SendEvents delivers a batch and returns the IDs the control plane now
+	// holds. An empty batch is a liveness report.
+	SendEvents(ctx context.Context, nodeID, sessionToken string, events []node.Event) ([]string, error)
+	// SendLogs delivers a piece of a workload's output.
+	SendLogs(ctx context.Context, nodeID, sessionToken string, chunk capability.LogChunk) (capability.LogAck, error)
+}
+
+// sessionIdle is how long a session stream may stay silent before the agent
+// declares it dead. The control plane sends a keep-alive every few seconds;
+// a stream silent for this long went through a cut the kernel has not
+// noticed.
+const sessionIdle = 30 * time.Second
+
+// HTTPTransport reaches the control plane over the node protocol. Every call
+// is outbound: the agent opens the session and posts what it owes, and
+// nothing ever connects to the machine.
+type HTTPTransport struct {
+	base   string
+	client *http.Client
+}
+
+// NewHTTPTransport returns a transport to the control plane at baseURL. A nil
+// client means a default one without an overall timeout (the session is a
+// long-lived stream; the other calls carry their own deadlines).
+func NewHTTPTransport(baseURL string, client *http.Client) *HTTPTransport {
+	if client == nil {
+		client = &http.Client{}
+	}
+	return &HTTPTransport{base: strings.TrimRight(baseURL, "/"), client: client}
+}
+
+// Enroll implements Transport.
+func (t *HTTPTransport) Enroll(ctx context.Context, request capability.EnrollmentRequest) (capability.Enrollment, error) {
+	var out capability.Enrollment
+	err := t.call(ctx, capability.PathEnroll, "", "", request, &out)
+	return out, err
+}
+
+// RenewSession takes a later credential using the one this agent still
+// holds. It is what keeps a machine reachable past the life of the
+// invitation it joined with.
+func (t *HTTPTransport) RenewSession(ctx context.Context, nodeID, sessionToken string) (capability.SessionRenewal, error) {
+	var out capability.SessionRenewal
+	err := t.call(ctx, capability.PathRenew, nodeID, sessionToken, struct{}{}, &out)
+	return out, err
+}
+
+// SendEvents implements Transport.
+func (t *HTTPTransport) SendEvents(ctx context.Context, nodeID, sessionToken string, events []node.Event) ([]string, error) {
+	if events == nil {
+		events = []node.Event{}
+	}
+	var ack node.EventAck
+	err := t.call(ctx, capability.PathEvents, nodeID, sessionToken, node.EventBatch{Events: events}, &ack)
+	return ack.Accepted, err
+}
+
+// SendLogs implements Transport.
+func (t *HTTPTransport) SendLogs(ctx context.Context, nodeID, sessionToken string, chunk capability.LogChunk) (capability.LogAck, error) {
+	var ack capability.LogAck
+	err := t.call(ctx, capability.PathLogs, nodeID, sessionToken, chunk, &ack)
+	return ack, err
+}
+
+// Session implements Transport: one POST whose response is a stream of
+// newline-delimited JSON commands.
+func (t *HTTPTransport) Session(ctx context.Context, nodeID, sessionToken string, commands chan<- node.Command) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := t.request(ctx, capability.PathSession, nodeID, sessionToken, struct{}{})
+	if err != nil {
+		return err
+	}
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return failure.Unavailable("open session with %s: %v", t.base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return decodeError(resp)
+	}
+	// A watchdog closes the stream if nothing, not even a keep-alive, arrives
+	// for sessionIdle.
+	alive := make(chan struct{}, 1)
+	go func() {
+		timer := time.NewTimer(sessionIdle)
+		defer timer.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-alive:
+				timer.Reset(sessionIdle)
+			case <-timer.C:
+				cancel()
+				return
+			}
+		}
+	}()
+	scanner := bufio.NewScanner(resp.Body)
+	scanner.Buffer(make([]byte, 64<<10), 16<<20)
+	for scanner.Scan() {
+		select {
+		case alive <- struct{}{}:
+		default:
+		}
+		line := bytes.TrimSpace(scanner.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		var cmd node.Command
+		if err := json.Unmarshal(line, &cmd); err != nil {
+			return fmt.Errorf("session stream: malformed command: %w", err)
+		}
+		if cmd.Kind == node.KindKeepAlive {
+			continue
+		}
+		select {
+		case commands <- cmd:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := scanner.Err(); err != nil {
+		return failure.Unavailable("session stream from %s: %v", t.base, err)
+	}
+	return failure.Unavailable("session stream from %s ended", t.base)
+}
+
+func (t *HTTPTransport) request(ctx context.Context, path, nodeID, token string, body any) (*http.Request, error) {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.base+path, bytes.NewReader(data))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "mercator-agent")
+	if nodeID != "" {
+		req.Header.Set(capability.HeaderNodeID, nodeID)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return req, nil
+}
+
+func (t *HTTPTransport) call(ctx context.Context, path, nodeID, token string, body, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := t.request(ctx, path, nodeID, token, body)
+	if err != nil {
+		return err
+	}
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return failure.Unavailable("%s%s: %v", t.base, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return decodeError(resp)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return failure.Unavailable("%s%s: reading answer: %v", t.base, path, err)
+	}
+	return nil
+}
+
+func decodeError(resp *http.Response) error {
+	var body api.Error
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if json.Unmarshal(data, &body) != nil || body.Error.Code == "" {
+		body.Error.Message = strings.TrimSpace(string(data))
+	}
+	err := api.FailureOf(resp.StatusCode, body.Error)
+	if resp.StatusCode >= 500 && !errors.Is(err, failure.ErrUnavailable) {
+		return failure.Unavailable("control plane answered %d: %v", resp.StatusCode, err)
+	}
+	return err
+}
