@@ -297,4 +297,3 @@ func (s *Server) runLogs(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
-

@@ -536,4 +536,3 @@ func getUint(b []byte) uint64 {
 	}
 	return binary.BigEndian.Uint64(b)
 }
-
