@@ -52,7 +52,7 @@ type Agent struct {
 
 	mu        sync.Mutex
 	keyLocks  map[string]*sync.Mutex
-	shipping  map[capability.WorkloadKey]bool
+	shipping  map[capability.WorkloadKey]chan struct{}
 	shipped   map[capability.WorkloadKey]bool
 	lastFacts *capability.NodeFacts
 	fatal     chan error
@@ -89,7 +89,7 @@ func New(identity Identity, runtime Runtime, transport Transport, state *State, 
 		heartbeat: 5 * time.Second, observeEvery: time.Second, backoff: 500 * time.Millisecond,
 		flush: make(chan struct{}, 1), observeCh: make(chan struct{}, 1),
 		keyLocks: map[string]*sync.Mutex{},
-		shipping: map[capability.WorkloadKey]bool{}, shipped: map[capability.WorkloadKey]bool{},
+		shipping: map[capability.WorkloadKey]chan struct{}{}, shipped: map[capability.WorkloadKey]bool{},
 		fatal: make(chan error, 1),
 	}
 	for _, o := range options {
@@ -398,8 +398,20 @@ func (a *Agent) observeOnce(ctx context.Context) {
 		if o.Phase == capability.PhaseRunning && o.Timeout > 0 && o.StartedAt != nil && !a.now().Before(o.StartedAt.Add(o.Timeout)) && o.StopReason == "" {
 			a.enforceTimeout(ctx, o)
 		}
+		shipped := a.shipLogs(ctx, o)
+		if o.Phase == capability.PhaseExited && shipped != nil && a.state.WorkloadChanged(o) {
+			// Report the exit after the output it produced, so a client that
+			// reads the logs of an ended run reads them whole. The wait is
+			// bounded: a control plane that cannot take logs must not delay
+			// the exit's report.
+			select {
+			case <-shipped:
+			case <-time.After(5 * time.Second):
+			case <-ctx.Done():
+				return
+			}
+		}
 		a.spoolWorkload(o)
-		a.shipLogs(ctx, o)
 	}
 	// A workload the control plane was told about that the daemon no longer
 	// knows: say so once, unless its end was already reported.
@@ -538,28 +550,34 @@ func (a *Agent) renewLoop(ctx context.Context) {
 }
 
 // shipLogs starts one shipper per workload whose output is not yet all
-// delivered.
-func (a *Agent) shipLogs(ctx context.Context, o capability.WorkloadObservation) {
+// delivered, and returns a channel closed when that shipper ends (nil when
+// there is nothing to ship).
+func (a *Agent) shipLogs(ctx context.Context, o capability.WorkloadObservation) <-chan struct{} {
 	src, ok := a.runtime.(LogSource)
 	if !ok || o.ContainerID == "" {
-		return
+		return nil
 	}
 	a.mu.Lock()
-	if a.shipping[o.WorkloadKey] || a.shipped[o.WorkloadKey] {
-		a.mu.Unlock()
-		return
+	defer a.mu.Unlock()
+	if a.shipped[o.WorkloadKey] {
+		return nil
 	}
-	a.shipping[o.WorkloadKey] = true
-	a.mu.Unlock()
+	if done, ok := a.shipping[o.WorkloadKey]; ok {
+		return done
+	}
+	done := make(chan struct{})
+	a.shipping[o.WorkloadKey] = done
 	go func() {
-		done := a.shipLogsOnce(ctx, src, o.WorkloadKey)
+		defer close(done)
+		complete := a.shipLogsOnce(ctx, src, o.WorkloadKey)
 		a.mu.Lock()
 		delete(a.shipping, o.WorkloadKey)
-		if done {
+		if complete {
 			a.shipped[o.WorkloadKey] = true
 		}
 		a.mu.Unlock()
 	}()
+	return done
 }
 
 // shipLogsOnce streams a workload's output from the start, skipping what

@@ -1,0 +1,525 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/client"
+)
+
+func intp(i int) *int                           { return &i }
+func timep(d time.Duration) *time.Time          { t := t0.Add(d); return &t }
+func factsp(m map[string]any) *api.NodeFactsDoc { d := api.NodeFactsDoc(m); return &d }
+
+func TestParseSize(t *testing.T) {
+	good := map[string]int64{
+		"0":         0,
+		"1048576":   1048576,
+		"512B":      512,
+		"64MiB":     64 << 20,
+		"64mib":     64 << 20,
+		"1.5GiB":    3 << 29,
+		"1.5GB":     1_500_000_000,
+		"512 KiB":   512 << 10,
+		"2KB":       2000,
+		"1TiB":      1 << 40,
+		"3TB":       3_000_000_000_000,
+		" 10 MB ":   10_000_000,
+		"0.5KiB":    512,
+		"100.0 GiB": 100 << 30,
+	}
+	for in, want := range good {
+		got, err := parseSize(in)
+		if err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	bad := map[string]string{
+		"":               "not a size",
+		"-1":             "negative",
+		"-64MiB":         "negative",
+		"abc":            "not a size",
+		"12XB":           "unknown unit",
+		"64m":            "ambiguous",
+		"64M":            "ambiguous",
+		"1.2.3MB":        "not a size",
+		"1e9":            "unknown unit",
+		"99999999999TiB": "too large",
+		"MiB":            "not a size",
+	}
+	for in, want := range bad {
+		_, err := parseSize(in)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("parseSize(%q) err = %v, want it to say %q", in, err, want)
+		}
+	}
+}
+
+func TestSubmitPrintsOnlyTheID(t *testing.T) {
+	f := newFakeAPI(t)
+	res := f.cli(t, "run", "submit", "--image", "alpine:3", "--cpu", "0.5", "--memory", "64MiB",
+		"--timeout", "30m", "--retries", "2", "--env", "A=1", "--env", "B=x=y", "--env", "EMPTY=",
+		"--", "sh", "-c", "echo hi")
+	if res.code != 0 {
+		t.Fatalf("exit %d, stderr %q", res.code, res.stderr)
+	}
+	if res.stdout != "r-1\n" {
+		t.Errorf("stdout = %q, want the ID alone", res.stdout)
+	}
+	want := api.RunSpec{Image: "alpine:3", Command: []string{"sh", "-c", "echo hi"},
+		Env: map[string]string{"A": "1", "B": "x=y", "EMPTY": ""}, CPU: 0.5, MemoryBytes: 64 << 20,
+		TimeoutSeconds: 1800, Retries: 2}
+	if !reflect.DeepEqual(f.submits[0], want) {
+		t.Errorf("submitted %+v\nwant %+v", f.submits[0], want)
+	}
+}
+
+func TestSubmitCommandHandling(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		want []string
+	}{
+		"after --":            {[]string{"--image", "x", "--", "--not-a-flag", "-c", "y"}, []string{"--not-a-flag", "-c", "y"}},
+		"without --":          {[]string{"--image", "x", "echo", "--flag-of-echo"}, []string{"echo", "--flag-of-echo"}},
+		"-- twice":            {[]string{"--image=x", "--", "sh", "--", "z"}, []string{"sh", "--", "z"}},
+		"no command":          {[]string{"--image", "x"}, nil},
+		"empty after --":      {[]string{"--image", "x", "--"}, nil},
+		"flags after --image": {[]string{"--image", "x", "-o", "table", "--", "true"}, []string{"true"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeAPI(t)
+			res := f.cli(t, append([]string{"run", "submit"}, tc.args...)...)
+			if res.code != 0 {
+				t.Fatalf("exit %d: %s", res.code, res.stderr)
+			}
+			if got := f.submits[0].Command; !reflect.DeepEqual(got, tc.want) && !(len(got) == 0 && len(tc.want) == 0) {
+				t.Errorf("command = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestUsageErrorsExit2(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		says string
+	}{
+		"no image":        {[]string{"run", "submit", "--", "true"}, "--image is required"},
+		"blank image":     {[]string{"run", "submit", "--image", " "}, "--image is required"},
+		"env without =":   {[]string{"run", "submit", "--image", "x", "--env", "FOO"}, `--env "FOO"`},
+		"env empty key":   {[]string{"run", "submit", "--image", "x", "--env", "=v"}, `--env "=v"`},
+		"bad memory":      {[]string{"run", "submit", "--image", "x", "--memory", "12XB"}, "--memory"},
+		"negative memory": {[]string{"run", "submit", "--image", "x", "--memory", "-1MiB"}, "--memory"},
+		"empty memory":    {[]string{"run", "submit", "--image", "x", "--memory", ""}, "--memory"},
+		"negative cpu":    {[]string{"run", "submit", "--image", "x", "--cpu", "-1"}, "--cpu"},
+		"garbage cpu":     {[]string{"run", "submit", "--image", "x", "--cpu", "lots"}, "cpu"},
+		"negative retry":  {[]string{"run", "submit", "--image", "x", "--retries", "-1"}, "--retries"},
+		"negative time":   {[]string{"run", "submit", "--image", "x", "--timeout", "-1s"}, "--timeout"},
+		"unknown flag":    {[]string{"run", "submit", "--image", "x", "--gpus", "1"}, "gpus"},
+		"bad output":      {[]string{"run", "get", "r-1", "-o", "yaml"}, "table or json"},
+		"no run id":       {[]string{"run", "get"}, "RUN_ID"},
+		"two run ids":     {[]string{"run", "wait", "r-1", "r-2"}, "RUN_ID"},
+		"bad status":      {[]string{"run", "ls", "--status", "running,done"}, `"done"`},
+		"negative limit":  {[]string{"run", "ls", "--limit", "-3"}, "--limit"},
+		"negative ttl":    {[]string{"node", "invite", "n-1", "--ttl", "-1h"}, "--ttl"},
+		"unknown command": {[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		"unknown sub":     {[]string{"run", "frobnicate"}, `unknown command "run frobnicate"`},
+		"lead's server":   {[]string{"bogus-server"}, "unknown command"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeAPI(t)
+			res := f.cli(t, tc.args...)
+			if res.code != 2 {
+				t.Fatalf("exit %d, want 2; stderr %q", res.code, res.stderr)
+			}
+			if !strings.HasPrefix(res.stderr, "error: ") || !strings.Contains(res.stderr, tc.says) {
+				t.Errorf("stderr %q does not say %q", res.stderr, tc.says)
+			}
+			if res.stdout != "" {
+				t.Errorf("stdout = %q, want nothing", res.stdout)
+			}
+			if n := f.requestCount(); n != 0 {
+				t.Errorf("%d requests reached the server", n)
+			}
+		})
+	}
+}
+
+func TestServerErrorsExit1WithField(t *testing.T) {
+	f := newFakeAPI(t)
+	res := f.cli(t, "run", "submit", "--image", "bad")
+	if res.code != 1 {
+		t.Fatalf("exit %d, want 1", res.code)
+	}
+	if !strings.HasPrefix(res.stderr, "error: ") || !strings.Contains(res.stderr, "image: ") || !strings.Contains(res.stderr, "cannot resolve") {
+		t.Errorf("stderr = %q", res.stderr)
+	}
+	if res.stdout != "" {
+		t.Errorf("stdout = %q", res.stdout)
+	}
+	res = f.cli(t, "run", "get", "r-404")
+	if res.code != 1 || !strings.Contains(res.stderr, "not found") {
+		t.Errorf("exit %d, stderr %q", res.code, res.stderr)
+	}
+}
+
+func TestMissingCredential(t *testing.T) {
+	res := runCLI(t, map[string]string{"HOME": t.TempDir()}, "run", "ls")
+	if res.code != 1 {
+		t.Fatalf("exit %d", res.code)
+	}
+	for _, hint := range []string{"mercator dev", "MERCATOR_TOKEN", "--token-file"} {
+		if !strings.Contains(res.stderr, hint) {
+			t.Errorf("stderr %q lacks %q", res.stderr, hint)
+		}
+	}
+}
+
+func TestFlagsBeatEnvironment(t *testing.T) {
+	f := newFakeAPI(t)
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"MERCATOR_ADDR": "http://127.0.0.1:1", "MERCATOR_TOKEN": "wrong", "HOME": dir}
+	res := runCLI(t, env, "run", "ls", "--addr", f.srv.URL, "--token-file", tokenFile)
+	if res.code != 0 {
+		t.Fatalf("exit %d: %s", res.code, res.stderr)
+	}
+	// And the context file `mercator dev` writes is found without flags.
+	ctxPath := filepath.Join(dir, ".config", "mercator", "context.json")
+	if err := client.WriteContext(ctxPath, client.ContextFile{Addr: f.srv.URL, TokenFile: tokenFile}); err != nil {
+		t.Fatal(err)
+	}
+	res = runCLI(t, map[string]string{"HOME": dir}, "run", "ls")
+	if res.code != 0 {
+		t.Fatalf("exit %d: %s", res.code, res.stderr)
+	}
+}
+
+func TestRunWaitExitCodes(t *testing.T) {
+	cases := []struct {
+		name    string
+		status  string
+		exit    *int
+		reason  string
+		code    int
+		summary string
+	}{
+		{"succeeded", api.RunSucceeded, intp(0), "", 0, "run r-1 succeeded (exit 0) in 1.2s\n"},
+		{"failed with code", api.RunFailed, intp(3), "exited 3", 3, "run r-1 failed (exit 3) in 1.2s: exited 3\n"},
+		{"failed without code", api.RunFailed, nil, "image pull failed", 1, "run r-1 failed in 1.2s: image pull failed\n"},
+		{"failed with code 0", api.RunFailed, intp(0), "timed out", 1, "run r-1 failed (exit 0) in 1.2s: timed out\n"},
+		{"cancelled", api.RunCancelled, nil, "", 130, "run r-1 cancelled in 1.2s\n"},
+		{"cancelled with code", api.RunCancelled, intp(143), "", 143, "run r-1 cancelled (exit 143) in 1.2s\n"},
+		{"cancelled with code 0", api.RunCancelled, intp(0), "", 130, "run r-1 cancelled (exit 0) in 1.2s\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAPI(t)
+			f.addRun(api.Run{ID: "r-1", Status: tc.status, ExitCode: tc.exit, Reason: tc.reason,
+				CreatedAt: t0, FinishedAt: timep(1200 * time.Millisecond)})
+			res := f.cli(t, "run", "wait", "r-1")
+			if res.code != tc.code {
+				t.Errorf("exit %d, want %d", res.code, tc.code)
+			}
+			if res.stderr != tc.summary {
+				t.Errorf("stderr = %q, want %q", res.stderr, tc.summary)
+			}
+			if res.stdout != "" {
+				t.Errorf("stdout = %q", res.stdout)
+			}
+			if r := f.lastRequest(); r.URL.Path != "/v1/runs/r-1/wait" || r.URL.Query().Get("timeout") == "" {
+				t.Errorf("last request %s", r.URL)
+			}
+		})
+	}
+}
+
+func TestRunWaitInterrupted(t *testing.T) {
+	f := newFakeAPI(t)
+	f.addRun(api.Run{ID: "r-1", Status: api.RunRunning, CreatedAt: t0})
+	var stdout, stderr bytes.Buffer
+	env := map[string]string{"MERCATOR_ADDR": f.srv.URL, "MERCATOR_TOKEN": testToken}
+	inv := &invocation{stdout: &stdout, stderr: &stderr, env: func(k string) string { return env[k] }, now: time.Now}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if code := inv.main(ctx, []string{"run", "wait", "r-1"}); code != 130 {
+		t.Errorf("exit %d, want 130", code)
+	}
+	if !strings.Contains(stderr.String(), "run r-1 goes on") {
+		t.Errorf("stderr = %q", stderr.String())
+	}
+}
+
+func TestRunWaitJSON(t *testing.T) {
+	f := newFakeAPI(t)
+	f.addRun(api.Run{ID: "r-1", Status: api.RunFailed, ExitCode: intp(7), CreatedAt: t0, FinishedAt: timep(time.Second)})
+	res := f.cli(t, "run", "wait", "-o", "json", "r-1")
+	if res.code != 7 {
+		t.Fatalf("exit %d", res.code)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(res.stdout), &got); err != nil {
+		t.Fatalf("stdout %q: %v", res.stdout, err)
+	}
+	if got["id"] != "r-1" || got["exit_code"] != 7.0 {
+		t.Errorf("got %v", got)
+	}
+}
+
+// jsonKeys decodes a JSON object and returns its keys.
+func jsonKeys(t *testing.T, s string) map[string]any {
+	t.Helper()
+	if !strings.HasPrefix(s, "{\n  \"") {
+		t.Errorf("output is not indented JSON: %q", s)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		t.Fatalf("output %q: %v", s, err)
+	}
+	return m
+}
+
+func hasKeys(t *testing.T, m map[string]any, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON lacks %q: %v", k, m)
+		}
+	}
+}
+
+func sampleRun() api.Run {
+	return api.Run{ID: "r-7", RunSpec: api.RunSpec{Image: "alpine:3", Command: []string{"false"}},
+		PinnedImage: "alpine@sha256:0123", Status: api.RunFailed, Reason: "exited 1", ExitCode: intp(1),
+		Attempts: []api.Attempt{{Number: 1, NodeID: "n-1", Status: api.AttemptFailed,
+			ContainerID: "0123456789abcdef0123", ExitCode: intp(1), Error: "exit status 1",
+			PlacedAt: t0, StartedAt: timep(time.Second), FinishedAt: timep(1500 * time.Millisecond)}},
+		CreatedAt: t0, UpdatedAt: t0, FinishedAt: timep(2 * time.Second)}
+}
+
+func sampleNode() api.Node {
+	return api.Node{ID: "n-1", Status: api.NodeReady, FencingToken: 4, EnrolledAt: timep(-time.Hour),
+		LastSeenAt: timep(-3 * time.Second), Running: []string{"r-7/1"},
+		Facts: factsp(map[string]any{"hostname": "box", "os": "linux", "arch": "amd64", "cpus": 16.0,
+			"memory_bytes": float64(64 << 30), "disk_free_bytes": float64(500 << 30), "runtime_name": "docker",
+			"runtime_version": "28.5.2", "runtime_api_version": "1.51", "agent_version": "v0.1.0",
+			"capability_version": 1.0, "images": []any{"a@sha256:1", "b@sha256:2"},
+			"accelerators": []any{map[string]any{"vendor": "nvidia", "model": "H100", "uuid": "GPU-1", "memory_bytes": float64(80 << 30)}}})}
+}
+
+func TestJSONOutputShapes(t *testing.T) {
+	f := newFakeAPI(t)
+	f.addRun(sampleRun())
+	f.nodes["n-1"] = sampleNode()
+
+	res := f.cli(t, "run", "get", "r-7", "-o", "json")
+	if res.code != 0 {
+		t.Fatalf("run get: %d %s", res.code, res.stderr)
+	}
+	run := jsonKeys(t, res.stdout)
+	hasKeys(t, run, "id", "image", "command", "pinned_image", "status", "reason", "exit_code", "attempts", "created_at", "finished_at")
+	att := run["attempts"].([]any)[0].(map[string]any)
+	hasKeys(t, att, "number", "node_id", "status", "container_id", "exit_code", "error", "started_at", "finished_at")
+
+	res = f.cli(t, "run", "ls", "--output=json")
+	hasKeys(t, jsonKeys(t, res.stdout), "runs")
+
+	res = f.cli(t, "run", "submit", "-o", "json", "--image", "x")
+	hasKeys(t, jsonKeys(t, res.stdout), "id", "pinned_image", "status", "attempts")
+
+	res = f.cli(t, "run", "cancel", "r-7", "-o", "json")
+	hasKeys(t, jsonKeys(t, res.stdout), "id", "cancel_requested")
+
+	res = f.cli(t, "node", "invite", "n-2", "--ttl", "1h", "-o", "json")
+	inv := jsonKeys(t, res.stdout)
+	hasKeys(t, inv, "node_id", "token", "expires_at", "command")
+	if inv["token"] != "inv-secret" {
+		t.Errorf("token = %v", inv["token"])
+	}
+	if f.invites[0].TTLSeconds != 3600 {
+		t.Errorf("ttl_seconds = %d", f.invites[0].TTLSeconds)
+	}
+
+	res = f.cli(t, "node", "ls", "-o", "json")
+	nodes := jsonKeys(t, res.stdout)["nodes"].([]any)
+	hasKeys(t, nodes[0].(map[string]any), "id", "status", "fencing_token", "last_seen_at", "facts", "running")
+
+	res = f.cli(t, "node", "get", "-o", "json", "n-1")
+	hasKeys(t, jsonKeys(t, res.stdout)["facts"].(map[string]any), "cpus", "memory_bytes", "runtime_version", "images")
+
+	res = f.cli(t, "version", "-o", "json")
+	hasKeys(t, jsonKeys(t, res.stdout), "version", "capability_version", "go", "platform")
+}
+
+func TestRunGetTable(t *testing.T) {
+	f := newFakeAPI(t)
+	f.addRun(sampleRun())
+	res := f.cli(t, "run", "get", "r-7")
+	if res.code != 0 {
+		t.Fatalf("exit %d: %s", res.code, res.stderr)
+	}
+	for _, want := range []string{"ID:", "r-7", "Status:", "failed", "Reason:", "exited 1", "Image:", "alpine:3",
+		"Pinned image:", "alpine@sha256:0123", "Exit code:", "Created:", "2026-12-01T10:00:00.000Z",
+		"Finished:", "(after 2s)", "NODE", "CONTAINER", "STARTED", "n-1", "0123456789ab ",
+		"2026-12-01T10:00:01.000Z", "2026-12-01T10:00:01.500Z", "exit status 1"} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, res.stdout)
+		}
+	}
+}
+
+func TestRunLsTable(t *testing.T) {
+	f := newFakeAPI(t)
+	f.addRun(sampleRun())
+	res := f.cli(t, "run", "ls", "--status", "failed", "--status", "queued,running", "--limit", "5", "--before", "r-9")
+	if res.code != 0 {
+		t.Fatalf("exit %d: %s", res.code, res.stderr)
+	}
+	q := f.lastRequest().URL.Query()
+	if q.Get("status") != "failed,queued,running" || q.Get("limit") != "5" || q.Get("before") != "r-9" {
+		t.Errorf("query = %v", q)
+	}
+	if !strings.HasPrefix(res.stdout, "ID ") || !strings.Contains(res.stdout, "r-7") {
+		t.Errorf("stdout:\n%s", res.stdout)
+	}
+}
+
+func TestRunLogs(t *testing.T) {
+	f := newFakeAPI(t)
+	f.addRun(sampleRun())
+	f.logs["r-7"] = "line 1\n\x00binary\xffbytes"
+	res := f.cli(t, "run", "logs", "r-7", "-f")
+	if res.code != 0 {
+		t.Fatalf("exit %d: %s", res.code, res.stderr)
+	}
+	if res.stdout != f.logs["r-7"] {
+		t.Errorf("stdout = %q", res.stdout)
+	}
+	if q := f.lastRequest().URL.Query(); q.Get("follow") != "true" {
+		t.Errorf("query = %v", q)
+	}
+	res = f.cli(t, "run", "logs", "r-7")
+	if q := f.lastRequest().URL.Query(); res.code != 0 || q.Get("follow") != "false" {
+		t.Errorf("exit %d, query = %v", res.code, q)
+	}
+}
+
+func TestRunCancel(t *testing.T) {
+	f := newFakeAPI(t)
+	r := sampleRun()
+	r.Status, r.ExitCode, r.FinishedAt = api.RunRunning, nil, nil
+	f.addRun(r)
+	res := f.cli(t, "run", "cancel", "r-7")
+	if res.code != 0 || !strings.Contains(res.stdout, "cancel requested") {
+		t.Errorf("exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	if req := f.lastRequest(); req.Method != "POST" || req.URL.Path != "/v1/runs/r-7/cancel" {
+		t.Errorf("request %s %s", req.Method, req.URL.Path)
+	}
+}
+
+func TestNodeTables(t *testing.T) {
+	f := newFakeAPI(t)
+	f.nodes["n-1"] = sampleNode()
+	f.nodes["n-2"] = api.Node{ID: "n-2", Status: api.NodeInvited}
+	res := f.cli(t, "node", "get", "n-1")
+	if res.code != 0 {
+		t.Fatalf("exit %d: %s", res.code, res.stderr)
+	}
+	for _, want := range []string{"Fencing token:", "4", "CPUs:", "16", "Memory:", "64.0 GiB", "Disk free:", "500.0 GiB",
+		"Runtime:", "docker 28.5.2 (API 1.51)", "Images:", "2", "Last seen:", "(3s ago)", "nvidia H100, 80.0 GiB, GPU-1",
+		"Running:", "r-7/1"} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("node get lacks %q:\n%s", want, res.stdout)
+		}
+	}
+	res = f.cli(t, "node", "get", "n-2")
+	if res.code != 0 || !strings.Contains(res.stdout, "none reported yet") {
+		t.Errorf("exit %d:\n%s", res.code, res.stdout)
+	}
+	res = f.cli(t, "node", "ls")
+	if res.code != 0 || !strings.Contains(res.stdout, "n-1") || !strings.Contains(res.stdout, "n-2") || !strings.Contains(res.stdout, "never") {
+		t.Errorf("exit %d:\n%s", res.code, res.stdout)
+	}
+	res = f.cli(t, "node", "invite", "n-3")
+	if res.code != 0 {
+		t.Fatalf("exit %d: %s", res.code, res.stderr)
+	}
+	for _, want := range []string{"Token: inv-secret", "mercator agent --server", "--invitation inv-secret", "in 24h0m"} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("node invite lacks %q:\n%s", want, res.stdout)
+		}
+	}
+	if f.invites[0].TTLSeconds != 0 {
+		t.Errorf("default ttl sent as %d", f.invites[0].TTLSeconds)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	res := runCLI(t, nil, "help")
+	if res.code != 0 {
+		t.Fatalf("exit %d", res.code)
+	}
+	var leaves []string
+	for _, name := range sortedKeys(commands) {
+		c := commands[name]
+		if c.subs == nil {
+			leaves = append(leaves, name)
+		}
+		for _, sub := range sortedKeys(c.subs) {
+			leaves = append(leaves, name+" "+sub)
+		}
+	}
+	for _, leaf := range leaves {
+		if !strings.Contains(res.stdout, "  "+leaf+" ") {
+			t.Errorf("help does not list %q:\n%s", leaf, res.stdout)
+		}
+	}
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"run", "--help"}, {"run", "help"}, {"help", "run"}} {
+		if res := runCLI(t, nil, args...); res.code != 0 || !strings.Contains(res.stdout, "run submit") {
+			t.Errorf("%q: exit %d, stdout %q", args, res.code, res.stdout)
+		}
+	}
+	res = runCLI(t, nil, "help", "run", "wait")
+	if res.code != 0 || !strings.Contains(res.stdout, "130") || !strings.Contains(res.stdout, "-o, --output") {
+		t.Errorf("run wait help: exit %d\n%s", res.code, res.stdout)
+	}
+	res = runCLI(t, nil, "run", "submit", "-h")
+	if res.code != 0 || !strings.Contains(res.stdout, "--memory") {
+		t.Errorf("run submit -h: exit %d\n%s", res.code, res.stdout)
+	}
+	for _, args := range [][]string{{}, {"run"}, {"node"}} {
+		if res := runCLI(t, nil, args...); res.code != 2 || !strings.Contains(res.stderr, "Commands:") {
+			t.Errorf("%q: exit %d, stderr %q", args, res.code, res.stderr)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	res := runCLI(t, nil, "version")
+	if res.code != 0 || !strings.HasPrefix(res.stdout, "mercator ") {
+		t.Errorf("exit %d, stdout %q", res.code, res.stdout)
+	}
+}
+
+func TestRegisterRejectsDuplicates(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("registering run twice did not panic")
+		}
+	}()
+	register(&command{name: "run"})
+}

@@ -1,0 +1,227 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mercator/mercator/api"
+)
+
+// t0 is the fake's clock and the CLI's "now" in tests.
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+// fakeAPI stands in for the control plane's public routes. Runs and nodes
+// are set by the test; every request is recorded.
+type fakeAPI struct {
+	mu       sync.Mutex
+	runs     map[string]api.Run
+	order    []string
+	nodes    map[string]api.Node
+	logs     map[string]string
+	submits  []api.RunSpec
+	requests []*http.Request
+	invites  []api.InvitationRequest
+	srv      *httptest.Server
+}
+
+const testToken = "tok-admin"
+
+func newFakeAPI(t *testing.T) *fakeAPI {
+	t.Helper()
+	f := &fakeAPI{runs: map[string]api.Run{}, nodes: map[string]api.Node{}, logs: map[string]string{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/runs", f.submit)
+	mux.HandleFunc("GET /v1/runs", f.list)
+	mux.HandleFunc("GET /v1/runs/{id}", f.get)
+	mux.HandleFunc("POST /v1/runs/{id}/cancel", f.cancel)
+	mux.HandleFunc("GET /v1/runs/{id}/wait", f.wait)
+	mux.HandleFunc("GET /v1/runs/{id}/logs", f.logsOf)
+	mux.HandleFunc("GET /v1/nodes", f.nodeList)
+	mux.HandleFunc("GET /v1/nodes/{id}", f.nodeGet)
+	mux.HandleFunc("POST /v1/nodes/{id}/invitations", f.invite)
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.requests = append(f.requests, r.Clone(context.Background()))
+		f.mu.Unlock()
+		if r.Header.Get("Authorization") != "Bearer "+testToken {
+			writeErr(w, 401, api.ErrorBody{Code: "unauthorized", Message: "wrong token"})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, status int, b api.ErrorBody) {
+	writeJSON(w, status, api.Error{Error: b})
+}
+
+func (f *fakeAPI) addRun(r api.Run) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.runs[r.ID]; !ok {
+		f.order = append(f.order, r.ID)
+	}
+	f.runs[r.ID] = r
+}
+
+func (f *fakeAPI) submit(w http.ResponseWriter, r *http.Request) {
+	var spec api.RunSpec
+	if err := json.NewDecoder(r.Body).Decode(&spec); err != nil {
+		writeErr(w, 400, api.ErrorBody{Code: "invalid", Message: err.Error()})
+		return
+	}
+	if spec.Image == "bad" {
+		writeErr(w, 400, api.ErrorBody{Code: "invalid", Field: "image", Message: `cannot resolve "bad" to a digest`})
+		return
+	}
+	f.mu.Lock()
+	f.submits = append(f.submits, spec)
+	id := "r-" + string(rune('0'+len(f.submits)))
+	f.mu.Unlock()
+	run := api.Run{ID: id, RunSpec: spec, PinnedImage: spec.Image + "@sha256:abc", Status: api.RunQueued,
+		Attempts: []api.Attempt{}, CreatedAt: t0, UpdatedAt: t0}
+	f.addRun(run)
+	writeJSON(w, http.StatusCreated, run)
+}
+
+func (f *fakeAPI) run(w http.ResponseWriter, r *http.Request) (api.Run, bool) {
+	f.mu.Lock()
+	run, ok := f.runs[r.PathValue("id")]
+	f.mu.Unlock()
+	if !ok {
+		writeErr(w, 404, api.ErrorBody{Code: "not_found", Message: `run "` + r.PathValue("id") + `" not found`})
+	}
+	return run, ok
+}
+
+func (f *fakeAPI) list(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	list := api.RunList{Runs: []api.Run{}}
+	for i := len(f.order) - 1; i >= 0; i-- {
+		list.Runs = append(list.Runs, f.runs[f.order[i]])
+	}
+	writeJSON(w, 200, list)
+}
+
+func (f *fakeAPI) get(w http.ResponseWriter, r *http.Request) {
+	if run, ok := f.run(w, r); ok {
+		writeJSON(w, 200, run)
+	}
+}
+
+func (f *fakeAPI) cancel(w http.ResponseWriter, r *http.Request) {
+	if run, ok := f.run(w, r); ok {
+		run.Cancel = true
+		f.addRun(run)
+		writeJSON(w, 200, run)
+	}
+}
+
+func (f *fakeAPI) wait(w http.ResponseWriter, r *http.Request) {
+	if run, ok := f.run(w, r); ok {
+		writeJSON(w, 200, run)
+	}
+}
+
+func (f *fakeAPI) logsOf(w http.ResponseWriter, r *http.Request) {
+	if _, ok := f.run(w, r); ok {
+		w.Header().Set("Content-Type", "text/plain")
+		f.mu.Lock()
+		out := f.logs[r.PathValue("id")]
+		f.mu.Unlock()
+		_, _ = io.WriteString(w, out)
+	}
+}
+
+func (f *fakeAPI) nodeList(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	list := api.NodeList{Nodes: []api.Node{}}
+	for _, id := range sortedKeys(f.nodes) {
+		list.Nodes = append(list.Nodes, f.nodes[id])
+	}
+	writeJSON(w, 200, list)
+}
+
+func (f *fakeAPI) nodeGet(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	n, ok := f.nodes[r.PathValue("id")]
+	f.mu.Unlock()
+	if !ok {
+		writeErr(w, 404, api.ErrorBody{Code: "not_found", Message: "node not found"})
+		return
+	}
+	writeJSON(w, 200, n)
+}
+
+func (f *fakeAPI) invite(w http.ResponseWriter, r *http.Request) {
+	var req api.InvitationRequest
+	_ = json.NewDecoder(r.Body).Decode(&req)
+	f.mu.Lock()
+	f.invites = append(f.invites, req)
+	f.mu.Unlock()
+	ttl := time.Duration(req.TTLSeconds) * time.Second
+	if ttl == 0 {
+		ttl = 24 * time.Hour
+	}
+	id := r.PathValue("id")
+	writeJSON(w, 201, api.Invitation{NodeID: id, Token: "inv-secret", ExpiresAt: t0.Add(ttl),
+		Command: "mercator agent --server " + f.srv.URL + " --node-id " + id + " --invitation inv-secret"})
+}
+
+func (f *fakeAPI) lastRequest() *http.Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.requests) == 0 {
+		return nil
+	}
+	return f.requests[len(f.requests)-1]
+}
+
+func (f *fakeAPI) requestCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.requests)
+}
+
+// result is what one CLI execution produced.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// cli runs the command line against the fake, with MERCATOR_ADDR and
+// MERCATOR_TOKEN pointing at it and HOME at an empty directory.
+func (f *fakeAPI) cli(t *testing.T, args ...string) result {
+	t.Helper()
+	env := map[string]string{"MERCATOR_ADDR": f.srv.URL, "MERCATOR_TOKEN": testToken, "HOME": t.TempDir()}
+	return runCLI(t, env, args...)
+}
+
+func runCLI(t *testing.T, env map[string]string, args ...string) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	inv := &invocation{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr,
+		env: func(k string) string { return env[k] }, now: func() time.Time { return t0 }}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code := inv.main(ctx, args)
+	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
+}

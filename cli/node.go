@@ -1,0 +1,257 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/mercator/mercator/api"
+)
+
+const nodeSummary = "Invite, list and inspect nodes"
+
+func init() {
+	registerSub("node", nodeSummary, &command{name: "invite", summary: "Mint a single-use invitation for a node to enroll", run: nodeInvite})
+	registerSub("node", nodeSummary, &command{name: "ls", summary: "List nodes", run: nodeList})
+	registerSub("node", nodeSummary, &command{name: "get", summary: "Show a node and the facts it reported", run: nodeGet})
+}
+
+func nodeInvite(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags] NODE_ID", `
+Mint a single-use invitation for the machine that will be NODE_ID, and
+print its token and the exact command line to run on that machine: the
+agent spends the invitation to enroll, connecting out to the control plane.
+The token is a secret until it is spent or expires. -o json prints the
+invitation object (node_id, token, expires_at, command).`)
+	g := fs.clientFlags(true)
+	ttl := fs.Duration("ttl", 0, "how long the invitation may be spent, e.g. 24h (0: the server's default, 24h)")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	id, err := oneArg(pos, "NODE_ID")
+	if err != nil {
+		return err
+	}
+	if *ttl < 0 {
+		return usagef("--ttl must not be negative, got %s", *ttl)
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	invitation, err := c.InviteNode(ctx, id, *ttl)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(invitation)
+	}
+	expires := formatTime(&invitation.ExpiresAt)
+	if !invitation.ExpiresAt.IsZero() {
+		expires += " (in " + formatDuration(invitation.ExpiresAt.Sub(inv.now())) + ")"
+	}
+	_, err = fmt.Fprintf(inv.stdout, "Invitation for node %s, single use, expires %s.\n"+
+		"Token: %s\n\n"+
+		"Run this on the machine to enroll it:\n\n"+
+		"  %s\n", invitation.NodeID, expires, invitation.Token, invitation.Command)
+	return err
+}
+
+func nodeList(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags]", `
+List the nodes the control plane knows: invited, ready (enrolled and
+inside their lease) and unreachable (past their lease).`)
+	g := fs.clientFlags(true)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	list, err := c.ListNodes(ctx)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(list)
+	}
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tCPUS\tMEMORY\tGPUS\tRUNNING\tLAST SEEN")
+	for _, n := range list.Nodes {
+		f := factsOf(n.Facts)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", n.ID, n.Status, f.number("cpus"), f.bytes("memory_bytes"),
+			len(f.list("accelerators")), len(n.Running), inv.durationSince(n.LastSeenAt))
+	}
+	return tw.Flush()
+}
+
+func nodeGet(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags] NODE_ID", `
+Show a node: its status, fencing token (the enrollment commands must carry)
+and when it was last seen, and the facts it last reported as it measured
+them: CPUs, memory, free disk, the container runtime and its version, the
+images it holds, its accelerators, and any notes about what it could not
+measure.`)
+	g := fs.clientFlags(true)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	id, err := oneArg(pos, "NODE_ID")
+	if err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	n, err := c.GetNode(ctx, id)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(n)
+	}
+	f := factsOf(n.Facts)
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row("ID", n.ID)
+	row("Status", n.Status)
+	row("Fencing token", strconv.FormatUint(n.FencingToken, 10))
+	row("Enrolled", formatTime(n.EnrolledAt))
+	lastSeen := formatTime(n.LastSeenAt)
+	if n.LastSeenAt != nil {
+		lastSeen += " (" + inv.durationSince(n.LastSeenAt) + ")"
+	}
+	row("Last seen", lastSeen)
+	if n.Facts == nil {
+		row("Facts", "none reported yet")
+	} else {
+		row("Hostname", orDash(f.str("hostname")))
+		row("OS/arch", orDash(strings.Trim(f.str("os")+"/"+f.str("arch"), "/")))
+		row("CPUs", f.number("cpus"))
+		row("Memory", f.bytes("memory_bytes"))
+		row("Disk free", f.bytes("disk_free_bytes"))
+		runtime := strings.TrimSpace(f.str("runtime_name") + " " + f.str("runtime_version"))
+		if v := f.str("runtime_api_version"); v != "" {
+			runtime += " (API " + v + ")"
+		}
+		row("Runtime", orDash(runtime))
+		row("Images", strconv.Itoa(len(f.list("images"))))
+		accs := f.list("accelerators")
+		if len(accs) == 0 {
+			row("Accelerators", "none")
+		}
+		for i, a := range accs {
+			af := facts(asMap(a))
+			k := ""
+			if i == 0 {
+				k = "Accelerators"
+			}
+			desc := strings.TrimSpace(af.str("vendor") + " " + af.str("model"))
+			if m := af.bytes("memory_bytes"); m != "-" {
+				desc += ", " + m
+			}
+			if u := af.str("uuid"); u != "" {
+				desc += ", " + u
+			}
+			fmt.Fprintf(tw, "%s\t%s\n", labelOrBlank(k), desc)
+		}
+		row("Agent", strings.TrimSpace(orDash(f.str("agent_version"))+", capability "+f.number("capability_version")))
+		for i, note := range f.list("notes") {
+			k := ""
+			if i == 0 {
+				k = "Notes"
+			}
+			fmt.Fprintf(tw, "%s\t%v\n", labelOrBlank(k), note)
+		}
+	}
+	running := "none"
+	if len(n.Running) > 0 {
+		running = strings.Join(n.Running, ", ")
+	}
+	row("Running", running)
+	return tw.Flush()
+}
+
+func labelOrBlank(k string) string {
+	if k == "" {
+		return ""
+	}
+	return k + ":"
+}
+
+// facts reads fields of a node's reported facts, which arrive as a generic
+// JSON object (api.NodeFactsDoc): the CLI shows what the node sent even when
+// it is newer than this binary.
+type facts map[string]any
+
+// factsOf reads a node's facts; nil (none reported) reads as empty.
+func factsOf(p *api.NodeFactsDoc) facts {
+	if p == nil {
+		return nil
+	}
+	return facts(*p)
+}
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}
+
+func (f facts) str(k string) string {
+	switch v := f[k].(type) {
+	case string:
+		return v
+	case nil:
+		return ""
+	default:
+		return fmt.Sprint(v)
+	}
+}
+
+func (f facts) float(k string) (float64, bool) {
+	v, ok := f[k].(float64)
+	return v, ok
+}
+
+// number prints a numeric fact without a trailing ".0", or "-".
+func (f facts) number(k string) string {
+	v, ok := f.float(k)
+	if !ok {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+// bytes prints a byte-count fact in binary units, or "-" when unmeasured.
+func (f facts) bytes(k string) string {
+	v, ok := f.float(k)
+	if !ok || v <= 0 || v > math.MaxInt64 {
+		return "-"
+	}
+	return formatBytes(int64(v))
+}
+
+func (f facts) list(k string) []any {
+	l, _ := f[k].([]any)
+	return l
+}

@@ -1,0 +1,452 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/client"
+)
+
+const runSummary = "Submit, inspect, wait on and cancel runs"
+
+func init() {
+	registerSub("run", runSummary, &command{name: "submit", summary: "Submit a run and print its ID", run: runSubmit})
+	registerSub("run", runSummary, &command{name: "get", summary: "Show a run and its attempts", run: runGet})
+	registerSub("run", runSummary, &command{name: "ls", summary: "List runs, newest first", run: runList})
+	registerSub("run", runSummary, &command{name: "wait", summary: "Wait for a run to end and exit with its exit code", run: runWait})
+	registerSub("run", runSummary, &command{name: "logs", summary: "Print a run's output (-f to follow it)", run: runLogs})
+	registerSub("run", runSummary, &command{name: "cancel", summary: "Cancel a run", run: runCancel})
+}
+
+// oneArg checks that exactly one positional argument, named what, was given.
+func oneArg(pos []string, what string) (string, error) {
+	if len(pos) != 1 {
+		return "", usagef("want exactly one %s, got %d argument(s)", what, len(pos))
+	}
+	if strings.TrimSpace(pos[0]) == "" {
+		return "", usagef("%s must not be empty", what)
+	}
+	return pos[0], nil
+}
+
+func runSubmit(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("--image REF [flags] [--] [CMD [ARGS...]]", `
+Submit a run: one container started from the image with the command, on a
+node the control plane picks. The image is pinned to its digest at submit.
+Prints the new run's ID, and nothing else, on stdout, so that
+
+    id=$(mercator run submit --image alpine:3 -- echo hello)
+
+captures it. Flags come before the command; everything from "--" (or from
+the first argument that is not a flag) on is the command and its arguments.
+Without a command the image's own entrypoint and command run.
+
+Sizes for --memory take decimal (KB, MB, GB, TB) or binary (KiB, MiB, GiB,
+TiB) units; a plain number is bytes.`)
+	g := fs.clientFlags(true)
+	image := fs.String("image", "", "image `REF` to run, with a tag or a digest (required)")
+	cpu := fs.Float64("cpu", 0, "CPU `cores` to limit the run to, e.g. 0.5 (0: no limit)")
+	memory := fs.String("memory", "", "memory `size` limit, e.g. 64MiB or 1GB (none: no limit)")
+	timeout := fs.Duration("timeout", 0, "fail the run this long after its container started, e.g. 30m (0: no timeout)")
+	retries := fs.Int("retries", 0, "further attempts a failed attempt may get")
+	var env stringList
+	fs.Var(&env, "env", "set `KEY=VALUE` in the container's environment (repeatable)")
+	command, err := fs.parseHead(args)
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	spec := api.RunSpec{Image: strings.TrimSpace(*image), Command: command, Retries: *retries}
+	if spec.Image == "" {
+		return usagef("--image is required: the image to run, e.g. --image alpine:3")
+	}
+	if *cpu < 0 || math.IsNaN(*cpu) || math.IsInf(*cpu, 0) {
+		return usagef("--cpu must be a number of cores, 0 or more, not %v", *cpu)
+	}
+	spec.CPU = *cpu
+	memorySet := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "memory" {
+			memorySet = true
+		}
+	})
+	if memorySet {
+		n, err := parseSize(*memory)
+		if err != nil {
+			return usagef("--memory: %v", err)
+		}
+		spec.MemoryBytes = n
+	}
+	if *timeout < 0 {
+		return usagef("--timeout must not be negative, got %s", *timeout)
+	}
+	spec.TimeoutSeconds = int64(math.Ceil(timeout.Seconds()))
+	if *retries < 0 {
+		return usagef("--retries must not be negative, got %d", *retries)
+	}
+	for _, kv := range env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return usagef("--env %q: want KEY=VALUE (the value may be empty: KEY=)", kv)
+		}
+		if spec.Env == nil {
+			spec.Env = map[string]string{}
+		}
+		spec.Env[k] = v
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	run, err := c.SubmitRun(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(normalizeRun(run))
+	}
+	_, err = fmt.Fprintln(inv.stdout, run.ID)
+	return err
+}
+
+// normalizeRun makes empty lists print as [] rather than null in JSON.
+func normalizeRun(r api.Run) api.Run {
+	if r.Attempts == nil {
+		r.Attempts = []api.Attempt{}
+	}
+	return r
+}
+
+func runGet(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags] RUN_ID", `
+Show a run: its status and why, its image as submitted and as pinned, its
+exit code and moments, then each attempt: the node it was placed on, its
+status, its container, when the container started and finished (the
+daemon's own moments), its exit code and error.`)
+	g := fs.clientFlags(true)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	id, err := oneArg(pos, "RUN_ID")
+	if err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	run, err := c.GetRun(ctx, id)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(normalizeRun(run))
+	}
+	return inv.printRun(run)
+}
+
+func (inv *invocation) printRun(r api.Run) error {
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row("ID", r.ID)
+	status := r.Status
+	if r.Cancel && !api.Terminal(r.Status) {
+		status += " (cancel requested)"
+	}
+	row("Status", status)
+	row("Reason", orDash(r.Reason))
+	row("Image", orDash(r.Image))
+	row("Pinned image", orDash(r.PinnedImage))
+	if len(r.Command) > 0 {
+		row("Command", strings.Join(r.Command, " "))
+	}
+	row("Exit code", formatExit(r.ExitCode))
+	row("Created", formatTime(&r.CreatedAt))
+	finished := formatTime(r.FinishedAt)
+	if r.FinishedAt != nil && !r.CreatedAt.IsZero() {
+		finished += " (after " + formatDuration(r.FinishedAt.Sub(r.CreatedAt)) + ")"
+	}
+	row("Finished", finished)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(inv.stdout)
+	if len(r.Attempts) == 0 {
+		_, err := fmt.Fprintln(inv.stdout, "No attempts yet.")
+		return err
+	}
+	tw = tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ATTEMPT\tNODE\tSTATUS\tCONTAINER\tSTARTED\tFINISHED\tEXIT\tERROR")
+	for _, a := range r.Attempts {
+		exit := formatExit(a.ExitCode)
+		if a.OOMKilled {
+			exit += " (OOM)"
+		}
+		errText := a.Error
+		if a.StopReason != "" {
+			errText = strings.TrimSpace(errText + " (stopped: " + a.StopReason + ")")
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, orDash(a.NodeID), a.Status,
+			orDash(shortID(a.ContainerID)), formatTime(a.StartedAt), formatTime(a.FinishedAt), exit, orDash(errText))
+	}
+	return tw.Flush()
+}
+
+// shortID shortens a container ID the way docker ps does.
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func runList(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags]", `
+List runs, newest first. --status keeps runs in the given statuses
+(repeatable or comma-separated: queued, placed, preparing, running,
+succeeded, failed, cancelled). Page with --limit and --before, passing the
+ID of the last run of the previous page.`)
+	g := fs.clientFlags(true)
+	var statuses stringList
+	fs.Var(&statuses, "status", "keep runs with this `status` (repeatable, or comma-separated)")
+	limit := fs.Int("limit", 0, "list at most `N` runs (0: the server's default)")
+	before := fs.String("before", "", "list only runs older than `RUN_ID`")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	if *limit < 0 {
+		return usagef("--limit must not be negative, got %d", *limit)
+	}
+	opts := client.ListRunsOptions{Limit: *limit, Before: *before}
+	for _, s := range statuses {
+		for _, one := range strings.Split(s, ",") {
+			one = strings.TrimSpace(one)
+			if one == "" {
+				continue
+			}
+			if !knownRunStatus(one) {
+				return usagef("--status %q is not a run status; use queued, placed, preparing, running, succeeded, failed or cancelled", one)
+			}
+			opts.Statuses = append(opts.Statuses, one)
+		}
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	list, err := c.ListRuns(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		for i := range list.Runs {
+			list.Runs[i] = normalizeRun(list.Runs[i])
+		}
+		return inv.writeJSON(list)
+	}
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tIMAGE\tEXIT\tCREATED\tFINISHED\tREASON")
+	for _, r := range list.Runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Status, orDash(r.Image), formatExit(r.ExitCode),
+			formatTime(&r.CreatedAt), formatTime(r.FinishedAt), orDash(r.Reason))
+	}
+	return tw.Flush()
+}
+
+func knownRunStatus(s string) bool {
+	switch s {
+	case api.RunQueued, api.RunPlaced, api.RunPreparing, api.RunRunning, api.RunSucceeded, api.RunFailed, api.RunCancelled:
+		return true
+	}
+	return false
+}
+
+// Exit statuses of `run wait` that are not the run's own exit code.
+const (
+	exitFailedNoCode = 1   // failed without an exit code (never started, lost)
+	exitCancelled    = 130 // cancelled, as a shell reports a SIGINT'd command
+)
+
+func runWait(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags] RUN_ID", `
+Wait until the run ends, print a one-line summary to stderr, and exit with
+the run's status, so that a script can chain on the run itself:
+
+    mercator run wait "$id" && echo done
+
+Exit status:
+  the run's exit code   when the run ended with one (0: succeeded). A run
+                        that failed or was cancelled never exits 0: if its
+                        code was 0 or outside 1-255, it exits 1 (failed) or
+                        130 (cancelled) instead
+  1                     the run failed without an exit code (its container
+                        could not start or was lost), or the control plane
+                        answered with an error
+  130                   the run was cancelled without an exit code, or the
+                        wait was interrupted (the run goes on)
+  2                     the command line was wrong
+
+With -o json the run as it ended is printed on stdout as well.`)
+	g := fs.clientFlags(true)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	id, err := oneArg(pos, "RUN_ID")
+	if err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	var observe func(api.Run)
+	if inv.stderrIsTerminal() {
+		last := ""
+		observe = func(r api.Run) {
+			if r.Status != last && !api.Terminal(r.Status) {
+				last = r.Status
+				fmt.Fprintf(inv.stderr, "run %s is %s\n", r.ID, r.Status)
+			}
+		}
+	}
+	run, err := c.WaitRunFunc(ctx, id, observe)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintf(inv.stderr, "stopped waiting; run %s goes on (mercator run cancel %s stops it)\n", id, id)
+			return exitCode(exitCancelled)
+		}
+		return err
+	}
+	if g.json() {
+		if err := inv.writeJSON(normalizeRun(run)); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(inv.stderr, runSummaryLine(run))
+	if code := waitExitCode(run); code != 0 {
+		return exitCode(code)
+	}
+	return nil
+}
+
+// waitExitCode is the exit status of `run wait` for a terminal run; see its
+// help for the rules.
+func waitExitCode(r api.Run) int {
+	switch r.Status {
+	case api.RunSucceeded:
+		return 0
+	case api.RunCancelled:
+		if r.ExitCode != nil && *r.ExitCode > 0 && *r.ExitCode <= 255 {
+			return *r.ExitCode
+		}
+		return exitCancelled
+	default: // failed
+		if r.ExitCode != nil && *r.ExitCode > 0 && *r.ExitCode <= 255 {
+			return *r.ExitCode
+		}
+		return exitFailedNoCode
+	}
+}
+
+// runSummaryLine is "run r-1 succeeded (exit 0) in 1.2s", with the reason
+// after a colon when the run has one.
+func runSummaryLine(r api.Run) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "run %s %s", r.ID, r.Status)
+	if r.ExitCode != nil {
+		fmt.Fprintf(&b, " (exit %d)", *r.ExitCode)
+	}
+	if r.FinishedAt != nil && !r.CreatedAt.IsZero() {
+		fmt.Fprintf(&b, " in %s", formatDuration(r.FinishedAt.Sub(r.CreatedAt)))
+	}
+	if r.Reason != "" {
+		fmt.Fprintf(&b, ": %s", r.Reason)
+	}
+	return b.String()
+}
+
+func runLogs(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags] RUN_ID", `
+Print the combined stdout and stderr of the run's latest attempt, byte for
+byte, as it arrives. With -f, keep printing until the run ends and all its
+output was printed.`)
+	g := fs.clientFlags(false)
+	follow := fs.Bool("follow", false, "keep streaming until the run ends")
+	fs.aliasShort("f", "follow")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	id, err := oneArg(pos, "RUN_ID")
+	if err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	return c.Logs(ctx, id, *follow, inv.stdout)
+}
+
+func runCancel(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags] RUN_ID", `
+Ask the control plane to cancel a run. Cancelling is asynchronous: the
+run's container is stopped on its node, and the run ends as cancelled; use
+'mercator run wait' to see it end.`)
+	g := fs.clientFlags(true)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	id, err := oneArg(pos, "RUN_ID")
+	if err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	run, err := c.CancelRun(ctx, id)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(normalizeRun(run))
+	}
+	_, err = fmt.Fprintf(inv.stdout, "run %s: cancel requested (status %s)\n", run.ID, run.Status)
+	return err
+}
+
+// durationSince is how long ago t was, for "last seen" columns.
+func (inv *invocation) durationSince(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "never"
+	}
+	return formatDuration(inv.now().Sub(*t).Truncate(time.Second)) + " ago"
+}

@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/mercator/mercator/capability"
+)
+
+// Version is this build's version. Release builds set it with
+// -ldflags "-X github.com/mercator/mercator/cli.Version=v1.2.3"; when it is
+// empty, `mercator version` falls back to the module version and VCS
+// revision Go recorded in the binary.
+var Version = ""
+
+func init() {
+	register(&command{name: "version", summary: "Print the version of this binary", run: runVersion})
+}
+
+// versionInfo is what `mercator version -o json` prints.
+type versionInfo struct {
+	Version           string `json:"version"`
+	CapabilityVersion int    `json:"capability_version"`
+	Go                string `json:"go"`
+	Platform          string `json:"platform"`
+}
+
+// buildVersion is Version, or what the Go toolchain recorded.
+func buildVersion() string {
+	if Version != "" {
+		return Version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	if v == "" || v == "(devel)" {
+		v = "devel"
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "-dirty"
+			}
+		}
+	}
+	if rev != "" && v == "devel" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		v += "+" + rev + dirty
+	}
+	return v
+}
+
+func runVersion(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags]", `
+Print the version of this binary, the node-protocol capability version it
+speaks, and the Go toolchain and platform it was built for. It does not
+contact the control plane.`)
+	output := fs.String("output", "table", "output `format`: table or json")
+	fs.aliasShort("o", "output")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := (&clientFlags{output: *output}).check(); err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	vi := versionInfo{Version: buildVersion(), CapabilityVersion: capability.Version,
+		Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	if *output == "json" {
+		return inv.writeJSON(vi)
+	}
+	_, err = fmt.Fprintf(inv.stdout, "mercator %s (capability %d, %s, %s)\n", vi.Version, vi.CapabilityVersion, vi.Go, vi.Platform)
+	return err
+}

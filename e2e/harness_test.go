@@ -1,0 +1,220 @@
+// Package e2e holds Mercator's end-to-end tests: a real control plane, real
+// agents and the real Docker daemon, with images built locally FROM scratch
+// and pulled by digest from a registry on loopback. A missing Docker daemon
+// fails these tests; it never skips them.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	dockerclient "github.com/docker/docker/client"
+
+	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/controlplane"
+	"github.com/mercator/mercator/internal/registrytest"
+	"github.com/mercator/mercator/internal/testimage"
+	"github.com/mercator/mercator/nodeagent"
+)
+
+// cluster is one control plane and its agents, all in this process through
+// their real Run entry points, talking HTTP over loopback.
+type cluster struct {
+	t        *testing.T
+	ctx      context.Context
+	url      string
+	token    string
+	dataDir  string
+	client   *client.Client
+	registry string
+	workload string // pinned reference of testdata/images/workload
+	stop     func()
+	agents   map[string]context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("MERCATOR_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+var (
+	publishOnce sync.Map // registry host → pinned workload ref
+)
+
+// startCluster starts a registry, a control plane and no agents.
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &cluster{t: t, ctx: ctx, dataDir: t.TempDir(), agents: map[string]context.CancelFunc{}}
+	c.registry = registrytest.Start(t)
+	pinned, err := testimage.Publish(ctx, filepath.Join(repoRoot(t), "testdata", "images", "workload"), c.registry)
+	if err != nil {
+		t.Fatalf("publish workload image: %v", err)
+	}
+	c.workload = pinned
+	ready := make(chan [2]string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- controlplane.Run(ctx, controlplane.Options{
+			DataDir: c.dataDir, Listen: "127.0.0.1:0", Logger: testLogger(t).With("c", "server"),
+			Config: controlplane.Config{Lease: 10 * time.Second, KeepAlive: time.Second},
+			Ready:  func(url, tok string) { ready <- [2]string{url, tok} },
+		})
+	}()
+	select {
+	case r := <-ready:
+		c.url = r[0]
+		data, err := os.ReadFile(r[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.token = strings.TrimSpace(string(data))
+	case err := <-done:
+		t.Fatalf("control plane did not start: %v", err)
+	}
+	c.client = client.New(c.url, c.token, nil)
+	c.stop = func() {
+		for _, stop := range c.agents {
+			stop()
+		}
+		cancel()
+		c.wg.Wait()
+		<-done
+	}
+	t.Cleanup(func() {
+		c.stop()
+		removeContainers(t, c.nodeIDs())
+	})
+	return c
+}
+
+func (c *cluster) nodeIDs() []string {
+	var ids []string
+	for id := range c.agents {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// startAgent invites a node and runs an agent for it against the local daemon.
+func (c *cluster) startAgent(nodeID string) {
+	c.t.Helper()
+	nodeID = uniqueNodeID(c.t, nodeID)
+	inv, err := c.client.InviteNode(c.ctx, nodeID, 0)
+	if err != nil {
+		c.t.Fatalf("invite %s: %v", nodeID, err)
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	c.agents[nodeID] = cancel
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		err := nodeagent.Run(ctx, nodeagent.Options{
+			ControlPlaneURL: c.url, NodeID: nodeID, StateDir: filepath.Join(c.dataDir, "agent-"+nodeID),
+			Invitation: inv.Token, Heartbeat: time.Second, Logger: testLogger(c.t).With("c", "agent", "node", nodeID),
+		})
+		if err != nil && ctx.Err() == nil {
+			c.t.Errorf("agent %s stopped: %v", nodeID, err)
+		}
+	}()
+	c.waitFor("node "+nodeID+" ready with facts", func() bool {
+		n, err := c.client.GetNode(c.ctx, nodeID)
+		return err == nil && n.Status == "ready" && n.Facts != nil
+	})
+}
+
+// waitFor polls cond until it holds or a generous bound passes. The bound is
+// a hang guard, not a performance assertion.
+func (c *cluster) waitFor(what string, cond func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// uniqueNodeID makes node IDs unique per test run, because every test shares
+// the one Docker daemon and agents tell their containers apart by node label.
+func uniqueNodeID(t *testing.T, base string) string {
+	return base + "-" + strings.ToLower(strings.Trim(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()), "-"))[:min(20, len(t.Name()))] + "-" + time.Now().Format("150405.000000")[7:]
+}
+
+func repoRoot(t *testing.T) string {
+	root, err := testimage.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// removeContainers deletes the containers the given nodes' agents created.
+func removeContainers(t *testing.T, nodes []string) {
+	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		return
+	}
+	defer cli.Close()
+	ctx := context.Background()
+	for _, n := range nodes {
+		list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "mercator.node="+n))})
+		if err != nil {
+			continue
+		}
+		for _, ctr := range list {
+			cli.ContainerRemove(ctx, ctr.ID, container.RemoveOptions{Force: true})
+		}
+	}
+}
+
+// containersFor counts the daemon's containers of one run attempt.
+func containersFor(t *testing.T, runID string) int {
+	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	list, err := cli.ContainerList(context.Background(), container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "mercator.run="+runID))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(list)
+}
+
+func decodeJSON(t *testing.T, resp *http.Response, v any) {
+	t.Helper()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("decode %s response: %v", resp.Request.URL.Path, err)
+	}
+}
+
+// publish builds one of the repo's images (examples/NAME or
+// testdata/images/NAME) and pushes it to the cluster's registry.
+func (c *cluster) publish(name string) string {
+	c.t.Helper()
+	dir := filepath.Join(repoRoot(c.t), "examples", name)
+	if _, err := os.Stat(dir); err != nil {
+		dir = filepath.Join(repoRoot(c.t), "testdata", "images", name)
+	}
+	pinned, err := testimage.Publish(c.ctx, dir, c.registry)
+	if err != nil {
+		c.t.Fatalf("publish %s: %v", name, err)
+	}
+	return pinned
+}

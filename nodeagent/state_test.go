@@ -1,0 +1,179 @@
+package nodeagent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/node"
+)
+
+func openTestState(t *testing.T, dir string) *State {
+	t.Helper()
+	s, err := OpenState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func resultEvent(t *testing.T, s *State, op string) node.Event {
+	t.Helper()
+	id, err := s.NextEventID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node.Event{ID: id, Kind: node.EventResult, Result: &node.Result{OperationID: op, Outcome: node.OutcomeOK}}
+}
+
+func TestStateDurableAcrossReopen(t *testing.T) {
+	dir := t.TempDir()
+	s := openTestState(t, dir)
+	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	if err := s.Enrolled("n1", capability.Enrollment{SessionToken: "tok", ExpiresAt: exp, FencingToken: 7}); err != nil {
+		t.Fatal(err)
+	}
+	ev := resultEvent(t, s, "op-1")
+	if err := s.MarkApplied("op-1", ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordStop(capability.WorkloadKey{RunID: "r", Attempt: 1}, "timeout"); err != nil {
+		t.Fatal(err)
+	}
+	last, _ := s.NextEventID()
+	s.Close()
+
+	s = openTestState(t, dir)
+	defer s.Close()
+	if tok, e, ok := s.Session(); !ok || tok != "tok" || !e.Equal(exp) {
+		t.Fatalf("session = %q %v %v", tok, e, ok)
+	}
+	if s.FencingToken() != 7 || s.NodeID() != "n1" {
+		t.Fatalf("fencing %d node %q", s.FencingToken(), s.NodeID())
+	}
+	if !s.Applied("op-1") || s.Applied("op-2") {
+		t.Fatal("applied memory lost or invented")
+	}
+	if got, _ := s.AppliedResult("op-1"); got.ID != ev.ID {
+		t.Fatalf("applied result ID %q, want %q", got.ID, ev.ID)
+	}
+	spooled, _ := s.Spooled(0)
+	if len(spooled) != 1 || spooled[0].ID != ev.ID {
+		t.Fatalf("spool after reopen = %+v", spooled)
+	}
+	if s.StopReason(capability.WorkloadKey{RunID: "r", Attempt: 1}) != "timeout" {
+		t.Fatal("stop reason lost")
+	}
+	next, _ := s.NextEventID()
+	if next <= last {
+		t.Fatalf("event IDs not monotonic across reopen: %q after %q", next, last)
+	}
+}
+
+func TestStateSpoolOrderAndAcknowledge(t *testing.T) {
+	s := openTestState(t, t.TempDir())
+	defer s.Close()
+	var ids []string
+	for i := 0; i < 2500; i++ { // crosses several ID reservation blocks
+		id, err := s.NextEventID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) > 0 && id <= ids[len(ids)-1] {
+			t.Fatalf("ID %q not after %q", id, ids[len(ids)-1])
+		}
+		ids = append(ids, id)
+	}
+	// Spool out of order; the spool returns minting order.
+	for _, i := range []int{5, 1, 2000, 3} {
+		if err := s.Spool(node.Event{ID: ids[i], Kind: node.EventFacts}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _ := s.Spooled(0)
+	want := []string{ids[1], ids[3], ids[5], ids[2000]}
+	for i := range want {
+		if got[i].ID != want[i] {
+			t.Fatalf("spool order %v, want %v", got, want)
+		}
+	}
+	if got, _ := s.Spooled(2); len(got) != 2 {
+		t.Fatalf("Spooled(2) returned %d", len(got))
+	}
+	// Spooling the same event twice keeps one copy.
+	s.Spool(node.Event{ID: ids[3], Kind: node.EventFacts})
+	if s.SpoolDepth() != 4 {
+		t.Fatalf("depth %d, want 4", s.SpoolDepth())
+	}
+	if err := s.Acknowledge([]string{ids[1], ids[5]}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.Spooled(0)
+	if len(got) != 2 || got[0].ID != ids[3] || got[1].ID != ids[2000] {
+		t.Fatalf("after ack: %+v", got)
+	}
+}
+
+// TestStateAppliedMemoryBounded: acknowledged operations are forgotten after
+// AppliedRetention; unacknowledged ones are kept however old.
+func TestStateAppliedMemoryBounded(t *testing.T) {
+	s := openTestState(t, t.TempDir())
+	defer s.Close()
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	evA, evB := resultEvent(t, s, "a"), resultEvent(t, s, "b")
+	s.MarkApplied("a", evA)
+	s.MarkApplied("b", evB)
+	if err := s.Acknowledge([]string{evA.ID}); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(AppliedRetention + time.Minute)
+	other := resultEvent(t, s, "c")
+	s.MarkApplied("c", other)
+	if err := s.Acknowledge([]string{other.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Applied("a") {
+		t.Fatal("acknowledged operation kept past retention")
+	}
+	if !s.Applied("b") || !s.Applied("c") {
+		t.Fatal("operation that may still be redelivered was forgotten")
+	}
+	if s.AppliedCount() != 2 {
+		t.Fatalf("applied count %d, want 2", s.AppliedCount())
+	}
+}
+
+func TestStateWorkloadChanged(t *testing.T) {
+	dir := t.TempDir()
+	s := openTestState(t, dir)
+	started := time.Now().UTC()
+	o := capability.WorkloadObservation{WorkloadKey: capability.WorkloadKey{RunID: "r", Attempt: 1}, Phase: capability.PhaseRunning, StartedAt: &started}
+	if !s.WorkloadChanged(o) {
+		t.Fatal("new workload not reported as changed")
+	}
+	s.RecordWorkload(o)
+	if s.WorkloadChanged(o) {
+		t.Fatal("unchanged workload reported again")
+	}
+	s.Close()
+	s = openTestState(t, dir)
+	defer s.Close()
+	if s.WorkloadChanged(o) {
+		t.Fatal("unchanged workload reported again after restart")
+	}
+	code := 0
+	o.Phase, o.ExitCode = capability.PhaseExited, &code
+	if !s.WorkloadChanged(o) {
+		t.Fatal("exit not reported")
+	}
+}
+
+func TestStateRefusesSecondOpener(t *testing.T) {
+	dir := t.TempDir()
+	s := openTestState(t, dir)
+	defer s.Close()
+	if _, err := OpenState(dir); err == nil {
+		t.Fatal("second agent opened the same state")
+	}
+}
