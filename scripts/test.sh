@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs Mercator's whole test suite: vet, formatting, unit tests, the race
+# detector on the packages with concurrency, and the end-to-end tests against
+# the real Docker daemon (installed and started first when missing).
+#
+#   scripts/test.sh          the suite as CI runs it (short mode of fault tests)
+#   MERCATOR_LONG=1 scripts/test.sh   the long fault-injection mode, by hand
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export PATH="$PATH:/usr/local/go/bin"
+bash scripts/ensure-docker.sh
+
+echo "== go vet"
+go vet ./...
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+short=-short
+[ -n "${MERCATOR_LONG:-}" ] && short=
+
+echo "== unit tests with the race detector"
+go test -race -count=1 $short ./failure/... ./capability/... ./node/... ./api/... ./scheduler/... ./lifecycle/... \
+  ./store/... ./nodeagent/... ./controlplane/... ./client/... ./cli/... ./imageref/... ./devregistry/... ./internal/...
+
+echo "== end-to-end tests (real control plane, real agents, real Docker)"
+go test -count=1 -timeout 30m $short ./e2e/...
