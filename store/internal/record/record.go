@@ -1,0 +1,116 @@
+// Package record holds the rules every Store implementation applies the same
+// way: which keys a record must have, which nodes a run touches, and how a
+// log append treats bytes the store already holds. Keeping them in one place
+// is what keeps memstore (the fake) and sqlstore from drifting apart in ways
+// the conformance suite might not catch.
+//
+// Only the store implementations under store/ import record.
+package record
+
+import (
+	"slices"
+
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/store"
+)
+
+// Node checks that n can be stored: it needs an ID.
+func Node(n store.Node) error {
+	return required("id", n.ID)
+}
+
+// Invitation checks that inv can be stored: it needs a token hash.
+func Invitation(inv store.Invitation) error {
+	return required("token_hash", inv.TokenHash)
+}
+
+// Session checks that s can be stored: it needs a token hash and a node,
+// because DeleteSessions finds sessions by node.
+func Session(s store.Session) error {
+	if err := required("token_hash", s.TokenHash); err != nil {
+		return err
+	}
+	return required("node_id", s.NodeID)
+}
+
+// Run checks that r can be stored: it needs an ID.
+func Run(r store.Run) error {
+	return required("id", r.ID)
+}
+
+// Operation checks that op can be stored: it needs an ID and a node, because
+// PendingOperations finds operations by node.
+func Operation(op store.Operation) error {
+	if err := required("id", op.ID); err != nil {
+		return err
+	}
+	return required("node_id", op.NodeID)
+}
+
+// Token checks that t can be stored: it needs a hash.
+func Token(t store.Token) error {
+	return required("hash", t.Hash)
+}
+
+// Event checks the key of SeeEvent.
+func Event(nodeID, eventID string) error {
+	if err := required("node_id", nodeID); err != nil {
+		return err
+	}
+	return required("event_id", eventID)
+}
+
+// LogKey checks the key and offset of AppendLog and ReadLog.
+func LogKey(key capability.WorkloadKey, offset int64) error {
+	if err := required("run_id", key.RunID); err != nil {
+		return err
+	}
+	if offset < 0 {
+		return failure.Invalid("offset", "log offset %d of run %q attempt %d is negative", offset, key.RunID, key.Attempt)
+	}
+	return nil
+}
+
+// ReadMax checks the max argument of ReadLog.
+func ReadMax(key capability.WorkloadKey, max int) error {
+	if max < 0 {
+		return failure.Invalid("max", "log read of run %q attempt %d asks for %d bytes", key.RunID, key.Attempt, max)
+	}
+	return nil
+}
+
+// NodeIDs returns the distinct nodes r has attempts on, sorted: what
+// ListRunsOptions.NodeID matches against.
+func NodeIDs(r store.Run) []string {
+	var ids []string
+	for _, a := range r.Attempts {
+		if a.NodeID != "" {
+			ids = append(ids, a.NodeID)
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// LogTail returns the part of data, written at offset, that lies beyond a
+// log of the given size: nil when the log already holds all of it. A chunk
+// that starts beyond the size (a gap) is returned whole, to be appended as if
+// it were contiguous, as the AppendLog contract says.
+func LogTail(size, offset int64, data []byte) []byte {
+	if offset >= size {
+		return data
+	}
+	held := size - offset
+	if held >= int64(len(data)) {
+		return nil
+	}
+	return data[held:]
+}
+
+func required(field, v string) error {
+	if v == "" {
+		return failure.Invalid(field, "%s is required", field)
+	}
+	return nil
+}

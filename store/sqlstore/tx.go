@@ -1,0 +1,526 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/store"
+	"github.com/mercator/mercator/store/internal/record"
+)
+
+var (
+	errReadOnly = errors.New("sqlstore: write in a read-only transaction")
+	errTxDone   = errors.New("sqlstore: transaction used after it ended")
+)
+
+// txn is a store.Tx over one database transaction. It is not safe for
+// concurrent use, as a *sql.Tx used for reading rows is not.
+type txn struct {
+	ctx   context.Context
+	tx    *sql.Tx
+	d     *dialect
+	write bool
+	done  bool
+}
+
+func (t *txn) readable() error {
+	if t.done {
+		return errTxDone
+	}
+	return nil
+}
+
+func (t *txn) writable() error {
+	if t.done {
+		return errTxDone
+	}
+	if !t.write {
+		return errReadOnly
+	}
+	return nil
+}
+
+// dbError wraps a database error from doing op on the record what/id, as a
+// conflict when the database reports a unique violation.
+func (t *txn) dbError(err error, op, what, id string) error {
+	if t.d.uniqueViolation(err) {
+		return failure.Conflict("%s %q already exists (%v)", what, id, err)
+	}
+	return fmt.Errorf("sqlstore: %s %s %q: %w", op, what, id, err)
+}
+
+func (t *txn) exec(op, what, id, query string, args ...any) (sql.Result, error) {
+	res, err := t.tx.ExecContext(t.ctx, query, args...)
+	if err != nil {
+		return nil, t.dbError(err, op, what, id)
+	}
+	return res, nil
+}
+
+// affected runs query and returns how many rows it changed.
+func (t *txn) affected(op, what, id, query string, args ...any) (int64, error) {
+	res, err := t.exec(op, what, id, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, t.dbError(err, op, what, id)
+	}
+	return n, nil
+}
+
+func encode(what, id string, v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("sqlstore: encode %s %q: %w", what, id, err)
+	}
+	return string(b), nil
+}
+
+func decode[T any](what, id string, doc []byte) (T, error) {
+	var v T
+	if err := json.Unmarshal(doc, &v); err != nil {
+		return v, fmt.Errorf("sqlstore: decode %s %q: %w", what, id, err)
+	}
+	return v, nil
+}
+
+// getDoc returns the record the one-column, at-most-one-row query finds.
+func getDoc[T any](t *txn, what, id, query string, args ...any) (T, error) {
+	var zero T
+	if err := t.readable(); err != nil {
+		return zero, err
+	}
+	var doc []byte
+	err := t.tx.QueryRowContext(t.ctx, query, args...).Scan(&doc)
+	if errors.Is(err, sql.ErrNoRows) {
+		return zero, failure.NotFound(what, id)
+	}
+	if err != nil {
+		return zero, t.dbError(err, "get", what, id)
+	}
+	return decode[T](what, id, doc)
+}
+
+// listDocs returns the records a query of (id, doc) rows finds, in order.
+// The result is never nil.
+func listDocs[T any](t *txn, what, query string, args ...any) ([]T, error) {
+	if err := t.readable(); err != nil {
+		return nil, err
+	}
+	rows, err := t.tx.QueryContext(t.ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: list %ss: %w", what, err)
+	}
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		var id string
+		var doc []byte
+		if err := rows.Scan(&id, &doc); err != nil {
+			return nil, fmt.Errorf("sqlstore: list %ss: %w", what, err)
+		}
+		v, err := decode[T](what, id, doc)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlstore: list %ss: %w", what, err)
+	}
+	return out, nil
+}
+
+// create runs an INSERT … ON CONFLICT DO NOTHING and reports a conflict if
+// it inserted nothing. Unlike catching the constraint error, this leaves a
+// PostgreSQL transaction usable after the conflict.
+func (t *txn) create(what, id, query string, args ...any) error {
+	n, err := t.affected("create", what, id, query, args...)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return failure.Conflict("%s %q already exists", what, id)
+	}
+	return nil
+}
+
+// replace runs an UPDATE and reports not found if it changed nothing.
+func (t *txn) replace(what, id, query string, args ...any) error {
+	n, err := t.affected("replace", what, id, query, args...)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return failure.NotFound(what, id)
+	}
+	return nil
+}
+
+func (t *txn) GetNode(id string) (store.Node, error) {
+	return getDoc[store.Node](t, "node", id, `SELECT doc FROM nodes WHERE id = $1`, id)
+}
+
+func (t *txn) PutNode(n store.Node) error {
+	if err := record.Node(n); err != nil {
+		return err
+	}
+	if err := t.writable(); err != nil {
+		return err
+	}
+	doc, err := encode("node", n.ID, n)
+	if err != nil {
+		return err
+	}
+	_, err = t.exec("put", "node", n.ID,
+		`INSERT INTO nodes (id, doc) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET doc = excluded.doc`,
+		n.ID, doc)
+	return err
+}
+
+func (t *txn) ListNodes() ([]store.Node, error) {
+	return listDocs[store.Node](t, "node", `SELECT id, doc FROM nodes ORDER BY id`)
+}
+
+func (t *txn) CreateInvitation(inv store.Invitation) error {
+	if err := record.Invitation(inv); err != nil {
+		return err
+	}
+	if err := t.writable(); err != nil {
+		return err
+	}
+	doc, err := encode("invitation", inv.TokenHash, inv)
+	if err != nil {
+		return err
+	}
+	return t.create("invitation", inv.TokenHash,
+		`INSERT INTO invitations (token_hash, node_id, doc) VALUES ($1, $2, $3) ON CONFLICT (token_hash) DO NOTHING`,
+		inv.TokenHash, inv.NodeID, doc)
+}
+
+func (t *txn) GetInvitation(tokenHash string) (store.Invitation, error) {
+	return getDoc[store.Invitation](t, "invitation", tokenHash,
+		`SELECT doc FROM invitations WHERE token_hash = $1`, tokenHash)
+}
+
+func (t *txn) PutInvitation(inv store.Invitation) error {
+	if err := record.Invitation(inv); err != nil {
+		return err
+	}
+	if err := t.writable(); err != nil {
+		return err
+	}
+	doc, err := encode("invitation", inv.TokenHash, inv)
+	if err != nil {
+		return err
+	}
+	return t.replace("invitation", inv.TokenHash,
+		`UPDATE invitations SET node_id = $2, doc = $3 WHERE token_hash = $1`,
+		inv.TokenHash, inv.NodeID, doc)
+}
+
+func (t *txn) PutSession(s store.Session) error {
+	if err := record.Session(s); err != nil {
+		return err
+	}
+	if err := t.writable(); err != nil {
+		return err
+	}
+	doc, err := encode("session", s.TokenHash, s)
+	if err != nil {
+		return err
+	}
+	_, err = t.exec("put", "session", s.TokenHash,
+		`INSERT INTO sessions (token_hash, node_id, doc) VALUES ($1, $2, $3)
+		 ON CONFLICT (token_hash) DO UPDATE SET node_id = excluded.node_id, doc = excluded.doc`,
+		s.TokenHash, s.NodeID, doc)
+	return err
+}
+
+func (t *txn) GetSession(tokenHash string) (store.Session, error) {
+	return getDoc[store.Session](t, "session", tokenHash,
+		`SELECT doc FROM sessions WHERE token_hash = $1`, tokenHash)
+}
+
+func (t *txn) DeleteSessions(nodeID string) error {
+	if err := t.writable(); err != nil {
+		return err
+	}
+	_, err := t.exec("delete sessions of", "node", nodeID, `DELETE FROM sessions WHERE node_id = $1`, nodeID)
+	return err
+}
+
+func (t *txn) CreateRun(r store.Run) error {
+	if err := record.Run(r); err != nil {
+		return err
+	}
+	if err := t.writable(); err != nil {
+		return err
+	}
+	doc, err := encode("run", r.ID, r)
+	if err != nil {
+		return err
+	}
+	if err := t.create("run", r.ID,
+		`INSERT INTO runs (id, created_sec, created_nsec, status, doc) VALUES ($1, $2, $3, $4, $5)
+		 ON CONFLICT (id) DO NOTHING`,
+		r.ID, r.CreatedAt.Unix(), r.CreatedAt.Nanosecond(), r.Status, doc); err != nil {
+		return err
+	}
+	return t.indexRunNodes(r)
+}
+
+func (t *txn) GetRun(id string) (store.Run, error) {
+	return getDoc[store.Run](t, "run", id, `SELECT doc FROM runs WHERE id = $1`, id)
+}
+
+func (t *txn) PutRun(r store.Run) error {
+	if err := record.Run(r); err != nil {
+		return err
+	}
+	if err := t.writable(); err != nil {
+		return err
+	}
+	doc, err := encode("run", r.ID, r)
+	if err != nil {
+		return err
+	}
+	if err := t.replace("run", r.ID,
+		`UPDATE runs SET created_sec = $2, created_nsec = $3, status = $4, doc = $5 WHERE id = $1`,
+		r.ID, r.CreatedAt.Unix(), r.CreatedAt.Nanosecond(), r.Status, doc); err != nil {
+		return err
+	}
+	if _, err := t.exec("index", "run", r.ID, `DELETE FROM run_nodes WHERE run_id = $1`, r.ID); err != nil {
+		return err
+	}
+	return t.indexRunNodes(r)
+}
+
+// indexRunNodes records the nodes r has attempts on. Their rows must not
+// exist yet.
+func (t *txn) indexRunNodes(r store.Run) error {
+	for _, nodeID := range record.NodeIDs(r) {
+		if _, err := t.exec("index", "run", r.ID,
+			`INSERT INTO run_nodes (run_id, node_id) VALUES ($1, $2)`, r.ID, nodeID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) ListRuns(opts store.ListRunsOptions) ([]store.Run, error) {
+	if err := t.readable(); err != nil {
+		return nil, err
+	}
+	var where []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if len(opts.Statuses) > 0 {
+		ph := make([]string, len(opts.Statuses))
+		for i, s := range opts.Statuses {
+			ph[i] = arg(s)
+		}
+		where = append(where, "r.status IN ("+strings.Join(ph, ", ")+")")
+	}
+	if opts.NodeID != "" {
+		where = append(where, "EXISTS (SELECT 1 FROM run_nodes n WHERE n.run_id = r.id AND n.node_id = "+arg(opts.NodeID)+")")
+	}
+	if opts.Before != "" {
+		var sec, nsec int64
+		err := t.tx.QueryRowContext(t.ctx,
+			`SELECT created_sec, created_nsec FROM runs WHERE id = $1`, opts.Before).Scan(&sec, &nsec)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, failure.NotFound("run", opts.Before)
+		}
+		if err != nil {
+			return nil, t.dbError(err, "list runs before", "run", opts.Before)
+		}
+		where = append(where, fmt.Sprintf("(r.created_sec, r.created_nsec, r.id) < (%s, %s, %s)",
+			arg(sec), arg(nsec), arg(opts.Before)))
+	}
+	q := "SELECT r.id, r.doc FROM runs r"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY r.created_sec DESC, r.created_nsec DESC, r.id DESC"
+	if opts.Limit > 0 {
+		q += " LIMIT " + arg(opts.Limit)
+	}
+	return listDocs[store.Run](t, "run", q, args...)
+}
+
+func (t *txn) PutOperation(op store.Operation) error {
+	if err := record.Operation(op); err != nil {
+		return err
+	}
+	if err := t.writable(); err != nil {
+		return err
+	}
+	doc, err := encode("operation", op.ID, op)
+	if err != nil {
+		return err
+	}
+	pending := 0
+	if op.Result == nil {
+		pending = 1
+	}
+	_, err = t.exec("put", "operation", op.ID,
+		`INSERT INTO operations (id, node_id, pending, created_sec, created_nsec, doc) VALUES ($1, $2, $3, $4, $5, $6)
+		 ON CONFLICT (id) DO UPDATE SET node_id = excluded.node_id, pending = excluded.pending,
+		   created_sec = excluded.created_sec, created_nsec = excluded.created_nsec, doc = excluded.doc`,
+		op.ID, op.NodeID, pending, op.CreatedAt.Unix(), op.CreatedAt.Nanosecond(), doc)
+	return err
+}
+
+func (t *txn) GetOperation(id string) (store.Operation, error) {
+	return getDoc[store.Operation](t, "operation", id, `SELECT doc FROM operations WHERE id = $1`, id)
+}
+
+func (t *txn) PendingOperations(nodeID string) ([]store.Operation, error) {
+	return listDocs[store.Operation](t, "operation",
+		`SELECT id, doc FROM operations WHERE node_id = $1 AND pending = 1
+		 ORDER BY created_sec, created_nsec, id`, nodeID)
+}
+
+func (t *txn) SeeEvent(nodeID, eventID string, at time.Time) (bool, error) {
+	if err := record.Event(nodeID, eventID); err != nil {
+		return false, err
+	}
+	if err := t.writable(); err != nil {
+		return false, err
+	}
+	n, err := t.affected("see", "event", nodeID+"/"+eventID,
+		`INSERT INTO events (node_id, event_id, seen_at) VALUES ($1, $2, $3)
+		 ON CONFLICT (node_id, event_id) DO NOTHING`,
+		nodeID, eventID, at.UTC().Format(time.RFC3339Nano))
+	if err != nil {
+		return false, err
+	}
+	return n == 1, nil
+}
+
+func logID(key capability.WorkloadKey) string {
+	return key.RunID + "/" + strconv.Itoa(key.Attempt)
+}
+
+// logSize is the end of the log's last chunk, 0 for a log without chunks.
+func (t *txn) logSize(key capability.WorkloadKey) (int64, error) {
+	var size int64
+	err := t.tx.QueryRowContext(t.ctx,
+		`SELECT end_offset FROM log_chunks WHERE run_id = $1 AND attempt = $2
+		 ORDER BY start_offset DESC LIMIT 1`, key.RunID, key.Attempt).Scan(&size)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, t.dbError(err, "size", "log", logID(key))
+	}
+	return size, nil
+}
+
+func (t *txn) AppendLog(key capability.WorkloadKey, offset int64, data []byte) (int64, error) {
+	if err := record.LogKey(key, offset); err != nil {
+		return 0, err
+	}
+	if err := t.writable(); err != nil {
+		return 0, err
+	}
+	size, err := t.logSize(key)
+	if err != nil {
+		return 0, err
+	}
+	tail := record.LogTail(size, offset, data)
+	if len(tail) == 0 {
+		return size, nil
+	}
+	end := size + int64(len(tail))
+	if _, err := t.exec("append", "log", logID(key),
+		`INSERT INTO log_chunks (run_id, attempt, start_offset, end_offset, data) VALUES ($1, $2, $3, $4, $5)`,
+		key.RunID, key.Attempt, size, end, tail); err != nil {
+		return 0, err
+	}
+	return end, nil
+}
+
+func (t *txn) ReadLog(key capability.WorkloadKey, offset int64, max int) ([]byte, int64, error) {
+	if err := record.LogKey(key, offset); err != nil {
+		return nil, 0, err
+	}
+	if err := record.ReadMax(key, max); err != nil {
+		return nil, 0, err
+	}
+	if err := t.readable(); err != nil {
+		return nil, 0, err
+	}
+	size, err := t.logSize(key)
+	if err != nil {
+		return nil, 0, err
+	}
+	if offset >= size || max == 0 {
+		return []byte{}, size, nil
+	}
+	end := min(size, offset+int64(max))
+	// Chunks are contiguous, so the first one needed is the last that
+	// starts at or before offset; both bounds are seeks on the primary key.
+	rows, err := t.tx.QueryContext(t.ctx,
+		`SELECT start_offset, data FROM log_chunks
+		 WHERE run_id = $1 AND attempt = $2 AND start_offset < $4
+		   AND start_offset >= (SELECT MAX(start_offset) FROM log_chunks
+		                        WHERE run_id = $1 AND attempt = $2 AND start_offset <= $3)
+		 ORDER BY start_offset`, key.RunID, key.Attempt, offset, end)
+	if err != nil {
+		return nil, 0, t.dbError(err, "read", "log", logID(key))
+	}
+	defer rows.Close()
+	out := make([]byte, 0, end-offset)
+	for rows.Next() {
+		var start int64
+		var chunk sql.RawBytes
+		if err := rows.Scan(&start, &chunk); err != nil {
+			return nil, 0, t.dbError(err, "read", "log", logID(key))
+		}
+		lo := min(int64(len(chunk)), offset-min(offset, start))
+		hi := min(int64(len(chunk)), end-start)
+		out = append(out, chunk[lo:hi]...)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, t.dbError(err, "read", "log", logID(key))
+	}
+	if int64(len(out)) != end-offset {
+		return nil, 0, fmt.Errorf("sqlstore: log %s: read %d bytes at %d, want %d: chunks are not contiguous",
+			logID(key), len(out), offset, end-offset)
+	}
+	return out, size, nil
+}
+
+func (t *txn) CreateToken(tok store.Token) error {
+	if err := record.Token(tok); err != nil {
+		return err
+	}
+	if err := t.writable(); err != nil {
+		return err
+	}
+	doc, err := encode("token", tok.Hash, tok)
+	if err != nil {
+		return err
+	}
+	return t.create("token", tok.Hash,
+		`INSERT INTO tokens (hash, doc) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING`, tok.Hash, doc)
+}
+
+func (t *txn) GetToken(hash string) (store.Token, error) {
+	return getDoc[store.Token](t, "token", hash, `SELECT doc FROM tokens WHERE hash = $1`, hash)
+}
