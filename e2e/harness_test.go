@@ -31,7 +31,7 @@ import (
 // cluster is one control plane and its agents, all in this process through
 // their real Run entry points, talking HTTP over loopback.
 type cluster struct {
-	t        *testing.T
+	t        testing.TB
 	ctx      context.Context
 	url      string
 	token    string
@@ -44,7 +44,7 @@ type cluster struct {
 	wg       sync.WaitGroup
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("MERCATOR_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -56,7 +56,7 @@ var (
 )
 
 // startCluster starts a registry, a control plane and no agents.
-func startCluster(t *testing.T) *cluster {
+func startCluster(t testing.TB) *cluster {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &cluster{t: t, ctx: ctx, dataDir: t.TempDir(), agents: map[string]context.CancelFunc{}}
@@ -152,11 +152,11 @@ func (c *cluster) waitFor(what string, cond func() bool) {
 
 // uniqueNodeID makes node IDs unique per test run, because every test shares
 // the one Docker daemon and agents tell their containers apart by node label.
-func uniqueNodeID(t *testing.T, base string) string {
+func uniqueNodeID(t testing.TB, base string) string {
 	return base + "-" + strings.ToLower(strings.Trim(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()), "-"))[:min(20, len(t.Name()))] + "-" + time.Now().Format("150405.000000")[7:]
 }
 
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	root, err := testimage.Root()
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +165,7 @@ func repoRoot(t *testing.T) string {
 }
 
 // removeContainers deletes the containers the given nodes' agents created.
-func removeContainers(t *testing.T, nodes []string) {
+func removeContainers(t testing.TB, nodes []string) {
 	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
 	if err != nil {
 		return
@@ -184,7 +184,7 @@ func removeContainers(t *testing.T, nodes []string) {
 }
 
 // containersFor counts the daemon's containers of one run attempt.
-func containersFor(t *testing.T, runID string) int {
+func containersFor(t testing.TB, runID string) int {
 	cli, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +197,7 @@ func containersFor(t *testing.T, runID string) int {
 	return len(list)
 }
 
-func decodeJSON(t *testing.T, resp *http.Response, v any) {
+func decodeJSON(t testing.TB, resp *http.Response, v any) {
 	t.Helper()
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatalf("decode %s response: %v", resp.Request.URL.Path, err)
