@@ -1,0 +1,1244 @@
+package nodeagent
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/distribution/reference"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/failure"
+)
+
+// Labels Mercator puts on every container it creates. They are how a
+// restarted agent recognises its own containers with no memory of creating
+// them, and the only thing that makes a container Mercator's: the runtime
+// never stops, inspects for a workload, or reports a container that lacks
+// them.
+const (
+	// LabelRun is the run ID, exactly as the control plane sent it.
+	LabelRun = "mercator.run"
+	// LabelAttempt is the attempt number in decimal.
+	LabelAttempt = "mercator.attempt"
+	// LabelNode is the node the container was launched for (WithNodeLabel);
+	// absent when the runtime has no node label.
+	LabelNode = "mercator.node"
+	// LabelTimeout is the launch's timeout in decimal nanoseconds, "0" for
+	// none, so a restarted agent still enforces it from the daemon's own
+	// start moment.
+	LabelTimeout = "mercator.timeout"
+	// LabelImage is the pinned reference the container was launched from.
+	LabelImage = "mercator.image"
+)
+
+// defaultStopGrace is the grace period of a stop that states none; it is
+// Docker's own default, so an operator's expectations carry over.
+const defaultStopGrace = 10 * time.Second
+
+// observeConcurrency bounds the inspects one Observe has in flight.
+const observeConcurrency = 8
+
+// dockerAPI is the part of the Docker Engine API client this runtime uses.
+// It is declared here, where it is used, so the runtime depends on a dozen
+// methods rather than the client's hundred, and so a test can stand in a fake
+// daemon that fails in exactly the way a test needs (a pull whose stream
+// reports an error halfway, a container that vanishes between list and
+// inspect) without a daemon that can be made to do it. *client.Client
+// satisfies it.
+type dockerAPI interface {
+	ImagePull(ctx context.Context, ref string, options image.PullOptions) (io.ReadCloser, error)
+	ImageInspect(ctx context.Context, imageID string, options ...client.ImageInspectOption) (image.InspectResponse, error)
+	ImageList(ctx context.Context, options image.ListOptions) ([]image.Summary, error)
+	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error)
+	ContainerStart(ctx context.Context, containerID string, options container.StartOptions) error
+	ContainerInspect(ctx context.Context, containerID string) (container.InspectResponse, error)
+	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
+	ContainerStop(ctx context.Context, containerID string, options container.StopOptions) error
+	ContainerKill(ctx context.Context, containerID, signal string) error
+	ContainerLogs(ctx context.Context, containerID string, options container.LogsOptions) (io.ReadCloser, error)
+	ServerVersion(ctx context.Context) (types.Version, error)
+	Close() error
+}
+
+var _ dockerAPI = (*client.Client)(nil)
+
+// DockerRuntime executes workloads through the local Docker daemon. It is
+// the first Runtime implementation, and it stays behind the narrow Runtime
+// interface so containerd or another OCI runtime can replace it without the
+// control-plane contract moving.
+//
+// The daemon is reached over its local socket by this process only. Nothing
+// exposes it to the network, and the control plane never talks to it.
+//
+// A DockerRuntime is safe for concurrent use. It keeps no memory of what it
+// launched: everything it reports it reads back from the daemon, by the
+// labels above, so an agent that restarted sees exactly what one that did
+// not would.
+type DockerRuntime struct {
+	api dockerAPI
+
+	nodeID          string
+	acceleratorTool string
+	kernelReports   string
+	artifactRoot    string
+	// cgroupRoot is where the cgroup filesystem is mounted. It is not an
+	// option because nothing but a test needs to move it.
+	cgroupRoot string
+
+	mu    sync.Mutex
+	pulls map[string]*pullCall
+}
+
+// RuntimeOption configures the Docker runtime.
+type RuntimeOption func(*DockerRuntime)
+
+// WithNodeLabel makes the runtime label every container it creates with
+// this node's ID and see only containers so labelled: Observe lists them
+// alone, and StopWorkload, Logs and a launch's adoption of an existing
+// container refuse one labelled for another node.
+//
+// It exists because a daemon can be shared. `mercator dev` and the
+// end-to-end tests run several agents against one daemon, and without it
+// each would report the others' containers as its own. Without this option
+// the runtime sees every container that carries LabelRun.
+func WithNodeLabel(nodeID string) RuntimeOption {
+	return func(docker *DockerRuntime) { docker.nodeID = nodeID }
+}
+
+// WithAcceleratorTool points this node at the vendor tool it asks about its
+// own cards, by absolute path where the bare name will not resolve.
+//
+// It is operator configuration and not only a test seam. A unit file with a
+// trimmed Environment=PATH, or a distribution that installs the tool
+// somewhere the service PATH does not reach, is a machine whose agent cannot
+// find nvidia-smi by name; on an 8xH100 box that is the difference between a
+// fleet that runs GPU work and one that reports it has none. It is the
+// second reason this exists, the first being that a test can stand in a
+// machine with four A100s or no driver at all, which is the only way the
+// reports this node publishes about hardware can be exercised anywhere but
+// on the hardware.
+//
+// The runtime stores it; Facts does not query accelerators yet and reports
+// none rather than a guess.
+func WithAcceleratorTool(binary string) RuntimeOption {
+	return func(docker *DockerRuntime) { docker.acceleratorTool = binary }
+}
+
+// WithKernelReports points this node at the kernel's own reports about
+// itself, which is /proc everywhere but in a case that has to stand in a
+// machine whose NVIDIA module is loaded or absent. Facts reads meminfo and
+// self/cgroup under it.
+func WithKernelReports(root string) RuntimeOption {
+	return func(docker *DockerRuntime) { docker.kernelReports = root }
+}
+
+// WithArtifactRoot gives this node somewhere to keep immutable Artifact
+// copies. It is the agent's own directory, stated by whoever started the
+// agent, because only they know which filesystem has the room: a default
+// under the daemon's storage would be a directory this process usually
+// cannot write to, and one under a temporary directory would lose every copy
+// on reboot. Facts reports the free space of the filesystem holding it;
+// without it, no disk figure is reported.
+func WithArtifactRoot(root string) RuntimeOption {
+	return func(docker *DockerRuntime) { docker.artifactRoot = root }
+}
+
+// NewDockerRuntime connects to the Docker daemon at host ("unix:///…",
+// "tcp://…"), or, when host is empty, where the environment says (DOCKER_HOST
+// and friends, else the local socket). The API version is negotiated with
+// the daemon on first use, so an older daemon (Debian's 20.10 speaks 1.41)
+// works with this client. No request is made here: a daemon that is down is
+// reported by the first call that needs it.
+//
+// The seed's constructor took the path of a CLI binary and returned no
+// error. Mercator drives the Engine API instead of the CLI (see
+// PrepareImage for why: the registry credential), so the argument names
+// the daemon, and building the client can fail on a malformed host.
+func NewDockerRuntime(host string, options ...RuntimeOption) (*DockerRuntime, error) {
+	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if host != "" {
+		opts = append(opts, client.WithHost(host))
+	}
+	cli, err := client.NewClientWithOpts(opts...)
+	if err != nil {
+		return nil, failure.Invalid("docker_host", "docker client for %q: %v", host, err)
+	}
+	return newDockerRuntime(cli, options...), nil
+}
+
+func newDockerRuntime(api dockerAPI, options ...RuntimeOption) *DockerRuntime {
+	docker := &DockerRuntime{
+		api:        api,
+		cgroupRoot: "/sys/fs/cgroup",
+		pulls:      map[string]*pullCall{},
+	}
+	for _, option := range options {
+		option(docker)
+	}
+	return docker
+}
+
+// Close releases the connection to the daemon. Containers are untouched.
+func (docker *DockerRuntime) Close() error { return docker.api.Close() }
+
+// ContainerName is the name of the container for one attempt:
+// "mercator-<run>-<attempt>". A run ID holding characters Docker does not
+// allow in names ([a-zA-Z0-9_.-]) has them replaced by "-" and a short hash
+// of the exact ID appended, so two IDs that differ only in such characters
+// still get different names. The name is what makes the daemon refuse a
+// second container for the same attempt, so it must be a function of the
+// attempt alone.
+func ContainerName(key capability.WorkloadKey) string {
+	safe := true
+	var b strings.Builder
+	for _, r := range key.RunID {
+		if r < 0x80 && (r == '_' || r == '.' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			b.WriteRune(r)
+			continue
+		}
+		safe = false
+		b.WriteByte('-')
+	}
+	run := b.String()
+	if !safe {
+		sum := sha256.Sum256([]byte(key.RunID))
+		run += "-" + hex.EncodeToString(sum[:4])
+	}
+	return "mercator-" + run + "-" + strconv.Itoa(key.Attempt)
+}
+
+// PrepareImage pulls an image by its exact manifest digest. A tag is never
+// image identity, so the reference the control plane sends is already
+// pinned: "repo@sha256:<64 hex>". Anything else is refused with
+// failure.ErrInvalid, including a reference that carries a tag beside the
+// digest: the daemon would ignore the tag, so accepting it would let a
+// reference claim a name it was never checked against.
+//
+// It goes to the daemon's own API rather than to the CLI, for one reason:
+// the credential. The CLI reads registry material out of a config file, so
+// pulling a private image through it means writing the material onto the
+// machine and remembering to remove it, and a pull that is killed halfway
+// leaves it there. The API takes it as a header, so the material this node
+// was handed exists in this process's memory for the length of one request
+// and nowhere else. That is what "the machine forgets it afterwards" has to
+// mean on a host an operator rents by the hour. It never appears in an
+// error.
+//
+// An image the daemon already holds by that digest returns at once.
+// Concurrent calls for one reference share one pull, made with the
+// credential of the call that started it; the pull is abandoned only when
+// every caller waiting on it has given up. A registry's refusal comes back
+// naming the image and saying why ("manifest unknown" matches
+// failure.ErrNotFound, a denied credential failure.ErrUnauthorized).
+func (docker *DockerRuntime) PrepareImage(ctx context.Context, command capability.PrepareImageCommand) error {
+	ref, err := pinnedImage(command.Image)
+	if err != nil {
+		return err
+	}
+	present, err := docker.imagePresent(ctx, ref)
+	if err != nil || present {
+		return err
+	}
+	return docker.pull(ctx, ref, command.RegistryAuth)
+}
+
+// pinnedImage checks that ref names an image by manifest digest alone.
+func pinnedImage(ref string) (string, error) {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return "", failure.Invalid("image", "%q is not an image reference (%v); want repo@sha256:<64 hex digits>", ref, err)
+	}
+	if _, tagged := named.(reference.Tagged); tagged {
+		return "", failure.Invalid("image", "%q names a tag as well as a digest; send repo@sha256:<64 hex digits> alone, since the daemon ignores the tag", ref)
+	}
+	canonical, ok := named.(reference.Canonical)
+	if !ok {
+		return "", failure.Invalid("image", "%q is not pinned by a manifest digest; want repo@sha256:<64 hex digits>, because a tag can move and a node runs exactly what it was told to", ref)
+	}
+	if canonical.Digest().Algorithm() != "sha256" {
+		return "", failure.Invalid("image", "%q is pinned by %s; want a sha256 manifest digest", ref, canonical.Digest().Algorithm())
+	}
+	return ref, nil
+}
+
+func (docker *DockerRuntime) imagePresent(ctx context.Context, ref string) (bool, error) {
+	_, err := docker.api.ImageInspect(ctx, ref)
+	switch {
+	case err == nil:
+		return true, nil
+	case cerrdefs.IsNotFound(err):
+		return false, nil
+	default:
+		return false, daemonError(err, "inspect image %s", ref)
+	}
+}
+
+// pullCall is one pull in flight, shared by every caller that asked for the
+// same reference while it ran.
+type pullCall struct {
+	done    chan struct{}
+	err     error // written before done is closed
+	waiters int   // guarded by DockerRuntime.mu
+	cancel  context.CancelFunc
+}
+
+func (docker *DockerRuntime) pull(ctx context.Context, ref, auth string) error {
+	docker.mu.Lock()
+	call := docker.pulls[ref]
+	if call == nil {
+		// The pull outlives the caller that started it if others wait on
+		// it; it is cancelled when the last waiter leaves.
+		pullCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		call = &pullCall{done: make(chan struct{}), cancel: cancel}
+		docker.pulls[ref] = call
+		go func() {
+			err := docker.pullOnce(pullCtx, ref, auth)
+			cancel()
+			docker.mu.Lock()
+			if docker.pulls[ref] == call {
+				delete(docker.pulls, ref)
+			}
+			docker.mu.Unlock()
+			call.err = err
+			close(call.done)
+		}()
+	}
+	call.waiters++
+	docker.mu.Unlock()
+
+	select {
+	case <-call.done:
+		return call.err
+	case <-ctx.Done():
+		docker.mu.Lock()
+		call.waiters--
+		if call.waiters == 0 {
+			call.cancel()
+			if docker.pulls[ref] == call {
+				// A caller arriving now starts afresh rather than joining a
+				// pull that is being abandoned.
+				delete(docker.pulls, ref)
+			}
+		}
+		docker.mu.Unlock()
+		return fmt.Errorf("pull image %s: %w", ref, ctx.Err())
+	}
+}
+
+// pullOnce makes one pull and reads its progress stream to the end. The
+// daemon answers a pull with 200 before it has talked to the registry, so a
+// registry's refusal ("manifest unknown", "unauthorized") arrives as an
+// error message inside the stream, and a caller that only checked the HTTP
+// status would believe the image was pulled.
+func (docker *DockerRuntime) pullOnce(ctx context.Context, ref, auth string) error {
+	stream, err := docker.api.ImagePull(ctx, ref, image.PullOptions{RegistryAuth: auth})
+	if err != nil {
+		return pullError(ref, err.Error(), err)
+	}
+	defer stream.Close()
+	decoder := json.NewDecoder(stream)
+	for {
+		var message pullProgress
+		if err := decoder.Decode(&message); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("pull image %s: %w", ref, ctx.Err())
+			}
+			return &runtimeError{kind: failure.ErrUnavailable, cause: err,
+				message: fmt.Sprintf("pull image %s: reading the daemon's progress: %v", ref, err)}
+		}
+		if message.Error != nil && message.Error.Message != "" {
+			return pullError(ref, message.Error.Message, nil)
+		}
+		if message.ErrorMessage != "" {
+			return pullError(ref, message.ErrorMessage, nil)
+		}
+	}
+	// The stream ending without an error is the daemon's word that the
+	// image is there; checking costs one request and turns a daemon that
+	// lost the stream's tail into an error instead of a failed launch later.
+	present, err := docker.imagePresent(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if !present {
+		return failure.Unavailable("pull image %s: the daemon reported success but does not hold the image", ref)
+	}
+	return nil
+}
+
+// pullProgress is the part of one message of the daemon's pull stream this
+// runtime reads (the Engine API's JSONMessage): the error fields. It is
+// declared here rather than imported from the client's jsonmessage package,
+// which would bring a terminal library into the agent for two strings.
+type pullProgress struct {
+	Error        *struct{ Message string } `json:"errorDetail,omitempty"`
+	ErrorMessage string                    `json:"error,omitempty"`
+}
+
+// pullError classifies a registry's or daemon's refusal of a pull by what it
+// says, because the stream carries only a message.
+func pullError(ref, message string, cause error) error {
+	lower := strings.ToLower(message)
+	kind := failure.ErrUnavailable
+	switch {
+	case cause != nil && (errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded)):
+		kind = nil
+	case cause != nil && cerrdefs.IsNotFound(cause),
+		strings.Contains(lower, "manifest unknown"), strings.Contains(lower, "not found"):
+		kind = failure.ErrNotFound
+	case cause != nil && (cerrdefs.IsUnauthorized(cause) || cerrdefs.IsPermissionDenied(cause)),
+		strings.Contains(lower, "unauthorized"), strings.Contains(lower, "denied"),
+		strings.Contains(lower, "authentication required"):
+		kind = failure.ErrUnauthorized
+	case cause != nil && cerrdefs.IsInvalidArgument(cause):
+		kind = failure.ErrInvalid
+	}
+	return &runtimeError{kind: kind, cause: cause, message: fmt.Sprintf("pull image %s: %s", ref, message)}
+}
+
+// LaunchWorkload starts one container and returns once it is running. The
+// container's name is derived from the run and attempt, so the daemon itself
+// refuses a second container for the same attempt even if the agent's own
+// memory were lost.
+//
+// That refusal is answered by adoption, not failure: when the name is taken
+// by a container whose labels say it is this attempt on this node, the
+// launch is the one already made. A container still "created" (the agent
+// died between create and start) is started; one that is running or has
+// exited is left alone and the launch succeeds, because starting an exited
+// attempt again would be the second run promise 1 forbids. A name taken by
+// anything else is failure.ErrConflict.
+//
+// The image must be pinned (see PrepareImage); it is pulled first if the
+// daemon lacks it. Command is passed as the container's arguments, so an
+// image's ENTRYPOINT applies and, without one, the first element is the
+// program. CPU becomes a CFS quota and MemoryBytes a hard limit (swap
+// included); GPUs are passed to the NVIDIA runtime by UUID. The container is
+// never removed on exit: its exit code and the daemon's start and finish
+// moments are what Observe reports, after a partition if need be.
+//
+// A container that is created but will not start comes back as an error
+// saying so in Mercator's words and the daemon's ("start container
+// mercator-r1-1: executable "/nope" not found in image"); a missing or
+// unexecutable program matches failure.ErrInvalid, because retrying the
+// same command cannot succeed. The container is left in place, and Observe
+// reports it failed.
+func (docker *DockerRuntime) LaunchWorkload(ctx context.Context, command capability.LaunchWorkloadCommand) error {
+	if command.RunID == "" {
+		return failure.Invalid("run_id", "a launch needs a run ID")
+	}
+	if command.Attempt < 0 {
+		return failure.Invalid("attempt", "attempt %d is negative", command.Attempt)
+	}
+	if command.CPU < 0 || math.IsNaN(command.CPU) || math.IsInf(command.CPU, 0) {
+		return failure.Invalid("cpu", "%v is not a number of cores", command.CPU)
+	}
+	if command.MemoryBytes < 0 {
+		return failure.Invalid("memory_bytes", "%d is negative", command.MemoryBytes)
+	}
+	ref, err := pinnedImage(command.Image)
+	if err != nil {
+		return err
+	}
+	env, err := containerEnv(command.Env)
+	if err != nil {
+		return err
+	}
+	if err := docker.PrepareImage(ctx, capability.PrepareImageCommand{Image: ref, RegistryAuth: command.RegistryAuth}); err != nil {
+		return err
+	}
+
+	name := ContainerName(command.WorkloadKey)
+	labels := map[string]string{
+		LabelRun:     command.RunID,
+		LabelAttempt: strconv.Itoa(command.Attempt),
+		LabelTimeout: strconv.FormatInt(int64(max(command.Timeout, 0)), 10),
+		LabelImage:   ref,
+	}
+	if docker.nodeID != "" {
+		labels[LabelNode] = docker.nodeID
+	}
+	config := &container.Config{
+		Image:  ref,
+		Cmd:    command.Command,
+		Env:    env,
+		Labels: labels,
+	}
+	hostConfig := &container.HostConfig{}
+	if command.CPU > 0 {
+		hostConfig.NanoCPUs = int64(math.Round(command.CPU * 1e9))
+	}
+	if command.MemoryBytes > 0 {
+		hostConfig.Memory = command.MemoryBytes
+		hostConfig.MemorySwap = command.MemoryBytes
+	}
+	if len(command.GPUs) > 0 {
+		hostConfig.DeviceRequests = []container.DeviceRequest{{
+			Driver:       "nvidia",
+			DeviceIDs:    slices.Clone(command.GPUs),
+			Capabilities: [][]string{{"gpu"}},
+		}}
+	}
+
+	// Two rounds at most: a conflicting container removed between the
+	// create and the adoption's inspect frees the name for one more create.
+	for round := 0; ; round++ {
+		created, err := docker.api.ContainerCreate(ctx, config, hostConfig, nil, nil, name)
+		if err == nil {
+			return docker.start(ctx, name, created.ID)
+		}
+		if !cerrdefs.IsConflict(err) {
+			return daemonError(err, "create container %s", name)
+		}
+		existing, err := docker.api.ContainerInspect(ctx, name)
+		if cerrdefs.IsNotFound(err) && round == 0 {
+			continue
+		}
+		if err != nil {
+			return daemonError(err, "inspect container %s, whose name is taken", name)
+		}
+		if !docker.owns(existing, command.WorkloadKey) {
+			return failure.Conflict("container name %s is taken by a container that is not run %q attempt %d on this node (labels %v)",
+				name, command.RunID, command.Attempt, containerLabels(existing))
+		}
+		if existing.State == nil || existing.State.Status != container.StateCreated {
+			return nil
+		}
+		return docker.start(ctx, name, existing.ID)
+	}
+}
+
+// containerEnv turns the command's environment into the daemon's form,
+// sorted so the same command always creates the same container.
+func containerEnv(vars map[string]string) ([]string, error) {
+	if len(vars) == 0 {
+		return nil, nil
+	}
+	env := make([]string, 0, len(vars))
+	for name, value := range vars {
+		if name == "" || strings.ContainsAny(name, "=\x00") {
+			return nil, failure.Invalid("env", "%q is not an environment variable name", name)
+		}
+		env = append(env, name+"="+value)
+	}
+	sort.Strings(env)
+	return env, nil
+}
+
+// missingExecutable recognises runc's words for a program that is not in
+// the image ("exec: "/nope": stat /nope: no such file or directory", or
+// "executable file not found in $PATH") or cannot be executed.
+var missingExecutable = regexp.MustCompile(`exec: "([^"]*)": (?:stat [^:]*: )?(no such file or directory|executable file not found in \$PATH|permission denied)`)
+
+func (docker *DockerRuntime) start(ctx context.Context, name, id string) error {
+	err := docker.api.ContainerStart(ctx, id, container.StartOptions{})
+	if err == nil {
+		return nil
+	}
+	if m := missingExecutable.FindStringSubmatch(err.Error()); m != nil {
+		what := "not found in image"
+		if m[2] == "permission denied" {
+			what = "is not executable in image"
+		}
+		return &runtimeError{kind: failure.ErrInvalid, cause: err,
+			message: fmt.Sprintf("start container %s: executable %q %s (daemon: %v)", name, m[1], what, err)}
+	}
+	return daemonError(err, "start container %s", name)
+}
+
+// StopWorkload stops one attempt: SIGTERM, then after the grace period
+// (rounded up to whole seconds, which is the daemon's resolution; 10s when
+// the command states none) SIGKILL, and returns once the container is no
+// longer running. It is idempotent: a container that is gone or already
+// stopped is success, so a redelivered stop is harmless.
+//
+// A container under the attempt's name that is not this attempt on this node
+// (by its labels) is refused with failure.ErrConflict and left alone.
+// Reason is not the runtime's business; the agent remembers it.
+func (docker *DockerRuntime) StopWorkload(ctx context.Context, command capability.StopWorkloadCommand) error {
+	name := ContainerName(command.WorkloadKey)
+	info, err := docker.api.ContainerInspect(ctx, name)
+	if cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return daemonError(err, "inspect container %s", name)
+	}
+	if !docker.owns(info, command.WorkloadKey) {
+		return failure.Conflict("container %s is not run %q attempt %d on this node (labels %v); not stopping it",
+			name, command.RunID, command.Attempt, containerLabels(info))
+	}
+	if !isRunning(info) {
+		return nil
+	}
+	grace := command.GracePeriod
+	if grace <= 0 {
+		grace = defaultStopGrace
+	}
+	seconds := int(math.Ceil(grace.Seconds()))
+	stopErr := docker.api.ContainerStop(ctx, info.ID, container.StopOptions{Timeout: &seconds})
+	if cerrdefs.IsNotFound(stopErr) {
+		return nil
+	}
+	// The daemon kills after the timeout itself; this check is for a stop
+	// that failed or returned with the process still there.
+	after, err := docker.api.ContainerInspect(ctx, info.ID)
+	if cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return daemonError(err, "inspect container %s after stopping it", name)
+	}
+	if !isRunning(after) {
+		return nil
+	}
+	killErr := docker.api.ContainerKill(ctx, info.ID, "KILL")
+	if killErr == nil || cerrdefs.IsNotFound(killErr) || isNotRunning(killErr) {
+		return nil
+	}
+	if stopErr != nil {
+		return daemonError(killErr, "stop container %s (%v), then kill it", name, stopErr)
+	}
+	return daemonError(killErr, "kill container %s after its grace period", name)
+}
+
+func isRunning(info container.InspectResponse) bool {
+	return info.ContainerJSONBase != nil && info.State != nil &&
+		(info.State.Running || info.State.Paused || info.State.Restarting)
+}
+
+// isNotRunning recognises the daemon's refusal to kill a container that has
+// already stopped, which for a stop is the outcome wanted.
+func isNotRunning(err error) bool {
+	return cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "is not running")
+}
+
+// owns reports whether a container carries this attempt's labels and this
+// runtime's node label.
+func (docker *DockerRuntime) owns(info container.InspectResponse, key capability.WorkloadKey) bool {
+	labels := containerLabels(info)
+	if labels == nil {
+		return false
+	}
+	return labels[LabelRun] == key.RunID && labels[LabelAttempt] == strconv.Itoa(key.Attempt) &&
+		labels[LabelNode] == docker.nodeID
+}
+
+func containerLabels(info container.InspectResponse) map[string]string {
+	if info.Config == nil {
+		return nil
+	}
+	return info.Config.Labels
+}
+
+// Observe reports every Mercator container this daemon knows about, running
+// or exited, and when each of them really started. It is the node's own
+// authority: the control plane learns that a process began and ended here,
+// whatever the application did or did not report.
+//
+// The start moment is a second read, because `docker ps` does not carry it
+// in any format: the daemon reports State.StartedAt only on inspect. The
+// seed asks for one inspect for the whole list rather than one per
+// container. The Engine API has no batch inspect (the CLI's `docker inspect
+// a b c` is one request per name too), so the intent is kept the way it can
+// be: one list, then the inspects for all of it at once, at most eight in
+// flight, so a machine with many exited attempts costs one round trip's
+// latency, not one per container.
+//
+// What each observation says:
+//
+//   - Phase: "created", "running" (also paused or restarting: the process
+//     exists), "exited" (also "removing": it ran and ended), or "failed" for
+//     a container that was created but could not start (the daemon states
+//     an error and it never ran) and for one the daemon marked "dead",
+//     whose end the daemon could not complete; Error then says why.
+//   - ExitCode only when exited; OOMKilled as the daemon states it.
+//   - StartedAt and FinishedAt are the daemon's moments, nil where the daemon
+//     states none (its zero time); FinishedAt only once the container is no
+//     longer running. An exited container never has FinishedAt before
+//     StartedAt: older daemons stamp the start late, and where that puts it
+//     after the exit, the exit moment is reported as the start too.
+//   - Timeout and Image from the container's own labels.
+//
+// A container that vanished between the list and its inspect is skipped:
+// it is gone, and the agent reports what it last told the control plane
+// about it as missing. A container whose Mercator labels do not parse was
+// not made by Mercator and is skipped too.
+//
+// A moment the daemon does state and this runtime cannot read fails the
+// whole read instead, which is the same answer the Docker adapter gives to
+// the same daemon: reporting it absent would publish no start for any
+// container on this machine and degrade every start-latency row on the only
+// reusable lane there is, with nothing anywhere saying that is what
+// happened. Any other failed inspect fails the read too, because only the
+// inspect carries the exit code: the next observation asks again and loses
+// nothing, while a partial one would report an exit with no code.
+//
+// The result is sorted by run and attempt; the caller owns it.
+func (docker *DockerRuntime) Observe(ctx context.Context) ([]capability.WorkloadObservation, error) {
+	filter := filters.NewArgs()
+	if docker.nodeID != "" {
+		filter.Add("label", LabelNode+"="+docker.nodeID)
+	} else {
+		filter.Add("label", LabelRun)
+	}
+	list, err := docker.api.ContainerList(ctx, container.ListOptions{All: true, Filters: filter})
+	if err != nil {
+		return nil, daemonError(err, "list containers")
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		observation capability.WorkloadObservation
+		ok          bool
+		err         error
+	}
+	results := make([]result, len(list))
+	limit := make(chan struct{}, observeConcurrency)
+	var wg sync.WaitGroup
+	for i, summary := range list {
+		if _, ok := workloadKey(summary.Labels); !ok {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case limit <- struct{}{}:
+			case <-ctx.Done():
+				results[i].err = ctx.Err()
+				return
+			}
+			defer func() { <-limit }()
+			info, err := docker.api.ContainerInspect(ctx, summary.ID)
+			if cerrdefs.IsNotFound(err) {
+				return
+			}
+			if err != nil {
+				results[i].err = daemonError(err, "inspect container %s", summary.ID)
+				cancel()
+				return
+			}
+			observation, ok, err := docker.observation(info)
+			if err != nil {
+				cancel()
+			}
+			results[i] = result{observation: observation, ok: ok, err: err}
+		}()
+	}
+	wg.Wait()
+
+	observations := make([]capability.WorkloadObservation, 0, len(list))
+	var firstErr error
+	for _, r := range results {
+		if r.err != nil && (firstErr == nil || errors.Is(firstErr, context.Canceled)) {
+			// A sibling's cancellation is noise; the error that caused it
+			// is the one worth returning.
+			firstErr = r.err
+		}
+		if r.ok {
+			observations = append(observations, r.observation)
+		}
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	sort.Slice(observations, func(i, j int) bool {
+		a, b := observations[i].WorkloadKey, observations[j].WorkloadKey
+		if a.RunID != b.RunID {
+			return a.RunID < b.RunID
+		}
+		return a.Attempt < b.Attempt
+	})
+	return observations, nil
+}
+
+// workloadKey reads the attempt a container belongs to from its labels.
+func workloadKey(labels map[string]string) (capability.WorkloadKey, bool) {
+	run, ok := labels[LabelRun]
+	if !ok || run == "" {
+		return capability.WorkloadKey{}, false
+	}
+	attempt, err := strconv.Atoi(labels[LabelAttempt])
+	if err != nil {
+		return capability.WorkloadKey{}, false
+	}
+	return capability.WorkloadKey{RunID: run, Attempt: attempt}, true
+}
+
+// observation maps one inspected container. ok is false for a container
+// that is not Mercator's after all (its labels do not parse, or it belongs
+// to another node).
+func (docker *DockerRuntime) observation(info container.InspectResponse) (capability.WorkloadObservation, bool, error) {
+	labels := containerLabels(info)
+	key, ok := workloadKey(labels)
+	if !ok || info.ContainerJSONBase == nil || info.State == nil || labels[LabelNode] != docker.nodeID && docker.nodeID != "" {
+		return capability.WorkloadObservation{}, false, nil
+	}
+	var timeout time.Duration
+	if raw, ok := labels[LabelTimeout]; ok {
+		ns, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || ns < 0 {
+			return capability.WorkloadObservation{}, false, nil
+		}
+		timeout = time.Duration(ns)
+	}
+	name := strings.TrimPrefix(info.Name, "/")
+	startedAt, err := daemonTime(info.State.StartedAt)
+	if err != nil {
+		return capability.WorkloadObservation{}, false, fmt.Errorf("container %s: the daemon's StartedAt %q: %w", name, info.State.StartedAt, err)
+	}
+	finishedAt, err := daemonTime(info.State.FinishedAt)
+	if err != nil {
+		return capability.WorkloadObservation{}, false, fmt.Errorf("container %s: the daemon's FinishedAt %q: %w", name, info.State.FinishedAt, err)
+	}
+	image := labels[LabelImage]
+	if image == "" && info.Config != nil {
+		image = info.Config.Image
+	}
+	o := capability.WorkloadObservation{
+		WorkloadKey: key,
+		ContainerID: info.ID,
+		Image:       image,
+		OOMKilled:   info.State.OOMKilled,
+		StartedAt:   startedAt,
+		Timeout:     timeout,
+	}
+	state := info.State
+	switch state.Status {
+	case container.StateRunning, container.StatePaused, container.StateRestarting:
+		o.Phase = capability.PhaseRunning
+	case container.StateExited, container.StateRemoving:
+		o.Phase = capability.PhaseExited
+		code := state.ExitCode
+		o.ExitCode = &code
+		o.FinishedAt = finishedAt
+		if startedAt != nil && finishedAt != nil && finishedAt.Before(*startedAt) {
+			// Docker before 25 stamps StartedAt only after the start
+			// call returns, so a process that exits at once can show a
+			// StartedAt after its FinishedAt (moby/moby#45445, fixed by
+			// moby/moby#47003). The exit moment is the accurate one and the
+			// process cannot have started after it, so the daemon's own
+			// FinishedAt is the tightest start moment it states.
+			clamped := *finishedAt
+			o.StartedAt = &clamped
+		}
+	case container.StateCreated:
+		o.Phase = capability.PhaseCreated
+		if state.Error != "" {
+			// A start that failed leaves the container "created" with the
+			// runtime's error; it will never run unless started again.
+			o.Phase = capability.PhaseFailed
+			o.Error = state.Error
+			o.FinishedAt = finishedAt
+		}
+	case container.StateDead:
+		o.Phase = capability.PhaseFailed
+		o.Error = "the daemon marked the container dead"
+		if state.Error != "" {
+			o.Error += ": " + state.Error
+		}
+		o.FinishedAt = finishedAt
+	default:
+		o.Phase = capability.PhaseFailed
+		o.Error = fmt.Sprintf("the daemon reports an unknown state %q", state.Status)
+	}
+	return o, true, nil
+}
+
+// daemonTime reads one of the daemon's moments. The daemon writes
+// RFC 3339 with nanoseconds, and its zero time ("0001-01-01T00:00:00Z") for
+// a moment that has not happened, which is reported as nil.
+func daemonTime(s string) (*time.Time, error) {
+	if s == "" {
+		return nil, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return nil, err
+	}
+	if t.IsZero() {
+		return nil, nil
+	}
+	return &t, nil
+}
+
+// Logs returns one attempt's stdout and stderr as one stream, demultiplexed
+// from the daemon's framing, in the order the daemon recorded the lines. See
+// LogSource for the contract. A container that is not this attempt on this
+// node is failure.ErrNotFound, like a missing one: it is not this runtime's
+// to read.
+func (docker *DockerRuntime) Logs(ctx context.Context, key capability.WorkloadKey, follow bool) (io.ReadCloser, error) {
+	name := ContainerName(key)
+	info, err := docker.api.ContainerInspect(ctx, name)
+	if cerrdefs.IsNotFound(err) {
+		return nil, failure.NotFound("workload container", name)
+	}
+	if err != nil {
+		return nil, daemonError(err, "inspect container %s", name)
+	}
+	if !docker.owns(info, key) {
+		return nil, failure.NotFound("workload container", name)
+	}
+	raw, err := docker.api.ContainerLogs(ctx, info.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: follow})
+	if err != nil {
+		return nil, daemonError(err, "logs of container %s", name)
+	}
+	if info.Config != nil && info.Config.Tty {
+		// A terminal has one stream and the daemon sends it unframed.
+		return raw, nil
+	}
+	reader, writer := io.Pipe()
+	go func() {
+		_, err := stdcopy.StdCopy(writer, writer, raw)
+		raw.Close()
+		if err != nil {
+			// Not wrapped: a stream that broke must not read as one that
+			// ended (io.EOF, io.ErrUnexpectedEOF) to a caller deciding
+			// whether it has everything.
+			err = fmt.Errorf("logs of container %s broke off: %v", name, err)
+		}
+		writer.CloseWithError(err)
+	}()
+	return &logStream{PipeReader: reader, raw: raw}, nil
+}
+
+// logStream closes both ends, so a reader that stops early also ends the
+// daemon's request and the goroutine copying it.
+type logStream struct {
+	*io.PipeReader
+	raw io.Closer
+}
+
+func (s *logStream) Close() error {
+	s.PipeReader.Close()
+	return s.raw.Close()
+}
+
+// PrepareArtifact is not implemented by this runtime yet; it refuses every
+// command with failure.ErrUnavailable, so the control plane places work
+// that needs Artifacts elsewhere and retries later rather than believing
+// the content is here.
+func (docker *DockerRuntime) PrepareArtifact(ctx context.Context, command capability.PrepareArtifactCommand) error {
+	return failure.Unavailable("prepare artifact %s@%s: this node's runtime cannot hold Artifacts yet", command.Name, command.Version)
+}
+
+// Facts reports what this machine measured about itself: host name, OS and
+// architecture, CPUs, memory, the free space where Artifacts are kept, the
+// Docker daemon's version, and the images it holds by digest. A limit this
+// process runs under is the machine's answer: CPUs are capped by a cgroup
+// CPU quota and memory by a cgroup memory limit where one applies (v1 and
+// v2), because that is what a workload launched here can have.
+//
+// A figure that cannot be measured is left zero with a Note saying why, and
+// the facts are returned anyway (a daemon that is down is itself a fact
+// worth reporting); only the caller's context ending is an error.
+// Accelerators are not reported yet: none is listed and nothing is guessed.
+// AgentVersion is the agent's to fill.
+func (docker *DockerRuntime) Facts(ctx context.Context) (capability.NodeFacts, error) {
+	facts := capability.NodeFacts{
+		OS:                runtime.GOOS,
+		Arch:              runtime.GOARCH,
+		RuntimeName:       "docker",
+		CapabilityVersion: capability.Version,
+	}
+	note := func(format string, args ...any) { facts.Notes = append(facts.Notes, fmt.Sprintf(format, args...)) }
+
+	if host, err := os.Hostname(); err == nil {
+		facts.Hostname = host
+	} else {
+		note("hostname: %v", err)
+	}
+
+	procRoot := docker.kernelReports
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	limits := readCgroupLimits(procRoot, docker.cgroupRoot)
+	facts.CPUs = float64(runtime.NumCPU())
+	if limits.cpus > 0 && limits.cpus < facts.CPUs {
+		facts.CPUs = limits.cpus
+	}
+	if total, err := memTotal(filepath.Join(procRoot, "meminfo")); err == nil {
+		facts.MemoryBytes = total
+		if limits.memory > 0 && limits.memory < total {
+			facts.MemoryBytes = limits.memory
+		}
+	} else {
+		note("memory: %v", err)
+	}
+
+	if docker.artifactRoot == "" {
+		note("disk free: not measured, because no artifact root is configured")
+	} else if free, err := diskFree(docker.artifactRoot); err == nil {
+		facts.DiskFreeBytes = free
+	} else {
+		note("disk free at %s: %v", docker.artifactRoot, err)
+	}
+
+	if version, err := docker.api.ServerVersion(ctx); err == nil {
+		facts.RuntimeVersion = version.Version
+		facts.RuntimeAPIVersion = version.APIVersion
+	} else {
+		if ctx.Err() != nil {
+			return capability.NodeFacts{}, ctx.Err()
+		}
+		note("docker daemon version: %v", err)
+	}
+	images, err := docker.api.ImageList(ctx, image.ListOptions{})
+	if err != nil {
+		if ctx.Err() != nil {
+			return capability.NodeFacts{}, ctx.Err()
+		}
+		note("docker images: %v", err)
+	}
+	for _, summary := range images {
+		for _, digest := range summary.RepoDigests {
+			if !strings.Contains(digest, "<none>") && strings.Contains(digest, "@sha256:") {
+				facts.Images = append(facts.Images, digest)
+			}
+		}
+	}
+	sort.Strings(facts.Images)
+	facts.Images = slices.Compact(facts.Images)
+	return facts, nil
+}
+
+// memTotal reads MemTotal from a meminfo file, in bytes.
+func memTotal(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	scanner := bufio.NewScanner(f)
+	for scanner.Scan() {
+		fields := strings.Fields(scanner.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(fields[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: MemTotal %q: %w", path, fields[1], err)
+			}
+			return kb * 1024, nil
+		}
+	}
+	if err := scanner.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s: no MemTotal line", path)
+}
+
+// diskFree is the space an unprivileged writer can use on the filesystem
+// holding path, or, while path does not exist yet, its nearest existing
+// ancestor: the root is created on the first Artifact, and the filesystem it
+// will land on is the answer until then.
+func diskFree(path string) (int64, error) {
+	for {
+		var st syscall.Statfs_t
+		err := syscall.Statfs(path, &st)
+		if err == nil {
+			return int64(st.Bavail) * int64(st.Bsize), nil
+		}
+		parent := filepath.Dir(path)
+		if !errors.Is(err, syscall.ENOENT) || parent == path {
+			return 0, err
+		}
+		path = parent
+	}
+}
+
+// cgroupLimits is what the cgroups this process is in allow; zero means no
+// limit found.
+type cgroupLimits struct {
+	cpus   float64
+	memory int64
+}
+
+// readCgroupLimits finds this process's cgroup from <procRoot>/self/cgroup
+// and takes the tightest CPU quota and memory limit on the way from it up to
+// the hierarchy's root (a parent's limit binds its children). Directories
+// that do not exist are skipped, which is what makes it work both on a host
+// and inside a container whose cgroup namespace mounts its own cgroup as the
+// root. Unreadable files mean no limit: this is a cap on a measured figure,
+// never a figure of its own.
+func readCgroupLimits(procRoot, cgroupRoot string) cgroupLimits {
+	var limits cgroupLimits
+	raw, err := os.ReadFile(filepath.Join(procRoot, "self", "cgroup"))
+	if err != nil {
+		return limits
+	}
+	tighten := func(cpus float64, memory int64) {
+		if cpus > 0 && (limits.cpus == 0 || cpus < limits.cpus) {
+			limits.cpus = cpus
+		}
+		if memory > 0 && (limits.memory == 0 || memory < limits.memory) {
+			limits.memory = memory
+		}
+	}
+	_, statErr := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers"))
+	unified := statErr == nil
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		controllers, path := strings.Split(parts[1], ","), parts[2]
+		switch {
+		case unified && parts[0] == "0" && parts[1] == "":
+			for _, dir := range cgroupAncestors(cgroupRoot, path) {
+				tighten(cpuMax(filepath.Join(dir, "cpu.max")), readLimit(filepath.Join(dir, "memory.max")))
+			}
+		case !unified && slices.Contains(controllers, "cpu"):
+			for _, mount := range v1Mounts(cgroupRoot, parts[1], "cpu") {
+				for _, dir := range cgroupAncestors(mount, path) {
+					quota := readLimit(filepath.Join(dir, "cpu.cfs_quota_us"))
+					period := readLimit(filepath.Join(dir, "cpu.cfs_period_us"))
+					if quota > 0 && period > 0 {
+						tighten(float64(quota)/float64(period), 0)
+					}
+				}
+			}
+		case !unified && slices.Contains(controllers, "memory"):
+			for _, mount := range v1Mounts(cgroupRoot, parts[1], "memory") {
+				for _, dir := range cgroupAncestors(mount, path) {
+					tighten(0, readLimit(filepath.Join(dir, "memory.limit_in_bytes")))
+				}
+			}
+		}
+	}
+	return limits
+}
+
+// v1Mounts lists where a v1 hierarchy may be mounted: under its joined
+// controller list ("cpu,cpuacct") and under the single controller's name,
+// which distributions provide as a link.
+func v1Mounts(root, joined, controller string) []string {
+	mounts := []string{filepath.Join(root, joined)}
+	if joined != controller {
+		mounts = append(mounts, filepath.Join(root, controller))
+	}
+	return mounts
+}
+
+// cgroupAncestors lists the existing directories from root/path up to root.
+func cgroupAncestors(root, path string) []string {
+	var dirs []string
+	rel := filepath.Clean("/" + path)
+	for {
+		dir := filepath.Join(root, rel)
+		if info, err := os.Stat(dir); err == nil && info.IsDir() {
+			dirs = append(dirs, dir)
+		}
+		if rel == "/" {
+			return dirs
+		}
+		rel = filepath.Dir(rel)
+	}
+}
+
+// cpuMax reads a v2 cpu.max ("max 100000" or "150000 100000") as cores.
+func cpuMax(path string) float64 {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(raw))
+	if len(fields) != 2 || fields[0] == "max" {
+		return 0
+	}
+	quota, err1 := strconv.ParseFloat(fields[0], 64)
+	period, err2 := strconv.ParseFloat(fields[1], 64)
+	if err1 != nil || err2 != nil || quota <= 0 || period <= 0 {
+		return 0
+	}
+	return quota / period
+}
+
+// readLimit reads a file holding one integer; "max", a negative number or
+// anything unreadable is no limit (0).
+func readLimit(path string) int64 {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
+}
+
+// runtimeError is an error of one of Mercator's kinds that keeps the
+// daemon's own error underneath, so errors.Is matches both the kind
+// (failure.ErrNotFound) and the daemon's classification or a context's end.
+type runtimeError struct {
+	kind    error
+	cause   error
+	message string
+}
+
+func (e *runtimeError) Error() string { return e.message }
+
+func (e *runtimeError) Unwrap() []error {
+	var errs []error
+	if e.kind != nil {
+		errs = append(errs, e.kind)
+	}
+	if e.cause != nil {
+		errs = append(errs, e.cause)
+	}
+	return errs
+}
+
+// daemonError describes a failed daemon call in Mercator's words, keeping
+// the daemon's message, and gives it the failure kind the daemon's answer
+// implies. A failure the daemon does not classify (a runtime error inside
+// it) gets no kind: it is internal, not a reason to retry.
+func daemonError(err error, format string, args ...any) error {
+	var kind error
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case cerrdefs.IsNotFound(err):
+		kind = failure.ErrNotFound
+	case cerrdefs.IsConflict(err):
+		kind = failure.ErrConflict
+	case cerrdefs.IsInvalidArgument(err):
+		kind = failure.ErrInvalid
+	case cerrdefs.IsUnauthorized(err), cerrdefs.IsPermissionDenied(err):
+		kind = failure.ErrUnauthorized
+	case client.IsErrConnectionFailed(err), cerrdefs.IsUnavailable(err):
+		kind = failure.ErrUnavailable
+	}
+	return &runtimeError{kind: kind, cause: err, message: fmt.Sprintf(format, args...) + ": " + err.Error()}
+}

@@ -1,0 +1,50 @@
+package nodeagent
+
+import (
+	"context"
+	"io"
+
+	"github.com/mercator/mercator/capability"
+)
+
+// Runtime is the container runtime the agent drives. It is deliberately
+// narrow: Docker is the first implementation, and nothing above this line
+// knows which one is running, so containerd or another OCI runtime can be
+// added without touching the control-plane contract.
+//
+// Implementations are safe for concurrent use: the agent applies commands,
+// observes and reports facts from different goroutines.
+type Runtime interface {
+	// Facts reports the host, accelerators, driver, runtime, disk, and exact
+	// content inventory this machine holds.
+	Facts(ctx context.Context) (capability.NodeFacts, error)
+	PrepareImage(ctx context.Context, command capability.PrepareImageCommand) error
+	PrepareArtifact(ctx context.Context, command capability.PrepareArtifactCommand) error
+	// LaunchWorkload starts the container and returns once it is created. The
+	// agent observes its lifecycle separately, so a launch that returns does
+	// not claim the workload succeeded.
+	LaunchWorkload(ctx context.Context, command capability.LaunchWorkloadCommand) error
+	StopWorkload(ctx context.Context, command capability.StopWorkloadCommand) error
+	// Observe reports every workload this runtime currently knows about,
+	// including recently exited ones the agent has not yet reported.
+	Observe(ctx context.Context) ([]capability.WorkloadObservation, error)
+}
+
+// LogSource is the optional part of a Runtime that can read a workload's
+// output. It is separate from Runtime because output is a convenience the
+// control plane can live without, while the six methods above are what a
+// node cannot work without; a runtime that cannot read logs is still a
+// runtime, and the agent checks for this interface rather than requiring it.
+type LogSource interface {
+	// Logs returns the workload's stdout and stderr combined into one
+	// stream, in the order the runtime recorded them, from the beginning.
+	// With follow, the stream stays open while the workload runs and ends
+	// with io.EOF once it has exited and everything was read; without it,
+	// the stream ends at what was recorded so far. Any other read error
+	// means the stream broke and did not deliver everything.
+	//
+	// The caller owns the returned reader and must Close it; closing it
+	// early releases the runtime's side. A workload this runtime does not
+	// know is an error matching failure.ErrNotFound.
+	Logs(ctx context.Context, key capability.WorkloadKey, follow bool) (io.ReadCloser, error)
+}
