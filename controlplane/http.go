@@ -30,6 +30,7 @@ const maxLogBody = 8 << 20
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Public API.
+	mux.Handle("GET /metrics", s.metrics.handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -53,7 +54,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &failure.Error{Kind: failure.ErrNotFound, Message: fmt.Sprintf("no route %s %s; see /v1/openapi.json", r.Method, r.URL.Path)})
 	})
-	return recoverer(s, mux)
+	return recoverer(s, s.metrics.instrument(mux))
 }
 
 // recoverer turns a panic in a handler into a 500 with the API's error shape
@@ -108,6 +109,7 @@ func (s *Server) nodeAuth(h func(http.ResponseWriter, *http.Request, nodeCaller)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := s.authenticateNode(r.Context(), r)
 		if err != nil {
+			s.metrics.refused.WithLabelValues(failure.Code(err)).Inc()
 			writeError(w, err)
 			return
 		}

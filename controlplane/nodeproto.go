@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
@@ -132,6 +133,8 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 	flusher.Flush()
 	s.log.Info("session opened", "node", c.nodeID, "fencing_token", c.session.FencingToken)
 	defer s.log.Info("session closed", "node", c.nodeID)
+	s.metrics.sessions.Inc()
+	defer s.metrics.sessions.Dec()
 	enc := json.NewEncoder(w)
 	sent := map[string]bool{}
 	wake := s.nodeBroadcast(c.nodeID)
@@ -187,8 +190,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 	}
 	accepted := make([]string, 0, len(batch.Events))
 	changedRuns := false
+	applied := 0
+	var ended []string // runs that became terminal, counted once committed
 	err := s.store.Update(r.Context(), func(tx store.Tx) error {
-		accepted, changedRuns = accepted[:0], false
+		accepted, changedRuns, applied, ended = accepted[:0], false, 0, ended[:0]
 		if _, err := s.touch(tx, c.nodeID); err != nil {
 			return err
 		}
@@ -201,7 +206,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 				return err
 			}
 			if fresh {
-				changed, err := s.applyEvent(tx, c.nodeID, ev)
+				applied++
+				changed, end, err := s.applyEvent(tx, c.nodeID, ev)
+				if end != "" {
+					ended = append(ended, end)
+				}
 				if err != nil {
 					return fmt.Errorf("event %s: %w", ev.ID, err)
 				}
@@ -215,6 +224,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 		writeError(w, err)
 		return
 	}
+	for _, status := range ended {
+		s.metrics.terminal.WithLabelValues(status).Inc()
+	}
+	s.metrics.events.WithLabelValues("applied").Add(float64(applied))
+	s.metrics.events.WithLabelValues("duplicate").Add(float64(len(accepted) - applied))
 	if changedRuns {
 		s.runs.Notify()
 		s.wakeReconcile()
@@ -223,68 +237,78 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 }
 
 // applyEvent applies one fresh event inside tx and reports whether a run
-// changed.
-func (s *Server) applyEvent(tx store.Tx, nodeID string, ev node.Event) (bool, error) {
+// changed and, when a run became terminal, its new status.
+func (s *Server) applyEvent(tx store.Tx, nodeID string, ev node.Event) (changed bool, ended string, err error) {
 	now := s.now()
 	switch ev.Kind {
 	case node.EventFacts:
 		if ev.Facts == nil {
-			return false, nil
+			return false, "", nil
 		}
 		n, err := tx.GetNode(nodeID)
 		if err != nil {
-			return false, err
+			return false, "", err
 		}
 		n.Facts, n.FactsAt = ev.Facts, &now
-		return true, tx.PutNode(n) // capacity changed: placements may now fit
+		return true, "", tx.PutNode(n) // capacity changed: placements may now fit
 	case node.EventWorkload:
 		o := ev.Workload
 		if o == nil {
-			return false, nil
+			return false, "", nil
 		}
 		run, err := tx.GetRun(o.RunID)
 		if errors.Is(err, failure.ErrNotFound) {
-			return false, nil // not ours (a container from another control plane)
+			return false, "", nil // not ours (a container from another control plane)
 		}
 		if err != nil {
-			return false, err
+			return false, "", err
 		}
+		was := run.Status
 		if !lifecycle.Observe(&run.Run, nodeID, *o, now) {
-			return false, nil
+			return false, "", nil
 		}
-		return true, tx.PutRun(run)
+		return true, endedStatus(was, run.Status), tx.PutRun(run)
 	case node.EventResult:
 		res := ev.Result
 		if res == nil {
-			return false, nil
+			return false, "", nil
 		}
 		op, err := tx.GetOperation(res.OperationID)
 		if errors.Is(err, failure.ErrNotFound) {
-			return false, nil
+			return false, "", nil
 		}
 		if err != nil {
-			return false, err
+			return false, "", err
 		}
 		if op.NodeID != nodeID || op.Result != nil {
-			return false, nil
+			return false, "", nil
 		}
 		op.Result = res
 		if err := tx.PutOperation(op); err != nil {
-			return false, err
+			return false, "", err
 		}
 		if res.Outcome == node.OutcomeOK || res.Workload == nil || op.Command.Kind != node.KindLaunchWorkload {
-			return false, nil
+			return false, "", nil
 		}
 		run, err := tx.GetRun(res.Workload.RunID)
 		if err != nil {
-			return false, err
+			return false, "", err
 		}
+		was := run.Status
 		if !lifecycle.LaunchFailed(&run.Run, nodeID, res.Workload.Attempt, "could not start: "+res.Error, now) {
-			return false, nil
+			return false, "", nil
 		}
-		return true, tx.PutRun(run)
+		return true, endedStatus(was, run.Status), tx.PutRun(run)
 	}
-	return false, nil // an event kind from a newer agent: held, not applied
+	return false, "", nil // an event kind from a newer agent: held, not applied
+}
+
+// endedStatus is the new status when a run just became terminal, else "".
+func endedStatus(was, now string) string {
+	if !api.Terminal(was) && api.Terminal(now) {
+		return now
+	}
+	return ""
 }
 
 // nodeLogs appends a chunk of a workload's output.

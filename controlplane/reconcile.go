@@ -174,6 +174,8 @@ func (s *Server) reconcile(ctx context.Context) error {
 	for id := range touched {
 		s.nodeBroadcast(id).Notify()
 	}
+	s.metrics.placements.Add(float64(len(plan.Placements)))
+	s.metrics.pending.Set(float64(len(plan.Waiting)))
 	if len(plan.Placements) > 0 {
 		s.log.Info("placed runs", "count", len(plan.Placements), "waiting", len(plan.Waiting))
 		s.runs.Notify()

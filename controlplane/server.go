@@ -96,6 +96,7 @@ type Server struct {
 	runs          *broadcast // a run changed
 	nodeWake      sync.Map   // node ID → *broadcast: new operations for it
 	logs          *broadcast // a log grew
+	metrics       *metrics
 }
 
 // New returns a server over st. It does nothing until Run or Handler.
@@ -104,7 +105,7 @@ func New(cfg Config, st store.Store, resolver ImageResolver) *Server {
 	return &Server{
 		cfg: cfg, store: st, resolver: resolver, log: cfg.Logger,
 		reconcileWake: make(chan struct{}, 1),
-		runs:          newBroadcast(), logs: newBroadcast(),
+		runs:          newBroadcast(), logs: newBroadcast(), metrics: newMetrics(),
 	}
 }
 

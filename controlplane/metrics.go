@@ -1,0 +1,89 @@
+package controlplane
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the control plane's Prometheus series. Each Server has its own
+// registry, so several servers in one process (tests, `mercator dev`) do not
+// collide, and the series are exactly those listed here.
+type metrics struct {
+	registry *prometheus.Registry
+	// events counts node events by outcome: "applied" the first time an
+	// (node, event ID) is seen, "duplicate" for every redelivery after.
+	events *prometheus.CounterVec
+	// refused counts node-protocol calls refused, by reason ("fenced",
+	// "unauthorized").
+	refused *prometheus.CounterVec
+	// placements counts attempts created by the scheduler.
+	placements prometheus.Counter
+	// terminal counts runs reaching a terminal status, by status.
+	terminal *prometheus.CounterVec
+	// requests and latency cover the HTTP API, by route pattern and code.
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	sessions prometheus.Gauge
+	pending  prometheus.Gauge
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_node_events_total",
+			Help: "Node events received, by outcome: applied (first delivery) or duplicate (redelivery, not applied again)."}, []string{"outcome"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_node_calls_refused_total",
+			Help: "Node-protocol calls refused, by reason (fenced, unauthorized)."}, []string{"reason"}),
+		placements: prometheus.NewCounter(prometheus.CounterOpts{Name: "mercator_placements_total", Help: "Attempts created by the scheduler."}),
+		terminal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_runs_terminal_total",
+			Help: "Runs that reached a terminal status, by status."}, []string{"status"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_http_requests_total",
+			Help: "HTTP requests by route and status code."}, []string{"route", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mercator_http_request_seconds",
+			Help: "HTTP request latency by route (streams count until they end).", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"route"}),
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mercator_node_sessions", Help: "Open node session streams."}),
+		pending:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "mercator_runs_pending", Help: "Queued runs at the last reconcile."}),
+	}
+	m.registry.MustRegister(m.events, m.refused, m.placements, m.terminal, m.requests, m.latency, m.sessions, m.pending,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// statusRecorder captures the status code a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.code = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// instrument counts and times every request by its route pattern.
+func (m *metrics) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		route := r.Pattern
+		if route == "" {
+			route = "unmatched"
+		}
+		m.requests.WithLabelValues(route, http.StatusText(rec.code)).Inc()
+		m.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	})
+}
