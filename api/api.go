@@ -56,6 +56,20 @@ type RunSpec struct {
 	// Retries is how many further attempts a failed attempt may get
 	// (non-zero exit, failure to start). 0 means one attempt only.
 	Retries int `json:"retries,omitempty"`
+	// GPUs is the number of whole GPUs the run needs; the scheduler assigns
+	// specific devices by UUID.
+	GPUs int `json:"gpus,omitempty"`
+	// GPUModel, when set, restricts GPUs to models containing it
+	// (case-insensitive), e.g. "H100".
+	GPUModel string `json:"gpu_model,omitempty"`
+	// GPUMemoryBytes, when positive, is the minimum memory per GPU.
+	GPUMemoryBytes int64 `json:"gpu_memory_bytes,omitempty"`
+	// ReplaceAfterSeconds is how long an attempt's node may be unreachable
+	// before the attempt is replaced by a new one elsewhere: 0 means the
+	// default (300), negative means never. A replaced attempt that turns out
+	// to be alive is stopped when its node returns, so at most one attempt
+	// keeps running.
+	ReplaceAfterSeconds int64 `json:"replace_after_seconds,omitempty"`
 }
 
 // Run is a run as the API shows it.
@@ -79,6 +93,7 @@ type Run struct {
 type Attempt struct {
 	Number      int        `json:"number"`
 	NodeID      string     `json:"node_id"`
+	GPUs        []string   `json:"gpus,omitempty"`
 	Status      string     `json:"status"`
 	ContainerID string     `json:"container_id,omitempty"`
 	ExitCode    *int       `json:"exit_code,omitempty"`

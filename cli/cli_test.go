@@ -124,7 +124,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		"garbage cpu":     {[]string{"run", "submit", "--image", "x", "--cpu", "lots"}, "cpu"},
 		"negative retry":  {[]string{"run", "submit", "--image", "x", "--retries", "-1"}, "--retries"},
 		"negative time":   {[]string{"run", "submit", "--image", "x", "--timeout", "-1s"}, "--timeout"},
-		"unknown flag":    {[]string{"run", "submit", "--image", "x", "--gpus", "1"}, "gpus"},
+		"unknown flag":    {[]string{"run", "submit", "--image", "x", "--tpus", "1"}, "tpus"},
 		"bad output":      {[]string{"run", "get", "r-1", "-o", "yaml"}, "table or json"},
 		"no run id":       {[]string{"run", "get"}, "RUN_ID"},
 		"two run ids":     {[]string{"run", "wait", "r-1", "r-2"}, "RUN_ID"},

@@ -45,7 +45,8 @@ Prints the new run's ID, and nothing else, on stdout, so that
 
 captures it. Flags come before the command; everything from "--" (or from
 the first argument that is not a flag) on is the command and its arguments.
-Without a command the image's own entrypoint and command run.
+A command is required; when the image has an ENTRYPOINT, the command is
+passed to it as arguments.
 
 Sizes for --memory take decimal (KB, MB, GB, TB) or binary (KiB, MiB, GiB,
 TiB) units; a plain number is bytes.`)
@@ -55,6 +56,10 @@ TiB) units; a plain number is bytes.`)
 	memory := fs.String("memory", "", "memory `size` limit, e.g. 64MiB or 1GB (none: no limit)")
 	timeout := fs.Duration("timeout", 0, "fail the run this long after its container started, e.g. 30m (0: no timeout)")
 	retries := fs.Int("retries", 0, "further attempts a failed attempt may get")
+	gpus := fs.Int("gpus", 0, "number of whole GPUs the run needs")
+	gpuModel := fs.String("gpu-model", "", "GPU `model` the run needs, matched as a case-insensitive substring, e.g. H100")
+	gpuMemory := fs.String("gpu-memory", "", "minimum memory `size` per GPU, e.g. 80GiB")
+	replaceAfter := fs.Duration("replace-after", 0, "replace an attempt whose node has been unreachable this long, e.g. 10m (0: the default, 5m; negative: never)")
 	var env stringList
 	fs.Var(&env, "env", "set `KEY=VALUE` in the container's environment (repeatable)")
 	command, err := fs.parseHead(args)
@@ -64,9 +69,25 @@ TiB) units; a plain number is bytes.`)
 	if err := g.check(); err != nil {
 		return err
 	}
-	spec := api.RunSpec{Image: strings.TrimSpace(*image), Command: command, Retries: *retries}
+	spec := api.RunSpec{Image: strings.TrimSpace(*image), Command: command, Retries: *retries, GPUs: *gpus, GPUModel: *gpuModel}
 	if spec.Image == "" {
 		return usagef("--image is required: the image to run, e.g. --image alpine:3")
+	}
+	if *gpus < 0 {
+		return usagef("--gpus must not be negative, got %d", *gpus)
+	}
+	if *gpuMemory != "" {
+		n, err := parseSize(*gpuMemory)
+		if err != nil {
+			return usagef("--gpu-memory: %v", err)
+		}
+		spec.GPUMemoryBytes = n
+	}
+	switch {
+	case *replaceAfter < 0:
+		spec.ReplaceAfterSeconds = -1
+	case *replaceAfter > 0:
+		spec.ReplaceAfterSeconds = int64(math.Ceil(replaceAfter.Seconds()))
 	}
 	if *cpu < 0 || math.IsNaN(*cpu) || math.IsInf(*cpu, 0) {
 		return usagef("--cpu must be a number of cores, 0 or more, not %v", *cpu)

@@ -87,6 +87,9 @@ func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run
 		n := byID[a.NodeID]
 		n.UsedCPU += r.CPU
 		n.UsedMemory += r.MemoryBytes
+		for _, g := range a.GPUs {
+			n.UsedGPUs[g] = true
+		}
 	}
 	queued, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunQueued}})
 	if err != nil {
@@ -99,7 +102,8 @@ func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run
 			continue
 		}
 		pending[r.ID] = r
-		snap.Pending = append(snap.Pending, scheduler.Run{ID: r.ID, Image: r.PinnedImage, CPU: r.CPU, MemoryBytes: r.MemoryBytes})
+		snap.Pending = append(snap.Pending, scheduler.Run{ID: r.ID, Image: r.PinnedImage, CPU: r.CPU, MemoryBytes: r.MemoryBytes,
+			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes})
 	}
 	return snap, pending, nil
 }
@@ -138,7 +142,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 			if run.Status != api.RunQueued || run.Cancel || len(run.Attempts) != len(pending[p.RunID].Attempts) {
 				continue // changed since the snapshot; the next pass sees it
 			}
-			a := lifecycle.Place(&run.Run, p.NodeID, now)
+			a := lifecycle.Place(&run.Run, p.NodeID, p.GPUs, now)
 			cmd := node.Command{Kind: node.KindLaunchWorkload, LaunchWorkload: &capability.LaunchWorkloadCommand{
 				WorkloadKey: capability.WorkloadKey{RunID: run.ID, Attempt: a.Number},
 				Image:       run.PinnedImage, Command: run.Command, Env: run.Env,

@@ -18,6 +18,7 @@ const (
 	maxMemory      = 1 << 50
 	maxTimeout     = 30 * 24 * 3600
 	maxRetries     = 100
+	maxGPUs        = 64
 	maxArgs        = 4096
 	maxEnv         = 1024
 	maxStringBytes = 128 << 10
@@ -49,6 +50,16 @@ func ValidateRunSpec(spec *api.RunSpec) error {
 		return failure.Invalid("timeout_seconds", "must be from 0 (none) to %d (30 days)", maxTimeout)
 	case spec.Retries < 0 || spec.Retries > maxRetries:
 		return failure.Invalid("retries", "must be from 0 to %d", maxRetries)
+	case spec.GPUs < 0 || spec.GPUs > maxGPUs:
+		return failure.Invalid("gpus", "must be from 0 to %d", maxGPUs)
+	case spec.GPUs == 0 && (spec.GPUModel != "" || spec.GPUMemoryBytes != 0):
+		return failure.Invalid("gpus", "gpu_model and gpu_memory_bytes need gpus of 1 or more")
+	case spec.GPUMemoryBytes < 0 || spec.GPUMemoryBytes > maxMemory:
+		return failure.Invalid("gpu_memory_bytes", "must be from 0 (any) to %d bytes", int64(maxMemory))
+	case len(spec.GPUModel) > 128 || strings.ContainsAny(spec.GPUModel, "\x00\n"):
+		return failure.Invalid("gpu_model", "must be a model name such as H100, at most 128 characters on one line")
+	case spec.ReplaceAfterSeconds > maxTimeout:
+		return failure.Invalid("replace_after_seconds", "must be at most %d (30 days), 0 for the default or negative for never", maxTimeout)
 	case len(spec.Env) > maxEnv:
 		return failure.Invalid("env", "has %d variables; at most %d are accepted", len(spec.Env), maxEnv)
 	}

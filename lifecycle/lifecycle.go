@@ -47,9 +47,10 @@ func Find(r *api.Run, number int) *api.Attempt {
 	return nil
 }
 
-// Place records a new attempt of a queued run on a node.
-func Place(r *api.Run, nodeID string, now time.Time) api.Attempt {
-	a := api.Attempt{Number: len(r.Attempts) + 1, NodeID: nodeID, Status: api.AttemptPlaced, PlacedAt: now}
+// Place records a new attempt of a queued run on a node, holding the given
+// GPUs (by UUID).
+func Place(r *api.Run, nodeID string, gpus []string, now time.Time) api.Attempt {
+	a := api.Attempt{Number: len(r.Attempts) + 1, NodeID: nodeID, GPUs: gpus, Status: api.AttemptPlaced, PlacedAt: now}
 	r.Attempts = append(r.Attempts, a)
 	r.Status = api.RunPlaced
 	r.Reason = ""
