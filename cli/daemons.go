@@ -43,6 +43,7 @@ DATA_DIR/admin-token and prints the path; give it to the CLI with
 	dataDir := fs.String("data-dir", "/var/lib/mercator/server", "`directory` for the admin credential and the default database")
 	public := fs.String("public-url", "", "`URL` agents and clients use to reach this server (default http://LISTEN)")
 	lease := fs.Duration("lease", 30*time.Second, "how long a node stays ready without reporting")
+	sessionTTL := fs.Duration("session-ttl", 24*time.Hour, "life of a node's session credential; agents renew it after two thirds")
 	insecure := fs.String("insecure-registries", "", "comma-separated `hosts` reached over plain HTTP when pinning images (loopback always is)")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
 	if pos, err := fs.parse(args); err != nil {
@@ -60,7 +61,7 @@ DATA_DIR/admin-token and prints the path; give it to the CLI with
 	}
 	return controlplane.Run(ctx, controlplane.Options{
 		DB: *db, Listen: *listen, DataDir: *dataDir, PublicURL: *public, InsecureRegistries: regs,
-		Config: controlplane.Config{Lease: *lease}, Logger: log,
+		Config: controlplane.Config{Lease: *lease, SessionTTL: *sessionTTL}, Logger: log,
 		Ready: func(url, tokenFile string) {
 			fmt.Fprintf(inv.stderr, "control plane at %s\nadmin credential in %s\n", url, tokenFile)
 		},

@@ -372,6 +372,10 @@ func (a *Agent) wakeObserve() {
 func (a *Agent) observeLoop(ctx context.Context) {
 	t := time.NewTicker(a.observeEvery)
 	defer t.Stop()
+	var changes <-chan struct{}
+	if src, ok := a.runtime.(ChangeSource); ok {
+		changes = src.Changes(ctx)
+	}
 	for {
 		a.observeOnce(ctx)
 		select {
@@ -379,6 +383,7 @@ func (a *Agent) observeLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-a.observeCh:
+		case <-changes:
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
@@ -488,6 +489,11 @@ func (f *fakeDocker) ServerVersion(context.Context) (types.Version, error) {
 }
 
 func (f *fakeDocker) Close() error { return nil }
+
+// Events never delivers: the fake's tests drive Observe directly.
+func (f *fakeDocker) Events(ctx context.Context, _ events.ListOptions) (<-chan events.Message, <-chan error) {
+	return nil, nil
+}
 
 // The daemon's own error shapes, as the client returns them.
 func daemonNotFound(what string) error {

@@ -48,3 +48,16 @@ type LogSource interface {
 	// know is an error matching failure.ErrNotFound.
 	Logs(ctx context.Context, key capability.WorkloadKey, follow bool) (io.ReadCloser, error)
 }
+
+// ChangeSource is an optional Runtime extension: a signal that something
+// about the runtime's workloads changed (a container started, died, was
+// OOM-killed or removed). The agent reads Observe again at each signal
+// instead of waiting for its next tick, which is what makes an exit reach
+// the control plane in milliseconds rather than within an observe period.
+// Signals carry no data: Observe stays the one authority on what is true.
+type ChangeSource interface {
+	// Changes returns a channel that receives a value after each change.
+	// Signals may be coalesced; the channel is closed when ctx ends. A
+	// broken event stream is reopened by the implementation.
+	Changes(ctx context.Context) <-chan struct{}
+}

@@ -1,0 +1,63 @@
+package nodeagent
+
+import (
+	"context"
+	"time"
+
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
+)
+
+// Changes implements ChangeSource from the daemon's event stream, filtered
+// to this node's containers and to the lifecycle actions that change what
+// Observe reports. When the stream breaks (the daemon restarted) it is
+// reopened after a second, and a signal is sent on reopening, because events
+// during the gap were missed.
+func (docker *DockerRuntime) Changes(ctx context.Context) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case out <- struct{}{}:
+		default:
+		}
+	}
+	go func() {
+		defer close(out)
+		for ctx.Err() == nil {
+			f := filters.NewArgs(filters.Arg("type", "container"))
+			if docker.nodeID != "" {
+				f.Add("label", LabelNode+"="+docker.nodeID)
+			} else {
+				f.Add("label", LabelRun)
+			}
+			for _, action := range []string{"create", "start", "die", "oom", "destroy", "pause", "unpause"} {
+				f.Add("event", action)
+			}
+			streamCtx, cancel := context.WithCancel(ctx)
+			msgs, errs := docker.api.Events(streamCtx, events.ListOptions{Filters: f})
+			signal()
+		read:
+			for {
+				select {
+				case <-ctx.Done():
+					cancel()
+					return
+				case _, ok := <-msgs:
+					if !ok {
+						break read
+					}
+					signal()
+				case <-errs:
+					break read
+				}
+			}
+			cancel()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return out
+}
