@@ -91,18 +91,25 @@ type Run struct {
 
 // Attempt is one placement of a run.
 type Attempt struct {
-	Number      int        `json:"number"`
-	NodeID      string     `json:"node_id"`
-	GPUs        []string   `json:"gpus,omitempty"`
-	Status      string     `json:"status"`
-	ContainerID string     `json:"container_id,omitempty"`
-	ExitCode    *int       `json:"exit_code,omitempty"`
-	OOMKilled   bool       `json:"oom_killed,omitempty"`
-	Error       string     `json:"error,omitempty"`
-	StopReason  string     `json:"stop_reason,omitempty"`
-	PlacedAt    time.Time  `json:"placed_at"`
-	StartedAt   *time.Time `json:"started_at,omitempty"`
-	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	Number      int      `json:"number"`
+	NodeID      string   `json:"node_id"`
+	GPUs        []string `json:"gpus,omitempty"`
+	Status      string   `json:"status"`
+	ContainerID string   `json:"container_id,omitempty"`
+	ExitCode    *int     `json:"exit_code,omitempty"`
+	OOMKilled   bool     `json:"oom_killed,omitempty"`
+	Error       string   `json:"error,omitempty"`
+	StopReason  string   `json:"stop_reason,omitempty"`
+	// Replaced is set when the control plane gave up on this attempt because
+	// its node was unreachable past the run's replace-after; a later attempt
+	// took its place. If the node comes back with it still running, it is
+	// stopped.
+	Replaced bool `json:"replaced,omitempty"`
+	// StopRequested is set once a stop operation was issued for the attempt.
+	StopRequested bool       `json:"stop_requested,omitempty"`
+	PlacedAt      time.Time  `json:"placed_at"`
+	StartedAt     *time.Time `json:"started_at,omitempty"`
+	FinishedAt    *time.Time `json:"finished_at,omitempty"`
 }
 
 // RunList is the body of GET /v1/runs.

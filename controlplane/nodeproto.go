@@ -124,7 +124,12 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 		writeError(w, fmt.Errorf("streaming unsupported"))
 		return
 	}
-	if err := s.store.Update(ctx, func(tx store.Tx) error { _, err := s.touch(tx, c.nodeID); return err }); err != nil {
+	if err := s.store.Update(ctx, func(tx store.Tx) error {
+		if _, err := s.touch(tx, c.nodeID); err != nil {
+			return err
+		}
+		return s.sweepStrays(tx, c.nodeID)
+	}); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -264,7 +269,12 @@ func (s *Server) applyEvent(tx store.Tx, nodeID string, ev node.Event) (changed 
 			return false, "", err
 		}
 		was := run.Status
-		if !lifecycle.Observe(&run.Run, nodeID, *o, now) {
+		changed := lifecycle.Observe(&run.Run, nodeID, *o, now)
+		stopped, err := s.stopStrays(tx, &run.Run, nodeID)
+		if err != nil {
+			return false, "", err
+		}
+		if !changed && !stopped {
 			return false, "", nil
 		}
 		return true, endedStatus(was, run.Status), tx.PutRun(run)
@@ -301,6 +311,55 @@ func (s *Server) applyEvent(tx store.Tx, nodeID string, ev node.Event) (changed 
 		return true, endedStatus(was, run.Status), tx.PutRun(run)
 	}
 	return false, "", nil // an event kind from a newer agent: held, not applied
+}
+
+// stopStrays issues a stop for every attempt of the run on this node that
+// may still be running but must not (see lifecycle.Strays), and reports
+// whether it issued any. It is called when a node reports on a run, which is
+// when a replaced attempt on a returning node shows itself.
+func (s *Server) stopStrays(tx store.Tx, run *api.Run, nodeID string) (bool, error) {
+	issued := false
+	for _, a := range lifecycle.Strays(run) {
+		if a.NodeID != nodeID {
+			continue
+		}
+		reason := "replaced"
+		if api.Terminal(run.Status) && !a.Replaced {
+			reason = "superseded"
+		}
+		if err := s.issue(tx, nodeID, node.Command{Kind: node.KindStopWorkload, StopWorkload: &capability.StopWorkloadCommand{
+			WorkloadKey: capability.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: reason, GracePeriod: 10 * time.Second}}); err != nil {
+			return false, err
+		}
+		a.StopRequested = true
+		issued = true
+		s.log.Info("stopping stray attempt", "run", run.ID, "attempt", a.Number, "node", nodeID, "reason", reason)
+	}
+	return issued, nil
+}
+
+// sweepStrays stops the node's stray attempts when it opens a session. A
+// node returning from a partition or a restart may hold an attempt that was
+// replaced meanwhile and say nothing new about it (its container is running,
+// as it was when last reported), so the control plane cannot wait for an
+// observation to notice it.
+func (s *Server) sweepStrays(tx store.Tx, nodeID string) error {
+	runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: nodeID})
+	if err != nil {
+		return err
+	}
+	for _, run := range runs {
+		stopped, err := s.stopStrays(tx, &run.Run, nodeID)
+		if err != nil {
+			return err
+		}
+		if stopped {
+			if err := tx.PutRun(run); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // endedStatus is the new status when a run just became terminal, else "".

@@ -80,15 +80,18 @@ func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run
 		return snap, nil, err
 	}
 	for _, r := range active {
-		a := lifecycle.Current(&r.Run)
-		if a == nil || !lifecycle.Active(*a) || byID[a.NodeID] == nil {
-			continue
-		}
-		n := byID[a.NodeID]
-		n.UsedCPU += r.CPU
-		n.UsedMemory += r.MemoryBytes
-		for _, g := range a.GPUs {
-			n.UsedGPUs[g] = true
+		// Every attempt that may still hold resources counts, replaced ones
+		// included: a replaced attempt can be alive on its node.
+		for _, a := range r.Attempts {
+			n := byID[a.NodeID]
+			if !lifecycle.Active(a) || n == nil {
+				continue
+			}
+			n.UsedCPU += r.CPU
+			n.UsedMemory += r.MemoryBytes
+			for _, g := range a.GPUs {
+				n.UsedGPUs[g] = true
+			}
 		}
 	}
 	queued, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunQueued}})
@@ -112,6 +115,9 @@ func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run
 // becomes an attempt and a launch operation in one transaction, and each
 // waiting run gets its reason.
 func (s *Server) reconcile(ctx context.Context) error {
+	if err := s.replaceLost(ctx); err != nil {
+		return err
+	}
 	var plan scheduler.Plan
 	var pending map[string]store.Run
 	if err := s.store.View(ctx, func(tx store.Tx) error {
@@ -183,6 +189,85 @@ func (s *Server) reconcile(ctx context.Context) error {
 	if len(plan.Placements) > 0 {
 		s.log.Info("placed runs", "count", len(plan.Placements), "waiting", len(plan.Waiting))
 		s.runs.Notify()
+	}
+	return nil
+}
+
+// replaceLost replaces the current attempt of every run whose node has been
+// unreachable for longer than the run's replace-after (lifecycle.Replace),
+// and withdraws the attempt's launch if the node never received it. The run
+// goes back to the queue in the same transaction, so the scheduling pass
+// that follows places it elsewhere.
+func (s *Server) replaceLost(ctx context.Context) error {
+	replaced := 0
+	err := s.store.Update(ctx, func(tx store.Tx) error {
+		replaced = 0
+		nodes, err := tx.ListNodes()
+		if err != nil {
+			return err
+		}
+		since := map[string]time.Time{}
+		for _, n := range nodes {
+			if s.nodeStatus(n) == api.NodeUnreachable && n.LastSeenAt != nil {
+				since[n.ID] = n.LastSeenAt.Add(s.cfg.Lease)
+			}
+		}
+		if len(since) == 0 {
+			return nil
+		}
+		runs, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		for _, run := range runs {
+			a := lifecycle.Current(&run.Run)
+			if a == nil {
+				continue
+			}
+			lost, down := since[a.NodeID]
+			after, ok := lifecycle.ReplaceAfter(&run.Run)
+			if !down || !ok || now.Before(lost.Add(after)) {
+				continue
+			}
+			if lifecycle.Replace(&run.Run, lost, now) == nil {
+				continue
+			}
+			if err := s.withdrawLaunch(tx, a.NodeID, run.ID, a.Number, now); err != nil {
+				return err
+			}
+			if err := tx.PutRun(run); err != nil {
+				return err
+			}
+			replaced++
+			s.log.Warn("replacing attempt on unreachable node", "run", run.ID, "attempt", a.Number, "node", a.NodeID, "unreachable_since", lost)
+		}
+		return nil
+	})
+	if replaced > 0 {
+		s.runs.Notify()
+	}
+	return err
+}
+
+// withdrawLaunch settles a still-pending launch of the attempt so it is not
+// delivered when the node returns. A launch already delivered is not
+// affected: the node reports the attempt and it is stopped as a stray.
+func (s *Server) withdrawLaunch(tx store.Tx, nodeID, runID string, attempt int, now time.Time) error {
+	ops, err := tx.PendingOperations(nodeID)
+	if err != nil {
+		return err
+	}
+	for _, op := range ops {
+		l := op.Command.LaunchWorkload
+		if l == nil || l.RunID != runID || l.Attempt != attempt {
+			continue
+		}
+		op.Result = &node.Result{OperationID: op.ID, Kind: op.Command.Kind, Outcome: node.OutcomeRefused, At: now,
+			Error: "withdrawn by the control plane: the attempt was replaced while its node was unreachable"}
+		if err := tx.PutOperation(op); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -50,12 +50,12 @@ func Run(ctx context.Context, o Options) error {
 	if o.Listen == "" {
 		o.Listen = "127.0.0.1:7070"
 	}
-	if !strings.HasPrefix(o.DB, "sqlite://") {
-		return fmt.Errorf("--db %q: only sqlite://PATH is supported by this build", o.DB)
+	if !strings.HasPrefix(o.DB, "sqlite://") && !strings.HasPrefix(o.DB, "postgres://") && !strings.HasPrefix(o.DB, "postgresql://") {
+		return fmt.Errorf("--db %q: want sqlite://PATH or postgres://USER:PASSWORD@HOST/DB", sqlstore.Redacted(o.DB))
 	}
-	st, err := sqlstore.Open(ctx, o.DB)
+	st, err := sqlstore.Open(ctx, o.DB) // dispatches on the scheme
 	if err != nil {
-		return fmt.Errorf("open store %s: %w", o.DB, err)
+		return fmt.Errorf("open store %s: %w", sqlstore.Redacted(o.DB), err)
 	}
 	defer st.Close()
 	tokenFile, err := EnsureAdminToken(ctx, st, o.DataDir, time.Now())

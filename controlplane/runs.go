@@ -154,6 +154,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
 		nodeID = ""
 		if a := lifecycle.Cancel(&run.Run, s.now()); a != nil {
 			nodeID = a.NodeID
+			a.StopRequested = true
 			if err := s.issue(tx, a.NodeID, node.Command{Kind: node.KindStopWorkload, StopWorkload: &capability.StopWorkloadCommand{
 				WorkloadKey: capability.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "cancelled", GracePeriod: 10 * time.Second}}); err != nil {
 				return err

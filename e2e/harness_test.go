@@ -41,6 +41,8 @@ type cluster struct {
 	workload string // pinned reference of testdata/images/workload
 	stop     func()
 	agents   map[string]context.CancelFunc
+	stopped  map[string]chan struct{}
+	lease    time.Duration
 	wg       sync.WaitGroup
 }
 
@@ -56,10 +58,13 @@ var (
 )
 
 // startCluster starts a registry, a control plane and no agents.
-func startCluster(t testing.TB) *cluster {
+func startCluster(t testing.TB) *cluster { return startClusterWithLease(t, 10*time.Second) }
+
+// startClusterWithLease is startCluster with the nodes' lease given.
+func startClusterWithLease(t testing.TB, lease time.Duration) *cluster {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &cluster{t: t, ctx: ctx, dataDir: t.TempDir(), agents: map[string]context.CancelFunc{}}
+	c := &cluster{t: t, ctx: ctx, dataDir: t.TempDir(), agents: map[string]context.CancelFunc{}, stopped: map[string]chan struct{}{}, lease: lease}
 	c.registry = registrytest.Start(t)
 	pinned, err := testimage.Publish(ctx, filepath.Join(repoRoot(t), "testdata", "images", "workload"), c.registry)
 	if err != nil {
@@ -71,7 +76,7 @@ func startCluster(t testing.TB) *cluster {
 	go func() {
 		done <- controlplane.Run(ctx, controlplane.Options{
 			DataDir: c.dataDir, Listen: "127.0.0.1:0", Logger: testLogger(t).With("c", "server"),
-			Config: controlplane.Config{Lease: 10 * time.Second, KeepAlive: time.Second},
+			Config: controlplane.Config{Lease: lease, KeepAlive: time.Second, ReconcileEvery: lease / 4},
 			Ready:  func(url, tok string) { ready <- [2]string{url, tok} },
 		})
 	}()
@@ -110,22 +115,41 @@ func (c *cluster) nodeIDs() []string {
 	return ids
 }
 
-// startAgent invites a node and runs an agent for it against the local daemon.
-func (c *cluster) startAgent(nodeID string) {
+// startAgent invites a node and runs an agent for it against the local
+// daemon. It returns the node's ID (made unique per test).
+func (c *cluster) startAgent(nodeID string) string {
 	c.t.Helper()
 	nodeID = uniqueNodeID(c.t, nodeID)
 	inv, err := c.client.InviteNode(c.ctx, nodeID, 0)
 	if err != nil {
 		c.t.Fatalf("invite %s: %v", nodeID, err)
 	}
+	c.runAgent(nodeID, inv.Token)
+	return nodeID
+}
+
+// stopAgent stops a node's agent process (its containers keep running, as
+// they would if the agent crashed) and waits until it has exited.
+func (c *cluster) stopAgent(nodeID string) {
+	c.agents[nodeID]()
+	<-c.stopped[nodeID]
+}
+
+// restartAgent starts a stopped node's agent again on the same state
+// directory, without an invitation: it must resume its session.
+func (c *cluster) restartAgent(nodeID string) { c.runAgent(nodeID, "") }
+
+func (c *cluster) runAgent(nodeID, invitation string) {
 	ctx, cancel := context.WithCancel(c.ctx)
-	c.agents[nodeID] = cancel
+	stopped := make(chan struct{})
+	c.agents[nodeID], c.stopped[nodeID] = cancel, stopped
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
+		defer close(stopped)
 		err := nodeagent.Run(ctx, nodeagent.Options{
 			ControlPlaneURL: c.url, NodeID: nodeID, StateDir: filepath.Join(c.dataDir, "agent-"+nodeID),
-			Invitation: inv.Token, Heartbeat: time.Second, Logger: testLogger(c.t).With("c", "agent", "node", nodeID),
+			Invitation: invitation, Heartbeat: min(time.Second, c.lease/4), Logger: testLogger(c.t).With("c", "agent", "node", nodeID),
 		})
 		if err != nil && ctx.Err() == nil {
 			c.t.Errorf("agent %s stopped: %v", nodeID, err)

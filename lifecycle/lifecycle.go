@@ -181,6 +181,60 @@ func finish(r *api.Run, status, reason string, code *int, now time.Time) {
 	r.FinishedAt = &t
 }
 
+// DefaultReplaceAfter is how long an attempt's node may be unreachable (past
+// its lease) before the attempt is replaced, when the run does not say. Five
+// minutes rides out a reboot or a network blip on a rented machine without
+// paying for a second copy of the work, and bounds how long a lost machine
+// holds a run up.
+const DefaultReplaceAfter = 5 * time.Minute
+
+// ReplaceAfter is the run's replace-after policy; ok is false for "never".
+func ReplaceAfter(r *api.Run) (d time.Duration, ok bool) {
+	switch {
+	case r.ReplaceAfterSeconds < 0:
+		return 0, false
+	case r.ReplaceAfterSeconds == 0:
+		return DefaultReplaceAfter, true
+	}
+	return time.Duration(r.ReplaceAfterSeconds) * time.Second, true
+}
+
+// Replace gives up on the run's current attempt because its node has been
+// unreachable since the given moment: the attempt is marked replaced (its
+// status stays what was last known, since nothing was observed) and the run
+// goes back to the queue for a new attempt elsewhere. It returns the
+// replaced attempt, or nil when there is nothing to replace.
+func Replace(r *api.Run, unreachableSince, now time.Time) *api.Attempt {
+	a := Current(r)
+	if a == nil || !Active(*a) || a.Replaced || api.Terminal(r.Status) || r.Cancel {
+		return nil
+	}
+	a.Replaced = true
+	r.Status = api.RunQueued
+	r.Reason = fmt.Sprintf("attempt %d replaced: node %s unreachable since %s", a.Number, a.NodeID, unreachableSince.UTC().Format(time.RFC3339))
+	r.UpdatedAt = now
+	return a
+}
+
+// Strays returns the attempts that may still run but must not: a replaced
+// attempt, any attempt of an ended run, any attempt but the current one. The
+// control plane stops each once (it sets StopRequested), which is what keeps
+// at most one attempt of a run running once an unreachable node is back.
+func Strays(r *api.Run) []*api.Attempt {
+	var out []*api.Attempt
+	cur := Current(r)
+	for i := range r.Attempts {
+		a := &r.Attempts[i]
+		if !Active(*a) || a.StopRequested {
+			continue
+		}
+		if a.Replaced || a != cur || api.Terminal(r.Status) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 // Cancel marks a run cancelled on request. It returns the attempt that must
 // be stopped on its node, or nil when nothing runs and the run ended here.
 // Cancelling an ended run changes nothing.

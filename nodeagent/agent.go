@@ -268,7 +268,7 @@ func (a *Agent) handle(ctx context.Context, cmd node.Command) {
 	if held := a.state.FencingToken(); cmd.FencingToken < held {
 		result.Outcome = node.OutcomeRefused
 		result.Error = fmt.Sprintf("command fenced at token %d, below this node's token %d: it was issued to an enrollment that has been superseded", cmd.FencingToken, held)
-	} else if err := a.apply(ctx, cmd, &result); err != nil {
+	} else if err := a.applyRetrying(ctx, cmd, &result); err != nil {
 		if ctx.Err() != nil {
 			return // shutting down: the command will be redelivered
 		}
@@ -290,6 +290,33 @@ func (a *Agent) handle(ctx context.Context, cmd node.Command) {
 	a.logger.Info("applied", "op", cmd.OperationID, "kind", cmd.Kind, "outcome", result.Outcome, "error", result.Error)
 	a.wakeObserve()
 	a.wakeFlush()
+}
+
+// unavailableRetry bounds how long an operation is retried while the
+// container runtime is unreachable (a daemon restart takes seconds). Past it,
+// the failure is reported: a machine whose daemon stays down cannot do the
+// work, and the run's retry policy decides what happens next.
+const unavailableRetry = time.Minute
+
+// applyRetrying applies a command, retrying while the failure is
+// failure.ErrUnavailable (the daemon restarting, a registry briefly
+// unreachable) rather than reporting a transient outage as the run's
+// failure. Operations are idempotent on the runtime side (a launch adopts the
+// container a previous try created), so retrying is safe.
+func (a *Agent) applyRetrying(ctx context.Context, cmd node.Command, result *node.Result) error {
+	deadline := a.now().Add(unavailableRetry)
+	backoff := 250 * time.Millisecond
+	for {
+		err := a.apply(ctx, cmd, result)
+		if err == nil || !errors.Is(err, failure.ErrUnavailable) || !a.now().Before(deadline) {
+			return err
+		}
+		a.logger.Warn("runtime unavailable; retrying operation", "op", cmd.OperationID, "kind", cmd.Kind, "err", err, "in", backoff)
+		if !sleep(ctx, backoff) {
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
 }
 
 func (a *Agent) apply(ctx context.Context, cmd node.Command, result *node.Result) error {
