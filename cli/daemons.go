@@ -38,7 +38,7 @@ func runServer(ctx context.Context, inv *invocation, args []string) error {
 On first start it creates an admin credential, writes it (mode 0600) to
 DATA_DIR/admin-token and prints the path; give it to the CLI with
 --token-file or MERCATOR_TOKEN.`)
-	db := fs.String("db", "", "store `URL`: sqlite://PATH (default sqlite://DATA_DIR/mercator.db)")
+	db := fs.String("db", "", "store `URL`: sqlite://PATH or postgres://USER:PASSWORD@HOST/DB (default sqlite://DATA_DIR/mercator.db)")
 	listen := fs.String("listen", "127.0.0.1:7070", "`address` to serve on")
 	dataDir := fs.String("data-dir", "/var/lib/mercator/server", "`directory` for the admin credential and the default database")
 	public := fs.String("public-url", "", "`URL` agents and clients use to reach this server (default http://LISTEN)")

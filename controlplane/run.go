@@ -15,7 +15,8 @@ import (
 
 // Options is what `mercator server` is started with.
 type Options struct {
-	// DB is the store: "sqlite://PATH" (default: sqlite under DataDir).
+	// DB is the store: "sqlite://PATH" (default: SQLite under DataDir) or
+	// "postgres://USER:PASSWORD@HOST/DB" (several replicas may share one).
 	DB string
 	// Listen is the address to serve on (default 127.0.0.1:7070). Port 0
 	// picks a free one; Ready reports which.
@@ -73,7 +74,7 @@ func Run(ctx context.Context, o Options) error {
 		cfg.PublicURL = url
 	}
 	srv := New(cfg, st, refResolver{&imageref.Resolver{Insecure: o.InsecureRegistries}})
-	o.Logger.Info("control plane listening", "url", url, "db", o.DB, "admin_token_file", tokenFile)
+	o.Logger.Info("control plane listening", "url", url, "db", sqlstore.Redacted(o.DB), "admin_token_file", tokenFile)
 	if o.Ready != nil {
 		o.Ready(url, tokenFile)
 	}

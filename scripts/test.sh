@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 
 export PATH="$PATH:/usr/local/go/bin"
 bash scripts/ensure-docker.sh
+MERCATOR_TEST_POSTGRES=$(bash scripts/ensure-postgres.sh)
+export MERCATOR_TEST_POSTGRES
 
 echo "== go vet"
 go vet ./...

@@ -106,6 +106,12 @@ type Node struct {
 	FactsAt      *time.Time            `json:"facts_at,omitempty"`
 	AgentVersion string                `json:"agent_version,omitempty"`
 	Capability   int                   `json:"capability_version,omitempty"`
+	// Cordoned nodes take no new work; their running work continues.
+	Cordoned bool `json:"cordoned,omitempty"`
+	// Draining nodes are cordoned and, once DrainDeadline passes (when
+	// set), have their remaining attempts stopped.
+	Draining      bool       `json:"draining,omitempty"`
+	DrainDeadline *time.Time `json:"drain_deadline,omitempty"`
 }
 
 // Invitation is a single-use enrollment credential, stored by hash only.

@@ -13,9 +13,9 @@ import (
 // Queries are written once, in the SQL both SQLite and PostgreSQL accept:
 // $1-style placeholders, INSERT … ON CONFLICT for upserts and for
 // "create unless it exists", row-value comparisons, BIGINT and TEXT columns.
-// What cannot be written once lives here, so adding PostgreSQL is a new
-// dialect value (driver "pgx", types BYTEA, serializable transactions
-// retried on SQLSTATE 40001) and no new queries.
+// What cannot be written once lives here: the driver, a column type, how
+// transactions are isolated and retried, and how errors are recognised.
+// sqliteDialect is below; postgresDialect is in postgres.go.
 type dialect struct {
 	name   string
 	driver string // database/sql driver name
@@ -23,21 +23,37 @@ type dialect struct {
 	types *strings.Replacer
 	// writeTx and readTx are the options of Update's and View's
 	// transactions. For SQLite the write lock is taken at BEGIN by the
-	// connection's _txlock=immediate, so writeTx is nil; PostgreSQL would
-	// use LevelSerializable here and ReadOnly with LevelRepeatableRead for
-	// View.
+	// connection's _txlock=immediate, so writeTx is nil; PostgreSQL uses
+	// LevelSerializable for Update and a read-only LevelRepeatableRead for
+	// View (see postgresDialect for why).
 	writeTx, readTx *sql.TxOptions
+	// migrateTx is the options of the migration transaction, and
+	// lockMigrations, when not empty, the statement it runs first to
+	// exclude other processes migrating the same schema. SQLite's
+	// BEGIN IMMEDIATE already does; PostgreSQL takes an advisory lock
+	// under READ COMMITTED, so that the statements after the lock see
+	// what a migrator that held it before committed.
+	migrateTx      *sql.TxOptions
+	lockMigrations string
 	// serializeWriters makes Update hold an in-process lock around each
 	// write transaction. SQLite has one writer at a time anyway; queueing
 	// writers on a Go channel spares them SQLite's busy-wait sleeps, which
 	// are coarse. busy_timeout still covers another process on the file.
 	serializeWriters bool
+	// maxAttempts bounds how often Update runs a transaction that failed
+	// for a retryable reason.
+	maxAttempts int
 	// retryable reports whether an Update that failed with err may succeed
 	// if run again (a lock held elsewhere, a serialization failure).
 	retryable func(err error) bool
 	// uniqueViolation reports whether err is a unique or primary key
 	// constraint failure.
 	uniqueViolation func(err error) bool
+	// textIsUTF8 is set when TEXT columns hold only valid UTF-8 without
+	// NUL (PostgreSQL). Keys that cannot be stored are then caught before
+	// they reach the database (see txn.unstorable), rather than failing
+	// with an error that would also abort a PostgreSQL transaction.
+	textIsUTF8 bool
 }
 
 var sqliteDialect = &dialect{
@@ -48,7 +64,9 @@ var sqliteDialect = &dialect{
 	),
 	writeTx:          nil,
 	readTx:           &sql.TxOptions{ReadOnly: true},
+	migrateTx:        nil,
 	serializeWriters: true,
+	maxAttempts:      8,
 	retryable: func(err error) bool {
 		code, ok := sqliteCode(err)
 		if !ok {

@@ -105,20 +105,27 @@ var migrations = []migration{
 }
 
 // migrate brings db's schema up to the last of ms, in one write
-// transaction, so that a crash leaves the schema at a released version and
-// two processes opening a new file cannot both migrate it. It refuses a
-// database whose recorded version is beyond ms.
+// transaction, so that a crash leaves the schema at a released version
+// (PostgreSQL's DDL is transactional, as SQLite's is), and two processes
+// opening a new database cannot both migrate it (see
+// dialect.lockMigrations). It refuses a database whose recorded version is
+// beyond ms.
 func migrate(ctx context.Context, db *sql.DB, d *dialect, ms []migration) error {
 	for i, m := range ms {
 		if m.version != i+1 {
 			return fmt.Errorf("sqlstore: migration %q has version %d, want %d", m.name, m.version, i+1)
 		}
 	}
-	tx, err := db.BeginTx(ctx, d.writeTx)
+	tx, err := db.BeginTx(ctx, d.migrateTx)
 	if err != nil {
 		return fmt.Errorf("sqlstore: migrate: begin: %w", err)
 	}
 	defer tx.Rollback()
+	if d.lockMigrations != "" {
+		if _, err := tx.ExecContext(ctx, d.lockMigrations); err != nil {
+			return fmt.Errorf("sqlstore: migrate: lock: %w", err)
+		}
+	}
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version BIGINT PRIMARY KEY,
 		name TEXT NOT NULL,

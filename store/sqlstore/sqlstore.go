@@ -1,8 +1,9 @@
 // Package sqlstore is the store.Store of a SQL database: SQLite, embedded
 // through the pure-Go driver modernc.org/sqlite, is the default for one
-// control-plane process; the queries are written so that a PostgreSQL
-// dialect (for several replicas sharing one database) needs a new dialect
-// value and no new queries (see dialect).
+// control-plane process; PostgreSQL, through pgx's database/sql driver, is
+// the production store that several control-plane replicas share. The
+// queries are written once for both; what differs (a column type, how
+// transactions are isolated and retried, error codes) is a dialect value.
 //
 // Records are JSON documents in a doc column, beside the few columns the
 // queries filter and sort on, so that adding a field to a record needs no
@@ -36,18 +37,16 @@ import (
 // only matters when another process has the file open (a backup, the CLI).
 const busyTimeout = 5 * time.Second
 
-// maxAttempts bounds how often Update runs a transaction that failed for a
-// retryable reason (see dialect.retryable).
-const maxAttempts = 8
-
 // Store is a store.Store over a SQL database. Safe for concurrent use.
 //
-// Update is serializable: with SQLite every write transaction begins with
+// Update is serializable. With SQLite every write transaction begins with
 // BEGIN IMMEDIATE, which takes the database's single write lock before the
 // first read, so no two read-modify-write transactions interleave, in this
-// process or any other. View runs a read transaction: with SQLite in WAL
-// mode it sees one consistent snapshot and neither blocks nor is blocked by
-// writers.
+// process or any other. With PostgreSQL write transactions run at
+// SERIALIZABLE and run again when the database reports a serialization
+// failure (see postgresDialect for why that rather than locks). View runs a
+// read transaction that sees one consistent snapshot and neither blocks nor
+// is blocked by writers (SQLite in WAL mode; PostgreSQL at REPEATABLE READ).
 type Store struct {
 	db *sql.DB
 	d  *dialect
@@ -59,12 +58,21 @@ type Store struct {
 
 // Open opens the database dsn names and brings its schema up to date.
 //
-// dsn is "sqlite://PATH" or a bare PATH: an SQLite file, created with its
-// parent directory if missing. PATH may not contain '?' or '#', and an
-// in-memory database (":memory:") is refused because each pooled
+// dsn is a PostgreSQL URL, "postgres://USER:PASSWORD@HOST[:PORT]/DB?PARAMS"
+// (or postgresql://), in libpq's form: PARAMS such as sslmode and
+// search_path are passed on, and the first schema of search_path holds the
+// tables (public by default). The database and schema must exist and the
+// role must be allowed to create tables there on the first Open, which
+// creates them. Every replica of a control plane opens the same dsn.
+// Durability is the server's: leave synchronous_commit on (the default),
+// for the reason given for SQLite below. Redacted makes a dsn fit for a log.
+//
+// Otherwise dsn is "sqlite://PATH" or a bare PATH: an SQLite file, created
+// with its parent directory if missing. PATH may not contain '?' or '#',
+// and an in-memory database (":memory:") is refused because each pooled
 // connection would get its own; use memstore for that.
 //
-// The file is put in WAL mode with synchronous=FULL. FULL rather than
+// The SQLite file is put in WAL mode with synchronous=FULL. FULL rather than
 // NORMAL: in WAL mode NORMAL survives a crash of the process but may lose
 // the last commits on power loss, and a commit this store acknowledged may
 // be a node's new fencing token or an accepted event, which the promises in
@@ -74,6 +82,9 @@ type Store struct {
 // Open fails with an error wrapping ErrSchemaTooNew when the database was
 // migrated by a newer binary.
 func Open(ctx context.Context, dsn string) (*Store, error) {
+	if isPostgres(dsn) {
+		return openPostgres(ctx, dsn)
+	}
 	d, path, err := parseDSN(dsn)
 	if err != nil {
 		return nil, err
@@ -101,12 +112,14 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	return s, nil
 }
 
+// parseDSN parses an SQLite dsn (Open has already dispatched PostgreSQL's)
+// into its dialect and absolute path.
 func parseDSN(dsn string) (*dialect, string, error) {
 	path := dsn
 	if rest, ok := strings.CutPrefix(dsn, "sqlite://"); ok {
 		path = rest
 	} else if scheme, _, ok := strings.Cut(dsn, "://"); ok {
-		return nil, "", fmt.Errorf("sqlstore: unsupported database %q in %q: only sqlite:// is supported", scheme, dsn)
+		return nil, "", fmt.Errorf("sqlstore: unsupported database %q in %q: sqlite://, postgres:// and postgresql:// are", scheme, Redacted(dsn))
 	}
 	switch {
 	case path == "":
@@ -157,14 +170,18 @@ func (s *Store) checkSQLite(ctx context.Context, path string) error {
 }
 
 // Update implements store.Store: fn runs in one write transaction, which
-// commits if fn returns nil. When the database reports a lock held elsewhere
-// (SQLITE_BUSY past the busy timeout), the transaction is rolled back and fn
-// runs again, up to a few times with a short randomized backoff. fn's own
-// error is returned unwrapped.
+// commits if fn returns nil. When the database reports a conflict that
+// running again may resolve (SQLite: a lock held elsewhere past the busy
+// timeout; PostgreSQL: a serialization failure or a deadlock), the
+// transaction is rolled back and fn runs again, up to the dialect's
+// maxAttempts, with a short randomized backoff. A conflict counts even when
+// fn swallowed the error a Tx method returned for it, since whatever fn
+// decided after that was decided on a failed transaction. Otherwise fn's
+// own error is returned unwrapped.
 func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
 	for attempt := 1; ; attempt++ {
-		err := s.update(ctx, fn)
-		if err == nil || attempt == maxAttempts || !s.d.retryable(err) {
+		conflict, err := s.update(ctx, fn)
+		if err == nil || !conflict || attempt >= s.d.maxAttempts {
 			return err
 		}
 		backoff := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6)))
@@ -178,18 +195,20 @@ func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
 	}
 }
 
-func (s *Store) update(ctx context.Context, fn func(tx store.Tx) error) error {
+// update runs fn once. conflict reports that err, or an error a statement
+// inside fn met, is retryable.
+func (s *Store) update(ctx context.Context, fn func(tx store.Tx) error) (conflict bool, err error) {
 	if s.d.serializeWriters {
 		select {
 		case s.writer <- struct{}{}:
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 		defer func() { <-s.writer }()
 	}
 	sqlTx, err := s.db.BeginTx(ctx, s.d.writeTx)
 	if err != nil {
-		return fmt.Errorf("sqlstore: begin: %w", err)
+		return s.d.retryable(err), fmt.Errorf("sqlstore: begin: %w", err)
 	}
 	t := &txn{ctx: ctx, tx: sqlTx, d: s.d, write: true}
 	committed := false
@@ -200,14 +219,14 @@ func (s *Store) update(ctx context.Context, fn func(tx store.Tx) error) error {
 		}
 	}()
 	if err := fn(t); err != nil {
-		return err
+		return t.conflict != nil || s.d.retryable(err), err
 	}
 	t.done = true
 	if err := sqlTx.Commit(); err != nil {
-		return fmt.Errorf("sqlstore: commit: %w", err)
+		return t.conflict != nil || s.d.retryable(err), fmt.Errorf("sqlstore: commit: %w", err)
 	}
 	committed = true
-	return nil
+	return false, nil
 }
 
 // View implements store.Store: fn runs in a read-only transaction that sees

@@ -98,111 +98,115 @@ func TestMigrationsAreNumberedInOrder(t *testing.T) {
 }
 
 func TestMigrateFreshAndReopen(t *testing.T) {
-	s, path := openTemp(t)
-	first := applied(t, s.db)
-	if len(first) != len(migrations) {
-		t.Fatalf("a fresh database recorded %d migrations, want %d", len(first), len(migrations))
-	}
-	for i, m := range first {
-		if m.version != migrations[i].version || m.name != migrations[i].name || m.appliedAt == "" {
-			t.Errorf("recorded migration %d = %+v", i, m)
+	forEachDB(t, func(t *testing.T, tdb testDB) {
+		s, dsn := tdb.open(t)
+		first := applied(t, s.db)
+		if len(first) != len(migrations) {
+			t.Fatalf("a fresh database recorded %d migrations, want %d", len(first), len(migrations))
 		}
-	}
-	for _, table := range []string{"nodes", "invitations", "sessions", "runs", "run_nodes", "operations", "events", "log_chunks", "tokens"} {
-		var n int
-		if err := s.db.QueryRowContext(t.Context(), `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = $1`, table).Scan(&n); err != nil || n != 1 {
-			t.Errorf("table %s: count %d, err %v", table, n, err)
+		for i, m := range first {
+			if m.version != migrations[i].version || m.name != migrations[i].name || m.appliedAt == "" {
+				t.Errorf("recorded migration %d = %+v", i, m)
+			}
 		}
-	}
-	if err := s.Update(t.Context(), func(tx store.Tx) error { return tx.CreateToken(store.Token{Hash: "h", Name: "kept"}) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+		for _, table := range []string{"nodes", "invitations", "sessions", "runs", "run_nodes", "operations", "events", "log_chunks", "tokens"} {
+			if n, err := tableCount(t, s, table); err != nil || n != 1 {
+				t.Errorf("table %s: count %d, err %v", table, n, err)
+			}
+		}
+		if err := s.Update(t.Context(), func(tx store.Tx) error { return tx.CreateToken(store.Token{Hash: "h", Name: "kept"}) }); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
 
-	// Reopening applies nothing and keeps the data.
-	s2, err := Open(t.Context(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	if again := applied(t, s2.db); !slices.Equal(again, first) {
-		t.Errorf("reopening changed schema_migrations:\n got  %+v\n want %+v", again, first)
-	}
-	err = s2.View(t.Context(), func(tx store.Tx) error {
-		tok, err := tx.GetToken("h")
-		if err == nil && tok.Name != "kept" {
-			err = fmt.Errorf("token name %q", tok.Name)
+		// Reopening applies nothing and keeps the data.
+		s2, err := Open(t.Context(), tdb.reopenDSN(dsn))
+		if err != nil {
+			t.Fatal(err)
 		}
-		return err
+		defer s2.Close()
+		if again := applied(t, s2.db); !slices.Equal(again, first) {
+			t.Errorf("reopening changed schema_migrations:\n got  %+v\n want %+v", again, first)
+		}
+		err = s2.View(t.Context(), func(tx store.Tx) error {
+			tok, err := tx.GetToken("h")
+			if err == nil && tok.Name != "kept" {
+				err = fmt.Errorf("token name %q", tok.Name)
+			}
+			return err
+		})
+		if err != nil {
+			t.Errorf("data after reopening: %v", err)
+		}
 	})
-	if err != nil {
-		t.Errorf("data after reopening: %v", err)
-	}
 }
 
 func TestMigrateRefusesNewerSchema(t *testing.T) {
-	s, path := openTemp(t)
-	future := len(migrations) + 1
-	if _, err := s.db.ExecContext(t.Context(),
-		`INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, 'from the future', 'x')`, future); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	_, err := Open(t.Context(), path)
-	if !errors.Is(err, ErrSchemaTooNew) {
-		t.Fatalf("Open of a newer schema = %v, want ErrSchemaTooNew", err)
-	}
-	for _, want := range []string{strconv.Itoa(future), strconv.Itoa(len(migrations))} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not say version %s", err, want)
+	forEachDB(t, func(t *testing.T, tdb testDB) {
+		s, dsn := tdb.open(t)
+		future := len(migrations) + 1
+		if _, err := s.db.ExecContext(t.Context(),
+			`INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, 'from the future', 'x')`, future); err != nil {
+			t.Fatal(err)
 		}
-	}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Open(t.Context(), tdb.reopenDSN(dsn))
+		if !errors.Is(err, ErrSchemaTooNew) {
+			t.Fatalf("Open of a newer schema = %v, want ErrSchemaTooNew", err)
+		}
+		for _, want := range []string{strconv.Itoa(future), strconv.Itoa(len(migrations))} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not say version %s", err, want)
+			}
+		}
+	})
 }
 
 func TestMigrateFailureKeepsNothing(t *testing.T) {
-	s, _ := openTemp(t)
-	before := applied(t, s.db)
-	next := len(migrations) + 1
-	bad := append(slices.Clone(migrations), migration{
-		version: next,
-		name:    "broken",
-		stmts: []string{
-			`CREATE TABLE half_done (id TEXT PRIMARY KEY)`,
-			`THIS IS NOT SQL`,
-		},
-	})
-	err := migrate(t.Context(), s.db, s.d, bad)
-	if err == nil || !strings.Contains(err.Error(), "broken") {
-		t.Fatalf("migrate with a broken migration = %v, want an error naming it", err)
-	}
-	if got := applied(t, s.db); !slices.Equal(got, before) {
-		t.Errorf("a failed migration was recorded: %+v", got)
-	}
-	var n int
-	if err := s.db.QueryRowContext(t.Context(), `SELECT COUNT(*) FROM sqlite_master WHERE name = 'half_done'`).Scan(&n); err != nil || n != 0 {
-		t.Errorf("a failed migration's first statement was kept (count %d, err %v)", n, err)
-	}
+	forEachDB(t, func(t *testing.T, tdb testDB) {
+		s, _ := tdb.open(t)
+		before := applied(t, s.db)
+		next := len(migrations) + 1
+		bad := append(slices.Clone(migrations), migration{
+			version: next,
+			name:    "broken",
+			stmts: []string{
+				`CREATE TABLE half_done (id TEXT PRIMARY KEY)`,
+				`THIS IS NOT SQL`,
+			},
+		})
+		err := migrate(t.Context(), s.db, s.d, bad)
+		if err == nil || !strings.Contains(err.Error(), "broken") {
+			t.Fatalf("migrate with a broken migration = %v, want an error naming it", err)
+		}
+		if got := applied(t, s.db); !slices.Equal(got, before) {
+			t.Errorf("a failed migration was recorded: %+v", got)
+		}
+		if n, err := tableCount(t, s, "half_done"); err != nil || n != 0 {
+			t.Errorf("a failed migration's first statement was kept (count %d, err %v)", n, err)
+		}
 
-	// A later migration list is applied on top of the current one.
-	good := append(slices.Clone(migrations), migration{
-		version: next, name: "added later",
-		stmts: []string{`CREATE TABLE added_later (id TEXT PRIMARY KEY)`},
+		// A later migration list is applied on top of the current one.
+		good := append(slices.Clone(migrations), migration{
+			version: next, name: "added later",
+			stmts: []string{`CREATE TABLE added_later (id TEXT PRIMARY KEY)`},
+		})
+		if err := migrate(t.Context(), s.db, s.d, good); err != nil {
+			t.Fatal(err)
+		}
+		got := applied(t, s.db)
+		if len(got) != next || got[next-1].name != "added later" {
+			t.Errorf("after adding a migration: %+v", got)
+		}
+		// And misnumbered lists are refused before touching the database.
+		if err := migrate(t.Context(), s.db, s.d, []migration{{version: 2, name: "skips 1"}}); err == nil {
+			t.Error("migrate accepted a list that does not start at 1")
+		}
 	})
-	if err := migrate(t.Context(), s.db, s.d, good); err != nil {
-		t.Fatal(err)
-	}
-	got := applied(t, s.db)
-	if len(got) != next || got[next-1].name != "added later" {
-		t.Errorf("after adding a migration: %+v", got)
-	}
-	// And misnumbered lists are refused before touching the database.
-	if err := migrate(t.Context(), s.db, s.d, []migration{{version: 2, name: "skips 1"}}); err == nil {
-		t.Error("migrate accepted a list that does not start at 1")
-	}
 }
 
 func TestConnectionSettings(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
@@ -29,6 +30,42 @@ type txn struct {
 	d     *dialect
 	write bool
 	done  bool
+	// conflict is the first retryable error a statement met (see
+	// Store.Update): after it, a PostgreSQL transaction is aborted, and
+	// whatever fn returns, running fn again is the answer.
+	conflict error
+}
+
+// note records err if it is a conflict worth running fn again for, and
+// returns it.
+func (t *txn) note(err error) error {
+	if err != nil && t.conflict == nil && t.d.retryable(err) {
+		t.conflict = err
+	}
+	return err
+}
+
+// unstorable returns the first string in args that the database cannot
+// hold as TEXT: with PostgreSQL, one that is not valid UTF-8 or contains
+// NUL. No record can have been stored under such a key, so a read by it
+// finds nothing and a write with it is invalid. Catching it here keeps the
+// error from reaching PostgreSQL, where it would abort the transaction, and
+// keeps the answers those of SQLite and memstore for every key they share.
+func (t *txn) unstorable(args []any) (string, bool) {
+	if !t.d.textIsUTF8 {
+		return "", false
+	}
+	for _, a := range args {
+		if s, ok := a.(string); ok && (!utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0) {
+			return s, true
+		}
+	}
+	return "", false
+}
+
+func (t *txn) invalidKey(what, key string) error {
+	return failure.Invalid("key", "%s key %q is not valid UTF-8 text without NUL, which the %s store cannot hold",
+		what, key, t.d.name)
 }
 
 func (t *txn) readable() error {
@@ -51,6 +88,7 @@ func (t *txn) writable() error {
 // dbError wraps a database error from doing op on the record what/id, as a
 // conflict when the database reports a unique violation.
 func (t *txn) dbError(err error, op, what, id string) error {
+	t.note(err)
 	if t.d.uniqueViolation(err) {
 		return failure.Conflict("%s %q already exists (%v)", what, id, err)
 	}
@@ -58,6 +96,9 @@ func (t *txn) dbError(err error, op, what, id string) error {
 }
 
 func (t *txn) exec(op, what, id, query string, args ...any) (sql.Result, error) {
+	if key, bad := t.unstorable(args); bad {
+		return nil, t.invalidKey(what, key)
+	}
 	res, err := t.tx.ExecContext(t.ctx, query, args...)
 	if err != nil {
 		return nil, t.dbError(err, op, what, id)
@@ -100,6 +141,9 @@ func getDoc[T any](t *txn, what, id, query string, args ...any) (T, error) {
 	if err := t.readable(); err != nil {
 		return zero, err
 	}
+	if _, bad := t.unstorable(args); bad {
+		return zero, failure.NotFound(what, id)
+	}
 	var doc []byte
 	err := t.tx.QueryRowContext(t.ctx, query, args...).Scan(&doc)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -117,9 +161,12 @@ func listDocs[T any](t *txn, what, query string, args ...any) ([]T, error) {
 	if err := t.readable(); err != nil {
 		return nil, err
 	}
+	if _, bad := t.unstorable(args); bad {
+		return []T{}, nil
+	}
 	rows, err := t.tx.QueryContext(t.ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("sqlstore: list %ss: %w", what, err)
+		return nil, fmt.Errorf("sqlstore: list %ss: %w", what, t.note(err))
 	}
 	defer rows.Close()
 	out := []T{}
@@ -127,7 +174,7 @@ func listDocs[T any](t *txn, what, query string, args ...any) ([]T, error) {
 		var id string
 		var doc []byte
 		if err := rows.Scan(&id, &doc); err != nil {
-			return nil, fmt.Errorf("sqlstore: list %ss: %w", what, err)
+			return nil, fmt.Errorf("sqlstore: list %ss: %w", what, t.note(err))
 		}
 		v, err := decode[T](what, id, doc)
 		if err != nil {
@@ -136,7 +183,7 @@ func listDocs[T any](t *txn, what, query string, args ...any) ([]T, error) {
 		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlstore: list %ss: %w", what, err)
+		return nil, fmt.Errorf("sqlstore: list %ss: %w", what, t.note(err))
 	}
 	return out, nil
 }
@@ -256,6 +303,9 @@ func (t *txn) DeleteSessions(nodeID string) error {
 	if err := t.writable(); err != nil {
 		return err
 	}
+	if _, bad := t.unstorable([]any{nodeID}); bad {
+		return nil // no session can be stored under it
+	}
 	_, err := t.exec("delete sessions of", "node", nodeID, `DELETE FROM sessions WHERE node_id = $1`, nodeID)
 	return err
 }
@@ -329,9 +379,14 @@ func (t *txn) ListRuns(opts store.ListRunsOptions) ([]store.Run, error) {
 		return "$" + strconv.Itoa(len(args))
 	}
 	if len(opts.Statuses) > 0 {
-		ph := make([]string, len(opts.Statuses))
-		for i, s := range opts.Statuses {
-			ph[i] = arg(s)
+		var ph []string
+		for _, s := range opts.Statuses {
+			if _, bad := t.unstorable([]any{s}); !bad { // no run has it
+				ph = append(ph, arg(s))
+			}
+		}
+		if len(ph) == 0 {
+			ph = append(ph, "NULL") // matches nothing; Before is still checked
 		}
 		where = append(where, "r.status IN ("+strings.Join(ph, ", ")+")")
 	}
@@ -339,6 +394,9 @@ func (t *txn) ListRuns(opts store.ListRunsOptions) ([]store.Run, error) {
 		where = append(where, "EXISTS (SELECT 1 FROM run_nodes n WHERE n.run_id = r.id AND n.node_id = "+arg(opts.NodeID)+")")
 	}
 	if opts.Before != "" {
+		if _, bad := t.unstorable([]any{opts.Before}); bad {
+			return nil, failure.NotFound("run", opts.Before)
+		}
 		var sec, nsec int64
 		err := t.tx.QueryRowContext(t.ctx,
 			`SELECT created_sec, created_nsec FROM runs WHERE id = $1`, opts.Before).Scan(&sec, &nsec)
@@ -418,6 +476,9 @@ func logID(key capability.WorkloadKey) string {
 
 // logSize is the end of the log's last chunk, 0 for a log without chunks.
 func (t *txn) logSize(key capability.WorkloadKey) (int64, error) {
+	if _, bad := t.unstorable([]any{key.RunID}); bad {
+		return 0, nil
+	}
 	var size int64
 	err := t.tx.QueryRowContext(t.ctx,
 		`SELECT end_offset FROM log_chunks WHERE run_id = $1 AND attempt = $2
