@@ -134,6 +134,18 @@ type Node struct {
 	Facts        *NodeFactsDoc `json:"facts,omitempty"`
 	// Running lists the attempts the control plane believes are on the node.
 	Running []string `json:"running,omitempty"`
+	// Cordoned: the node takes no new work. Draining: cordoned, and its
+	// remaining work is stopped at DrainDeadline when one is set.
+	Cordoned      bool       `json:"cordoned"`
+	Draining      bool       `json:"draining"`
+	DrainDeadline *time.Time `json:"drain_deadline,omitempty"`
+}
+
+// DrainRequest is the body of POST /v1/nodes/{id}/drain.
+type DrainRequest struct {
+	// DeadlineSeconds, when positive, is how long running work may go on
+	// before it is stopped; 0 means it may finish however long it takes.
+	DeadlineSeconds int64 `json:"deadline_seconds,omitempty"`
 }
 
 // NodeFactsDoc is the node's last reported facts, exactly as it reported

@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"time"
+
 	"context"
 	"fmt"
+	"github.com/mercator/mercator/client"
 	"math"
 	"strconv"
 	"strings"
@@ -17,6 +20,9 @@ func init() {
 	registerSub("node", nodeSummary, &command{name: "invite", summary: "Mint a single-use invitation for a node to enroll", run: nodeInvite})
 	registerSub("node", nodeSummary, &command{name: "ls", summary: "List nodes", run: nodeList})
 	registerSub("node", nodeSummary, &command{name: "get", summary: "Show a node and the facts it reported", run: nodeGet})
+	registerSub("node", nodeSummary, &command{name: "cordon", summary: "Place no new work on a node", run: nodeCordon})
+	registerSub("node", nodeSummary, &command{name: "uncordon", summary: "Return a cordoned or draining node to service", run: nodeUncordon})
+	registerSub("node", nodeSummary, &command{name: "drain", summary: "Cordon a node and, after an optional deadline, stop its work", run: nodeDrain})
 }
 
 func nodeInvite(ctx context.Context, inv *invocation, args []string) error {
@@ -254,4 +260,75 @@ func (f facts) bytes(k string) string {
 func (f facts) list(k string) []any {
 	l, _ := f[k].([]any)
 	return l
+}
+
+func nodeCordon(ctx context.Context, inv *invocation, args []string) error {
+	return nodeAction(ctx, inv, args, `
+Cordon a node: the scheduler places no new work on it; what runs there goes
+on. Undo with `+"`mercator node uncordon`"+`.`, nil, func(c *client.Client, id string) (api.Node, error) { return c.CordonNode(ctx, id) })
+}
+
+func nodeUncordon(ctx context.Context, inv *invocation, args []string) error {
+	return nodeAction(ctx, inv, args, `
+Return a cordoned or draining node to service.`, nil, func(c *client.Client, id string) (api.Node, error) { return c.UncordonNode(ctx, id) })
+}
+
+func nodeDrain(ctx context.Context, inv *invocation, args []string) error {
+	var deadline *time.Duration
+	return nodeAction(ctx, inv, args, `
+Drain a node: no new work is placed on it and running work may finish. With
+--deadline, work still running when it passes is stopped (reason "drained"),
+and each stopped run's retry policy decides whether it is placed elsewhere.`,
+		func(fs *flagSet) {
+			deadline = fs.Duration("deadline", 0, "stop remaining work after this `duration`, e.g. 1h (0: none)")
+		},
+		func(c *client.Client, id string) (api.Node, error) {
+			if *deadline < 0 {
+				return api.Node{}, usagef("--deadline must not be negative, got %s", *deadline)
+			}
+			return c.DrainNode(ctx, id, *deadline)
+		})
+}
+
+// nodeAction is the shape of cordon, uncordon and drain: flags, one node ID,
+// one call, the node printed as it now is.
+func nodeAction(ctx context.Context, inv *invocation, args []string, help string, extra func(*flagSet), call func(*client.Client, string) (api.Node, error)) error {
+	fs := inv.flags("[flags] NODE_ID", help)
+	g := fs.clientFlags(true)
+	if extra != nil {
+		extra(fs)
+	}
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	id, err := oneArg(pos, "NODE_ID")
+	if err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	n, err := call(c, id)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(n)
+	}
+	state := "in service"
+	switch {
+	case n.Draining && n.DrainDeadline != nil:
+		state = "draining; remaining work stops at " + n.DrainDeadline.Format(time.RFC3339)
+	case n.Draining:
+		state = "draining; running work may finish"
+	case n.Cordoned:
+		state = "cordoned"
+	}
+	_, err = fmt.Fprintf(inv.stdout, "node %s: %s (%d attempts on it)\n", n.ID, state, len(n.Running))
+	return err
 }

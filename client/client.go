@@ -362,6 +362,36 @@ func (c *Client) InviteNode(ctx context.Context, nodeID string, ttl time.Duratio
 	return inv, nil
 }
 
+// CordonNode stops new work from being placed on the node.
+func (c *Client) CordonNode(ctx context.Context, nodeID string) (api.Node, error) {
+	return c.nodeAction(ctx, nodeID, "cordon", nil)
+}
+
+// UncordonNode returns the node to service, ending a drain too.
+func (c *Client) UncordonNode(ctx context.Context, nodeID string) (api.Node, error) {
+	return c.nodeAction(ctx, nodeID, "uncordon", nil)
+}
+
+// DrainNode cordons the node; with a positive deadline, work still running
+// on it then is stopped.
+func (c *Client) DrainNode(ctx context.Context, nodeID string, deadline time.Duration) (api.Node, error) {
+	if deadline < 0 {
+		return api.Node{}, fmt.Errorf("drain node %s: %w", nodeID, failure.Invalid("deadline", "must not be negative, got %s", deadline))
+	}
+	return c.nodeAction(ctx, nodeID, "drain", api.DrainRequest{DeadlineSeconds: int64(math.Ceil(deadline.Seconds()))})
+}
+
+func (c *Client) nodeAction(ctx context.Context, nodeID, action string, body any) (api.Node, error) {
+	if body == nil {
+		body = struct{}{}
+	}
+	var n api.Node
+	if err := c.do(ctx, http.MethodPost, "/nodes/"+url.PathEscape(nodeID)+"/"+action, nil, body, &n); err != nil {
+		return api.Node{}, fmt.Errorf("%s node %s: %w", action, nodeID, err)
+	}
+	return n, nil
+}
+
 // do sends one JSON request and decodes a 2xx JSON response into out.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, out any) error {
 	resp, err := c.send(ctx, method, path, q, in)

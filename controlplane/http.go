@@ -45,6 +45,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /v1/nodes", s.admin(s.listNodes))
 	mux.Handle("GET /v1/nodes/{id}", s.admin(s.getNode))
 	mux.Handle("POST /v1/nodes/{id}/invitations", s.admin(s.inviteNode))
+	mux.Handle("POST /v1/nodes/{id}/cordon", s.admin(s.cordonNode))
+	mux.Handle("POST /v1/nodes/{id}/uncordon", s.admin(s.uncordonNode))
+	mux.Handle("POST /v1/nodes/{id}/drain", s.admin(s.drainNode))
 	// Node protocol.
 	mux.HandleFunc("POST "+capability.PathEnroll, s.enroll)
 	mux.Handle("POST "+capability.PathRenew, s.nodeAuth(s.renew))

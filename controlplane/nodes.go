@@ -38,7 +38,8 @@ func (s *Server) nodeStatus(n store.Node) string {
 }
 
 func (s *Server) nodeView(n store.Node, running []string) api.Node {
-	out := api.Node{ID: n.ID, Status: s.nodeStatus(n), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: n.LastSeenAt, Running: running}
+	out := api.Node{ID: n.ID, Status: s.nodeStatus(n), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: n.LastSeenAt, Running: running,
+		Cordoned: n.Cordoned || n.Draining, Draining: n.Draining, DrainDeadline: n.DrainDeadline}
 	if n.Facts != nil {
 		data, _ := json.Marshal(n.Facts)
 		json.Unmarshal(data, &out.Facts)
@@ -142,4 +143,67 @@ func (s *Server) inviteNode(w http.ResponseWriter, r *http.Request) {
 	}
 	cmd := fmt.Sprintf("mercator agent --control-plane %s --node-id %s --state /var/lib/mercator/agent --token-file TOKEN_FILE  # put the token in TOKEN_FILE (mode 0600) first", s.cfg.PublicURL, id)
 	writeJSON(w, http.StatusCreated, api.Invitation{NodeID: id, Token: tok, ExpiresAt: inv.ExpiresAt, Command: cmd})
+}
+
+// updateNode applies change to a node in one transaction and answers with
+// the node as it then is.
+func (s *Server) updateNode(w http.ResponseWriter, r *http.Request, change func(n *store.Node) error) {
+	var out api.Node
+	err := s.store.Update(r.Context(), func(tx store.Tx) error {
+		n, err := tx.GetNode(r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		if err := change(&n); err != nil {
+			return err
+		}
+		if err := tx.PutNode(n); err != nil {
+			return err
+		}
+		active, err := activeByNode(tx)
+		out = s.nodeView(n, active[n.ID])
+		return err
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.wakeReconcile()
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) cordonNode(w http.ResponseWriter, r *http.Request) {
+	s.updateNode(w, r, func(n *store.Node) error { n.Cordoned = true; return nil })
+}
+
+// uncordonNode returns a node to service, ending a drain too.
+func (s *Server) uncordonNode(w http.ResponseWriter, r *http.Request) {
+	s.updateNode(w, r, func(n *store.Node) error {
+		n.Cordoned, n.Draining, n.DrainDeadline = false, false, nil
+		return nil
+	})
+}
+
+// drainNode cordons a node and, with a deadline, stops what still runs there
+// when it passes (the reconcile loop does the stopping).
+func (s *Server) drainNode(w http.ResponseWriter, r *http.Request) {
+	var req api.DrainRequest
+	if r.ContentLength != 0 {
+		if err := decode(r, maxBody, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	if req.DeadlineSeconds < 0 || req.DeadlineSeconds > 30*24*3600 {
+		writeError(w, failure.Invalid("deadline_seconds", "must be from 0 (no deadline) to 2592000 (30 days)"))
+		return
+	}
+	s.updateNode(w, r, func(n *store.Node) error {
+		n.Draining, n.DrainDeadline = true, nil
+		if req.DeadlineSeconds > 0 {
+			d := s.now().Add(time.Duration(req.DeadlineSeconds) * time.Second)
+			n.DrainDeadline = &d
+		}
+		return nil
+	})
 }

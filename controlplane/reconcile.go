@@ -56,6 +56,10 @@ func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run
 		switch s.nodeStatus(n) {
 		case api.NodeReady:
 			sn.Ready = true
+			if n.Draining {
+				sn.Ready, sn.NotReadyReason = false, "is draining"
+			}
+			sn.Cordoned = n.Cordoned
 		case api.NodeInvited:
 			sn.NotReadyReason = "has not enrolled yet"
 		default:
@@ -116,6 +120,9 @@ func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run
 // waiting run gets its reason.
 func (s *Server) reconcile(ctx context.Context) error {
 	if err := s.replaceLost(ctx); err != nil {
+		return err
+	}
+	if err := s.enforceDrains(ctx); err != nil {
 		return err
 	}
 	var plan scheduler.Plan
@@ -270,4 +277,50 @@ func (s *Server) withdrawLaunch(tx store.Tx, nodeID, runID string, attempt int, 
 		}
 	}
 	return nil
+}
+
+// enforceDrains stops the remaining attempts on every draining node whose
+// deadline has passed, once each (the stop reason is "drained", and a
+// drained attempt fails its run like any stopped attempt, so the run's
+// retry policy can place it elsewhere).
+func (s *Server) enforceDrains(ctx context.Context) error {
+	var touched []string
+	err := s.store.Update(ctx, func(tx store.Tx) error {
+		touched = touched[:0]
+		nodes, err := tx.ListNodes()
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		for _, n := range nodes {
+			if !n.Draining || n.DrainDeadline == nil || now.Before(*n.DrainDeadline) {
+				continue
+			}
+			runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: n.ID, Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
+			if err != nil {
+				return err
+			}
+			for _, run := range runs {
+				a := lifecycle.Current(&run.Run)
+				if a == nil || a.NodeID != n.ID || !lifecycle.Active(*a) || a.StopRequested {
+					continue
+				}
+				if err := s.issue(tx, n.ID, node.Command{Kind: node.KindStopWorkload, StopWorkload: &capability.StopWorkloadCommand{
+					WorkloadKey: capability.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "drained", GracePeriod: 10 * time.Second}}); err != nil {
+					return err
+				}
+				a.StopRequested = true
+				if err := tx.PutRun(run); err != nil {
+					return err
+				}
+				touched = append(touched, n.ID)
+				s.log.Info("drain deadline passed; stopping attempt", "node", n.ID, "run", run.ID, "attempt", a.Number)
+			}
+		}
+		return nil
+	})
+	for _, id := range touched {
+		s.nodeBroadcast(id).Notify()
+	}
+	return err
 }
