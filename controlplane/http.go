@@ -26,6 +26,30 @@ const maxBody = 1 << 20
 // maxLogBody bounds one log chunk from an agent.
 const maxLogBody = 8 << 20
 
+type route struct {
+	pattern string
+	handler func(http.ResponseWriter, *http.Request)
+}
+
+// publicRoutes is the public API, every route behind an API credential.
+// openapi.json documents exactly these (a test checks it).
+func (s *Server) publicRoutes() []route {
+	return []route{
+		{"POST /v1/runs", s.submitRun},
+		{"GET /v1/runs", s.listRuns},
+		{"GET /v1/runs/{id}", s.getRun},
+		{"POST /v1/runs/{id}/cancel", s.cancelRun},
+		{"GET /v1/runs/{id}/wait", s.waitRun},
+		{"GET /v1/runs/{id}/logs", s.runLogs},
+		{"GET /v1/nodes", s.listNodes},
+		{"GET /v1/nodes/{id}", s.getNode},
+		{"POST /v1/nodes/{id}/invitations", s.inviteNode},
+		{"POST /v1/nodes/{id}/cordon", s.cordonNode},
+		{"POST /v1/nodes/{id}/uncordon", s.uncordonNode},
+		{"POST /v1/nodes/{id}/drain", s.drainNode},
+	}
+}
+
 // Handler returns the HTTP handler for the public API and the node protocol.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -36,18 +60,9 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(openAPI)
 	})
-	mux.Handle("POST /v1/runs", s.admin(s.submitRun))
-	mux.Handle("GET /v1/runs", s.admin(s.listRuns))
-	mux.Handle("GET /v1/runs/{id}", s.admin(s.getRun))
-	mux.Handle("POST /v1/runs/{id}/cancel", s.admin(s.cancelRun))
-	mux.Handle("GET /v1/runs/{id}/wait", s.admin(s.waitRun))
-	mux.Handle("GET /v1/runs/{id}/logs", s.admin(s.runLogs))
-	mux.Handle("GET /v1/nodes", s.admin(s.listNodes))
-	mux.Handle("GET /v1/nodes/{id}", s.admin(s.getNode))
-	mux.Handle("POST /v1/nodes/{id}/invitations", s.admin(s.inviteNode))
-	mux.Handle("POST /v1/nodes/{id}/cordon", s.admin(s.cordonNode))
-	mux.Handle("POST /v1/nodes/{id}/uncordon", s.admin(s.uncordonNode))
-	mux.Handle("POST /v1/nodes/{id}/drain", s.admin(s.drainNode))
+	for _, rt := range s.publicRoutes() {
+		mux.Handle(rt.pattern, s.admin(rt.handler))
+	}
 	// Node protocol.
 	mux.HandleFunc("POST "+capability.PathEnroll, s.enroll)
 	mux.Handle("POST "+capability.PathRenew, s.nodeAuth(s.renew))

@@ -1,0 +1,94 @@
+package controlplane
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/mercator/mercator/api"
+)
+
+type openAPIDoc struct {
+	Paths      map[string]map[string]any `json:"paths"`
+	Components struct {
+		Schemas map[string]struct {
+			Properties map[string]any   `json:"properties"`
+			AllOf      []map[string]any `json:"allOf"`
+		} `json:"schemas"`
+	} `json:"components"`
+}
+
+// TestOpenAPIDocumentsEveryRouteAndField keeps the served OpenAPI document
+// honest: every public route is documented, nothing undocumented is served,
+// and every JSON field of the request and response types appears in its
+// schema.
+func TestOpenAPIDocumentsEveryRouteAndField(t *testing.T) {
+	var doc openAPIDoc
+	if err := json.Unmarshal(openAPI, &doc); err != nil {
+		t.Fatalf("openapi.json: %v", err)
+	}
+	served := map[string]bool{}
+	for _, rt := range (&Server{}).publicRoutes() {
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		served[method+" "+path] = true
+		if _, ok := doc.Paths[path][strings.ToLower(method)]; !ok {
+			t.Errorf("route %s is served but not documented", rt.pattern)
+		}
+	}
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			if method == "parameters" {
+				continue
+			}
+			if !served[strings.ToUpper(method)+" "+path] {
+				t.Errorf("%s %s is documented but not served", method, path)
+			}
+		}
+	}
+	check := func(schema string, v any) {
+		props := map[string]any{}
+		s := doc.Components.Schemas[schema]
+		for k, p := range s.Properties {
+			props[k] = p
+		}
+		for _, part := range s.AllOf {
+			if pp, ok := part["properties"].(map[string]any); ok {
+				for k, p := range pp {
+					props[k] = p
+				}
+			}
+			if ref, ok := part["$ref"].(string); ok {
+				for k, p := range doc.Components.Schemas[strings.TrimPrefix(ref, "#/components/schemas/")].Properties {
+					props[k] = p
+				}
+			}
+		}
+		walkJSONFields(reflect.TypeOf(v), func(name string) {
+			if _, ok := props[name]; !ok {
+				t.Errorf("schema %s lacks field %q", schema, name)
+			}
+		})
+	}
+	check("RunSpec", api.RunSpec{})
+	check("Run", api.Run{})
+	check("Attempt", api.Attempt{})
+	check("Node", api.Node{})
+	check("Invitation", api.Invitation{})
+	check("InvitationRequest", api.InvitationRequest{})
+	check("DrainRequest", api.DrainRequest{})
+}
+
+func walkJSONFields(t reflect.Type, fn func(string)) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if f.Anonymous {
+			walkJSONFields(f.Type, fn)
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			fn(name)
+		}
+	}
+}
