@@ -28,6 +28,8 @@ type metrics struct {
 	latency  *prometheus.HistogramVec
 	sessions prometheus.Gauge
 	pending  prometheus.Gauge
+	// leader is 1 while this replica runs the scheduler.
+	leader prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -46,8 +48,9 @@ func newMetrics() *metrics {
 			Help: "HTTP request latency by route (streams count until they end).", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"route"}),
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mercator_node_sessions", Help: "Open node session streams."}),
 		pending:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "mercator_runs_pending", Help: "Queued runs at the last reconcile."}),
+		leader:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "mercator_scheduler_leader", Help: "1 while this replica runs the scheduler, else 0."}),
 	}
-	m.registry.MustRegister(m.events, m.refused, m.placements, m.terminal, m.requests, m.latency, m.sessions, m.pending,
+	m.registry.MustRegister(m.events, m.refused, m.placements, m.terminal, m.requests, m.latency, m.sessions, m.pending, m.leader,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

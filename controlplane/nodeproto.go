@@ -80,7 +80,7 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("node enrolled", "node", req.NodeID, "fencing_token", out.FencingToken, "agent_version", req.AgentVersion)
-	s.nodeBroadcast(req.NodeID).Notify() // an older session's stream must notice it is fenced
+	s.nodeChanged(req.NodeID) // an older session's stream must notice it is fenced
 	s.wakeReconcile()
 	writeJSON(w, http.StatusOK, out)
 }
@@ -235,7 +235,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 	s.metrics.events.WithLabelValues("applied").Add(float64(applied))
 	s.metrics.events.WithLabelValues("duplicate").Add(float64(len(accepted) - applied))
 	if changedRuns {
-		s.runs.Notify()
+		s.runsChanged()
 		s.wakeReconcile()
 	}
 	writeJSON(w, http.StatusOK, node.EventAck{Accepted: accepted})
@@ -394,7 +394,7 @@ func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c nodeCaller) 
 		return
 	}
 	if len(chunk.Data) > 0 {
-		s.logs.Notify()
+		s.logsChanged()
 	}
 	writeJSON(w, http.StatusOK, capability.LogAck{Size: size})
 }

@@ -19,8 +19,18 @@ func (s *Server) reconcileLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.ReconcileEvery)
 	defer t.Stop()
 	for {
-		if err := s.reconcile(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("reconcile", "err", err)
+		// Only the leader schedules; other replicas serve API calls and
+		// sessions and check again on the next tick.
+		leading := s.leader()
+		if leading {
+			s.metrics.leader.Set(1)
+		} else {
+			s.metrics.leader.Set(0)
+		}
+		if leading {
+			if err := s.reconcile(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("reconcile", "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -189,13 +199,13 @@ func (s *Server) reconcile(ctx context.Context) error {
 		return err
 	}
 	for id := range touched {
-		s.nodeBroadcast(id).Notify()
+		s.nodeChanged(id)
 	}
 	s.metrics.placements.Add(float64(len(plan.Placements)))
 	s.metrics.pending.Set(float64(len(plan.Waiting)))
 	if len(plan.Placements) > 0 {
 		s.log.Info("placed runs", "count", len(plan.Placements), "waiting", len(plan.Waiting))
-		s.runs.Notify()
+		s.runsChanged()
 	}
 	return nil
 }
@@ -252,7 +262,7 @@ func (s *Server) replaceLost(ctx context.Context) error {
 		return nil
 	})
 	if replaced > 0 {
-		s.runs.Notify()
+		s.runsChanged()
 	}
 	return err
 }
@@ -320,7 +330,7 @@ func (s *Server) enforceDrains(ctx context.Context) error {
 		return nil
 	})
 	for _, id := range touched {
-		s.nodeBroadcast(id).Notify()
+		s.nodeChanged(id)
 	}
 	return err
 }

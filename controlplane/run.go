@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/imageref"
+	"github.com/mercator/mercator/replica"
 	"github.com/mercator/mercator/store/sqlstore"
 )
 
@@ -73,7 +74,17 @@ func Run(ctx context.Context, o Options) error {
 	if cfg.PublicURL = o.PublicURL; cfg.PublicURL == "" {
 		cfg.PublicURL = url
 	}
-	srv := New(cfg, st, refResolver{&imageref.Resolver{Insecure: o.InsecureRegistries}})
+	var coord Coordinator
+	if !strings.HasPrefix(o.DB, "sqlite://") {
+		// Replicas may share a PostgreSQL store: coordinate with them.
+		rc, err := replica.Open(ctx, o.DB, sqlstore.Redacted(o.DB), o.Logger.With("component", "replica"))
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		coord = rc
+	}
+	srv := New(cfg, st, refResolver{&imageref.Resolver{Insecure: o.InsecureRegistries}}, coord)
 	o.Logger.Info("control plane listening", "url", url, "db", sqlstore.Redacted(o.DB), "admin_token_file", tokenFile)
 	if o.Ready != nil {
 		o.Ready(url, tokenFile)

@@ -168,9 +168,9 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if nodeID != "" {
-		s.nodeBroadcast(nodeID).Notify()
+		s.nodeChanged(nodeID)
 	}
-	s.runs.Notify()
+	s.runsChanged()
 	writeJSON(w, http.StatusOK, s.view(out, nil))
 }
 

@@ -97,15 +97,18 @@ type Server struct {
 	nodeWake      sync.Map   // node ID → *broadcast: new operations for it
 	logs          *broadcast // a log grew
 	metrics       *metrics
+	coord         Coordinator // nil for a single replica
 }
 
-// New returns a server over st. It does nothing until Run or Handler.
-func New(cfg Config, st store.Store, resolver ImageResolver) *Server {
+// New returns a server over st. It does nothing until Serve or Handler.
+// coord is nil for a single replica; replicas sharing one database pass
+// their Coordinator (see Coordinator).
+func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) *Server {
 	cfg.defaults()
 	return &Server{
 		cfg: cfg, store: st, resolver: resolver, log: cfg.Logger,
 		reconcileWake: make(chan struct{}, 1),
-		runs:          newBroadcast(), logs: newBroadcast(), metrics: newMetrics(),
+		runs:          newBroadcast(), logs: newBroadcast(), metrics: newMetrics(), coord: coord,
 	}
 }
 
@@ -115,6 +118,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(l) }()
 	go func() { s.reconcileLoop(ctx); errc <- nil }()
+	go s.receive(ctx)
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
@@ -158,13 +162,6 @@ func EnsureAdminToken(ctx context.Context, st store.Store, dataDir string, now t
 }
 
 func (s *Server) now() time.Time { return s.cfg.Now().UTC() }
-
-func (s *Server) wakeReconcile() {
-	select {
-	case s.reconcileWake <- struct{}{}:
-	default:
-	}
-}
 
 func (s *Server) nodeBroadcast(nodeID string) *broadcast {
 	b, _ := s.nodeWake.LoadOrStore(nodeID, newBroadcast())

@@ -1,0 +1,219 @@
+// Package replica lets several control-plane replicas share one PostgreSQL
+// database: it carries signals between them with LISTEN/NOTIFY and elects
+// the one replica that schedules with a session-level advisory lock. It
+// implements controlplane.Coordinator; the control plane's wiring (package
+// controlplane's Run) imports it for postgres:// stores.
+//
+// Everything durable stays in the store. A signal only says "look again";
+// leadership only decides who runs the scheduler, and it is fenced by the
+// database itself: the lock is held by one connection, and it is released
+// by PostgreSQL when that connection dies, so a replica that lost its
+// connection cannot keep scheduling on a stale belief (it checks the
+// connection before every claim of leadership it makes).
+package replica
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Coordinator is one replica's membership.
+type Coordinator struct {
+	dsn     string
+	channel string
+	lockKey int64
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+
+	leader atomic.Bool
+	subsMu sync.Mutex
+	subs   []chan string
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+// Open connects to the database at dsn and starts listening and campaigning
+// for leadership. The namespace (the database and schema the store uses)
+// scopes both the channel and the lock, so several Mercator installations on
+// one PostgreSQL server do not hear or block each other.
+func Open(ctx context.Context, dsn, namespace string, log *slog.Logger) (*Coordinator, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("replica coordination: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("replica coordination: %w", err)
+	}
+	sum := sha256.Sum256([]byte("mercator/" + namespace))
+	c := &Coordinator{dsn: dsn, pool: pool, log: log,
+		channel: "mercator_" + hex.EncodeToString(sum[:6]),
+		lockKey: int64(binary.BigEndian.Uint64(sum[8:16]) &^ (1 << 63))}
+	runCtx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.done.Add(2)
+	go func() { defer c.done.Done(); c.listen(runCtx) }()
+	go func() { defer c.done.Done(); c.campaign(runCtx) }()
+	return c, nil
+}
+
+// Close stops listening, gives up leadership and closes the connections.
+func (c *Coordinator) Close() {
+	c.cancel()
+	c.done.Wait()
+	c.pool.Close()
+}
+
+// Publish implements controlplane.Coordinator with pg_notify.
+func (c *Coordinator) Publish(ctx context.Context, topic string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := c.pool.Exec(ctx, "SELECT pg_notify($1, $2)", c.channel, topic)
+	return err
+}
+
+// Subscribe implements controlplane.Coordinator. Slow subscribers lose
+// signals rather than block the listener (a signal is a hint).
+func (c *Coordinator) Subscribe(ctx context.Context) <-chan string {
+	ch := make(chan string, 256)
+	c.subsMu.Lock()
+	c.subs = append(c.subs, ch)
+	c.subsMu.Unlock()
+	go func() {
+		<-ctx.Done()
+		c.subsMu.Lock()
+		defer c.subsMu.Unlock()
+		for i, s := range c.subs {
+			if s == ch {
+				c.subs = append(c.subs[:i], c.subs[i+1:]...)
+				close(ch)
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// Leader implements controlplane.Coordinator.
+func (c *Coordinator) Leader() bool { return c.leader.Load() }
+
+// listen holds one connection in LISTEN and fans notifications out,
+// reconnecting after a failure. Its own notifications come back too; a
+// replica acting on its own signal twice only looks again.
+func (c *Coordinator) listen(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := c.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		c.log.Warn("replica signal listener lost its connection; reconnecting", "err", err)
+		c.fanout(topicAll) // signals may have been missed: wake everyone
+		sleep(ctx, time.Second)
+	}
+}
+
+// topicAll is delivered after a reconnection; subscribers treat unknown
+// topics as nothing, so it is fanned out as each known topic instead.
+const topicAll = ""
+
+func (c *Coordinator) listenOnce(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, c.dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{c.channel}.Sanitize()); err != nil {
+		return err
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		c.fanout(n.Payload)
+	}
+}
+
+func (c *Coordinator) fanout(topic string) {
+	topics := []string{topic}
+	if topic == topicAll {
+		topics = []string{"runs", "logs", "reconcile"}
+	}
+	c.subsMu.Lock()
+	defer c.subsMu.Unlock()
+	for _, s := range c.subs {
+		for _, t := range topics {
+			select {
+			case s <- t:
+			default:
+			}
+		}
+	}
+}
+
+// campaign tries to take the advisory lock every few seconds on a dedicated
+// connection and, while holding it, checks the connection just as often;
+// a failed check drops leadership at once.
+func (c *Coordinator) campaign(ctx context.Context) {
+	const every = 2 * time.Second
+	var conn *pgx.Conn
+	defer func() {
+		c.leader.Store(false)
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+	}()
+	for ctx.Err() == nil {
+		if conn == nil {
+			var err error
+			if conn, err = pgx.Connect(ctx, c.dsn); err != nil {
+				c.leader.Store(false)
+				sleep(ctx, every)
+				continue
+			}
+		}
+		if c.leader.Load() {
+			if err := conn.Ping(ctx); err != nil {
+				c.log.Warn("lost the scheduler leadership's connection", "err", err)
+				c.leader.Store(false)
+				conn.Close(context.Background())
+				conn = nil
+				continue
+			}
+		} else {
+			var got bool
+			if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", c.lockKey).Scan(&got); err != nil {
+				conn.Close(context.Background())
+				conn = nil
+				continue
+			}
+			if got {
+				c.log.Info("this replica now schedules")
+				c.leader.Store(true)
+			}
+		}
+		sleep(ctx, every)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
