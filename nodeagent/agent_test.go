@@ -1,0 +1,248 @@
+package nodeagent
+
+import (
+	"fmt"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/node"
+)
+
+// memRuntime is an in-memory Runtime: launches create "containers" that
+// run until stopped. It counts launches per workload, which is what the
+// exactly-once tests check.
+type memRuntime struct {
+	mu        sync.Mutex
+	launches  map[capability.WorkloadKey]int
+	running   map[capability.WorkloadKey]capability.WorkloadObservation
+	failPulls int // the next failPulls PrepareImage calls fail as unavailable
+}
+
+func newMemRuntime() *memRuntime {
+	return &memRuntime{launches: map[capability.WorkloadKey]int{}, running: map[capability.WorkloadKey]capability.WorkloadObservation{}}
+}
+
+func (m *memRuntime) Facts(context.Context) (capability.NodeFacts, error) {
+	return capability.NodeFacts{CPUs: 4, MemoryBytes: 8 << 30}, nil
+}
+func (m *memRuntime) PrepareImage(context.Context, capability.PrepareImageCommand) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failPulls > 0 {
+		m.failPulls--
+		return failure.Unavailable("daemon restarting")
+	}
+	return nil
+}
+func (m *memRuntime) PrepareArtifact(context.Context, capability.PrepareArtifactCommand) error {
+	return nil
+}
+func (m *memRuntime) LaunchWorkload(_ context.Context, c capability.LaunchWorkloadCommand) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.running[c.WorkloadKey]; ok {
+		return nil // adopt, as the daemon's name conflict makes DockerRuntime do
+	}
+	m.launches[c.WorkloadKey]++
+	now := time.Now()
+	m.running[c.WorkloadKey] = capability.WorkloadObservation{WorkloadKey: c.WorkloadKey, ContainerID: "c-" + c.RunID, Phase: capability.PhaseRunning, StartedAt: &now}
+	return nil
+}
+func (m *memRuntime) StopWorkload(_ context.Context, c capability.StopWorkloadCommand) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if o, ok := m.running[c.WorkloadKey]; ok && o.Phase == capability.PhaseRunning {
+		now, code := time.Now(), 143
+		o.Phase, o.FinishedAt, o.ExitCode = capability.PhaseExited, &now, &code
+		m.running[c.WorkloadKey] = o
+	}
+	return nil
+}
+func (m *memRuntime) Observe(context.Context) ([]capability.WorkloadObservation, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []capability.WorkloadObservation
+	for _, o := range m.running {
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// chanTransport hands the agent the commands a test pushes and records the
+// events it delivers.
+type chanTransport struct {
+	commands chan node.Command
+	mu       sync.Mutex
+	events   []node.Event
+	offline  bool
+}
+
+func (c *chanTransport) Enroll(context.Context, capability.EnrollmentRequest) (capability.Enrollment, error) {
+	return capability.Enrollment{SessionToken: "s", ExpiresAt: time.Now().Add(time.Hour), FencingToken: 5}, nil
+}
+func (c *chanTransport) RenewSession(context.Context, string, string) (capability.SessionRenewal, error) {
+	return capability.SessionRenewal{SessionToken: "s2", ExpiresAt: time.Now().Add(time.Hour), FencingToken: 5}, nil
+}
+func (c *chanTransport) Session(ctx context.Context, _, _ string, out chan<- node.Command) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case cmd := <-c.commands:
+			out <- cmd
+		}
+	}
+}
+func (c *chanTransport) SendEvents(_ context.Context, _, _ string, evs []node.Event) ([]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.offline {
+		return nil, failure.Unavailable("partitioned")
+	}
+	var ids []string
+	for _, e := range evs {
+		c.events = append(c.events, e)
+		ids = append(ids, e.ID)
+	}
+	return ids, nil
+}
+func (c *chanTransport) SendLogs(context.Context, string, string, capability.LogChunk) (capability.LogAck, error) {
+	return capability.LogAck{}, nil
+}
+
+func (c *chanTransport) results(op string) []node.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []node.Event
+	for _, e := range c.events {
+		if e.Kind == node.EventResult && e.Result.OperationID == op {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func startTestAgent(t *testing.T, rt Runtime, tr *chanTransport, dir string) (stop func()) {
+	state, err := OpenState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := New(Identity{NodeID: "n1", EnrollmentToken: "inv"}, rt, tr, state,
+		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithObserveInterval(20*time.Millisecond), WithReconnectBackoff(10*time.Millisecond))
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("agent: %v", err)
+		}
+		state.Close()
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func launch(op string, fence uint64) node.Command {
+	return node.Command{OperationID: op, FencingToken: fence, Kind: node.KindLaunchWorkload,
+		LaunchWorkload: &capability.LaunchWorkloadCommand{WorkloadKey: capability.WorkloadKey{RunID: "r-" + op, Attempt: 1}, Image: "x@sha256:0"}}
+}
+
+// TestRedeliveredLaunchStartsOneContainer: the same command delivered many
+// times, across an agent restart, launches once and is answered with the
+// same result event each time.
+func TestRedeliveredLaunchStartsOneContainer(t *testing.T) {
+	rt, tr, dir := newMemRuntime(), &chanTransport{commands: make(chan node.Command)}, t.TempDir()
+	stop := startTestAgent(t, rt, tr, dir)
+	cmd := launch("op1", 5)
+	for i := 0; i < 5; i++ {
+		tr.commands <- cmd
+		waitUntil(t, fmt.Sprintf("answer %d (have %d)", i+1, len(tr.results("op1"))), func() bool { return len(tr.results("op1")) >= i+1 })
+	}
+	stop()
+	stop = startTestAgent(t, rt, tr, dir)
+	defer stop()
+	tr.commands <- cmd
+	waitUntil(t, "an answer after restart", func() bool { return len(tr.results("op1")) >= 6 })
+	res := tr.results("op1")
+	for _, e := range res {
+		if e.ID != res[0].ID || e.Result.Outcome != node.OutcomeOK {
+			t.Fatalf("answers differ: %+v vs %+v", e, res[0])
+		}
+	}
+	if n := rt.launches[cmd.LaunchWorkload.WorkloadKey]; n != 1 {
+		t.Fatalf("%d launches, want 1", n)
+	}
+}
+
+// TestFencedCommandRefused: a command fenced below the node's token is
+// refused, in a result that says so, and not performed.
+func TestFencedCommandRefused(t *testing.T) {
+	rt, tr := newMemRuntime(), &chanTransport{commands: make(chan node.Command)}
+	defer startTestAgent(t, rt, tr, t.TempDir())()
+	cmd := launch("old", 4) // the node holds token 5
+	tr.commands <- cmd
+	waitUntil(t, "a refusal", func() bool { return len(tr.results("old")) == 1 })
+	r := tr.results("old")[0].Result
+	if r.Outcome != node.OutcomeRefused || r.Error == "" {
+		t.Fatalf("result %+v, want refused with a reason", r)
+	}
+	if rt.launches[cmd.LaunchWorkload.WorkloadKey] != 0 {
+		t.Fatal("fenced command was performed")
+	}
+}
+
+// TestSpoolSurvivesPartition: what is observed while the control plane is
+// unreachable is delivered afterwards, with the IDs it was minted with.
+func TestSpoolSurvivesPartition(t *testing.T) {
+	rt, tr := newMemRuntime(), &chanTransport{commands: make(chan node.Command), offline: true}
+	defer startTestAgent(t, rt, tr, t.TempDir())()
+	tr.commands <- launch("op1", 5)
+	time.Sleep(100 * time.Millisecond)
+	if len(tr.results("op1")) != 0 {
+		t.Fatal("delivered while offline")
+	}
+	tr.mu.Lock()
+	tr.offline = false
+	tr.mu.Unlock()
+	waitUntil(t, "the result after the partition", func() bool { return len(tr.results("op1")) == 1 })
+	waitUntil(t, "the running observation", func() bool {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		for _, e := range tr.events {
+			if e.Kind == node.EventWorkload && e.Workload.Phase == capability.PhaseRunning {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// TestUnavailableRuntimeIsRetried: a launch that meets a restarting daemon
+// is retried, not reported as the run's failure.
+func TestUnavailableRuntimeIsRetried(t *testing.T) {
+	rt, tr := newMemRuntime(), &chanTransport{commands: make(chan node.Command)}
+	rt.failPulls = 2
+	defer startTestAgent(t, rt, tr, t.TempDir())()
+	tr.commands <- launch("op1", 5)
+	waitUntil(t, "a result", func() bool { return len(tr.results("op1")) == 1 })
+	if r := tr.results("op1")[0].Result; r.Outcome != node.OutcomeOK {
+		t.Fatalf("result %+v, want ok after retries", r)
+	}
+}
