@@ -27,7 +27,8 @@ const gpuMachine = "h100-80gb-hbm3-x8"
 // requireGPUHook makes sure dockerd has its NVIDIA device driver registered,
 // by running scripts/install-gpu-hook-standin.sh. The script does nothing
 // but check when the driver is already there, which is how the suite is
-// meant to find it (scripts/test.sh runs it before any test); it installs the
+// meant to find it (scripts/test.sh should run it right after starting
+// dockerd, before any test); it installs the
 // stand-in hook and restarts dockerd only on a machine that lacks it, which
 // stops every running container, so it is not something to do while other
 // packages' tests are running. It needs root; a failure fails the test,

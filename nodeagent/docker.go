@@ -147,16 +147,17 @@ func WithNodeLabel(nodeID string) RuntimeOption {
 // reports this node publishes about hardware can be exercised anywhere but
 // on the hardware.
 //
-// The runtime stores it; Facts does not query accelerators yet and reports
-// none rather than a guess.
+// Without it Facts asks DefaultAcceleratorTool on PATH; see
+// acceleratorProbe.read (accelerator.go) for what it asks and what each
+// failure is reported as.
 func WithAcceleratorTool(binary string) RuntimeOption {
 	return func(docker *DockerRuntime) { docker.acceleratorTool = binary }
 }
 
 // WithKernelReports points this node at the kernel's own reports about
 // itself, which is /proc everywhere but in a case that has to stand in a
-// machine whose NVIDIA module is loaded or absent. Facts reads meminfo and
-// self/cgroup under it.
+// machine whose NVIDIA module is loaded or absent. Facts reads meminfo,
+// self/cgroup and driver/nvidia/version under it.
 func WithKernelReports(root string) RuntimeOption {
 	return func(docker *DockerRuntime) { docker.kernelReports = root }
 }
@@ -966,8 +967,11 @@ func (docker *DockerRuntime) PrepareArtifact(ctx context.Context, command capabi
 // A figure that cannot be measured is left zero with a Note saying why, and
 // the facts are returned anyway (a daemon that is down is itself a fact
 // worth reporting); only the caller's context ending is an error.
-// Accelerators are not reported yet: none is listed and nothing is guessed.
-// AgentVersion is the agent's to fill.
+// Accelerators are the NVIDIA GPUs the vendor tool lists, asked once per call
+// and bounded by AcceleratorToolTimeout, and only when the kernel module is
+// loaded and the container runtime can hand them to a container; otherwise
+// none, with a Note saying why (accelerator.go). AgentVersion is the agent's
+// to fill.
 func (docker *DockerRuntime) Facts(ctx context.Context) (capability.NodeFacts, error) {
 	facts := capability.NodeFacts{
 		OS:                runtime.GOOS,
@@ -1000,6 +1004,13 @@ func (docker *DockerRuntime) Facts(ctx context.Context) (capability.NodeFacts, e
 	} else {
 		note("memory: %v", err)
 	}
+
+	accelerators, accelNotes, err := docker.readAccelerators(ctx, procRoot)
+	if err != nil {
+		return capability.NodeFacts{}, err
+	}
+	facts.Accelerators = accelerators
+	facts.Notes = append(facts.Notes, accelNotes...)
 
 	if docker.artifactRoot == "" {
 		note("disk free: not measured, because no artifact root is configured")

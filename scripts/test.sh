@@ -10,6 +10,10 @@ cd "$(dirname "$0")/.."
 
 export PATH="$PATH:/usr/local/go/bin"
 bash scripts/ensure-docker.sh
+# For the GPU tests only: a stand-in NVIDIA hook so containers with GPU device
+# requests start on a machine without GPUs (restarts dockerd once, when it
+# is first installed). Never install it on a real GPU machine.
+bash scripts/install-gpu-hook-standin.sh
 MERCATOR_TEST_POSTGRES=$(bash scripts/ensure-postgres.sh)
 export MERCATOR_TEST_POSTGRES
 

@@ -1,0 +1,159 @@
+package scheduler
+
+// This file keeps the scheduler as it was before it was indexed (commit
+// b1f5173): one pass over every node for every run. It is the oracle the
+// equivalence property test compares Schedule against, and the baseline the
+// benchmark reports its speed-up over. Do not "improve" it: its value is that
+// it is obviously what the policy says.
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+type refNodeState struct {
+	Node
+	freeCPU float64
+	freeMem int64
+	used    map[string]bool
+}
+
+// referenceSchedule is Schedule as it was: for every run, every node.
+func referenceSchedule(s Snapshot) Plan {
+	nodes := make([]*refNodeState, 0, len(s.Nodes))
+	for _, n := range s.Nodes {
+		ns := &refNodeState{Node: n, freeCPU: n.CPU - n.UsedCPU, freeMem: n.MemoryBytes - n.UsedMemory, used: map[string]bool{}}
+		for u, v := range n.UsedGPUs {
+			ns.used[u] = v
+		}
+		nodes = append(nodes, ns)
+	}
+	plan := Plan{Waiting: map[string]string{}}
+	for _, r := range s.Pending {
+		var best *refNodeState
+		var bestGPUs []string
+		reasons := map[string][]string{}
+		for _, n := range nodes {
+			gpus, why := refFit(n, r)
+			if why != "" {
+				reasons[why] = append(reasons[why], n.ID)
+				continue
+			}
+			if best == nil || refBetter(r, n, gpus, best) {
+				best, bestGPUs = n, gpus
+			}
+		}
+		if best == nil {
+			plan.Waiting[r.ID] = refExplain(len(nodes), reasons)
+			continue
+		}
+		best.freeCPU -= r.CPU
+		best.freeMem -= r.MemoryBytes
+		for _, g := range bestGPUs {
+			best.used[g] = true
+		}
+		plan.Placements = append(plan.Placements, Placement{RunID: r.ID, NodeID: best.ID, GPUs: bestGPUs})
+	}
+	return plan
+}
+
+// fit returns the GPUs the run would get on n, or why it cannot go there.
+// The reason strings are grouped verbatim, so they must not contain
+// node-specific figures.
+func refFit(n *refNodeState, r Run) ([]string, string) {
+	switch {
+	case !n.Ready:
+		if n.NotReadyReason != "" {
+			return nil, n.NotReadyReason
+		}
+		return nil, "is not ready"
+	case n.Cordoned:
+		return nil, "is cordoned"
+	case n.CPU == 0 || n.MemoryBytes == 0:
+		return nil, "has not reported its facts yet"
+	case r.CPU > n.CPU:
+		return nil, fmt.Sprintf("has fewer CPUs than requested (need %g)", r.CPU)
+	case r.MemoryBytes > n.MemoryBytes:
+		return nil, fmt.Sprintf("has less memory than requested (need %s)", Bytes(r.MemoryBytes))
+	case r.CPU > n.freeCPU+1e-9:
+		return nil, fmt.Sprintf("has too little free CPU (need %g)", r.CPU)
+	case r.MemoryBytes > n.freeMem:
+		return nil, fmt.Sprintf("has too little free memory (need %s)", Bytes(r.MemoryBytes))
+	}
+	if r.GPUs == 0 {
+		return nil, ""
+	}
+	var matching, free []string
+	for _, g := range n.GPUs {
+		if r.GPUModel != "" && !strings.Contains(strings.ToLower(g.Model), strings.ToLower(r.GPUModel)) {
+			continue
+		}
+		if r.GPUMemory > 0 && g.MemoryBytes < r.GPUMemory {
+			continue
+		}
+		matching = append(matching, g.UUID)
+		if !n.used[g.UUID] {
+			free = append(free, g.UUID)
+		}
+	}
+	switch {
+	case len(matching) < r.GPUs:
+		return nil, fmt.Sprintf("have fewer than %d matching GPUs", r.GPUs)
+	case len(free) < r.GPUs:
+		return nil, fmt.Sprintf("have too few free GPUs (need %d)", r.GPUs)
+	}
+	sort.Strings(free)
+	return free[:r.GPUs], ""
+}
+
+func refBetter(r Run, n *refNodeState, gpus []string, best *refNodeState) bool {
+	if hn, hb := n.Images[r.Image], best.Images[r.Image]; hn != hb {
+		return hn
+	}
+	if r.GPUs > 0 {
+		fn, fb := refFreeGPUs(n), refFreeGPUs(best)
+		if fn != fb {
+			return fn < fb
+		}
+	} else if n.freeMem != best.freeMem {
+		return n.freeMem > best.freeMem
+	}
+	return n.ID < best.ID
+}
+
+func refFreeGPUs(n *refNodeState) int {
+	c := 0
+	for _, g := range n.GPUs {
+		if !n.used[g.UUID] {
+			c++
+		}
+	}
+	return c
+}
+
+func refExplain(total int, reasons map[string][]string) string {
+	if total == 0 {
+		return "waiting: no nodes are enrolled; invite one with `mercator node invite NODE_ID`"
+	}
+	keys := make([]string, 0, len(reasons))
+	for k := range reasons {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if len(reasons[keys[i]]) != len(reasons[keys[j]]) {
+			return len(reasons[keys[i]]) > len(reasons[keys[j]])
+		}
+		return keys[i] < keys[j]
+	})
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		n := len(reasons[k])
+		noun := "nodes"
+		if n == 1 {
+			noun = "node"
+		}
+		parts = append(parts, fmt.Sprintf("%d %s %s", n, noun, singular(k, n)))
+	}
+	return "waiting: " + strings.Join(parts, "; ")
+}
