@@ -50,12 +50,11 @@ type Agent struct {
 	flush     chan struct{}
 	observeCh chan struct{}
 
-	mu        sync.Mutex
-	keyLocks  map[string]*sync.Mutex
-	shipping  map[capability.WorkloadKey]chan struct{}
-	shipped   map[capability.WorkloadKey]bool
-	lastFacts *capability.NodeFacts
-	fatal     chan error
+	mu       sync.Mutex
+	keyLocks map[string]*sync.Mutex
+	shipping map[capability.WorkloadKey]chan struct{}
+	shipped  map[capability.WorkloadKey]bool
+	fatal    chan error
 }
 
 // Option configures an Agent.
@@ -110,7 +109,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, loop := range []func(context.Context){a.sessionLoop, a.observeLoop, a.flushLoop, a.heartbeatLoop, a.renewLoop} {
+	for _, loop := range []func(context.Context){a.sessionLoop, a.observeLoop, a.flushLoop, a.heartbeatLoop, a.factsLoop, a.renewLoop} {
 		wg.Add(1)
 		go func() { defer wg.Done(); loop(ctx) }()
 	}
@@ -514,9 +513,26 @@ func (a *Agent) flushLoop(ctx context.Context) {
 	}
 }
 
-// heartbeatLoop reports liveness on every tick, and the node's facts when
-// they changed since they were last reported.
+// heartbeatLoop reports liveness on every tick. It never waits for
+// anything but the control plane: facts are read in factsLoop, because a
+// vendor tool that hangs (nvidia-smi on a wedged driver can take its full
+// timeout) must not make a healthy machine miss its lease.
 func (a *Agent) heartbeatLoop(ctx context.Context) {
+	for {
+		nodeID, tok := a.creds()
+		if _, err := a.transport.SendEvents(ctx, nodeID, tok, nil); err != nil && ctx.Err() == nil {
+			a.handleTransportError("heartbeat", err)
+		}
+		if !sleep(ctx, a.heartbeat) {
+			return
+		}
+	}
+}
+
+// factsLoop reads the node's facts once per heartbeat period and spools them
+// when they changed since they were last reported.
+func (a *Agent) factsLoop(ctx context.Context) {
+	var last *capability.NodeFacts
 	for {
 		facts, err := a.runtime.Facts(ctx)
 		if err != nil {
@@ -527,18 +543,14 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 		} else {
 			facts.AgentVersion = a.identity.AgentVersion
 			facts.CapabilityVersion = capability.Version
-			if a.lastFacts == nil || !reflect.DeepEqual(*a.lastFacts, facts) {
+			if last == nil || !reflect.DeepEqual(*last, facts) {
 				if id, err := a.state.NextEventID(); err == nil {
 					if err := a.state.Spool(node.Event{ID: id, Kind: node.EventFacts, At: a.now().UTC(), Facts: &facts}); err == nil {
-						a.lastFacts = &facts
+						last = &facts
 						a.wakeFlush()
 					}
 				}
 			}
-		}
-		nodeID, tok := a.creds()
-		if _, err := a.transport.SendEvents(ctx, nodeID, tok, nil); err != nil && ctx.Err() == nil {
-			a.handleTransportError("heartbeat", err)
 		}
 		if !sleep(ctx, a.heartbeat) {
 			return
