@@ -1,0 +1,285 @@
+package fnagent
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/distribution/reference"
+
+	"github.com/mercator/mercator/failure"
+)
+
+// Defaults for fields left zero. They follow Fn's where Fn has one.
+const (
+	DefaultMemoryMB         = 128
+	DefaultTimeout          = 30 * time.Second
+	DefaultIdleTimeout      = 30 * time.Second
+	DefaultInitTimeout      = 10 * time.Second
+	DefaultMaxRequestBytes  = 6 << 20
+	DefaultMaxResponseBytes = 6 << 20
+
+	DefaultPauseAfter   = time.Second
+	DefaultMaxSlotWait  = 10 * time.Second
+	DefaultPullTimeout  = 5 * time.Minute
+	DefaultMaxLogBytes  = 64 << 10
+	DefaultLogRetention = 1024
+)
+
+// minMemoryMB is the smallest memory limit the Docker daemon accepts.
+const minMemoryMB = 6
+
+// Config configures an Engine. The zero value is usable: every zero field
+// takes the default its comment names.
+type Config struct {
+	// DockerHost is the daemon to use ("unix:///…"); empty means what the
+	// environment says (DOCKER_HOST, else the local socket).
+	DockerHost string
+	// NodeID is put on every container as the mercator.node label, so a node
+	// agent sharing a daemon sees only its own function containers.
+	NodeID string
+	// SocketRoot is the host directory holding one socket directory per
+	// container; default <os.TempDir()>/mercator-fn. It must be on the
+	// machine the daemon runs on, because it is bind-mounted.
+	SocketRoot string
+	// Network is the Docker network mode of function containers; empty is
+	// the daemon's default (the bridge). Tests use "none".
+	Network string
+	// Tracker reserves resources for containers. Nil means a tracker over
+	// DetectCapacity(HeadroomBytes). A node agent that also runs Runs passes
+	// the tracker it shares with them.
+	Tracker *ResourceTracker
+	// HeadroomBytes is the memory kept free when the tracker is detected;
+	// zero means DefaultHeadroom of the machine's memory.
+	HeadroomBytes int64
+	// PauseAfter is how long a container stays idle before it is paused
+	// (frozen, so it uses no CPU but keeps its memory); default 1s, negative
+	// never pauses. Fn pauses after 50ms; a second keeps bursts from paying
+	// an unpause round trip on nearly every call.
+	PauseAfter time.Duration
+	// MaxSlotWait caps how long a call waits for capacity or for another
+	// call's container, whatever its deadline; default 10s. A call that
+	// waits this long with no launch of its function under way returns
+	// ErrBusy. A cold start under way is waited for until the deadline.
+	MaxSlotWait time.Duration
+	// PullTimeout bounds one image pull; default 5m.
+	PullTimeout time.Duration
+	// MaxLogBytes bounds the logs kept per call; default 64 KiB.
+	MaxLogBytes int
+	// LogRetention is how many calls' logs are kept; default 1024.
+	LogRetention int
+	// Metrics receives calls and container state changes; nil for none.
+	Metrics Metrics
+	// Logger receives the engine's own log; nil discards it.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// FunctionConfig is everything about a function the engine needs to run a
+// call to it. All fields but RegistryAuth are the function's identity on
+// this node: two calls share containers only if their configurations are
+// equal.
+type FunctionConfig struct {
+	// ID is the function's ID (FN_FN_ID and the mercator.fn label). Required.
+	ID string `json:"id"`
+	// AppID is its application's ID (FN_APP_ID).
+	AppID string `json:"app_id"`
+	// Name and AppName are passed as FN_FN_NAME and FN_APP_NAME.
+	Name    string `json:"name"`
+	AppName string `json:"app_name"`
+	// Image is pinned by manifest digest: "repo@sha256:<64 hex>". A tag is
+	// refused, because a tag can move and a node runs exactly what it was
+	// told to.
+	Image string `json:"image"`
+	// RegistryAuth is the Engine API's X-Registry-Auth value for the pull,
+	// held in memory for the pull only. It is not part of the identity.
+	RegistryAuth string `json:"-"`
+	// MemoryMB is the container's hard memory limit (swap included) and the
+	// memory reserved for it; default 128.
+	MemoryMB int64 `json:"memory_mb"`
+	// MilliCPUs is the container's CPU quota and reservation in thousandths
+	// of a core; zero means no quota and no reservation.
+	MilliCPUs int64 `json:"milli_cpus"`
+	// GPUs is how many of the tracker's GPUs the container gets, by ID.
+	GPUs int `json:"gpus"`
+	// Config is set as the container's environment. A name the contract
+	// reserves (FN_LISTENER, FN_FORMAT, …) is refused.
+	Config map[string]string `json:"config"`
+	// Timeout bounds one call from its arrival to its last byte; default 30s.
+	Timeout time.Duration `json:"timeout"`
+	// IdleTimeout is how long an idle container is kept; default 30s.
+	IdleTimeout time.Duration `json:"idle_timeout"`
+	// InitTimeout bounds a container's start up to its socket accepting a
+	// connection; default 10s.
+	InitTimeout time.Duration `json:"init_timeout"`
+	// MaxConcurrency caps the containers of this configuration, and so its
+	// concurrent calls (one call per container at a time); zero means only
+	// the node's capacity limits it.
+	MaxConcurrency int `json:"max_concurrency"`
+	// MaxRequestBytes and MaxResponseBytes bound the bodies; default 6 MiB.
+	MaxRequestBytes  int64 `json:"max_request_bytes"`
+	MaxResponseBytes int64 `json:"max_response_bytes"`
+}
+
+// reservedEnv are the environment variables the container contract sets;
+// a function's configuration may not set them.
+var reservedEnv = []string{"FN_LISTENER", "FN_FORMAT", "FN_FN_ID", "FN_APP_ID", "FN_FN_NAME",
+	"FN_APP_NAME", "FN_MEMORY", "FN_TYPE", "FN_LOGFRAME_NAME", "FN_LOGFRAME_HDR"}
+
+// normalized returns fn with defaults filled in, or a failure.ErrInvalid
+// error naming the field that is wrong.
+func (fn FunctionConfig) normalized() (FunctionConfig, error) {
+	if fn.ID == "" {
+		return fn, failure.Invalid("id", "a function needs an ID")
+	}
+	if err := pinnedImage(fn.Image); err != nil {
+		return fn, err
+	}
+	if fn.MemoryMB == 0 {
+		fn.MemoryMB = DefaultMemoryMB
+	}
+	if fn.MemoryMB < minMemoryMB {
+		return fn, failure.Invalid("memory_mb", "%d MB is below the %d MB Docker accepts", fn.MemoryMB, minMemoryMB)
+	}
+	if fn.MilliCPUs < 0 {
+		return fn, failure.Invalid("milli_cpus", "%d is negative", fn.MilliCPUs)
+	}
+	if fn.GPUs < 0 {
+		return fn, failure.Invalid("gpus", "%d is negative", fn.GPUs)
+	}
+	if fn.MaxConcurrency < 0 {
+		return fn, failure.Invalid("max_concurrency", "%d is negative", fn.MaxConcurrency)
+	}
+	for name := range fn.Config {
+		if name == "" || strings.ContainsAny(name, "=\x00") {
+			return fn, failure.Invalid("config", "%q is not an environment variable name", name)
+		}
+		for _, reserved := range reservedEnv {
+			if name == reserved {
+				return fn, failure.Invalid("config", "%s is set by the container contract and cannot be configured", name)
+			}
+		}
+	}
+	defaults := []struct {
+		d   *time.Duration
+		def time.Duration
+		f   string
+	}{{&fn.Timeout, DefaultTimeout, "timeout"}, {&fn.IdleTimeout, DefaultIdleTimeout, "idle_timeout"}, {&fn.InitTimeout, DefaultInitTimeout, "init_timeout"}}
+	for _, d := range defaults {
+		if *d.d < 0 {
+			return fn, failure.Invalid(d.f, "%v is negative", *d.d)
+		}
+		if *d.d == 0 {
+			*d.d = d.def
+		}
+	}
+	if fn.MaxRequestBytes < 0 || fn.MaxResponseBytes < 0 {
+		return fn, failure.Invalid("max_request_bytes", "body limits cannot be negative")
+	}
+	if fn.MaxRequestBytes == 0 {
+		fn.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if fn.MaxResponseBytes == 0 {
+		fn.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	return fn, nil
+}
+
+// resources is what one container of fn reserves.
+func (fn FunctionConfig) resources() Resources {
+	return Resources{MemoryBytes: fn.MemoryMB << 20, MilliCPUs: fn.MilliCPUs, GPUs: fn.GPUs}
+}
+
+// poolKey is the identity of a normalized configuration: a hash of every
+// field but the credential. JSON sorts map keys, so equal configurations
+// hash equally.
+func (fn FunctionConfig) poolKey() string {
+	raw, err := json.Marshal(fn)
+	if err != nil {
+		// A struct of strings, numbers and a string map always marshals.
+		panic("fnagent: marshal function config: " + err.Error())
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:8])
+}
+
+// pinnedImage checks that ref names an image by a sha256 manifest digest
+// alone, the same rule as the node agent's PrepareImage.
+func pinnedImage(ref string) error {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return failure.Invalid("image", "%q is not an image reference (%v); want repo@sha256:<64 hex digits>", ref, err)
+	}
+	if _, tagged := named.(reference.Tagged); tagged {
+		return failure.Invalid("image", "%q names a tag as well as a digest; send repo@sha256:<64 hex digits> alone", ref)
+	}
+	canonical, ok := named.(reference.Canonical)
+	if !ok {
+		return failure.Invalid("image", "%q is not pinned by a manifest digest; want repo@sha256:<64 hex digits>, because a tag can move", ref)
+	}
+	if canonical.Digest().Algorithm() != "sha256" {
+		return failure.Invalid("image", "%q is pinned by %s; want a sha256 manifest digest", ref, canonical.Digest().Algorithm())
+	}
+	return nil
+}
+
+// Mode says what a call does when no container is free.
+type Mode int
+
+const (
+	// Wait queues the call for a container, launching one if the function's
+	// limits and the node's capacity allow, for at most the call's deadline
+	// and Config.MaxSlotWait.
+	Wait Mode = iota
+	// NoWait takes an idle container or launches one for this call at once,
+	// and otherwise returns ErrBusy immediately: the caller would rather try
+	// another node than queue here.
+	NoWait
+)
+
+// CallRequest is one call. The engine reads Body to its end or to the
+// first error and does not close it; the caller owns it.
+type CallRequest struct {
+	// ID is the call's ID (Fn-Call-Id); required, and the key its logs are
+	// kept under.
+	ID string
+	// Header is passed to the function as is, apart from hop-by-hop headers.
+	// An HTTP gateway sets Fn-Intent: httprequest, Fn-Http-Method,
+	// Fn-Http-Request-Url and the client's headers as Fn-Http-H-*, as Fn's
+	// trigger handler does.
+	Header http.Header
+	// Body is the request body; nil is empty.
+	Body io.Reader
+	// ContentLength is Body's length if known, else -1 (0 with a nil Body).
+	ContentLength int64
+	// Deadline, when not zero, ends the call sooner than the function's
+	// Timeout would.
+	Deadline time.Time
+	// Mode chooses waiting or failing fast when no container is free.
+	Mode Mode
+}
+
+// CallReport describes one call's outcome; Call returns it with or without
+// an error.
+type CallReport struct {
+	CallID string
+	FnID   string
+	// ContainerID is the container that served the call, empty if none did.
+	ContainerID string
+	// Cold is true when the call was its container's first.
+	Cold bool
+	// Wait is the time from arrival until a container was ready for it.
+	Wait time.Duration
+	// Duration is the time from arrival until Call returned.
+	Duration time.Duration
+	// ResponseBytes counts the body bytes written to the caller.
+	ResponseBytes int64
+	// Kind is empty for a successful call, else the error's kind.
+	Kind Kind
+}

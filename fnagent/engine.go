@@ -1,0 +1,1048 @@
+package fnagent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/mercator/mercator/failure"
+)
+
+// Engine runs hot function containers on this node and serves calls to
+// them. See the package doc for the model. Create it with New; it is safe
+// for concurrent use; Close it to remove its containers.
+type Engine struct {
+	cfg     Config
+	api     dockerAPI
+	tracker *ResourceTracker
+	logs    *logStore
+	metrics Metrics
+	log     *slog.Logger
+	now     func() time.Time
+
+	// ctx ends at Close; launches and pulls run under it, not under the
+	// call that asked for them, because the next call wants them too.
+	ctx    context.Context
+	cancel context.CancelFunc
+	bg     sync.WaitGroup // background work: launches, pulls, removals
+	calls  sync.WaitGroup // calls in flight
+
+	// closing is closed when Close begins, so waiting calls give up.
+	closing chan struct{}
+
+	mu         sync.Mutex
+	closed     bool
+	pools      map[string]*pool
+	containers map[*hotContainer]struct{}
+	wake       chan struct{} // closed and replaced by signal
+
+	pulls pullGroup
+}
+
+// pool is the hot containers of one function configuration.
+type pool struct {
+	key string
+	fn  FunctionConfig
+	res Resources
+	q   *slotQueue[*hotContainer]
+
+	// Guarded by Engine.mu. A pool leaves the map only when no call uses
+	// it and it has no container, so two pools never share a key.
+	refs int
+	live int
+	auth string // the latest call's registry credential
+}
+
+// hotContainer is one running function container.
+type hotContainer struct {
+	id, name    string
+	pool        *pool
+	sockDir     string
+	transport   *http.Transport
+	reservation *Reservation
+	logs        *logSink
+	// exited is closed when the attach stream ends: the process is gone.
+	exited   chan struct{}
+	attached bool
+	attach   types.HijackedResponse
+	served   atomic.Int64
+
+	opMu   sync.Mutex // serializes pause and unpause
+	paused bool       // guarded by opMu
+
+	timerMu sync.Mutex
+	timers  []*time.Timer
+
+	stateMu sync.Mutex
+	state   ContainerState
+	gone    bool
+
+	destroyOnce sync.Once
+}
+
+// New connects to the Docker daemon (Config.DockerHost, else the
+// environment) and returns an engine. The API version is negotiated on
+// first use, so an older daemon works. No container request is made here;
+// when Config.Tracker is nil the machine's capacity is measured now.
+func New(cfg Config) (*Engine, error) {
+	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if cfg.DockerHost != "" {
+		opts = append(opts, client.WithHost(cfg.DockerHost))
+	}
+	cli, err := client.NewClientWithOpts(opts...)
+	if err != nil {
+		return nil, failure.Invalid("docker_host", "docker client for %q: %v", cfg.DockerHost, err)
+	}
+	e, err := newEngine(cli, cfg)
+	if err != nil {
+		cli.Close()
+	}
+	return e, err
+}
+
+func newEngine(api dockerAPI, cfg Config) (*Engine, error) {
+	if cfg.SocketRoot == "" {
+		cfg.SocketRoot = filepath.Join(os.TempDir(), "mercator-fn")
+	}
+	if cfg.PauseAfter == 0 {
+		cfg.PauseAfter = DefaultPauseAfter
+	}
+	if cfg.MaxSlotWait <= 0 {
+		cfg.MaxSlotWait = DefaultMaxSlotWait
+	}
+	if cfg.PullTimeout <= 0 {
+		cfg.PullTimeout = DefaultPullTimeout
+	}
+	if cfg.MaxLogBytes <= 0 {
+		cfg.MaxLogBytes = DefaultMaxLogBytes
+	}
+	if cfg.LogRetention <= 0 {
+		cfg.LogRetention = DefaultLogRetention
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	tracker := cfg.Tracker
+	if tracker == nil {
+		capacity, err := DetectCapacity(cfg.HeadroomBytes)
+		if err != nil {
+			return nil, fmt.Errorf("fnagent: measure this machine's capacity: %w", err)
+		}
+		tracker = NewResourceTracker(capacity)
+	}
+	if err := os.MkdirAll(cfg.SocketRoot, 0o711); err != nil {
+		return nil, fmt.Errorf("fnagent: socket root: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Engine{
+		cfg:        cfg,
+		api:        api,
+		tracker:    tracker,
+		logs:       newLogStore(cfg.MaxLogBytes, cfg.LogRetention),
+		metrics:    cfg.Metrics,
+		log:        logger,
+		now:        cfg.Now,
+		ctx:        ctx,
+		cancel:     cancel,
+		closing:    make(chan struct{}),
+		pools:      map[string]*pool{},
+		containers: map[*hotContainer]struct{}{},
+		wake:       make(chan struct{}),
+	}, nil
+}
+
+// Tracker is the engine's resource tracker.
+func (e *Engine) Tracker() *ResourceTracker { return e.tracker }
+
+// Logs returns what the container wrote during the call callID (see
+// logSink for how output is attributed), for the most recent
+// Config.LogRetention calls. Output a function writes after its response
+// counts until its container's next call starts, so a read right after Call
+// returns may not be final. ok is false for an unknown or forgotten call.
+func (e *Engine) Logs(callID string) (log CallLog, ok bool) { return e.logs.get(callID) }
+
+// PoolStats are the counts of one pool at one moment.
+type PoolStats struct {
+	FnID string
+	// Key identifies the configuration (the mercator.fn.pool label).
+	Key string
+	// Idle includes Paused.
+	Idle, Paused, Busy, Starting, Waiting int
+}
+
+// Stats returns every pool's counts, sorted by function ID and key.
+func (e *Engine) Stats() []PoolStats {
+	e.mu.Lock()
+	pools := make([]*pool, 0, len(e.pools))
+	for _, p := range e.pools {
+		pools = append(pools, p)
+	}
+	paused := map[*pool]int{}
+	for c := range e.containers {
+		c.stateMu.Lock()
+		if c.state == ContainerPaused {
+			paused[c.pool]++
+		}
+		c.stateMu.Unlock()
+	}
+	e.mu.Unlock()
+	stats := make([]PoolStats, 0, len(pools))
+	for _, p := range pools {
+		s := p.q.stats()
+		stats = append(stats, PoolStats{FnID: p.fn.ID, Key: p.key, Idle: s.Idle, Paused: paused[p], Busy: s.Busy, Starting: s.Starting, Waiting: s.Waiting})
+	}
+	sort.Slice(stats, func(i, j int) bool {
+		if stats[i].FnID != stats[j].FnID {
+			return stats[i].FnID < stats[j].FnID
+		}
+		return stats[i].Key < stats[j].Key
+	})
+	return stats
+}
+
+// Call runs one call of fn and streams its response to w: the function's
+// status and headers (unwrapped from the Fn-Http-* contract), then its body
+// as the container writes it, flushed after every read when w supports
+// flushing. It returns when the response has been written, or with a
+// *CallError saying how the call ended otherwise (see Kind). When the
+// error's Partial is false nothing was written to w and the caller writes
+// its own error response; when true the response is incomplete and must be
+// aborted.
+//
+// The call may take an idle container, wait for one (Mode), or have one
+// launched. Its deadline is the earliest of call.Deadline, ctx's deadline,
+// and arrival plus fn.Timeout, and bounds everything, the wait included.
+// The report is filled as far as the call got, error or not.
+func (e *Engine) Call(ctx context.Context, fn FunctionConfig, call CallRequest, w http.ResponseWriter) (CallReport, error) {
+	start := e.now()
+	report := CallReport{CallID: call.ID, FnID: fn.ID}
+	err := e.call(ctx, fn, call, w, start, &report)
+	report.Duration = e.now().Sub(start)
+	if err != nil {
+		var ce *CallError
+		if !errors.As(err, &ce) {
+			ce = &CallError{Kind: KindInvalidResponse, Message: err.Error(), Err: err}
+		}
+		// Copy: a launch's error can reach several calls.
+		stamped := *ce
+		stamped.FnID, stamped.CallID = fn.ID, call.ID
+		err = &stamped
+		report.Kind = stamped.Kind
+	}
+	if e.metrics != nil {
+		e.metrics.CallDone(report)
+	}
+	return report, err
+}
+
+func (e *Engine) call(ctx context.Context, fn FunctionConfig, call CallRequest, w http.ResponseWriter, start time.Time, report *CallReport) error {
+	fn, err := fn.normalized()
+	if err != nil {
+		return &CallError{Kind: KindInvalid, Message: err.Error(), Err: err}
+	}
+	if call.ID == "" {
+		err := failure.Invalid("call_id", "a call needs an ID")
+		return &CallError{Kind: KindInvalid, Message: err.Error(), Err: err}
+	}
+	if w == nil {
+		err := failure.Invalid("response_writer", "a call needs somewhere to write its response")
+		return &CallError{Kind: KindInvalid, Message: err.Error(), Err: err}
+	}
+	if need := fn.resources(); !e.tracker.Possible(need) {
+		c := e.tracker.Capacity()
+		return callErr(KindBusy, nil, "the function needs %v and this node can give at most %v", need,
+			Resources{MemoryBytes: c.MemoryBytes, MilliCPUs: c.MilliCPUs, GPUs: len(c.GPUs)})
+	}
+	deadline := start.Add(fn.Timeout)
+	if !call.Deadline.IsZero() && call.Deadline.Before(deadline) {
+		deadline = call.Deadline
+	}
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if !deadline.After(start) {
+		return callErr(KindTimeout, nil, "the deadline passed before the call arrived")
+	}
+	length := call.ContentLength
+	if call.Body == nil {
+		length = 0
+	}
+	if length > fn.MaxRequestBytes {
+		return callErr(KindRequestTooBig, nil, "the request body is %d bytes; the function accepts %d", length, fn.MaxRequestBytes)
+	}
+
+	p, err := e.acquirePool(fn)
+	if err != nil {
+		return err
+	}
+	defer e.releasePool(p)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+
+	c, err := e.acquire(ctx, p, call.Mode)
+	if err != nil {
+		return err
+	}
+	report.ContainerID = c.id
+	report.Cold = c.served.Add(1) == 1
+	report.Wait = e.now().Sub(start)
+	return e.dispatch(ctx, p, c, call, length, w, deadline, report)
+}
+
+// acquirePool finds or makes fn's pool and counts a call on it.
+func (e *Engine) acquirePool(fn FunctionConfig) (*pool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, callErr(KindBusy, nil, "the engine is closing")
+	}
+	key := fn.poolKey()
+	p := e.pools[key]
+	if p == nil {
+		p = &pool{key: key, fn: fn, res: fn.resources(), q: newSlotQueue[*hotContainer](fn.MaxConcurrency, e.now)}
+		e.pools[key] = p
+	}
+	p.refs++
+	p.auth = fn.RegistryAuth
+	e.calls.Add(1)
+	return p, nil
+}
+
+func (e *Engine) releasePool(p *pool) {
+	e.mu.Lock()
+	p.refs--
+	e.dropPoolLocked(p)
+	e.mu.Unlock()
+	e.calls.Done()
+}
+
+func (e *Engine) dropPoolLocked(p *pool) {
+	if p.refs == 0 && p.live == 0 && e.pools[p.key] == p {
+		delete(e.pools, p.key)
+	}
+}
+
+// signal wakes every call waiting for a container to look again: capacity
+// was released, a container went idle (and may be evicted), or a slot
+// under MaxConcurrency opened.
+func (e *Engine) signal() {
+	e.mu.Lock()
+	close(e.wake)
+	e.wake = make(chan struct{})
+	e.mu.Unlock()
+}
+
+func (e *Engine) wakeChan() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.wake
+}
+
+// goBackground runs f as background work, unless the engine is closing.
+func (e *Engine) goBackground(f func()) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		f()
+	}()
+	return true
+}
+
+// ctxError is the error of a call whose context ended during phase.
+func ctxError(ctx context.Context, phase string) *CallError {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return callErr(KindTimeout, ctx.Err(), "the deadline passed %s", phase)
+	}
+	return callErr(KindCanceled, ctx.Err(), "the caller gave up %s", phase)
+}
+
+// acquire returns a running, unpaused container of p marked busy.
+func (e *Engine) acquire(ctx context.Context, p *pool, mode Mode) (*hotContainer, error) {
+	for {
+		c, err := e.slot(ctx, p, mode)
+		if err != nil {
+			return nil, err
+		}
+		if err := e.resume(ctx, c); err != nil {
+			e.log.Warn("function container unusable; replacing it", "container", c.name, "err", err)
+			p.q.retire()
+			e.destroyAsync(c, "could not be resumed")
+			if ctx.Err() != nil {
+				return nil, ctxError(ctx, "waiting for a container")
+			}
+			continue
+		}
+		return c, nil
+	}
+}
+
+// slot takes an idle container, or queues for one and sees that a launch
+// is under way when the pool's rules call for one (see slotQueue).
+//
+// The wait ends at the call's deadline. Config.MaxSlotWait ends it sooner
+// when nothing is being done for the pool: the cap is checked each time it
+// elapses, and while a launch of the pool is in flight the call keeps
+// waiting, because a cold start (bounded itself by PullTimeout and
+// InitTimeout) is progress, where waiting on capacity or on other calls'
+// containers may not be.
+func (e *Engine) slot(ctx context.Context, p *pool, mode Mode) (*hotContainer, error) {
+	c, w, err := p.q.acquire(mode == NoWait)
+	if errors.Is(err, errSlotLimit) {
+		return nil, callErr(KindBusy, nil, "the function is at its max concurrency (%d)", p.fn.MaxConcurrency)
+	}
+	if w == nil {
+		return c, nil
+	}
+	if mode == NoWait {
+		res, err := e.reserve(p)
+		if err != nil {
+			p.q.unclaim()
+			if c, ok := p.q.cancel(w); ok {
+				return c, nil
+			}
+			return nil, err
+		}
+		e.startLaunch(p, res, w)
+	}
+	capTimer := time.NewTimer(e.cfg.MaxSlotWait)
+	defer capTimer.Stop()
+	for {
+		wake, freed := e.wakeChan(), e.tracker.Changed()
+		if mode == Wait {
+			e.fillLaunches(p)
+		}
+		select {
+		case g := <-w.ch:
+			if g.err != nil {
+				return nil, g.err
+			}
+			return g.slot, nil
+		case <-wake:
+		case <-freed:
+		case <-ctx.Done():
+			if c, ok := p.q.cancel(w); ok {
+				// Granted as the call gave up: the container is healthy.
+				e.release(p, c, true, "")
+			}
+			return nil, ctxError(ctx, "waiting for a container")
+		case <-e.closing:
+			if c, ok := p.q.cancel(w); ok {
+				e.release(p, c, true, "")
+			}
+			return nil, callErr(KindBusy, nil, "the engine is closing")
+		case <-capTimer.C:
+			if p.q.stats().Starting > 0 {
+				capTimer.Reset(e.cfg.MaxSlotWait)
+				continue
+			}
+			if c, ok := p.q.cancel(w); ok {
+				return c, nil
+			}
+			return nil, callErr(KindBusy, nil, "no container of the function was free within %v", e.cfg.MaxSlotWait)
+		}
+	}
+}
+
+// fillLaunches starts the launches p's waiters need, as far as capacity
+// allows; a launch that cannot reserve waits for the next signal.
+func (e *Engine) fillLaunches(p *pool) {
+	for p.q.claimLaunch() {
+		res, err := e.reserve(p)
+		if err != nil {
+			p.q.unclaim()
+			return
+		}
+		e.startLaunch(p, res, nil)
+	}
+}
+
+// reserve reserves one container's resources for p, evicting idle
+// containers of other pools if that makes them fit. It never waits for a
+// busy container; failing is KindBusy.
+func (e *Engine) reserve(p *pool) (*Reservation, error) {
+	for range 3 {
+		if r, ok := e.tracker.TryReserve(p.res); ok {
+			return r, nil
+		}
+		victims := e.claimVictims(p, e.tracker.Shortfall(p.res))
+		if len(victims) == 0 {
+			break
+		}
+		var wg sync.WaitGroup
+		for _, v := range victims {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e.log.Info("evicting idle function container", "container", v.name, "fn", v.pool.fn.ID, "for", p.fn.ID)
+				e.destroy(v, "evicted for another function")
+			}()
+		}
+		wg.Wait()
+	}
+	return nil, callErr(KindBusy, nil, "this node's capacity is taken (the function needs %v; %v is free) and no idle container of another function can make room",
+		p.res, e.tracker.Free())
+}
+
+// claimVictims takes off their idle stacks the idle containers of other
+// pools that planEviction chooses to free short.
+func (e *Engine) claimVictims(p *pool, short Resources) []*hotContainer {
+	e.mu.Lock()
+	others := make([]*pool, 0, len(e.pools))
+	for _, op := range e.pools {
+		if op != p {
+			others = append(others, op)
+		}
+	}
+	e.mu.Unlock()
+	type owned struct {
+		pool *pool
+		slot idleSlot[*hotContainer]
+	}
+	var cands []evictionCandidate
+	var owners []owned
+	for _, op := range others {
+		for _, s := range op.q.idleSlots() {
+			cands = append(cands, evictionCandidate{resources: op.res, idleSince: s.since})
+			owners = append(owners, owned{op, s})
+		}
+	}
+	var victims []*hotContainer
+	for _, i := range planEviction(cands, short) {
+		if o := owners[i]; o.pool.q.removeIdle(o.slot.slot, o.slot.seq) {
+			victims = append(victims, o.slot.slot)
+		}
+	}
+	return victims
+}
+
+// startLaunch launches a container for p in the background; it goes to
+// target if target still waits, else to the longest waiter, else idle.
+func (e *Engine) startLaunch(p *pool, res *Reservation, target *slotWaiter[*hotContainer]) {
+	ok := e.goBackground(func() {
+		c, err := e.launch(p, res)
+		if err != nil {
+			e.log.Warn("function container launch failed", "fn", p.fn.ID, "err", err)
+			// Released before the error is delivered, so a caller that
+			// hears of the failure finds the capacity back.
+			res.Release()
+			p.q.launchFailed(err, target)
+			e.signal()
+			return
+		}
+		if idle, seq := p.q.launched(c, target); idle {
+			e.becameIdle(c, seq)
+		}
+	})
+	if !ok {
+		res.Release()
+		p.q.launchFailed(callErr(KindBusy, nil, "the engine is closing"), target)
+	}
+}
+
+// launch pulls the image if need be, creates and starts a container, and
+// waits for its socket. On failure the container is removed and the error
+// says which step failed (KindImagePull…, KindInitFailed, KindInitTimeout,
+// KindOutOfMemory).
+func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
+	fn := p.fn
+	e.mu.Lock()
+	auth := p.auth
+	e.mu.Unlock()
+	ctx := e.ctx
+	if err := e.ensureImage(ctx, fn.Image, auth); err != nil {
+		return nil, err
+	}
+	suffix := randomHex(8)
+	c := &hotContainer{
+		pool:        p,
+		name:        containerName(fn.ID, suffix),
+		sockDir:     filepath.Join(e.cfg.SocketRoot, suffix),
+		reservation: res,
+		logs:        newLogSink(e.logs),
+		exited:      make(chan struct{}),
+	}
+	e.register(c)
+	fail := func(err *CallError) (*hotContainer, error) {
+		e.destroy(c, err.Message)
+		return nil, err
+	}
+	if err := os.Mkdir(c.sockDir, 0o700); err != nil {
+		return fail(callErr(KindInitFailed, err, "socket directory: %v", err))
+	}
+	// Whatever user the function runs as must be able to create its socket.
+	if err := os.Chmod(c.sockDir, 0o777); err != nil {
+		return fail(callErr(KindInitFailed, err, "socket directory: %v", err))
+	}
+	labels := map[string]string{LabelFn: fn.ID, LabelApp: fn.AppID, LabelPool: p.key}
+	if e.cfg.NodeID != "" {
+		labels[LabelNode] = e.cfg.NodeID
+	}
+	memory := fn.MemoryMB << 20
+	hostConfig := &container.HostConfig{
+		Mounts:      []mount.Mount{{Type: mount.TypeBind, Source: c.sockDir, Target: socketDirInContainer}},
+		NetworkMode: container.NetworkMode(e.cfg.Network),
+		Resources: container.Resources{
+			Memory:     memory,
+			MemorySwap: memory,
+			NanoCPUs:   fn.MilliCPUs * 1_000_000,
+		},
+	}
+	if gpus := res.GPUs(); len(gpus) > 0 {
+		hostConfig.DeviceRequests = []container.DeviceRequest{{Driver: "nvidia", DeviceIDs: gpus, Capabilities: [][]string{{"gpu"}}}}
+	}
+	config := &container.Config{
+		Image:        fn.Image,
+		Env:          containerEnv(fn),
+		Labels:       labels,
+		AttachStdout: true,
+		AttachStderr: true,
+	}
+	created, err := e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
+	if err != nil {
+		return fail(callErr(KindInitFailed, err, "create container %s: %v", c.name, err))
+	}
+	c.id = created.ID
+	// Attached before the start, so no output is lost; the stream ends when
+	// the process does, which is how the engine learns of an exit.
+	attach, err := e.api.ContainerAttach(ctx, c.id, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return fail(callErr(KindInitFailed, err, "attach to container %s: %v", c.name, err))
+	}
+	c.attach, c.attached = attach, true
+	go func() {
+		_, _ = stdcopy.StdCopy(c.logs.writer(0), c.logs.writer(1), attach.Reader)
+		close(c.exited)
+	}()
+	go func() {
+		<-c.exited
+		if p.q.removeIdle(c, 0) {
+			e.destroyAsync(c, "exited while idle")
+		}
+	}()
+	if err := e.api.ContainerStart(ctx, c.id, container.StartOptions{}); err != nil {
+		return fail(callErr(KindInitFailed, err, "start container %s: %v", c.name, err))
+	}
+	initCtx, cancel := context.WithTimeout(ctx, fn.InitTimeout)
+	err = waitForSocket(initCtx, c.sockDir, c.exited)
+	cancel()
+	switch {
+	case err == nil:
+	case errors.Is(err, errExited):
+		return fail(e.exitError(c, "before it opened its socket"))
+	case ctx.Err() != nil:
+		return fail(callErr(KindBusy, err, "the engine is closing"))
+	default:
+		return fail(callErr(KindInitTimeout, err, "container %s did not accept a connection on %s within %v; its output ends: %q",
+			c.name, socketName, fn.InitTimeout, c.logs.Tail()))
+	}
+	c.transport = newTransport(c.sockDir)
+	e.log.Debug("function container ready", "container", c.name, "fn", fn.ID)
+	return c, nil
+}
+
+// exitError explains a container that exited: killed for memory, or exited
+// with a code, with the end of its output.
+func (e *Engine) exitError(c *hotContainer, when string) *CallError {
+	info, err := e.inspectExited(c)
+	if err != nil {
+		return callErr(KindInitFailed, err, "container %s exited %s (inspect: %v); its output ends: %q", c.name, when, err, c.logs.Tail())
+	}
+	if info.State.OOMKilled {
+		return callErr(KindOutOfMemory, nil, "container %s exceeded its %d MB memory limit and was killed %s", c.name, c.pool.fn.MemoryMB, when)
+	}
+	kind := KindInitFailed
+	if c.served.Load() > 0 {
+		kind = KindFunctionFailed
+	}
+	return callErr(kind, nil, "container %s exited with code %d %s; its output ends: %q", c.name, info.State.ExitCode, when, c.logs.Tail())
+}
+
+// inspectExited inspects a container expected to have exited, giving the
+// daemon a moment to record the exit and, after an OOM kill, the flag that
+// says so (it can arrive just after the exit).
+func (e *Engine) inspectExited(c *hotContainer) (container.InspectResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var info container.InspectResponse
+	var err error
+	for i := 0; i < 10; i++ {
+		info, err = e.api.ContainerInspect(ctx, c.id)
+		if err != nil {
+			return info, err
+		}
+		if info.State == nil {
+			return info, errors.New("the daemon states no container state")
+		}
+		if !info.State.Running && (info.State.OOMKilled || info.State.ExitCode != 137 || i >= 3) {
+			return info, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return info, nil
+}
+
+func (e *Engine) register(c *hotContainer) {
+	e.mu.Lock()
+	e.containers[c] = struct{}{}
+	c.pool.live++
+	e.mu.Unlock()
+	e.setState(c, ContainerStarting)
+}
+
+func (e *Engine) setState(c *hotContainer, s ContainerState) {
+	c.stateMu.Lock()
+	from := c.state
+	if c.gone || from == s || from == ContainerRemoving && s != ContainerNone {
+		c.stateMu.Unlock()
+		return
+	}
+	c.state = s
+	c.gone = s == ContainerNone
+	c.stateMu.Unlock()
+	if e.metrics != nil {
+		e.metrics.ContainerStateChanged(from, s)
+	}
+}
+
+// becameIdle arms the idle container's pause and removal timers. A call
+// may have taken it again already (put hands it over under the queue's
+// lock); holding opMu and checking the idle period keeps that call's
+// resume and this from undoing each other.
+func (e *Engine) becameIdle(c *hotContainer, seq uint64) {
+	c.opMu.Lock()
+	defer func() {
+		c.opMu.Unlock()
+		e.signal()
+	}()
+	if !c.pool.q.isIdle(c, seq) {
+		return
+	}
+	e.setState(c, ContainerIdle)
+	idle := c.pool.fn.IdleTimeout
+	timers := []*time.Timer{time.AfterFunc(idle, func() {
+		if c.pool.q.removeIdle(c, seq) {
+			e.destroyAsync(c, "idle timeout")
+		}
+	})}
+	if e.cfg.PauseAfter > 0 && e.cfg.PauseAfter < idle {
+		timers = append(timers, time.AfterFunc(e.cfg.PauseAfter, func() { e.pauseIdle(c, seq) }))
+	}
+	c.setTimers(timers)
+}
+
+func (c *hotContainer) setTimers(timers []*time.Timer) {
+	c.timerMu.Lock()
+	defer c.timerMu.Unlock()
+	for _, t := range c.timers {
+		t.Stop()
+	}
+	c.timers = timers
+}
+
+// pauseIdle freezes c if it is still idle in the period seq. Holding opMu
+// while pausing means a call that takes c meanwhile unpauses it after.
+func (e *Engine) pauseIdle(c *hotContainer, seq uint64) {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	if c.paused || !c.pool.q.isIdle(c, seq) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	if err := e.api.ContainerPause(ctx, c.id); err != nil {
+		e.log.Warn("pause idle function container", "container", c.name, "err", err)
+		return
+	}
+	c.paused = true
+	e.setState(c, ContainerPaused)
+}
+
+// resume readies a container taken from the pool for a call: its timers
+// stop, it is unpaused if paused, and one that exited is refused.
+func (e *Engine) resume(ctx context.Context, c *hotContainer) error {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	c.setTimers(nil)
+	select {
+	case <-c.exited:
+		return errExited
+	default:
+	}
+	if c.paused {
+		if err := e.api.ContainerUnpause(ctx, c.id); err != nil {
+			return fmt.Errorf("unpause: %w", err)
+		}
+		c.paused = false
+	}
+	e.setState(c, ContainerBusy)
+	return nil
+}
+
+// dispatch sends the call to c and streams the answer to w, then returns c
+// to its pool or replaces it.
+//
+// A container is kept only when it finished the call within the contract:
+// it answered 200 and the engine read the body to its end, or it answered
+// 502 (the FDK's word that the handler returned with an error). After any
+// other ending (timeout, the caller gone, a response cut off for size, a
+// broken connection, a status outside the contract) the handler may still
+// be running or the FDK may be broken, so the container is removed and the
+// next call gets a fresh one.
+func (e *Engine) dispatch(ctx context.Context, p *pool, c *hotContainer, call CallRequest, length int64, w http.ResponseWriter, deadline time.Time, report *CallReport) error {
+	fn := p.fn
+	c.logs.setCall(e.logs.open(call.ID))
+	var body io.Reader
+	var limited *limitedBody
+	if call.Body != nil {
+		limited = &limitedBody{r: call.Body, left: fn.MaxRequestBytes}
+		body = limited
+	}
+	resp, err := c.transport.RoundTrip(newContainerRequest(ctx, call, deadline, body, length))
+	if err != nil {
+		if limited != nil && limited.exceeded.Load() {
+			e.release(p, c, false, "request too big")
+			return callErr(KindRequestTooBig, nil, "the request body exceeds the function's %d bytes", fn.MaxRequestBytes)
+		}
+		cerr := e.broken(ctx, c, err, "before the container answered")
+		e.release(p, c, false, cerr.Message)
+		return cerr
+	}
+	defer resp.Body.Close()
+
+	if kind, keep := containerStatus(resp.StatusCode); kind != "" {
+		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		e.release(p, c, keep, "status "+strconv.Itoa(resp.StatusCode))
+		return callErr(kind, nil, "the container answered %d: %q", resp.StatusCode, snippet)
+	}
+	status, err := userStatus(resp.Header)
+	if err != nil {
+		e.release(p, c, false, "invalid Fn-Http-Status")
+		return callErr(KindInvalidResponse, err, "%v", err)
+	}
+	if resp.ContentLength > fn.MaxResponseBytes {
+		e.release(p, c, false, "response too big")
+		return callErr(KindResponseTooBig, nil, "the response body is %d bytes; the function may send %d", resp.ContentLength, fn.MaxResponseBytes)
+	}
+	copyUserHeaders(w.Header(), resp.Header)
+	w.WriteHeader(status)
+
+	n, err := stream(w, resp.Body, fn.MaxResponseBytes)
+	report.ResponseBytes = n
+	if err == nil {
+		e.release(p, c, true, "")
+		return nil
+	}
+	var cerr *CallError
+	var werr writeError
+	switch {
+	case errors.Is(err, errResponseTooBig):
+		cerr = callErr(KindResponseTooBig, nil, "the response body exceeded the function's %d bytes", fn.MaxResponseBytes)
+	case errors.As(err, &werr):
+		cerr = callErr(KindCanceled, werr.err, "writing the response to the caller: %v", werr.err)
+	default:
+		cerr = e.broken(ctx, c, err, "while streaming its response")
+	}
+	cerr.Partial = true
+	e.release(p, c, false, cerr.Message)
+	return cerr
+}
+
+var errResponseTooBig = errors.New("response too big")
+
+// writeError is a failure to write to the caller's ResponseWriter.
+type writeError struct{ err error }
+
+func (w writeError) Error() string { return w.err.Error() }
+
+// stream copies the body to w as it arrives, flushing after every read,
+// and fails before writing past limit.
+func stream(w http.ResponseWriter, body io.Reader, limit int64) (int64, error) {
+	flusher := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		m, rerr := body.Read(buf)
+		if m > 0 {
+			if n+int64(m) > limit {
+				return n, errResponseTooBig
+			}
+			if _, err := w.Write(buf[:m]); err != nil {
+				return n, writeError{err}
+			}
+			n += int64(m)
+			_ = flusher.Flush()
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+}
+
+// broken explains a call whose connection failed: the call's context
+// ended (timeout, canceled), or the container did: killed for memory,
+// exited, or alive but answering outside the protocol.
+func (e *Engine) broken(ctx context.Context, c *hotContainer, err error, phase string) *CallError {
+	if ctx.Err() != nil {
+		return ctxError(ctx, "while the function ran")
+	}
+	timer := time.NewTimer(2 * time.Second)
+	select {
+	case <-c.exited:
+		timer.Stop()
+		return e.exitError(c, "during the call")
+	case <-timer.C:
+	}
+	return callErr(KindInvalidResponse, err, "the connection to container %s failed %s: %v", c.name, phase, err)
+}
+
+// release ends c's call: back to the pool if keep (and it still runs),
+// else removed.
+func (e *Engine) release(p *pool, c *hotContainer, keep bool, reason string) {
+	if keep {
+		select {
+		case <-c.exited:
+			keep, reason = false, "exited"
+		default:
+		}
+	}
+	if keep {
+		if idle, seq := p.q.put(c); idle {
+			e.becameIdle(c, seq)
+		}
+		return
+	}
+	p.q.retire()
+	e.destroyAsync(c, reason)
+	e.signal()
+}
+
+// destroyAsync removes c in the background, or now if the engine is
+// closing.
+func (e *Engine) destroyAsync(c *hotContainer, reason string) {
+	if !e.goBackground(func() { e.destroy(c, reason) }) {
+		e.destroy(c, reason)
+	}
+}
+
+// destroy removes c's container, socket directory and reservation, once.
+func (e *Engine) destroy(c *hotContainer, reason string) {
+	c.destroyOnce.Do(func() {
+		e.setState(c, ContainerRemoving)
+		c.setTimers(nil)
+		e.log.Debug("removing function container", "container", c.name, "reason", reason)
+		if c.id != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := e.api.ContainerRemove(ctx, c.id, container.RemoveOptions{Force: true})
+			cancel()
+			if err != nil && !cerrdefs.IsNotFound(err) {
+				e.log.Warn("remove function container", "container", c.name, "err", err)
+			}
+		}
+		if c.attached {
+			c.attach.Close()
+			select {
+			case <-c.exited:
+			case <-time.After(5 * time.Second):
+			}
+		}
+		if c.transport != nil {
+			c.transport.CloseIdleConnections()
+		}
+		if err := os.RemoveAll(c.sockDir); err != nil {
+			e.log.Warn("remove socket directory", "dir", c.sockDir, "err", err)
+		}
+		c.reservation.Release()
+		e.mu.Lock()
+		delete(e.containers, c)
+		c.pool.live--
+		e.dropPoolLocked(c.pool)
+		e.mu.Unlock()
+		e.setState(c, ContainerNone)
+		e.signal()
+	})
+}
+
+// Close stops taking calls, waits for those in flight until ctx ends,
+// stops launches and pulls, and removes every container the engine
+// started. It returns ctx's error if calls were still running.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	close(e.closing)
+	e.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		e.calls.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("fnagent: close with calls in flight: %w", ctx.Err())
+	}
+	e.cancel()
+	e.bg.Wait()
+	e.mu.Lock()
+	all := make([]*hotContainer, 0, len(e.containers))
+	for c := range e.containers {
+		all = append(all, c)
+	}
+	e.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.destroy(c, "engine closing")
+		}()
+	}
+	wg.Wait()
+	if cerr := e.api.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic("fnagent: crypto/rand: " + err.Error())
+	}
+	return hex.EncodeToString(b)
+}

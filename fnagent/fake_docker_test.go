@@ -1,0 +1,121 @@
+package fnagent
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// fakeDocker is a daemon that fails on purpose, for the error paths a real
+// one will not take on demand. Methods it does not define panic (the nil
+// embedded interface), so a test notices a call it did not expect.
+type fakeDocker struct {
+	dockerAPI
+	present    bool
+	pullStream string
+	createErr  error
+	startErr   error
+
+	mu      sync.Mutex
+	removed []string
+	peers   []net.Conn
+}
+
+func (f *fakeDocker) ImageInspect(context.Context, string, ...client.ImageInspectOption) (image.InspectResponse, error) {
+	if f.present {
+		return image.InspectResponse{}, nil
+	}
+	return image.InspectResponse{}, cerrdefs.ErrNotFound
+}
+
+func (f *fakeDocker) ImagePull(context.Context, string, image.PullOptions) (io.ReadCloser, error) {
+	return io.NopCloser(strings.NewReader(f.pullStream)), nil
+}
+
+func (f *fakeDocker) ContainerCreate(context.Context, *container.Config, *container.HostConfig, *network.NetworkingConfig, *ocispec.Platform, string) (container.CreateResponse, error) {
+	if f.createErr != nil {
+		return container.CreateResponse{}, f.createErr
+	}
+	return container.CreateResponse{ID: "fake-container"}, nil
+}
+
+func (f *fakeDocker) ContainerAttach(context.Context, string, container.AttachOptions) (types.HijackedResponse, error) {
+	ours, theirs := net.Pipe()
+	f.mu.Lock()
+	f.peers = append(f.peers, theirs)
+	f.mu.Unlock()
+	return types.HijackedResponse{Conn: ours, Reader: bufio.NewReader(ours)}, nil
+}
+
+func (f *fakeDocker) ContainerStart(context.Context, string, container.StartOptions) error {
+	return f.startErr
+}
+
+func (f *fakeDocker) ContainerRemove(_ context.Context, id string, _ container.RemoveOptions) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.removed = append(f.removed, id)
+	for _, p := range f.peers {
+		p.Close()
+	}
+	return nil
+}
+
+func (f *fakeDocker) Close() error { return nil }
+
+func TestLaunchErrorPathsWithAFakeDaemon(t *testing.T) {
+	cases := []struct {
+		name        string
+		fake        *fakeDocker
+		want        *CallError
+		wantRemoved bool
+	}{
+		{"the pull stream reports a refusal", &fakeDocker{pullStream: `{"status":"Pulling"}` + "\n" + `{"errorDetail":{"message":"manifest unknown"},"error":"manifest unknown"}`}, ErrImagePull, false},
+		{"create fails", &fakeDocker{present: true, createErr: errors.New("no space left on device")}, ErrInitFailed, false},
+		{"start fails", &fakeDocker{present: true, startErr: errors.New(`exec: "/fn": stat /fn: no such file or directory`)}, ErrInitFailed, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tracker := NewResourceTracker(Capacity{MemoryBytes: 1 << 30, MilliCPUs: 1000})
+			counts := &Counters{}
+			e, err := newEngine(c.fake, Config{SocketRoot: t.TempDir(), Tracker: tracker, Metrics: counts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close(context.Background())
+			fn := FunctionConfig{ID: "f", Image: "127.0.0.1:1/fn@" + testDigest}
+			for _, mode := range []Mode{Wait, NoWait} {
+				_, err := e.Call(context.Background(), fn, CallRequest{ID: "c", Mode: mode}, httptest.NewRecorder())
+				if !errors.Is(err, c.want) {
+					t.Fatalf("mode %d: err = %v; want %s", mode, err, c.want.Kind)
+				}
+			}
+			if free := tracker.Free(); free.MemoryBytes != 1<<30 {
+				t.Errorf("reservation not released: %v free", free)
+			}
+			if c.wantRemoved != (len(c.fake.removed) > 0) {
+				t.Errorf("removed %v", c.fake.removed)
+			}
+			if s := e.Stats(); len(s) != 0 {
+				t.Errorf("stats %+v; want the pool gone", s)
+			}
+			if snap := counts.Snapshot(); len(snap.Containers) != 0 || snap.Errors[c.want.Kind] != 2 {
+				t.Errorf("counters %+v", snap)
+			}
+		})
+	}
+}

@@ -1,0 +1,283 @@
+package fnagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The http-stream contract's fixed names.
+const (
+	// socketDirInContainer is where the socket directory is mounted.
+	socketDirInContainer = "/tmp/iofs"
+	// socketName is the listener's name in it.
+	socketName = "lsnr.sock"
+	// logFrameName is what FDKs print, "=<call ID>", on stdout and stderr
+	// at the start of each call (FN_LOGFRAME_NAME), so output is attributed
+	// to calls by the function's own word.
+	logFrameName = "mercator_call_id"
+	// deadlineFormat is RFC 3339 with milliseconds. Fn sends whole seconds,
+	// which makes an FDK time a call out up to a second early.
+	deadlineFormat = "2006-01-02T15:04:05.000Z07:00"
+)
+
+// containerEnv is the container's environment: the function's config, then
+// the contract's variables (which config cannot set; see normalized).
+func containerEnv(fn FunctionConfig) []string {
+	env := make([]string, 0, len(fn.Config)+10)
+	for k, v := range fn.Config {
+		env = append(env, k+"="+v)
+	}
+	env = append(env,
+		"FN_LISTENER=unix:"+socketDirInContainer+"/"+socketName,
+		"FN_FORMAT=http-stream",
+		"FN_FN_ID="+fn.ID,
+		"FN_APP_ID="+fn.AppID,
+		"FN_FN_NAME="+fn.Name,
+		"FN_APP_NAME="+fn.AppName,
+		"FN_MEMORY="+strconv.FormatInt(fn.MemoryMB, 10),
+		"FN_TYPE=sync",
+		"FN_LOGFRAME_NAME="+logFrameName,
+		"FN_LOGFRAME_HDR=Fn-Call-Id",
+	)
+	return env
+}
+
+// resolveSocket finds the listener in the host directory dir: lsnr.sock
+// itself, or, when lsnr.sock is a symlink (FDKs listen on a phony socket
+// and link it into place), the link's target, which must name a file in
+// the same directory, relatively or as an absolute path under /tmp/iofs as
+// the container sees it. Any other target is refused: the container wrote
+// that link, and the engine runs as root on the host.
+func resolveSocket(dir string) (string, error) {
+	path := filepath.Join(dir, socketName)
+	info, err := os.Lstat(path)
+	if err != nil {
+		return "", err
+	}
+	if info.Mode()&os.ModeSymlink == 0 {
+		return path, nil
+	}
+	target, err := os.Readlink(path)
+	if err != nil {
+		return "", err
+	}
+	if filepath.IsAbs(target) {
+		rel, err := filepath.Rel(socketDirInContainer, filepath.Clean(target))
+		if err != nil {
+			return "", fmt.Errorf("%s links to %q, outside %s", socketName, target, socketDirInContainer)
+		}
+		target = rel
+	}
+	name := filepath.Clean(target)
+	if name == "." || name == ".." || strings.Contains(name, "/") {
+		return "", fmt.Errorf("%s links to %q, which is not a file beside it", socketName, target)
+	}
+	return filepath.Join(dir, name), nil
+}
+
+// dialSocket connects to the listener in dir. The file is opened with
+// O_PATH|O_NOFOLLOW and checked to be a socket before connecting through
+// /proc/self/fd, so a container that swaps the file for a symlink between
+// the check and the connect still cannot point the engine anywhere else.
+// (It also keeps the connect path short whatever SocketRoot is: sun_path
+// holds 108 bytes.)
+func dialSocket(ctx context.Context, dir string) (net.Conn, error) {
+	path, err := resolveSocket(dir)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("%s is not a socket", path)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
+}
+
+// errExited is waitForSocket's answer when the container ended first.
+var errExited = errors.New("the container exited")
+
+// waitForSocket polls until a connection to the listener in dir succeeds,
+// the container exits (errExited), or ctx ends. A connection is the test,
+// not the file's existence: a server that binds lsnr.sock directly creates
+// the file before it listens.
+func waitForSocket(ctx context.Context, dir string, exited <-chan struct{}) error {
+	delay := 2 * time.Millisecond
+	var last error
+	for {
+		dialCtx, cancel := context.WithTimeout(ctx, time.Second)
+		conn, err := dialSocket(dialCtx, dir)
+		cancel()
+		if err == nil {
+			conn.Close()
+			return nil
+		}
+		last = err
+		timer := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return fmt.Errorf("%w (last attempt: %v)", ctx.Err(), last)
+		case <-exited:
+			timer.Stop()
+			return errExited
+		case <-timer.C:
+		}
+		delay = min(delay*2, 25*time.Millisecond)
+	}
+}
+
+// newTransport makes the HTTP transport of one container. Keep-alives are
+// off: every call gets its own connection, so no idle connection outlives
+// the FDK's willingness to keep it, and late bytes of an abandoned call can
+// only reach a connection already closed. A unix connect costs tens of
+// microseconds, well below anything else in a call.
+func newTransport(dir string) *http.Transport {
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialSocket(ctx, dir)
+		},
+		DisableKeepAlives:      true,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: 1 << 20,
+	}
+}
+
+// hopByHop are the headers that describe one connection, never a call.
+var hopByHop = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Proxy-Connection": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+// newContainerRequest is the request for one call: POST /call with the
+// caller's headers (less hop-by-hop ones and Host), Fn-Call-Id and
+// Fn-Deadline. length is the body's length, -1 if unknown.
+func newContainerRequest(ctx context.Context, call CallRequest, deadline time.Time, body io.Reader, length int64) *http.Request {
+	if body == nil {
+		body, length = http.NoBody, 0
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://localhost/call", body)
+	if err != nil {
+		// Only a bad method or URL fails, and both are constants.
+		panic("fnagent: " + err.Error())
+	}
+	req.ContentLength = length
+	if length < 0 {
+		req.ContentLength = -1
+	}
+	req.Header = make(http.Header, len(call.Header)+2)
+	for k, vs := range call.Header {
+		k = http.CanonicalHeaderKey(k)
+		if hopByHop[k] || k == "Content-Length" || k == "Host" {
+			continue
+		}
+		req.Header[k] = append([]string(nil), vs...)
+	}
+	if _, ok := req.Header["User-Agent"]; !ok {
+		// Go's client would add its own otherwise.
+		req.Header["User-Agent"] = []string{""}
+	}
+	req.Header.Set("Fn-Call-Id", call.ID)
+	req.Header.Set("Fn-Deadline", deadline.UTC().Format(deadlineFormat))
+	return req
+}
+
+// containerStatus applies the contract to the status the container answered
+// with: 200 is a response (kind ""); 502 a function error after which the
+// container is kept; 504 a timeout; anything else invalid. keep says
+// whether the container may serve another call.
+func containerStatus(code int) (kind Kind, keep bool) {
+	switch code {
+	case http.StatusOK:
+		return "", true
+	case http.StatusBadGateway:
+		return KindFunctionFailed, true
+	case http.StatusGatewayTimeout:
+		// The FDK gave up on the call, but the user's handler may still run;
+		// see the package doc.
+		return KindTimeout, false
+	default:
+		return KindInvalidResponse, false
+	}
+}
+
+// userStatus is the function's own status: Fn-Http-Status, 200 without it.
+func userStatus(h http.Header) (int, error) {
+	v := h.Get("Fn-Http-Status")
+	if v == "" {
+		return http.StatusOK, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 100 || n > 999 {
+		return 0, fmt.Errorf("Fn-Http-Status %q is not an HTTP status", v)
+	}
+	return n, nil
+}
+
+// copyUserHeaders adds the function's headers in src to dst: Fn-Http-H-X
+// becomes X (the gateway form FDKs use for an HTTP-triggered call); other
+// headers pass as they are (Content-Type, Fn-Fdk-Version, and a function's
+// own headers on a plain invoke, which FDKs do not wrap). Fn-Http-Status,
+// hop-by-hop headers, Content-Length and Date describe the container's
+// response, not the function's, and are dropped: the body is streamed, so
+// its length is the caller's transport's business.
+func copyUserHeaders(dst, src http.Header) {
+	skip := func(k string) bool { return hopByHop[k] || k == "Content-Length" || k == "Date" }
+	for k, vs := range src {
+		switch {
+		case k == "Fn-Http-Status":
+		case strings.HasPrefix(k, "Fn-Http-H-"):
+			name := http.CanonicalHeaderKey(strings.TrimPrefix(k, "Fn-Http-H-"))
+			if name != "" && !skip(name) {
+				dst[name] = append(dst[name], vs...)
+			}
+		case skip(k):
+		default:
+			dst[k] = append(dst[k], vs...)
+		}
+	}
+}
+
+// limitedBody passes a request body through until more than limit bytes
+// have been read, then fails and remembers it, so a too-big body is told
+// apart from the transport's own errors without parsing them.
+type limitedBody struct {
+	r        io.Reader
+	left     int64
+	exceeded atomic.Bool
+}
+
+var errBodyTooBig = errors.New("request body exceeds the function's limit")
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.r.Read(p)
+	if int64(n) > b.left {
+		b.exceeded.Store(true)
+		return 0, errBodyTooBig
+	}
+	b.left -= int64(n)
+	return n, err
+}

@@ -1,0 +1,211 @@
+package fnagent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// listenIn listens on a unix socket named name in dir and serves h.
+func listenIn(t *testing.T, dir, name string, h http.HandlerFunc) {
+	t.Helper()
+	l, err := net.Listen("unix", filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+}
+
+func TestDialSocketFollowsPhonyLinksInsideTheDirectoryOnly(t *testing.T) {
+	ok := func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }
+	cases := []struct {
+		name   string
+		setup  func(dir string) error
+		wantOK bool
+	}{
+		{"socket itself", func(dir string) error { listenIn(t, dir, socketName, ok); return nil }, true},
+		{"relative link to phony (fdk-go)", func(dir string) error {
+			listenIn(t, dir, "phonylsnr.sock", ok)
+			return os.Symlink("phonylsnr.sock", filepath.Join(dir, socketName))
+		}, true},
+		{"absolute link inside the container's /tmp/iofs", func(dir string) error {
+			listenIn(t, dir, "phonylsnr.sock", ok)
+			return os.Symlink("/tmp/iofs/phonylsnr.sock", filepath.Join(dir, socketName))
+		}, true},
+		{"absolute link elsewhere", func(dir string) error {
+			outside := t.TempDir()
+			listenIn(t, outside, "x.sock", ok)
+			return os.Symlink(filepath.Join(outside, "x.sock"), filepath.Join(dir, socketName))
+		}, false},
+		{"relative link climbing out", func(dir string) error {
+			listenIn(t, filepath.Dir(dir), "up.sock", ok)
+			return os.Symlink("../up.sock", filepath.Join(dir, socketName))
+		}, false},
+		{"link to a link", func(dir string) error {
+			outside := t.TempDir()
+			listenIn(t, outside, "x.sock", ok)
+			if err := os.Symlink(filepath.Join(outside, "x.sock"), filepath.Join(dir, "hop")); err != nil {
+				return err
+			}
+			return os.Symlink("hop", filepath.Join(dir, socketName))
+		}, false},
+		{"regular file", func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, socketName), []byte("x"), 0o644)
+		}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			parent := t.TempDir()
+			dir := filepath.Join(parent, "iofs")
+			if err := os.Mkdir(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.setup(dir); err != nil {
+				t.Fatal(err)
+			}
+			conn, err := dialSocket(context.Background(), dir)
+			if c.wantOK != (err == nil) {
+				t.Fatalf("dialSocket: %v; want ok=%v", err, c.wantOK)
+			}
+			if conn != nil {
+				conn.Close()
+			}
+		})
+	}
+}
+
+func TestWaitForSocket(t *testing.T) {
+	dir := t.TempDir()
+	exited := make(chan struct{})
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		listenIn(t, dir, "phonylsnr.sock", func(w http.ResponseWriter, r *http.Request) {})
+		os.Symlink("phonylsnr.sock", filepath.Join(dir, socketName))
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := waitForSocket(ctx, dir, exited); err != nil {
+		t.Fatalf("waitForSocket: %v", err)
+	}
+	close(exited)
+	if err := waitForSocket(ctx, t.TempDir(), exited); !errors.Is(err, errExited) {
+		t.Fatalf("exited container: %v", err)
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	if err := waitForSocket(short, t.TempDir(), make(chan struct{})); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("no socket: %v", err)
+	}
+}
+
+func TestContainerRequest(t *testing.T) {
+	deadline := time.Date(2030, 1, 2, 3, 4, 5, 678_000_000, time.UTC)
+	call := CallRequest{ID: "c1", Header: http.Header{
+		"Content-Type": {"application/json"}, "Connection": {"close"}, "X-Custom": {"a", "b"},
+		"Fn-Intent": {"httprequest"}, "Content-Length": {"3"},
+	}}
+	req := newContainerRequest(context.Background(), call, deadline, strings.NewReader("abc"), 3)
+	if req.Method != http.MethodPost || req.URL.Path != "/call" || req.ContentLength != 3 {
+		t.Fatalf("request %s %s length %d", req.Method, req.URL, req.ContentLength)
+	}
+	want := http.Header{"Content-Type": {"application/json"}, "X-Custom": {"a", "b"}, "Fn-Intent": {"httprequest"},
+		"Fn-Call-Id": {"c1"}, "Fn-Deadline": {"2030-01-02T03:04:05.678Z"}, "User-Agent": {""}}
+	if len(req.Header) != len(want) {
+		t.Fatalf("headers %v; want %v", req.Header, want)
+	}
+	for k, v := range want {
+		if strings.Join(req.Header[k], ",") != strings.Join(v, ",") {
+			t.Errorf("header %s = %q; want %q", k, req.Header[k], v)
+		}
+	}
+	// The FDK parses Fn-Deadline as RFC 3339.
+	if got, err := time.Parse(time.RFC3339, req.Header.Get("Fn-Deadline")); err != nil || !got.Equal(deadline) {
+		t.Fatalf("Fn-Deadline parses to %v, %v", got, err)
+	}
+	if empty := newContainerRequest(context.Background(), CallRequest{ID: "c"}, deadline, nil, -1); empty.Body != http.NoBody || empty.ContentLength != 0 {
+		t.Fatalf("nil body: %v %d", empty.Body, empty.ContentLength)
+	}
+}
+
+func TestStatusContract(t *testing.T) {
+	for code, want := range map[int]struct {
+		kind Kind
+		keep bool
+	}{200: {"", true}, 502: {KindFunctionFailed, true}, 504: {KindTimeout, false}, 500: {KindInvalidResponse, false}, 201: {KindInvalidResponse, false}} {
+		if kind, keep := containerStatus(code); kind != want.kind || keep != want.keep {
+			t.Errorf("containerStatus(%d) = %q, %v; want %q, %v", code, kind, keep, want.kind, want.keep)
+		}
+	}
+	for v, want := range map[string]int{"": 200, "404": 404, "201": 201} {
+		if got, err := userStatus(http.Header{"Fn-Http-Status": {v}}); err != nil || got != want {
+			t.Errorf("userStatus(%q) = %d, %v", v, got, err)
+		}
+	}
+	for _, bad := range []string{"teapot", "42", "1000"} {
+		if _, err := userStatus(http.Header{"Fn-Http-Status": {bad}}); err == nil {
+			t.Errorf("userStatus(%q) accepted", bad)
+		}
+	}
+}
+
+func TestCopyUserHeaders(t *testing.T) {
+	src := http.Header{
+		"Fn-Http-Status":           {"201"},
+		"Fn-Http-H-X-Custom":       {"yes"},
+		"Fn-Http-H-Cache-Control":  {"no-store"},
+		"Fn-Http-H-Content-Length": {"99"},
+		"Content-Type":             {"text/plain"},
+		"Content-Length":           {"7"},
+		"Date":                     {"today"},
+		"Fn-Fdk-Version":           {"fdk-go/0.0.50"},
+		"Transfer-Encoding":        {"chunked"},
+	}
+	dst := http.Header{}
+	copyUserHeaders(dst, src)
+	want := http.Header{"X-Custom": {"yes"}, "Cache-Control": {"no-store"}, "Content-Type": {"text/plain"}, "Fn-Fdk-Version": {"fdk-go/0.0.50"}}
+	if len(dst) != len(want) {
+		t.Fatalf("got %v; want %v", dst, want)
+	}
+	for k, v := range want {
+		if dst.Get(k) != v[0] {
+			t.Errorf("%s = %q; want %q", k, dst.Get(k), v[0])
+		}
+	}
+}
+
+func TestLimitedBody(t *testing.T) {
+	b := &limitedBody{r: strings.NewReader("12345"), left: 5}
+	if got, err := io.ReadAll(b); err != nil || string(got) != "12345" || b.exceeded.Load() {
+		t.Fatalf("at the limit: %q, %v", got, err)
+	}
+	b = &limitedBody{r: strings.NewReader("123456"), left: 5}
+	if _, err := io.ReadAll(b); !errors.Is(err, errBodyTooBig) || !b.exceeded.Load() {
+		t.Fatalf("past the limit: %v", err)
+	}
+	b = &limitedBody{r: io.MultiReader(bytes.NewReader([]byte("123")), bytes.NewReader([]byte("456"))), left: 5}
+	if _, err := io.ReadAll(b); !errors.Is(err, errBodyTooBig) {
+		t.Fatalf("past the limit over two reads: %v", err)
+	}
+}
+
+func TestContainerEnv(t *testing.T) {
+	fn := FunctionConfig{ID: "f1", AppID: "a1", Name: "hello", AppName: "app", MemoryMB: 64, Config: map[string]string{"GREETING": "hi"}}
+	env := strings.Join(containerEnv(fn), "\n") + "\n"
+	for _, want := range []string{"GREETING=hi", "FN_LISTENER=unix:/tmp/iofs/lsnr.sock", "FN_FORMAT=http-stream",
+		"FN_FN_ID=f1", "FN_APP_ID=a1", "FN_MEMORY=64", "FN_TYPE=sync", "FN_FN_NAME=hello", "FN_APP_NAME=app",
+		"FN_LOGFRAME_NAME=" + logFrameName, "FN_LOGFRAME_HDR=Fn-Call-Id"} {
+		if !strings.Contains(env, want+"\n") {
+			t.Errorf("env lacks %s:\n%s", want, env)
+		}
+	}
+}
