@@ -70,6 +70,9 @@ type RunSpec struct {
 	// to be alive is stopped when its node returns, so at most one attempt
 	// keeps running.
 	ReplaceAfterSeconds int64 `json:"replace_after_seconds,omitempty"`
+	// Artifacts are immutable Artifact versions mounted read-only into the
+	// container; the container starts only once its node holds them all.
+	Artifacts []ArtifactMount `json:"artifacts,omitempty"`
 }
 
 // Run is a run as the API shows it.

@@ -15,6 +15,16 @@
 //     commands prepare_image, prepare_artifact, launch_workload,
 //     stop_workload; workload observations, node facts, operation results
 //     carried in the event spool.
+//   - 2 (2026-11-30): Artifacts. prepare_artifact fetches through the
+//     location the control plane minted for it (URL, ExpiresAt) and carries
+//     the Format; launch_workload carries the Artifacts to mount read-only
+//     and waits for them; NodeFacts lists the Artifact versions held
+//     (Artifacts) and the artifact-copy floor (Link).
+//   - 3 (2026-11-30): Functions. The invoke command (InvokeCommand), sent
+//     down the session and never stored, whose bodies travel over the
+//     agent's own requests to the calls paths (PathCalls); NodeFacts states
+//     the share of the machine set aside for function containers
+//     (Functions). See functions.go.
 package capability
 
 import (
@@ -23,7 +33,7 @@ import (
 
 // Version is the capability version this build speaks. See the package doc
 // for what each version added.
-const Version = 1
+const Version = 3
 
 // Paths of the node protocol, relative to the control plane's base URL. Every
 // one is called by the agent; the control plane never calls a node.
@@ -83,7 +93,41 @@ type NodeFacts struct {
 	CapabilityVersion int           `json:"capability_version"`
 	Images            []string      `json:"images,omitempty"`
 	Accelerators      []Accelerator `json:"accelerators,omitempty"`
-	Notes             []string      `json:"notes,omitempty"`
+	// Artifacts is the inventory of Artifact content this node holds,
+	// complete and verified, ordered by digest.
+	Artifacts []HeldArtifact `json:"artifacts,omitempty"`
+	// Link is the slowest artifact copy this node timed within its
+	// reading's validity, or nil when it has none: an unmeasured path,
+	// never a guess.
+	Link *LinkReading `json:"link,omitempty"`
+	// Functions is the share of this machine set aside for function
+	// containers, and what runs in it; nil when the node runs no functions.
+	Functions *FunctionCapacity `json:"functions,omitempty"`
+	Notes     []string          `json:"notes,omitempty"`
+}
+
+// HeldArtifact is one Artifact content a node holds, by digest, with the
+// NAME@VERSION references it was prepared as.
+type HeldArtifact struct {
+	SHA256 string   `json:"sha256"`
+	Size   int64    `json:"size"`
+	Refs   []string `json:"refs,omitempty"`
+}
+
+// LinkReading is a node's measurement of how fast it can take Artifact
+// content in. Source names what was timed (the node agent's
+// ArtifactCopySource: the whole copy, transfer, disk and hashing, as one
+// duration); Confidence is how much the node stands behind it; a reading
+// is not evidence past ValidUntil, and a control plane treats one it holds
+// beyond that moment as absent.
+type LinkReading struct {
+	Source         string  `json:"source"`
+	BytesPerSecond int64   `json:"bytes_per_second"`
+	Confidence     float64 `json:"confidence"`
+	// Bytes is the size of the copy that was timed.
+	Bytes      int64     `json:"bytes"`
+	MeasuredAt time.Time `json:"measured_at"`
+	ValidUntil time.Time `json:"valid_until"`
 }
 
 // Accelerator is one device as the vendor tool described it.
@@ -110,13 +154,31 @@ type PrepareImageCommand struct {
 // PrepareArtifactCommand asks the node to hold one immutable artifact
 // version, fetched only through URL, which the control plane minted for this
 // one fetch and which expires at ExpiresAt.
+//
+// The control plane stores the command without URL and ExpiresAt and mints
+// them each time it sends the command, so a command redelivered after a
+// partition carries a fresh read, and no stored operation holds one.
 type PrepareArtifactCommand struct {
-	Name      string    `json:"name"`
-	Version   string    `json:"version"`
-	SHA256    string    `json:"sha256"`
-	Size      int64     `json:"size"`
-	URL       string    `json:"url"`
-	ExpiresAt time.Time `json:"expires_at"`
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	SHA256  string `json:"sha256"`
+	Size    int64  `json:"size"`
+	// Format is "file" or "tar" (see api.ArtifactFile, api.ArtifactTar).
+	Format    string    `json:"format,omitempty"`
+	URL       string    `json:"url,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitempty"`
+}
+
+// Ref is the version's reference, NAME@VERSION.
+func (c PrepareArtifactCommand) Ref() string { return c.Name + "@" + c.Version }
+
+// ArtifactMount is one Artifact version a launch mounts read-only at
+// MountPath. It carries the whole prepare (with its own minted read), so a
+// node that does not hold the content yet fetches it before starting the
+// container, or waits for the prepare already under way.
+type ArtifactMount struct {
+	PrepareArtifactCommand
+	MountPath string `json:"mount_path"`
 }
 
 // WorkloadKey names one attempt of one run; the container's name is derived
@@ -130,7 +192,10 @@ type WorkloadKey struct {
 type LaunchWorkloadCommand struct {
 	WorkloadKey
 	// Image is pinned by digest. The agent prepares it first if needed.
-	Image        string            `json:"image"`
+	Image string `json:"image"`
+	// RegistryAuth is as in PrepareImageCommand. The control plane stores
+	// the command without it and attaches it each time it sends the
+	// command, from the credential stored for the image's registry.
 	RegistryAuth string            `json:"registry_auth,omitempty"`
 	Command      []string          `json:"command,omitempty"`
 	Env          map[string]string `json:"env,omitempty"`
@@ -143,6 +208,9 @@ type LaunchWorkloadCommand struct {
 	// Timeout, when positive, is enforced by the node from the daemon's own
 	// start moment, so it holds through a partition and an agent restart.
 	Timeout time.Duration `json:"timeout_ns,omitempty"`
+	// Artifacts are mounted read-only; the container is not created until
+	// the node holds every one of them, verified.
+	Artifacts []ArtifactMount `json:"artifacts,omitempty"`
 }
 
 // StopWorkloadCommand stops one attempt: the signal, then after GracePeriod

@@ -42,9 +42,12 @@ DATA_DIR/admin-token and prints the path; give it to the CLI with
 	listen := fs.String("listen", "127.0.0.1:7070", "`address` to serve on")
 	dataDir := fs.String("data-dir", "/var/lib/mercator/server", "`directory` for the admin credential and the default database")
 	public := fs.String("public-url", "", "`URL` agents and clients use to reach this server (default http://LISTEN)")
+	replicaURL := fs.String("replica-url", "", "`URL` agents use to reach this replica itself, for the function calls it relays, when several replicas share --public-url (default --public-url)")
 	lease := fs.Duration("lease", 30*time.Second, "how long a node stays ready without reporting")
 	sessionTTL := fs.Duration("session-ttl", 24*time.Hour, "life of a node's session credential; agents renew it after two thirds")
 	insecure := fs.String("insecure-registries", "", "comma-separated `hosts` reached over plain HTTP when pinning images (loopback always is)")
+	contentStore := fs.String("content", "local", "Artifact content store: local (under DATA_DIR, signed URLs) or `s3://BUCKET/PREFIX?endpoint=HOST:PORT` (credential from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
+	registryKeyFile := fs.String("registry-key-file", "", "`file` holding the 32-byte key (hex) that seals registry credentials (default: $MERCATOR_REGISTRY_KEY, else DATA_DIR/registry-key, generated on first start)")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
 	if pos, err := fs.parse(args); err != nil {
 		return err
@@ -59,9 +62,16 @@ DATA_DIR/admin-token and prints the path; give it to the CLI with
 	if *insecure != "" {
 		regs = strings.Split(*insecure, ",")
 	}
+	registryKey := inv.env("MERCATOR_REGISTRY_KEY")
+	if *registryKeyFile != "" {
+		if registryKey, err = nodeagent.ReadTokenFile(*registryKeyFile); err != nil {
+			return fmt.Errorf("--registry-key-file: %w", err)
+		}
+	}
 	return controlplane.Run(ctx, controlplane.Options{
 		DB: *db, Listen: *listen, DataDir: *dataDir, PublicURL: *public, InsecureRegistries: regs,
-		Config: controlplane.Config{Lease: *lease, SessionTTL: *sessionTTL}, Logger: log,
+		Content: *contentStore, RegistryKey: registryKey,
+		Config: controlplane.Config{Lease: *lease, SessionTTL: *sessionTTL, ReplicaURL: *replicaURL}, Logger: log,
 		Ready: func(url, tokenFile string) {
 			fmt.Fprintf(inv.stderr, "control plane at %s\nadmin credential in %s\n", url, tokenFile)
 		},
@@ -80,9 +90,11 @@ The first start needs a single-use invitation (--token-file) from
 	tokenFile := fs.String("token-file", "", "`file` holding the invitation (mode 0600); needed for the first enrollment")
 	dockerHost := fs.String("docker-host", "", "Docker daemon `address` (default $DOCKER_HOST or the local socket)")
 	artifactRoot := fs.String("artifact-root", "", "`directory` for artifact copies (default STATE/artifacts)")
+	artifactBudget := fs.String("artifact-budget", "", "most `size` Artifact copies may take under the root, e.g. 500GiB; least recently used copies no work uses are evicted (default: the disk's free space)")
 	accelTool := fs.String("accelerator-tool", "", "`path` of the GPU vendor tool (default nvidia-smi on PATH)")
 	kernel := fs.String("kernel-reports", "", "`root` of the kernel's reports (default /proc)")
 	heartbeat := fs.Duration("heartbeat", 0, "how often to report liveness and facts (default 5s, and at most a third of the lease)")
+	functions := agentFunctionFlags(fs) // fn.go
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
 	if pos, err := fs.parse(args); err != nil {
 		return err
@@ -105,9 +117,20 @@ The first start needs a single-use invitation (--token-file) from
 	if *artifactRoot == "" {
 		*artifactRoot = filepath.Join(*stateDir, "artifacts")
 	}
+	var budget int64
+	if *artifactBudget != "" {
+		if budget, err = parseSize(*artifactBudget); err != nil {
+			return usagef("--artifact-budget: %v", err)
+		}
+	}
+	fnOpts, err := functions()
+	if err != nil {
+		return err
+	}
 	return nodeagent.Run(ctx, nodeagent.Options{
+		Functions:       fnOpts,
 		ControlPlaneURL: *cp, NodeID: *nodeID, StateDir: *stateDir, Invitation: invitation, DockerHost: *dockerHost,
-		ArtifactRoot: *artifactRoot, AcceleratorTool: *accelTool, KernelReports: *kernel, Heartbeat: *heartbeat, Logger: log,
+		ArtifactRoot: *artifactRoot, ArtifactBudget: budget, AcceleratorTool: *accelTool, KernelReports: *kernel, Heartbeat: *heartbeat, Logger: log,
 	})
 }
 

@@ -62,6 +62,8 @@ TiB) units; a plain number is bytes.`)
 	replaceAfter := fs.Duration("replace-after", 0, "replace an attempt whose node has been unreachable this long, e.g. 10m (0: the default, 5m; negative: never)")
 	var env stringList
 	fs.Var(&env, "env", "set `KEY=VALUE` in the container's environment (repeatable)")
+	var artifacts stringList
+	fs.Var(&artifacts, "artifact", "mount an Artifact read-only: `NAME[@VERSION]:/PATH[:min-read=500MB/s]` (repeatable; no VERSION: the newest)")
 	command, err := fs.parseHead(args)
 	if err != nil {
 		return err
@@ -122,6 +124,13 @@ TiB) units; a plain number is bytes.`)
 			spec.Env = map[string]string{}
 		}
 		spec.Env[k] = v
+	}
+	for _, a := range artifacts {
+		m, err := parseArtifactFlag(a)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		spec.Artifacts = append(spec.Artifacts, m)
 	}
 	c, err := inv.client(g)
 	if err != nil {

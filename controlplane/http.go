@@ -13,6 +13,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
 )
@@ -34,7 +35,7 @@ type route struct {
 // publicRoutes is the public API, every route behind an API credential.
 // openapi.json documents exactly these (a test checks it).
 func (s *Server) publicRoutes() []route {
-	return []route{
+	return append([]route{
 		{"POST /v1/runs", s.submitRun},
 		{"GET /v1/runs", s.listRuns},
 		{"GET /v1/runs/{id}", s.getRun},
@@ -47,7 +48,17 @@ func (s *Server) publicRoutes() []route {
 		{"POST /v1/nodes/{id}/cordon", s.cordonNode},
 		{"POST /v1/nodes/{id}/uncordon", s.uncordonNode},
 		{"POST /v1/nodes/{id}/drain", s.drainNode},
-	}
+		{"POST /v1/artifacts/{name}/uploads", s.createUpload},
+		{"GET /v1/uploads/{id}", s.getUpload},
+		{"PUT /v1/uploads/{id}", s.putUpload},
+		{"POST /v1/uploads/{id}/commit", s.commitUpload},
+		{"GET /v1/artifacts", s.listArtifacts},
+		{"GET /v1/artifacts/{name}", s.listArtifactVersions},
+		{"GET /v1/artifacts/{name}/versions/{version}", s.getArtifactVersion},
+		{"POST /v1/registries", s.putRegistry},
+		{"GET /v1/registries", s.listRegistries},
+		{"DELETE /v1/registries/{host}", s.deleteRegistry},
+	}, s.functionRoutes()...) // functions.go
 }
 
 // Handler returns the HTTP handler for the public API and the node protocol.
@@ -69,6 +80,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST "+capability.PathSession, s.nodeAuth(s.session))
 	mux.Handle("POST "+capability.PathEvents, s.nodeAuth(s.events))
 	mux.Handle("POST "+capability.PathLogs, s.nodeAuth(s.nodeLogs))
+	s.functionNodeRoutes(mux) // invoke.go: the calls paths
+	// Signed content reads (artifacts.go): the signature is the credential.
+	mux.HandleFunc("GET "+content.ReadPath+"{digest}", s.serveContent)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &failure.Error{Kind: failure.ErrNotFound, Message: fmt.Sprintf("no route %s %s; see /v1/openapi.json", r.Method, r.URL.Path)})
 	})
@@ -98,16 +112,16 @@ func (s *Server) admin(h func(http.ResponseWriter, *http.Request)) http.Handler 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, ok := bearer(r)
 		if !ok {
-			writeError(w, failure.Unauthorized("this API needs a credential: send `Authorization: Bearer <token>` (the CLI reads MERCATOR_TOKEN or --token-file)"))
+			writeAuthError(w, r, failure.Unauthorized("this API needs a credential: send `Authorization: Bearer <token>` (the CLI reads MERCATOR_TOKEN or --token-file)"))
 			return
 		}
-		err := s.store.View(r.Context(), func(tx store.Tx) error { _, err := tx.GetToken(hashToken(tok)); return err })
+		err := s.checkToken(r.Context(), tok) // invoke.go: cached briefly
 		if errors.Is(err, failure.ErrNotFound) {
-			writeError(w, failure.Unauthorized("the credential is not valid for this control plane"))
+			writeAuthError(w, r, failure.Unauthorized("the credential is not valid for this control plane"))
 			return
 		}
 		if err != nil {
-			writeError(w, err)
+			writeAuthError(w, r, err)
 			return
 		}
 		h(w, r)

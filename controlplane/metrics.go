@@ -30,6 +30,16 @@ type metrics struct {
 	pending  prometheus.Gauge
 	// leader is 1 while this replica runs the scheduler.
 	leader prometheus.Gauge
+	// leaseLapses counts node reports that arrived more than a lease after
+	// the node's previous one: each is a span in which the node was
+	// unreachable. It is counted by the replica that received the report,
+	// so the sum over replicas is the fleet's.
+	leaseLapses prometheus.Counter
+	// batchSize is how many callers' transactions each group commit
+	// carried (commit.go); signalsDropped, signals for other replicas that
+	// did not fit the queue (signal.go).
+	batchSize      prometheus.Histogram
+	signalsDropped prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -49,8 +59,14 @@ func newMetrics() *metrics {
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mercator_node_sessions", Help: "Open node session streams."}),
 		pending:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "mercator_runs_pending", Help: "Queued runs at the last reconcile."}),
 		leader:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "mercator_scheduler_leader", Help: "1 while this replica runs the scheduler, else 0."}),
+		leaseLapses: prometheus.NewCounter(prometheus.CounterOpts{Name: "mercator_node_lease_lapses_total",
+			Help: "Node reports that came more than a lease after the node's previous report (the node was unreachable in between)."}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mercator_store_batch_transactions",
+			Help: "Transactions carried by each group commit of two or more.", Buckets: prometheus.ExponentialBuckets(2, 2, 8)}),
+		signalsDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "mercator_signals_dropped_total",
+			Help: "Signals for other replicas dropped because the queue was full (a delay for whoever waited on them, never a loss of data)."}),
 	}
-	m.registry.MustRegister(m.events, m.refused, m.placements, m.terminal, m.requests, m.latency, m.sessions, m.pending, m.leader,
+	m.registry.MustRegister(m.events, m.refused, m.placements, m.terminal, m.requests, m.latency, m.sessions, m.pending, m.leader, m.leaseLapses, m.batchSize, m.signalsDropped,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

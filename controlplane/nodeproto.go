@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,7 +35,7 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 	now := s.now()
 	tok := "mcs_" + randomToken()
 	var out capability.Enrollment
-	err := s.store.Update(r.Context(), func(tx store.Tx) error {
+	err := s.batch(r.Context(), func(tx store.Tx) error {
 		inv, err := tx.GetInvitation(hashToken(req.Invitation))
 		if errors.Is(err, failure.ErrNotFound) || (err == nil && inv.NodeID != req.NodeID) {
 			return failure.Unauthorized("invitation not recognised for node %q; create one with `mercator node invite %s`", req.NodeID, req.NodeID)
@@ -79,6 +80,7 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	s.live.report(req.NodeID, now)
 	s.log.Info("node enrolled", "node", req.NodeID, "fencing_token", out.FencingToken, "agent_version", req.AgentVersion)
 	s.nodeChanged(req.NodeID) // an older session's stream must notice it is fenced
 	s.wakeReconcile()
@@ -92,25 +94,15 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 	now := s.now()
 	tok := "mcs_" + randomToken()
 	out := capability.SessionRenewal{SessionToken: tok, ExpiresAt: now.Add(s.cfg.SessionTTL), FencingToken: c.session.FencingToken}
-	err := s.store.Update(r.Context(), func(tx store.Tx) error {
+	err := s.batch(r.Context(), func(tx store.Tx) error {
 		return tx.PutSession(store.Session{TokenHash: hashToken(tok), NodeID: c.nodeID, FencingToken: c.session.FencingToken, ExpiresAt: out.ExpiresAt, CreatedAt: now})
 	})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	s.live.report(c.nodeID, now)
 	writeJSON(w, http.StatusOK, out)
-}
-
-// touch records that the node is alive.
-func (s *Server) touch(tx store.Tx, nodeID string) (store.Node, error) {
-	n, err := tx.GetNode(nodeID)
-	if err != nil {
-		return n, err
-	}
-	now := s.now()
-	n.LastSeenAt = &now
-	return n, tx.PutNode(n)
 }
 
 // session streams the node's pending operations as newline-delimited JSON,
@@ -124,15 +116,13 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 		writeError(w, fmt.Errorf("streaming unsupported"))
 		return
 	}
-	if err := s.store.Update(ctx, func(tx store.Tx) error {
-		if _, err := s.touch(tx, c.nodeID); err != nil {
-			return err
-		}
-		return s.sweepStrays(tx, c.nodeID)
-	}); err != nil {
+	s.live.report(c.nodeID, s.now())
+	if err := s.sweepStrays(ctx, c.nodeID); err != nil {
 		writeError(w, err)
 		return
 	}
+	live := s.fn.attachSession(c.nodeID, c.session.FencingToken, r) // invoke.go: calls go straight down
+	defer s.fn.detachSession(live)
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	flusher.Flush()
@@ -165,12 +155,13 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 			if sent[op.ID] {
 				continue
 			}
-			if err := enc.Encode(op.Command); err != nil {
+			if err := enc.Encode(s.outbound(ctx, op.Command)); err != nil {
 				return
 			}
 			sent[op.ID] = true
 		}
 		flusher.Flush()
+	wait:
 		select {
 		case <-ctx.Done():
 			return
@@ -180,28 +171,38 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 				return
 			}
 			flusher.Flush()
+		case cmd := <-live.commands():
+			// An invoke is not an operation: no store read follows it.
+			if s.fn.forward(enc, flusher, live, cmd) != nil {
+				return
+			}
+			goto wait
 		}
 	}
 }
 
 // events applies a batch of node events, each at most once (deduplicated by
 // node and event ID in the same transaction that applies it), and answers
-// with the IDs the control plane now holds. An empty batch is a heartbeat.
+// with the IDs the control plane now holds. An empty batch is a heartbeat:
+// it is recorded in memory only (liveness.go) and costs no transaction; a
+// batch with events is committed together with concurrent ones (commit.go).
 func (s *Server) events(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 	var batch node.EventBatch
 	if err := decode(r, maxLogBody, &batch); err != nil {
 		writeError(w, err)
 		return
 	}
+	s.live.report(c.nodeID, s.now())
+	if len(batch.Events) == 0 {
+		writeJSON(w, http.StatusOK, node.EventAck{Accepted: []string{}})
+		return
+	}
 	accepted := make([]string, 0, len(batch.Events))
 	changedRuns := false
 	applied := 0
 	var ended []string // runs that became terminal, counted once committed
-	err := s.store.Update(r.Context(), func(tx store.Tx) error {
+	err := s.batch(r.Context(), func(tx store.Tx) error {
 		accepted, changedRuns, applied, ended = accepted[:0], false, 0, ended[:0]
-		if _, err := s.touch(tx, c.nodeID); err != nil {
-			return err
-		}
 		for _, ev := range batch.Events {
 			if ev.ID == "" {
 				return failure.Invalid("events.id", "every event needs an ID")
@@ -343,7 +344,28 @@ func (s *Server) stopStrays(tx store.Tx, run *api.Run, nodeID string) (bool, err
 // replaced meanwhile and say nothing new about it (its container is running,
 // as it was when last reported), so the control plane cannot wait for an
 // observation to notice it.
-func (s *Server) sweepStrays(tx store.Tx, nodeID string) error {
+//
+// The node's runs are read first, and a write transaction is taken only
+// when one of them has a stray here: a fleet reconnecting (after a restart
+// of the control plane, or of a replica) must not queue ten thousand empty
+// write transactions on the store's writer.
+func (s *Server) sweepStrays(ctx context.Context, nodeID string) error {
+	any := false
+	if err := s.store.View(ctx, func(tx store.Tx) error {
+		runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: nodeID})
+		for _, run := range runs {
+			for _, a := range lifecycle.Strays(&run.Run) {
+				any = any || a.NodeID == nodeID
+			}
+		}
+		return err
+	}); err != nil || !any {
+		return err
+	}
+	return s.update(ctx, func(tx store.Tx) error { return s.sweepStraysTx(tx, nodeID) })
+}
+
+func (s *Server) sweepStraysTx(tx store.Tx, nodeID string) error {
 	runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: nodeID})
 	if err != nil {
 		return err
@@ -378,7 +400,7 @@ func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c nodeCaller) 
 		return
 	}
 	var size int64
-	err := s.store.Update(r.Context(), func(tx store.Tx) error {
+	err := s.batch(r.Context(), func(tx store.Tx) error {
 		run, err := tx.GetRun(chunk.RunID)
 		if err != nil {
 			return err

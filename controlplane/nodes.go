@@ -27,18 +27,21 @@ func ValidateNodeID(id string) error {
 	return nil
 }
 
+// nodeStatus judges a node on the freshest report known, this replica's
+// memory or the record, with the grace liveness.go explains: unreachable
+// only when nothing was heard for Lease + grace.
 func (s *Server) nodeStatus(n store.Node) string {
-	switch {
-	case n.EnrolledAt == nil:
+	if n.EnrolledAt == nil {
 		return api.NodeInvited
-	case n.LastSeenAt == nil || s.now().Sub(*n.LastSeenAt) > s.cfg.Lease:
+	}
+	if seen := s.live.lastSeen(n); seen == nil || s.now().Sub(*seen) > s.cfg.Lease+s.live.grace() {
 		return api.NodeUnreachable
 	}
 	return api.NodeReady
 }
 
 func (s *Server) nodeView(n store.Node, running []string) api.Node {
-	out := api.Node{ID: n.ID, Status: s.nodeStatus(n), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: n.LastSeenAt, Running: running,
+	out := api.Node{ID: n.ID, Status: s.nodeStatus(n), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: s.live.lastSeen(n), Running: running,
 		Cordoned: n.Cordoned || n.Draining, Draining: n.Draining, DrainDeadline: n.DrainDeadline}
 	if n.Facts != nil {
 		data, _ := json.Marshal(n.Facts)
@@ -47,9 +50,11 @@ func (s *Server) nodeView(n store.Node, running []string) api.Node {
 	return out
 }
 
-// activeByNode lists "RUN/ATTEMPT" of every active attempt, by node.
-func activeByNode(tx store.Tx) (map[string][]string, error) {
-	runs, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
+// activeByNode lists "RUN/ATTEMPT" of every active attempt, by node; with
+// nodeID, only that node's (read through the store's index of runs by node
+// rather than every active run).
+func activeByNode(tx store.Tx, nodeID string) (map[string][]string, error) {
+	runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: nodeID, Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +74,7 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		active, err := activeByNode(tx)
+		active, err := activeByNode(tx, "")
 		for _, n := range nodes {
 			out.Nodes = append(out.Nodes, s.nodeView(n, active[n.ID]))
 		}
@@ -89,7 +94,7 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		active, err := activeByNode(tx)
+		active, err := activeByNode(tx, n.ID)
 		out = s.nodeView(n, active[n.ID])
 		return err
 	})
@@ -127,7 +132,7 @@ func (s *Server) inviteNode(w http.ResponseWriter, r *http.Request) {
 	now := s.now()
 	tok := "mci_" + randomToken()
 	inv := store.Invitation{TokenHash: hashToken(tok), NodeID: id, CreatedAt: now, ExpiresAt: now.Add(ttl)}
-	err := s.store.Update(r.Context(), func(tx store.Tx) error {
+	err := s.batch(r.Context(), func(tx store.Tx) error {
 		if _, err := tx.GetNode(id); errors.Is(err, failure.ErrNotFound) {
 			if err := tx.PutNode(store.Node{ID: id, CreatedAt: now}); err != nil {
 				return err
@@ -149,7 +154,7 @@ func (s *Server) inviteNode(w http.ResponseWriter, r *http.Request) {
 // the node as it then is.
 func (s *Server) updateNode(w http.ResponseWriter, r *http.Request, change func(n *store.Node) error) {
 	var out api.Node
-	err := s.store.Update(r.Context(), func(tx store.Tx) error {
+	err := s.update(r.Context(), func(tx store.Tx) error {
 		n, err := tx.GetNode(r.PathValue("id"))
 		if err != nil {
 			return err
@@ -160,7 +165,7 @@ func (s *Server) updateNode(w http.ResponseWriter, r *http.Request, change func(
 		if err := tx.PutNode(n); err != nil {
 			return err
 		}
-		active, err := activeByNode(tx)
+		active, err := activeByNode(tx, n.ID)
 		out = s.nodeView(n, active[n.ID])
 		return err
 	})
@@ -168,6 +173,7 @@ func (s *Server) updateNode(w http.ResponseWriter, r *http.Request, change func(
 		writeError(w, err)
 		return
 	}
+	s.sched.forgetNodes() // a cordon takes effect at the next pass here
 	s.wakeReconcile()
 	writeJSON(w, http.StatusOK, out)
 }

@@ -77,6 +77,20 @@ func TestOpenAPIDocumentsEveryRouteAndField(t *testing.T) {
 	check("Invitation", api.Invitation{})
 	check("InvitationRequest", api.InvitationRequest{})
 	check("DrainRequest", api.DrainRequest{})
+	// Functions (functions.go): Fn's shapes and Mercator's additions.
+	for name, v := range map[string]any{"App": api.App{}, "AppList": api.AppList{}, "Fn": api.Fn{}, "FnList": api.FnList{},
+		"Trigger": api.Trigger{}, "TriggerList": api.TriggerList{}, "FnError": api.FnError{}, "FnCall": api.FnCall{},
+		"FnCallList": api.FnCallList{}, "CallLog": api.CallLog{}, "CallLogResponse": api.CallLogResponse{}, "DetachedCall": api.DetachedCall{}} {
+		check(name, v)
+	}
+	check("ArtifactVersion", api.ArtifactVersion{})
+	check("ArtifactList", api.ArtifactList{})
+	check("UploadRequest", api.UploadRequest{})
+	check("Upload", api.Upload{})
+	check("ArtifactMount", api.ArtifactMount{})
+	check("RegistryCredentialRequest", api.RegistryCredentialRequest{})
+	check("Registry", api.Registry{})
+	check("RegistryList", api.RegistryList{})
 }
 
 func walkJSONFields(t reflect.Type, fn func(string)) {

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	"github.com/mercator/mercator/api"
@@ -18,6 +19,7 @@ import (
 func (s *Server) reconcileLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.ReconcileEvery)
 	defer t.Stop()
+	wasLeading := false
 	for {
 		// Only the leader schedules; other replicas serve API calls and
 		// sessions and check again on the next tick.
@@ -27,6 +29,13 @@ func (s *Server) reconcileLoop(ctx context.Context) {
 		} else {
 			s.metrics.leader.Set(0)
 		}
+		if leading && !wasLeading {
+			// What this replica copied while another led may have missed
+			// that one's placements: start from the store.
+			s.sched.invalidate()
+			s.sched.forgetNodes()
+		}
+		wasLeading = leading
 		if leading {
 			if err := s.reconcile(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("reconcile", "err", err)
@@ -48,70 +57,101 @@ func (s *Server) issue(tx store.Tx, nodeID string, cmd node.Command) error {
 	if err != nil {
 		return err
 	}
-	cmd.OperationID = newID("op-")
-	cmd.FencingToken = n.FencingToken
-	return tx.PutOperation(store.Operation{ID: cmd.OperationID, NodeID: nodeID, CreatedAt: s.now(), Command: cmd})
+	return s.issueFenced(tx, nodeID, n.FencingToken, cmd)
 }
 
-// snapshot builds the scheduler's view from the store.
+// issueFenced is issue with the node's fencing token already read in tx.
+func (s *Server) issueFenced(tx store.Tx, nodeID string, fence uint64, cmd node.Command) error {
+	cmd.OperationID = newID("op-")
+	cmd.FencingToken = fence
+	cmd.CreatedAt = s.now()
+	return tx.PutOperation(store.Operation{ID: cmd.OperationID, NodeID: nodeID, CreatedAt: cmd.CreatedAt, Command: cmd})
+}
+
+// schedNode is a node as the scheduler sees it, without what its active
+// attempts hold (snapshot adds that).
+func (s *Server) schedNode(n store.Node) scheduler.Node {
+	sn := scheduler.Node{ID: n.ID, UsedGPUs: map[string]bool{}, Images: map[string]bool{}}
+	switch s.nodeStatus(n) {
+	case api.NodeReady:
+		sn.Ready = true
+		if n.Draining {
+			sn.Ready, sn.NotReadyReason = false, "is draining"
+		}
+		sn.Cordoned = n.Cordoned
+	case api.NodeInvited:
+		sn.NotReadyReason = "has not enrolled yet"
+	default:
+		sn.NotReadyReason = "is unreachable"
+	}
+	if f := n.Facts; f != nil {
+		sn.CPU, sn.MemoryBytes = f.CPUs, f.MemoryBytes
+		for _, img := range f.Images {
+			sn.Images[img] = true
+		}
+		for _, g := range f.Accelerators {
+			sn.GPUs = append(sn.GPUs, scheduler.GPU{UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes})
+		}
+		reserveFunctionShare(&sn, f) // functions_place.go
+	}
+	s.artifactFacts(&sn, n.Facts)
+	return sn
+}
+
+// snapshot builds the scheduler's view from the store alone, as every pass
+// did before the reconcile loop kept copies (schedState); tests compare
+// against it.
 func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run, error) {
-	var snap scheduler.Snapshot
 	nodes, err := tx.ListNodes()
 	if err != nil {
-		return snap, nil, err
-	}
-	byID := map[string]*scheduler.Node{}
-	for _, n := range nodes {
-		sn := scheduler.Node{ID: n.ID, UsedGPUs: map[string]bool{}, Images: map[string]bool{}}
-		switch s.nodeStatus(n) {
-		case api.NodeReady:
-			sn.Ready = true
-			if n.Draining {
-				sn.Ready, sn.NotReadyReason = false, "is draining"
-			}
-			sn.Cordoned = n.Cordoned
-		case api.NodeInvited:
-			sn.NotReadyReason = "has not enrolled yet"
-		default:
-			sn.NotReadyReason = "is unreachable"
-		}
-		if f := n.Facts; f != nil {
-			sn.CPU, sn.MemoryBytes = f.CPUs, f.MemoryBytes
-			for _, img := range f.Images {
-				sn.Images[img] = true
-			}
-			for _, g := range f.Accelerators {
-				sn.GPUs = append(sn.GPUs, scheduler.GPU{UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes})
-			}
-		}
-		snap.Nodes = append(snap.Nodes, sn)
-	}
-	for i := range snap.Nodes {
-		byID[snap.Nodes[i].ID] = &snap.Nodes[i]
+		return scheduler.Snapshot{}, nil, err
 	}
 	active, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
 	if err != nil {
-		return snap, nil, err
-	}
-	for _, r := range active {
-		// Every attempt that may still hold resources counts, replaced ones
-		// included: a replaced attempt can be alive on its node.
-		for _, a := range r.Attempts {
-			n := byID[a.NodeID]
-			if !lifecycle.Active(a) || n == nil {
-				continue
-			}
-			n.UsedCPU += r.CPU
-			n.UsedMemory += r.MemoryBytes
-			for _, g := range a.GPUs {
-				n.UsedGPUs[g] = true
-			}
-		}
+		return scheduler.Snapshot{}, nil, err
 	}
 	queued, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunQueued}})
 	if err != nil {
-		return snap, nil, err
+		return scheduler.Snapshot{}, nil, err
 	}
+	snap, pending := s.buildSnapshot(nodes, func(fn func(runUsage)) {
+		for _, r := range active {
+			if u, ok := usageOf(r); ok {
+				fn(u)
+			}
+		}
+	}, queued)
+	return snap, pending, nil
+}
+
+// buildSnapshot builds the scheduler's view: the nodes from their records,
+// what active attempts hold (each calls its argument once per active run),
+// and the queued runs. The reconcile loop passes its copies (schedState).
+func (s *Server) buildSnapshot(nodes []store.Node, each func(func(runUsage)), queued []store.Run) (scheduler.Snapshot, map[string]store.Run) {
+	var snap scheduler.Snapshot
+	snap.Nodes = make([]scheduler.Node, 0, len(nodes))
+	for _, n := range nodes {
+		snap.Nodes = append(snap.Nodes, s.schedNode(n))
+	}
+	byID := make(map[string]*scheduler.Node, len(snap.Nodes))
+	for i := range snap.Nodes {
+		byID[snap.Nodes[i].ID] = &snap.Nodes[i]
+	}
+	// Every attempt that may still hold resources counts, replaced ones
+	// included: a replaced attempt can be alive on its node.
+	each(func(u runUsage) {
+		for _, a := range u.attempts {
+			n := byID[a.node]
+			if n == nil {
+				continue
+			}
+			n.UsedCPU += u.cpu
+			n.UsedMemory += u.mem
+			for _, g := range a.gpus {
+				n.UsedGPUs[g] = true
+			}
+		}
+	})
 	pending := map[string]store.Run{}
 	for i := len(queued) - 1; i >= 0; i-- { // oldest first
 		r := queued[i]
@@ -119,45 +159,116 @@ func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run
 			continue
 		}
 		pending[r.ID] = r
-		snap.Pending = append(snap.Pending, scheduler.Run{ID: r.ID, Image: r.PinnedImage, CPU: r.CPU, MemoryBytes: r.MemoryBytes,
-			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes})
+		sr := scheduler.Run{ID: r.ID, Image: r.PinnedImage, CPU: r.CPU, MemoryBytes: r.MemoryBytes,
+			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes}
+		artifactDemand(&sr, r.RunSpec)
+		snap.Pending = append(snap.Pending, sr)
 	}
-	return snap, pending, nil
+	return snap, pending
 }
 
-// reconcile runs the scheduler once and commits its plan: each placement
-// becomes an attempt and a launch operation in one transaction, and each
-// waiting run gets its reason.
+// placeChunk bounds the placements (or reasons) one transaction commits: a
+// plan for a hundred thousand runs must not hold SQLite's single writer,
+// which heartbeat-driven work and submissions wait on, for seconds, and
+// the first nodes can start on their work while the rest commits.
+const placeChunk = 500
+
+// reconcile deals with lost nodes and passed drain deadlines, runs the
+// scheduler once, and commits its plan: each placement becomes an attempt
+// and a launch operation in the same transaction, and each waiting run gets
+// its reason. A pass with nothing queued, no node lost and no drain due
+// reads only the queue (and, at most once per liveness flush period, the
+// nodes' records).
 func (s *Server) reconcile(ctx context.Context) error {
-	if err := s.replaceLost(ctx); err != nil {
+	nodes, _, err := s.nodeList(ctx, s.live.flush)
+	if err != nil {
 		return err
 	}
-	if err := s.enforceDrains(ctx); err != nil {
-		return err
+	now := s.now()
+	lost := map[string]time.Time{} // unreachable node → since when
+	drained := map[string]bool{}   // draining node past its deadline
+	for _, n := range nodes {
+		if n.EnrolledAt != nil && s.nodeStatus(n) == api.NodeUnreachable {
+			if seen := s.live.lastSeen(n); seen != nil {
+				lost[n.ID] = seen.Add(s.cfg.Lease)
+			}
+		}
+		if n.Draining && n.DrainDeadline != nil && !now.Before(*n.DrainDeadline) {
+			drained[n.ID] = true
+		}
 	}
-	var plan scheduler.Plan
-	var pending map[string]store.Run
-	if err := s.store.View(ctx, func(tx store.Tx) error {
-		snap, p, err := s.snapshot(tx)
-		if err != nil {
+	refreshed := false
+	if len(lost) > 0 || len(drained) > 0 {
+		if err := s.refreshUsage(ctx); err != nil {
 			return err
 		}
-		pending = p
-		if len(snap.Pending) > 0 {
-			plan = scheduler.Schedule(snap)
+		refreshed = true
+		if err := s.replaceLost(ctx, lost); err != nil {
+			return err
 		}
-		return nil
+		if err := s.enforceDrains(ctx, drained); err != nil {
+			return err
+		}
+	}
+	var queued []store.Run
+	if err := s.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		queued, err = tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunQueued}})
+		return err
 	}); err != nil {
 		return err
 	}
-	if len(plan.Placements) == 0 && len(plan.Waiting) == 0 {
+	waiting := 0
+	for _, r := range queued {
+		if !r.Cancel {
+			waiting++
+		}
+	}
+	if waiting == 0 {
+		s.metrics.pending.Set(0)
 		return nil
 	}
+	if !refreshed {
+		if err := s.refreshUsage(ctx); err != nil {
+			return err
+		}
+	}
+	snap, pending := s.buildSnapshot(nodes, func(fn func(runUsage)) {
+		s.sched.eachActive(func(_ string, u runUsage) { fn(u) })
+	}, queued)
+	plan := scheduler.Schedule(snap)
+	placed := 0
+	for start := 0; start < len(plan.Placements); start += placeChunk {
+		n, err := s.commitPlacements(ctx, plan.Placements[start:min(start+placeChunk, len(plan.Placements))], pending)
+		placed += n
+		if err != nil {
+			return err
+		}
+	}
+	if err := s.commitReasons(ctx, plan.Waiting, pending); err != nil {
+		return err
+	}
+	s.metrics.placements.Add(float64(placed))
+	s.metrics.pending.Set(float64(len(plan.Waiting)))
+	if placed > 0 {
+		s.log.Info("placed runs", "count", placed, "waiting", len(plan.Waiting))
+		s.runsChanged()
+	}
+	return nil
+}
+
+// commitPlacements commits placements in one transaction and wakes the
+// nodes' sessions, returning how many it made. A run that changed since the
+// snapshot is left for the next pass.
+func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Placement, pending map[string]store.Run) (int, error) {
 	touched := map[string]bool{}
-	err := s.store.Update(ctx, func(tx store.Tx) error {
+	placed := 0
+	err := s.update(ctx, func(tx store.Tx) error {
 		clear(touched)
+		placed = 0
+		fences := map[string]uint64{} // each node's record read once
 		now := s.now()
-		for _, p := range plan.Placements {
+		for _, p := range placements {
 			run, err := tx.GetRun(p.RunID)
 			if err != nil {
 				return err
@@ -172,82 +283,127 @@ func (s *Server) reconcile(ctx context.Context) error {
 				CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: p.GPUs,
 				Timeout: time.Duration(run.TimeoutSeconds) * time.Second,
 			}}
-			if err := s.issue(tx, p.NodeID, cmd); err != nil {
+			if err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload); err != nil {
+				return err
+			}
+			fence, ok := fences[p.NodeID]
+			if !ok {
+				n, err := tx.GetNode(p.NodeID)
+				if err != nil {
+					return err
+				}
+				fence = n.FencingToken
+				fences[p.NodeID] = fence
+			}
+			if err := s.issueFenced(tx, p.NodeID, fence, cmd); err != nil {
 				return err
 			}
 			if err := tx.PutRun(run); err != nil {
 				return err
 			}
 			touched[p.NodeID] = true
-		}
-		for id, why := range plan.Waiting {
-			run, err := tx.GetRun(id)
-			if err != nil {
-				return err
-			}
-			if run.Status != api.RunQueued || run.Reason == why {
-				continue
-			}
-			run.Reason, run.UpdatedAt = why, now
-			if err := tx.PutRun(run); err != nil {
-				return err
-			}
+			placed++
 		}
 		return nil
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for id := range touched {
 		s.nodeChanged(id)
 	}
-	s.metrics.placements.Add(float64(len(plan.Placements)))
-	s.metrics.pending.Set(float64(len(plan.Waiting)))
-	if len(plan.Placements) > 0 {
-		s.log.Info("placed runs", "count", len(plan.Placements), "waiting", len(plan.Waiting))
-		s.runsChanged()
+	return placed, nil
+}
+
+// commitReasons records why each waiting run waits, writing only the runs
+// whose reason changed.
+func (s *Server) commitReasons(ctx context.Context, waiting map[string]string, pending map[string]store.Run) error {
+	var changed []string
+	for id, why := range waiting {
+		if r, ok := pending[id]; !ok || r.Reason != why {
+			changed = append(changed, id)
+		}
+	}
+	sort.Strings(changed)
+	for start := 0; start < len(changed); start += placeChunk {
+		chunk := changed[start:min(start+placeChunk, len(changed))]
+		if err := s.update(ctx, func(tx store.Tx) error {
+			now := s.now()
+			for _, id := range chunk {
+				run, err := tx.GetRun(id)
+				if err != nil {
+					return err
+				}
+				if run.Status != api.RunQueued || run.Reason == waiting[id] {
+					continue
+				}
+				run.Reason, run.UpdatedAt = waiting[id], now
+				if err := tx.PutRun(run); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
 // replaceLost replaces the current attempt of every run whose node has been
-// unreachable for longer than the run's replace-after (lifecycle.Replace),
-// and withdraws the attempt's launch if the node never received it. The run
-// goes back to the queue in the same transaction, so the scheduling pass
-// that follows places it elsewhere.
-func (s *Server) replaceLost(ctx context.Context) error {
+// unreachable (lost: since when) for longer than the run's replace-after
+// (lifecycle.Replace), and withdraws the attempt's launch if the node never
+// received it. The run goes back to the queue in the same transaction, so
+// the scheduling pass that follows places it elsewhere. The runs considered
+// are those whose current attempt the copy of active attempts puts on a
+// lost node; each is read again, and its node judged again, in the
+// transaction.
+func (s *Server) replaceLost(ctx context.Context, lost map[string]time.Time) error {
+	var candidates []string
+	s.sched.eachActive(func(id string, u runUsage) {
+		if _, down := lost[u.current]; down && u.current != "" {
+			candidates = append(candidates, id)
+		}
+	})
+	if len(candidates) == 0 {
+		return nil
+	}
+	sort.Strings(candidates)
 	replaced := 0
-	err := s.store.Update(ctx, func(tx store.Tx) error {
+	err := s.update(ctx, func(tx store.Tx) error {
 		replaced = 0
-		nodes, err := tx.ListNodes()
-		if err != nil {
-			return err
-		}
-		since := map[string]time.Time{}
-		for _, n := range nodes {
-			if s.nodeStatus(n) == api.NodeUnreachable && n.LastSeenAt != nil {
-				since[n.ID] = n.LastSeenAt.Add(s.cfg.Lease)
-			}
-		}
-		if len(since) == 0 {
-			return nil
-		}
-		runs, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
-		if err != nil {
-			return err
-		}
 		now := s.now()
-		for _, run := range runs {
+		judged := map[string]*time.Time{} // node → lost since; nil: not lost
+		for _, id := range candidates {
+			run, err := tx.GetRun(id)
+			if err != nil {
+				return err
+			}
 			a := lifecycle.Current(&run.Run)
 			if a == nil {
 				continue
 			}
-			lost, down := since[a.NodeID]
-			after, ok := lifecycle.ReplaceAfter(&run.Run)
-			if !down || !ok || now.Before(lost.Add(after)) {
+			since, ok := judged[a.NodeID]
+			if !ok {
+				n, err := tx.GetNode(a.NodeID)
+				if err != nil {
+					return err
+				}
+				if seen := s.live.lastSeen(n); seen != nil && s.nodeStatus(n) == api.NodeUnreachable {
+					t := seen.Add(s.cfg.Lease)
+					since = &t
+				}
+				judged[a.NodeID] = since
+			}
+			if since == nil {
 				continue
 			}
-			if lifecycle.Replace(&run.Run, lost, now) == nil {
+			lostAt := *since
+			after, ok := lifecycle.ReplaceAfter(&run.Run)
+			if !ok || now.Before(lostAt.Add(after)) {
+				continue
+			}
+			if lifecycle.Replace(&run.Run, lostAt, now) == nil {
 				continue
 			}
 			if err := s.withdrawLaunch(tx, a.NodeID, run.ID, a.Number, now); err != nil {
@@ -257,7 +413,7 @@ func (s *Server) replaceLost(ctx context.Context) error {
 				return err
 			}
 			replaced++
-			s.log.Warn("replacing attempt on unreachable node", "run", run.ID, "attempt", a.Number, "node", a.NodeID, "unreachable_since", lost)
+			s.log.Warn("replacing attempt on unreachable node", "run", run.ID, "attempt", a.Number, "node", a.NodeID, "unreachable_since", lostAt)
 		}
 		return nil
 	})
@@ -293,16 +449,36 @@ func (s *Server) withdrawLaunch(tx store.Tx, nodeID, runID string, attempt int, 
 // deadline has passed, once each (the stop reason is "drained", and a
 // drained attempt fails its run like any stopped attempt, so the run's
 // retry policy can place it elsewhere).
-func (s *Server) enforceDrains(ctx context.Context) error {
-	var touched []string
-	err := s.store.Update(ctx, func(tx store.Tx) error {
-		touched = touched[:0]
-		nodes, err := tx.ListNodes()
-		if err != nil {
-			return err
+//
+// drained names the nodes whose deadline the copy of the records shows
+// passed; only those the copy of active attempts shows holding some are
+// visited, and each is read again in the transaction.
+func (s *Server) enforceDrains(ctx context.Context, drained map[string]bool) error {
+	busy := map[string]bool{}
+	s.sched.eachActive(func(_ string, u runUsage) {
+		for _, a := range u.attempts {
+			if drained[a.node] {
+				busy[a.node] = true
+			}
 		}
+	})
+	if len(busy) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(busy))
+	for id := range busy {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var touched []string
+	err := s.update(ctx, func(tx store.Tx) error {
+		touched = touched[:0]
 		now := s.now()
-		for _, n := range nodes {
+		for _, id := range ids {
+			n, err := tx.GetNode(id)
+			if err != nil {
+				return err
+			}
 			if !n.Draining || n.DrainDeadline == nil || now.Before(*n.DrainDeadline) {
 				continue
 			}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/imageref"
 	"github.com/mercator/mercator/replica"
 	"github.com/mercator/mercator/store/sqlstore"
@@ -22,6 +23,11 @@ type Options struct {
 	// Listen is the address to serve on (default 127.0.0.1:7070). Port 0
 	// picks a free one; Ready reports which.
 	Listen string
+	// Listener, when set, is served instead of listening on Listen, and is
+	// closed when Run returns. The fleet simulator passes one it can close
+	// abruptly, with every connection it accepted, to kill a replica the
+	// way a crash would.
+	Listener net.Listener
 	// DataDir holds the admin credential and, by default, the database.
 	DataDir string
 	// PublicURL is how agents and clients reach this server (default
@@ -30,8 +36,16 @@ type Options struct {
 	// InsecureRegistries are further registries reached over plain HTTP
 	// when pinning images (loopback registries always are).
 	InsecureRegistries []string
-	Config             Config
-	Logger             *slog.Logger
+	// Content is the content store for Artifacts: "" (a directory under
+	// DataDir, served with signed URLs) or s3://BUCKET/PREFIX?endpoint=…
+	// (see content.Options).
+	Content string
+	// RegistryKey seals registry credentials at rest: a 32-byte key in hex
+	// or base64. Empty means the key in DataDir/registry-key, generated on
+	// first start.
+	RegistryKey string
+	Config      Config
+	Logger      *slog.Logger
 	// Ready, when set, is called once the server accepts connections, with
 	// its URL and the path of the admin credential file.
 	Ready func(url, tokenFile string)
@@ -64,15 +78,30 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", o.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", o.Listen, err)
+	l := o.Listener
+	if l == nil {
+		if l, err = net.Listen("tcp", o.Listen); err != nil {
+			return fmt.Errorf("listen on %s: %w", o.Listen, err)
+		}
 	}
 	url := "http://" + l.Addr().String()
 	cfg := o.Config
 	cfg.Logger = o.Logger
 	if cfg.PublicURL = o.PublicURL; cfg.PublicURL == "" {
 		cfg.PublicURL = url
+	}
+	if cfg.Content == nil {
+		if cfg.Content, err = content.Open(content.Options{Spec: o.Content, DataDir: o.DataDir, PublicURL: cfg.PublicURL, Now: cfg.Now}); err != nil {
+			return fmt.Errorf("content store: %w", err)
+		}
+	}
+	if cfg.UploadDir == "" {
+		cfg.UploadDir = filepath.Join(o.DataDir, "uploads")
+	}
+	if cfg.RegistryKey == nil {
+		if cfg.RegistryKey, err = LoadRegistryKey(o.RegistryKey, filepath.Join(o.DataDir, "registry-key")); err != nil {
+			return err
+		}
 	}
 	var coord Coordinator
 	if !strings.HasPrefix(o.DB, "sqlite://") {
@@ -83,24 +112,42 @@ func Run(ctx context.Context, o Options) error {
 		}
 		defer rc.Close()
 		coord = rc
+		if cfg.WriteConcurrency == 0 {
+			// PostgreSQL takes concurrent writers; a few batches at once
+			// keep its connections busy without crowding other replicas.
+			cfg.WriteConcurrency = 4
+		}
 	}
-	srv := New(cfg, st, refResolver{&imageref.Resolver{Insecure: o.InsecureRegistries}}, coord)
-	o.Logger.Info("control plane listening", "url", url, "db", sqlstore.Redacted(o.DB), "admin_token_file", tokenFile)
+	resolver := &refResolver{r: &imageref.Resolver{Insecure: o.InsecureRegistries}}
+	srv := New(cfg, st, resolver, coord)
+	resolver.creds = srv.RegistryCredentials
+	o.Logger.Info("control plane listening", "url", url, "db", sqlstore.Redacted(o.DB), "admin_token_file", tokenFile,
+		"content", cfg.Content.Describe())
 	if o.Ready != nil {
 		o.Ready(url, tokenFile)
 	}
 	return srv.Serve(ctx, l)
 }
 
-// refResolver adapts imageref.Resolver to ImageResolver.
-type refResolver struct{ r *imageref.Resolver }
+// refResolver adapts imageref.Resolver to ImageResolver, asking creds (the
+// stored registry credentials) for the reference's registry.
+type refResolver struct {
+	r     *imageref.Resolver
+	creds func(ctx context.Context, host string) (user, password string, ok bool)
+}
 
-func (a refResolver) Resolve(ctx context.Context, s string) (string, error) {
+func (a *refResolver) Resolve(ctx context.Context, s string) (string, error) {
 	ref, err := imageref.Parse(s)
 	if err != nil {
 		return "", err
 	}
-	pinned, err := a.r.Resolve(ctx, ref)
+	r := a.r
+	if a.creds != nil {
+		withCreds := *a.r
+		withCreds.Credentials = func(host string) (string, string, bool) { return a.creds(ctx, host) }
+		r = &withCreds
+	}
+	pinned, err := r.Resolve(ctx, ref)
 	if err != nil {
 		return "", err
 	}

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -29,7 +30,11 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	pinned, err := s.resolver.Resolve(ctx, spec.Image)
+	if err := s.resolveArtifacts(ctx, &spec); err != nil {
+		writeError(w, err)
+		return
+	}
+	pinned, err := s.pins.resolve(ctx, s.resolver, spec.Image, s.now())
 	if err != nil {
 		writeError(w, err)
 		return
@@ -37,7 +42,7 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request) {
 	now := s.now()
 	run := store.Run{Run: api.Run{ID: newID("r-"), RunSpec: spec, PinnedImage: pinned, Status: api.RunQueued,
 		Reason: "waiting for the scheduler", Attempts: []api.Attempt{}, CreatedAt: now, UpdatedAt: now}}
-	if err := s.store.Update(r.Context(), func(tx store.Tx) error { return tx.CreateRun(run) }); err != nil {
+	if err := s.batch(r.Context(), func(tx store.Tx) error { return tx.CreateRun(run) }); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -62,15 +67,29 @@ func (s *Server) view(run store.Run, unreachable map[string]bool) api.Run {
 	return out
 }
 
-func (s *Server) unreachableNodes(tx store.Tx) (map[string]bool, error) {
-	nodes, err := tx.ListNodes()
-	if err != nil {
-		return nil, err
-	}
+// unreachableNodes reports which nodes holding an active attempt of runs
+// are not ready. It reads only those nodes: reading every node for every
+// run shown cost a run view as much as the fleet is large.
+func (s *Server) unreachableNodes(tx store.Tx, runs ...store.Run) (map[string]bool, error) {
 	out := map[string]bool{}
-	for _, n := range nodes {
-		if s.nodeStatus(n) != api.NodeReady {
-			out[n.ID] = true
+	checked := map[string]bool{}
+	for _, r := range runs {
+		for _, a := range r.Attempts {
+			if !lifecycle.Active(a) || checked[a.NodeID] {
+				continue
+			}
+			checked[a.NodeID] = true
+			n, err := tx.GetNode(a.NodeID)
+			if errors.Is(err, failure.ErrNotFound) {
+				out[a.NodeID] = true
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			if s.nodeStatus(n) != api.NodeReady {
+				out[n.ID] = true
+			}
 		}
 	}
 	return out, nil
@@ -83,7 +102,7 @@ func (s *Server) readRun(ctx context.Context, id string) (api.Run, error) {
 		if err != nil {
 			return err
 		}
-		down, err := s.unreachableNodes(tx)
+		down, err := s.unreachableNodes(tx, run)
 		out = s.view(run, down)
 		return err
 	})
@@ -127,7 +146,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		down, err := s.unreachableNodes(tx)
+		down, err := s.unreachableNodes(tx, runs...)
 		for _, run := range runs {
 			out.Runs = append(out.Runs, s.view(run, down))
 		}
@@ -146,7 +165,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var out store.Run
 	var nodeID string
-	err := s.store.Update(r.Context(), func(tx store.Tx) error {
+	err := s.update(r.Context(), func(tx store.Tx) error {
 		run, err := tx.GetRun(id)
 		if err != nil {
 			return err

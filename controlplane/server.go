@@ -26,8 +26,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/store"
 )
 
@@ -45,6 +47,11 @@ type Config struct {
 	// PublicURL is the address agents and clients use to reach this server;
 	// it appears in the agent command lines invitations print.
 	PublicURL string
+	// ReplicaURL is the address agents use to reach this replica itself
+	// rather than any replica behind PublicURL: function calls relayed by
+	// this replica send agents here (invoke.go). Empty means PublicURL,
+	// which is right for one replica.
+	ReplicaURL string
 	// Lease is how long a node stays ready without reporting (default 30s).
 	Lease time.Duration
 	// SessionTTL is a session credential's life (default 24h).
@@ -56,9 +63,25 @@ type Config struct {
 	ReconcileEvery time.Duration
 	// KeepAlive is the session stream's keep-alive period (default 5s).
 	KeepAlive time.Duration
+	// WriteConcurrency is how many batched write transactions may run at
+	// once (default 1, right for SQLite's single writer; Run sets more for
+	// PostgreSQL). See commit.go.
+	WriteConcurrency int
 	Logger    *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Content holds Artifact content (package content); nil means this
+	// control plane cannot hold Artifacts. ContentReadTTL is the life of a
+	// minted read (default DefaultContentReadTTL), and UploadDir where
+	// uploads in progress are staged (default: under the system's temporary
+	// directory). See artifacts.go.
+	Content        content.Store
+	ContentReadTTL time.Duration
+	UploadDir      string
+	// RegistryKey seals registry credentials at rest (RegistryKeySize
+	// bytes, AES-256-GCM); nil means credentials cannot be stored. See
+	// registries.go.
+	RegistryKey []byte
 }
 
 func (c *Config) defaults() {
@@ -76,6 +99,9 @@ func (c *Config) defaults() {
 	}
 	if c.KeepAlive == 0 {
 		c.KeepAlive = 5 * time.Second
+	}
+	if c.WriteConcurrency == 0 {
+		c.WriteConcurrency = 1
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -98,6 +124,16 @@ type Server struct {
 	logs          *broadcast // a log grew
 	metrics       *metrics
 	coord         Coordinator // nil for a single replica
+	artifacts     artifactState
+	fn            *fnState // Functions (invoke.go)
+
+	live      *liveness      // liveness.go
+	sched     schedState     // schedstate.go: the reconcile loop's copies
+	batches   chan *batchJob // commit.go: group commit, once Serve runs
+	batching  atomic.Bool
+	outbox    chan string // signal.go: signals for other replicas
+	replicaID string
+	pins      pinCache // pins.go
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.
@@ -105,20 +141,37 @@ type Server struct {
 // their Coordinator (see Coordinator).
 func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) *Server {
 	cfg.defaults()
-	return &Server{
+	s := &Server{
 		cfg: cfg, store: st, resolver: resolver, log: cfg.Logger,
 		reconcileWake: make(chan struct{}, 1),
 		runs:          newBroadcast(), logs: newBroadcast(), metrics: newMetrics(), coord: coord,
+		live: newLiveness(cfg.Lease), batches: make(chan *batchJob), outbox: make(chan string, 1<<16),
+		replicaID: newID(""),
 	}
+	s.fn = newFunctions(s)
+	return s
 }
 
 // Serve serves the API on l and runs the reconcile loop until ctx ends.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	errc := make(chan error, 2)
+	var loops sync.WaitGroup
+	loops.Add(2 + s.cfg.WriteConcurrency)
+	go func() { defer loops.Done(); s.flushLoop(ctx) }()
+	go func() { defer loops.Done(); s.publishLoop(ctx) }()
+	for range s.cfg.WriteConcurrency {
+		go func() { defer loops.Done(); s.batchLoop(ctx) }()
+	}
+	s.batching.Store(true)
+	// The store outlives the loops that write to it: Run closes it after
+	// Serve returns.
+	defer loops.Wait()
 	go func() { errc <- srv.Serve(l) }()
 	go func() { s.reconcileLoop(ctx); errc <- nil }()
 	go s.receive(ctx)
+	fnDone := s.fn.startAsync(ctx) // functions_async.go: durable calls
+	defer func() { <-fnDone }()    // claims handed back before the store closes
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

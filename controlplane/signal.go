@@ -14,6 +14,17 @@ import (
 // locally. Signals carry no data: a woken waiter re-reads the store, which
 // is the only source of truth, so a lost or duplicated signal costs latency
 // at worst (every waiter also polls on a timer).
+//
+// Signals to other replicas leave in batches: publish queues a topic and
+// publishLoop sends everything queued, duplicates dropped, as one
+// notification of several lines (batchPrefix), so that a reconcile pass
+// that places work on ten thousand nodes costs a few notifications rather
+// than ten thousand round trips made while the caller waits. The queue is
+// bounded; a signal that does not fit is dropped, which the paragraph above
+// says is safe. One kind of signal names data: "runs:REPLICA:ID,ID,…" says
+// which runs a replica wrote, so the leader's copy of active attempts
+// (schedState) can read them again; losing one costs a delayed placement
+// until the copy's next rebuild, never an over-committed node.
 
 // Coordinator is what several control-plane replicas share besides the
 // store. Implementations: none (a single process) and package replica
@@ -35,20 +46,110 @@ const (
 	topicLogs      = "logs"
 	topicReconcile = "reconcile"
 	topicNode      = "node:"
+	topicRunIDs    = "runs:"
 )
 
+// batchPrefix starts a notification that carries several signals, one a
+// line.
+const batchPrefix = "signals\n"
+
+// maxPayload keeps a batch under PostgreSQL's NOTIFY payload limit (8000
+// bytes).
+const maxPayload = 7000
+
+// publish queues a signal for the other replicas.
 func (s *Server) publish(topic string) {
 	if s.coord == nil {
 		return
 	}
-	if err := s.coord.Publish(context.Background(), topic); err != nil {
-		s.log.Warn("publish signal to other replicas", "topic", topic, "err", err)
+	select {
+	case s.outbox <- topic:
+	default:
+		s.metrics.signalsDropped.Inc()
+	}
+}
+
+// publishIDs queues a signal naming ids, split to fit notifications.
+func (s *Server) publishIDs(prefix string, ids []string) {
+	head := prefix + s.replicaID + ":"
+	var b strings.Builder
+	for _, id := range ids {
+		if b.Len() > 0 && b.Len()+len(id)+1 > maxPayload-len(batchPrefix)-len(head) {
+			s.publish(head + b.String())
+			b.Reset()
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(id)
+	}
+	if b.Len() > 0 {
+		s.publish(head + b.String())
+	}
+}
+
+// publishLoop sends queued signals in batches until ctx ends.
+func (s *Server) publishLoop(ctx context.Context) {
+	if s.coord == nil {
+		return
+	}
+	for {
+		var first string
+		select {
+		case <-ctx.Done():
+			return
+		case first = <-s.outbox:
+		}
+		seen := map[string]bool{first: true}
+		var b strings.Builder
+		b.WriteString(batchPrefix)
+		b.WriteString(first)
+	more:
+		for {
+			select {
+			case t := <-s.outbox:
+				if seen[t] {
+					continue
+				}
+				if b.Len()+1+len(t) > maxPayload {
+					s.send(b.String())
+					b.Reset()
+					b.WriteString(batchPrefix)
+					b.WriteString(t)
+					clear(seen)
+					seen[t] = true
+					continue
+				}
+				seen[t] = true
+				b.WriteByte('\n')
+				b.WriteString(t)
+			default:
+				break more
+			}
+		}
+		s.send(b.String())
+	}
+}
+
+func (s *Server) send(payload string) {
+	if err := s.coord.Publish(context.Background(), payload); err != nil {
+		s.log.Warn("publish signals to other replicas", "bytes", len(payload), "err", err)
 	}
 }
 
 // deliver applies a signal locally.
 func (s *Server) deliver(topic string) {
+	if rest, ok := strings.CutPrefix(topic, batchPrefix); ok {
+		for _, t := range strings.Split(rest, "\n") {
+			s.deliver(t)
+		}
+		return
+	}
 	switch {
+	case strings.HasPrefix(topic, topicRunIDs):
+		if from, ids := runIDsTopic(topic); from != s.replicaID {
+			s.sched.markDirty(ids)
+		}
 	case topic == topicRuns:
 		s.runs.Notify()
 	case topic == topicLogs:
@@ -60,6 +161,8 @@ func (s *Server) deliver(topic string) {
 		}
 	case strings.HasPrefix(topic, topicNode):
 		s.nodeBroadcast(strings.TrimPrefix(topic, topicNode)).Notify()
+	case strings.HasPrefix(topic, topicInvoke):
+		s.fn.deliverPublished(topic) // invoke.go: a call for a session held here
 	}
 }
 

@@ -82,5 +82,5 @@ func ValidateRunSpec(spec *api.RunSpec) error {
 	if total > maxStringBytes {
 		return failure.Invalid("command", "command and environment total %d bytes; at most %d are accepted", total, maxStringBytes)
 	}
-	return nil
+	return validateArtifactMounts(spec.Artifacts)
 }

@@ -16,6 +16,11 @@ const (
 	KindPrepareArtifact = "prepare_artifact"
 	KindLaunchWorkload  = "launch_workload"
 	KindStopWorkload    = "stop_workload"
+	// KindInvoke is one function call (capability.InvokeCommand). It is
+	// ephemeral: never stored, never redelivered, no result event; the
+	// call's outcome travels over the agent's own requests to the calls
+	// paths. It carries no OperationID.
+	KindInvoke = "invoke"
 	// KindKeepAlive carries nothing; it keeps idle proxies from closing the
 	// session stream and lets the agent notice a dead one.
 	KindKeepAlive = "keep_alive"
@@ -24,14 +29,22 @@ const (
 // Command is one operation for one node. OperationID is unique and stable
 // across redeliveries; FencingToken is the enrollment it was issued under.
 // Exactly one payload field is set, the one Kind names.
+//
+// CreatedAt is when the control plane created the operation, by its clock,
+// and stays the same on every redelivery. It is informational (the agent
+// decides nothing on it, so an agent that ignores it loses nothing): it is
+// what lets a node, or the fleet simulator, measure how long a command took
+// to arrive.
 type Command struct {
 	OperationID     string                             `json:"operation_id,omitempty"`
 	FencingToken    uint64                             `json:"fencing_token,omitempty"`
 	Kind            string                             `json:"kind"`
+	CreatedAt       time.Time                          `json:"created_at,omitzero"`
 	PrepareImage    *capability.PrepareImageCommand    `json:"prepare_image,omitempty"`
 	PrepareArtifact *capability.PrepareArtifactCommand `json:"prepare_artifact,omitempty"`
 	LaunchWorkload  *capability.LaunchWorkloadCommand  `json:"launch_workload,omitempty"`
 	StopWorkload    *capability.StopWorkloadCommand    `json:"stop_workload,omitempty"`
+	Invoke          *capability.InvokeCommand          `json:"invoke,omitempty"`
 }
 
 // Result outcomes.

@@ -55,6 +55,8 @@ type Agent struct {
 	shipping map[capability.WorkloadKey]chan struct{}
 	shipped  map[capability.WorkloadKey]bool
 	fatal    chan error
+
+	functions *agentFunctions // nil without WithFunctions; see functions.go
 }
 
 // Option configures an Agent.
@@ -253,6 +255,10 @@ func commandKey(cmd node.Command) string {
 
 // handle applies one command at most once.
 func (a *Agent) handle(ctx context.Context, cmd node.Command) {
+	if cmd.Kind == node.KindInvoke {
+		a.invoke(ctx, cmd) // ephemeral: not an operation (functions.go)
+		return
+	}
 	unlock := a.lockKey(commandKey(cmd))
 	defer unlock()
 	if ev, ok := a.state.AppliedResult(cmd.OperationID); ok {
@@ -543,6 +549,7 @@ func (a *Agent) factsLoop(ctx context.Context) {
 		} else {
 			facts.AgentVersion = a.identity.AgentVersion
 			facts.CapabilityVersion = capability.Version
+			facts.Functions = a.functionFacts()
 			if last == nil || !reflect.DeepEqual(*last, facts) {
 				if id, err := a.state.NextEventID(); err == nil {
 					if err := a.state.Spool(node.Event{ID: id, Kind: node.EventFacts, At: a.now().UTC(), Facts: &facts}); err == nil {

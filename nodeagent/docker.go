@@ -116,6 +116,9 @@ type DockerRuntime struct {
 
 	mu    sync.Mutex
 	pulls map[string]*pullCall
+
+	// artifacts holds the Artifact copies under artifactRoot (artifacts.go).
+	artifacts artifactStore
 }
 
 // RuntimeOption configures the Docker runtime.
@@ -421,7 +424,7 @@ func pullError(ref, message string, cause error) error {
 		kind = failure.ErrNotFound
 	case cause != nil && (cerrdefs.IsUnauthorized(cause) || cerrdefs.IsPermissionDenied(cause)),
 		strings.Contains(lower, "unauthorized"), strings.Contains(lower, "denied"),
-		strings.Contains(lower, "authentication required"):
+		strings.Contains(lower, "authentication required"), strings.Contains(lower, "no basic auth credentials"):
 		kind = failure.ErrUnauthorized
 	case cause != nil && cerrdefs.IsInvalidArgument(cause):
 		kind = failure.ErrInvalid
@@ -443,12 +446,15 @@ func pullError(ref, message string, cause error) error {
 // anything else is failure.ErrConflict.
 //
 // The image must be pinned (see PrepareImage); it is pulled first if the
-// daemon lacks it. Command is passed as the container's arguments, so an
-// image's ENTRYPOINT applies and, without one, the first element is the
-// program. CPU becomes a CFS quota and MemoryBytes a hard limit (swap
-// included); GPUs are passed to the NVIDIA runtime by UUID. The container is
-// never removed on exit: its exit code and the daemon's start and finish
-// moments are what Observe reports, after a partition if need be.
+// daemon lacks it. Its Artifacts are prepared next (or awaited, when a
+// prepare of them is under way) and mounted read-only at their mount paths;
+// the container is not created until every one is held and verified. Command
+// is passed as the container's arguments, so an image's ENTRYPOINT applies
+// and, without one, the first element is the program. CPU becomes a CFS
+// quota and MemoryBytes a hard limit (swap included); GPUs are passed to the
+// NVIDIA runtime by UUID. The container is never removed on exit: its exit
+// code and the daemon's start and finish moments are what Observe reports,
+// after a partition if need be.
 //
 // A container that is created but will not start comes back as an error
 // saying so in Mercator's words and the daemon's ("start container
@@ -480,6 +486,11 @@ func (docker *DockerRuntime) LaunchWorkload(ctx context.Context, command capabil
 	if err := docker.PrepareImage(ctx, capability.PrepareImageCommand{Image: ref, RegistryAuth: command.RegistryAuth}); err != nil {
 		return err
 	}
+	mounts, artifactLabel, release, err := docker.artifactMounts(ctx, command)
+	if err != nil {
+		return err
+	}
+	defer release()
 
 	name := ContainerName(command.WorkloadKey)
 	labels := map[string]string{
@@ -491,13 +502,16 @@ func (docker *DockerRuntime) LaunchWorkload(ctx context.Context, command capabil
 	if docker.nodeID != "" {
 		labels[LabelNode] = docker.nodeID
 	}
+	if artifactLabel != "" {
+		labels[LabelArtifacts] = artifactLabel
+	}
 	config := &container.Config{
 		Image:  ref,
 		Cmd:    command.Command,
 		Env:    env,
 		Labels: labels,
 	}
-	hostConfig := &container.HostConfig{}
+	hostConfig := &container.HostConfig{Mounts: mounts}
 	if command.CPU > 0 {
 		hostConfig.NanoCPUs = int64(math.Round(command.CPU * 1e9))
 	}
@@ -949,12 +963,12 @@ func (s *logStream) Close() error {
 	return s.raw.Close()
 }
 
-// PrepareArtifact is not implemented by this runtime yet; it refuses every
-// command with failure.ErrUnavailable, so the control plane places work
-// that needs Artifacts elsewhere and retries later rather than believing
-// the content is here.
+// PrepareArtifact replicates one immutable version onto this machine,
+// through the location the control plane minted for this one fetch and
+// nowhere else; a command without one is refused. See prepareArtifact
+// (artifacts.go) for the whole contract.
 func (docker *DockerRuntime) PrepareArtifact(ctx context.Context, command capability.PrepareArtifactCommand) error {
-	return failure.Unavailable("prepare artifact %s@%s: this node's runtime cannot hold Artifacts yet", command.Name, command.Version)
+	return docker.prepareArtifact(ctx, command)
 }
 
 // Facts reports what this machine measured about itself: host name, OS and
@@ -1045,6 +1059,7 @@ func (docker *DockerRuntime) Facts(ctx context.Context) (capability.NodeFacts, e
 	}
 	sort.Strings(facts.Images)
 	facts.Images = slices.Compact(facts.Images)
+	docker.describeArtifacts(&facts)
 	return facts, nil
 }
 

@@ -24,11 +24,11 @@ func (docker *DockerRuntime) Changes(ctx context.Context) <-chan struct{} {
 	go func() {
 		defer close(out)
 		for ctx.Err() == nil {
-			f := filters.NewArgs(filters.Arg("type", "container"))
+			// LabelRun always, so function containers pausing and
+			// unpausing never wake Observe.
+			f := filters.NewArgs(filters.Arg("type", "container"), filters.Arg("label", LabelRun))
 			if docker.nodeID != "" {
 				f.Add("label", LabelNode+"="+docker.nodeID)
-			} else {
-				f.Add("label", LabelRun)
 			}
 			for _, action := range []string{"create", "start", "die", "oom", "destroy", "pause", "unpause"} {
 				f.Add("event", action)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -23,12 +24,18 @@ type Options struct {
 	// enrollment (or after a credential was lost).
 	Invitation string
 	// DockerHost is the daemon to drive ("" = DOCKER_HOST or the local socket).
-	DockerHost      string
+	DockerHost string
+	// ArtifactRoot is where Artifact copies are kept (default
+	// STATE_DIR/artifacts), and ArtifactBudget the most bytes they may
+	// take there (0: the disk's free space is the only bound).
 	ArtifactRoot    string
+	ArtifactBudget  int64
 	AcceleratorTool string
 	KernelReports   string
 	Heartbeat       time.Duration
 	Logger          *slog.Logger
+	// Functions configures the hot-container engine (functions.go).
+	Functions FunctionsOptions
 }
 
 // ReadTokenFile reads an invitation from a file, refusing one readable by
@@ -63,9 +70,11 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("--state DIR is required")
 	}
 	ropts := []RuntimeOption{WithNodeLabel(o.NodeID)}
-	if o.ArtifactRoot != "" {
-		ropts = append(ropts, WithArtifactRoot(o.ArtifactRoot))
+	if o.ArtifactRoot == "" {
+		o.ArtifactRoot = filepath.Join(o.StateDir, "artifacts")
 	}
+	ropts = append(ropts, WithArtifactRoot(o.ArtifactRoot),
+		WithArtifactOptions(ArtifactOptions{Budget: o.ArtifactBudget, Logger: o.Logger.With("component", "artifacts")}))
 	if o.AcceleratorTool != "" {
 		ropts = append(ropts, WithAcceleratorTool(o.AcceleratorTool))
 	}
@@ -85,6 +94,12 @@ func Run(ctx context.Context, o Options) error {
 	if o.Heartbeat > 0 {
 		aopts = append(aopts, WithHeartbeat(o.Heartbeat))
 	}
+	fnOpts, stopFunctions, err := startFunctions(ctx, o, rt)
+	if err != nil {
+		return err
+	}
+	defer stopFunctions()
+	aopts = append(aopts, fnOpts...)
 	agent := New(Identity{ControlPlaneURL: o.ControlPlaneURL, NodeID: o.NodeID, EnrollmentToken: o.Invitation, AgentVersion: Version},
 		rt, NewHTTPTransport(o.ControlPlaneURL, nil), state, aopts...)
 	return agent.Run(ctx)

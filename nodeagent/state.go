@@ -93,15 +93,30 @@ type appliedEntry struct {
 	AckedAt   *time.Time `json:"acked_at,omitempty"`
 }
 
+// StateOption changes how OpenState opens the state file.
+type StateOption func(*bolt.Options)
+
+// WithoutFsync opens the state file without fsync: writes reach the page
+// cache and no further, so a crash of the machine (not of the process) may
+// forget applied operations, a renewed credential or spooled events — every
+// promise State exists for. It is for the fleet simulator, which runs
+// thousands of agents on one disk where a real fleet has one disk each, and
+// which labels its figures when it is used. Never use it for a real agent.
+func WithoutFsync() StateOption { return func(o *bolt.Options) { o.NoSync = true } }
+
 // OpenState opens (creating if needed) the state file in dir. A second
 // process opening the same file waits up to a few seconds and then fails:
 // two agents sharing one memory would each believe the other's work undone.
-func OpenState(dir string) (*State, error) {
+func OpenState(dir string, options ...StateOption) (*State, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create state directory %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, "agent.db")
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	bo := &bolt.Options{Timeout: 5 * time.Second}
+	for _, o := range options {
+		o(bo)
+	}
+	db, err := bolt.Open(path, 0o600, bo)
 	if err != nil {
 		return nil, fmt.Errorf("open agent state %s (is another agent using this --state directory?): %w", path, err)
 	}

@@ -59,24 +59,28 @@ type shape struct {
 	gpus   int    // 0 for a CPU run
 	model  string // lowercased GPUModel; "" means any
 	gpuMem int64
+	// minRead is the run's artifact-copy floor (Run.MinReadBPS; artifacts.go).
+	minRead int64
 }
 
 // shapeKey is a shape as a map key: the CPU figure by its bits, so a NaN is
 // one key rather than a new one every time.
 type shapeKey struct {
-	cpu    uint64
-	mem    int64
-	gpus   int
-	model  string
-	gpuMem int64
+	cpu     uint64
+	mem     int64
+	gpus    int
+	model   string
+	gpuMem  int64
+	minRead int64
 }
 
 func shapeOf(r *Run) shape {
-	return shape{cpu: r.CPU, mem: r.MemoryBytes, gpus: max(r.GPUs, 0), model: strings.ToLower(r.GPUModel), gpuMem: r.GPUMemory}
+	return shape{cpu: r.CPU, mem: r.MemoryBytes, gpus: max(r.GPUs, 0), model: strings.ToLower(r.GPUModel), gpuMem: r.GPUMemory,
+		minRead: max(r.MinReadBPS, 0)}
 }
 
 func (sh *shape) key() shapeKey {
-	return shapeKey{cpu: math.Float64bits(sh.cpu), mem: sh.mem, gpus: sh.gpus, model: sh.model, gpuMem: sh.gpuMem}
+	return shapeKey{cpu: math.Float64bits(sh.cpu), mem: sh.mem, gpus: sh.gpus, model: sh.model, gpuMem: sh.gpuMem, minRead: sh.minRead}
 }
 
 // nodeState is one node during one call: the snapshot's node, read only,
@@ -275,6 +279,9 @@ func (x *index) place(r *Run, sh shape) int32 {
 	if x.nowhere[key] != nil {
 		return -1
 	}
+	if n := x.placeOnArtifactHolders(r, &sh, key); n >= 0 {
+		return n
+	}
 	if len(x.holders[r.Image]) > 0 {
 		p := x.imagePool(r.Image)
 		if !p.nowhere[key] {
@@ -349,6 +356,8 @@ func (x *index) check(ni int32, sh *shape) rejection {
 		return n.static
 	}
 	switch {
+	case belowLinkFloor(n.node, sh):
+		return belowFloor
 	case sh.cpu > n.node.CPU:
 		return fewerCPUs
 	case sh.mem > n.node.MemoryBytes:

@@ -7,10 +7,13 @@
 // # Policy
 //
 // Feasibility is a list of small predicates (the node is ready and not
-// cordoned; enough free CPU, memory and GPUs of the requested model and
-// memory). Free capacity subtracts everything running and everything placed
-// but not yet started. Among feasible nodes the score prefers, in order:
+// cordoned; its artifact-copy floor is at least the run's; enough free CPU,
+// memory and GPUs of the requested model and memory). Free capacity
+// subtracts everything running and everything placed but not yet started.
+// Among feasible nodes the score prefers, in order:
 //
+//  0. a node that already holds every Artifact the run mounts, and among
+//     those one that also holds its image (artifacts.go);
 //  1. a node that already holds the run's image (no pull before start);
 //  2. for GPU runs, the node with the fewest free GPUs that still fits
 //     (packing keeps whole machines free for large jobs);
@@ -68,6 +71,12 @@ type Node struct {
 	UsedGPUs   map[string]bool
 	// Images holds pinned references (repo@sha256:…) present on the node.
 	Images map[string]bool
+	// Artifacts holds the SHA-256 digests of the Artifact content present
+	// on the node, and LinkFloorBPS the rate at which it copies Artifact
+	// content: its measured floor, or the fleet's assumption when it has
+	// none (see artifacts.go).
+	Artifacts    map[string]bool
+	LinkFloorBPS int64
 }
 
 // GPU is one device.
@@ -86,6 +95,11 @@ type Run struct {
 	GPUs        int
 	GPUModel    string // substring match, case-insensitive; "" means any
 	GPUMemory   int64  // minimum per device; 0 means any
+	// Artifacts are the SHA-256 digests of the Artifact content the run
+	// mounts, and MinReadBPS the slowest artifact-copy floor it accepts (0:
+	// any). See artifacts.go.
+	Artifacts  []string
+	MinReadBPS int64
 }
 
 // Plan is the scheduler's answer.
@@ -152,6 +166,7 @@ const (
 	freeMemory
 	fewerMatchingGPUs
 	freeGPUs
+	belowFloor // the node's artifact-copy floor is below the run's (artifacts.go)
 	rejections // the number of rejections, fits included
 )
 
@@ -172,6 +187,8 @@ func (why rejection) text(sh shape) string {
 		return fmt.Sprintf("have fewer than %d matching GPUs", sh.gpus)
 	case freeGPUs:
 		return fmt.Sprintf("have too few free GPUs (need %d)", sh.gpus)
+	case belowFloor:
+		return floorText(sh)
 	case cordoned:
 		return "is cordoned"
 	case noFacts:

@@ -63,4 +63,30 @@ echo "\$ mercator run logs $RUN"
 echo "\$ mercator run get $RUN"
 "$M" run get "$RUN"
 echo "== the Run exited with status $CODE"
+
+# Functions: the sample function (examples/fn-hello, Fn's Go FDK, FROM
+# scratch) deployed through the Fn-compatible API and called through the
+# control plane into a hot container on the local agent.
+echo "== building and pushing the sample function (FROM scratch, static Go, Fn's FDK)"
+CGO_ENABLED=0 go build -o examples/fn-hello/fn-hello ./examples/fn-hello
+docker build -q -t 127.0.0.1:5000/fn-hello:1 examples/fn-hello >/dev/null
+docker push -q 127.0.0.1:5000/fn-hello:1 >/dev/null 2>&1 || docker push 127.0.0.1:5000/fn-hello:1
+echo "\$ mercator fn deploy --app demo --create-app hello --image 127.0.0.1:5000/fn-hello:1 --trigger /hello"
+"$M" fn deploy --app demo --create-app hello --image 127.0.0.1:5000/fn-hello:1 --trigger /hello
+echo "\$ echo '{\"name\":\"Mercator\"}' | mercator fn invoke demo hello --content-type application/json"
+echo '{"name":"Mercator"}' | "$M" fn invoke demo hello --content-type application/json
+echo "\$ echo '{\"name\":\"again\"}' | mercator fn invoke demo hello   # the container is hot now"
+echo '{"name":"again"}' | "$M" fn invoke demo hello --content-type application/json
+echo "\$ CALL=\$(echo '{\"name\":\"later\"}' | mercator fn invoke demo hello --detached)"
+CALL=$(echo '{"name":"later"}' | "$M" fn invoke demo hello --detached)
+echo "$CALL"
+echo "\$ mercator fn call demo hello $CALL --wait"
+"$M" fn call demo hello "$CALL" --wait
+echo "\$ mercator fn call demo hello $CALL --result"
+"$M" fn call demo hello "$CALL" --result
+echo "\$ mercator fn logs demo hello $CALL"
+"$M" fn logs demo hello "$CALL"
+echo "\$ mercator fn ls demo"
+"$M" fn ls demo
+echo "== the function answered through the control plane"
 exit "$CODE"

@@ -93,6 +93,32 @@ type Tx interface {
 	// CreateToken stores an API credential; ErrConflict if the hash exists.
 	CreateToken(t Token) error
 	GetToken(hash string) (Token, error)
+
+	// CreateArtifact adds a version to the Artifact catalog; ErrConflict
+	// if the name already has that version. Versions are immutable: there
+	// is no Put.
+	CreateArtifact(a Artifact) error
+	// GetArtifact returns one version; ErrNotFound if the name has no such
+	// version.
+	GetArtifact(name, version string) (Artifact, error)
+	// ListArtifacts returns the versions of one name, or of every name when
+	// name is "", ordered by name and then by Seq (oldest first). The
+	// result is empty, not an error, when there are none.
+	ListArtifacts(name string) ([]Artifact, error)
+
+	// PutRegistryCredential creates or replaces the credential of a
+	// registry host.
+	PutRegistryCredential(c RegistryCredential) error
+	GetRegistryCredential(host string) (RegistryCredential, error)
+	// ListRegistryCredentials returns every credential ordered by host.
+	ListRegistryCredentials() ([]RegistryCredential, error)
+	// DeleteRegistryCredential removes a host's credential; ErrNotFound if
+	// there is none.
+	DeleteRegistryCredential(host string) error
+
+	// Functions: apps, fns, triggers and durable calls (see functions.go
+	// for the records and the ordering and uniqueness rules).
+	FunctionsTx
 }
 
 // Node is one machine. FencingToken rises with every enrollment.
@@ -161,6 +187,30 @@ type Operation struct {
 	CreatedAt time.Time    `json:"created_at"`
 	Command   node.Command `json:"command"`
 	Result    *node.Result `json:"result,omitempty"`
+}
+
+// Artifact is one immutable version in the Artifact catalog. Its content
+// lives in the content store under SHA256; the catalog is what gives it a
+// name and a version.
+type Artifact struct {
+	api.ArtifactVersion
+	// Seq is the version's number within its name: Version is "v" + Seq,
+	// and the newest version is the one with the highest Seq.
+	Seq int `json:"seq"`
+}
+
+// RegistryCredential is the credential for one registry host. The password
+// is sealed by the control plane (AES-256-GCM under a key the store never
+// sees), so a leaked database holds no usable registry credential.
+type RegistryCredential struct {
+	Host     string `json:"host"`
+	Username string `json:"username"`
+	// Sealed is the nonce followed by the ciphertext of the password, with
+	// the host as additional data, so a sealed password cannot be moved to
+	// another host's record.
+	Sealed    []byte    `json:"sealed"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Token is an API credential (an admin token), stored by hash only.

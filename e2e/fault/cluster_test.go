@@ -277,6 +277,9 @@ type agent struct {
 	wire      *wire
 	proc      *proc
 	starts    int
+	// fenced: a later enrollment superseded this agent; what it still
+	// owes is refused by design (the new enrollment observes afresh).
+	fenced bool
 }
 
 // addAgent invites a node and starts its agent through a new proxy, and
@@ -461,8 +464,8 @@ func (c *cluster) waitAllTerminal(d time.Duration) []api.Run {
 	}
 }
 
-// container is what the daemon says about one Mercator container.
-type container_ struct {
+// daemonContainer is what the daemon says about one Mercator container.
+type daemonContainer struct {
 	id, name, status, node string
 	run                    string
 	attempt                int
@@ -472,11 +475,11 @@ type container_ struct {
 }
 
 // containers lists and inspects every container of the given nodes.
-func (c *cluster) containers(nodes []string) []container_ {
+func (c *cluster) containers(nodes []string) []daemonContainer {
 	c.t.Helper()
 	ctx, cancel := withTimeout(60 * time.Second)
 	defer cancel()
-	var out []container_
+	var out []daemonContainer
 	for _, n := range nodes {
 		list, err := c.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", nodeagent.LabelNode+"="+n))})
 		if err != nil {
@@ -487,7 +490,7 @@ func (c *cluster) containers(nodes []string) []container_ {
 			if err != nil {
 				c.t.Fatalf("docker inspect %s: %v", l.ID, err)
 			}
-			ct := container_{id: info.ID, name: strings.TrimPrefix(info.Name, "/"), node: n,
+			ct := daemonContainer{id: info.ID, name: strings.TrimPrefix(info.Name, "/"), node: n,
 				run: info.Config.Labels[nodeagent.LabelRun]}
 			ct.attempt, _ = strconv.Atoi(info.Config.Labels[nodeagent.LabelAttempt])
 			if st := info.State; st != nil {
@@ -502,13 +505,13 @@ func (c *cluster) containers(nodes []string) []container_ {
 }
 
 // containerOf inspects the container of one attempt, if the daemon has one.
-func (c *cluster) containerOf(runID string, attempt int) (container_, bool) {
+func (c *cluster) containerOf(runID string, attempt int) (daemonContainer, bool) {
 	for _, ct := range c.containers(c.nodes()) {
 		if ct.run == runID && ct.attempt == attempt {
 			return ct, true
 		}
 	}
-	return container_{}, false
+	return daemonContainer{}, false
 }
 
 func (c *cluster) nodes() []string {

@@ -34,6 +34,11 @@
 //     only the session keep-alive timeout can detect. Proves promise 2:
 //     what the node observed while disconnected is reported afterwards,
 //     with the daemon's moments, exactly once.
+//   - TestSilentIdleConnections: the agent's idle keep-alive connections go
+//     silent (a NAT forgetting idle mappings) and its session is dropped, so
+//     the HTTP client may open the new session on a dead connection. Proves
+//     the agent bounds the wait for a session to open, not only the silence
+//     of an open one.
 //   - TestControlPlaneRestart: kill -9 of the control plane at random moments
 //     and a restart on the same data directory and port. Proves that nothing
 //     acknowledged is forgotten (the store is the only state) and that

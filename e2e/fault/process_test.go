@@ -71,6 +71,14 @@ func (p *proc) kill(t *testing.T) {
 	}
 }
 
+// pause sends SIGSTOP: the process freezes where it is, and a later kill
+// finds it there.
+func (p *proc) pause() {
+	if p.running() {
+		p.cmd.Process.Signal(syscall.SIGSTOP)
+	}
+}
+
 // stop sends SIGTERM, waits up to d, then kills.
 func (p *proc) stop(t *testing.T, d time.Duration) {
 	t.Helper()
@@ -104,8 +112,9 @@ func (p *proc) wait(d time.Duration) int {
 	return 0
 }
 
-// scanLog reports lines of a log file that mean a process broke in a way no
-// fault excuses: a data race or a panic.
+// scanLog reports what in a log file means a process broke in a way no
+// fault excuses: a data race (with the first frames of each distinct
+// report) or a panic.
 func scanLog(path string) []string {
 	f, err := os.Open(path)
 	if err != nil {
@@ -113,11 +122,32 @@ func scanLog(path string) []string {
 	}
 	defer f.Close()
 	var bad []string
+	seen := map[string]bool{}
 	s := bufio.NewScanner(f)
 	s.Buffer(make([]byte, 1<<20), 16<<20)
+	var report []string // the race report being read, nil outside one
 	for s.Scan() {
 		line := s.Text()
-		if strings.Contains(line, "WARNING: DATA RACE") || strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") {
+		switch {
+		case strings.Contains(line, "WARNING: DATA RACE"):
+			report = []string{line}
+		case report != nil:
+			if strings.HasPrefix(line, "==================") || len(report) == 24 {
+				key := strings.Join(report, "\n")
+				if i := strings.Index(key, "Previous"); i > 0 {
+					key = key[i:] // addresses differ between reports of one race
+				}
+				if !seen[key] {
+					seen[key] = true
+					bad = append(bad, strings.Join(report, "\n"))
+				}
+				report = nil
+				continue
+			}
+			if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "/") {
+				report = append(report, line)
+			}
+		case strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: "):
 			bad = append(bad, line)
 		}
 	}
@@ -135,4 +165,9 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+func readFile(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	return string(data), err
 }

@@ -123,7 +123,7 @@ func (w *wire) Closed(id uint64) {
 
 // settle waits (bounded) until the parsers of every closed connection
 // finished, so queries see everything forwarded on them.
-func (w *wire) settle(open func() int) {
+func (w *wire) settle() {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		w.mu.Lock()
@@ -310,6 +310,29 @@ func (w *wire) sessionsSince(t time.Time) int {
 		}
 	}
 	return n
+}
+
+// connsByUse returns the open connections that carry a session stream, and
+// those idle between requests (every request on them answered): the ones
+// an HTTP client keeps for reuse.
+func (w *wire) connsByUse() (session, idle []uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	last := map[uint64]*exchange{}
+	for _, ex := range w.exchanges {
+		last[ex.conn] = ex
+	}
+	for id := range w.conns {
+		ex := last[id]
+		switch {
+		case ex == nil:
+		case ex.path == capability.PathSession && ex.status == http.StatusOK:
+			session = append(session, id)
+		case ex.status != 0 && ex.complete:
+			idle = append(idle, id)
+		}
+	}
+	return session, idle
 }
 
 // exchangesWithToken returns copies of the exchanges made with a credential.

@@ -61,6 +61,9 @@ func New() *Store {
 		runs:        map[string][]byte{},
 		operations:  map[string][]byte{},
 		tokens:      map[string][]byte{},
+		artifacts:   map[string][]byte{},
+		registries:  map[string][]byte{},
+		functions:   newFunctionTables(),
 		events:      map[eventKey]time.Time{},
 		logs:        map[capability.WorkloadKey][]byte{},
 	}}
@@ -77,6 +80,9 @@ type state struct {
 	runs        map[string][]byte
 	operations  map[string][]byte
 	tokens      map[string][]byte
+	artifacts   map[string][]byte // by record.ArtifactKey
+	registries  map[string][]byte
+	functions   functionTables
 	events      map[eventKey]time.Time
 	logs        map[capability.WorkloadKey][]byte
 }
@@ -459,6 +465,81 @@ func (t *tx) CreateToken(tok store.Token) error {
 
 func (t *tx) GetToken(hash string) (store.Token, error) {
 	return get[store.Token](t, t.st.tokens, "token", hash)
+}
+
+func (t *tx) CreateArtifact(a store.Artifact) error {
+	if err := record.Artifact(a); err != nil {
+		return err
+	}
+	if _, exists := t.st.artifacts[record.ArtifactKey(a.Name, a.Version)]; exists && t.readable() == nil {
+		return failure.Conflict("artifact %q already exists", a.Name+"@"+a.Version)
+	}
+	return put(t, "artifacts", &t.st.artifacts, "artifact", record.ArtifactKey(a.Name, a.Version), a, create)
+}
+
+func (t *tx) GetArtifact(name, version string) (store.Artifact, error) {
+	a, err := get[store.Artifact](t, t.st.artifacts, "artifact", record.ArtifactKey(name, version))
+	if errors.Is(err, failure.ErrNotFound) {
+		return a, failure.NotFound("artifact", name+"@"+version)
+	}
+	return a, err
+}
+
+func (t *tx) ListArtifacts(name string) ([]store.Artifact, error) {
+	if err := t.readable(); err != nil {
+		return nil, err
+	}
+	out := []store.Artifact{}
+	for key, b := range t.st.artifacts {
+		a, err := decode[store.Artifact]("artifact", key, b)
+		if err != nil {
+			return nil, err
+		}
+		if name == "" || a.Name == name {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Artifact) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.Version, b.Version))
+	})
+	return out, nil
+}
+
+func (t *tx) PutRegistryCredential(c store.RegistryCredential) error {
+	if err := record.RegistryCredential(c); err != nil {
+		return err
+	}
+	return put(t, "registries", &t.st.registries, "registry credential", c.Host, c, upsert)
+}
+
+func (t *tx) GetRegistryCredential(host string) (store.RegistryCredential, error) {
+	return get[store.RegistryCredential](t, t.st.registries, "registry credential", host)
+}
+
+func (t *tx) ListRegistryCredentials() ([]store.RegistryCredential, error) {
+	if err := t.readable(); err != nil {
+		return nil, err
+	}
+	out := []store.RegistryCredential{}
+	for _, host := range slices.Sorted(maps.Keys(t.st.registries)) {
+		c, err := decode[store.RegistryCredential]("registry credential", host, t.st.registries[host])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (t *tx) DeleteRegistryCredential(host string) error {
+	if err := t.writable(); err != nil {
+		return err
+	}
+	if _, ok := t.st.registries[host]; !ok {
+		return failure.NotFound("registry credential", host)
+	}
+	delete(table(t, "registries", &t.st.registries), host)
+	return nil
 }
 
 var _ store.Store = (*Store)(nil)

@@ -102,6 +102,31 @@ var migrations = []migration{
 			)`,
 		},
 	},
+	{
+		version: 2,
+		name:    "artifact catalog and registry credentials",
+		stmts: []string{
+			`CREATE TABLE artifacts (
+				name TEXT NOT NULL,
+				version TEXT NOT NULL,
+				seq BIGINT NOT NULL,
+				doc TEXT NOT NULL,
+				PRIMARY KEY (name, version)
+			)`,
+			`CREATE INDEX artifacts_by_seq ON artifacts (name, seq, version)`,
+			// doc holds the password sealed by the control plane, never
+			// in the clear.
+			`CREATE TABLE registry_credentials (
+				host TEXT PRIMARY KEY,
+				doc TEXT NOT NULL
+			)`,
+		},
+	},
+	{
+		version: 3,
+		name:    "functions: apps, fns, triggers, durable calls",
+		stmts:   functionsMigration, // in functions.go
+	},
 }
 
 // migrate brings db's schema up to the last of ms, in one write

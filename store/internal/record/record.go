@@ -53,6 +53,22 @@ func Token(t store.Token) error {
 	return required("hash", t.Hash)
 }
 
+// Artifact checks that a can be stored: it needs a name and a version.
+func Artifact(a store.Artifact) error {
+	if err := required("name", a.Name); err != nil {
+		return err
+	}
+	return required("version", a.Version)
+}
+
+// RegistryCredential checks that c can be stored: it needs a host.
+func RegistryCredential(c store.RegistryCredential) error {
+	return required("host", c.Host)
+}
+
+// ArtifactKey is the one key memstore files an Artifact version under.
+func ArtifactKey(name, version string) string { return name + "\x00" + version }
+
 // Event checks the key of SeeEvent.
 func Event(nodeID, eventID string) error {
 	if err := required("node_id", nodeID); err != nil {

@@ -13,6 +13,9 @@
 //	env NAME             print the value of the environment variable NAME
 //	lines N              print "line 1" … "line N" to stdout and "stderr line" to stderr
 //	ignore-term SECONDS  print "ignoring SIGTERM"; ignore SIGTERM; sleep; exit 0
+//	cat PATH             print the file's content; exit 1 if it cannot be read
+//	sha256 PATH          print the file's SHA-256 in hex and its size in bytes
+//	touch PATH           try to create PATH; print "created" or the error, exit 0 either way
 //
 // A container's main process is PID 1 in its namespace, and the kernel does
 // not deliver a signal to PID 1 that it has no handler for. That is why
@@ -22,7 +25,9 @@
 package main
 
 import (
+	"crypto/sha256"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -93,6 +98,8 @@ func run(args []string) int {
 		fmt.Println("ignoring SIGTERM")
 		time.Sleep(d)
 		return 0
+	case "cat", "sha256", "touch":
+		return fileBehaviour(verb, rest)
 	default:
 		fmt.Fprintf(os.Stderr, "unknown behaviour %q\n", verb)
 		usage()
@@ -128,4 +135,43 @@ func secondsArg(rest []string) (time.Duration, bool) {
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: workload echo ARGS... | exit N | sleep SECONDS | env NAME | lines N | ignore-term SECONDS")
+}
+
+// fileBehaviour reads or writes one path: cat, sha256 and touch.
+func fileBehaviour(verb string, rest []string) int {
+	if len(rest) != 1 {
+		fmt.Fprintf(os.Stderr, "%s: want exactly one PATH\n", verb)
+		return 2
+	}
+	if verb == "touch" {
+		f, err := os.Create(rest[0])
+		if err != nil {
+			fmt.Println(err)
+			return 0
+		}
+		f.Close()
+		fmt.Println("created")
+		return 0
+	}
+	f, err := os.Open(rest[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer f.Close()
+	if verb == "cat" {
+		if _, err := io.Copy(os.Stdout, f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("%x %d\n", h.Sum(nil), n)
+	return 0
 }

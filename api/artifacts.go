@@ -1,0 +1,120 @@
+package api
+
+import "time"
+
+// Artifact formats: how a version's bytes are laid out when a node mounts
+// them.
+const (
+	// ArtifactFile is one file, mounted at the run's mount path as that
+	// file.
+	ArtifactFile = "file"
+	// ArtifactTar is a directory, pushed as one uncompressed POSIX tar
+	// stream of its regular files and directories (sorted by path, with
+	// modes kept and owners and times zeroed, so the same tree always
+	// makes the same bytes and therefore the same version), and mounted at
+	// the run's mount path as that directory.
+	ArtifactTar = "tar"
+)
+
+// ArtifactVersion is one immutable version of an Artifact: a name, a version
+// the control plane assigned (v1, v2, … per name), and the exact content,
+// by SHA-256 and size. A version never changes; pushing the same content
+// under the same name again returns the existing version.
+type ArtifactVersion struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// SHA256 is the content's digest, 64 lowercase hex digits, computed by
+	// the control plane over the bytes it received.
+	SHA256 string `json:"sha256"`
+	// Size is the content's length in bytes.
+	Size int64 `json:"size"`
+	// Format is ArtifactFile or ArtifactTar.
+	Format    string    `json:"format"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Ref is the version's reference, NAME@VERSION.
+func (v ArtifactVersion) Ref() string { return v.Name + "@" + v.Version }
+
+// ArtifactList is the body of GET /v1/artifacts.
+type ArtifactList struct {
+	Artifacts []ArtifactVersion `json:"artifacts"`
+}
+
+// UploadRequest is the body of POST /v1/artifacts/{name}/uploads: the start
+// of an upload of one version's content.
+type UploadRequest struct {
+	// Size is the exact length of the content that will be sent.
+	Size int64 `json:"size"`
+	// SHA256, when set, is the client's digest of the content; the commit
+	// is refused unless the server's own digest of what it received
+	// matches. When the control plane already holds this content under the
+	// name, the upload is answered at once with the existing version.
+	SHA256 string `json:"sha256,omitempty"`
+	// Format is ArtifactFile (the default) or ArtifactTar.
+	Format string `json:"format,omitempty"`
+}
+
+// Upload is an upload in progress. Content is sent with
+// PUT /v1/uploads/{id}?offset=N, each body appended at N, which must be
+// Received; an interrupted upload resumes from Received (GET
+// /v1/uploads/{id} says where it stands). POST /v1/uploads/{id}/commit
+// verifies and stores it.
+type Upload struct {
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	Size     int64  `json:"size"`
+	Received int64  `json:"received"`
+	SHA256   string `json:"sha256,omitempty"`
+	Format   string `json:"format"`
+	// ExpiresAt is when an upload that was not committed is discarded.
+	ExpiresAt time.Time `json:"expires_at"`
+	// Existing is set, and nothing needs sending, when the control plane
+	// already holds this exact content under this name.
+	Existing *ArtifactVersion `json:"existing,omitempty"`
+}
+
+// ArtifactMount is one Artifact version a run reads, in RunSpec.
+type ArtifactMount struct {
+	Name string `json:"name"`
+	// Version is v1, v2, …; empty means the newest version at submit, and
+	// the stored run names the version it resolved to.
+	Version string `json:"version,omitempty"`
+	// MountPath is where the content appears, read-only, in the container:
+	// an absolute path, not "/", without ".." elements, unique in the run.
+	MountPath string `json:"mount_path"`
+	// MinReadBytesPerSecond, when positive, is the slowest rate at which
+	// the run accepts its node to copy this content: nodes whose measured
+	// (or, unmeasured, assumed) artifact-copy floor is lower are not
+	// considered.
+	MinReadBytesPerSecond int64 `json:"min_read_bytes_per_second,omitempty"`
+	// SHA256 is the version's content digest, filled in by the control
+	// plane at submit; a client that states one has its run refused unless
+	// the version has exactly that content.
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// RegistryCredentialRequest is the body of POST /v1/registries: a
+// credential for one registry host. The password is stored encrypted and
+// never returned by any route.
+type RegistryCredentialRequest struct {
+	// Host is the registry as image references name it ("ghcr.io",
+	// "127.0.0.1:5000"); docker.io's images use "docker.io".
+	Host     string `json:"host"`
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// Registry is a stored registry credential as the API shows it: never the
+// password.
+type Registry struct {
+	Host      string    `json:"host"`
+	Username  string    `json:"username"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// RegistryList is the body of GET /v1/registries.
+type RegistryList struct {
+	Registries []Registry `json:"registries"`
+}

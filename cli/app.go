@@ -1,0 +1,276 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/mercator/mercator/api"
+)
+
+// `mercator app …`: Fn's applications, through the Fn-compatible API. The
+// verbs follow the Fn CLI's (create, list, inspect, update, delete) with
+// Mercator's spelling (ls, get).
+
+func init() {
+	const group = "Manage function applications (Fn-compatible apps)"
+	registerSub("app", group, &command{name: "create", summary: "Create an app", run: appCreate})
+	registerSub("app", group, &command{name: "ls", summary: "List apps", run: appList})
+	registerSub("app", group, &command{name: "get", summary: "Show an app", run: appGet})
+	registerSub("app", group, &command{name: "update", summary: "Change an app's configuration or annotations", run: appUpdate})
+	registerSub("app", group, &command{name: "delete", summary: "Delete an app with its functions and triggers", run: appDelete})
+}
+
+// configFlags are the repeatable --config, --secret and --annotation flags
+// of app and function commands.
+type configFlags struct {
+	config, secret, annotation stringList
+}
+
+func (f *flagSet) configFlags() *configFlags {
+	c := &configFlags{}
+	f.Var(&c.config, "config", "set `KEY=VALUE` in the configuration, passed to the function as environment (repeatable; KEY= removes it)")
+	f.Var(&c.secret, "secret", "set `KEY=VALUE` in the secret configuration, which is never shown again (repeatable; KEY= removes it)")
+	f.Var(&c.annotation, "annotation", "set annotation `KEY=JSON` (repeatable; a value that is not JSON is taken as a string; KEY= removes it)")
+	return c
+}
+
+// maps returns the flags as the API's maps; nil for flags not given.
+func (c *configFlags) maps() (config, secret map[string]string, ann api.Annotations, err error) {
+	kv := func(flag string, list stringList) (map[string]string, error) {
+		if len(list) == 0 {
+			return nil, nil
+		}
+		m := map[string]string{}
+		for _, s := range list {
+			k, v, ok := strings.Cut(s, "=")
+			if !ok || k == "" {
+				return nil, usagef("--%s %q: want KEY=VALUE (KEY= removes the key)", flag, s)
+			}
+			m[k] = v
+		}
+		return m, nil
+	}
+	if config, err = kv("config", c.config); err != nil {
+		return
+	}
+	if secret, err = kv("secret", c.secret); err != nil {
+		return
+	}
+	raw, err := kv("annotation", c.annotation)
+	if err != nil || raw == nil {
+		return
+	}
+	ann = api.Annotations{}
+	for k, v := range raw {
+		if v == "" {
+			ann[k] = json.RawMessage(`""`)
+			continue
+		}
+		if json.Valid([]byte(v)) {
+			ann[k] = json.RawMessage(v)
+			continue
+		}
+		b, _ := json.Marshal(v)
+		ann[k] = b
+	}
+	return
+}
+
+func appCreate(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("NAME [flags]", `
+Create an application: a named group of functions whose configuration every
+one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
+	g := fs.clientFlags(true)
+	cf := fs.configFlags()
+	syslog := fs.String("syslog-url", "", "Fn's syslog `URL` (kept for compatibility; Mercator keeps function output itself)")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	name, err := oneArg(pos, "an app name")
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	config, secret, ann, err := cf.maps()
+	if err != nil {
+		return err
+	}
+	app := api.App{Name: name, Config: config, SecretConfig: secret, Annotations: ann}
+	if *syslog != "" {
+		app.SyslogURL = syslog
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	created, err := c.CreateApp(ctx, app)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(created)
+	}
+	fmt.Fprintln(inv.stdout, created.ID)
+	return nil
+}
+
+func appList(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags]", `List applications by name.`)
+	g := fs.clientFlags(true)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	apps, err := c.ListApps(ctx)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(api.AppList{Items: append([]api.App{}, apps...)})
+	}
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tID\tCONFIG\tCREATED")
+	for _, a := range apps {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.Name, a.ID, configSummary(a.Config, a.SecretConfig), formatTime(&a.CreatedAt))
+	}
+	return tw.Flush()
+}
+
+// configSummary lists configuration keys, secret ones marked.
+func configSummary(config, secret map[string]string) string {
+	var keys []string
+	for k := range config {
+		keys = append(keys, k)
+	}
+	for k := range secret {
+		keys = append(keys, k+"(secret)")
+	}
+	sort.Strings(keys)
+	return orDash(strings.Join(keys, ","))
+}
+
+func appGet(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("NAME [flags]", `Show an application (secret configuration values are never shown).`)
+	g := fs.clientFlags(true)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	name, err := oneArg(pos, "an app name")
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	app, err := c.AppByName(ctx, name)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(app)
+	}
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "Name:\t%s\nID:\t%s\nCreated:\t%s\nUpdated:\t%s\n", app.Name, app.ID, formatTime(&app.CreatedAt), formatTime(&app.UpdatedAt))
+	printConfig(tw, app.Config, app.SecretConfig, app.Annotations)
+	return tw.Flush()
+}
+
+func printConfig(tw *tabwriter.Writer, config, secret map[string]string, ann api.Annotations) {
+	for _, k := range sortedKeys(config) {
+		fmt.Fprintf(tw, "Config:\t%s=%s\n", k, config[k])
+	}
+	for _, k := range sortedKeys(secret) {
+		fmt.Fprintf(tw, "Secret:\t%s=%s\n", k, secret[k])
+	}
+	for _, k := range sortedKeys(ann) {
+		fmt.Fprintf(tw, "Annotation:\t%s=%s\n", k, ann[k])
+	}
+}
+
+func appUpdate(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("NAME [flags]", `
+Change an application's configuration, secrets or annotations. Keys given
+are set; KEY= removes a key; keys not given are left as they are.`)
+	g := fs.clientFlags(true)
+	cf := fs.configFlags()
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	name, err := oneArg(pos, "an app name")
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	config, secret, ann, err := cf.maps()
+	if err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	app, err := c.AppByName(ctx, name)
+	if err != nil {
+		return err
+	}
+	updated, err := c.UpdateApp(ctx, app.ID, api.App{Config: config, SecretConfig: secret, Annotations: ann})
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(updated)
+	}
+	fmt.Fprintln(inv.stdout, updated.ID)
+	return nil
+}
+
+func appDelete(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("NAME [flags]", `Delete an application with its functions and triggers. Durable calls stay readable.`)
+	g := fs.clientFlags(false)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	name, err := oneArg(pos, "an app name")
+	if err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	app, err := c.AppByName(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := c.DeleteApp(ctx, app.ID); err != nil {
+		return err
+	}
+	fmt.Fprintf(inv.stderr, "app %s deleted\n", name)
+	return nil
+}

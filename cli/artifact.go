@@ -1,0 +1,377 @@
+package cli
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/client"
+)
+
+// This file holds `mercator artifact …`: pushing immutable versions and
+// reading the catalog, and the --artifact flag of `run submit`.
+//
+// A directory is pushed as one archive: an uncompressed tar of its regular
+// files and directories, sorted by path, with modes kept and owners and
+// times zeroed, so the same tree always makes the same bytes, and pushing
+// it again is the same version. Symbolic links and special files are
+// refused rather than silently dropped.
+
+const artifactSummary = "Push immutable Artifact versions and list them"
+
+func init() {
+	registerSub("artifact", artifactSummary, &command{name: "push", summary: "Upload a file or directory as an Artifact version and print NAME@VERSION", run: artifactPush})
+	registerSub("artifact", artifactSummary, &command{name: "ls", summary: "List Artifact versions", run: artifactList})
+	registerSub("artifact", artifactSummary, &command{name: "get", summary: "Show one Artifact version (NAME or NAME@VERSION)", run: artifactGet})
+}
+
+func artifactPush(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags] NAME PATH", `
+Upload a file, or a directory (as one deterministic tar archive), as a new
+immutable version of the Artifact NAME, and print its reference,
+NAME@VERSION, alone on stdout:
+
+    ref=$(mercator artifact push weights ./model.safetensors)
+
+The content is hashed here and again by the control plane, which refuses it
+unless both agree. Pushing content the name already has prints the existing
+version and sends nothing. An interrupted push resumes where it stopped,
+within the run and across runs of this command (the upload's ID is kept in
+the CLI's configuration directory). Progress goes to stderr when it is a
+terminal.`)
+	g := fs.clientFlags(true)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return usagef("want NAME and PATH, got %d argument(s)", len(pos))
+	}
+	name, src := pos[0], pos[1]
+	if strings.ContainsAny(name, "@:/ ") || name == "" {
+		return usagef("artifact name %q must not contain '@', ':', '/' or spaces", name)
+	}
+	fi, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	var payload client.Payload
+	if fi.IsDir() {
+		payload, err = dirPayload(src)
+	} else if fi.Mode().IsRegular() {
+		payload, err = filePayload(src, fi.Size())
+	} else {
+		return fmt.Errorf("%s is neither a regular file nor a directory", src)
+	}
+	if err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	resume := inv.uploadMemory()
+	key := name + "@" + payload.SHA256
+	opts := client.PushOptions{
+		UploadID: resume.get(key),
+		Started:  func(id string) { resume.put(key, id) },
+	}
+	start := time.Now()
+	if inv.stderrIsTerminal() {
+		opts.Progress = func(sent, total int64) {
+			rate := float64(sent) / max(time.Since(start).Seconds(), 1e-3)
+			pct := 100.0
+			if total > 0 {
+				pct = 100 * float64(sent) / float64(total)
+			}
+			fmt.Fprintf(inv.stderr, "\rpushing %s: %s / %s (%.0f%%) %s/s   ", name, formatBytes(sent), formatBytes(total), pct, formatBytes(int64(rate)))
+		}
+	}
+	v, err := c.PushArtifact(ctx, name, payload, opts)
+	if opts.Progress != nil {
+		fmt.Fprintln(inv.stderr)
+	}
+	if err != nil {
+		return err
+	}
+	resume.put(key, "")
+	if g.json() {
+		return inv.writeJSON(v)
+	}
+	_, err = fmt.Fprintln(inv.stdout, v.Ref())
+	return err
+}
+
+// filePayload hashes a file and returns it as a payload.
+func filePayload(p string, size int64) (client.Payload, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return client.Payload{}, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if n, err := io.Copy(h, f); err != nil {
+		return client.Payload{}, err
+	} else if n != size {
+		return client.Payload{}, fmt.Errorf("%s changed size while it was read (%d, then %d bytes)", p, size, n)
+	}
+	return client.Payload{Size: size, SHA256: hex.EncodeToString(h.Sum(nil)), Format: api.ArtifactFile,
+		Open: func(offset int64) (io.ReadCloser, error) {
+			f, err := os.Open(p)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := f.Seek(offset, io.SeekStart); err != nil {
+				f.Close()
+				return nil, err
+			}
+			return f, nil
+		}}, nil
+}
+
+// dirPayload describes a directory's deterministic tar: it is generated
+// once to learn its size and digest, and again for each send.
+func dirPayload(dir string) (client.Payload, error) {
+	h := sha256.New()
+	counter := &countingWriter{w: h}
+	if err := writeTree(dir, counter); err != nil {
+		return client.Payload{}, err
+	}
+	return client.Payload{Size: counter.n, SHA256: hex.EncodeToString(h.Sum(nil)), Format: api.ArtifactTar,
+		Open: func(offset int64) (io.ReadCloser, error) {
+			pr, pw := io.Pipe()
+			go func() { pw.CloseWithError(writeTree(dir, pw)) }()
+			if _, err := io.CopyN(io.Discard, pr, offset); err != nil {
+				pr.Close()
+				return nil, err
+			}
+			return pr, nil
+		}}, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// writeTree writes dir as the deterministic tar described in this file's
+// comment.
+func writeTree(dir string, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		name := filepath.ToSlash(rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		h := &tar.Header{Name: name, Mode: int64(info.Mode().Perm()), ModTime: time.Unix(0, 0)}
+		switch {
+		case d.IsDir():
+			h.Typeflag, h.Name = tar.TypeDir, name+"/"
+		case info.Mode().IsRegular():
+			h.Typeflag, h.Size = tar.TypeReg, info.Size()
+		default:
+			return fmt.Errorf("%s is a %s; an artifact holds regular files and directories only", p, info.Mode().Type())
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if h.Typeflag != tar.TypeReg {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		n, err := io.Copy(tw, f)
+		if err == nil && n != h.Size {
+			err = fmt.Errorf("%s changed while it was read", p)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+func artifactList(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags] [NAME]", `
+List Artifact versions, by name and then oldest first; with NAME, only its
+versions.`)
+	g := fs.clientFlags(true)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		return usagef("want at most one NAME, got %d arguments", len(pos))
+	}
+	name := ""
+	if len(pos) == 1 {
+		name = pos[0]
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	list, err := c.ListArtifacts(ctx, name)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(list)
+	}
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "REFERENCE\tSIZE\tFORMAT\tSHA256\tCREATED")
+	for _, v := range list.Artifacts {
+		created := v.CreatedAt
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.Ref(), formatBytes(v.Size), v.Format, v.SHA256[:min(12, len(v.SHA256))], formatTime(&created))
+	}
+	return tw.Flush()
+}
+
+func artifactGet(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags] NAME[@VERSION]", `
+Show one Artifact version; without @VERSION, the newest.`)
+	g := fs.clientFlags(true)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	ref, err := oneArg(pos, "NAME[@VERSION]")
+	if err != nil {
+		return err
+	}
+	name, version, _ := strings.Cut(ref, "@")
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	v, err := c.GetArtifact(ctx, name, version)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(v)
+	}
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	created := v.CreatedAt
+	fmt.Fprintf(tw, "Reference:\t%s\nSHA256:\t%s\nSize:\t%s (%d bytes)\nFormat:\t%s\nCreated:\t%s\n",
+		v.Ref(), v.SHA256, formatBytes(v.Size), v.Size, v.Format, formatTime(&created))
+	return tw.Flush()
+}
+
+// parseArtifactFlag reads one --artifact of `run submit`:
+// NAME[@VERSION]:/MOUNT/PATH[:min-read=RATE], where RATE is a size per
+// second such as 500MB/s or 2GiB/s.
+func parseArtifactFlag(s string) (api.ArtifactMount, error) {
+	ref, rest, ok := strings.Cut(s, ":")
+	if !ok || ref == "" {
+		return api.ArtifactMount{}, fmt.Errorf("--artifact %q: want NAME[@VERSION]:/MOUNT/PATH[:min-read=500MB/s]", s)
+	}
+	var m api.ArtifactMount
+	m.Name, m.Version, _ = strings.Cut(ref, "@")
+	mountPath, opt, hasOpt := strings.Cut(rest, ":")
+	m.MountPath = mountPath
+	if !path.IsAbs(mountPath) {
+		return api.ArtifactMount{}, fmt.Errorf("--artifact %q: the mount path %q must be absolute, such as /data", s, mountPath)
+	}
+	if hasOpt {
+		k, v, _ := strings.Cut(opt, "=")
+		if k != "min-read" || v == "" {
+			return api.ArtifactMount{}, fmt.Errorf("--artifact %q: unknown option %q; the one option is min-read=RATE, such as min-read=500MB/s", s, opt)
+		}
+		rate, err := parseSize(strings.TrimSuffix(strings.TrimSuffix(v, "/s"), "ps"))
+		if err != nil {
+			return api.ArtifactMount{}, fmt.Errorf("--artifact %q: min-read: %v (a rate is a size per second, such as 500MB/s)", s, err)
+		}
+		m.MinReadBytesPerSecond = rate
+	}
+	return m, nil
+}
+
+// uploadMemory remembers, per NAME@DIGEST, the upload a push started, so an
+// interrupted push resumes it when run again. It lives beside the CLI's
+// context file; without one, nothing is remembered.
+type uploadMemory struct{ path string }
+
+func (inv *invocation) uploadMemory() uploadMemory {
+	p := client.ContextPath(inv.env)
+	if p == "" {
+		return uploadMemory{}
+	}
+	return uploadMemory{path: filepath.Join(filepath.Dir(p), "uploads.json")}
+}
+
+func (m uploadMemory) load() map[string]string {
+	out := map[string]string{}
+	if m.path == "" {
+		return out
+	}
+	if raw, err := os.ReadFile(m.path); err == nil {
+		_ = json.Unmarshal(raw, &out)
+	}
+	return out
+}
+
+func (m uploadMemory) get(key string) string { return m.load()[key] }
+
+// put records id for key, or forgets key when id is empty. It is best
+// effort: a push works the same without it.
+func (m uploadMemory) put(key, id string) {
+	if m.path == "" {
+		return
+	}
+	all := m.load()
+	if id == "" {
+		if _, ok := all[key]; !ok {
+			return
+		}
+		delete(all, key)
+	} else {
+		all[key] = id
+	}
+	raw, err := json.Marshal(all)
+	if err != nil {
+		return
+	}
+	if os.MkdirAll(filepath.Dir(m.path), 0o700) == nil {
+		_ = os.WriteFile(m.path, raw, 0o600)
+	}
+}

@@ -1,0 +1,66 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mercator/mercator/api"
+)
+
+func TestParseArtifactFlag(t *testing.T) {
+	for in, want := range map[string]api.ArtifactMount{
+		"data@v2:/data":               {Name: "data", Version: "v2", MountPath: "/data"},
+		"weights:/m/w.bin":            {Name: "weights", MountPath: "/m/w.bin"},
+		"data@v1:/d:min-read=500MB/s": {Name: "data", Version: "v1", MountPath: "/d", MinReadBytesPerSecond: 500_000_000},
+		"data:/d:min-read=1GiB/s":     {Name: "data", MountPath: "/d", MinReadBytesPerSecond: 1 << 30},
+	} {
+		got, err := parseArtifactFlag(in)
+		if err != nil || got != want {
+			t.Errorf("parseArtifactFlag(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"data", ":/d", "data:relative", "data:/d:speed=1", "data:/d:min-read=fast"} {
+		if _, err := parseArtifactFlag(bad); err == nil {
+			t.Errorf("parseArtifactFlag(%q) accepted", bad)
+		}
+	}
+}
+
+// TestDirectoryArchiveIsDeterministic: the same tree makes the same bytes
+// whatever its files' times, so pushing it again is the same version.
+func TestDirectoryArchiveIsDeterministic(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "b", "c"), 0o755)
+	os.WriteFile(filepath.Join(dir, "b", "c", "x.txt"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a"), 0o600)
+	var first, second bytes.Buffer
+	if err := writeTree(dir, &first); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Hour)
+	os.Chtimes(filepath.Join(dir, "a.txt"), later, later)
+	if err := writeTree(dir, &second); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(first.Bytes(), second.Bytes()) {
+		t.Error("touching a file changed the archive")
+	}
+	p, err := dirPayload(dir)
+	if err != nil || p.Size != int64(first.Len()) || p.Format != api.ArtifactTar {
+		t.Fatalf("payload %+v, %v", p, err)
+	}
+	rc, _ := p.Open(100)
+	rest := new(bytes.Buffer)
+	rest.ReadFrom(rc)
+	if !bytes.Equal(rest.Bytes(), first.Bytes()[100:]) {
+		t.Error("Open(100) does not resume at byte 100")
+	}
+	os.Symlink("a.txt", filepath.Join(dir, "link"))
+	if err := writeTree(dir, new(bytes.Buffer)); err == nil || !strings.Contains(err.Error(), "regular files and directories only") {
+		t.Errorf("a symlink in the tree: %v", err)
+	}
+}

@@ -1,0 +1,122 @@
+package cli
+
+import (
+	"context"
+	"net/http"
+	_ "net/http/pprof" // --debug-addr serves the profiles
+	"os"
+	"time"
+
+	"github.com/mercator/mercator/fleetsim"
+)
+
+// This file holds the benchmark commands. `bench fleet` is flags and wiring
+// around fleetsim.Run.
+
+func init() {
+	registerSub("bench", "Measure Mercator on this machine", &command{name: "fleet",
+		summary: "Simulate a fleet of nodes against a real control plane in this process", run: benchFleet})
+	registerSub("bench", "Measure Mercator on this machine", &command{name: "fleet-shard",
+		summary: "Run a share of bench fleet's simulated agents (bench fleet starts it; not for direct use)", run: benchFleetShard})
+}
+
+// agentsPerProcess is how many simulated agents one agent process gets by
+// default: each holds its state file and, over HTTP/1.1, a connection, and
+// this sandbox's hard open-file limit (20000) cannot be raised.
+const agentsPerProcess, agentsPerProcessHTTP2 = 4000, 15000
+
+func benchFleetShard(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("", `
+Run a share of the simulated agents of `+"`mercator bench fleet`"+`, which starts this
+command itself: it reads the share's description as one JSON line on stdin
+and writes what its agents observe as JSON lines on stdout, until stdin is
+closed.`)
+	if pos, err := fs.parse(args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	return fleetsim.RunShard(ctx, inv.stdin, inv.stdout)
+}
+
+func benchFleet(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("--nodes N [flags]", `
+Start a real control plane (SQLite in a temporary directory, or --db
+postgres://… with --replicas K) and N simulated nodes in this one process,
+each running the real node agent with its own state file over the real node
+protocol, and an in-memory container runtime; hold the fleet for --duration
+while submitting --runs runs; then report enrollment rate, heartbeats a
+second, missed leases, command delivery latency, submission-to-running
+latency, placements a second end to end, events ingested a second, and the
+process's CPU (split between control plane and agents) and memory.
+
+The control plane and every simulated agent share this machine's cores, and
+the report says so. --no-fsync turns off the agents' fsync (only the
+simulated agents'; the control plane's store keeps its own) and labels the
+report accordingly. Progress goes to stderr, the report to stdout.`)
+	nodes := fs.Int("nodes", 0, "how many nodes to simulate")
+	duration := fs.Duration("duration", time.Minute, "how long to hold the fleet once every node is in session")
+	db := fs.String("db", "", "store `URL`: postgres://USER:PASSWORD@HOST/DB (default SQLite in a temporary directory)")
+	replicas := fs.Int("replicas", 1, "control-plane replicas sharing --db (more than one needs PostgreSQL)")
+	heartbeat := fs.Duration("heartbeat", 10*time.Second, "the agents' heartbeat")
+	lease := fs.Duration("lease", 30*time.Second, "the control plane's lease")
+	runs := fs.Int("runs", 0, "runs to submit during the hold")
+	rate := fs.Float64("run-rate", 0, "runs submitted a second (0: as fast as the submitters go)")
+	submitters := fs.Int("submitters", 32, "concurrent submitting clients")
+	startTime := fs.Duration("start-time", 100*time.Millisecond, "how long a simulated container takes to start")
+	runTime := fs.Duration("run-time", 0, "how long a simulated container runs (0: until the end)")
+	runsTimeout := fs.Duration("runs-timeout", 10*time.Minute, "how long the hold may be extended for runs not yet running")
+	noFsync := fs.Bool("no-fsync", false, "simulated agents skip fsync on their state (labelled in the report)")
+	kill := fs.Duration("kill-replica-at", 0, "kill replica 0 this long into the hold (needs --replicas 2 or more)")
+	enroll := fs.Int("enroll-concurrency", 200, "how many agents may be enrolling at once")
+	procs := fs.Int("agent-processes", -1, "child processes running the agents (0: in this process; default: one per 4000 nodes, 15000 with --http2)")
+	http2 := fs.Bool("http2", false, "agents speak plaintext HTTP/2, multiplexing their streams, instead of HTTP/1.1 with a connection each (labelled in the report)")
+	cpuProfile := fs.String("cpuprofile", "", "write the hold's CPU profile to `file` (goroutines labelled by component)")
+	debugAddr := fs.String("debug-addr", "", "serve Go's /debug/pprof on this `address` while the simulation runs")
+	heapProfile := fs.String("memprofile", "", "write this process's heap profile to `file` when the hold ends")
+	output := fs.String("output", "table", "output `format`: table or json")
+	fs.aliasShort("o", "output")
+	if pos, err := fs.parse(args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	if *nodes <= 0 {
+		return usagef("--nodes must be positive")
+	}
+	if *output != "table" && *output != "json" {
+		return usagef("--output must be table or json, not %q", *output)
+	}
+	if *debugAddr != "" {
+		go http.ListenAndServe(*debugAddr, nil) // the default mux holds net/http/pprof's handlers
+	}
+	if *procs < 0 {
+		per := agentsPerProcess
+		if *http2 {
+			per = agentsPerProcessHTTP2
+		}
+		*procs = (*nodes + per - 1) / per
+	}
+	var shardCmd []string
+	if *procs > 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		shardCmd = []string{exe, "bench", "fleet-shard"}
+	}
+	rep, err := fleetsim.Run(ctx, fleetsim.Config{
+		AgentProcesses: *procs, ShardCommand: shardCmd, HTTP2: *http2,
+		Nodes: *nodes, Duration: *duration, DB: *db, Replicas: *replicas, Heartbeat: *heartbeat, Lease: *lease,
+		Runs: *runs, RunRate: *rate, Submitters: *submitters, StartTime: *startTime, RunTime: *runTime, RunsTimeout: *runsTimeout,
+		NoFsync: *noFsync, KillReplicaAt: *kill, EnrollConcurrency: *enroll, Progress: inv.stderr, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
+	})
+	if err != nil {
+		return err
+	}
+	if *output == "json" {
+		return inv.writeJSON(rep)
+	}
+	rep.WriteText(inv.stdout)
+	return nil
+}

@@ -1,0 +1,507 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeagent"
+)
+
+// `mercator fn …`: functions, through the Fn-compatible API. The verbs
+// follow the Fn CLI's where they mean the same (deploy, invoke, list as
+// ls, inspect as get, delete); deploy takes an image, since Mercator builds
+// nothing, and pins it through the control plane as `run submit` does.
+
+func init() {
+	const group = "Deploy and call functions (Fn-compatible)"
+	registerSub("fn", group, &command{name: "deploy", summary: "Create or update a function from an image", run: fnDeploy})
+	registerSub("fn", group, &command{name: "invoke", summary: "Call a function: stdin in, the response out", run: fnInvoke})
+	registerSub("fn", group, &command{name: "ls", summary: "List an app's functions", run: fnList})
+	registerSub("fn", group, &command{name: "get", summary: "Show a function", run: fnGet})
+	registerSub("fn", group, &command{name: "delete", summary: "Delete a function and its triggers", run: fnDelete})
+	registerSub("fn", group, &command{name: "call", summary: "Show a durable call's status (and its result)", run: fnCall})
+	registerSub("fn", group, &command{name: "logs", summary: "Print a durable call's output", run: fnLogs})
+}
+
+// appFn finds APP's function NAME.
+func appFn(ctx context.Context, c *client.Client, appName, fnName string) (api.App, api.Fn, error) {
+	app, err := c.AppByName(ctx, appName)
+	if err != nil {
+		return api.App{}, api.Fn{}, err
+	}
+	fn, err := c.FnByName(ctx, app.ID, fnName)
+	return app, fn, err
+}
+
+// twoArgs checks for exactly APP and NAME.
+func twoArgs(pos []string) (string, string, error) {
+	if len(pos) != 2 || strings.TrimSpace(pos[0]) == "" || strings.TrimSpace(pos[1]) == "" {
+		return "", "", usagef("want APP and NAME, got %d argument(s)", len(pos))
+	}
+	return pos[0], pos[1], nil
+}
+
+// parseFnMemory reads a memory size for a function: a bare number is MiB,
+// Fn's unit; a size with a unit is rounded up to whole MiB.
+func parseFnMemory(s string) (uint64, error) {
+	if n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64); err == nil {
+		return n, nil
+	}
+	b, err := parseSize(s)
+	if err != nil {
+		return 0, err
+	}
+	return uint64((b + (1<<20 - 1)) >> 20), nil
+}
+
+// parseSeconds reads a duration as Fn's whole seconds: "30", "30s", "2m".
+func parseSeconds(s string) (int32, error) {
+	if n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32); err == nil {
+		return int32(n), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration; write seconds or a duration like 30s or 2m", s)
+	}
+	return int32(math.Ceil(d.Seconds())), nil
+}
+
+func fnDeploy(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("--app APP NAME --image REF [flags]", `
+Deploy a function: create APP's function NAME from the image, or, when it
+exists, update it. The image is pinned to its digest by the control plane
+(as run submit pins a run's), every time it is deployed, so redeploying a
+tag that moved takes the new image; a pinned function never changes under
+its callers. Flags not given keep a function's current settings.
+
+--memory is in MiB when it has no unit (Fn's convention); --timeout and
+--idle-timeout take seconds or a duration (30, 30s, 2m). --trigger adds an
+HTTP trigger, named like the function, at /t/APP/SOURCE.
+
+Prints the function's ID on stdout.`)
+	g := fs.clientFlags(true)
+	appName := fs.String("app", "", "the function's `app` (required)")
+	createApp := fs.Bool("create-app", false, "create the app if it does not exist")
+	image := fs.String("image", "", "image `REF`, with a tag or a digest (required for a new function)")
+	memory := fs.String("memory", "", "memory `size` of each container: MiB, or a size like 256MiB (default 128)")
+	timeout := fs.String("timeout", "", "`duration` a call may take (default 30s, at most 300s)")
+	idle := fs.String("idle-timeout", "", "`duration` an idle container is kept (default 30s, at most 3600s)")
+	cpu := fs.Float64("cpu", 0, "CPU `cores` each container gets and reserves, e.g. 0.5 (0: no quota)")
+	gpus := fs.Int("gpus", 0, "whole GPUs each container gets")
+	gpuModel := fs.String("gpu-model", "", "GPU `model` the function needs, matched as a case-insensitive substring")
+	maxConc := fs.Int("max-concurrency", 0, "most containers, and so concurrent calls, per node (0: no cap)")
+	trigger := fs.String("trigger", "", "add an HTTP trigger with this `source` path, e.g. /hello")
+	cf := fs.configFlags()
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	name, err := oneArg(pos, "function name")
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	if *appName == "" {
+		return usagef("--app is required")
+	}
+	patch := api.Fn{Name: name, Image: strings.TrimSpace(*image), CPU: *cpu, GPUs: *gpus, GPUModel: *gpuModel, MaxConcurrency: *maxConc}
+	if *memory != "" {
+		if patch.Memory, err = parseFnMemory(*memory); err != nil {
+			return usagef("--memory: %v", err)
+		}
+	}
+	if *timeout != "" {
+		if patch.Timeout, err = parseSeconds(*timeout); err != nil {
+			return usagef("--timeout: %v", err)
+		}
+	}
+	if *idle != "" {
+		if patch.IdleTimeout, err = parseSeconds(*idle); err != nil {
+			return usagef("--idle-timeout: %v", err)
+		}
+	}
+	if *trigger != "" && !strings.HasPrefix(*trigger, "/") {
+		*trigger = "/" + *trigger
+	}
+	if patch.Config, patch.SecretConfig, patch.Annotations, err = cf.maps(); err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	app, err := c.AppByName(ctx, *appName)
+	if errors.Is(err, failure.ErrNotFound) && *createApp {
+		app, err = c.CreateApp(ctx, api.App{Name: *appName})
+	}
+	if err != nil {
+		return err
+	}
+	var fn api.Fn
+	existing, err := c.FnByName(ctx, app.ID, name)
+	switch {
+	case errors.Is(err, failure.ErrNotFound):
+		if patch.Image == "" {
+			return usagef("--image is required for a new function")
+		}
+		patch.AppID = app.ID
+		if fn, err = c.CreateFn(ctx, patch); err != nil {
+			return err
+		}
+		fmt.Fprintf(inv.stderr, "created function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
+	case err != nil:
+		return err
+	default:
+		patch.Name = ""
+		if fn, err = c.UpdateFn(ctx, existing.ID, patch); err != nil {
+			return err
+		}
+		fmt.Fprintf(inv.stderr, "updated function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
+	}
+	if *trigger != "" {
+		if err := ensureTrigger(ctx, inv, c, app, fn, *trigger); err != nil {
+			return err
+		}
+	}
+	if g.json() {
+		return inv.writeJSON(fn)
+	}
+	fmt.Fprintln(inv.stdout, fn.ID)
+	return nil
+}
+
+// ensureTrigger gives fn an HTTP trigger at source, named like it.
+func ensureTrigger(ctx context.Context, inv *invocation, c *client.Client, app api.App, fn api.Fn, source string) error {
+	triggers, err := c.ListTriggers(ctx, app.ID, fn.ID)
+	if err != nil {
+		return err
+	}
+	for _, t := range triggers {
+		if t.Source == source {
+			fmt.Fprintf(inv.stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
+			return nil
+		}
+	}
+	t, err := c.CreateTrigger(ctx, api.Trigger{Name: fn.Name, AppID: app.ID, FnID: fn.ID, Type: "http", Source: source})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(inv.stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
+	return nil
+}
+
+func endpointOf(ann api.Annotations, key string) string {
+	var s string
+	if raw, ok := ann[key]; ok {
+		s = strings.Trim(string(raw), `"`)
+	}
+	return orDash(s)
+}
+
+func fnInvoke(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("APP NAME [flags]", `
+Call APP's function NAME: standard input is streamed to it as the request
+body (nothing when it is a terminal) and its response body is streamed to
+standard output as it arrives. The call goes through the control plane to
+a node, like any caller's. A function that answers 4xx or 5xx exits 1 after
+printing its body; --detached stores the call and prints its ID instead
+(see fn call and fn logs).`)
+	g := fs.clientFlags(false)
+	contentType := fs.String("content-type", "", "the request's Content-Type, e.g. application/json")
+	detached := fs.Bool("detached", false, "store the call and return its ID at once (Fn-Invoke-Type: detached)")
+	var headers stringList
+	fs.Var(&headers, "header", "add a request header `'NAME: VALUE'` (repeatable)")
+	fs.aliasShort("H", "header")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	appName, name, err := twoArgs(pos)
+	if err != nil {
+		return err
+	}
+	h := http.Header{}
+	for _, kv := range headers {
+		k, v, ok := strings.Cut(kv, ":")
+		if !ok || strings.TrimSpace(k) == "" {
+			return usagef("--header %q: want 'NAME: VALUE'", kv)
+		}
+		h.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
+	if *contentType != "" {
+		h.Set("Content-Type", *contentType)
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	_, fn, err := appFn(ctx, c, appName, name)
+	if err != nil {
+		return err
+	}
+	var body io.Reader = inv.stdin
+	if f, ok := inv.stdin.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			body = http.NoBody
+		}
+	}
+	if body == nil {
+		body = http.NoBody
+	}
+	if *detached {
+		id, err := c.InvokeDetached(ctx, fn.ID, body, h)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(inv.stdout, id)
+		return nil
+	}
+	res, err := c.Invoke(ctx, fn.ID, body, h, inv.stdout)
+	if err != nil {
+		return err
+	}
+	if res.Status >= 400 {
+		fmt.Fprintf(inv.stderr, "error: the function answered %d %s (call %s)\n", res.Status, http.StatusText(res.Status), res.CallID)
+		return exitCode(1)
+	}
+	return nil
+}
+
+func fnList(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("APP [flags]", `List an app's functions by name.`)
+	g := fs.clientFlags(true)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	appName, err := oneArg(pos, "app name")
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	app, err := c.AppByName(ctx, appName)
+	if err != nil {
+		return err
+	}
+	fns, err := c.ListFns(ctx, app.ID)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(api.FnList{Items: append([]api.Fn{}, fns...)})
+	}
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tID\tIMAGE\tMEMORY\tTIMEOUT\tCPU\tGPUS")
+	for _, f := range fns {
+		cpu, gpus := "-", "-"
+		if f.CPU > 0 {
+			cpu = strconv.FormatFloat(f.CPU, 'g', -1, 64)
+		}
+		if f.GPUs > 0 {
+			gpus = strconv.Itoa(f.GPUs) + " " + f.GPUModel
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%dMiB\t%ds\t%s\t%s\n", f.Name, f.ID, f.Image, f.Memory, f.Timeout, cpu, strings.TrimSpace(gpus))
+	}
+	return tw.Flush()
+}
+
+func fnGet(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("APP NAME [flags]", `Show a function: its pinned image, resources, configuration (secret values are never shown) and invoke endpoint.`)
+	g := fs.clientFlags(true)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	appName, name, err := twoArgs(pos)
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	_, fn, err := appFn(ctx, c, appName, name)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(fn)
+	}
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "Name:\t%s\nID:\t%s\nApp:\t%s\nImage:\t%s\nPinned:\t%s\n", fn.Name, fn.ID, fn.AppID, fn.Image, fn.PinnedImage)
+	fmt.Fprintf(tw, "Memory:\t%d MiB\nTimeout:\t%ds\nIdle timeout:\t%ds\n", fn.Memory, fn.Timeout, fn.IdleTimeout)
+	if fn.CPU > 0 {
+		fmt.Fprintf(tw, "CPU:\t%g\n", fn.CPU)
+	}
+	if fn.GPUs > 0 {
+		fmt.Fprintf(tw, "GPUs:\t%d %s\n", fn.GPUs, fn.GPUModel)
+	}
+	if fn.MaxConcurrency > 0 {
+		fmt.Fprintf(tw, "Max concurrency:\t%d per node\n", fn.MaxConcurrency)
+	}
+	fmt.Fprintf(tw, "Invoke:\t%s\n", endpointOf(fn.Annotations, api.AnnotationInvokeEndpoint))
+	ann := api.Annotations{}
+	for k, v := range fn.Annotations {
+		if k != api.AnnotationInvokeEndpoint {
+			ann[k] = v
+		}
+	}
+	printConfig(tw, fn.Config, fn.SecretConfig, ann)
+	return tw.Flush()
+}
+
+func fnDelete(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("APP NAME [flags]", `Delete a function and its triggers. Its durable calls stay readable.`)
+	g := fs.clientFlags(false)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	appName, name, err := twoArgs(pos)
+	if err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	_, fn, err := appFn(ctx, c, appName, name)
+	if err != nil {
+		return err
+	}
+	if err := c.DeleteFn(ctx, fn.ID); err != nil {
+		return err
+	}
+	fmt.Fprintf(inv.stderr, "function %s deleted\n", name)
+	return nil
+}
+
+func fnCall(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("APP NAME CALL_ID [flags]", `
+Show a durable (detached) call: its status, deliveries, node and outcome.
+--wait waits until it has ended; --result prints the function's response
+body instead.`)
+	g := fs.clientFlags(true)
+	wait := fs.Bool("wait", false, "wait until the call has ended")
+	result := fs.Bool("result", false, "print the function's response body")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 3 {
+		return usagef("want APP, NAME and CALL_ID, got %d argument(s)", len(pos))
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	_, fn, err := appFn(ctx, c, pos[0], pos[1])
+	if err != nil {
+		return err
+	}
+	call, err := c.GetCall(ctx, fn.ID, pos[2])
+	for err == nil && *wait && (call.Status == api.CallQueued || call.Status == api.CallRunning) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+		call, err = c.GetCall(ctx, fn.ID, pos[2])
+	}
+	if err != nil {
+		return err
+	}
+	if *result {
+		_, err := c.CallResult(ctx, fn.ID, call.ID, inv.stdout)
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(call)
+	}
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "ID:\t%s\nStatus:\t%s\nDeliveries:\t%d\nNode:\t%s\n", call.ID, call.Status, call.Attempts, orDash(call.NodeID))
+	if call.ResponseStatus != 0 {
+		fmt.Fprintf(tw, "Response:\t%d\n", call.ResponseStatus)
+	}
+	if call.Error != "" {
+		fmt.Fprintf(tw, "Error:\t%s (%s)\n", call.Error, call.ErrorKind)
+	}
+	fmt.Fprintf(tw, "Created:\t%s\nStarted:\t%s\nCompleted:\t%s\n", formatTime(&call.CreatedAt), formatTime(call.StartedAt), formatTime(call.CompletedAt))
+	return tw.Flush()
+}
+
+func fnLogs(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("APP NAME CALL_ID [flags]", `Print what a durable call's function wrote to stdout and stderr during the call.`)
+	g := fs.clientFlags(false)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 3 {
+		return usagef("want APP, NAME and CALL_ID, got %d argument(s)", len(pos))
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	_, fn, err := appFn(ctx, c, pos[0], pos[1])
+	if err != nil {
+		return err
+	}
+	log, err := c.CallLog(ctx, fn.ID, pos[2])
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(inv.stdout, log)
+	return err
+}
+
+// agentFunctionFlags defines the agent's Functions flags and returns what
+// reads them after parsing.
+func agentFunctionFlags(fs *flagSet) func() (nodeagent.FunctionsOptions, error) {
+	disabled := fs.Bool("no-functions", false, "run no functions on this node")
+	memory := fs.String("fn-memory", "", "memory `size` set aside for function containers, e.g. 4GiB (default a quarter of the machine's)")
+	cpus := fs.Float64("fn-cpus", 0, "CPU `cores` set aside for functions that reserve CPU (default a quarter of the machine's)")
+	gpus := fs.Int("fn-gpus", 0, "GPUs set aside for functions (the last ones the vendor tool lists)")
+	network := fs.String("fn-network", "", "Docker `network` of function containers (default the daemon's bridge)")
+	return func() (nodeagent.FunctionsOptions, error) {
+		o := nodeagent.FunctionsOptions{Disabled: *disabled, GPUs: *gpus, Network: *network, MilliCPUs: int64(math.Round(*cpus * 1000))}
+		if *memory != "" {
+			n, err := parseSize(*memory)
+			if err != nil {
+				return o, usagef("--fn-memory: %v", err)
+			}
+			o.MemoryBytes = n
+		}
+		if *cpus < 0 || *gpus < 0 {
+			return o, usagef("--fn-cpus and --fn-gpus must not be negative")
+		}
+		return o, nil
+	}
+}

@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane"
+	"github.com/mercator/mercator/store/sqlstore"
+)
+
+// pinAll pins any reference to a fixed digest.
+type pinAll struct{}
+
+func (pinAll) Resolve(_ context.Context, ref string) (string, error) {
+	name, _, _ := strings.Cut(ref, ":")
+	return name + "@sha256:" + strings.Repeat("b", 64), nil
+}
+
+// TestAppAndFnCommands drives `mercator app …` and `mercator fn …` against
+// a real control plane (no nodes: calls are the end-to-end tests').
+func TestAppAndFnCommands(t *testing.T) {
+	dir := t.TempDir()
+	st, err := sqlstore.Open(context.Background(), "sqlite://"+filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	tokFile, err := controlplane.EnsureAdminToken(context.Background(), st, dir, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := controlplane.New(controlplane.Config{}, st, pinAll{}, nil)
+	h := httptest.NewServer(srv.Handler())
+	defer h.Close()
+	env := map[string]string{"MERCATOR_ADDR": h.URL, "MERCATOR_TOKEN_FILE": tokFile, "HOME": t.TempDir()}
+	cli := func(args ...string) result {
+		t.Helper()
+		res := runCLI(t, env, append(args, "--token-file", tokFile)...)
+		if res.code != 0 {
+			t.Fatalf("mercator %s: exit %d, %s", strings.Join(args, " "), res.code, res.stderr)
+		}
+		return res
+	}
+
+	cli("app", "create", "shop", "--config", "A=1", "--secret", "KEY=s3cret", "--annotation", `team="ml"`)
+	if out := cli("app", "ls").stdout; !strings.Contains(out, "shop") || !strings.Contains(out, "KEY(secret)") {
+		t.Errorf("app ls = %q", out)
+	}
+	var app api.App
+	if err := json.Unmarshal([]byte(cli("app", "get", "shop", "-o", "json").stdout), &app); err != nil {
+		t.Fatal(err)
+	}
+	if app.SecretConfig["KEY"] != api.SecretRedacted || app.Config["A"] != "1" {
+		t.Errorf("app = %+v", app)
+	}
+	if strings.Contains(cli("app", "get", "shop").stdout, "s3cret") {
+		t.Error("a secret was printed")
+	}
+
+	// deploy creates, then updates (pinning again), keeping what is not given.
+	id := strings.TrimSpace(cli("fn", "deploy", "--app", "shop", "cart", "--image", "reg.local/cart:1", "--memory", "256", "--timeout", "1m",
+		"--cpu", "0.5", "--max-concurrency", "2", "--config", "B=2", "--trigger", "/cart").stdout)
+	if !strings.HasPrefix(id, "fn-") {
+		t.Fatalf("deploy printed %q, want the function's ID", id)
+	}
+	again := strings.TrimSpace(cli("fn", "deploy", "--app", "shop", "cart", "--image", "reg.local/cart:2", "--memory", "512MiB").stdout)
+	if again != id {
+		t.Errorf("redeploy made %q, want the same function %q", again, id)
+	}
+	var fn api.Fn
+	if err := json.Unmarshal([]byte(cli("fn", "get", "shop", "cart", "-o", "json").stdout), &fn); err != nil {
+		t.Fatal(err)
+	}
+	if fn.Image != "reg.local/cart:2" || !strings.HasPrefix(fn.PinnedImage, "reg.local/cart@sha256:") || fn.Memory != 512 ||
+		fn.Timeout != 60 || fn.CPU != 0.5 || fn.MaxConcurrency != 2 || fn.Config["B"] != "2" {
+		t.Errorf("fn after redeploy = %+v", fn)
+	}
+	if out := cli("fn", "ls", "shop").stdout; !strings.Contains(out, "cart") || !strings.Contains(out, "512MiB") {
+		t.Errorf("fn ls = %q", out)
+	}
+	// A new function needs an image; an unknown app is an error.
+	if res := runCLI(t, env, "fn", "deploy", "--app", "shop", "nope", "--token-file", tokFile); res.code != 2 {
+		t.Errorf("deploy without an image: exit %d, %s", res.code, res.stderr)
+	}
+	if res := runCLI(t, env, "fn", "deploy", "--app", "missing", "x", "--image", "i:1", "--token-file", tokFile); res.code != 1 {
+		t.Errorf("deploy to a missing app: exit %d, %s", res.code, res.stderr)
+	}
+	cli("fn", "deploy", "--app", "new-app", "--create-app", "x", "--image", "i:1")
+	cli("fn", "delete", "shop", "cart")
+	cli("app", "delete", "shop")
+	if res := runCLI(t, env, "app", "get", "shop", "--token-file", tokFile); res.code != 1 {
+		t.Errorf("get a deleted app: exit %d", res.code)
+	}
+}

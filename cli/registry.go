@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+)
+
+// This file holds `mercator registry …`: credentials for private image
+// registries, stored sealed on the control plane and never shown again.
+
+const registrySummary = "Store credentials for private image registries"
+
+func init() {
+	registerSub("registry", registrySummary, &command{name: "add", summary: "Store a registry credential (password from stdin)", run: registryAdd})
+	registerSub("registry", registrySummary, &command{name: "ls", summary: "List registries with a stored credential", run: registryList})
+	registerSub("registry", registrySummary, &command{name: "rm", summary: "Remove a registry credential", run: registryRemove})
+}
+
+func registryAdd(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags] HOST --username USER --password-stdin", `
+Store the credential Mercator uses to pull images from HOST (as image
+references name it: ghcr.io, registry.example.com:5000, docker.io) and to
+resolve their tags at submit. The password, or token, is read from stdin, so
+it appears in no command line or shell history:
+
+    mercator registry add ghcr.io --username bot --password-stdin < token
+
+It is stored encrypted and never returned. A node receives it only inside
+the command that pulls the image, and keeps it nowhere. Adding a host again
+replaces its credential.`)
+	g := fs.clientFlags(true)
+	user := fs.String("username", "", "registry `user` name (required)")
+	stdin := fs.Bool("password-stdin", false, "read the password or token from stdin (required)")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	host, err := oneArg(pos, "HOST")
+	if err != nil {
+		return err
+	}
+	if *user == "" {
+		return usagef("--username is required")
+	}
+	if !*stdin {
+		return usagef("--password-stdin is required: the password is read from stdin, never from a flag")
+	}
+	line, err := bufio.NewReader(inv.stdin).ReadString('\n')
+	password := strings.TrimRight(line, "\r\n")
+	if password == "" {
+		if err != nil {
+			return fmt.Errorf("reading the password from stdin: nothing was given (%v)", err)
+		}
+		return fmt.Errorf("the password read from stdin is empty")
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	r, err := c.AddRegistry(ctx, host, *user, password)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(r)
+	}
+	fmt.Fprintf(inv.stderr, "stored the credential of %s for user %s\n", r.Host, r.Username)
+	return nil
+}
+
+func registryList(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags]", `List the registries with a stored credential. Passwords are never shown.`)
+	g := fs.clientFlags(true)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := g.check(); err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	list, err := c.ListRegistries(ctx)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(list)
+	}
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tUSERNAME\tUPDATED")
+	for _, r := range list.Registries {
+		updated := r.UpdatedAt
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Host, r.Username, formatTime(&updated))
+	}
+	return tw.Flush()
+}
+
+func registryRemove(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags] HOST", `Remove the credential of a registry host.`)
+	g := fs.clientFlags(false)
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	host, err := oneArg(pos, "HOST")
+	if err != nil {
+		return err
+	}
+	c, err := inv.client(g)
+	if err != nil {
+		return err
+	}
+	r, err := c.RemoveRegistry(ctx, host)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(inv.stderr, "removed the credential of %s\n", r.Host)
+	return nil
+}

@@ -1,0 +1,284 @@
+package controlplane
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/content"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/store"
+	"github.com/mercator/mercator/store/memstore"
+)
+
+type artifactFixture struct {
+	st      store.Store
+	clock   *fakeClock
+	dataDir string
+	key     []byte
+	srv     *Server
+	http    *httptest.Server
+	client  *client.Client
+	token   string
+}
+
+func newArtifactFixture(t *testing.T) *artifactFixture {
+	f := &artifactFixture{st: memstore.New(), clock: &fakeClock{now: time.Now().UTC()}, dataDir: t.TempDir()}
+	f.key = make([]byte, RegistryKeySize)
+	rand.Read(f.key)
+	f.token = "mca_" + randomToken()
+	if err := f.st.Update(context.Background(), func(tx store.Tx) error {
+		return tx.CreateToken(store.Token{Hash: hashToken(f.token), Name: "admin", CreatedAt: f.clock.Now()})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.start(t)
+	return f
+}
+
+// start (re)starts the server over the same store and directories, as a
+// restarted control plane would be.
+func (f *artifactFixture) start(t *testing.T) {
+	mux := http.NewServeMux()
+	h := httptest.NewServer(mux)
+	t.Cleanup(h.Close)
+	cs, err := content.Open(content.Options{DataDir: f.dataDir, PublicURL: h.URL, Now: f.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv = New(Config{Now: f.clock.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Content: cs, UploadDir: f.dataDir + "/uploads", RegistryKey: f.key}, f.st, nil, nil)
+	mux.Handle("/", f.srv.Handler())
+	f.http = h
+	f.client = client.New(h.URL, f.token, nil)
+}
+
+func (f *artifactFixture) call(t *testing.T, method, path string, body io.Reader) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, f.http.URL+path, body)
+	req.Header.Set("Authorization", "Bearer "+f.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func digestHex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func TestUploadResumesAcrossRestartAndVerifies(t *testing.T) {
+	f := newArtifactFixture(t)
+	data := bytes.Repeat([]byte("0123456789"), 300_000)
+	d := digestHex(data)
+	var up api.Upload
+	code, body := f.call(t, "POST", "/v1/artifacts/data/uploads", strings.NewReader(`{"size":3000000,"sha256":"`+d+`"}`))
+	if code != http.StatusCreated || json.Unmarshal(body, &up) != nil {
+		t.Fatalf("create upload: %d %s", code, body)
+	}
+	if code, body := f.call(t, "PUT", "/v1/uploads/"+up.ID+"?offset=0", bytes.NewReader(data[:1_000_000])); code != 200 {
+		t.Fatalf("first part: %d %s", code, body)
+	}
+	// Sending from the wrong place is refused, naming where to resume.
+	code, body = f.call(t, "PUT", "/v1/uploads/"+up.ID+"?offset=5", bytes.NewReader(data[5:10]))
+	if code != http.StatusConflict || !strings.Contains(string(body), "send from offset 1000000") {
+		t.Fatalf("wrong offset: %d %s", code, body)
+	}
+	// A restart: the upload resumes from what is on disk.
+	f.start(t)
+	got, err := f.client.GetUpload(context.Background(), up.ID)
+	if err != nil || got.Received != 1_000_000 {
+		t.Fatalf("after restart: %+v %v", got, err)
+	}
+	v, err := f.client.PushArtifact(context.Background(), "data", client.BytesPayload(data, d, api.ArtifactFile), client.PushOptions{UploadID: up.ID})
+	if err != nil || v.Version != "v1" || v.SHA256 != d || v.Size != int64(len(data)) {
+		t.Fatalf("resumed push = %+v, %v", v, err)
+	}
+	// The same content again is the same version, sent nowhere.
+	again, err := f.client.PushArtifact(context.Background(), "data", client.BytesPayload(data, d, api.ArtifactFile), client.PushOptions{})
+	if err != nil || again != v {
+		t.Fatalf("second push = %+v, %v; want %+v", again, err, v)
+	}
+	// The same content under another name needs no upload either.
+	alias, err := f.client.PushArtifact(context.Background(), "alias", client.BytesPayload(data, d, api.ArtifactFile), client.PushOptions{})
+	if err != nil || alias.Ref() != "alias@v1" || alias.SHA256 != d {
+		t.Fatalf("alias = %+v, %v", alias, err)
+	}
+	other := []byte("other content")
+	v2, err := f.client.PushArtifact(context.Background(), "data", client.BytesPayload(other, digestHex(other), api.ArtifactFile), client.PushOptions{})
+	if err != nil || v2.Version != "v2" {
+		t.Fatalf("other content = %+v, %v; want data@v2", v2, err)
+	}
+	latest, err := f.client.GetArtifact(context.Background(), "data", "")
+	if err != nil || latest.Version != "v2" {
+		t.Errorf("latest = %+v, %v", latest, err)
+	}
+
+	// A client whose digest disagrees with the bytes is refused, and the
+	// upload discarded.
+	lie := []byte("what the client claims")
+	_, err = f.client.PushArtifact(context.Background(), "data", client.BytesPayload(lie, digestHex([]byte("something else")), api.ArtifactFile), client.PushOptions{})
+	if !errors.Is(err, failure.ErrInvalid) || !strings.Contains(err.Error(), "hash to") {
+		t.Errorf("mismatched digest: %v", err)
+	}
+	list, _ := f.client.ListArtifacts(context.Background(), "data")
+	if len(list.Artifacts) != 2 {
+		t.Errorf("versions of data = %+v, want 2", list.Artifacts)
+	}
+	// More bytes than declared are refused.
+	up = api.Upload{}
+	_, body = f.call(t, "POST", "/v1/artifacts/x/uploads", strings.NewReader(`{"size":3}`))
+	json.Unmarshal(body, &up)
+	if code, body := f.call(t, "PUT", "/v1/uploads/"+up.ID+"?offset=0", strings.NewReader("four")); code != http.StatusBadRequest {
+		t.Errorf("oversized body: %d %s", code, body)
+	}
+	for _, bad := range []string{"/v1/artifacts/a@b/uploads", "/v1/artifacts/-x/uploads"} {
+		if code, _ := f.call(t, "POST", bad, strings.NewReader(`{"size":1}`)); code != http.StatusBadRequest && code != http.StatusNotFound {
+			t.Errorf("POST %s = %d", bad, code)
+		}
+	}
+}
+
+func TestOutboundMintsReadsAndStoresNone(t *testing.T) {
+	f := newArtifactFixture(t)
+	data := []byte("content for a node")
+	v, err := f.client.PushArtifact(context.Background(), "data", client.BytesPayload(data, digestHex(data), api.ArtifactFile), client.PushOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep := capability.PrepareArtifactCommand{Name: "data", Version: v.Version, SHA256: v.SHA256, Size: v.Size, Format: v.Format}
+	stored := node.Command{Kind: node.KindPrepareArtifact, PrepareArtifact: &prep}
+	sent := f.srv.outbound(context.Background(), stored)
+	if stored.PrepareArtifact.URL != "" {
+		t.Fatal("outbound changed the stored command")
+	}
+	c := sent.PrepareArtifact
+	if c.URL == "" || !c.ExpiresAt.After(f.clock.Now()) || c.ExpiresAt.After(f.clock.Now().Add(DefaultContentReadTTL+time.Second)) {
+		t.Fatalf("minted read %q expiring %s", c.URL, c.ExpiresAt)
+	}
+	resp, err := http.Get(c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Equal(got, data) {
+		t.Fatalf("GET minted read: %d %q", resp.StatusCode, got)
+	}
+	// The read expires with the server's clock.
+	f.clock.Advance(DefaultContentReadTTL + time.Second)
+	resp, _ = http.Get(c.URL)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("expired read = %d", resp.StatusCode)
+	}
+	// A launch's Artifacts are minted too.
+	launch := node.Command{Kind: node.KindLaunchWorkload, LaunchWorkload: &capability.LaunchWorkloadCommand{Image: "127.0.0.1:5/x@sha256:" + strings.Repeat("a", 64),
+		Artifacts: []capability.ArtifactMount{{PrepareArtifactCommand: prep, MountPath: "/d"}}}}
+	out := f.srv.outbound(context.Background(), launch)
+	if out.LaunchWorkload.Artifacts[0].URL == "" || launch.LaunchWorkload.Artifacts[0].URL != "" {
+		t.Error("launch artifacts were not minted, or the stored launch was changed")
+	}
+}
+
+func TestRegistryCredentialsAreSealedAndNeverReturned(t *testing.T) {
+	f := newArtifactFixture(t)
+	ctx := context.Background()
+	const password = "hunter2-very-secret"
+	r, err := f.client.AddRegistry(ctx, "Registry.Example:5000", "bot", password)
+	if err != nil || r.Host != "registry.example:5000" || r.Username != "bot" {
+		t.Fatalf("add = %+v, %v", r, err)
+	}
+	_, body := f.call(t, "GET", "/v1/registries", nil)
+	if strings.Contains(string(body), password) || !strings.Contains(string(body), "registry.example:5000") {
+		t.Fatalf("list: %s", body)
+	}
+	var stored store.RegistryCredential
+	f.st.View(ctx, func(tx store.Tx) error { stored, err = tx.GetRegistryCredential("registry.example:5000"); return err })
+	if err != nil || bytes.Contains(stored.Sealed, []byte(password)) || len(stored.Sealed) == 0 {
+		t.Fatalf("stored credential: %+v, %v", stored, err)
+	}
+	// Sent with the launch that needs it, and only then.
+	image := "registry.example:5000/team/app@sha256:" + strings.Repeat("b", 64)
+	launch := node.Command{Kind: node.KindLaunchWorkload, LaunchWorkload: &capability.LaunchWorkloadCommand{Image: image}}
+	out := f.srv.outbound(ctx, launch)
+	raw, err := base64.URLEncoding.DecodeString(out.LaunchWorkload.RegistryAuth)
+	var auth map[string]string
+	if err != nil || json.Unmarshal(raw, &auth) != nil || auth["username"] != "bot" || auth["password"] != password || auth["serveraddress"] != "registry.example:5000" {
+		t.Fatalf("registry auth = %q (%v)", raw, err)
+	}
+	if launch.LaunchWorkload.RegistryAuth != "" {
+		t.Error("outbound wrote the credential into the stored command")
+	}
+	other := node.Command{Kind: node.KindLaunchWorkload, LaunchWorkload: &capability.LaunchWorkloadCommand{Image: "ghcr.io/x/y@sha256:" + strings.Repeat("c", 64)}}
+	if a := f.srv.outbound(ctx, other).LaunchWorkload.RegistryAuth; a != "" {
+		t.Errorf("a launch from another registry got a credential: %q", a)
+	}
+	if u, p, ok := f.srv.RegistryCredentials(ctx, "registry.example:5000"); !ok || u != "bot" || p != password {
+		t.Errorf("resolver credentials = %q %q %v", u, p, ok)
+	}
+	// Another key opens nothing (and says so in the log, not in a pull).
+	f.key = make([]byte, RegistryKeySize)
+	f.start(t)
+	if _, _, ok := f.srv.RegistryCredentials(ctx, "registry.example:5000"); ok {
+		t.Error("a credential sealed under one key opened under another")
+	}
+	// Removed, it is gone.
+	if _, err := f.client.RemoveRegistry(ctx, "registry.example:5000"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.RemoveRegistry(ctx, "registry.example:5000"); !errors.Is(err, failure.ErrNotFound) {
+		t.Errorf("second remove = %v", err)
+	}
+	for _, bad := range []string{"https://ghcr.io", "ghcr.io/org", ""} {
+		if _, err := f.client.AddRegistry(ctx, bad, "u", "p"); !errors.Is(err, failure.ErrInvalid) {
+			t.Errorf("host %q: %v", bad, err)
+		}
+	}
+}
+
+func TestValidateArtifactMounts(t *testing.T) {
+	ok := []api.ArtifactMount{{Name: "data", Version: "v3", MountPath: "/data"}, {Name: "w", MountPath: "/models/w.bin", MinReadBytesPerSecond: 5e8}}
+	if err := validateArtifactMounts(ok); err != nil {
+		t.Fatal(err)
+	}
+	for what, m := range map[string]api.ArtifactMount{
+		"relative":     {Name: "d", MountPath: "data"},
+		"root":         {Name: "d", MountPath: "/"},
+		"dot-dot":      {Name: "d", MountPath: "/a/../etc"},
+		"unclean":      {Name: "d", MountPath: "/a//b"},
+		"empty":        {Name: "d"},
+		"bad name":     {Name: "a@b", MountPath: "/d"},
+		"bad version":  {Name: "d", Version: "3", MountPath: "/d"},
+		"colon":        {Name: "d", MountPath: "/a:b"},
+		"negative":     {Name: "d", MountPath: "/d", MinReadBytesPerSecond: -1},
+		"short digest": {Name: "d", MountPath: "/d", SHA256: "abc"},
+	} {
+		if err := validateArtifactMounts([]api.ArtifactMount{m}); !errors.Is(err, failure.ErrInvalid) {
+			t.Errorf("%s: %v, want invalid", what, err)
+		}
+	}
+	dup := []api.ArtifactMount{{Name: "a", MountPath: "/d"}, {Name: "b", MountPath: "/d"}}
+	if err := validateArtifactMounts(dup); !errors.Is(err, failure.ErrInvalid) || !strings.Contains(err.Error(), "mount_path") {
+		t.Errorf("duplicate mount path: %v", err)
+	}
+}

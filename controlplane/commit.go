@@ -1,0 +1,173 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/mercator/mercator/store"
+)
+
+// Group commit. Every write transaction costs a commit (with SQLite, an
+// fsync of its write-ahead log, on the one writer there is), so a thousand
+// event batches a second cost a thousand commits. The hot write paths (node
+// event batches, run submissions) go through batch instead of store.Update:
+// transactions that arrive while another commit is in progress wait for it
+// and then run together, one after the other inside one store.Update, and
+// share its commit. Each caller still gets its own answer:
+//
+//   - The batch's transaction runs each caller's fn in turn, so each sees
+//     the writes of those before it, exactly as if they had committed one
+//     after the other; the store's isolation is unchanged.
+//   - If any fn fails, nothing of the batch is kept, and every fn is run
+//     again in a transaction of its own, so one caller's error (a refused
+//     event, a conflict) never becomes another's. fn must therefore be
+//     safe to run more than once, which the store.Store contract already
+//     requires (Update may rerun fn on a serialization failure).
+//   - A caller's answer is given only once its own writes committed.
+//
+// With one writer (SQLite) one batch runs at a time; a store that takes
+// concurrent writers (PostgreSQL) gets Config.WriteConcurrency batches at
+// once. A lone transaction does not wait for company: a batch is whatever
+// queued while the previous one committed.
+
+// maxBatch bounds the callers one transaction carries.
+const maxBatch = 256
+
+type batchJob struct {
+	ctx  context.Context
+	fn   func(tx store.Tx) error
+	done chan error
+}
+
+// errBatchMember marks a batch abandoned because one of its members failed.
+var errBatchMember = errors.New("a transaction in the batch failed")
+
+// batch runs fn in a write transaction shared with concurrent callers (see
+// above) and returns fn's error, or the store's. Runs fn wrote are noted
+// for the scheduler (see update).
+func (s *Server) batch(ctx context.Context, fn func(tx store.Tx) error) error {
+	if !s.batching.Load() { // a Server used through Handler alone (tests)
+		return s.update(ctx, fn)
+	}
+	j := &batchJob{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case s.batches <- j:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return <-j.done // once taken, a job is answered however ctx ends
+}
+
+// batchLoop takes jobs and commits them in batches until ctx ends. The
+// channel is unbuffered: a batch is the callers blocked handing in a job
+// when the previous commit ended, and once no loop runs a caller's send
+// waits only until its own context (the request's, which the server's
+// ends) is done.
+func (s *Server) batchLoop(ctx context.Context) {
+	for {
+		var first *batchJob
+		select {
+		case first = <-s.batches:
+		case <-ctx.Done():
+			return
+		}
+		jobs := []*batchJob{first}
+	more:
+		for len(jobs) < maxBatch {
+			select {
+			case j := <-s.batches:
+				jobs = append(jobs, j)
+			default:
+				break more
+			}
+		}
+		s.runBatch(ctx, jobs)
+	}
+}
+
+func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
+	live := jobs[:0]
+	for _, j := range jobs {
+		if err := j.ctx.Err(); err != nil {
+			j.done <- err
+			continue
+		}
+		live = append(live, j)
+	}
+	if len(live) == 1 {
+		live[0].done <- s.update(live[0].ctx, live[0].fn)
+		return
+	}
+	if len(live) == 0 {
+		return
+	}
+	// The batch's transaction is not any one caller's, so it is bounded by
+	// the server's life and a deadline rather than by a caller's context.
+	bctx, cancel := context.WithTimeout(ctx, time.Minute)
+	err := s.update(bctx, func(tx store.Tx) error {
+		for _, j := range live {
+			if err := j.fn(tx); err != nil {
+				return errBatchMember
+			}
+		}
+		return nil
+	})
+	cancel()
+	s.metrics.batchSize.Observe(float64(len(live)))
+	if err == nil {
+		for _, j := range live {
+			j.done <- nil
+		}
+		return
+	}
+	for _, j := range live {
+		j.done <- s.update(j.ctx, j.fn)
+	}
+}
+
+// update is store.Update, noting every run fn wrote so that, once the
+// transaction committed, the scheduler's copy of active attempts follows
+// (schedState.noteRuns) and other replicas hear which runs changed. Every
+// write of a run in the control plane goes through update (or batch).
+func (s *Server) update(ctx context.Context, fn func(tx store.Tx) error) error {
+	var rt *runTx
+	err := s.store.Update(ctx, func(tx store.Tx) error {
+		rt = &runTx{Tx: tx}
+		return fn(rt)
+	})
+	if err == nil && rt != nil && len(rt.runs) > 0 {
+		s.runsWritten(rt.runs)
+	}
+	return err
+}
+
+// runTx is a store.Tx that remembers the runs written through it, the
+// last version of each.
+type runTx struct {
+	store.Tx
+	runs map[string]store.Run
+}
+
+func (t *runTx) note(r store.Run) {
+	if t.runs == nil {
+		t.runs = map[string]store.Run{}
+	}
+	t.runs[r.ID] = r
+}
+
+func (t *runTx) CreateRun(r store.Run) error {
+	if err := t.Tx.CreateRun(r); err != nil {
+		return err
+	}
+	t.note(r)
+	return nil
+}
+
+func (t *runTx) PutRun(r store.Run) error {
+	if err := t.Tx.PutRun(r); err != nil {
+		return err
+	}
+	t.note(r)
+	return nil
+}

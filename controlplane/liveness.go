@@ -1,0 +1,210 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/store"
+)
+
+// Liveness: the control plane learns that a node is alive from every call
+// the node makes (heartbeats, event batches, session opens). Writing that
+// to the node's record on every call made each heartbeat a write
+// transaction, and judging it meant decoding every node's record: at ten
+// thousand nodes heartbeating every 10s, a thousand write transactions a
+// second on the store's single writer (SQLite), and most of a core. So:
+//
+//   - Each replica keeps, in memory, the moment it last heard from each
+//     node (liveness.seen). A heartbeat touches only that.
+//   - Every flush period (livenessFlush: a twentieth of the lease, between
+//     20ms and 1s) the replica writes what it heard since the last flush to
+//     the nodes' records (store.Node.LastSeenAt), in batched transactions
+//     that never move a LastSeenAt backwards. That is how other replicas,
+//     and this one after a restart, learn of those reports.
+//   - A node's status is judged on the freshest moment known: this
+//     replica's memory or the record. A record may lag the truth by the
+//     flush period, and the copy of the records a decision reads (the
+//     reconcile loop keeps one, refreshed at most every flush period) by as
+//     much again. So a node is unreachable only when nothing was heard from
+//     it for Lease + livenessGrace (twice the flush period). The grace can
+//     make an expiry late by that much, never early: a node that reported
+//     to any replica within its lease is not judged unreachable.
+//   - A restarted replica has lost its memory; the records hold every
+//     report up to one flush period before the crash, which the grace
+//     covers. A replica killed before it flushed loses at most one flush
+//     period of reports, which the node's next heartbeat (a third of the
+//     lease at most) replaces.
+//
+// The lapse count (mercator_node_lease_lapses_total) is kept at flush time:
+// a node whose first report in a flush window came more than a lease after
+// the last one known (this replica's memory or the record) was unreachable
+// in between.
+
+// livenessChunk bounds the nodes one flush transaction writes, so a flush
+// never holds SQLite's single writer for long.
+const livenessChunk = 500
+
+type liveness struct {
+	lease time.Duration
+	flush time.Duration
+
+	mu      sync.Mutex
+	seen    map[string]time.Time   // the last report this replica heard
+	pending map[string]pendingSeen // heard since the last flush
+}
+
+// pendingSeen is what a flush writes for one node: the window's first and
+// last reports, and what this replica had heard before the window.
+type pendingSeen struct {
+	first, last time.Time
+	before      time.Time // zero when this replica had heard nothing
+}
+
+func newLiveness(lease time.Duration) *liveness {
+	flush := min(max(lease/20, 20*time.Millisecond), time.Second)
+	return &liveness{lease: lease, flush: flush, seen: map[string]time.Time{}, pending: map[string]pendingSeen{}}
+}
+
+// grace is how far a judgement of liveness may trail the truth (see above).
+func (l *liveness) grace() time.Duration { return 2 * l.flush }
+
+// report records that the node was heard from at at.
+func (l *liveness) report(nodeID string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev := l.seen[nodeID]
+	if at.After(prev) {
+		l.seen[nodeID] = at
+	}
+	p, ok := l.pending[nodeID]
+	if !ok {
+		p = pendingSeen{first: at, before: prev}
+	}
+	if at.After(p.last) {
+		p.last = at
+	}
+	l.pending[nodeID] = p
+}
+
+// lastSeen is the freshest of this replica's memory and the record's
+// moment; nil when neither knows one.
+func (l *liveness) lastSeen(n store.Node) *time.Time {
+	l.mu.Lock()
+	mem, ok := l.seen[n.ID]
+	l.mu.Unlock()
+	if !ok || (n.LastSeenAt != nil && !mem.After(*n.LastSeenAt)) {
+		return n.LastSeenAt
+	}
+	return &mem
+}
+
+// take hands the pending reports to a flush.
+func (l *liveness) take() map[string]pendingSeen {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.pending
+	l.pending = map[string]pendingSeen{}
+	return p
+}
+
+// putBack returns reports a flush could not write, for the next one.
+func (l *liveness) putBack(batch map[string]pendingSeen) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, p := range batch {
+		q, ok := l.pending[id]
+		if !ok {
+			l.pending[id] = p
+			continue
+		}
+		if p.first.Before(q.first) {
+			q.first, q.before = p.first, p.before
+		}
+		if p.last.After(q.last) {
+			q.last = p.last
+		}
+		l.pending[id] = q
+	}
+}
+
+// flushLoop writes liveness to the store every flush period until ctx ends,
+// and once more then.
+func (s *Server) flushLoop(ctx context.Context) {
+	t := time.NewTicker(s.live.flush)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			s.flushLiveness(final)
+			cancel()
+			return
+		case <-t.C:
+			s.flushLiveness(ctx)
+		}
+	}
+}
+
+// flushLiveness writes the reports heard since the last flush to the nodes'
+// records and counts lease lapses. What it cannot write is kept for the
+// next flush.
+func (s *Server) flushLiveness(ctx context.Context) {
+	batch := s.live.take()
+	if len(batch) == 0 {
+		return
+	}
+	ids := make([]string, 0, len(batch))
+	for id := range batch {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids) // a stable order of row writes, kinder to PostgreSQL's locks
+	for start := 0; start < len(ids); start += livenessChunk {
+		chunk := ids[start:min(start+livenessChunk, len(ids))]
+		lapses := 0
+		err := s.store.Update(ctx, func(tx store.Tx) error {
+			lapses = 0
+			for _, id := range chunk {
+				n, err := tx.GetNode(id)
+				if errors.Is(err, failure.ErrNotFound) {
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				p := batch[id]
+				known := p.before
+				if n.LastSeenAt != nil && n.LastSeenAt.After(known) {
+					known = *n.LastSeenAt
+				}
+				if !known.IsZero() && p.first.Sub(known) > s.cfg.Lease {
+					lapses++
+				}
+				if n.LastSeenAt != nil && !p.last.After(*n.LastSeenAt) {
+					continue
+				}
+				last := p.last
+				n.LastSeenAt = &last
+				if err := tx.PutNode(n); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			rest := map[string]pendingSeen{}
+			for _, id := range ids[start:] {
+				rest[id] = batch[id]
+			}
+			s.live.putBack(rest)
+			if ctx.Err() == nil {
+				s.log.Warn("write node liveness; will retry", "nodes", len(rest), "err", err)
+			}
+			return
+		}
+		s.metrics.leaseLapses.Add(float64(lapses))
+	}
+}

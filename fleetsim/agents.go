@@ -1,0 +1,97 @@
+package fleetsim
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeagent"
+)
+
+// fleetSpec is what runs a group of simulated agents: the whole fleet in
+// this process, or one shard of it in a child process (it travels there as
+// JSON).
+type fleetSpec struct {
+	Replicas []string `json:"replicas"` // host:port of each replica
+	First    int      `json:"first"`    // the fleet index of IDs[0]
+	IDs      []string `json:"ids"`
+	Tokens   []string `json:"tokens"`
+	Dir      string   `json:"dir"`
+
+	Heartbeat         time.Duration `json:"heartbeat"`
+	ObserveEvery      time.Duration `json:"observe_every"`
+	StartTime         time.Duration `json:"start_time"`
+	RunTime           time.Duration `json:"run_time"`
+	NodeCPUs          float64       `json:"node_cpus"`
+	NodeMemory        int64         `json:"node_memory"`
+	NoFsync           bool          `json:"no_fsync"`
+	HTTP2             bool          `json:"http2"`
+	EnrollConcurrency int           `json:"enroll_concurrency"`
+}
+
+// runAgents runs spec's agents, reporting to sink, until ctx ends; it
+// returns once every agent has returned and its state file is closed. At
+// most spec.EnrollConcurrency agents are enrolling at any moment. Node n of
+// the spec (fleet index spec.First+n) talks to replica (First+n) mod
+// len(Replicas), or the next one that answers.
+func runAgents(ctx context.Context, spec fleetSpec, sink sink, log slog.Handler) error {
+	router := newRouter(spec.Replicas)
+	obs := &observer{sink: sink, index: map[string]int{}}
+	for i, id := range spec.IDs {
+		obs.index[id] = spec.First + i
+	}
+	hc := agentClient(router, spec.HTTP2, obs)
+	defer hc.CloseIdleConnections()
+	var stateOpts []nodeagent.StateOption
+	if spec.NoFsync {
+		stateOpts = append(stateOpts, nodeagent.WithoutFsync())
+	}
+	states := make([]*nodeagent.State, len(spec.IDs))
+	defer func() {
+		for _, s := range states {
+			if s != nil {
+				s.Close()
+			}
+		}
+	}()
+	if err := parallel(ctx, 8, len(spec.IDs), func(i int) error {
+		s, err := nodeagent.OpenState(filepath.Join(spec.Dir, spec.IDs[i]), stateOpts...)
+		states[i] = s
+		return err
+	}); err != nil {
+		return err
+	}
+	sem := make(chan struct{}, spec.EnrollConcurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i, id := range spec.IDs {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		n := spec.First + i
+		var once sync.Once
+		release := func() { once.Do(func() { <-sem }) }
+		base := "http://" + replicaHost(n%len(spec.Replicas))
+		rt := NewRuntime(id, RuntimeConfig{CPUs: spec.NodeCPUs, MemoryBytes: spec.NodeMemory, StartTime: spec.StartTime, RunTime: spec.RunTime},
+			func(key capability.WorkloadKey, at time.Time) { sink.launched(n, key, at) })
+		tr := &simTransport{inner: nodeagent.NewHTTPTransport(base, hc), sink: sink, n: n, release: release}
+		agent := nodeagent.New(nodeagent.Identity{ControlPlaneURL: base, NodeID: id, EnrollmentToken: spec.Tokens[i], AgentVersion: "fleetsim"},
+			rt, tr, states[i], nodeagent.WithHeartbeat(spec.Heartbeat), nodeagent.WithObserveInterval(spec.ObserveEvery),
+			nodeagent.WithLogger(slog.New(log)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer release()
+			if err := agent.Run(ctx); err != nil && ctx.Err() == nil {
+				sink.agentStopped(n, err)
+			}
+		}()
+	}
+	<-ctx.Done()
+	return nil
+}

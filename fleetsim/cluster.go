@@ -1,0 +1,170 @@
+package fleetsim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/mercator/mercator/controlplane"
+)
+
+// replica is one control-plane replica running in this process.
+type replica struct {
+	idx    int
+	addr   string // host:port it listens on
+	url    string
+	token  string
+	ln     *killableListener
+	cancel context.CancelFunc
+	done   chan error
+	killed atomic.Bool
+
+	mu      sync.Mutex
+	metrics map[string]float64 // the last scrape
+}
+
+// startReplica runs controlplane.Run on a listener of its own, with its
+// goroutines labelled component=controlplane for the CPU split.
+func startReplica(ctx context.Context, cfg *Config, dir string, i int, log *slog.Logger) (*replica, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	kl := &killableListener{Listener: l, conns: map[net.Conn]struct{}{}}
+	rctx, cancel := context.WithCancel(ctx)
+	r := &replica{idx: i, addr: l.Addr().String(), url: "http://" + l.Addr().String(), ln: kl, cancel: cancel, done: make(chan error, 1)}
+	db := cfg.DB
+	if db == "" {
+		db = "sqlite://" + filepath.Join(dir, "controlplane.db")
+	}
+	ready := make(chan string, 1)
+	opts := controlplane.Options{
+		DB: db, DataDir: filepath.Join(dir, fmt.Sprintf("cp-%d", i)), Listener: kl, Logger: log.With("replica", i),
+		Config: controlplane.Config{Lease: cfg.Lease},
+		Ready:  func(_, tokenFile string) { ready <- tokenFile },
+	}
+	pprof.Do(rctx, pprof.Labels("component", "controlplane"), func(rctx context.Context) {
+		go func() { r.done <- controlplane.Run(rctx, opts) }()
+	})
+	select {
+	case tokenFile := <-ready:
+		data, err := os.ReadFile(tokenFile)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		r.token = strings.TrimSpace(string(data))
+		return r, nil
+	case err := <-r.done:
+		cancel()
+		return nil, fmt.Errorf("control-plane replica %d did not start: %w", i, err)
+	case <-time.After(2 * time.Minute):
+		cancel()
+		return nil, fmt.Errorf("control-plane replica %d did not start within 2 minutes", i)
+	}
+}
+
+// kill ends the replica the way a crashed process ends: its listener and
+// every connection it accepted close at once, mid-stream, and only then is
+// its context cancelled. Nothing is handed over; whatever it held only in
+// memory is gone.
+func (r *replica) kill() {
+	r.killed.Store(true)
+	r.ln.kill()
+	r.cancel()
+}
+
+// stop cancels the replica and waits up to d for it to return.
+func (r *replica) stop(d time.Duration) {
+	r.cancel()
+	select {
+	case <-r.done:
+	case <-time.After(d):
+	}
+}
+
+// killableListener tracks the connections it accepted so that kill can
+// close them all at once.
+type killableListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	dead  bool
+}
+
+func (l *killableListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dead {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	l.conns[c] = struct{}{}
+	return &trackedConn{Conn: c, l: l}, nil
+}
+
+func (l *killableListener) kill() {
+	l.mu.Lock()
+	l.dead = true
+	conns := l.conns
+	l.conns = map[net.Conn]struct{}{}
+	l.mu.Unlock()
+	l.Listener.Close()
+	for c := range conns {
+		c.Close()
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	l    *killableListener
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.conns, c.Conn)
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// pushImage puts a small random image in the registry at host and returns
+// its reference pinned by digest: submissions name it, and the control
+// plane verifies it against the registry on every submission, as it would
+// any image.
+func pushImage(ctx context.Context, host string) (string, error) {
+	img, err := random.Image(512, 1)
+	if err != nil {
+		return "", err
+	}
+	ref, err := name.ParseReference(host+"/fleetsim/workload:1", name.Insecure)
+	if err != nil {
+		return "", err
+	}
+	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+		return "", fmt.Errorf("push the simulated workload image: %w", err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return "", err
+	}
+	return host + "/fleetsim/workload@" + d.String(), nil
+}

@@ -1,0 +1,222 @@
+package fleetsim
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/failure"
+)
+
+// RuntimeConfig is what a simulated machine pretends to be and how its
+// containers behave.
+type RuntimeConfig struct {
+	// CPUs and MemoryBytes are the capacity the node reports in its facts.
+	CPUs        float64
+	MemoryBytes int64
+	// StartTime is how long a launched container takes to start running.
+	StartTime time.Duration
+	// RunTime is how long a container runs before it exits with code 0;
+	// zero means it runs until stopped.
+	RunTime time.Duration
+}
+
+// Runtime is an in-memory nodeagent.Runtime: it pretends to pull images and
+// run containers, with the start and run times of its RuntimeConfig, and
+// tells its onLaunch callback about every launch it performs. It also
+// implements nodeagent.ChangeSource, so the agent observes a container's
+// start and exit the moment they happen, as it does with Docker's event
+// stream. It keeps every workload it ever launched, exited ones included
+// (they are what Observe reports an exit from).
+//
+// Safe for concurrent use, as the Runtime contract requires.
+type Runtime struct {
+	nodeID   string
+	cfg      RuntimeConfig
+	onLaunch func(capability.WorkloadKey, time.Time)
+
+	mu        sync.Mutex
+	images    map[string]bool
+	workloads map[capability.WorkloadKey]*workload
+	changes   chan struct{}
+}
+
+type workload struct {
+	key      capability.WorkloadKey
+	id       string
+	image    string
+	timeout  time.Duration
+	started  time.Time // when it starts (or started) running
+	finished time.Time // zero while it runs
+	exit     int
+}
+
+// NewRuntime returns a simulated machine called nodeID. onLaunch, when not
+// nil, is called at every LaunchWorkload, adoptions included.
+func NewRuntime(nodeID string, cfg RuntimeConfig, onLaunch func(key capability.WorkloadKey, at time.Time)) *Runtime {
+	return &Runtime{nodeID: nodeID, cfg: cfg, onLaunch: onLaunch,
+		images: map[string]bool{}, workloads: map[capability.WorkloadKey]*workload{},
+		changes: make(chan struct{}, 1)}
+}
+
+// Facts implements nodeagent.Runtime.
+func (r *Runtime) Facts(ctx context.Context) (capability.NodeFacts, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := capability.NodeFacts{Hostname: r.nodeID, OS: "linux", Arch: "amd64", CPUs: r.cfg.CPUs, MemoryBytes: r.cfg.MemoryBytes,
+		DiskFreeBytes: 1 << 40, RuntimeName: "fleetsim", RuntimeVersion: "1", RuntimeAPIVersion: "1",
+		Notes: []string{"simulated by fleetsim: no container runs here"}}
+	for img := range r.images {
+		f.Images = append(f.Images, img)
+	}
+	sort.Strings(f.Images)
+	return f, nil
+}
+
+// PrepareImage implements nodeagent.Runtime: the image is held at once.
+func (r *Runtime) PrepareImage(ctx context.Context, c capability.PrepareImageCommand) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.images[c.Image] = true
+	return nil
+}
+
+// PrepareArtifact implements nodeagent.Runtime: the simulation holds no
+// artifacts.
+func (r *Runtime) PrepareArtifact(ctx context.Context, c capability.PrepareArtifactCommand) error {
+	return failure.Invalid("prepare_artifact", "the fleet simulator does not simulate artifacts")
+}
+
+// LaunchWorkload implements nodeagent.Runtime. A launch of a workload this
+// runtime already holds adopts it, as the Docker runtime adopts the
+// container its name identifies; onLaunch still hears of it, which is how
+// the simulator catches a command performed twice.
+func (r *Runtime) LaunchWorkload(ctx context.Context, c capability.LaunchWorkloadCommand) error {
+	now := time.Now()
+	if r.onLaunch != nil {
+		r.onLaunch(c.WorkloadKey, now)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.workloads[c.WorkloadKey]; ok {
+		return nil
+	}
+	w := &workload{key: c.WorkloadKey, id: fmt.Sprintf("sim-%s-%d", c.RunID, c.Attempt), image: c.Image, timeout: c.Timeout,
+		started: now.Add(r.cfg.StartTime)}
+	r.workloads[c.WorkloadKey] = w
+	time.AfterFunc(r.cfg.StartTime, r.changed)
+	if r.cfg.RunTime > 0 {
+		w.finished = w.started.Add(r.cfg.RunTime)
+		time.AfterFunc(r.cfg.StartTime+r.cfg.RunTime, r.changed)
+	}
+	return nil
+}
+
+// StopWorkload implements nodeagent.Runtime: the container exits at once
+// with 137, as one killed would; stopping one that is gone succeeds.
+func (r *Runtime) StopWorkload(ctx context.Context, c capability.StopWorkloadCommand) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, ok := r.workloads[c.WorkloadKey]
+	now := time.Now()
+	if !ok || (!w.finished.IsZero() && !now.Before(w.finished)) {
+		return nil
+	}
+	if now.Before(w.started) {
+		w.started = now
+	}
+	w.finished, w.exit = now, 137
+	go r.changed()
+	return nil
+}
+
+// Observe implements nodeagent.Runtime.
+func (r *Runtime) Observe(ctx context.Context) ([]capability.WorkloadObservation, error) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]capability.WorkloadObservation, 0, len(r.workloads))
+	for _, w := range r.workloads {
+		o := capability.WorkloadObservation{WorkloadKey: w.key, ContainerID: w.id, Image: w.image, Timeout: w.timeout}
+		switch {
+		case now.Before(w.started):
+			o.Phase = capability.PhaseCreated
+		case w.finished.IsZero() || now.Before(w.finished):
+			o.Phase = capability.PhaseRunning
+			o.StartedAt = &w.started
+		default:
+			o.Phase = capability.PhaseExited
+			code := w.exit
+			o.ExitCode, o.StartedAt, o.FinishedAt = &code, &w.started, &w.finished
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// Changes implements nodeagent.ChangeSource.
+func (r *Runtime) Changes(ctx context.Context) <-chan struct{} { return r.changes }
+
+func (r *Runtime) changed() {
+	select {
+	case r.changes <- struct{}{}:
+	default:
+	}
+}
+
+// Launches records every launch the simulated runtimes perform, by node and
+// workload, so the simulator can check that each attempt was launched
+// exactly once. Safe for concurrent use.
+type Launches struct {
+	mu     sync.Mutex
+	counts map[capability.WorkloadKey]int
+	at     map[capability.WorkloadKey]time.Time
+}
+
+// NewLaunches returns an empty recorder.
+func NewLaunches() *Launches {
+	return &Launches{counts: map[capability.WorkloadKey]int{}, at: map[capability.WorkloadKey]time.Time{}}
+}
+
+func (l *Launches) launched(key capability.WorkloadKey, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.counts[key]++
+	if _, ok := l.at[key]; !ok {
+		l.at[key] = at
+	}
+}
+
+// Count is how often the attempt was launched.
+func (l *Launches) Count(key capability.WorkloadKey) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.counts[key]
+}
+
+// Duplicates is how many attempts were launched more than once.
+func (l *Launches) Duplicates() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, c := range l.counts {
+		if c > 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// Total is how many launches were performed.
+func (l *Launches) Total() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, c := range l.counts {
+		n += c
+	}
+	return n
+}

@@ -1,0 +1,435 @@
+package fleetsim
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeagent"
+)
+
+// routerDomain is the made-up domain of the control-plane addresses agents
+// are given: agent i talks to "cp-K.fleetsim" with K = i mod replicas, and
+// router resolves the name to replica K, or to the next replica that
+// accepts a connection when K does not (as a load balancer in front of
+// replicas would), so killing a replica moves its agents to another.
+const routerDomain = ".fleetsim"
+
+func replicaHost(k int) string { return "cp-" + strconv.Itoa(k) + routerDomain }
+
+// router dials the replicas. It spreads connections over several loopback
+// source addresses: with one, the kernel's ephemeral port range (about
+// 28,000 ports) would cap how many agents can hold a session at once.
+type router struct {
+	addrs  []string // replica i's host:port
+	byAddr map[string]int
+	src    []*net.TCPAddr
+	next   atomic.Uint64
+}
+
+func newRouter(addrs []string) *router {
+	r := &router{addrs: addrs, byAddr: map[string]int{}}
+	for i, a := range addrs {
+		r.byAddr[a] = i
+	}
+	for i := 2; i < 34; i++ {
+		r.src = append(r.src, &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(i))})
+	}
+	return r
+}
+
+func (r *router) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	k, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(host, "cp-"), routerDomain))
+	if err != nil || !strings.HasSuffix(host, routerDomain) {
+		return nil, fmt.Errorf("fleetsim router: unknown host %q", host)
+	}
+	var last error
+	for j := range r.addrs {
+		target := r.addrs[(k+j)%len(r.addrs)]
+		d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: r.src[r.next.Add(1)%uint64(len(r.src))]}
+		c, err := d.DialContext(ctx, "tcp", target)
+		if err == nil {
+			return c, nil
+		}
+		last = err
+	}
+	return nil, last
+}
+
+// idleConns bounds the idle connections a group of agents keeps per
+// replica. Heartbeats and event batches reuse them; more would only pile up
+// after a burst (the fleet enrolling) and cost the control plane a
+// descriptor each.
+const idleConns = 256
+
+// agentClient is the HTTP client a group of simulated agents shares. With
+// HTTP/1.1 (the default) each session stream holds a connection of its own,
+// as a real agent's does, and requests reuse a pool of idle connections. With http2, streams are
+// multiplexed over a few connections (plaintext HTTP/2 with prior
+// knowledge), which is how more nodes fit under one process's open-file
+// limit than it has descriptors for.
+func agentClient(r *router, http2 bool, obs *observer) *http.Client {
+	tr := &http.Transport{
+		DialContext:         r.dial,
+		MaxIdleConns:        idleConns * len(r.addrs),
+		MaxIdleConnsPerHost: idleConns,
+		IdleConnTimeout:     5 * time.Minute,
+		DisableCompression:  true,
+	}
+	if http2 {
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+	}
+	obs.base, obs.router = tr, r
+	return &http.Client{Transport: obs}
+}
+
+// observer notes which replica each session stream was opened on, and
+// when: that is what says a node is back in session after a replica died.
+type observer struct {
+	base   http.RoundTripper
+	router *router
+	sink   sink
+	index  map[string]int // node ID → node index
+}
+
+func (o *observer) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Path != capability.PathSession {
+		return o.base.RoundTrip(req)
+	}
+	replica := -1
+	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		if k, ok := o.router.byAddr[info.Conn.RemoteAddr().String()]; ok {
+			replica = k
+		}
+	}}
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
+	resp, err := o.base.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusOK {
+		if n, ok := o.index[req.Header.Get(capability.HeaderNodeID)]; ok {
+			o.sink.sessionOpened(n, replica, time.Now())
+		}
+	}
+	return resp, err
+}
+
+// sink receives what the simulated agents observe: the recorder itself when
+// the agents run in this process, a pipe to it when they run in a shard
+// process. n is the node's index in the fleet. Implementations are safe for
+// concurrent use.
+type sink interface {
+	enrolled(n int, at time.Time)
+	sessionOpened(n, replica int, at time.Time)
+	heartbeat(n int, at time.Time)
+	heartbeatFailed(n int)
+	// command is a command's arrival on the node's session stream; runID
+	// is set for a launch.
+	command(n int, op string, created time.Time, runID string, at time.Time)
+	// eventsHeld counts events the control plane acknowledged holding.
+	eventsHeld(n, count int)
+	// running is the control plane's acknowledgement of the run's running
+	// observation.
+	running(n int, runID string, at time.Time)
+	launched(n int, key capability.WorkloadKey, at time.Time)
+	agentStopped(n int, err error)
+}
+
+// simTransport is the agent's real HTTPTransport with the simulator's
+// bookkeeping around it: enrollments, heartbeats, every command received
+// (first delivery or redelivery) and the acknowledgement of each running
+// observation.
+type simTransport struct {
+	inner *nodeagent.HTTPTransport
+	sink  sink
+	n     int
+	// release, called once the node enrolled, lets the next agent start.
+	release func()
+}
+
+func (t *simTransport) Enroll(ctx context.Context, r capability.EnrollmentRequest) (capability.Enrollment, error) {
+	e, err := t.inner.Enroll(ctx, r)
+	if err == nil {
+		t.sink.enrolled(t.n, time.Now())
+		t.release()
+	}
+	return e, err
+}
+
+func (t *simTransport) RenewSession(ctx context.Context, nodeID, tok string) (capability.SessionRenewal, error) {
+	return t.inner.RenewSession(ctx, nodeID, tok)
+}
+
+func (t *simTransport) Session(ctx context.Context, nodeID, tok string, commands chan<- node.Command) error {
+	mid := make(chan node.Command)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case cmd := <-mid:
+				runID := ""
+				if l := cmd.LaunchWorkload; l != nil {
+					runID = l.RunID
+				}
+				t.sink.command(t.n, cmd.OperationID, cmd.CreatedAt, runID, time.Now())
+				select {
+				case commands <- cmd:
+				case <-ctx.Done():
+					return
+				}
+			case <-stop:
+				return
+			}
+		}
+	}()
+	err := t.inner.Session(ctx, nodeID, tok, mid)
+	close(stop)
+	<-done
+	return err
+}
+
+func (t *simTransport) SendEvents(ctx context.Context, nodeID, tok string, events []node.Event) ([]string, error) {
+	accepted, err := t.inner.SendEvents(ctx, nodeID, tok, events)
+	now := time.Now()
+	switch {
+	case len(events) == 0 && err == nil:
+		t.sink.heartbeat(t.n, now)
+	case len(events) == 0:
+		t.sink.heartbeatFailed(t.n)
+	case err == nil:
+		t.sink.eventsHeld(t.n, len(accepted))
+		held := make(map[string]bool, len(accepted))
+		for _, id := range accepted {
+			held[id] = true
+		}
+		for _, ev := range events {
+			if o := ev.Workload; o != nil && o.Phase == capability.PhaseRunning && held[ev.ID] {
+				t.sink.running(t.n, o.RunID, now)
+			}
+		}
+	}
+	return accepted, err
+}
+
+func (t *simTransport) SendLogs(ctx context.Context, nodeID, tok string, chunk capability.LogChunk) (capability.LogAck, error) {
+	return t.inner.SendLogs(ctx, nodeID, tok, chunk)
+}
+
+// recorder is the simulator's bookkeeping, fed by every agent (through a
+// sink) and the submitters. Per-node figures sit with their node, under its
+// own lock, so ten thousand agents do not queue on one mutex.
+type recorder struct {
+	lease time.Duration
+	// holdStart (Unix nanoseconds, 0 before the hold) is when heartbeats
+	// start counting towards each node's sustained rate.
+	holdStart atomic.Int64
+	nodes     []*nodeRec // by index, fixed before the agents start
+	byID      map[string]int
+
+	enrolledN       atomic.Int64
+	sessionsOpen    atomic.Int64 // nodes whose session has opened at least once
+	heartbeats      atomic.Int64
+	heartbeatErrors atomic.Int64
+	events          atomic.Int64
+	commands        atomic.Int64 // first deliveries
+	redeliveries    atomic.Int64
+	heartbeatLapses atomic.Int64 // gaps between successful heartbeats longer than the lease
+	stopped         atomic.Int64
+	launches        *Launches
+
+	mu       sync.Mutex
+	delivery []time.Duration // first delivery − creation, per command
+	runs     map[string]*runRec
+	runningN int
+	lastEnr  time.Time
+	stops    []string
+}
+
+type nodeRec struct {
+	id string
+
+	mu             sync.Mutex
+	enrolledAt     time.Time
+	sessionAt      time.Time
+	sessionReplica int
+	lastHeartbeat  time.Time
+	maxGap         time.Duration
+	// The node's heartbeats during the hold: how many, the first and the
+	// last.
+	holdBeats           int
+	holdFirst, holdLast time.Time
+	ops                 map[string]int
+}
+
+type runRec struct {
+	submitted time.Time // when the submission was sent
+	received  time.Time // when its launch reached the node
+	running   time.Time // when the control plane acknowledged the running observation
+}
+
+func newRecorder(lease time.Duration, ids []string) *recorder {
+	r := &recorder{lease: lease, byID: map[string]int{}, runs: map[string]*runRec{}, launches: NewLaunches()}
+	for i, id := range ids {
+		r.nodes = append(r.nodes, &nodeRec{id: id, sessionReplica: -1})
+		r.byID[id] = i
+	}
+	return r
+}
+
+func (r *recorder) run(id string) *runRec {
+	rr, ok := r.runs[id]
+	if !ok {
+		rr = &runRec{}
+		r.runs[id] = rr
+	}
+	return rr
+}
+
+func (r *recorder) enrolled(n int, at time.Time) {
+	nr := r.nodes[n]
+	nr.mu.Lock()
+	first := nr.enrolledAt.IsZero()
+	if first {
+		nr.enrolledAt = at
+	}
+	nr.mu.Unlock()
+	if !first {
+		return
+	}
+	r.enrolledN.Add(1)
+	r.mu.Lock()
+	if at.After(r.lastEnr) {
+		r.lastEnr = at
+	}
+	r.mu.Unlock()
+}
+
+func (r *recorder) sessionOpened(n, replica int, at time.Time) {
+	nr := r.nodes[n]
+	nr.mu.Lock()
+	first := nr.sessionAt.IsZero()
+	nr.sessionAt, nr.sessionReplica = at, replica
+	nr.mu.Unlock()
+	if first {
+		r.sessionsOpen.Add(1)
+	}
+}
+
+func (r *recorder) heartbeat(n int, at time.Time) {
+	r.heartbeats.Add(1)
+	nr := r.nodes[n]
+	nr.mu.Lock()
+	if !nr.lastHeartbeat.IsZero() {
+		gap := at.Sub(nr.lastHeartbeat)
+		nr.maxGap = max(nr.maxGap, gap)
+		if gap > r.lease {
+			r.heartbeatLapses.Add(1)
+		}
+	}
+	nr.lastHeartbeat = at
+	if hs := r.holdStart.Load(); hs != 0 && at.UnixNano() >= hs {
+		if nr.holdBeats == 0 {
+			nr.holdFirst = at
+		}
+		nr.holdBeats++
+		nr.holdLast = at
+	}
+	nr.mu.Unlock()
+}
+
+// heartbeatRate is the fleet's sustained heartbeat rate during the hold:
+// the sum over nodes of each node's rate between its first and last
+// heartbeat in the hold. Counting heartbeats in a window instead would
+// depend on where the window cuts the fleet's heartbeat phases (nodes that
+// enrolled together beat together).
+func (r *recorder) heartbeatRate() float64 {
+	total := 0.0
+	for _, nr := range r.nodes {
+		nr.mu.Lock()
+		if nr.holdBeats >= 2 {
+			total += float64(nr.holdBeats-1) / nr.holdLast.Sub(nr.holdFirst).Seconds()
+		}
+		nr.mu.Unlock()
+	}
+	return total
+}
+
+func (r *recorder) heartbeatFailed(n int) { r.heartbeatErrors.Add(1) }
+
+func (r *recorder) command(n int, op string, created time.Time, runID string, at time.Time) {
+	nr := r.nodes[n]
+	nr.mu.Lock()
+	if nr.ops == nil {
+		nr.ops = map[string]int{}
+	}
+	nr.ops[op]++
+	again := nr.ops[op] > 1
+	nr.mu.Unlock()
+	if again {
+		r.redeliveries.Add(1)
+		return
+	}
+	r.commands.Add(1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !created.IsZero() {
+		r.delivery = append(r.delivery, at.Sub(created))
+	}
+	if runID != "" {
+		rr := r.run(runID)
+		if rr.received.IsZero() {
+			rr.received = at
+		}
+	}
+}
+
+func (r *recorder) eventsHeld(n, count int) { r.events.Add(int64(count)) }
+
+func (r *recorder) running(n int, runID string, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rr := r.run(runID)
+	if rr.running.IsZero() {
+		rr.running = at
+		r.runningN++
+	}
+}
+
+func (r *recorder) launched(n int, key capability.WorkloadKey, at time.Time) {
+	r.launches.launched(key, at)
+}
+
+func (r *recorder) agentStopped(n int, err error) {
+	r.stopped.Add(1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.stops) < 5 {
+		r.stops = append(r.stops, fmt.Sprintf("%s: %v", r.nodes[n].id, err))
+	}
+}
+
+func (r *recorder) submitted(id string, at time.Time) {
+	r.mu.Lock()
+	r.run(id).submitted = at
+	r.mu.Unlock()
+}
+
+func (r *recorder) runningCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.runningN
+}

@@ -1,0 +1,59 @@
+package hashcopy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"testing/iotest"
+)
+
+func TestCopyHashesWhatItWrites(t *testing.T) {
+	for _, size := range []int{0, 1, PieceSize - 1, PieceSize, 3*PieceSize + 17} {
+		data := make([]byte, size)
+		r := rand.New(rand.NewPCG(1, uint64(size)))
+		for i := range data {
+			data[i] = byte(r.Uint32())
+		}
+		var dst bytes.Buffer
+		h := sha256.New()
+		n, err := Copy(&dst, iotest.HalfReader(bytes.NewReader(data)), h, int64(size))
+		want := sha256.Sum256(data)
+		if err != nil || n != int64(size) || !bytes.Equal(dst.Bytes(), data) || !bytes.Equal(h.Sum(nil), want[:]) {
+			t.Errorf("size %d: n %d, err %v, copy equal %v, hash equal %v", size, n, err, bytes.Equal(dst.Bytes(), data), bytes.Equal(h.Sum(nil), want[:]))
+		}
+	}
+}
+
+func TestCopyStopsPastTheLimit(t *testing.T) {
+	var dst bytes.Buffer
+	n, err := Copy(&dst, bytes.NewReader(make([]byte, 5*PieceSize)), sha256.New(), 10)
+	if err != nil || n != 11 {
+		t.Errorf("n = %d, err %v; want 11 (limit+1) and no error", n, err)
+	}
+}
+
+type failAfter struct{ left int }
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	if len(p) > f.left {
+		return 0, errors.New("no space left on device")
+	}
+	f.left -= len(p)
+	return len(p), nil
+}
+
+func TestCopyReportsWriteAndReadErrors(t *testing.T) {
+	_, err := Copy(&failAfter{left: PieceSize}, bytes.NewReader(make([]byte, 4*PieceSize)), sha256.New(), 4*PieceSize)
+	var we *WriteError
+	if !errors.As(err, &we) {
+		t.Errorf("write failure = %v, want *WriteError", err)
+	}
+	cut := io.MultiReader(bytes.NewReader(make([]byte, PieceSize+5)), iotest.ErrReader(io.ErrClosedPipe))
+	_, err = Copy(io.Discard, cut, sha256.New(), 4*PieceSize)
+	if !errors.Is(err, io.ErrClosedPipe) || errors.As(err, &we) {
+		t.Errorf("read failure = %v, want the reader's error", err)
+	}
+}

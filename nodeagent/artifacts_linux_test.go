@@ -1,0 +1,5 @@
+package nodeagent
+
+import "syscall"
+
+func syscallENOSPC() error { return syscall.ENOSPC }

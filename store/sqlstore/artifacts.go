@@ -1,0 +1,83 @@
+package sqlstore
+
+import (
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/store"
+	"github.com/mercator/mercator/store/internal/record"
+)
+
+// The Artifact catalog and the registry credentials (schema version 2).
+
+func (t *txn) CreateArtifact(a store.Artifact) error {
+	if err := record.Artifact(a); err != nil {
+		return err
+	}
+	if err := t.writable(); err != nil {
+		return err
+	}
+	ref := a.Name + "@" + a.Version
+	doc, err := encode("artifact", ref, a)
+	if err != nil {
+		return err
+	}
+	return t.create("artifact", ref,
+		`INSERT INTO artifacts (name, version, seq, doc) VALUES ($1, $2, $3, $4) ON CONFLICT (name, version) DO NOTHING`,
+		a.Name, a.Version, a.Seq, doc)
+}
+
+func (t *txn) GetArtifact(name, version string) (store.Artifact, error) {
+	return getDoc[store.Artifact](t, "artifact", name+"@"+version,
+		`SELECT doc FROM artifacts WHERE name = $1 AND version = $2`, name, version)
+}
+
+func (t *txn) ListArtifacts(name string) ([]store.Artifact, error) {
+	if name == "" {
+		return listDocs[store.Artifact](t, "artifact", `SELECT version, doc FROM artifacts ORDER BY name, seq, version`)
+	}
+	return listDocs[store.Artifact](t, "artifact",
+		`SELECT version, doc FROM artifacts WHERE name = $1 ORDER BY seq, version`, name)
+}
+
+func (t *txn) PutRegistryCredential(c store.RegistryCredential) error {
+	if err := record.RegistryCredential(c); err != nil {
+		return err
+	}
+	if err := t.writable(); err != nil {
+		return err
+	}
+	doc, err := encode("registry credential", c.Host, c)
+	if err != nil {
+		return err
+	}
+	_, err = t.exec("put", "registry credential", c.Host,
+		`INSERT INTO registry_credentials (host, doc) VALUES ($1, $2) ON CONFLICT (host) DO UPDATE SET doc = excluded.doc`,
+		c.Host, doc)
+	return err
+}
+
+func (t *txn) GetRegistryCredential(host string) (store.RegistryCredential, error) {
+	return getDoc[store.RegistryCredential](t, "registry credential", host,
+		`SELECT doc FROM registry_credentials WHERE host = $1`, host)
+}
+
+func (t *txn) ListRegistryCredentials() ([]store.RegistryCredential, error) {
+	return listDocs[store.RegistryCredential](t, "registry credential",
+		`SELECT host, doc FROM registry_credentials ORDER BY host`)
+}
+
+func (t *txn) DeleteRegistryCredential(host string) error {
+	if err := t.writable(); err != nil {
+		return err
+	}
+	if _, bad := t.unstorable([]any{host}); bad {
+		return failure.NotFound("registry credential", host)
+	}
+	n, err := t.affected("delete", "registry credential", host, `DELETE FROM registry_credentials WHERE host = $1`, host)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return failure.NotFound("registry credential", host)
+	}
+	return nil
+}
