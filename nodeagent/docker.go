@@ -1,7 +1,6 @@
 package nodeagent
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -36,6 +35,7 @@ import (
 
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/machine"
 )
 
 // Labels Mercator puts on every container it creates. They are how a
@@ -1005,15 +1005,15 @@ func (docker *DockerRuntime) Facts(ctx context.Context) (capability.NodeFacts, e
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
-	limits := readCgroupLimits(procRoot, docker.cgroupRoot)
+	limits := machine.CgroupLimits(procRoot, docker.cgroupRoot)
 	facts.CPUs = float64(runtime.NumCPU())
-	if limits.cpus > 0 && limits.cpus < facts.CPUs {
-		facts.CPUs = limits.cpus
+	if limits.CPUs > 0 && limits.CPUs < facts.CPUs {
+		facts.CPUs = limits.CPUs
 	}
-	if total, err := memTotal(filepath.Join(procRoot, "meminfo")); err == nil {
+	if total, err := machine.MemTotal(filepath.Join(procRoot, "meminfo")); err == nil {
 		facts.MemoryBytes = total
-		if limits.memory > 0 && limits.memory < total {
-			facts.MemoryBytes = limits.memory
+		if limits.MemoryBytes > 0 && limits.MemoryBytes < total {
+			facts.MemoryBytes = limits.MemoryBytes
 		}
 	} else {
 		note("memory: %v", err)
@@ -1063,30 +1063,6 @@ func (docker *DockerRuntime) Facts(ctx context.Context) (capability.NodeFacts, e
 	return facts, nil
 }
 
-// memTotal reads MemTotal from a meminfo file, in bytes.
-func memTotal(path string) (int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	scanner := bufio.NewScanner(f)
-	for scanner.Scan() {
-		fields := strings.Fields(scanner.Text())
-		if len(fields) >= 2 && fields[0] == "MemTotal:" {
-			kb, err := strconv.ParseInt(fields[1], 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("%s: MemTotal %q: %w", path, fields[1], err)
-			}
-			return kb * 1024, nil
-		}
-	}
-	if err := scanner.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("%s: no MemTotal line", path)
-}
-
 // diskFree is the space an unprivileged writer can use on the filesystem
 // holding path, or, while path does not exist yet, its nearest existing
 // ancestor: the root is created on the first Artifact, and the filesystem it
@@ -1104,127 +1080,6 @@ func diskFree(path string) (int64, error) {
 		}
 		path = parent
 	}
-}
-
-// cgroupLimits is what the cgroups this process is in allow; zero means no
-// limit found.
-type cgroupLimits struct {
-	cpus   float64
-	memory int64
-}
-
-// readCgroupLimits finds this process's cgroup from <procRoot>/self/cgroup
-// and takes the tightest CPU quota and memory limit on the way from it up to
-// the hierarchy's root (a parent's limit binds its children). Directories
-// that do not exist are skipped, which is what makes it work both on a host
-// and inside a container whose cgroup namespace mounts its own cgroup as the
-// root. Unreadable files mean no limit: this is a cap on a measured figure,
-// never a figure of its own.
-func readCgroupLimits(procRoot, cgroupRoot string) cgroupLimits {
-	var limits cgroupLimits
-	raw, err := os.ReadFile(filepath.Join(procRoot, "self", "cgroup"))
-	if err != nil {
-		return limits
-	}
-	tighten := func(cpus float64, memory int64) {
-		if cpus > 0 && (limits.cpus == 0 || cpus < limits.cpus) {
-			limits.cpus = cpus
-		}
-		if memory > 0 && (limits.memory == 0 || memory < limits.memory) {
-			limits.memory = memory
-		}
-	}
-	_, statErr := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers"))
-	unified := statErr == nil
-	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		controllers, path := strings.Split(parts[1], ","), parts[2]
-		switch {
-		case unified && parts[0] == "0" && parts[1] == "":
-			for _, dir := range cgroupAncestors(cgroupRoot, path) {
-				tighten(cpuMax(filepath.Join(dir, "cpu.max")), readLimit(filepath.Join(dir, "memory.max")))
-			}
-		case !unified && slices.Contains(controllers, "cpu"):
-			for _, mount := range v1Mounts(cgroupRoot, parts[1], "cpu") {
-				for _, dir := range cgroupAncestors(mount, path) {
-					quota := readLimit(filepath.Join(dir, "cpu.cfs_quota_us"))
-					period := readLimit(filepath.Join(dir, "cpu.cfs_period_us"))
-					if quota > 0 && period > 0 {
-						tighten(float64(quota)/float64(period), 0)
-					}
-				}
-			}
-		case !unified && slices.Contains(controllers, "memory"):
-			for _, mount := range v1Mounts(cgroupRoot, parts[1], "memory") {
-				for _, dir := range cgroupAncestors(mount, path) {
-					tighten(0, readLimit(filepath.Join(dir, "memory.limit_in_bytes")))
-				}
-			}
-		}
-	}
-	return limits
-}
-
-// v1Mounts lists where a v1 hierarchy may be mounted: under its joined
-// controller list ("cpu,cpuacct") and under the single controller's name,
-// which distributions provide as a link.
-func v1Mounts(root, joined, controller string) []string {
-	mounts := []string{filepath.Join(root, joined)}
-	if joined != controller {
-		mounts = append(mounts, filepath.Join(root, controller))
-	}
-	return mounts
-}
-
-// cgroupAncestors lists the existing directories from root/path up to root.
-func cgroupAncestors(root, path string) []string {
-	var dirs []string
-	rel := filepath.Clean("/" + path)
-	for {
-		dir := filepath.Join(root, rel)
-		if info, err := os.Stat(dir); err == nil && info.IsDir() {
-			dirs = append(dirs, dir)
-		}
-		if rel == "/" {
-			return dirs
-		}
-		rel = filepath.Dir(rel)
-	}
-}
-
-// cpuMax reads a v2 cpu.max ("max 100000" or "150000 100000") as cores.
-func cpuMax(path string) float64 {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	fields := strings.Fields(string(raw))
-	if len(fields) != 2 || fields[0] == "max" {
-		return 0
-	}
-	quota, err1 := strconv.ParseFloat(fields[0], 64)
-	period, err2 := strconv.ParseFloat(fields[1], 64)
-	if err1 != nil || err2 != nil || quota <= 0 || period <= 0 {
-		return 0
-	}
-	return quota / period
-}
-
-// readLimit reads a file holding one integer; "max", a negative number or
-// anything unreadable is no limit (0).
-func readLimit(path string) int64 {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
-	if err != nil || n <= 0 {
-		return 0
-	}
-	return n
 }
 
 // runtimeError is an error of one of Mercator's kinds that keeps the
