@@ -699,3 +699,22 @@ func TestFunctionShareReservedFromRuns(t *testing.T) {
 		t.Errorf("scheduler sees %d of %d bytes used, want the 2 GiB share counted", snap.used, snap.cap)
 	}
 }
+
+// TestInvokeDeadlineEndToEnd: the node is given what is left of the
+// call's deadline, the function's timeout or the caller's own Fn-Deadline,
+// whichever is sooner.
+func TestInvokeDeadlineEndToEnd(t *testing.T) {
+	f := newFnFixture(t)
+	f.startNode("n1", func(n *fakeNode, inv capability.InvokeCommand) {
+		n.answer(inv, 200, http.Header{"X-Timeout": {strconv.FormatInt(inv.Timeout.Milliseconds(), 10)}}, "")
+	})
+	_, fn := f.deploy("app", api.Fn{Name: "f", Timeout: 20})
+	_, h, _ := f.do("POST", "/invoke/"+fn.ID, "")
+	if ms, _ := strconv.Atoi(h.Get("X-Timeout")); ms <= 19000 || ms > 20000 {
+		t.Errorf("the node was given %d ms, want about the function's 20 s", ms)
+	}
+	_, h, _ = f.do("POST", "/invoke/"+fn.ID, "", "Fn-Deadline", time.Now().Add(3*time.Second).UTC().Format(time.RFC3339Nano))
+	if ms, _ := strconv.Atoi(h.Get("X-Timeout")); ms <= 2000 || ms > 3000 {
+		t.Errorf("the node was given %d ms, want about the caller's 3 s", ms)
+	}
+}

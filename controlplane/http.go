@@ -155,29 +155,26 @@ func (s *Server) authenticateNode(ctx context.Context, r *http.Request) (nodeCal
 	if !ok || nodeID == "" {
 		return nodeCaller{}, failure.Unauthorized("node calls need `Authorization: Bearer <session token>` and %s", capability.HeaderNodeID)
 	}
-	var c nodeCaller
-	err := s.store.View(ctx, func(tx store.Tx) error {
-		sess, err := tx.GetSession(hashToken(tok))
-		if errors.Is(err, failure.ErrNotFound) || (err == nil && sess.NodeID != nodeID) {
-			return failure.Unauthorized("session credential not recognised for node %q; enroll again with a new invitation", nodeID)
-		}
-		if err != nil {
-			return err
-		}
-		if !sess.ExpiresAt.After(s.now()) {
-			return failure.Unauthorized("session credential for node %q expired at %s; the agent was offline past its credential's life: run `mercator node invite %s` and restart the agent with the new token", nodeID, sess.ExpiresAt.Format("2006-01-02T15:04:05Z07:00"), nodeID)
-		}
-		n, err := tx.GetNode(nodeID)
-		if err != nil {
-			return err
-		}
-		if sess.FencingToken < n.FencingToken {
-			return failure.Fenced("node %q was enrolled again (fencing token %d); this session holds token %d and may no longer act for it", nodeID, n.FencingToken, sess.FencingToken)
-		}
-		c = nodeCaller{nodeID: nodeID, session: sess}
-		return nil
-	})
-	return c, err
+	// The session and the node's fencing token come from authCache when
+	// it has them (see authcache.go).
+	sess, fence, err := s.nodeSession(ctx, hashToken(tok), nodeID)
+	if errors.Is(err, failure.ErrNotFound) || (err == nil && sess.NodeID != nodeID) {
+		return nodeCaller{}, failure.Unauthorized("session credential not recognised for node %q; enroll again with a new invitation", nodeID)
+	}
+	if err != nil {
+		return nodeCaller{}, err
+	}
+	if !sess.ExpiresAt.After(s.now()) {
+		return nodeCaller{}, failure.Unauthorized("session credential for node %q expired at %s; the agent was offline past its credential's life: run `mercator node invite %s` and restart the agent with the new token", nodeID, sess.ExpiresAt.Format("2006-01-02T15:04:05Z07:00"), nodeID)
+	}
+	if sess.FencingToken < fence {
+		return nodeCaller{}, fencedError(nodeID, fence, sess.FencingToken)
+	}
+	return nodeCaller{nodeID: nodeID, session: sess}, nil
+}
+
+func fencedError(nodeID string, fence, held uint64) error {
+	return failure.Fenced("node %q was enrolled again (fencing token %d); this session holds token %d and may no longer act for it", nodeID, fence, held)
 }
 
 func bearer(r *http.Request) (string, bool) {

@@ -103,8 +103,7 @@ type fnState struct {
 	nodesMu sync.Mutex
 	nodes   atomic.Pointer[fnNodeList]
 
-	admins    sync.Map // admin token hash → time.Time it is trusted until
-	nodeCreds sync.Map // session token hash → *nodeCred
+	admins sync.Map // admin token hash → time.Time it is trusted until
 
 	metrics   *fnMetrics
 	wakeAsync chan struct{}
@@ -432,8 +431,9 @@ func (fs *fnState) candidates(ctx context.Context, e *fnEntry) (order []fnNode, 
 	return order, fitting, nil
 }
 
-// Credentials. Both caches hold positive answers only, briefly: no
-// credential can be revoked today but by expiry, which they respect.
+// Credentials. The admin cache holds positive answers only, briefly: no
+// API credential can be revoked today. (Node sessions on the calls paths
+// go through Server.nodeAuth and its own cache, authcache.go.)
 
 const credTTL = 10 * time.Second
 
@@ -454,45 +454,12 @@ func (s *Server) checkToken(ctx context.Context, tok string) error {
 	return err
 }
 
-type nodeCred struct {
-	caller nodeCaller
-	until  time.Time
-}
-
-// nodeAuth is Server.nodeAuth with a cache, for the calls paths, which
-// every call crosses at least once.
-func (fs *fnState) nodeAuth(h func(http.ResponseWriter, *http.Request, nodeCaller)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, _ := bearer(r)
-		hash := hashToken(tok)
-		now := fs.s.now()
-		if v, ok := fs.nodeCreds.Load(hash); ok {
-			if c := v.(*nodeCred); now.Before(c.until) && c.caller.nodeID == r.Header.Get(capability.HeaderNodeID) {
-				h(w, r, c.caller)
-				return
-			}
-		}
-		c, err := fs.s.authenticateNode(r.Context(), r)
-		if err != nil {
-			fs.s.metrics.refused.WithLabelValues(failure.Code(err)).Inc()
-			writeError(w, err)
-			return
-		}
-		until := now.Add(credTTL)
-		if c.session.ExpiresAt.Before(until) {
-			until = c.session.ExpiresAt
-		}
-		fs.nodeCreds.Store(hash, &nodeCred{caller: c, until: until})
-		h(w, r, c)
-	})
-}
-
 // functionNodeRoutes adds the calls paths of the node protocol.
 func (s *Server) functionNodeRoutes(mux *http.ServeMux) {
-	mux.Handle("GET "+capability.PathCalls+"{id}", s.fn.nodeAuth(s.callCommand))
-	mux.Handle("GET "+capability.PathCalls+"{id}/request", s.fn.nodeAuth(s.callRequestBody))
-	mux.Handle("POST "+capability.PathCalls+"{id}/response", s.fn.nodeAuth(s.callResponse))
-	mux.Handle("POST "+capability.PathCalls+"{id}/log", s.fn.nodeAuth(s.callLog))
+	mux.Handle("GET "+capability.PathCalls+"{id}", s.nodeAuth(s.callCommand))
+	mux.Handle("GET "+capability.PathCalls+"{id}/request", s.nodeAuth(s.callRequestBody))
+	mux.Handle("POST "+capability.PathCalls+"{id}/response", s.nodeAuth(s.callResponse))
+	mux.Handle("POST "+capability.PathCalls+"{id}/log", s.nodeAuth(s.callLog))
 }
 
 // Rendezvous.
@@ -1022,6 +989,19 @@ func (s *Server) fnTrigger(w http.ResponseWriter, r *http.Request) {
 	s.fn.invokeSync(w, r, e, triggerHeader(r))
 }
 
+// callerDeadline is the call's deadline: the function's timeout from the
+// call's arrival, or the caller's own Fn-Deadline (RFC 3339) when that is
+// sooner. It travels to the node as the time left, and the container sees
+// it as Fn-Deadline.
+func callerDeadline(r *http.Request, limit time.Time) time.Time {
+	if v := r.Header.Get("Fn-Deadline"); v != "" {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.Before(limit) {
+			return t
+		}
+	}
+	return limit
+}
+
 // invokeSync runs a call for the caller of r and streams the answer back.
 func (fs *fnState) invokeSync(w http.ResponseWriter, r *http.Request, e *fnEntry, header http.Header) {
 	start := fs.s.now()
@@ -1039,7 +1019,7 @@ func (fs *fnState) invokeSync(w http.ResponseWriter, r *http.Request, e *fnEntry
 	// response began.
 	_ = rc.EnableFullDuplex()
 	c := &fnCall{entry: e, id: callID, header: header, length: r.ContentLength,
-		deadline: start.Add(e.spec.Timeout), sink: writerSink{w: w, rc: rc}}
+		deadline: callerDeadline(r, start.Add(e.spec.Timeout)), sink: writerSink{w: w, rc: rc}}
 	// A small body is read now and travels inside the command; a larger
 	// one is streamed to the node as the function reads it.
 	if r.Body != nil && r.Body != http.NoBody {

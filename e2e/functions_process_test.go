@@ -22,6 +22,9 @@ var mercatorBinary struct {
 
 func buildMercator(t testing.TB) string {
 	t.Helper()
+	if bin := os.Getenv("MERCATOR_E2E_BINARY"); bin != "" {
+		return bin // a mercator binary built elsewhere (a profiling build, say)
+	}
 	mercatorBinary.once.Do(func() {
 		dir, err := os.MkdirTemp("", "mercator-e2e-bin-")
 		if err != nil {

@@ -1,0 +1,130 @@
+package controlplane
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/mercator/mercator/store"
+)
+
+// Every node call (a heartbeat every few seconds from every node) is
+// authenticated: its session credential must exist, be unexpired, and hold
+// the node's current fencing token. Reading the session and the node from
+// the store for each call was, at ten thousand nodes, a thousand read
+// transactions a second queueing for the store's connections. authCache
+// keeps both:
+//
+//   - Session records, by credential hash. A record never changes (a
+//     renewal stores a new one), so a cached one is the record; its expiry
+//     is checked at every use. Only credentials the store holds are kept.
+//   - Each node's fencing token, for fenceTTL at most, and dropped as soon
+//     as this replica hears the node changed (any "node:ID" signal, which
+//     an enrollment sends wherever it commits). A generation per node keeps
+//     a read that raced with the drop from putting the old token back.
+//
+// What the cache can therefore miss is an enrollment on another replica
+// whose signal has not arrived, for at most fenceTTL. Every decision that
+// matters is fenced again where it is made: a batch of events re-reads the
+// node's token in the transaction that applies it, and a session stream
+// re-reads it whenever it wakes.
+type authCache struct {
+	mu       sync.Mutex
+	sessions map[string]store.Session // by token hash
+	fences   map[string]fenceEntry    // by node ID
+	gen      map[string]uint64        // by node ID: bumped by forget
+}
+
+type fenceEntry struct {
+	token uint64
+	at    time.Time
+}
+
+// fenceTTL bounds how long a fencing token read from the store is used: longer
+// than a heartbeat, or every heartbeat would read it again.
+const fenceTTL = time.Minute
+
+// maxCachedSessions bounds the session records kept; past it the cache
+// starts over (a few reads, then it is warm again).
+const maxCachedSessions = 1 << 18
+
+func (a *authCache) session(hash string) (store.Session, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s, ok := a.sessions[hash]
+	return s, ok
+}
+
+func (a *authCache) putSession(hash string, s store.Session) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.sessions == nil || len(a.sessions) >= maxCachedSessions {
+		a.sessions = map[string]store.Session{}
+	}
+	a.sessions[hash] = s
+}
+
+// fence returns the node's cached fencing token, if fresh, and the node's
+// generation, which putFence needs.
+func (a *authCache) fence(nodeID string, now time.Time) (uint64, bool, uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f, ok := a.fences[nodeID]
+	return f.token, ok && now.Sub(f.at) < fenceTTL, a.gen[nodeID]
+}
+
+func (a *authCache) putFence(nodeID string, token uint64, gen uint64, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.gen[nodeID] != gen {
+		return // the node changed while its record was read
+	}
+	if a.fences == nil {
+		a.fences = map[string]fenceEntry{}
+	}
+	a.fences[nodeID] = fenceEntry{token: token, at: now}
+}
+
+// forget drops what is cached about the node.
+func (a *authCache) forget(nodeID string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.gen == nil {
+		a.gen = map[string]uint64{}
+	}
+	a.gen[nodeID]++
+	delete(a.fences, nodeID)
+}
+
+// nodeSession returns the session record of the credential hash and the
+// node's fencing token, from the cache or the store.
+func (s *Server) nodeSession(ctx context.Context, hash, nodeID string) (store.Session, uint64, error) {
+	now := s.now()
+	sess, haveSession := s.auth.session(hash)
+	fence, haveFence, gen := s.auth.fence(nodeID, now)
+	if haveSession && haveFence {
+		return sess, fence, nil
+	}
+	err := s.store.View(ctx, func(tx store.Tx) error {
+		if !haveSession {
+			var err error
+			if sess, err = tx.GetSession(hash); err != nil {
+				return err
+			}
+		}
+		n, err := tx.GetNode(nodeID)
+		if err != nil {
+			return err
+		}
+		fence = n.FencingToken
+		return nil
+	})
+	if err != nil {
+		return store.Session{}, 0, err
+	}
+	if !haveSession {
+		s.auth.putSession(hash, sess)
+	}
+	s.auth.putFence(nodeID, fence, gen, now)
+	return sess, fence, nil
+}
