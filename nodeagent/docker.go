@@ -119,6 +119,9 @@ type DockerRuntime struct {
 
 	// artifacts holds the Artifact copies under artifactRoot (artifacts.go).
 	artifacts artifactStore
+	// negotiate pings the daemon and fixes the API version; nil for a
+	// runtime over a fake client.
+	negotiate func(ctx context.Context) error
 }
 
 // RuntimeOption configures the Docker runtime.
@@ -196,7 +199,42 @@ func NewDockerRuntime(host string, options ...RuntimeOption) (*DockerRuntime, er
 	if err != nil {
 		return nil, failure.Invalid("docker_host", "docker client for %q: %v", host, err)
 	}
-	return newDockerRuntime(cli, options...), nil
+	docker := newDockerRuntime(cli, options...)
+	docker.negotiate = func(ctx context.Context) error {
+		ping, err := cli.Ping(ctx)
+		if err != nil {
+			return daemonError(err, "reach the Docker daemon")
+		}
+		cli.NegotiateAPIVersionPing(ping)
+		return nil
+	}
+	return docker, nil
+}
+
+// WaitReady blocks until the daemon answers, and settles the Engine API
+// version with it, retrying every second until ctx ends. The agent calls it
+// once before anything else touches the daemon: the Docker client otherwise
+// negotiates the version lazily on its first request, and several of its
+// first requests are concurrent (the event stream, observations, facts), which
+// is a data race inside the client.
+func (docker *DockerRuntime) WaitReady(ctx context.Context, log func(err error)) error {
+	if docker.negotiate == nil {
+		return nil
+	}
+	for {
+		err := docker.negotiate(ctx)
+		if err == nil {
+			return nil
+		}
+		if log != nil {
+			log(err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func newDockerRuntime(api dockerAPI, options ...RuntimeOption) *DockerRuntime {

@@ -85,6 +85,11 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("docker runtime: %w", err)
 	}
+	if err := rt.WaitReady(ctx, func(err error) {
+		o.Logger.Warn("waiting for the Docker daemon", "err", err)
+	}); err != nil {
+		return err
+	}
 	state, err := OpenState(o.StateDir)
 	if err != nil {
 		return err

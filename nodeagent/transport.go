@@ -107,20 +107,12 @@ func (t *HTTPTransport) SendLogs(ctx context.Context, nodeID, sessionToken strin
 func (t *HTTPTransport) Session(ctx context.Context, nodeID, sessionToken string, commands chan<- node.Command) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	req, err := t.request(ctx, capability.PathSession, nodeID, sessionToken, struct{}{})
-	if err != nil {
-		return err
-	}
-	resp, err := t.client.Do(req)
-	if err != nil {
-		return failure.Unavailable("open session with %s: %v", t.base, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return decodeError(resp)
-	}
-	// A watchdog closes the stream if nothing, not even a keep-alive, arrives
-	// for sessionIdle.
+	// A watchdog cancels the call if nothing, not even a keep-alive,
+	// arrives for sessionIdle. It starts before the request is sent: a
+	// pooled connection that died silently (a NAT that forgot it) would
+	// otherwise leave the agent waiting for response headers forever, with
+	// no session while its heartbeats, on fresh connections, keep the node
+	// looking ready.
 	alive := make(chan struct{}, 1)
 	go func() {
 		timer := time.NewTimer(sessionIdle)
@@ -137,6 +129,22 @@ func (t *HTTPTransport) Session(ctx context.Context, nodeID, sessionToken string
 			}
 		}
 	}()
+	req, err := t.request(ctx, capability.PathSession, nodeID, sessionToken, struct{}{})
+	if err != nil {
+		return err
+	}
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return failure.Unavailable("open session with %s: %v", t.base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return decodeError(resp)
+	}
+	select {
+	case alive <- struct{}{}:
+	default:
+	}
 	scanner := bufio.NewScanner(resp.Body)
 	scanner.Buffer(make([]byte, 64<<10), 16<<20)
 	for scanner.Scan() {

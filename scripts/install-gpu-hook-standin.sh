@@ -95,7 +95,7 @@ restart_dockerd() {
     systemctl restart docker
   else
     local pids
-    pids=$(pidof dockerd || true)
+    pids=$(cat /var/run/docker.pid 2>/dev/null || true)  # the shared daemon only, never a test's private one
     if [ -n "$pids" ]; then
       kill -TERM $pids
       for _ in $(seq 1 60); do

@@ -32,4 +32,7 @@ echo "== unit and package tests with the race detector (every package but e2e)"
 go test -race -count=1 $short $(go list ./... | grep -v '/e2e')
 
 echo "== end-to-end tests (real control plane, real agents, real Docker)"
+export MERCATOR_FAULT_SUMMARY="${MERCATOR_FAULT_SUMMARY:-$(mktemp)}"
 go test -p 1 -count=1 -timeout 40m $short ./e2e/...
+# The fault suite's counts (trials per fault, every invariant).
+cat "$MERCATOR_FAULT_SUMMARY"

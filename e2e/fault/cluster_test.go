@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
@@ -78,20 +79,25 @@ func newCluster(t *testing.T, o clusterOptions) *cluster {
 	if o.lease == 0 {
 		o.lease = 5 * time.Second
 	}
-	dir := t.TempDir()
-	if os.Getenv("MERCATOR_TEST_LOG") != "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "mercator-fault-"); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("logs and state in %s (kept)", dir)
+	// Logs and state outlive a failed test (and every test with
+	// MERCATOR_TEST_LOG set), so a fault that broke something can be read
+	// about afterwards.
+	dir, err := os.MkdirTemp("", "mercator-fault-")
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("MERCATOR_TEST_LOG") != "" {
+			t.Logf("logs and state kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
 	c := &cluster{
 		t: t, rng: rng(t), dir: dir, lease: o.lease, dockerHost: o.dockerHost,
 		id:  fmt.Sprintf("f%06x", time.Now().UnixNano()/1000%0xffffff),
 		sum: newSummary(t.Name()),
 	}
-	var err error
 	opts := []dockerclient.Opt{dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation()}
 	if o.dockerHost != "" {
 		opts = append(opts, dockerclient.WithHost(o.dockerHost))
@@ -487,6 +493,12 @@ func (c *cluster) containers(nodes []string) []daemonContainer {
 		}
 		for _, l := range list {
 			info, err := c.docker.ContainerInspect(ctx, l.ID)
+			if cerrdefs.IsNotFound(err) {
+				// Gone between the list and the inspect: a create the
+				// daemon rolled back because its client (an agent being
+				// killed) went away mid-call.
+				continue
+			}
 			if err != nil {
 				c.t.Fatalf("docker inspect %s: %v", l.ID, err)
 			}

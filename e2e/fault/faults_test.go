@@ -282,7 +282,8 @@ func TestConnectionFlaps(t *testing.T) {
 		frozen := a.proxy.FreezeExisting()
 		r := c.mustSubmit(api.RunSpec{Command: []string{"echo", "after the freeze"}})
 		c.waitFor("a new session after the silent freeze", 3*time.Minute, func() bool { return a.wire.sessionsSince(since) > 0 })
-		c.sum.fault(fmt.Sprintf("open connections frozen silently (%d froze), session abandoned after %.1fs", frozen, time.Since(since).Seconds()), 1)
+		c.sum.fault("open connections frozen silently (no FIN, no reset)", 1)
+		c.sum.note("freeze of %d connections: a new session %.1fs later (the agent's keep-alive timeout is 30s)", frozen, time.Since(since).Seconds())
 		c.waitFor("the run launched on the frozen session to end", 3*time.Minute, func() bool {
 			got, err := c.client.GetRun(context.Background(), r.ID)
 			return err == nil && api.Terminal(got.Status)
@@ -531,7 +532,8 @@ func TestReplaceAfterUnreachable(t *testing.T) {
 		}
 		victim.proxy.Restore()
 		restoredAt := time.Now()
-		c.sum.fault(fmt.Sprintf("node cut past lease %v + replace-after 2s (replaced after %.1fs)", lease, replacedAfter.Seconds()), 1)
+		c.sum.fault(fmt.Sprintf("node cut past lease %v + replace-after 2s, then restored", lease), 1)
+		c.sum.note("run %s: replaced %.1fs after its node was cut", r.ID, replacedAfter.Seconds())
 		c.waitFor("the replaced attempt's container to stop", 90*time.Second, func() bool {
 			ct, ok := c.containerOf(r.ID, 1)
 			return ok && ct.status != "running"
@@ -600,7 +602,8 @@ func TestSilentIdleConnections(t *testing.T) {
 			"dead keep-alive connection with nothing bounding the wait for the response headers)", 90*time.Second, func() bool {
 			return a.wire.sessionsSince(since) > 0
 		})
-		c.sum.fault(fmt.Sprintf("idle connections silenced (%d) and the session dropped; new session after %.1fs", len(idle), time.Since(since).Seconds()), 1)
+		c.sum.fault("idle keep-alive connections silenced, then the session dropped", 1)
+		c.sum.note("trial %d: %d idle connections silenced; a working session %.1fs after the drop", trial, len(idle), time.Since(since).Seconds())
 		c.waitRun(r.ID, 2*time.Minute)
 	}
 	c.finish()
