@@ -19,15 +19,16 @@ import (
 //     renewal stores a new one), so a cached one is the record; its expiry
 //     is checked at every use. Only credentials the store holds are kept.
 //   - Each node's fencing token, for fenceTTL at most, and dropped as soon
-//     as this replica hears the node changed (any "node:ID" signal, which
-//     an enrollment sends wherever it commits). A generation per node keeps
-//     a read that raced with the drop from putting the old token back.
+//     as this replica hears the node was enrolled again (the "fence:ID"
+//     signal, which an enrollment sends wherever it commits). A generation
+//     per node keeps a read that raced with the drop from putting the old
+//     token back.
 //
 // What the cache can therefore miss is an enrollment on another replica
 // whose signal has not arrived, for at most fenceTTL. Every decision that
 // matters is fenced again where it is made: a batch of events re-reads the
-// node's token in the transaction that applies it, and a session stream
-// re-reads it whenever it wakes.
+// node's token in the transaction that applies it; a session stream checks
+// it (fenceOf) whenever it wakes, and an enrollment wakes it.
 type authCache struct {
 	mu       sync.Mutex
 	sessions map[string]store.Session // by token hash
@@ -127,4 +128,20 @@ func (s *Server) nodeSession(ctx context.Context, hash, nodeID string) (store.Se
 	}
 	s.auth.putFence(nodeID, fence, gen, now)
 	return sess, fence, nil
+}
+
+// fenceOf is the node's fencing token: the cached one if fresh, else read
+// in tx (and cached).
+func (s *Server) fenceOf(tx store.Tx, nodeID string) (uint64, error) {
+	now := s.now()
+	fence, fresh, gen := s.auth.fence(nodeID, now)
+	if fresh {
+		return fence, nil
+	}
+	n, err := tx.GetNode(nodeID)
+	if err != nil {
+		return 0, err
+	}
+	s.auth.putFence(nodeID, n.FencingToken, gen, now)
+	return n.FencingToken, nil
 }

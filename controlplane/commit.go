@@ -3,8 +3,10 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"sort"
 	"time"
 
+	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/store"
 )
 
@@ -74,7 +76,7 @@ func (s *Server) batchLoop(ctx context.Context) {
 		}
 		jobs := []*batchJob{first}
 	more:
-		for len(jobs) < maxBatch {
+		for len(jobs) < s.maxBatch() {
 			select {
 			case j := <-s.batches:
 				jobs = append(jobs, j)
@@ -84,6 +86,14 @@ func (s *Server) batchLoop(ctx context.Context) {
 		}
 		s.runBatch(ctx, jobs)
 	}
+}
+
+// maxBatch is maxBatch, or Config.WriteBatch when set.
+func (s *Server) maxBatch() int {
+	if s.cfg.WriteBatch > 0 {
+		return s.cfg.WriteBatch
+	}
+	return maxBatch
 }
 
 func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
@@ -126,10 +136,12 @@ func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
 	}
 }
 
-// update is store.Update, noting every run fn wrote so that, once the
-// transaction committed, the scheduler's copy of active attempts follows
-// (schedState.noteRuns) and other replicas hear which runs changed. Every
-// write of a run in the control plane goes through update (or batch).
+// update is store.Update, noting every run and node fn wrote so that, once
+// the transaction committed, the reconcile loop's copies follow
+// (schedState.noteRuns, schedState.patchNodes) and other replicas hear
+// which runs changed. Every write of a run or a node's record in the
+// control plane goes through update (or batch), except liveness flushes
+// (liveness.go), which the copies do not need.
 func (s *Server) update(ctx context.Context, fn func(tx store.Tx) error) error {
 	var rt *runTx
 	err := s.store.Update(ctx, func(tx store.Tx) error {
@@ -139,20 +151,36 @@ func (s *Server) update(ctx context.Context, fn func(tx store.Tx) error) error {
 	if err == nil && rt != nil && len(rt.runs) > 0 {
 		s.runsWritten(rt.runs)
 	}
+	if err == nil && rt != nil && len(rt.nodes) > 0 {
+		s.sched.patchNodes(rt.nodes)
+	}
 	return err
 }
 
-// runTx is a store.Tx that remembers the runs written through it, the
-// last version of each.
+// runTx is a store.Tx that remembers the runs and nodes written through
+// it, the last version of each.
 type runTx struct {
 	store.Tx
-	runs map[string]store.Run
+	runs  map[string]store.Run
+	nodes map[string]store.Node
+}
+
+func (t *runTx) PutNode(n store.Node) error {
+	if err := t.Tx.PutNode(n); err != nil {
+		return err
+	}
+	if t.nodes == nil {
+		t.nodes = map[string]store.Node{}
+	}
+	t.nodes[n.ID] = n
+	return nil
 }
 
 func (t *runTx) note(r store.Run) {
 	if t.runs == nil {
 		t.runs = map[string]store.Run{}
 	}
+	r.Attempts = append([]api.Attempt(nil), r.Attempts...) // the caller may reuse its slice
 	t.runs[r.ID] = r
 }
 
@@ -169,5 +197,61 @@ func (t *runTx) PutRun(r store.Run) error {
 		return err
 	}
 	t.note(r)
+	return nil
+}
+
+// runMemo is a store.Tx that keeps the runs read and written through it,
+// so that several events about one run in one batch (a launch's
+// "preparing" observation and its result usually travel together) read the
+// run once and write it once, when flush is called. Reads of a run return
+// the latest version written through the memo, as a transaction would.
+type runMemo struct {
+	store.Tx
+	runs  map[string]store.Run
+	dirty map[string]bool
+}
+
+func newRunMemo(tx store.Tx) *runMemo {
+	return &runMemo{Tx: tx, runs: map[string]store.Run{}, dirty: map[string]bool{}}
+}
+
+func (m *runMemo) GetRun(id string) (store.Run, error) {
+	r, ok := m.runs[id]
+	if !ok {
+		var err error
+		if r, err = m.Tx.GetRun(id); err != nil {
+			return r, err
+		}
+		m.runs[id] = r
+	}
+	r.Attempts = append([]api.Attempt(nil), r.Attempts...) // the caller owns what it gets
+	return r, nil
+}
+
+func (m *runMemo) PutRun(r store.Run) error {
+	if _, ok := m.runs[r.ID]; !ok {
+		if _, err := m.Tx.GetRun(r.ID); err != nil {
+			return err // PutRun replaces an existing run only
+		}
+	}
+	r.Attempts = append([]api.Attempt(nil), r.Attempts...)
+	m.runs[r.ID] = r
+	m.dirty[r.ID] = true
+	return nil
+}
+
+// flush writes the runs written through the memo, once each.
+func (m *runMemo) flush() error {
+	ids := make([]string, 0, len(m.dirty))
+	for id := range m.dirty {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if err := m.Tx.PutRun(m.runs[id]); err != nil {
+			return err
+		}
+	}
+	clear(m.dirty)
 	return nil
 }

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"sort"
 	"sync"
 	"time"
@@ -51,7 +52,14 @@ const livenessChunk = 500
 type liveness struct {
 	lease time.Duration
 	flush time.Duration
+	// Reports arrive from every node's calls at once; a lock per shard
+	// keeps them from queueing on one.
+	shards [livenessShards]livenessShard
+}
 
+const livenessShards = 64
+
+type livenessShard struct {
 	mu      sync.Mutex
 	seen    map[string]time.Time   // the last report this replica heard
 	pending map[string]pendingSeen // heard since the last flush
@@ -66,7 +74,17 @@ type pendingSeen struct {
 
 func newLiveness(lease time.Duration) *liveness {
 	flush := min(max(lease/20, 20*time.Millisecond), time.Second)
-	return &liveness{lease: lease, flush: flush, seen: map[string]time.Time{}, pending: map[string]pendingSeen{}}
+	l := &liveness{lease: lease, flush: flush}
+	for i := range l.shards {
+		l.shards[i] = livenessShard{seen: map[string]time.Time{}, pending: map[string]pendingSeen{}}
+	}
+	return l
+}
+
+func (l *liveness) shard(nodeID string) *livenessShard {
+	h := fnv.New32a()
+	h.Write([]byte(nodeID))
+	return &l.shards[h.Sum32()%livenessShards]
 }
 
 // grace is how far a judgement of liveness may trail the truth (see above).
@@ -74,60 +92,85 @@ func (l *liveness) grace() time.Duration { return 2 * l.flush }
 
 // report records that the node was heard from at at.
 func (l *liveness) report(nodeID string, at time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	prev := l.seen[nodeID]
+	sh := l.shard(nodeID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	prev := sh.seen[nodeID]
 	if at.After(prev) {
-		l.seen[nodeID] = at
+		sh.seen[nodeID] = at
 	}
-	p, ok := l.pending[nodeID]
+	p, ok := sh.pending[nodeID]
 	if !ok {
 		p = pendingSeen{first: at, before: prev}
 	}
 	if at.After(p.last) {
 		p.last = at
 	}
-	l.pending[nodeID] = p
+	sh.pending[nodeID] = p
 }
 
 // lastSeen is the freshest of this replica's memory and the record's
 // moment; nil when neither knows one.
 func (l *liveness) lastSeen(n store.Node) *time.Time {
-	l.mu.Lock()
-	mem, ok := l.seen[n.ID]
-	l.mu.Unlock()
+	sh := l.shard(n.ID)
+	sh.mu.Lock()
+	mem, ok := sh.seen[n.ID]
+	sh.mu.Unlock()
 	if !ok || (n.LastSeenAt != nil && !mem.After(*n.LastSeenAt)) {
 		return n.LastSeenAt
 	}
 	return &mem
 }
 
+// snapshot copies this replica's memory of every node, for a pass that
+// judges the whole fleet (one lock per shard rather than one per node).
+func (l *liveness) snapshot() map[string]time.Time {
+	out := map[string]time.Time{}
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for id, t := range sh.seen {
+			out[id] = t
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
 // take hands the pending reports to a flush.
 func (l *liveness) take() map[string]pendingSeen {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p := l.pending
-	l.pending = map[string]pendingSeen{}
-	return p
+	out := map[string]pendingSeen{}
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for id, p := range sh.pending {
+			out[id] = p
+		}
+		clear(sh.pending)
+		sh.mu.Unlock()
+	}
+	return out
 }
 
 // putBack returns reports a flush could not write, for the next one.
 func (l *liveness) putBack(batch map[string]pendingSeen) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	for id, p := range batch {
-		q, ok := l.pending[id]
-		if !ok {
-			l.pending[id] = p
-			continue
+		sh := l.shard(id)
+		sh.mu.Lock()
+		q, ok := sh.pending[id]
+		switch {
+		case !ok:
+			q = p
+		default:
+			if p.first.Before(q.first) {
+				q.first, q.before = p.first, p.before
+			}
+			if p.last.After(q.last) {
+				q.last = p.last
+			}
 		}
-		if p.first.Before(q.first) {
-			q.first, q.before = p.first, p.before
-		}
-		if p.last.After(q.last) {
-			q.last = p.last
-		}
-		l.pending[id] = q
+		sh.pending[id] = q
+		sh.mu.Unlock()
 	}
 }
 

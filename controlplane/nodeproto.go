@@ -82,7 +82,7 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 	}
 	s.live.report(req.NodeID, now)
 	s.log.Info("node enrolled", "node", req.NodeID, "fencing_token", out.FencingToken, "agent_version", req.AgentVersion)
-	s.nodeChanged(req.NodeID) // an older session's stream must notice it is fenced
+	s.fenceChanged(req.NodeID) // an older session's stream must notice it is fenced
 	s.wakeReconcile()
 	writeJSON(w, http.StatusOK, out)
 }
@@ -104,6 +104,10 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 	s.live.report(c.nodeID, now)
 	writeJSON(w, http.StatusOK, out)
 }
+
+// sessionPoll is how many keep-alives a session stream sends between reads
+// of the store when nothing wakes it.
+const sessionPoll = 6
 
 // session streams the node's pending operations as newline-delimited JSON,
 // each once per stream, with keep-alives, until the client goes away or the
@@ -132,19 +136,23 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 	defer s.metrics.sessions.Dec()
 	enc := json.NewEncoder(w)
 	sent := map[string]bool{}
+	mb := s.attachInbox(c.nodeID) // before the first read: nothing falls between
+	defer mb.detach()
 	wake := s.nodeBroadcast(c.nodeID)
 	keep := time.NewTicker(s.cfg.KeepAlive)
 	defer keep.Stop()
+	idle := 0 // keep-alives since the store was last read
 	for {
+		idle = 0
 		woken := wake.Wait()
 		var ops []store.Operation
 		fenced := false
 		err := s.store.View(ctx, func(tx store.Tx) error {
-			n, err := tx.GetNode(c.nodeID)
+			fence, err := s.fenceOf(tx, c.nodeID)
 			if err != nil {
 				return err
 			}
-			fenced = n.FencingToken > c.session.FencingToken
+			fenced = fence > c.session.FencingToken
 			ops, err = tx.PendingOperations(c.nodeID)
 			return err
 		})
@@ -171,6 +179,26 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 				return
 			}
 			flusher.Flush()
+			// A wake is what sends new operations; reading the store
+			// every few keep-alives too covers a wake that was lost (a
+			// signal from another replica dropped), without making ten
+			// thousand idle streams read it every keep-alive.
+			if idle++; idle < sessionPoll {
+				goto wait
+			}
+		case <-mb.notify:
+			// Committed here and handed over: no store read follows.
+			for _, cmd := range mb.take() {
+				if sent[cmd.OperationID] {
+					continue
+				}
+				if err := enc.Encode(s.outbound(ctx, cmd)); err != nil {
+					return
+				}
+				sent[cmd.OperationID] = true
+			}
+			flusher.Flush()
+			goto wait
 		case cmd := <-live.commands():
 			// An invoke is not an operation: no store read follows it.
 			if s.fn.forward(enc, flusher, live, cmd) != nil {
@@ -203,6 +231,18 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 	var ended []string // runs that became terminal, counted once committed
 	err := s.batch(r.Context(), func(tx store.Tx) error {
 		accepted, changedRuns, applied, ended = accepted[:0], false, 0, ended[:0]
+		// Fenced again in the transaction that applies the events (with
+		// the cached token when fresh, see authcache.go), so a batch
+		// authenticated before an enrollment that this replica has heard
+		// of is refused.
+		fence, err := s.fenceOf(tx, c.nodeID)
+		if err != nil {
+			return err
+		}
+		if fence > c.session.FencingToken {
+			return fencedError(c.nodeID, fence, c.session.FencingToken)
+		}
+		tx = newRunMemo(tx) // events about one run: one read, one write
 		for _, ev := range batch.Events {
 			if ev.ID == "" {
 				return failure.Invalid("events.id", "every event needs an ID")
@@ -224,7 +264,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 			}
 			accepted = append(accepted, ev.ID)
 		}
-		return nil
+		return tx.(*runMemo).flush()
 	})
 	if err != nil {
 		writeError(w, err)

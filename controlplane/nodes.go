@@ -31,13 +31,29 @@ func ValidateNodeID(id string) error {
 // memory or the record, with the grace liveness.go explains: unreachable
 // only when nothing was heard for Lease + grace.
 func (s *Server) nodeStatus(n store.Node) string {
+	return s.statusSeen(n, s.live.lastSeen(n), s.now())
+}
+
+// statusSeen is nodeStatus with the freshest report known (nil: none)
+// given.
+func (s *Server) statusSeen(n store.Node, seen *time.Time, now time.Time) string {
 	if n.EnrolledAt == nil {
 		return api.NodeInvited
 	}
-	if seen := s.live.lastSeen(n); seen == nil || s.now().Sub(*seen) > s.cfg.Lease+s.live.grace() {
+	if seen == nil || now.Sub(*seen) > s.cfg.Lease+s.live.grace() {
 		return api.NodeUnreachable
 	}
 	return api.NodeReady
+}
+
+// freshest is the later of a record's LastSeenAt and this replica's memory
+// (from liveness.snapshot).
+func freshest(n store.Node, mem map[string]time.Time) *time.Time {
+	t, ok := mem[n.ID]
+	if !ok || (n.LastSeenAt != nil && !t.After(*n.LastSeenAt)) {
+		return n.LastSeenAt
+	}
+	return &t
 }
 
 func (s *Server) nodeView(n store.Node, running []string) api.Node {
@@ -173,7 +189,6 @@ func (s *Server) updateNode(w http.ResponseWriter, r *http.Request, change func(
 		writeError(w, err)
 		return
 	}
-	s.sched.forgetNodes() // a cordon takes effect at the next pass here
 	s.wakeReconcile()
 	writeJSON(w, http.StatusOK, out)
 }

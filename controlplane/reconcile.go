@@ -37,8 +37,19 @@ func (s *Server) reconcileLoop(ctx context.Context) {
 		}
 		wasLeading = leading
 		if leading {
+			start := time.Now()
 			if err := s.reconcile(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("reconcile", "err", err)
+			}
+			// Wakes arrive with every submission and every report that
+			// changes a run; spacing passes lets one pass take what a
+			// burst of them brought.
+			if rest := minPass - time.Since(start); rest > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(rest):
+				}
 			}
 		}
 		select {
@@ -57,22 +68,24 @@ func (s *Server) issue(tx store.Tx, nodeID string, cmd node.Command) error {
 	if err != nil {
 		return err
 	}
-	return s.issueFenced(tx, nodeID, n.FencingToken, cmd)
+	_, err = s.issueFenced(tx, nodeID, n.FencingToken, cmd)
+	return err
 }
 
-// issueFenced is issue with the node's fencing token already read in tx.
-func (s *Server) issueFenced(tx store.Tx, nodeID string, fence uint64, cmd node.Command) error {
+// issueFenced is issue with the node's fencing token already read in tx; it
+// returns the command as stored.
+func (s *Server) issueFenced(tx store.Tx, nodeID string, fence uint64, cmd node.Command) (node.Command, error) {
 	cmd.OperationID = newID("op-")
 	cmd.FencingToken = fence
 	cmd.CreatedAt = s.now()
-	return tx.PutOperation(store.Operation{ID: cmd.OperationID, NodeID: nodeID, CreatedAt: cmd.CreatedAt, Command: cmd})
+	return cmd, tx.PutOperation(store.Operation{ID: cmd.OperationID, NodeID: nodeID, CreatedAt: cmd.CreatedAt, Command: cmd})
 }
 
-// schedNode is a node as the scheduler sees it, without what its active
-// attempts hold (snapshot adds that).
-func (s *Server) schedNode(n store.Node) scheduler.Node {
-	sn := scheduler.Node{ID: n.ID, UsedGPUs: map[string]bool{}, Images: map[string]bool{}}
-	switch s.nodeStatus(n) {
+// schedNode is a node as the scheduler sees it, with the status given,
+// without what its active attempts hold (buildSnapshot adds that).
+func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
+	sn := scheduler.Node{ID: n.ID, Images: map[string]bool{}} // UsedGPUs: set by whoever counts attempts
+	switch status {
 	case api.NodeReady:
 		sn.Ready = true
 		if n.Draining {
@@ -114,7 +127,7 @@ func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run
 	if err != nil {
 		return scheduler.Snapshot{}, nil, err
 	}
-	snap, pending := s.buildSnapshot(nodes, func(fn func(runUsage)) {
+	snap, pending := s.buildSnapshot(nodes, s.nodeStatus, func(fn func(runUsage)) {
 		for _, r := range active {
 			if u, ok := usageOf(r); ok {
 				fn(u)
@@ -127,27 +140,37 @@ func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run
 // buildSnapshot builds the scheduler's view: the nodes from their records,
 // what active attempts hold (each calls its argument once per active run),
 // and the queued runs. The reconcile loop passes its copies (schedState).
-func (s *Server) buildSnapshot(nodes []store.Node, each func(func(runUsage)), queued []store.Run) (scheduler.Snapshot, map[string]store.Run) {
-	var snap scheduler.Snapshot
-	snap.Nodes = make([]scheduler.Node, 0, len(nodes))
+func (s *Server) buildSnapshot(nodes []store.Node, status func(store.Node) string, each func(func(runUsage)), queued []store.Run) (scheduler.Snapshot, map[string]store.Run) {
+	view := make([]scheduler.Node, 0, len(nodes))
+	index := make(map[string]int, len(nodes))
 	for _, n := range nodes {
-		snap.Nodes = append(snap.Nodes, s.schedNode(n))
+		index[n.ID] = len(view)
+		view = append(view, s.schedNode(n, status(n)))
 	}
-	byID := make(map[string]*scheduler.Node, len(snap.Nodes))
-	for i := range snap.Nodes {
-		byID[snap.Nodes[i].ID] = &snap.Nodes[i]
-	}
+	return s.withUsage(view, index, each, queued)
+}
+
+// withUsage completes a snapshot: a copy of view (the nodes, indexed by ID
+// in index) with what active attempts hold added, and the queued runs.
+// view is not modified.
+func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each func(func(runUsage)), queued []store.Run) (scheduler.Snapshot, map[string]store.Run) {
+	var snap scheduler.Snapshot
+	snap.Nodes = append([]scheduler.Node(nil), view...)
 	// Every attempt that may still hold resources counts, replaced ones
 	// included: a replaced attempt can be alive on its node.
 	each(func(u runUsage) {
 		for _, a := range u.attempts {
-			n := byID[a.node]
-			if n == nil {
+			i, ok := index[a.node]
+			if !ok {
 				continue
 			}
+			n := &snap.Nodes[i]
 			n.UsedCPU += u.cpu
 			n.UsedMemory += u.mem
 			for _, g := range a.gpus {
+				if n.UsedGPUs == nil {
+					n.UsedGPUs = map[string]bool{}
+				}
 				n.UsedGPUs[g] = true
 			}
 		}
@@ -167,6 +190,15 @@ func (s *Server) buildSnapshot(nodes []store.Node, each func(func(runUsage)), qu
 	return snap, pending
 }
 
+// sameNodes reports whether two node lists are the same slice.
+func sameNodes(a, b []store.Node) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// minPass is the least time from the start of one reconcile pass to the
+// start of the next.
+const minPass = 20 * time.Millisecond
+
 // placeChunk bounds the placements (or reasons) one transaction commits: a
 // plan for a hundred thousand runs must not hold SQLite's single writer,
 // which heartbeat-driven work and submissions wait on, for seconds, and
@@ -180,22 +212,40 @@ const placeChunk = 500
 // reads only the queue (and, at most once per liveness flush period, the
 // nodes' records).
 func (s *Server) reconcile(ctx context.Context) error {
-	nodes, _, err := s.nodeList(ctx, s.live.flush)
+	// The copy of the nodes' records follows this replica's own writes
+	// (patchNodes); other replicas' writes, their liveness flushes
+	// included, are read once per flush period.
+	maxAge := time.Minute
+	if s.coord != nil {
+		maxAge = s.live.flush
+	}
+	nodes, err := s.nodeList(ctx, maxAge)
 	if err != nil {
 		return err
 	}
-	now := s.now()
 	lost := map[string]time.Time{} // unreachable node → since when
 	drained := map[string]bool{}   // draining node past its deadline
-	for _, n := range nodes {
-		if n.EnrolledAt != nil && s.nodeStatus(n) == api.NodeUnreachable {
-			if seen := s.live.lastSeen(n); seen != nil {
+	// Statuses, lost nodes and passed drain deadlines are judged once per
+	// flush period (or when the records changed), not at every pass: a
+	// pass runs at every submission, and judging is O(nodes).
+	st := &s.sched
+	if time.Since(st.viewAt) >= s.live.flush || !sameNodes(nodes, st.viewFrom) {
+		now := s.now()
+		mem := s.live.snapshot()
+		st.view, st.viewIndex = make([]scheduler.Node, 0, len(nodes)), make(map[string]int, len(nodes))
+		for _, n := range nodes {
+			seen := freshest(n, mem)
+			status := s.statusSeen(n, seen, now)
+			st.viewIndex[n.ID] = len(st.view)
+			st.view = append(st.view, s.schedNode(n, status))
+			if n.EnrolledAt != nil && status == api.NodeUnreachable && seen != nil {
 				lost[n.ID] = seen.Add(s.cfg.Lease)
 			}
+			if n.Draining && n.DrainDeadline != nil && !now.Before(*n.DrainDeadline) {
+				drained[n.ID] = true
+			}
 		}
-		if n.Draining && n.DrainDeadline != nil && !now.Before(*n.DrainDeadline) {
-			drained[n.ID] = true
-		}
+		st.viewFrom, st.viewAt = nodes, time.Now()
 	}
 	refreshed := false
 	if len(lost) > 0 || len(drained) > 0 {
@@ -233,8 +283,15 @@ func (s *Server) reconcile(ctx context.Context) error {
 			return err
 		}
 	}
-	snap, pending := s.buildSnapshot(nodes, func(fn func(runUsage)) {
-		s.sched.eachActive(func(_ string, u runUsage) { fn(u) })
+	snap, pending := s.withUsage(st.view, st.viewIndex, func(fn func(runUsage)) {
+		// The sums by node stand for the runs: a pass costs O(nodes).
+		s.sched.eachNode(func(node string, n *nodeUse) {
+			u := runUsage{cpu: n.cpu, mem: n.mem, attempts: []attemptUsage{{node: node}}}
+			for g := range n.gpus {
+				u.attempts[0].gpus = append(u.attempts[0].gpus, g)
+			}
+			fn(u)
+		})
 	}, queued)
 	plan := scheduler.Schedule(snap)
 	placed := 0
@@ -261,7 +318,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 // nodes' sessions, returning how many it made. A run that changed since the
 // snapshot is left for the next pass.
 func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Placement, pending map[string]store.Run) (int, error) {
-	touched := map[string]bool{}
+	touched := map[string][]node.Command{}
 	placed := 0
 	err := s.update(ctx, func(tx store.Tx) error {
 		clear(touched)
@@ -295,13 +352,14 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 				fence = n.FencingToken
 				fences[p.NodeID] = fence
 			}
-			if err := s.issueFenced(tx, p.NodeID, fence, cmd); err != nil {
+			issued, err := s.issueFenced(tx, p.NodeID, fence, cmd)
+			if err != nil {
 				return err
 			}
 			if err := tx.PutRun(run); err != nil {
 				return err
 			}
-			touched[p.NodeID] = true
+			touched[p.NodeID] = append(touched[p.NodeID], issued)
 			placed++
 		}
 		return nil
@@ -309,8 +367,12 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 	if err != nil {
 		return 0, err
 	}
-	for id := range touched {
-		s.nodeChanged(id)
+	for id, cmds := range touched {
+		if s.deliverLocal(id, cmds) {
+			s.publish(topicNode + id) // a session elsewhere, if any, reads the store
+		} else {
+			s.nodeChanged(id)
+		}
 	}
 	return placed, nil
 }

@@ -113,9 +113,10 @@ func Run(ctx context.Context, o Options) error {
 		defer rc.Close()
 		coord = rc
 		if cfg.WriteConcurrency == 0 {
-			// PostgreSQL takes concurrent writers; a few batches at once
-			// keep its connections busy without crowding other replicas.
-			cfg.WriteConcurrency = 4
+			cfg.WriteConcurrency = pgWriteConcurrency
+		}
+		if cfg.WriteBatch == 0 {
+			cfg.WriteBatch = pgWriteBatch
 		}
 	}
 	resolver := &refResolver{r: &imageref.Resolver{Insecure: o.InsecureRegistries}}
@@ -128,6 +129,15 @@ func Run(ctx context.Context, o Options) error {
 	}
 	return srv.Serve(ctx, l)
 }
+
+// PostgreSQL takes concurrent writers and commits concurrent transactions
+// together itself; what costs is each statement's round trip, which a
+// transaction makes one after the other, and under SERIALIZABLE a longer
+// transaction is a likelier conflict. So replicas on PostgreSQL run
+// transactions side by side rather than batched (commit.go): measured with
+// 3,000 simulated nodes placing 20,000 runs, batches of 64 callers gave 176
+// placements/s, of 16 gave 202/s, unbatched 264/s.
+const pgWriteConcurrency, pgWriteBatch = 8, 1
 
 // refResolver adapts imageref.Resolver to ImageResolver, asking creds (the
 // stored registry credentials) for the reference's registry.

@@ -11,6 +11,7 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
+	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 )
 
@@ -44,8 +45,18 @@ type schedState struct {
 
 	nodes   []store.Node
 	nodesAt time.Time
+	patches map[string]store.Node // written here since nodes was built
+	// The scheduler's view of the nodes (status, capacity, inventory;
+	// nothing about active attempts), built from nodes once per liveness
+	// flush period or when nodes changed; a pass copies it and adds what
+	// active attempts hold. Only the reconcile loop touches these.
+	view      []scheduler.Node
+	viewIndex map[string]int
+	viewFrom  []store.Node
+	viewAt    time.Time
 
 	active   map[string]runUsage // by run ID; nil until built
+	perNode  map[string]*nodeUse // what active holds, summed by node
 	builtAt  time.Time
 	building bool
 	during   []store.Run     // runs noted while a rebuild read the store
@@ -64,6 +75,42 @@ type runUsage struct {
 type attemptUsage struct {
 	node string
 	gpus []string
+}
+
+// nodeUse is what the active attempts on one node hold: the sums a pass
+// adds to the node's view, kept as attempts come and go so that a pass
+// costs O(nodes) rather than O(active runs).
+type nodeUse struct {
+	cpu      float64
+	mem      int64
+	attempts int
+	gpus     map[string]int // UUID → attempts holding it
+}
+
+// add adds (sign 1) or removes (sign -1) a run's holdings. The caller
+// holds mu.
+func (st *schedState) add(u runUsage, sign int) {
+	for _, a := range u.attempts {
+		n := st.perNode[a.node]
+		if n == nil {
+			n = &nodeUse{}
+			st.perNode[a.node] = n
+		}
+		n.cpu += float64(sign) * u.cpu
+		n.mem += int64(sign) * u.mem
+		n.attempts += sign
+		for _, g := range a.gpus {
+			if n.gpus == nil {
+				n.gpus = map[string]int{}
+			}
+			if n.gpus[g] += sign; n.gpus[g] <= 0 {
+				delete(n.gpus, g)
+			}
+		}
+		if n.attempts <= 0 {
+			delete(st.perNode, a.node)
+		}
+	}
 }
 
 // resyncEvery is how often the copy of active attempts is rebuilt from the
@@ -113,11 +160,16 @@ func (st *schedState) apply(r store.Run) {
 	if st.active == nil {
 		return
 	}
-	if cur, ok := st.active[r.ID]; ok && cur.updated.After(r.UpdatedAt) {
+	cur, had := st.active[r.ID]
+	if had && cur.updated.After(r.UpdatedAt) {
 		return
+	}
+	if had {
+		st.add(cur, -1)
 	}
 	if u, ok := usageOf(r); ok {
 		st.active[r.ID] = u
+		st.add(u, 1)
 	} else {
 		delete(st.active, r.ID)
 	}
@@ -141,35 +193,83 @@ func (st *schedState) markDirty(ids []string) {
 func (st *schedState) invalidate() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.active, st.builtAt = nil, time.Time{}
+	st.active, st.perNode, st.builtAt = nil, nil, time.Time{}
 }
 
-// nodeList returns the copy of the nodes' records, read again when it is
-// older than maxAge. The caller must not modify the records.
-func (s *Server) nodeList(ctx context.Context, maxAge time.Duration) ([]store.Node, time.Time, error) {
+// nodeList returns the copy of the nodes' records: read from the store
+// when older than maxAge, with the records this replica wrote since applied
+// (patchNodes). The caller must not modify the slice or the records.
+func (s *Server) nodeList(ctx context.Context, maxAge time.Duration) ([]store.Node, error) {
 	st := &s.sched
 	st.mu.Lock()
-	nodes, at := st.nodes, st.nodesAt
-	st.mu.Unlock()
-	if nodes != nil && time.Since(at) < maxAge {
-		return nodes, at, nil
+	if st.nodes != nil && time.Since(st.nodesAt) < maxAge {
+		if len(st.patches) > 0 {
+			st.nodes = mergeNodes(st.nodes, st.patches)
+			st.patches = nil
+		}
+		nodes := st.nodes
+		st.mu.Unlock()
+		return nodes, nil
 	}
-	at = time.Now()
+	st.patches = nil // the store has them
+	st.mu.Unlock()
+	at := time.Now()
+	var nodes []store.Node
 	if err := s.store.View(ctx, func(tx store.Tx) error {
 		var err error
 		nodes, err = tx.ListNodes()
 		return err
 	}); err != nil {
-		return nil, time.Time{}, err
+		return nil, err
 	}
 	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.patches) > 0 { // written while the store was read
+		nodes = mergeNodes(nodes, st.patches)
+		st.patches = nil
+	}
 	st.nodes, st.nodesAt = nodes, at
-	st.mu.Unlock()
-	return nodes, at, nil
+	return nodes, nil
 }
 
-// forgetNodes makes the next nodeList read the store: a node's record
-// changed in a way a decision must see (an enrollment, a cordon).
+// mergeNodes returns a new list: base with patches applied, new nodes
+// added, in ID order.
+func mergeNodes(base []store.Node, patches map[string]store.Node) []store.Node {
+	out := make([]store.Node, 0, len(base)+len(patches))
+	seen := make(map[string]bool, len(patches))
+	for _, n := range base {
+		if p, ok := patches[n.ID]; ok {
+			n = p
+			seen[n.ID] = true
+		}
+		out = append(out, n)
+	}
+	added := false
+	for id, p := range patches {
+		if !seen[id] {
+			out = append(out, p)
+			added = true
+		}
+	}
+	if added {
+		sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	}
+	return out
+}
+
+// patchNodes notes records this replica committed, for the next nodeList.
+func (st *schedState) patchNodes(nodes map[string]store.Node) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.patches == nil {
+		st.patches = map[string]store.Node{}
+	}
+	for id, n := range nodes {
+		st.patches[id] = n
+	}
+}
+
+// forgetNodes makes the next nodeList read the store.
 func (st *schedState) forgetNodes() {
 	st.mu.Lock()
 	st.nodes = nil
@@ -214,7 +314,7 @@ func (s *Server) refreshUsage(ctx context.Context) error {
 			st.mu.Unlock()
 			return err
 		}
-		st.active, st.builtAt = make(map[string]runUsage, len(runs)), at
+		st.active, st.perNode, st.builtAt = make(map[string]runUsage, len(runs)), map[string]*nodeUse{}, at
 		for _, r := range runs {
 			st.apply(r)
 		}
@@ -252,6 +352,17 @@ func (s *Server) refreshUsage(ctx context.Context) error {
 		st.mu.Unlock()
 	}
 	return nil
+}
+
+// eachNode calls fn with what active attempts hold on each node that holds
+// any, under the copy's lock: fn must be quick, must not keep u, and must
+// not call back into schedState.
+func (st *schedState) eachNode(fn func(node string, u *nodeUse)) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for id, u := range st.perNode {
+		fn(id, u)
+	}
 }
 
 // eachActive calls fn for every active run in the copy, under the copy's

@@ -67,7 +67,11 @@ type Config struct {
 	// once (default 1, right for SQLite's single writer; Run sets more for
 	// PostgreSQL). See commit.go.
 	WriteConcurrency int
-	Logger    *slog.Logger
+	// WriteBatch bounds the callers one batched write transaction carries
+	// (default 256; Run sets fewer for PostgreSQL, where every statement
+	// is a round trip and a long transaction a likelier conflict).
+	WriteBatch int
+	Logger     *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Content holds Artifact content (package content); nil means this
@@ -133,7 +137,9 @@ type Server struct {
 	batching  atomic.Bool
 	outbox    chan string // signal.go: signals for other replicas
 	replicaID string
-	pins      pinCache // pins.go
+	pins      pinCache  // pins.go
+	auth      authCache // authcache.go
+	mailboxes sync.Map  // node ID → *mailbox (mailbox.go)
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.

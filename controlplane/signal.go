@@ -46,6 +46,7 @@ const (
 	topicLogs      = "logs"
 	topicReconcile = "reconcile"
 	topicNode      = "node:"
+	topicFence     = "fence:"
 	topicRunIDs    = "runs:"
 )
 
@@ -161,6 +162,10 @@ func (s *Server) deliver(topic string) {
 		}
 	case strings.HasPrefix(topic, topicNode):
 		s.nodeBroadcast(strings.TrimPrefix(topic, topicNode)).Notify()
+	case strings.HasPrefix(topic, topicFence):
+		id := strings.TrimPrefix(topic, topicFence)
+		s.auth.forget(id) // its fencing token rose
+		s.nodeBroadcast(id).Notify()
 	case strings.HasPrefix(topic, topicInvoke):
 		s.fn.deliverPublished(topic) // invoke.go: a call for a session held here
 	}
@@ -173,6 +178,11 @@ func (s *Server) signal(topic string) {
 
 // nodeChanged wakes the node's session stream, wherever it is held.
 func (s *Server) nodeChanged(nodeID string) { s.signal(topicNode + nodeID) }
+
+// fenceChanged says the node was enrolled again: every replica drops the
+// fencing token it cached (authcache.go) and wakes the node's session
+// streams, so a superseded one notices it is fenced.
+func (s *Server) fenceChanged(nodeID string) { s.signal(topicFence + nodeID) }
 
 // runsChanged wakes long polls on runs.
 func (s *Server) runsChanged() { s.signal(topicRuns) }

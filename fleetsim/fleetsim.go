@@ -88,8 +88,9 @@ type Config struct {
 	// 64 CPUs, 256 GiB).
 	NodeCPUs   float64
 	NodeMemory int64
-	// StartTime and RunTime are how long a simulated container takes to
-	// start (default 100ms) and then runs (0: until the simulation ends).
+	// StartTime and RunTime are how long launching a simulated container
+	// takes (default 100ms: the launch returns with it running) and how
+	// long it then runs (0: until the simulation ends).
 	StartTime time.Duration
 	RunTime   time.Duration
 	// ObserveEvery is the agents' observation period (default: Heartbeat).
@@ -240,9 +241,13 @@ type Report struct {
 	// ProcessCPUCores is this process's CPU time over the hold's wall time:
 	// the control plane, the simulator's bookkeeping and, without agent
 	// processes, the agents.
-	ProcessCPUCores      float64     `json:"process_cpu_cores"`
-	ShardCPUCores        float64     `json:"agent_processes_cpu_cores"`
-	TotalCPUCores        float64     `json:"total_cpu_cores"`
+	ProcessCPUCores float64 `json:"process_cpu_cores"`
+	ShardCPUCores   float64 `json:"agent_processes_cpu_cores"`
+	TotalCPUCores   float64 `json:"total_cpu_cores"`
+	// OthersCPUCores is what the rest of the machine used meanwhile (other
+	// processes, the kernel's own work): the simulation had the cores it
+	// did not take.
+	OthersCPUCores       float64     `json:"other_processes_cpu_cores"`
 	ControlPlaneCPUCores float64     `json:"controlplane_cpu_cores"`
 	AgentsCPUCores       float64     `json:"agents_cpu_cores"`
 	UnattributedCPUCores float64     `json:"unattributed_cpu_cores"`
@@ -484,6 +489,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return d
 	}
 	shardCPU0 := shardCPU()
+	busy0 := machineBusy()
 	hb0 := rec.heartbeats.Load()
 
 	var submitErrors atomic.Int64
@@ -576,6 +582,7 @@ hold:
 	holdEnd := time.Now()
 	cpu1 := cpuTime()
 	shardCPU1 := shardCPU()
+	busy1 := machineBusy()
 	hold := holdEnd.Sub(holdStart)
 	if profiling {
 		pprof.StopCPUProfile()
@@ -713,6 +720,7 @@ hold:
 	// CPU split and memory.
 	rep.ShardCPUCores = (shardCPU1 - shardCPU0).Seconds() / hold.Seconds()
 	rep.TotalCPUCores = rep.ProcessCPUCores + rep.ShardCPUCores
+	rep.OthersCPUCores = max(0, (busy1-busy0).Seconds()/hold.Seconds()-rep.TotalCPUCores)
 	if profiling {
 		if split, err := cpuByLabel(profile.Bytes(), "component"); err == nil {
 			var total time.Duration
@@ -757,7 +765,7 @@ hold:
 	rec.mu.Unlock()
 
 	rep.Notes = append(rep.Notes,
-		fmt.Sprintf("simulated containers start %s after launch and %s", cfg.StartTime, runTimeNote(cfg.RunTime)),
+		fmt.Sprintf("a simulated launch takes %s and its container then %s", cfg.StartTime, runTimeNote(cfg.RunTime)),
 		fmt.Sprintf("agents observe every %s and on every simulated start and exit", cfg.ObserveEvery),
 		memoryNote(len(shards)))
 	if cfg.HTTP2 {
@@ -923,7 +931,7 @@ func (r *Report) WriteText(w io.Writer) {
 		{"placements end to end", fmt.Sprintf("%.0f/s (runs running / %.1fs from the first submission to the last run running)", r.PlacementsPerS, r.RunsWindow)},
 		{"launches", fmt.Sprintf("%d performed twice, %d never performed", r.LaunchesDuplicated, r.LaunchesMissing)},
 		{"events ingested", fmt.Sprintf("%.0f/s", r.EventsIngestedPerS)},
-		{"CPU", fmt.Sprintf("%.2f cores of %d in all: control plane %.2f, agents %.2f, this process's Go runtime/GC (unattributed) %.2f", r.TotalCPUCores, r.CPUs, r.ControlPlaneCPUCores, r.AgentsCPUCores, r.UnattributedCPUCores)},
+		{"CPU", fmt.Sprintf("%.2f cores of %d in all: control plane %.2f, agents %.2f, this process's Go runtime/GC (unattributed) %.2f; other processes on the machine %.2f", r.TotalCPUCores, r.CPUs, r.ControlPlaneCPUCores, r.AgentsCPUCores, r.UnattributedCPUCores, r.OthersCPUCores)},
 		{"memory", fmt.Sprintf("this process: heap in use %.0f MB (peak), RSS %.0f MB (peak %.0f MB); agent processes: RSS %.0f MB (peak, together)", r.HeapInuseMB, r.RSSMB, r.RSSPeakMB, r.AgentsRSSPeakMB)},
 		{"logs", fmt.Sprintf("control plane %d warnings, %d errors; agents %d warnings, %d errors, %d stopped", r.ControlPlaneWarnings, r.ControlPlaneErrors, r.AgentWarnings, r.AgentErrors, r.AgentsStopped)},
 	}

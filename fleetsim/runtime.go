@@ -17,7 +17,9 @@ type RuntimeConfig struct {
 	// CPUs and MemoryBytes are the capacity the node reports in its facts.
 	CPUs        float64
 	MemoryBytes int64
-	// StartTime is how long a launched container takes to start running.
+	// StartTime is how long a launch takes: LaunchWorkload returns after
+	// it, with the container running, as the Docker runtime's returns once
+	// the daemon created and started the container.
 	StartTime time.Duration
 	// RunTime is how long a container runs before it exits with code 0;
 	// zero means it runs until stopped.
@@ -49,7 +51,7 @@ type workload struct {
 	id       string
 	image    string
 	timeout  time.Duration
-	started  time.Time // when it starts (or started) running
+	started  time.Time // when it started running
 	finished time.Time // zero while it runs
 	exit     int
 }
@@ -95,22 +97,36 @@ func (r *Runtime) PrepareArtifact(ctx context.Context, c capability.PrepareArtif
 // container its name identifies; onLaunch still hears of it, which is how
 // the simulator catches a command performed twice.
 func (r *Runtime) LaunchWorkload(ctx context.Context, c capability.LaunchWorkloadCommand) error {
-	now := time.Now()
 	if r.onLaunch != nil {
-		r.onLaunch(c.WorkloadKey, now)
+		r.onLaunch(c.WorkloadKey, time.Now())
 	}
+	r.mu.Lock()
+	_, held := r.workloads[c.WorkloadKey]
+	r.mu.Unlock()
+	if held {
+		return nil
+	}
+	if r.cfg.StartTime > 0 {
+		t := time.NewTimer(r.cfg.StartTime)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.workloads[c.WorkloadKey]; ok {
 		return nil
 	}
-	w := &workload{key: c.WorkloadKey, id: fmt.Sprintf("sim-%s-%d", c.RunID, c.Attempt), image: c.Image, timeout: c.Timeout,
-		started: now.Add(r.cfg.StartTime)}
+	w := &workload{key: c.WorkloadKey, id: fmt.Sprintf("sim-%s-%d", c.RunID, c.Attempt), image: c.Image, timeout: c.Timeout, started: now}
 	r.workloads[c.WorkloadKey] = w
-	time.AfterFunc(r.cfg.StartTime, r.changed)
+	go r.changed()
 	if r.cfg.RunTime > 0 {
-		w.finished = w.started.Add(r.cfg.RunTime)
-		time.AfterFunc(r.cfg.StartTime+r.cfg.RunTime, r.changed)
+		w.finished = now.Add(r.cfg.RunTime)
+		time.AfterFunc(r.cfg.RunTime, r.changed)
 	}
 	return nil
 }
@@ -124,9 +140,6 @@ func (r *Runtime) StopWorkload(ctx context.Context, c capability.StopWorkloadCom
 	now := time.Now()
 	if !ok || (!w.finished.IsZero() && !now.Before(w.finished)) {
 		return nil
-	}
-	if now.Before(w.started) {
-		w.started = now
 	}
 	w.finished, w.exit = now, 137
 	go r.changed()
@@ -142,8 +155,6 @@ func (r *Runtime) Observe(ctx context.Context) ([]capability.WorkloadObservation
 	for _, w := range r.workloads {
 		o := capability.WorkloadObservation{WorkloadKey: w.key, ContainerID: w.id, Image: w.image, Timeout: w.timeout}
 		switch {
-		case now.Before(w.started):
-			o.Phase = capability.PhaseCreated
 		case w.finished.IsZero() || now.Before(w.finished):
 			o.Phase = capability.PhaseRunning
 			o.StartedAt = &w.started

@@ -374,12 +374,9 @@ func (a *Agent) spoolWorkload(o capability.WorkloadObservation) {
 		a.logger.Error("mint event ID", "err", err)
 		return
 	}
-	if err := a.state.Spool(node.Event{ID: id, Kind: node.EventWorkload, At: a.now().UTC(), Workload: &o}); err != nil {
+	if err := a.state.SpoolWorkload(node.Event{ID: id, Kind: node.EventWorkload, At: a.now().UTC(), Workload: &o}, o); err != nil {
 		a.logger.Error("spool observation", "err", err)
 		return
-	}
-	if err := a.state.RecordWorkload(o); err != nil {
-		a.logger.Error("record observation", "err", err)
 	}
 	a.wakeFlush()
 }

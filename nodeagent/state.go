@@ -80,6 +80,15 @@ type State struct {
 	session     storedSession
 	hasSession  bool
 	told        map[capability.WorkloadKey]capability.WorkloadObservation
+	// In memory beside the file, so the hot paths need not read it:
+	// unacked maps the result event of every applied operation whose
+	// result is not acknowledged yet to the operation (Acknowledge marks
+	// exactly those instead of scanning the applied memory), lastPrune is
+	// when acknowledged entries were last pruned, and stops holds what
+	// RecordStop recorded (observations read it for every workload).
+	unacked   map[string]string
+	lastPrune time.Time
+	stops     map[string]string
 }
 
 type storedSession struct {
@@ -120,7 +129,8 @@ func OpenState(dir string, options ...StateOption) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open agent state %s (is another agent using this --state directory?): %w", path, err)
 	}
-	s := &State{db: db, now: time.Now, told: map[capability.WorkloadKey]capability.WorkloadObservation{}}
+	s := &State{db: db, now: time.Now, told: map[capability.WorkloadKey]capability.WorkloadObservation{},
+		unacked: map[string]string{}, stops: map[string]string{}}
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("read agent state %s: %w", path, err)
@@ -159,6 +169,21 @@ func (s *State) load() error {
 				return fmt.Errorf("session record: %w", err)
 			}
 			s.hasSession = s.session.Token != ""
+		}
+		if err := tx.Bucket(bucketApplied).ForEach(func(k, v []byte) error {
+			var e appliedEntry
+			if json.Unmarshal(v, &e) == nil && e.AckedAt == nil {
+				s.unacked[e.Result.ID] = string(k)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketStops).ForEach(func(k, v []byte) error {
+			s.stops[string(k)] = string(v)
+			return nil
+		}); err != nil {
+			return err
 		}
 		return tx.Bucket(bucketWorkloads).ForEach(func(_, v []byte) error {
 			var o capability.WorkloadObservation
@@ -329,12 +354,18 @@ func (s *State) MarkApplied(operationID string, result node.Event) error {
 		return err
 	}
 	entry := appliedEntry{AppliedAt: s.now().UTC(), Result: result}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.db.Update(func(tx *bolt.Tx) error {
 		if err := putJSON(tx.Bucket(bucketApplied), []byte(operationID), entry); err != nil {
 			return err
 		}
 		return putJSON(tx.Bucket(bucketSpool), putUint(seq), result)
-	})
+	}); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.unacked[result.ID] = operationID
+	s.mu.Unlock()
+	return nil
 }
 
 // Spool holds an event the control plane is owed until Acknowledge removes
@@ -380,19 +411,33 @@ func (s *State) SpoolDepth() int {
 	return n
 }
 
-// Acknowledge removes events the control plane confirmed holding, and prunes
-// applied operations whose results were acknowledged more than
-// AppliedRetention ago (see AppliedRetention for why that bound is safe).
+// pruneEvery is how often Acknowledge looks for applied operations to
+// prune: an acknowledged one is kept at least AppliedRetention and at most
+// that plus pruneEvery. Looking means reading the whole applied memory, so
+// it is not done at every acknowledgement.
+const pruneEvery = AppliedRetention / 6
+
+// Acknowledge removes events the control plane confirmed holding, marks the
+// applied operations whose results they were as acknowledged, and now and
+// then (pruneEvery) prunes applied operations whose results were
+// acknowledged more than AppliedRetention ago (see AppliedRetention for why
+// that bound is safe). Its cost is the number of ids, not the size of the
+// applied memory, except when it prunes.
 func (s *State) Acknowledge(ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
 	now := s.now().UTC()
-	acked := make(map[string]bool, len(ids))
+	s.mu.Lock()
+	ops := map[string]string{} // operation → its result's event ID
 	for _, id := range ids {
-		acked[id] = true
+		if op, ok := s.unacked[id]; ok {
+			ops[op] = id
+		}
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	prune := now.Sub(s.lastPrune) >= pruneEvery
+	s.mu.Unlock()
+	err := s.db.Update(func(tx *bolt.Tx) error {
 		spool := tx.Bucket(bucketSpool)
 		for _, id := range ids {
 			seq, err := eventSeq(id)
@@ -404,17 +449,24 @@ func (s *State) Acknowledge(ids []string) error {
 			}
 		}
 		applied := tx.Bucket(bucketApplied)
+		for op, id := range ops {
+			var e appliedEntry
+			v := applied.Get([]byte(op))
+			if v == nil || json.Unmarshal(v, &e) != nil || e.AckedAt != nil || e.Result.ID != id {
+				continue
+			}
+			e.AckedAt = &now
+			if err := putJSON(applied, []byte(op), e); err != nil {
+				return err
+			}
+		}
+		if !prune {
+			return nil
+		}
 		var drop [][]byte
 		err := applied.ForEach(func(k, v []byte) error {
 			var e appliedEntry
-			if err := json.Unmarshal(v, &e); err != nil {
-				return nil
-			}
-			switch {
-			case e.AckedAt == nil && acked[e.Result.ID]:
-				e.AckedAt = &now
-				return putJSON(applied, append([]byte(nil), k...), e)
-			case e.AckedAt != nil && now.Sub(*e.AckedAt) > AppliedRetention:
+			if json.Unmarshal(v, &e) == nil && e.AckedAt != nil && now.Sub(*e.AckedAt) > AppliedRetention {
 				drop = append(drop, append([]byte(nil), k...))
 			}
 			return nil
@@ -429,6 +481,18 @@ func (s *State) Acknowledge(ids []string) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	for _, id := range ops {
+		delete(s.unacked, id)
+	}
+	if prune {
+		s.lastPrune = now
+	}
+	s.mu.Unlock()
+	return nil
 }
 
 // AppliedCount is the size of the applied-operation memory.
@@ -462,6 +526,28 @@ func (s *State) WorkloadChanged(o capability.WorkloadObservation) bool {
 	return !ok || !prev.Same(o)
 }
 
+// SpoolWorkload spools an observation's event and records the observation
+// as told (RecordWorkload) in one durable transaction: one fsync for what
+// were two.
+func (s *State) SpoolWorkload(event node.Event, o capability.WorkloadObservation) error {
+	seq, err := eventSeq(event.ID)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := putJSON(tx.Bucket(bucketSpool), putUint(seq), event); err != nil {
+			return err
+		}
+		return putJSON(tx.Bucket(bucketWorkloads), workloadKeyBytes(o.WorkloadKey), o)
+	}); err != nil {
+		return err
+	}
+	s.told[o.WorkloadKey] = o
+	return nil
+}
+
 // RecordWorkload remembers what the control plane was told, so an unchanged
 // phase is not repeated on every tick, across restarts too.
 func (s *State) RecordWorkload(o capability.WorkloadObservation) error {
@@ -490,6 +576,7 @@ func (s *State) ForgetWorkload(key capability.WorkloadKey) error {
 		return err
 	}
 	delete(s.told, key)
+	delete(s.stops, string(workloadKeyBytes(key)))
 	return nil
 }
 
@@ -508,23 +595,34 @@ func (s *State) Told() []capability.WorkloadObservation {
 // cancellation), durably, so observations made after a restart still carry
 // the reason; the daemon itself only knows that a signal arrived.
 func (s *State) RecordStop(key capability.WorkloadKey, reason string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := workloadKeyBytes(key)
+	if _, ok := s.stops[string(k)]; ok {
+		return nil // the first reason stands
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketStops)
-		if b.Get(workloadKeyBytes(key)) != nil {
-			return nil // the first reason stands
+		if v := b.Get(k); v != nil {
+			s.stops[string(k)] = string(v)
+			return nil
 		}
-		return b.Put(workloadKeyBytes(key), []byte(reason))
-	})
+		return b.Put(k, []byte(reason))
+	}); err != nil {
+		return err
+	}
+	if _, ok := s.stops[string(k)]; !ok {
+		s.stops[string(k)] = reason
+	}
+	return nil
 }
 
-// StopReason returns the reason RecordStop recorded, or "".
+// StopReason returns the reason RecordStop recorded, or "". It reads the
+// copy held in memory: observations ask for every workload on every pass.
 func (s *State) StopReason(key capability.WorkloadKey) string {
-	var r string
-	s.db.View(func(tx *bolt.Tx) error {
-		r = string(tx.Bucket(bucketStops).Get(workloadKeyBytes(key)))
-		return nil
-	})
-	return r
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stops[string(workloadKeyBytes(key))]
 }
 
 func workloadKeyBytes(k capability.WorkloadKey) []byte {

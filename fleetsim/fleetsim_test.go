@@ -1,0 +1,48 @@
+package fleetsim
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+)
+
+// TestShortFleet is the simulator's short mode, for CI: 200 nodes with a
+// 1s heartbeat and a 5s lease held for 20s against a control plane on
+// SQLite, while 400 runs are submitted. Every node must keep its lease and
+// every run must reach running, each launch performed exactly once. The
+// full figures (10,000 nodes and more) are measured by hand with `mercator
+// bench fleet`; nothing here asserts a rate or a latency, which would gate
+// CI on the machine's speed.
+func TestShortFleet(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	rep, err := Run(ctx, Config{
+		Nodes: 200, Duration: 20 * time.Second, Heartbeat: time.Second, Lease: 5 * time.Second,
+		Runs: 400, RunRate: 40, RunTime: 5 * time.Second, RunsTimeout: 30 * time.Second,
+		Dir: t.TempDir(), Progress: &progress,
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	var report bytes.Buffer
+	rep.WriteText(&report)
+	t.Logf("\n%s", report.String())
+	if rep.MissedLeases != 0 || rep.HeartbeatLapses != 0 {
+		t.Errorf("missed leases: %d (lapses %d, unreachable at the end %d, agents' gaps %d)",
+			rep.MissedLeases, rep.LeaseLapses, rep.UnreachableAtEnd, rep.HeartbeatLapses)
+	}
+	if rep.RunsSubmitted != 400 || rep.RunsRunning != rep.RunsSubmitted {
+		t.Errorf("%d runs submitted (%d failed), %d reached running", rep.RunsSubmitted, rep.SubmitErrors, rep.RunsRunning)
+	}
+	if rep.LaunchesDuplicated != 0 || rep.LaunchesMissing != 0 {
+		t.Errorf("launches performed twice: %d; never performed: %d", rep.LaunchesDuplicated, rep.LaunchesMissing)
+	}
+	if rep.Commands < int64(rep.RunsSubmitted) || rep.CommandDeliveryP99MS <= 0 {
+		t.Errorf("%d commands delivered, p99 %.1f ms", rep.Commands, rep.CommandDeliveryP99MS)
+	}
+	if rep.AgentsStopped != 0 {
+		t.Errorf("%d agents stopped: %v", rep.AgentsStopped, rep.LogSamples)
+	}
+}
