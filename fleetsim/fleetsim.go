@@ -790,9 +790,9 @@ func memoryNote(shards int) string {
 
 func runTimeNote(d time.Duration) string {
 	if d == 0 {
-		return "run until the simulation ends"
+		return "runs until the simulation ends"
 	}
-	return "run " + d.String()
+	return "runs " + d.String()
 }
 
 func prefixAll(p string, s []string) []string {

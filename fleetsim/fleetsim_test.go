@@ -3,6 +3,8 @@ package fleetsim
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 )
@@ -44,5 +46,47 @@ func TestShortFleet(t *testing.T) {
 	}
 	if rep.AgentsStopped != 0 {
 		t.Errorf("%d agents stopped: %v", rep.AgentsStopped, rep.LogSamples)
+	}
+}
+
+// TestMain lets the test binary stand in for `mercator bench fleet-shard`:
+// started with FLEETSIM_SHARD=1 it runs one shard on its stdin and stdout.
+func TestMain(m *testing.M) {
+	if os.Getenv("FLEETSIM_SHARD") == "1" {
+		if err := RunShard(context.Background(), os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestShardedFleet runs the agents in two child processes (the test binary
+// itself, see TestMain), which is how fleets larger than one process's
+// open-file limit are simulated: what the shards observe must reach the
+// parent's figures.
+func TestShardedFleet(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress bytes.Buffer
+	rep, err := Run(ctx, Config{
+		Nodes: 40, Duration: 5 * time.Second, Heartbeat: time.Second, Lease: 5 * time.Second,
+		Runs: 80, RunTime: 2 * time.Second, RunsTimeout: 30 * time.Second,
+		AgentProcesses: 2, ShardCommand: []string{"env", "FLEETSIM_SHARD=1", exe, "-test.run=^$"},
+		Dir: t.TempDir(), Progress: &progress,
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	if rep.AgentProcesses != 2 || rep.MissedLeases != 0 || rep.RunsRunning != 80 || rep.LaunchesDuplicated != 0 ||
+		rep.HeartbeatsPerS < 30 || rep.Commands < 80 {
+		var report bytes.Buffer
+		rep.WriteText(&report)
+		t.Errorf("sharded fleet:\n%s\n%s", report.String(), progress.String())
 	}
 }
