@@ -40,7 +40,14 @@ func Start(t testing.TB) string {
 		t.Fatalf("registrytest: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := closeFn(); err != nil {
+		err := closeFn()
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			// A client (the Docker daemon's pooled connection) still held a
+			// request after five seconds; the server was closed forcibly,
+			// which is all a test's cleanup needs.
+			t.Logf("registrytest: closed forcibly: %v", err)
+		case err != nil:
 			t.Errorf("registrytest: close: %v", err)
 		}
 	})
