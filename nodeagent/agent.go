@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"reflect"
 	"sync"
 	"time"
@@ -222,7 +223,11 @@ func (a *Agent) sessionLoop(ctx context.Context) {
 		if a.now().Sub(started) > 10*a.backoff {
 			backoff = a.backoff
 		}
-		if !sleep(ctx, backoff) {
+		// Jittered: when a control-plane replica dies, every node that
+		// held a session there reconnects, and without jitter they would
+		// all arrive at the surviving replicas in the same instant, at
+		// every step of the backoff.
+		if !sleep(ctx, jitter(backoff)) {
 			return
 		}
 		backoff = min(backoff*2, 16*a.backoff)
@@ -655,6 +660,14 @@ func (a *Agent) shipLogsOnce(ctx context.Context, src LogSource, key capability.
 			return errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF)
 		}
 	}
+}
+
+// jitter returns a duration drawn uniformly from [d/2, d].
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
