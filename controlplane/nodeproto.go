@@ -1,7 +1,6 @@
 package controlplane
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -121,10 +120,6 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 		return
 	}
 	s.live.report(c.nodeID, s.now())
-	if err := s.sweepStrays(ctx, c.nodeID); err != nil {
-		writeError(w, err)
-		return
-	}
 	live := s.fn.attachSession(c.nodeID, c.session.FencingToken, r) // invoke.go: calls go straight down
 	defer s.fn.detachSession(live)
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -142,22 +137,39 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 	keep := time.NewTicker(s.cfg.KeepAlive)
 	defer keep.Stop()
 	idle := 0 // keep-alives since the store was last read
+	sweep := true
 	for {
 		idle = 0
 		woken := wake.Wait()
 		var ops []store.Operation
-		fenced := false
+		fenced, strays := false, false
 		err := s.store.View(ctx, func(tx store.Tx) error {
 			fence, err := s.fenceOf(tx, c.nodeID)
 			if err != nil {
 				return err
 			}
 			fenced = fence > c.session.FencingToken
+			if sweep {
+				// The first read also looks for strays (hasStrays), so
+				// a fleet reconnecting costs one read per session.
+				if strays, err = s.hasStrays(tx, c.nodeID); err != nil {
+					return err
+				}
+			}
 			ops, err = tx.PendingOperations(c.nodeID)
 			return err
 		})
 		if err != nil || fenced {
 			return
+		}
+		if sweep {
+			sweep = false
+			if strays {
+				if err := s.update(ctx, func(tx store.Tx) error { return s.sweepStraysTx(tx, c.nodeID) }); err != nil {
+					return
+				}
+				continue // the stops it issued are pending now: read again
+			}
 		}
 		for _, op := range ops {
 			if sent[op.ID] {
@@ -379,30 +391,26 @@ func (s *Server) stopStrays(tx store.Tx, run *api.Run, nodeID string) (bool, err
 	return issued, nil
 }
 
-// sweepStrays stops the node's stray attempts when it opens a session. A
+// sweepStraysTx stops the node's stray attempts when it opens a session. A
 // node returning from a partition or a restart may hold an attempt that was
 // replaced meanwhile and say nothing new about it (its container is running,
 // as it was when last reported), so the control plane cannot wait for an
 // observation to notice it.
 //
-// The node's runs are read first, and a write transaction is taken only
-// when one of them has a stray here: a fleet reconnecting (after a restart
-// of the control plane, or of a replica) must not queue ten thousand empty
-// write transactions on the store's writer.
-func (s *Server) sweepStrays(ctx context.Context, nodeID string) error {
-	any := false
-	if err := s.store.View(ctx, func(tx store.Tx) error {
-		runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: nodeID})
-		for _, run := range runs {
-			for _, a := range lifecycle.Strays(&run.Run) {
-				any = any || a.NodeID == nodeID
+// The session stream looks for strays in its first read (hasStrays) and
+// takes a write transaction (sweepStraysTx) only when there is one: a fleet
+// reconnecting (after a restart of the control plane, or of a replica) must
+// not queue ten thousand empty write transactions on the store's writer.
+func (s *Server) hasStrays(tx store.Tx, nodeID string) (bool, error) {
+	runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: nodeID})
+	for _, run := range runs {
+		for _, a := range lifecycle.Strays(&run.Run) {
+			if a.NodeID == nodeID {
+				return true, err
 			}
 		}
-		return err
-	}); err != nil || !any {
-		return err
 	}
-	return s.update(ctx, func(tx store.Tx) error { return s.sweepStraysTx(tx, nodeID) })
+	return false, err
 }
 
 func (s *Server) sweepStraysTx(tx store.Tx, nodeID string) error {
