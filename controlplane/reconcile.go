@@ -203,7 +203,18 @@ const minPass = 20 * time.Millisecond
 // plan for a hundred thousand runs must not hold SQLite's single writer,
 // which heartbeat-driven work and submissions wait on, for seconds, and
 // the first nodes can start on their work while the rest commits.
-const placeChunk = 500
+// With several replicas on PostgreSQL the chunk is smaller: a transaction
+// there is serializable, and a long one that reads and writes many runs is
+// likely to conflict with the reports arriving about them, which reruns it
+// whole.
+const placeChunk, placeChunkReplicas = 500, 50
+
+func (s *Server) placeChunk() int {
+	if s.coord != nil {
+		return placeChunkReplicas
+	}
+	return placeChunk
+}
 
 // reconcile deals with lost nodes and passed drain deadlines, runs the
 // scheduler once, and commits its plan: each placement becomes an attempt
@@ -295,8 +306,9 @@ func (s *Server) reconcile(ctx context.Context) error {
 	}, queued)
 	plan := scheduler.Schedule(snap)
 	placed := 0
-	for start := 0; start < len(plan.Placements); start += placeChunk {
-		n, err := s.commitPlacements(ctx, plan.Placements[start:min(start+placeChunk, len(plan.Placements))], pending)
+	chunk := s.placeChunk()
+	for start := 0; start < len(plan.Placements); start += chunk {
+		n, err := s.commitPlacements(ctx, plan.Placements[start:min(start+chunk, len(plan.Placements))], pending)
 		placed += n
 		if err != nil {
 			return err
@@ -387,8 +399,8 @@ func (s *Server) commitReasons(ctx context.Context, waiting map[string]string, p
 		}
 	}
 	sort.Strings(changed)
-	for start := 0; start < len(changed); start += placeChunk {
-		chunk := changed[start:min(start+placeChunk, len(changed))]
+	for start := 0; start < len(changed); start += s.placeChunk() {
+		chunk := changed[start:min(start+s.placeChunk(), len(changed))]
 		if err := s.update(ctx, func(tx store.Tx) error {
 			now := s.now()
 			for _, id := range chunk {
