@@ -51,9 +51,17 @@ latency, placements a second end to end, events ingested a second, and the
 process's CPU (split between control plane and agents) and memory.
 
 The control plane and every simulated agent share this machine's cores, and
-the report says so. --no-fsync turns off the agents' fsync (only the
-simulated agents'; the control plane's store keeps its own) and labels the
-report accordingly. Progress goes to stderr, the report to stdout.`)
+the report says so. The agents run in child processes (this command, as
+`+"`bench fleet-shard`"+`), 4,000 to a process by default, so that the control
+plane's process holds only its own descriptors and its CPU and memory can be
+told apart; --agent-processes 0 keeps them in this process. Over HTTP/1.1
+each agent holds a connection whose other end the control plane holds, so
+past about 18,000 nodes one process's open-file limit needs --http2, which
+multiplexes the agents' streams (and is labelled in the report). --no-fsync
+turns off the agents' fsync (only the simulated agents'; the control plane's
+store keeps its own) and labels the report accordingly. --kill-replica-at
+kills replica 0 mid-hold, as a crash would, and reports how its nodes moved.
+Progress goes to stderr, the report to stdout.`)
 	nodes := fs.Int("nodes", 0, "how many nodes to simulate")
 	duration := fs.Duration("duration", time.Minute, "how long to hold the fleet once every node is in session")
 	db := fs.String("db", "", "store `URL`: postgres://USER:PASSWORD@HOST/DB (default SQLite in a temporary directory)")

@@ -67,6 +67,11 @@ type Config struct {
 	// once (default 1, right for SQLite's single writer; Run sets more for
 	// PostgreSQL). See commit.go.
 	WriteConcurrency int
+	// UnencryptedHTTP2 serves plaintext HTTP/2 (prior knowledge) besides
+	// HTTP/1.1: a client that multiplexes many agents' streams over a few
+	// connections (the fleet simulator with --http2, a proxy in front of a
+	// fleet) then needs a few connections here rather than one per stream.
+	UnencryptedHTTP2 bool
 	// WriteBatch bounds the callers one batched write transaction carries
 	// (default 256; Run sets fewer for PostgreSQL, where every statement
 	// is a round trip and a long transaction a likelier conflict).
@@ -161,14 +166,11 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 // Serve serves the API on l and runs the reconcile loop until ctx ends.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
-	// Plaintext HTTP/2 (prior knowledge) besides HTTP/1.1: a client that
-	// multiplexes many agents' streams over a few connections (the fleet
-	// simulator with --http2, a proxy in front of a fleet) then needs a
-	// few connections here rather than one per stream. HTTP/1.1 clients
-	// see no difference.
-	srv.Protocols = new(http.Protocols)
-	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetUnencryptedHTTP2(true)
+	if s.cfg.UnencryptedHTTP2 {
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
 	errc := make(chan error, 2)
 	var loops sync.WaitGroup
 	loops.Add(2 + s.cfg.WriteConcurrency)

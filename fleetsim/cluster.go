@@ -52,7 +52,7 @@ func startReplica(ctx context.Context, cfg *Config, dir string, i int, log *slog
 	ready := make(chan string, 1)
 	opts := controlplane.Options{
 		DB: db, DataDir: filepath.Join(dir, fmt.Sprintf("cp-%d", i)), Listener: kl, Logger: log.With("replica", i),
-		Config: controlplane.Config{Lease: cfg.Lease},
+		Config: controlplane.Config{Lease: cfg.Lease, UnencryptedHTTP2: cfg.HTTP2},
 		Ready:  func(_, tokenFile string) { ready <- tokenFile },
 	}
 	pprof.Do(rctx, pprof.Labels("component", "controlplane"), func(rctx context.Context) {

@@ -1,11 +1,14 @@
 package fleetsim
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,11 +107,21 @@ type observer struct {
 	router *router
 	sink   sink
 	index  map[string]int // node ID → node index
+	bad    atomic.Int64   // 400 answers seen
 }
 
 func (o *observer) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Path != capability.PathSession {
-		return o.base.RoundTrip(req)
+		resp, err := o.base.RoundTrip(req)
+		if err == nil && resp.StatusCode == http.StatusBadRequest && o.bad.Add(1) <= 5 {
+			// A node call refused as malformed is a simulator or protocol
+			// bug worth seeing whole.
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+			fmt.Fprintf(os.Stderr, "fleetsim: %s %s answered 400: %q (headers %v)\n", req.Method, req.URL.Path, body, resp.Header)
+		}
+		return resp, err
 	}
 	replica := -1
 	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
