@@ -607,7 +607,9 @@ func (a *Agent) renewLoop(ctx context.Context) {
 // there is nothing to ship).
 func (a *Agent) shipLogs(ctx context.Context, o capability.WorkloadObservation) <-chan struct{} {
 	src, ok := a.runtime.(LogSource)
-	if !ok || o.ContainerID == "" {
+	if !ok || o.ContainerID == "" || (o.Phase != capability.PhaseRunning && o.Phase != capability.PhaseExited) {
+		// A container not yet started has no output to follow (and the
+		// daemon would end the stream at once, as if it had exited).
 		return nil
 	}
 	a.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,7 +130,19 @@ func (c *chanTransport) results(op string) []node.Event {
 	return out
 }
 
-func startTestAgent(t *testing.T, rt Runtime, tr *chanTransport, dir string) (stop func()) {
+// exitReported says whether an exit of key was delivered.
+func (c *chanTransport) exitReported(key capability.WorkloadKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.events {
+		if e.Kind == node.EventWorkload && e.Workload.WorkloadKey == key && e.Workload.Phase == capability.PhaseExited {
+			return true
+		}
+	}
+	return false
+}
+
+func startTestAgent(t *testing.T, rt Runtime, tr Transport, dir string) (stop func()) {
 	state, err := OpenState(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -244,5 +257,89 @@ func TestUnavailableRuntimeIsRetried(t *testing.T) {
 	waitUntil(t, "a result", func() bool { return len(tr.results("op1")) == 1 })
 	if r := tr.results("op1")[0].Result; r.Outcome != node.OutcomeOK {
 		t.Fatalf("result %+v, want ok after retries", r)
+	}
+}
+
+// startLaterRuntime launches workloads into the created phase and starts
+// them when the test says, and serves logs as the Docker daemon does: a
+// follow of a container that has not started ends at once with nothing.
+// (DockerRuntime refuses that follow; this runtime does not, so the test
+// checks that the agent does not ask before the workload runs.)
+type startLaterRuntime struct {
+	*memRuntime
+	output string
+}
+
+func (m *startLaterRuntime) LaunchWorkload(ctx context.Context, c capability.LaunchWorkloadCommand) error {
+	if err := m.memRuntime.LaunchWorkload(ctx, c); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.running[c.WorkloadKey]
+	o.Phase, o.StartedAt = capability.PhaseCreated, nil
+	m.running[c.WorkloadKey] = o
+	return nil
+}
+
+// runToExit moves key from created through running to exited.
+func (m *startLaterRuntime) runToExit(key capability.WorkloadKey) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.running[key]
+	now, code := time.Now(), 0
+	o.Phase, o.StartedAt, o.FinishedAt, o.ExitCode = capability.PhaseExited, &now, &now, &code
+	m.running[key] = o
+}
+
+func (m *startLaterRuntime) Logs(_ context.Context, key capability.WorkloadKey, _ bool) (io.ReadCloser, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.running[key].Phase == capability.PhaseCreated {
+		return io.NopCloser(strings.NewReader("")), nil
+	}
+	return io.NopCloser(strings.NewReader(m.output)), nil
+}
+
+// logTransport records the log chunks it is sent.
+type logTransport struct {
+	*chanTransport
+	logMu sync.Mutex
+	logs  map[capability.WorkloadKey]string
+}
+
+func (l *logTransport) SendLogs(_ context.Context, _, _ string, c capability.LogChunk) (capability.LogAck, error) {
+	l.logMu.Lock()
+	defer l.logMu.Unlock()
+	have := l.logs[c.WorkloadKey]
+	if c.Offset == int64(len(have)) {
+		l.logs[c.WorkloadKey] = have + string(c.Data)
+	}
+	return capability.LogAck{}, nil
+}
+
+func (l *logTransport) shipped(key capability.WorkloadKey) string {
+	l.logMu.Lock()
+	defer l.logMu.Unlock()
+	return l.logs[key]
+}
+
+// TestLogsOfAWorkloadObservedBeforeItStarted: a workload seen in the created
+// phase (a slow start under load) still has its whole output shipped once
+// it runs, and before its exit is reported.
+func TestLogsOfAWorkloadObservedBeforeItStarted(t *testing.T) {
+	rt := &startLaterRuntime{memRuntime: newMemRuntime(), output: "hello from the workload\n"}
+	tr := &logTransport{chanTransport: &chanTransport{commands: make(chan node.Command, 4)}, logs: map[capability.WorkloadKey]string{}}
+	stop := startTestAgent(t, rt, tr, t.TempDir())
+	defer stop()
+	cmd := launch("op1", 5)
+	tr.commands <- cmd
+	key := cmd.LaunchWorkload.WorkloadKey
+	waitUntil(t, "the launch result", func() bool { return len(tr.results("op1")) > 0 })
+	time.Sleep(100 * time.Millisecond) // several observations of the created workload
+	rt.runToExit(key)
+	waitUntil(t, "the exit reported", func() bool { return tr.exitReported(key) })
+	if got := tr.shipped(key); got != rt.output {
+		t.Errorf("logs shipped by the time the exit was reported = %q, want %q", got, rt.output)
 	}
 }

@@ -966,6 +966,12 @@ func (docker *DockerRuntime) Logs(ctx context.Context, key capability.WorkloadKe
 	if !docker.owns(info, key) {
 		return nil, failure.NotFound("workload container", name)
 	}
+	if follow && info.State != nil && info.State.Status == "created" {
+		// The daemon follows only a running container's log; asked to follow
+		// one not yet started it answers with what is recorded (nothing) and
+		// ends, which would read as "exited, everything delivered".
+		return nil, failure.Unavailable("container %s has not started yet; its output can be followed once it runs", name)
+	}
 	raw, err := docker.api.ContainerLogs(ctx, info.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: follow})
 	if err != nil {
 		return nil, daemonError(err, "logs of container %s", name)

@@ -1037,3 +1037,30 @@ func TestDockerLogsDemultiplexes(t *testing.T) {
 type failingReader struct{ err error }
 
 func (r *failingReader) Read([]byte) (int, error) { return 0, r.err }
+
+// TestDockerLogsFollowNotStarted: the daemon answers a follow of a container
+// that has not started with an empty stream that ends at once, which would
+// read as "exited with no output". The runtime says "not yet" instead.
+func TestDockerLogsFollowNotStarted(t *testing.T) {
+	key := capability.WorkloadKey{RunID: "r1", Attempt: 1}
+	asked := 0
+	fake := &fakeDocker{
+		containerInspect: func(context.Context, string) (container.InspectResponse, error) {
+			return fakeContainer("c1", key, "", container.StateCreated), nil
+		},
+		containerLogs: func(string, container.LogsOptions) (io.ReadCloser, error) {
+			asked++
+			return io.NopCloser(strings.NewReader("")), nil
+		},
+	}
+	rt := newDockerRuntime(fake)
+	if _, err := rt.Logs(context.Background(), key, true); !errors.Is(err, failure.ErrUnavailable) {
+		t.Errorf("following a container not yet started = %v, want an unavailable error", err)
+	}
+	if asked != 0 {
+		t.Errorf("the daemon was asked for the logs %d times; a follow of a created container must not reach it", asked)
+	}
+	if got := readLogs(t, rt, key, false); got != "" || asked != 1 {
+		t.Errorf("Logs(follow=false) of a created container = %q after %d daemon calls, want its (empty) record read once", got, asked)
+	}
+}

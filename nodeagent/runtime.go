@@ -41,7 +41,9 @@ type LogSource interface {
 	// With follow, the stream stays open while the workload runs and ends
 	// with io.EOF once it has exited and everything was read; without it,
 	// the stream ends at what was recorded so far. Any other read error
-	// means the stream broke and did not deliver everything.
+	// means the stream broke and did not deliver everything. Following a
+	// workload that has not started yet is an error (failure.Unavailable),
+	// never an empty stream: an empty stream would claim it had exited.
 	//
 	// The caller owns the returned reader and must Close it; closing it
 	// early releases the runtime's side. A workload this runtime does not

@@ -39,12 +39,6 @@ go test -count=1 $short ./fleetsim/...
 
 echo "== end-to-end tests (real control plane, real agents, real Docker)"
 export MERCATOR_FAULT_SUMMARY="${MERCATOR_FAULT_SUMMARY:-$(mktemp)}"
-if ! go test -p 1 -count=1 -timeout 40m $short ./e2e/...; then
-  # KNOWN FLAKE, not yet diagnosed (see the open issues' notes): under heavy
-  # load a short run's logs occasionally never reach the control plane. The
-  # suite is rerun once, loudly; a second failure fails the build.
-  echo "!! end-to-end tests failed; rerunning once (known log-delivery flake under load)"
-  go test -p 1 -count=1 -timeout 40m $short ./e2e/...
-fi
+go test -p 1 -count=1 -timeout 40m $short ./e2e/...
 # The fault suite's counts (trials per fault, every invariant).
 cat "$MERCATOR_FAULT_SUMMARY"
