@@ -107,7 +107,7 @@ func (t *txn) taken(self, query string, args ...any) (bool, error) {
 	if _, bad := t.unstorable(args); bad {
 		return false, nil
 	}
-	rows, err := t.tx.QueryContext(t.ctx, query, args...)
+	rows, err := t.queryContext(query, args...)
 	if err != nil {
 		return false, fmt.Errorf("sqlstore: check uniqueness: %w", t.note(err))
 	}
@@ -352,7 +352,7 @@ func (t *txn) ListCalls(opts store.ListFnOptions) ([]store.Call, error) {
 			return nil, failure.NotFound("call", opts.After)
 		}
 		var sec, nsec int64
-		err := t.tx.QueryRowContext(t.ctx, `SELECT created_sec, created_nsec FROM fn_calls WHERE id = $1`, opts.After).Scan(&sec, &nsec)
+		err := t.queryRowContext(`SELECT created_sec, created_nsec FROM fn_calls WHERE id = $1`, opts.After).Scan(&sec, &nsec)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, failure.NotFound("call", opts.After)
 		}

@@ -54,6 +54,8 @@ type Store struct {
 	// when d.serializeWriters; a channel rather than a mutex so that a
 	// waiting Update gives up when its context ends.
 	writer chan struct{}
+	// stmts caches prepared statements (SQLite only; see stmtCache).
+	stmts *stmtCache
 }
 
 // Open opens the database dsn names and brings its schema up to date.
@@ -100,7 +102,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	// the cap bounds memory (each connection has its own page cache).
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
-	s := &Store{db: db, d: d, writer: make(chan struct{}, 1)}
+	s := &Store{db: db, d: d, writer: make(chan struct{}, 1), stmts: newStmtCache(db)}
 	if err := s.checkSQLite(ctx, path); err != nil {
 		db.Close()
 		return nil, err
@@ -210,7 +212,7 @@ func (s *Store) update(ctx context.Context, fn func(tx store.Tx) error) (conflic
 	if err != nil {
 		return s.d.retryable(err), fmt.Errorf("sqlstore: begin: %w", err)
 	}
-	t := &txn{ctx: ctx, tx: sqlTx, d: s.d, write: true}
+	t := &txn{ctx: ctx, tx: sqlTx, d: s.d, write: true, stmts: s.stmts}
 	committed := false
 	defer func() {
 		t.done = true
@@ -237,7 +239,7 @@ func (s *Store) View(ctx context.Context, fn func(tx store.Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("sqlstore: begin: %w", err)
 	}
-	t := &txn{ctx: ctx, tx: sqlTx, d: s.d}
+	t := &txn{ctx: ctx, tx: sqlTx, d: s.d, stmts: s.stmts}
 	defer func() {
 		t.done = true
 		_ = sqlTx.Rollback()
@@ -248,6 +250,7 @@ func (s *Store) View(ctx context.Context, fn func(tx store.Tx) error) error {
 // Close closes the database. Call it once every Update and View has
 // returned; Update and View fail afterwards.
 func (s *Store) Close() error {
+	s.stmts.close()
 	return s.db.Close()
 }
 

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
@@ -461,4 +462,76 @@ func TestParseDSN(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "new", "dir", "m.db")); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestStatementsArePrepared: a query used again runs from a prepared
+// statement (SQLite parses a query's text at every use otherwise), and
+// while the connection pool is exhausted by transactions a miss still
+// answers: preparing never waits for a connection inside a transaction.
+func TestStatementsArePrepared(t *testing.T) {
+	s, _ := openTemp(t)
+	ctx := t.Context()
+	put := func(id string) {
+		t.Helper()
+		if err := s.Update(ctx, func(tx store.Tx) error {
+			return tx.CreateRun(store.Run{Run: api.Run{ID: id, Status: api.RunQueued}})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("r1")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		s.stmts.mu.Lock()
+		n, pending := len(s.stmts.m), len(s.stmts.pending)
+		s.stmts.mu.Unlock()
+		if n > 0 && pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no statement prepared after a write (cached %d, pending %d)", n, pending)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	put("r2") // through the prepared statement now
+	// Every connection held by a read transaction, each running a query
+	// not yet prepared: each must still be answered.
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	start := make(chan struct{})
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- s.View(ctx, func(tx store.Tx) error {
+				<-start
+				runs, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunQueued}})
+				if err == nil && len(runs) != 2 {
+					err = fmt.Errorf("listed %d runs, want 2", len(runs))
+				}
+				return err
+			})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if got, err := getRun(s, "r2"); err != nil || got.ID != "r2" {
+		t.Errorf("run r2 after a prepared write = %+v, %v", got, err)
+	}
+}
+
+func getRun(s *Store, id string) (store.Run, error) {
+	var r store.Run
+	err := s.View(context.Background(), func(tx store.Tx) error {
+		var err error
+		r, err = tx.GetRun(id)
+		return err
+	})
+	return r, err
 }

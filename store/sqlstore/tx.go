@@ -28,6 +28,7 @@ type txn struct {
 	ctx   context.Context
 	tx    *sql.Tx
 	d     *dialect
+	stmts *stmtCache // nil: statements are not cached (PostgreSQL)
 	write bool
 	done  bool
 	// conflict is the first retryable error a statement met (see
@@ -99,7 +100,7 @@ func (t *txn) exec(op, what, id, query string, args ...any) (sql.Result, error) 
 	if key, bad := t.unstorable(args); bad {
 		return nil, t.invalidKey(what, key)
 	}
-	res, err := t.tx.ExecContext(t.ctx, query, args...)
+	res, err := t.execContext(query, args...)
 	if err != nil {
 		return nil, t.dbError(err, op, what, id)
 	}
@@ -145,7 +146,7 @@ func getDoc[T any](t *txn, what, id, query string, args ...any) (T, error) {
 		return zero, failure.NotFound(what, id)
 	}
 	var doc []byte
-	err := t.tx.QueryRowContext(t.ctx, query, args...).Scan(&doc)
+	err := t.queryRowContext(query, args...).Scan(&doc)
 	if errors.Is(err, sql.ErrNoRows) {
 		return zero, failure.NotFound(what, id)
 	}
@@ -164,7 +165,7 @@ func listDocs[T any](t *txn, what, query string, args ...any) ([]T, error) {
 	if _, bad := t.unstorable(args); bad {
 		return []T{}, nil
 	}
-	rows, err := t.tx.QueryContext(t.ctx, query, args...)
+	rows, err := t.queryContext(query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: list %ss: %w", what, t.note(err))
 	}
@@ -398,7 +399,7 @@ func (t *txn) ListRuns(opts store.ListRunsOptions) ([]store.Run, error) {
 			return nil, failure.NotFound("run", opts.Before)
 		}
 		var sec, nsec int64
-		err := t.tx.QueryRowContext(t.ctx,
+		err := t.queryRowContext(
 			`SELECT created_sec, created_nsec FROM runs WHERE id = $1`, opts.Before).Scan(&sec, &nsec)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, failure.NotFound("run", opts.Before)
@@ -480,7 +481,7 @@ func (t *txn) logSize(key capability.WorkloadKey) (int64, error) {
 		return 0, nil
 	}
 	var size int64
-	err := t.tx.QueryRowContext(t.ctx,
+	err := t.queryRowContext(
 		`SELECT end_offset FROM log_chunks WHERE run_id = $1 AND attempt = $2
 		 ORDER BY start_offset DESC LIMIT 1`, key.RunID, key.Attempt).Scan(&size)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -536,7 +537,7 @@ func (t *txn) ReadLog(key capability.WorkloadKey, offset int64, max int) ([]byte
 	end := min(size, offset+int64(max))
 	// Chunks are contiguous, so the first one needed is the last that
 	// starts at or before offset; both bounds are seeks on the primary key.
-	rows, err := t.tx.QueryContext(t.ctx,
+	rows, err := t.queryContext(
 		`SELECT start_offset, data FROM log_chunks
 		 WHERE run_id = $1 AND attempt = $2 AND start_offset < $4
 		   AND start_offset >= (SELECT MAX(start_offset) FROM log_chunks
