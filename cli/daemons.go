@@ -47,7 +47,7 @@ DATA_DIR/admin-token and prints the path; give it to the CLI with
 	sessionTTL := fs.Duration("session-ttl", 24*time.Hour, "life of a node's session credential; agents renew it after two thirds")
 	insecure := fs.String("insecure-registries", "", "comma-separated `hosts` reached over plain HTTP when pinning images (loopback always is)")
 	contentStore := fs.String("content", "local", "Artifact content store: local (under DATA_DIR, signed URLs) or `s3://BUCKET/PREFIX?endpoint=HOST:PORT` (credential from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
-	registryKeyFile := fs.String("registry-key-file", "", "`file` holding the 32-byte key (hex) that seals registry credentials (default: $MERCATOR_REGISTRY_KEY, else DATA_DIR/registry-key, generated on first start)")
+	registryKeyFile := fs.String("registry-key-file", "", "`file` holding the 32-byte key (hex) that seals registry credentials and secret configuration (default: $MERCATOR_REGISTRY_KEY, else DATA_DIR/registry-key, generated on first start)")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
 	if pos, err := fs.parse(args); err != nil {
 		return err

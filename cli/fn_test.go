@@ -35,7 +35,11 @@ func TestAppAndFnCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := controlplane.New(controlplane.Config{}, st, pinAll{}, nil)
+	key, err := controlplane.LoadRegistryKey("", filepath.Join(dir, "registry-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := controlplane.New(controlplane.Config{RegistryKey: key}, st, pinAll{}, nil)
 	h := httptest.NewServer(srv.Handler())
 	defer h.Close()
 	env := map[string]string{"MERCATOR_ADDR": h.URL, "MERCATOR_TOKEN_FILE": tokFile, "HOME": t.TempDir()}

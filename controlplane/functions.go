@@ -296,24 +296,30 @@ func mergeAnnotations(old, patch api.Annotations) (api.Annotations, error) {
 var reservedEnv = map[string]bool{"FN_LISTENER": true, "FN_FORMAT": true, "FN_FN_ID": true, "FN_APP_ID": true, "FN_FN_NAME": true,
 	"FN_APP_NAME": true, "FN_MEMORY": true, "FN_TYPE": true, "FN_LOGFRAME_NAME": true, "FN_LOGFRAME_HDR": true}
 
+// checkConfigKey refuses a configuration key one cannot set as an
+// environment variable, or one of the container contract's FN_ names.
+func checkConfigKey(k string) error {
+	if k == "" || strings.ContainsAny(k, "=\x00") || reservedEnv[k] {
+		return fnError(http.StatusBadRequest, "Invalid config key %q: config keys become environment variables; the FN_ names of the container contract are reserved", k)
+	}
+	return nil
+}
+
 // mergeConfig applies a configuration patch as Fn does: an empty value
-// deletes the key. For secret configuration a value equal to
-// api.SecretRedacted keeps what was there. Keys become environment
-// variables, so they must be names one can set.
-func mergeConfig(old, patch map[string]string, secret bool) (map[string]string, error) {
+// deletes the key. Keys become environment variables, so they must be
+// names one can set. (Secret configuration is sealed: mergeSecrets.)
+func mergeConfig(old, patch map[string]string) (map[string]string, error) {
 	out := map[string]string{}
 	for k, v := range old {
 		out[k] = v
 	}
 	for k, v := range patch {
-		if k == "" || strings.ContainsAny(k, "=\x00") || reservedEnv[k] {
-			return nil, fnError(http.StatusBadRequest, "Invalid config key %q: config keys become environment variables; the FN_ names of the container contract are reserved", k)
+		if err := checkConfigKey(k); err != nil {
+			return nil, err
 		}
-		switch {
-		case v == "":
+		if v == "" {
 			delete(out, k)
-		case secret && v == api.SecretRedacted:
-		default:
+		} else {
 			out[k] = v
 		}
 	}
@@ -321,18 +327,6 @@ func mergeConfig(old, patch map[string]string, secret bool) (map[string]string, 
 		return nil, nil
 	}
 	return out, nil
-}
-
-// redacted returns secret configuration as reads show it.
-func redacted(secrets map[string]string) map[string]string {
-	if len(secrets) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(secrets))
-	for k := range secrets {
-		out[k] = api.SecretRedacted
-	}
-	return out
 }
 
 func validSyslogURL(u *string) error {
@@ -359,7 +353,7 @@ func (s *Server) publicBase() string { return strings.TrimRight(s.cfg.PublicURL,
 // appView is an app as reads show it.
 func (s *Server) appView(a store.App) api.App {
 	out := a.App
-	out.SecretConfig = redacted(a.SecretConfig)
+	out.SecretConfig = redactedSecrets(a.SealedConfig, a.SecretConfig)
 	out.CreatedAt, out.UpdatedAt = fnTime(out.CreatedAt), fnTime(out.UpdatedAt)
 	return out
 }
@@ -367,7 +361,7 @@ func (s *Server) appView(a store.App) api.App {
 // fnView is a function as reads show it, with Fn's invoke endpoint.
 func (s *Server) fnView(f store.Fn) api.Fn {
 	out := f.Fn
-	out.SecretConfig = redacted(f.SecretConfig)
+	out.SecretConfig = redactedSecrets(f.SealedConfig, f.SecretConfig)
 	ann := api.Annotations{}
 	for k, v := range f.Annotations {
 		ann[k] = v
@@ -446,19 +440,20 @@ func (s *Server) fnCreateApp(w http.ResponseWriter, r *http.Request) {
 	if in.SyslogURL != nil && *in.SyslogURL == "" {
 		in.SyslogURL = nil
 	}
-	config, err := mergeConfig(nil, in.Config, false)
+	config, err := mergeConfig(nil, in.Config)
 	if err != nil {
 		s.fnFail(w, err)
 		return
 	}
-	secrets, err := mergeConfig(nil, in.SecretConfig, true)
+	id := newID("app-")
+	sealed, err := s.mergeSecrets(secretOwner{"app", id}, nil, nil, in.SecretConfig)
 	if err != nil {
 		s.fnFail(w, err)
 		return
 	}
 	now := fnTime(s.now())
-	app := store.App{App: api.App{ID: newID("app-"), Name: in.Name, Config: config, SecretConfig: secrets, Annotations: ann,
-		SyslogURL: in.SyslogURL, CreatedAt: now, UpdatedAt: now}}
+	app := store.App{App: api.App{ID: id, Name: in.Name, Config: config, Annotations: ann,
+		SyslogURL: in.SyslogURL, CreatedAt: now, UpdatedAt: now}, SealedConfig: sealed}
 	err = s.store.Update(r.Context(), func(tx store.Tx) error {
 		if _, err := tx.GetAppByName(app.Name); err == nil {
 			return errFnAppExists
@@ -541,12 +536,13 @@ func (s *Server) fnUpdateApp(w http.ResponseWriter, r *http.Request) {
 			return errFnAppNameImmutable
 		}
 		was, _ := json.Marshal(app)
-		if app.Config, err = mergeConfig(app.Config, patch.Config, false); err != nil {
+		if app.Config, err = mergeConfig(app.Config, patch.Config); err != nil {
 			return err
 		}
-		if app.SecretConfig, err = mergeConfig(app.SecretConfig, patch.SecretConfig, true); err != nil {
+		if app.SealedConfig, err = s.mergeSecrets(appSecretOwner(app), app.SealedConfig, app.SecretConfig, patch.SecretConfig); err != nil {
 			return err
 		}
+		app.SecretConfig = nil
 		if app.Annotations, err = mergeAnnotations(app.Annotations, ann); err != nil {
 			return err
 		}
@@ -687,12 +683,13 @@ func (s *Server) fnCreateFn(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	config, err := mergeConfig(nil, in.Config, false)
+	config, err := mergeConfig(nil, in.Config)
 	if err != nil {
 		s.fnFail(w, err)
 		return
 	}
-	secrets, err := mergeConfig(nil, in.SecretConfig, true)
+	id := newID("fn-")
+	sealed, err := s.mergeSecrets(secretOwner{"fn", id}, nil, nil, in.SecretConfig)
 	if err != nil {
 		s.fnFail(w, err)
 		return
@@ -712,9 +709,10 @@ func (s *Server) fnCreateFn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := fnTime(s.now())
-	f := store.Fn{Fn: api.Fn{ID: newID("fn-"), Name: in.Name, AppID: in.AppID, Image: in.Image, PinnedImage: pinned,
-		Memory: in.Memory, Timeout: in.Timeout, IdleTimeout: in.IdleTimeout, Config: config, SecretConfig: secrets, Annotations: ann,
-		CPU: in.CPU, GPUs: in.GPUs, GPUModel: in.GPUModel, MaxConcurrency: in.MaxConcurrency, CreatedAt: now, UpdatedAt: now}}
+	f := store.Fn{Fn: api.Fn{ID: id, Name: in.Name, AppID: in.AppID, Image: in.Image, PinnedImage: pinned,
+		Memory: in.Memory, Timeout: in.Timeout, IdleTimeout: in.IdleTimeout, Config: config, Annotations: ann,
+		CPU: in.CPU, GPUs: in.GPUs, GPUModel: in.GPUModel, MaxConcurrency: in.MaxConcurrency, CreatedAt: now, UpdatedAt: now},
+		SealedConfig: sealed}
 	if f.Memory == 0 {
 		f.Memory = api.FnDefaultMemoryMB
 	}
@@ -853,12 +851,13 @@ func (s *Server) fnUpdateFn(w http.ResponseWriter, r *http.Request) {
 		if patch.MaxConcurrency != 0 {
 			f.MaxConcurrency = patch.MaxConcurrency
 		}
-		if f.Config, err = mergeConfig(f.Config, patch.Config, false); err != nil {
+		if f.Config, err = mergeConfig(f.Config, patch.Config); err != nil {
 			return err
 		}
-		if f.SecretConfig, err = mergeConfig(f.SecretConfig, patch.SecretConfig, true); err != nil {
+		if f.SealedConfig, err = s.mergeSecrets(fnSecretOwner(f), f.SealedConfig, f.SecretConfig, patch.SecretConfig); err != nil {
 			return err
 		}
+		f.SecretConfig = nil
 		if f.Annotations, err = mergeAnnotations(f.Annotations, ann); err != nil {
 			return err
 		}

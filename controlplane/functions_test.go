@@ -51,7 +51,8 @@ type fnFixture struct {
 
 func newFnFixture(t *testing.T) *fnFixture {
 	st := memstore.New()
-	srv := New(Config{Lease: time.Minute, KeepAlive: 200 * time.Millisecond}, st, pinResolver{}, nil)
+	key := bytes.Repeat([]byte{7}, RegistryKeySize)
+	srv := New(Config{Lease: time.Minute, KeepAlive: 200 * time.Millisecond, RegistryKey: key}, st, pinResolver{}, nil)
 	h := httptest.NewServer(srv.Handler())
 	srv.cfg.PublicURL = h.URL
 	ctx, cancel := context.WithCancel(context.Background())
@@ -324,10 +325,13 @@ func TestFunctionsAPIShapes(t *testing.T) {
 	}
 	err := f.st.View(context.Background(), func(tx store.Tx) error {
 		a, err := tx.GetApp(app.ID)
-		if err == nil && a.SecretConfig["TOKEN"] != "hunter2" {
-			t.Errorf("stored secret = %q, want it kept", a.SecretConfig["TOKEN"])
+		if err != nil {
+			return err
 		}
-		return err
+		if got, err := f.srv.openSecrets(appSecretOwner(a), a.SealedConfig, a.SecretConfig); err != nil || got["TOKEN"] != "hunter2" {
+			t.Errorf("stored secret = %q (%v), want it kept", got["TOKEN"], err)
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -252,13 +252,9 @@ type fnEntry struct {
 	at   time.Time
 }
 
-func newFnEntry(f store.Fn, app store.App, at time.Time) *fnEntry {
-	config := map[string]string{}
-	for _, m := range []map[string]string{app.Config, app.SecretConfig, f.Config, f.SecretConfig} {
-		for k, v := range m {
-			config[k] = v
-		}
-	}
+// newFnEntry is f's entry, with config the containers' environment
+// (Server.functionEnv, which opens the secrets).
+func newFnEntry(f store.Fn, app store.App, config map[string]string, at time.Time) *fnEntry {
 	spec := capability.FunctionSpec{
 		ID: f.ID, AppID: f.AppID, Name: f.Name, AppName: app.Name, Image: f.PinnedImage,
 		MemoryMB: int64(f.Memory), MilliCPUs: int64(math.Round(f.CPU * 1000)), GPUs: f.GPUs, Config: config,
@@ -293,7 +289,11 @@ func (fs *fnState) lookupFn(ctx context.Context, id string) (*fnEntry, error) {
 		if err != nil {
 			return notFoundAs(err, errFnAppNotFound)
 		}
-		e = newFnEntry(f, app, now)
+		env, err := fs.s.functionEnv(app, f) // secrets.go
+		if err != nil {
+			return err
+		}
+		e = newFnEntry(f, app, env, now)
 		return nil
 	})
 	if err != nil {

@@ -3,12 +3,9 @@ package controlplane
 // This file holds registry credentials: stored sealed, never returned, and
 // handed to a node only inside the one command that pulls with them.
 //
-// The password is sealed with AES-256-GCM under Config.RegistryKey, with the
-// registry host as additional data, so a database copied elsewhere holds
-// nothing usable and a sealed password cannot be moved to another host's
-// record. The key is the operator's (--registry-key-file or
-// MERCATOR_REGISTRY_KEY) or, by default, generated into the data directory
-// on first start (mode 0600).
+// The password is sealed (sealing.go) with the registry host as associated
+// data, so a database copied elsewhere holds nothing usable and a sealed
+// password cannot be moved to another host's record.
 //
 // A stored operation never carries the credential: the launch is stored
 // with an empty RegistryAuth, and the session stream attaches the
@@ -19,18 +16,12 @@ package controlplane
 
 import (
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/mercator/mercator/api"
@@ -39,91 +30,9 @@ import (
 	"github.com/mercator/mercator/store"
 )
 
-// RegistryKeySize is the length of the key that seals registry credentials.
-const RegistryKeySize = 32
-
-// LoadRegistryKey returns the key that seals registry credentials: provided
-// (64 hex digits, or 44 base64 characters) when not empty, else the key in
-// keyFile, generated there with mode 0600 on first start. A key file others
-// can read is refused.
-func LoadRegistryKey(provided, keyFile string) ([]byte, error) {
-	if provided = strings.TrimSpace(provided); provided != "" {
-		return parseKey(provided, "the registry key given")
-	}
-	if fi, err := os.Stat(keyFile); err == nil {
-		if fi.Mode().Perm()&0o077 != 0 {
-			return nil, fmt.Errorf("registry key %s is readable by others (mode %o); run `chmod 600 %s`", keyFile, fi.Mode().Perm(), keyFile)
-		}
-		raw, err := os.ReadFile(keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("registry key: %w", err)
-		}
-		return parseKey(strings.TrimSpace(string(raw)), "registry key "+keyFile)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("registry key: %w", err)
-	}
-	key := make([]byte, RegistryKeySize)
-	if _, err := rand.Read(key); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(filepath.Dir(keyFile), 0o700); err != nil {
-		return nil, err
-	}
-	tmp := keyFile + ".tmp"
-	if err := os.WriteFile(tmp, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
-		return nil, fmt.Errorf("registry key: %w", err)
-	}
-	return key, os.Rename(tmp, keyFile)
-}
-
-func parseKey(s, what string) ([]byte, error) {
-	if key, err := hex.DecodeString(s); err == nil && len(key) == RegistryKeySize {
-		return key, nil
-	}
-	if key, err := base64.StdEncoding.DecodeString(s); err == nil && len(key) == RegistryKeySize {
-		return key, nil
-	}
-	return nil, fmt.Errorf("%s is not a %d-byte key in hex or base64 (make one with `openssl rand -hex 32`)", what, RegistryKeySize)
-}
-
-func (s *Server) aead() (cipher.AEAD, error) {
-	if len(s.cfg.RegistryKey) != RegistryKeySize {
-		return nil, failure.Unavailable("this control plane has no registry key configured, so it cannot hold registry credentials")
-	}
-	block, err := aes.NewCipher(s.cfg.RegistryKey)
-	if err != nil {
-		return nil, err
-	}
-	return cipher.NewGCM(block)
-}
-
-func sealingData(host string) []byte { return []byte("mercator registry credential\x00" + host) }
-
-func (s *Server) seal(host, password string) ([]byte, error) {
-	a, err := s.aead()
-	if err != nil {
-		return nil, err
-	}
-	nonce := make([]byte, a.NonceSize(), a.NonceSize()+len(password)+a.Overhead())
-	if _, err := rand.Read(nonce); err != nil {
-		return nil, err
-	}
-	return a.Seal(nonce, nonce, []byte(password), sealingData(host)), nil
-}
-
-func (s *Server) unseal(host string, sealed []byte) (string, error) {
-	a, err := s.aead()
-	if err != nil {
-		return "", err
-	}
-	if len(sealed) < a.NonceSize() {
-		return "", fmt.Errorf("the stored credential for %s is damaged", host)
-	}
-	plain, err := a.Open(nil, sealed[:a.NonceSize()], sealed[a.NonceSize():], sealingData(host))
-	if err != nil {
-		return "", fmt.Errorf("the stored credential for %s cannot be opened with this control plane's registry key (was the key replaced?): add it again", host)
-	}
-	return string(plain), nil
+// registrySealingData binds a sealed password to its registry host.
+func registrySealingData(host string) []byte {
+	return []byte("mercator registry credential\x00" + host)
 }
 
 // normalizeRegistryHost is the registry as image references name it: a
@@ -164,7 +73,7 @@ func (s *Server) putRegistry(w http.ResponseWriter, r *http.Request) {
 		writeError(w, failure.Invalid("password", "a username and a password (or token) are both required"))
 		return
 	}
-	sealed, err := s.seal(host, req.Password)
+	sealed, err := s.seal(registrySealingData(host), req.Password)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -250,7 +159,10 @@ func (s *Server) registryCredential(ctx context.Context, host string) (user, pas
 		}
 		return "", "", false
 	}
-	password, err = s.unseal(host, c.Sealed)
+	password, err = s.unseal(registrySealingData(host), c.Sealed)
+	if errors.Is(err, errUnsealable) {
+		err = fmt.Errorf("the stored credential for %s %w: add it again", host, err)
+	}
 	if err != nil {
 		s.log.Warn("registry credential unusable", "host", host, "err", err)
 		return "", "", false

@@ -40,9 +40,9 @@ type Options struct {
 	// DataDir, served with signed URLs) or s3://BUCKET/PREFIX?endpoint=…
 	// (see content.Options).
 	Content string
-	// RegistryKey seals registry credentials at rest: a 32-byte key in hex
-	// or base64. Empty means the key in DataDir/registry-key, generated on
-	// first start.
+	// RegistryKey seals registry credentials and secret configuration at
+	// rest: a 32-byte key in hex or base64. Empty means the key in
+	// DataDir/registry-key, generated on first start.
 	RegistryKey string
 	Config      Config
 	Logger      *slog.Logger

@@ -87,9 +87,9 @@ type Config struct {
 	Content        content.Store
 	ContentReadTTL time.Duration
 	UploadDir      string
-	// RegistryKey seals registry credentials at rest (RegistryKeySize
-	// bytes, AES-256-GCM); nil means credentials cannot be stored. See
-	// registries.go.
+	// RegistryKey seals registry credentials and the values of secret
+	// configuration at rest (RegistryKeySize bytes, AES-256-GCM); nil
+	// means neither can be stored. See sealing.go.
 	RegistryKey []byte
 }
 
@@ -165,6 +165,12 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 
 // Serve serves the API on l and runs the reconcile loop until ctx ends.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	// Secrets an earlier version stored in the clear are sealed before
+	// anything is served (secrets.go); failing that, they keep working
+	// in the clear until the next start.
+	if err := s.sealClearSecrets(ctx); err != nil {
+		s.log.Error("secret configuration left in the clear", "err", err)
+	}
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	if s.cfg.UnencryptedHTTP2 {
 		srv.Protocols = new(http.Protocols)

@@ -179,7 +179,7 @@ func searchTree(t *testing.T, root string, needles [][]byte) {
 		files++
 		for _, n := range needles {
 			if bytes.Contains(data, n) {
-				t.Errorf("%s contains the registry credential", p)
+				t.Errorf("%s holds a secret in the clear", p)
 			}
 		}
 		return nil

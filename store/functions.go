@@ -83,15 +83,24 @@ type ListFnOptions struct {
 	Limit int
 }
 
-// App is an application. SecretConfig holds the secret values themselves;
-// the control plane redacts them on every read it serves.
+// App is an application.
+//
+// Its secret configuration is SealedConfig: each value sealed by the
+// control plane, which alone holds the key, bound to the app and the key
+// name; the store never sees a secret in the clear. The embedded
+// api.App.SecretConfig is only what earlier versions stored in the clear,
+// read back from old records so the control plane can seal it: every
+// store refuses to write a record whose SecretConfig is not empty
+// (failure.ErrInvalid).
 type App struct {
 	api.App
+	SealedConfig map[string][]byte `json:"sealed_config,omitempty"`
 }
 
-// Fn is a function. Its SecretConfig is as App's.
+// Fn is a function. Its SealedConfig and SecretConfig are as App's.
 type Fn struct {
 	api.Fn
+	SealedConfig map[string][]byte `json:"sealed_config,omitempty"`
 }
 
 // Trigger is a trigger.

@@ -16,15 +16,17 @@ import (
 
 func sampleApp(id, name string) store.App {
 	return store.App{App: api.App{ID: id, Name: name, Config: map[string]string{"A": "1"},
-		Annotations:  api.Annotations{"team": json.RawMessage(`"ml"`)},
-		SecretConfig: map[string]string{"TOKEN": "s3cret"}, CreatedAt: at(0), UpdatedAt: at(time.Second)}}
+		Annotations: api.Annotations{"team": json.RawMessage(`"ml"`)},
+		CreatedAt:   at(0), UpdatedAt: at(time.Second)},
+		SealedConfig: map[string][]byte{"TOKEN": {0, 1, 2, 0xff}}}
 }
 
 func sampleFn(id, appID, name string) store.Fn {
 	return store.Fn{Fn: api.Fn{ID: id, AppID: appID, Name: name, Image: "registry.local/f:1",
 		PinnedImage: "registry.local/f@sha256:" + fmt.Sprintf("%064x", 1), Memory: 256, Timeout: 30, IdleTimeout: 30,
 		Config: map[string]string{"B": "2"}, CPU: 0.5, GPUs: 1, GPUModel: "H100", MaxConcurrency: 4,
-		CreatedAt: at(0), UpdatedAt: at(time.Second)}}
+		CreatedAt: at(0), UpdatedAt: at(time.Second)},
+		SealedConfig: map[string][]byte{"KEY": {0xff, 0}}}
 }
 
 func sampleTrigger(id, appID, fnID, name, source string) store.Trigger {
@@ -60,6 +62,11 @@ func testApps(t *testing.T, s store.Store) {
 		}
 		wantKind(t, tx.CreateApp(sampleApp("app-0", "other")), failure.ErrConflict, "")
 		wantKind(t, tx.CreateApp(sampleApp("app-new", "beta")), failure.ErrConflict, "")
+		// A secret in the clear is refused: the store holds secrets
+		// only sealed.
+		clear := sampleApp("app-clear", "clear")
+		clear.SecretConfig = map[string]string{"TOKEN": "s3cret"}
+		wantKind(t, tx.CreateApp(clear), failure.ErrInvalid, "app-clear")
 		// The failed creates left the transaction usable.
 		must(t, tx.CreateApp(sampleApp("app-9", "omega")))
 		return nil
@@ -82,6 +89,9 @@ func testApps(t *testing.T, s store.Store) {
 		same(t, "after PutApp", must1[store.App](t)(tx.GetApp("app-0")), a)
 		wantKind(t, tx.PutApp(sampleApp("app-missing", "x")), failure.ErrNotFound, "app-missing")
 		wantKind(t, tx.PutApp(sampleApp("app-0", "alpha")), failure.ErrConflict, "")
+		clear := a
+		clear.SecretConfig = map[string]string{"TOKEN": "s3cret"}
+		wantKind(t, tx.PutApp(clear), failure.ErrInvalid, "app-0")
 		must(t, tx.DeleteApp("app-1"))
 		wantKind(t, tx.DeleteApp("app-1"), failure.ErrNotFound, "app-1")
 		_, err := tx.GetAppByName("Zeta")
@@ -104,6 +114,9 @@ func testFns(t *testing.T, s store.Store) {
 		must(t, tx.CreateFn(sampleFn("fn-b0", "app-b", "hello")))
 		wantKind(t, tx.CreateFn(sampleFn("fn-x", "app-a", "hello")), failure.ErrConflict, "")
 		wantKind(t, tx.CreateFn(sampleFn("fn-a0", "app-c", "other")), failure.ErrConflict, "")
+		clear := sampleFn("fn-clear", "app-a", "clear")
+		clear.SecretConfig = map[string]string{"KEY": "s3cret"}
+		wantKind(t, tx.CreateFn(clear), failure.ErrInvalid, "fn-clear")
 		return nil
 	})
 	view(t, s, func(tx store.Tx) error {
@@ -123,6 +136,9 @@ func testFns(t *testing.T, s store.Store) {
 		must(t, tx.PutFn(f))
 		same(t, "after PutFn", must1[store.Fn](t)(tx.GetFn("fn-a0")), f)
 		wantKind(t, tx.PutFn(sampleFn("fn-a0", "app-a", "hello")), failure.ErrConflict, "")
+		clear := f
+		clear.SecretConfig = map[string]string{"KEY": "s3cret"}
+		wantKind(t, tx.PutFn(clear), failure.ErrInvalid, "fn-a0")
 		wantKind(t, tx.PutFn(sampleFn("fn-missing", "app-a", "new")), failure.ErrNotFound, "fn-missing")
 		must(t, tx.DeleteFn("fn-a0"))
 		wantKind(t, tx.DeleteFn("fn-a0"), failure.ErrNotFound, "fn-a0")
