@@ -46,10 +46,13 @@ type ArtifactList struct {
 type UploadRequest struct {
 	// Size is the exact length of the content that will be sent.
 	Size int64 `json:"size"`
-	// SHA256, when set, is the client's digest of the content; the commit
-	// is refused unless the server's own digest of what it received
-	// matches. When the control plane already holds this content under the
-	// name, the upload is answered at once with the existing version.
+	// SHA256, when set, is the client's digest of the content, known
+	// before it is sent: when the control plane already holds this content
+	// under the name, the upload is answered at once with the existing
+	// version, and otherwise the commit is refused unless the server's own
+	// digest of what it received matches. A client that hashes as it sends
+	// leaves it empty and states its digest at the commit instead
+	// (CommitRequest).
 	SHA256 string `json:"sha256,omitempty"`
 	// Format is ArtifactFile (the default) or ArtifactTar.
 	Format string `json:"format,omitempty"`
@@ -59,7 +62,7 @@ type UploadRequest struct {
 // PUT /v1/uploads/{id}?offset=N, each body appended at N, which must be
 // Received; an interrupted upload resumes from Received (GET
 // /v1/uploads/{id} says where it stands). POST /v1/uploads/{id}/commit
-// verifies and stores it.
+// (with a CommitRequest) verifies and stores it.
 type Upload struct {
 	ID       string `json:"id"`
 	Name     string `json:"name"`
@@ -72,6 +75,19 @@ type Upload struct {
 	// Existing is set, and nothing needs sending, when the control plane
 	// already holds this exact content under this name.
 	Existing *ArtifactVersion `json:"existing,omitempty"`
+}
+
+// CommitRequest is the body of POST /v1/uploads/{id}/commit: the client's
+// SHA-256 of the content it sent. A client that hashes the bytes as they go
+// out knows its digest only once the body is done, so it states it here,
+// and the control plane compares it with its own digest of what it
+// received: the version is added only when the two agree, and on a
+// mismatch the upload is discarded and nothing is created. The body may be
+// omitted when the upload was started with UploadRequest.SHA256; when both
+// are stated, both must match. An upload with neither is not committed: no
+// version is stored on the control plane's word alone.
+type CommitRequest struct {
+	SHA256 string `json:"sha256"`
 }
 
 // ArtifactMount is one Artifact version a run reads, in RunSpec.

@@ -11,10 +11,11 @@ package controlplane
 // reached while hashing the bytes (internal/hashcopy), so the commit needs
 // no second pass over a large file; after a failed PUT, or a restart, the
 // digest is rebuilt from what is on disk. The commit compares the server's
-// own digest with the client's, stores the content by digest, and adds the
-// version to the catalog, or answers with the version that already has
-// these bytes: a version never changes, and the same content pushed again
-// is the same version.
+// own digest with the client's (stated when the upload began, or, by a
+// client that hashes as it sends, in the commit itself), stores the content
+// by digest, and adds the version to the catalog, or answers with the
+// version that already has these bytes: a version never changes, and the
+// same content pushed again is the same version.
 //
 // Commands carry no minted read in the store. The session stream mints one
 // for every prepare (and every launch's Artifacts) as it sends the command
@@ -386,11 +387,25 @@ func (s *Server) putUpload(w http.ResponseWriter, r *http.Request) {
 }
 
 // commitUpload verifies a complete upload and adds its version: 201 with a
-// new version, 200 with the version that already had these bytes.
+// new version, 200 with the version that already had these bytes. The
+// client's digest comes in the body (api.CommitRequest), from the start of
+// the upload, or both; with neither the commit is refused and the upload
+// kept, so the client can commit again with its digest.
 func (s *Server) commitUpload(w http.ResponseWriter, r *http.Request) {
 	u, err := s.loadUpload(r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
+		return
+	}
+	var req api.CommitRequest
+	if r.ContentLength != 0 {
+		if err := decode(r, maxBody, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	if req.SHA256 != "" && !content.ValidDigest(req.SHA256) {
+		writeError(w, failure.Invalid("sha256", "%q is not a SHA-256 digest: want 64 lowercase hex digits", req.SHA256))
 		return
 	}
 	if !u.mu.TryLock() {
@@ -398,6 +413,11 @@ func (s *Server) commitUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer u.mu.Unlock()
+	if req.SHA256 == "" && u.meta.SHA256 == "" {
+		writeError(w, failure.Invalid("sha256", "upload %s was started without the client's digest, so the commit must state it: "+
+			"send {\"sha256\": DIGEST}, your SHA-256 of the content you sent; no version is stored unverified", u.meta.ID))
+		return
+	}
 	cs, err := s.contentStore()
 	if err != nil {
 		writeError(w, err)
@@ -412,11 +432,13 @@ func (s *Server) commitUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	digest := hex.EncodeToString(u.h.Sum(nil))
-	if u.meta.SHA256 != "" && digest != u.meta.SHA256 {
-		s.dropUpload(u)
-		writeError(w, failure.Invalid("sha256", "the %d bytes received hash to %s, not %s: the content changed or was damaged on the way; the upload was discarded, push again",
-			u.meta.Size, digest, u.meta.SHA256))
-		return
+	for _, claimed := range []string{u.meta.SHA256, req.SHA256} {
+		if claimed != "" && digest != claimed {
+			s.dropUpload(u)
+			writeError(w, failure.Invalid("sha256", "the %d bytes received hash to %s, not %s: the content changed or was damaged on the way; the upload was discarded, push again",
+				u.meta.Size, digest, claimed))
+			return
+		}
 	}
 	data := filepath.Join(u.dir, "data")
 	if err := cs.Put(r.Context(), digest, data, u.meta.Size); err != nil {

@@ -87,6 +87,7 @@ func TestOpenAPIDocumentsEveryRouteAndField(t *testing.T) {
 	check("ArtifactList", api.ArtifactList{})
 	check("UploadRequest", api.UploadRequest{})
 	check("Upload", api.Upload{})
+	check("CommitRequest", api.CommitRequest{})
 	check("ArtifactMount", api.ArtifactMount{})
 	check("RegistryCredentialRequest", api.RegistryCredentialRequest{})
 	check("Registry", api.Registry{})
