@@ -14,13 +14,19 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/internal/hashcopy"
 )
 
-// Payload is the content of one push: its exact size and SHA-256 (64 hex
-// digits), its format (api.ArtifactFile or api.ArtifactTar), and Open,
-// which returns the content from byte offset on. Open is called again to
-// resume after an interrupted send, so it must return the same bytes every
-// time.
+// Payload is the content of one push: its exact size, its format
+// (api.ArtifactFile or api.ArtifactTar), and Open, which returns the
+// content from byte offset on. Open is called again to resume after an
+// interrupted send, and to reread what was sent before when a push hashes
+// as it sends, so it must return the same bytes every time; content that
+// ends before Size bytes, or goes on after them, is refused as changed.
+//
+// SHA256 is the content's digest (64 lowercase hex digits) when the caller
+// already knows it, and empty otherwise, which is the cheap case: the
+// client then computes it as the bytes go out (see PushArtifact).
 type Payload struct {
 	Size   int64
 	SHA256 string
@@ -47,13 +53,36 @@ type PushOptions struct {
 
 // PushArtifact uploads one version of the named Artifact and returns it:
 // the existing version when the control plane already holds this content
-// under this name (nothing is sent then), else a new one. A send that
-// breaks is resumed from where the upload stands, up to Attempts times.
-// The control plane computes the digest of what it received and refuses
-// the commit unless it is p.SHA256.
+// under this name, else a new one. A send that breaks is resumed from
+// where the upload stands, up to Attempts times.
+//
+// Content is read once. When p.SHA256 is empty, the client's SHA-256 is
+// computed as the bytes are sent (in a pipeline, so hashing overlaps the
+// send rather than adding to it) and stated at the commit; the control
+// plane refuses the commit, discarding the upload, unless its own digest
+// of what it received is the same. Only when the name already has a
+// version of exactly p.Size bytes, so that this may be the same content,
+// is the content hashed first, and the control plane asked before anything
+// is sent: pushing the same content again then sends nothing. Otherwise
+// the content is streamed at once, and if it turns out to be a version the
+// name already has (or content the store holds under another name), the
+// commit answers with that version or shares the stored content.
 func (c *Client) PushArtifact(ctx context.Context, name string, p Payload, opts PushOptions) (api.ArtifactVersion, error) {
 	if opts.Attempts <= 0 {
 		opts.Attempts = 8
+	}
+	if p.SHA256 == "" {
+		same, err := c.hasVersionOfSize(ctx, name, p.Size)
+		if err != nil {
+			return api.ArtifactVersion{}, fmt.Errorf("push artifact %s: %w", name, err)
+		}
+		if same {
+			d := newRunningDigest()
+			if err := d.rewind(p.Size, p.Open); err != nil {
+				return api.ArtifactVersion{}, fmt.Errorf("push artifact %s: hashing the content: %w", name, err)
+			}
+			p.SHA256 = d.sum()
+		}
 	}
 	up, err := c.resumeOrStart(ctx, name, p, opts)
 	if err != nil {
@@ -68,8 +97,12 @@ func (c *Client) PushArtifact(ctx context.Context, name string, p Payload, opts 
 	if opts.Started != nil {
 		opts.Started(up.ID)
 	}
+	var d *runningDigest // nil: the digest is p.SHA256, known before the send
+	if p.SHA256 == "" {
+		d = newRunningDigest()
+	}
 	for attempt := 1; up.Received < p.Size; attempt++ {
-		next, err := c.sendFrom(ctx, up, p, opts.Progress)
+		next, err := c.sendFrom(ctx, up, p, d, opts.Progress)
 		if err == nil && next.Received <= up.Received {
 			err = fmt.Errorf("%w: the control plane took none of the bytes sent (it holds %d of %d)", failure.ErrUnavailable, next.Received, p.Size)
 		}
@@ -90,17 +123,46 @@ func (c *Client) PushArtifact(ctx context.Context, name string, p Payload, opts 
 			return api.ArtifactVersion{}, fmt.Errorf("push artifact %s: %w", name, err)
 		}
 	}
+	digest := p.SHA256
+	if d != nil {
+		// Normally a no-op; it rereads only when this process sent none of
+		// the bytes (the upload it resumed was already complete).
+		if err := d.rewind(p.Size, p.Open); err != nil {
+			return api.ArtifactVersion{}, fmt.Errorf("push artifact %s: upload %s: %w", name, up.ID, err)
+		}
+		digest = d.sum()
+	}
 	var v api.ArtifactVersion
-	if err := c.do(ctx, http.MethodPost, "/uploads/"+url.PathEscape(up.ID)+"/commit", nil, nil, &v); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/uploads/"+url.PathEscape(up.ID)+"/commit", nil, api.CommitRequest{SHA256: digest}, &v); err != nil {
 		return api.ArtifactVersion{}, fmt.Errorf("push artifact %s: commit: %w", name, err)
 	}
 	return v, nil
 }
 
+// hasVersionOfSize reports whether the name has a version of exactly size
+// bytes: the one case in which new content may be content it already has.
+func (c *Client) hasVersionOfSize(ctx context.Context, name string, size int64) (bool, error) {
+	list, err := c.ListArtifacts(ctx, name)
+	if err != nil {
+		return false, err
+	}
+	for _, v := range list.Artifacts {
+		if v.Name == name && v.Size == size {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// resumeOrStart resumes opts.UploadID when the control plane still holds it
+// and it is an upload of this name, size and format whose digest, where
+// both sides know one, is this content's; else it starts a new upload.
 func (c *Client) resumeOrStart(ctx context.Context, name string, p Payload, opts PushOptions) (api.Upload, error) {
 	if opts.UploadID != "" {
 		up, err := c.GetUpload(ctx, opts.UploadID)
-		if err == nil && up.Name == name && up.Size == p.Size && up.SHA256 == p.SHA256 && up.Received <= up.Size {
+		sameDigest := up.SHA256 == "" || p.SHA256 == "" || up.SHA256 == p.SHA256
+		sameFormat := up.Format == p.Format || (p.Format == "" && up.Format == api.ArtifactFile)
+		if err == nil && up.Name == name && up.Size == p.Size && sameDigest && sameFormat && up.Received <= up.Size {
 			return up, nil
 		}
 	}
@@ -119,24 +181,63 @@ func (c *Client) GetUpload(ctx context.Context, id string) (api.Upload, error) {
 	return up, nil
 }
 
+// errSendOver ends a hashing pipeline whose request has returned.
+var errSendOver = errors.New("the request carrying this body has ended")
+
 // sendFrom sends the rest of the content in one request body from where
-// the upload stands.
-func (c *Client) sendFrom(ctx context.Context, up api.Upload, p Payload, progress func(sent, total int64)) (api.Upload, error) {
-	body, err := p.Open(up.Received)
+// the upload stands. With d, the bytes are hashed into d as they go out:
+// d is first brought to the upload's offset (rewind), and a pipeline
+// (hashcopy) reads, hashes and hands on pieces at once, so the send goes
+// at the pace of the slower of hashing and the network, not their sum. The
+// content is copied into the request through a pipe in either case, so an
+// error reading it (or content of another size) is told apart from the
+// network's and returned as it is, not as unavailable: a push does not
+// retry what a retry cannot fix.
+func (c *Client) sendFrom(ctx context.Context, up api.Upload, p Payload, d *runningDigest, progress func(sent, total int64)) (api.Upload, error) {
+	if d != nil {
+		if err := d.rewind(up.Received, p.Open); err != nil {
+			return up, err
+		}
+	}
+	src, err := p.Open(up.Received)
 	if err != nil {
 		return up, err
 	}
-	defer body.Close()
-	var r io.Reader = io.LimitReader(body, p.Size-up.Received)
+	defer src.Close()
+	left := p.Size - up.Received
+	body := &sizedReader{r: src, at: up.Received, left: left, size: p.Size}
+	pr, pw := io.Pipe()
+	copied := make(chan error, 1)
+	go func() {
+		var err error
+		if d != nil {
+			_, err = hashcopy.Copy(pw, body, d, left)
+		} else if _, err = io.Copy(pw, body); errors.Is(err, errSendOver) || errors.Is(err, io.ErrClosedPipe) {
+			err = &hashcopy.WriteError{Err: err}
+		}
+		pw.CloseWithError(err) // nil: the body ends
+		copied <- err
+	}()
+	next, err := c.putBody(ctx, up, pr, left, progress)
+	pr.CloseWithError(errSendOver) // a request that ended early stops the copy
+	var werr *hashcopy.WriteError
+	if cerr := <-copied; cerr != nil && !errors.As(cerr, &werr) {
+		return up, cerr // the content's own error, not the network's
+	}
+	return next, err
+}
+
+// putBody is one PUT of left bytes at the offset the upload stands.
+func (c *Client) putBody(ctx context.Context, up api.Upload, body io.Reader, left int64, progress func(sent, total int64)) (api.Upload, error) {
 	if progress != nil {
-		r = &progressReader{r: r, sent: up.Received, total: p.Size, report: progress}
+		body = &progressReader{r: body, sent: up.Received, total: up.Size, report: progress}
 	}
 	u := c.base + api.Prefix + "/uploads/" + url.PathEscape(up.ID) + "?" + url.Values{"offset": {strconv.FormatInt(up.Received, 10)}}.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, r)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, body)
 	if err != nil {
 		return up, failure.Invalid("addr", "cannot make a request to %q: %v", c.base, err)
 	}
-	req.ContentLength = p.Size - up.Received
+	req.ContentLength = left
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.Header.Set("Accept", "application/json")
@@ -156,6 +257,43 @@ func (c *Client) sendFrom(ctx context.Context, up api.Upload, p Payload, progres
 		return up, fmt.Errorf("%w: decoding the answer to an upload: %w", failure.ErrUnavailable, err)
 	}
 	return next, nil
+}
+
+// sizedReader reads the content from byte at on, to its declared size:
+// exactly left bytes, then io.EOF once it has checked that nothing
+// follows. Content that ends early or goes on is an invalid error naming
+// both sizes: it changed since the push took its size, and no retry can
+// fix that.
+type sizedReader struct {
+	r              io.Reader
+	at, left, size int64
+}
+
+func (s *sizedReader) Read(b []byte) (int, error) {
+	if s.left <= 0 {
+		var probe [1]byte
+		n, err := io.ReadFull(s.r, probe[:])
+		switch {
+		case n > 0:
+			return 0, failure.Invalid("content", "the content goes on past its %d bytes: it changed while it was pushed; push it again once it is complete", s.size)
+		case err == io.EOF:
+			return 0, io.EOF
+		}
+		return 0, err
+	}
+	if int64(len(b)) > s.left {
+		b = b[:s.left]
+	}
+	n, err := s.r.Read(b)
+	s.at += int64(n)
+	s.left -= int64(n)
+	if err == io.EOF && s.left > 0 {
+		return n, failure.Invalid("content", "the content ended after %d of its %d bytes: it changed while it was pushed; push it again once it is complete", s.at, s.size)
+	}
+	if err == io.EOF {
+		err = nil // the probe says whether it really ends
+	}
+	return n, err
 }
 
 type progressReader struct {

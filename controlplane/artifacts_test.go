@@ -9,12 +9,15 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/mercator/mercator/api"
@@ -36,6 +39,9 @@ type artifactFixture struct {
 	http    *httptest.Server
 	client  *client.Client
 	token   string
+	// wrap, when set, stands between the test server and the handler
+	// (to break requests on purpose).
+	wrap func(http.Handler) http.Handler
 }
 
 func newArtifactFixture(t *testing.T) *artifactFixture {
@@ -56,16 +62,20 @@ func newArtifactFixture(t *testing.T) *artifactFixture {
 // restarted control plane would be.
 func (f *artifactFixture) start(t *testing.T) {
 	mux := http.NewServeMux()
-	h := httptest.NewServer(mux)
-	t.Cleanup(h.Close)
-	cs, err := content.Open(content.Options{DataDir: f.dataDir, PublicURL: h.URL, Now: f.clock.Now})
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	cs, err := content.Open(content.Options{DataDir: f.dataDir, PublicURL: ts.URL, Now: f.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.srv = New(Config{Now: f.clock.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Content: cs, UploadDir: f.dataDir + "/uploads", RegistryKey: f.key}, f.st, nil, nil)
-	mux.Handle("/", f.srv.Handler())
-	f.http = h
-	f.client = client.New(h.URL, f.token, nil)
+	var h http.Handler = f.srv.Handler()
+	if f.wrap != nil {
+		h = f.wrap(h)
+	}
+	mux.Handle("/", h)
+	f.http = ts
+	f.client = client.New(ts.URL, f.token, nil)
 }
 
 func (f *artifactFixture) call(t *testing.T, method, path string, body io.Reader) (int, []byte) {
@@ -280,5 +290,210 @@ func TestValidateArtifactMounts(t *testing.T) {
 	dup := []api.ArtifactMount{{Name: "a", MountPath: "/d"}, {Name: "b", MountPath: "/d"}}
 	if err := validateArtifactMounts(dup); !errors.Is(err, failure.ErrInvalid) || !strings.Contains(err.Error(), "mount_path") {
 		t.Errorf("duplicate mount path: %v", err)
+	}
+}
+
+// putCounter counts the content bytes the server is sent (PUT bodies).
+type putCounter struct{ bytes atomic.Int64 }
+
+func (c *putCounter) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			r.Body = &countingBody{ReadCloser: r.Body, n: &c.bytes}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+// streamed is a payload whose digest the client computes as it sends.
+func streamed(data []byte) client.Payload { return client.BytesPayload(data, "", api.ArtifactFile) }
+
+// TestStreamedPushIsVerifiedAtTheCommit: a push that hashes as it sends
+// states its digest at the commit; the same content pushed again is the
+// same version and sends nothing (the name has a version of its size, so
+// the client hashes first and asks); other content of the same size is a
+// new version; content stored under another name is shared.
+func TestStreamedPushIsVerifiedAtTheCommit(t *testing.T) {
+	f := newArtifactFixture(t)
+	var sent putCounter
+	f.wrap = sent.wrap
+	f.start(t)
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("streamed "), 500_000)
+	v, err := f.client.PushArtifact(ctx, "data", streamed(data), client.PushOptions{})
+	if err != nil || v.Ref() != "data@v1" || v.SHA256 != digestHex(data) || v.Size != int64(len(data)) {
+		t.Fatalf("push = %+v, %v", v, err)
+	}
+	if got := sent.bytes.Load(); got != int64(len(data)) {
+		t.Errorf("sent %d bytes, want %d: the content once", got, len(data))
+	}
+
+	sent.bytes.Store(0)
+	started := false
+	again, err := f.client.PushArtifact(ctx, "data", streamed(data), client.PushOptions{Started: func(string) { started = true }})
+	if err != nil || again != v {
+		t.Fatalf("the same content again = %+v, %v; want %+v", again, err, v)
+	}
+	if started || sent.bytes.Load() != 0 {
+		t.Errorf("the same content again started an upload (%v) or sent %d bytes", started, sent.bytes.Load())
+	}
+
+	sameSize := bytes.Clone(data)
+	sameSize[len(sameSize)-1] ^= 1
+	v2, err := f.client.PushArtifact(ctx, "data", streamed(sameSize), client.PushOptions{})
+	if err != nil || v2.Ref() != "data@v2" || v2.SHA256 != digestHex(sameSize) {
+		t.Fatalf("other content of the same size = %+v, %v", v2, err)
+	}
+
+	// Content the store holds under "data", streamed under a new name: it
+	// is sent (nothing says to ask) and the stored object is shared.
+	alias, err := f.client.PushArtifact(ctx, "alias", streamed(data), client.PushOptions{})
+	if err != nil || alias.Ref() != "alias@v1" || alias.SHA256 != v.SHA256 {
+		t.Fatalf("alias = %+v, %v", alias, err)
+	}
+	list, _ := f.client.ListArtifacts(ctx, "data")
+	if len(list.Artifacts) != 2 {
+		t.Errorf("versions of data = %+v, want 2", list.Artifacts)
+	}
+
+	// Empty content is content too.
+	if e, err := f.client.PushArtifact(ctx, "empty", streamed(nil), client.PushOptions{}); err != nil || e.SHA256 != digestHex(nil) {
+		t.Errorf("empty = %+v, %v", e, err)
+	}
+}
+
+// TestCommitRefusesAMismatchedClientDigest: on the wire, an upload started
+// without a digest is committed only with one; a commit without is refused
+// and the upload kept, one with another digest is refused, the upload
+// discarded and nothing created.
+func TestCommitRefusesAMismatchedClientDigest(t *testing.T) {
+	f := newArtifactFixture(t)
+	data := []byte("the bytes the server receives")
+	var up api.Upload
+	code, body := f.call(t, "POST", "/v1/artifacts/data/uploads", strings.NewReader(fmt.Sprintf(`{"size":%d}`, len(data))))
+	if code != http.StatusCreated || json.Unmarshal(body, &up) != nil || up.SHA256 != "" {
+		t.Fatalf("create upload: %d %s", code, body)
+	}
+	if code, body := f.call(t, "PUT", "/v1/uploads/"+up.ID+"?offset=0", bytes.NewReader(data)); code != 200 {
+		t.Fatalf("put: %d %s", code, body)
+	}
+	code, body = f.call(t, "POST", "/v1/uploads/"+up.ID+"/commit", nil)
+	if code != http.StatusBadRequest || !strings.Contains(string(body), "must state it") {
+		t.Fatalf("commit without a digest: %d %s", code, body)
+	}
+	code, body = f.call(t, "POST", "/v1/uploads/"+up.ID+"/commit", strings.NewReader(`{"sha256":"abc"}`))
+	if code != http.StatusBadRequest || !strings.Contains(string(body), "not a SHA-256 digest") {
+		t.Fatalf("commit with a malformed digest: %d %s", code, body)
+	}
+	if got, err := f.client.GetUpload(context.Background(), up.ID); err != nil || got.Received != int64(len(data)) {
+		t.Fatalf("after refused commits the upload is %+v, %v; want it kept", got, err)
+	}
+	wrong := digestHex([]byte("what the client thinks it sent"))
+	code, body = f.call(t, "POST", "/v1/uploads/"+up.ID+"/commit", strings.NewReader(`{"sha256":"`+wrong+`"}`))
+	if code != http.StatusBadRequest || !strings.Contains(string(body), "hash to "+digestHex(data)+", not "+wrong) {
+		t.Fatalf("commit with another digest: %d %s", code, body)
+	}
+	if _, err := f.client.GetUpload(context.Background(), up.ID); !errors.Is(err, failure.ErrNotFound) {
+		t.Errorf("the refused upload: %v, want discarded", err)
+	}
+	if _, err := f.client.GetArtifact(context.Background(), "data", ""); !errors.Is(err, failure.ErrNotFound) {
+		t.Errorf("data after a refused commit: %v, want no version", err)
+	}
+	if _, err := f.srv.cfg.Content.Stat(context.Background(), digestHex(data)); !errors.Is(err, failure.ErrNotFound) {
+		t.Errorf("content after a refused commit: %v, want none stored", err)
+	}
+	// The digest stated at the start and at the commit must both match.
+	up = api.Upload{}
+	_, body = f.call(t, "POST", "/v1/artifacts/data/uploads", strings.NewReader(fmt.Sprintf(`{"size":%d,"sha256":"%s"}`, len(data), digestHex(data))))
+	json.Unmarshal(body, &up)
+	f.call(t, "PUT", "/v1/uploads/"+up.ID+"?offset=0", bytes.NewReader(data))
+	if code, body := f.call(t, "POST", "/v1/uploads/"+up.ID+"/commit", strings.NewReader(`{"sha256":"`+wrong+`"}`)); code != http.StatusBadRequest {
+		t.Fatalf("a commit contradicting the upload's digest: %d %s", code, body)
+	}
+	if _, err := f.client.GetArtifact(context.Background(), "data", ""); !errors.Is(err, failure.ErrNotFound) {
+		t.Errorf("data after a contradicting commit: %v, want no version", err)
+	}
+}
+
+// cutFirstPut breaks the first PUT after n bytes of its body, as a dropped
+// connection would, and counts the PUTs.
+func cutFirstPut(n int64, puts *atomic.Int32) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPut && puts.Add(1) == 1 {
+				r.Body = io.NopCloser(io.MultiReader(io.LimitReader(r.Body, n), iotest.ErrReader(errors.New("connection reset"))))
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// TestStreamedPushResumes: a push that hashes as it sends resumes after a
+// send broken midway (its digest goes back to what the server holds), and
+// in a later process from an upload another push began (it rereads what
+// was sent before); a resumed upload whose first part is not this content
+// is refused at the commit and creates nothing.
+func TestStreamedPushResumes(t *testing.T) {
+	f := newArtifactFixture(t)
+	ctx := context.Background()
+	data := make([]byte, 5<<20)
+	rand.Read(data)
+	var puts atomic.Int32
+	f.wrap = cutFirstPut(2<<20+12345, &puts)
+	f.start(t)
+	v, err := f.client.PushArtifact(ctx, "data", streamed(data), client.PushOptions{})
+	if err != nil || v.Ref() != "data@v1" || v.SHA256 != digestHex(data) {
+		t.Fatalf("push across a broken send = %+v, %v", v, err)
+	}
+	if puts.Load() != 2 {
+		t.Errorf("%d PUTs; want the broken one and its resumption", puts.Load())
+	}
+
+	// An upload begun by another process, without a digest: resumed.
+	begin := func(name string, content []byte) string {
+		var up api.Upload
+		_, body := f.call(t, "POST", "/v1/artifacts/"+name+"/uploads", strings.NewReader(fmt.Sprintf(`{"size":%d}`, len(content))))
+		if json.Unmarshal(body, &up) != nil || up.ID == "" {
+			t.Fatalf("create upload: %s", body)
+		}
+		if code, body := f.call(t, "PUT", "/v1/uploads/"+up.ID+"?offset=0", bytes.NewReader(content[:1<<20])); code != 200 {
+			t.Fatalf("first part: %d %s", code, body)
+		}
+		return up.ID
+	}
+	other := make([]byte, 3<<20)
+	rand.Read(other)
+	id := begin("other", other)
+	v, err = f.client.PushArtifact(ctx, "other", streamed(other), client.PushOptions{UploadID: id})
+	if err != nil || v.Ref() != "other@v1" || v.SHA256 != digestHex(other) {
+		t.Fatalf("resumed push = %+v, %v", v, err)
+	}
+	if _, err := f.client.GetUpload(ctx, id); !errors.Is(err, failure.ErrNotFound) {
+		t.Errorf("the resumed upload is still there (%v): the push started another", err)
+	}
+
+	// The first part came from a file that has changed since: the commit
+	// is refused and nothing is made.
+	third := make([]byte, 4<<20)
+	rand.Read(third)
+	before := bytes.Clone(third)
+	before[100] ^= 1
+	_, err = f.client.PushArtifact(ctx, "third", streamed(third), client.PushOptions{UploadID: begin("third", before)})
+	if !errors.Is(err, failure.ErrInvalid) || !strings.Contains(err.Error(), "hash to") {
+		t.Fatalf("resuming an upload of other bytes: %v, want the commit refused", err)
+	}
+	if _, err := f.client.GetArtifact(ctx, "third", ""); !errors.Is(err, failure.ErrNotFound) {
+		t.Errorf("third after a refused commit: %v, want no version", err)
 	}
 }

@@ -6,8 +6,8 @@
 // and the disk each run near 2 GB/s, doing them one after the other would
 // publish a link floor of 1 GB/s that the machine does not have.
 //
-// The control plane (receiving uploads) and the node agent (fetching
-// Artifact content) import it.
+// The control plane (receiving uploads), the client (pushing them, hashing
+// as it sends) and the node agent (fetching Artifact content) import it.
 package hashcopy
 
 import (

@@ -1,0 +1,122 @@
+package client
+
+import (
+	"crypto/sha256"
+	"encoding"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"io"
+)
+
+// This file holds the client's side of a push that hashes as it sends: the
+// running digest of what went out, and how it goes back to what the
+// control plane actually holds when a send breaks.
+
+// markEvery is how far apart runningDigest saves its state, and keepMarks
+// how many saved states it keeps: a broken send rewinds to the last one at
+// or before what the control plane holds (which trails what was sent by at
+// most the bytes in flight), rereading at most markEvery bytes, and only
+// further back than keepMarks×markEvery from the start of the content.
+const (
+	markEvery = 64 << 20
+	keepMarks = 8
+)
+
+// runningDigest is the SHA-256 of a payload's first n bytes, fed with the
+// bytes as they are sent (it is the hash.Hash given to hashcopy.Copy), so
+// the client's digest costs no pass over the content of its own and
+// overlaps the send instead of preceding it.
+//
+// A send that breaks leaves it ahead of the control plane: bytes hashed
+// here may never have arrived. rewind takes it back to the offset the
+// upload stands at. It is not safe for concurrent use; the send that feeds
+// it must have returned before rewind or sum is called.
+type runningDigest struct {
+	hash.Hash       // SHA-256 over bytes [0, n)
+	n         int64 // bytes hashed
+	marks     []digestMark
+	every     int64 // markEvery, or less in tests
+}
+
+type digestMark struct {
+	n     int64
+	state []byte
+}
+
+func newRunningDigest() *runningDigest {
+	return &runningDigest{Hash: sha256.New(), every: markEvery}
+}
+
+// Write hashes b as the next bytes of the content, saving the state when
+// it crosses a mark.
+func (d *runningDigest) Write(b []byte) (int, error) {
+	d.Hash.Write(b)
+	before := d.n
+	d.n += int64(len(b))
+	if d.n/d.every > before/d.every {
+		d.mark()
+	}
+	return len(b), nil
+}
+
+// Reset starts over at byte 0.
+func (d *runningDigest) Reset() {
+	d.Hash.Reset()
+	d.n, d.marks = 0, nil
+}
+
+func (d *runningDigest) mark() {
+	state, err := d.Hash.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil {
+		return // no mark: a rewind rereads further back, nothing worse
+	}
+	d.marks = append(d.marks, digestMark{n: d.n, state: state})
+	if len(d.marks) > keepMarks {
+		d.marks = append(d.marks[:0], d.marks[len(d.marks)-keepMarks:]...)
+	}
+}
+
+// rewind makes the digest cover exactly bytes [0, to) of the payload:
+// from the last saved state at or before to (or from byte 0), rereading
+// the bytes from there to to through open. It is how a push resumes, after
+// a broken send or in a later process, at the offset the upload stands.
+func (d *runningDigest) rewind(to int64, open func(offset int64) (io.ReadCloser, error)) error {
+	if d.n > to {
+		d.restore(to)
+	}
+	if d.n == to {
+		return nil
+	}
+	r, err := open(d.n)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	from := d.n
+	if n, err := io.CopyN(d, r, to-from); err != nil {
+		d.Reset() // part of the range was hashed: start over next time
+		return fmt.Errorf("rereading bytes %d to %d of the content to resume its digest (%d read): %w", from, to, n, err)
+	}
+	return nil
+}
+
+// restore goes back to the last mark at or before to, or to byte 0.
+func (d *runningDigest) restore(to int64) {
+	for i := len(d.marks) - 1; i >= 0; i-- {
+		m := d.marks[i]
+		if m.n > to {
+			continue
+		}
+		h := sha256.New()
+		if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(m.state); err != nil {
+			break
+		}
+		d.Hash, d.n, d.marks = h, m.n, d.marks[:i+1]
+		return
+	}
+	d.Reset()
+}
+
+// sum is the digest of the bytes hashed, as 64 lowercase hex digits.
+func (d *runningDigest) sum() string { return hex.EncodeToString(d.Hash.Sum(nil)) }

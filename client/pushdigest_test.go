@@ -1,0 +1,99 @@
+package client
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/mercator/mercator/failure"
+)
+
+func hexSum(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// TestRunningDigestRewinds: a digest fed ahead of what the control plane
+// holds goes back to any offset, from a saved state or from the start, and
+// rereads only from there.
+func TestRunningDigestRewinds(t *testing.T) {
+	data := make([]byte, 10_000)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range data {
+		data[i] = byte(r.IntN(256))
+	}
+	var opened []int64
+	open := func(offset int64) (io.ReadCloser, error) {
+		opened = append(opened, offset)
+		return io.NopCloser(bytes.NewReader(data[offset:])), nil
+	}
+	d := newRunningDigest()
+	d.every = 1000
+	// Fed in pieces, as hashcopy does, past several marks.
+	for off := 0; off < 7_300; off += 730 {
+		d.Write(data[off : off+730])
+	}
+	if len(d.marks) == 0 || d.n != 7_300 {
+		t.Fatalf("n = %d, marks %d", d.n, len(d.marks))
+	}
+	for _, to := range []int64{7_300, 5_500, 5_500, 2_000, 9_999, 10_000, 0, 10_000} {
+		opened = nil
+		before := d.n
+		if err := d.rewind(to, open); err != nil {
+			t.Fatal(err)
+		}
+		if d.n != to || d.sum() != hexSum(data[:to]) {
+			t.Fatalf("rewind(%d) from %d: n = %d, digest wrong", to, before, d.n)
+		}
+		// Going back rereads from a mark, not from the start, when one
+		// is at or before the target.
+		if to < before && to >= 1_000 && len(opened) == 1 && opened[0] == 0 {
+			t.Errorf("rewind(%d) from %d reread from byte 0", to, before)
+		}
+	}
+	// More marks than kept: the oldest are dropped, and going back past
+	// them rereads from the start, still right.
+	d.Reset()
+	d.every = 100
+	for off := 0; off < len(data); off += 50 {
+		d.Write(data[off : off+50])
+	}
+	if len(d.marks) != keepMarks {
+		t.Fatalf("%d marks kept, want %d", len(d.marks), keepMarks)
+	}
+	if err := d.rewind(150, open); err != nil || d.sum() != hexSum(data[:150]) {
+		t.Fatalf("rewind past the kept marks: %v", err)
+	}
+	// A payload that ends early leaves the digest usable.
+	short := func(offset int64) (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(data[offset:5_000])), nil
+	}
+	if err := d.rewind(8_000, short); err == nil {
+		t.Fatal("rewinding past the content's end succeeded")
+	}
+	if err := d.rewind(3_000, open); err != nil || d.sum() != hexSum(data[:3_000]) {
+		t.Fatalf("after a failed rewind: %v", err)
+	}
+}
+
+// TestSizedReaderRefusesOtherSizes: content shorter or longer than its
+// declared size is an invalid error, not an end.
+func TestSizedReaderRefusesOtherSizes(t *testing.T) {
+	data := []byte("0123456789")
+	read := func(content []byte, at, size int64) ([]byte, error) {
+		return io.ReadAll(&sizedReader{r: bytes.NewReader(content), at: at, left: size - at, size: size})
+	}
+	if got, err := read(data[4:], 4, 10); err != nil || string(got) != "456789" {
+		t.Errorf("exact: %q, %v", got, err)
+	}
+	if _, err := read(data[4:], 4, 12); !errors.Is(err, failure.ErrInvalid) {
+		t.Errorf("shorter than declared: %v", err)
+	}
+	if _, err := read(data[4:], 4, 8); !errors.Is(err, failure.ErrInvalid) {
+		t.Errorf("longer than declared: %v", err)
+	}
+}
