@@ -45,9 +45,11 @@ NAME@VERSION, alone on stdout:
 
     ref=$(mercator artifact push weights ./model.safetensors)
 
-The content is hashed here and again by the control plane, which refuses it
-unless both agree. Pushing content the name already has prints the existing
-version and sends nothing. An interrupted push resumes where it stopped,
+The content is hashed here as it is sent, and again by the control plane as
+it arrives, which refuses it unless both agree; it is read once. Pushing
+content the name already has prints the existing version: when the name has
+a version of the same size, the content is hashed first and nothing is sent
+if it is that version. An interrupted push resumes where it stopped,
 within the run and across runs of this command (the upload's ID is kept in
 the CLI's configuration directory). Progress goes to stderr when it is a
 terminal.`)
@@ -74,7 +76,7 @@ terminal.`)
 	if fi.IsDir() {
 		payload, err = dirPayload(src)
 	} else if fi.Mode().IsRegular() {
-		payload, err = filePayload(src, fi.Size())
+		payload = filePayload(src, fi)
 	} else {
 		return fmt.Errorf("%s is neither a regular file nor a directory", src)
 	}
@@ -86,7 +88,10 @@ terminal.`)
 		return err
 	}
 	resume := inv.uploadMemory()
-	key := name + "@" + payload.SHA256
+	key, err := uploadKey(name, src, fi, payload.Size)
+	if err != nil {
+		return err
+	}
 	opts := client.PushOptions{
 		UploadID: resume.get(key),
 		Started:  func(id string) { resume.put(key, id) },
@@ -117,51 +122,110 @@ terminal.`)
 	return err
 }
 
-// filePayload hashes a file and returns it as a payload.
-func filePayload(p string, size int64) (client.Payload, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return client.Payload{}, err
+// filePayload returns a file as a payload without reading it: the push
+// hashes it as it sends it. Every read checks, when it opens the file and
+// when it reaches the end, that the file still has the size and
+// modification time it had here, so a file changed during a push (or
+// between an interrupted push and its resumption) is refused rather than
+// pushed as a mixture.
+func filePayload(p string, fi os.FileInfo) client.Payload {
+	size, mtime := fi.Size(), fi.ModTime()
+	unchanged := func(f *os.File) error {
+		now, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if now.Size() != size || !now.ModTime().Equal(mtime) {
+			return fmt.Errorf("%s changed while it was pushed (%d bytes modified %s, now %d bytes modified %s); push it again once it is complete",
+				p, size, mtime.Format(time.RFC3339Nano), now.Size(), now.ModTime().Format(time.RFC3339Nano))
+		}
+		return nil
 	}
-	defer f.Close()
-	h := sha256.New()
-	if n, err := io.Copy(h, f); err != nil {
-		return client.Payload{}, err
-	} else if n != size {
-		return client.Payload{}, fmt.Errorf("%s changed size while it was read (%d, then %d bytes)", p, size, n)
+	return client.Payload{Size: size, Format: api.ArtifactFile, Open: func(offset int64) (io.ReadCloser, error) {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		if err := unchanged(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if _, err := f.Seek(offset, io.SeekStart); err != nil {
+			f.Close()
+			return nil, err
+		}
+		return &checkedFile{File: f, check: unchanged}, nil
+	}}
+}
+
+// checkedFile is a file whose end is believed only once check passes.
+type checkedFile struct {
+	*os.File
+	check func(*os.File) error
+}
+
+func (c *checkedFile) Read(b []byte) (int, error) {
+	n, err := c.File.Read(b)
+	if err == io.EOF {
+		if cerr := c.check(c.File); cerr != nil {
+			return n, cerr
+		}
 	}
-	return client.Payload{Size: size, SHA256: hex.EncodeToString(h.Sum(nil)), Format: api.ArtifactFile,
-		Open: func(offset int64) (io.ReadCloser, error) {
-			f, err := os.Open(p)
-			if err != nil {
-				return nil, err
-			}
-			if _, err := f.Seek(offset, io.SeekStart); err != nil {
-				f.Close()
-				return nil, err
-			}
-			return f, nil
-		}}, nil
+	return n, err
 }
 
 // dirPayload describes a directory's deterministic tar: it is generated
-// once to learn its size and digest, and again for each send.
+// once, without hashing, to learn its size, and again for each send (which
+// hashes it as it goes). Each generation ends by checking that the tree
+// still looks as it did before the first (treeState), so a tree changed
+// during a push, or between a broken send and its resumption, is refused
+// rather than pushed as a mixture of its states.
 func dirPayload(dir string) (client.Payload, error) {
-	h := sha256.New()
-	counter := &countingWriter{w: h}
-	if err := writeTree(dir, counter); err != nil {
+	before, err := treeState(dir)
+	if err != nil {
 		return client.Payload{}, err
 	}
-	return client.Payload{Size: counter.n, SHA256: hex.EncodeToString(h.Sum(nil)), Format: api.ArtifactTar,
+	generate := func(w io.Writer) error {
+		if err := writeTree(dir, w); err != nil {
+			return err
+		}
+		if now, err := treeState(dir); err != nil || now != before {
+			return fmt.Errorf("%s changed while it was pushed; push it again once it is complete", dir)
+		}
+		return nil
+	}
+	counter := &countingWriter{w: io.Discard}
+	if err := generate(counter); err != nil {
+		return client.Payload{}, err
+	}
+	return client.Payload{Size: counter.n, Format: api.ArtifactTar,
 		Open: func(offset int64) (io.ReadCloser, error) {
 			pr, pw := io.Pipe()
-			go func() { pw.CloseWithError(writeTree(dir, pw)) }()
+			go func() { pw.CloseWithError(generate(pw)) }()
 			if _, err := io.CopyN(io.Discard, pr, offset); err != nil {
 				pr.Close()
 				return nil, err
 			}
 			return pr, nil
 		}}, nil
+}
+
+// treeState is a digest of what a directory's archive is made from: every
+// entry's path, type, mode, size and modification time.
+func treeState(dir string) (string, error) {
+	h := sha256.New()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%q %v %d %d\n", p, info.Mode(), info.Size(), info.ModTime().UnixNano())
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil)), err
 }
 
 type countingWriter struct {
@@ -213,8 +277,13 @@ func writeTree(dir string, w io.Writer) error {
 		}
 		defer f.Close()
 		n, err := io.Copy(tw, f)
-		if err == nil && n != h.Size {
-			err = fmt.Errorf("%s changed while it was read", p)
+		if err != nil {
+			return err
+		}
+		// A file rewritten in place keeps its size; its time tells.
+		after, err := f.Stat()
+		if err == nil && (n != h.Size || after.Size() != h.Size || !after.ModTime().Equal(info.ModTime())) {
+			err = fmt.Errorf("%s changed while it was read; push again once it is complete", p)
 		}
 		return err
 	})
@@ -326,9 +395,22 @@ func parseArtifactFlag(s string) (api.ArtifactMount, error) {
 	return m, nil
 }
 
-// uploadMemory remembers, per NAME@DIGEST, the upload a push started, so an
-// interrupted push resumes it when run again. It lives beside the CLI's
-// context file; without one, nothing is remembered.
+// uploadKey names a push in the upload memory: the artifact name and the
+// source as it stands (absolute path, size, modification time), since the
+// content's digest is known only once it was sent. A source that changed
+// since an interrupted push makes a new key and a new upload; one changed
+// without changing these is caught by the digests at the commit.
+func uploadKey(name, src string, fi os.FileInfo, size int64) (string, error) {
+	abs, err := filepath.Abs(src)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s@%s:%d:%d", name, abs, size, fi.ModTime().UnixNano()), nil
+}
+
+// uploadMemory remembers, per push (see uploadKey), the upload it started,
+// so an interrupted push resumes it when run again. It lives beside the
+// CLI's context file; without one, nothing is remembered.
 type uploadMemory struct{ path string }
 
 func (inv *invocation) uploadMemory() uploadMemory {

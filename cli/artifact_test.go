@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,5 +63,54 @@ func TestDirectoryArchiveIsDeterministic(t *testing.T) {
 	os.Symlink("a.txt", filepath.Join(dir, "link"))
 	if err := writeTree(dir, new(bytes.Buffer)); err == nil || !strings.Contains(err.Error(), "regular files and directories only") {
 		t.Errorf("a symlink in the tree: %v", err)
+	}
+}
+
+// TestPayloadsRefuseAChangedSource: a file or tree changed while it is
+// pushed (or between a broken send and its resumption) is an error when
+// it is read, not content pushed as a mixture.
+func TestPayloadsRefuseAChangedSource(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f.bin")
+	os.WriteFile(p, bytes.Repeat([]byte("a"), 1000), 0o644)
+	fi, _ := os.Stat(p)
+	payload := filePayload(p, fi)
+	if payload.Size != 1000 || payload.SHA256 != "" || payload.Format != api.ArtifactFile {
+		t.Fatalf("payload %+v", payload)
+	}
+	rc, err := payload.Open(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || len(got) != 990 {
+		t.Fatalf("Open(10): %d bytes, %v", len(got), err)
+	}
+	// Rewritten in place, same size: refused at the end of a read already
+	// open, and by the next Open.
+	rc, _ = payload.Open(0)
+	later := fi.ModTime().Add(time.Second)
+	os.WriteFile(p, bytes.Repeat([]byte("b"), 1000), 0o644)
+	os.Chtimes(p, later, later)
+	if _, err := io.ReadAll(rc); err == nil || !strings.Contains(err.Error(), "changed while it was pushed") {
+		t.Errorf("reading a file rewritten meanwhile: %v", err)
+	}
+	rc.Close()
+	if _, err := payload.Open(500); err == nil || !strings.Contains(err.Error(), "changed while it was pushed") {
+		t.Errorf("opening a rewritten file: %v", err)
+	}
+
+	tree := filepath.Join(dir, "tree")
+	os.MkdirAll(tree, 0o755)
+	os.WriteFile(filepath.Join(tree, "x"), []byte("x"), 0o644)
+	tp, err := dirPayload(tree)
+	if err != nil || tp.SHA256 != "" {
+		t.Fatalf("dir payload %+v, %v", tp, err)
+	}
+	os.WriteFile(filepath.Join(tree, "y"), []byte("y"), 0o644)
+	rc, _ = tp.Open(0)
+	if _, err := io.ReadAll(rc); err == nil || !strings.Contains(err.Error(), "changed while it was pushed") {
+		t.Errorf("reading a tree changed meanwhile: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ import (
 	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/internal/faultproxy"
 	"github.com/mercator/mercator/internal/registrytest"
 	"github.com/mercator/mercator/internal/testimage"
 	"github.com/mercator/mercator/nodeagent"
@@ -266,6 +268,88 @@ func TestArtifactPushMountRead(t *testing.T) {
 		if _, err := c.client.SubmitRun(c.ctx, spec); !errors.Is(err, failure.ErrInvalid) {
 			t.Errorf("%s: submit = %v, want invalid", what, err)
 		}
+	}
+}
+
+// cutAfter closes the connection carrying the client's byte past limit
+// (counted over every connection) and calls cut first: an upload broken
+// midway and the command pushing it interrupted.
+type cutAfter struct {
+	limit int64
+	sent  atomic.Int64
+	cut   func()
+}
+
+func (c *cutAfter) Data(_ uint64, dir faultproxy.Direction, p []byte) faultproxy.Verdict {
+	if dir == faultproxy.ClientToServer && c.sent.Add(int64(len(p))) > c.limit {
+		c.cut()
+		return faultproxy.Close
+	}
+	return faultproxy.Forward
+}
+
+func (c *cutAfter) Closed(uint64) {}
+
+// TestArtifactPushResumesAcrossRuns: a push whose connection breaks and
+// whose command is interrupted midway is resumed by the next run of the
+// same command, from where the control plane stands rather than from the
+// start (the client rereads what was sent to rebuild its digest), and the
+// version has exactly the file's content.
+func TestArtifactPushResumesAcrossRuns(t *testing.T) {
+	c := startArtifactCluster(t, nil, artifactClusterOptions{})
+	blobPath, blob := randomFile(t, t.TempDir(), "blob.bin", 24<<20)
+	u, err := url.Parse(c.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, interrupt := context.WithCancel(c.ctx)
+	defer interrupt()
+	proxy, err := faultproxy.Start(u.Host, faultproxy.WithTap(&cutAfter{limit: 8 << 20, cut: interrupt}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	config := filepath.Join(c.dataDir, "cli", "context.json")
+	env := map[string]string{"MERCATOR_ADDR": "http://" + proxy.Addr(), "MERCATOR_TOKEN": c.token, "MERCATOR_CONFIG": config}
+	var out, errOut bytes.Buffer
+	if code := cli.Main(ctx, []string{"artifact", "push", "data", blobPath}, strings.NewReader(""), &out, &errOut, func(k string) string { return env[k] }); code == 0 {
+		t.Fatalf("the interrupted push exited 0, printing %q", out.String())
+	}
+	raw, err := os.ReadFile(filepath.Join(filepath.Dir(config), "uploads.json"))
+	var memory map[string]string
+	if err != nil || json.Unmarshal(raw, &memory) != nil || len(memory) != 1 {
+		t.Fatalf("upload memory after the interrupted push: %s %v", raw, err)
+	}
+	var id string
+	for _, v := range memory {
+		id = v
+	}
+	var up api.Upload
+	c.waitFor("the broken send to land", func() bool {
+		up, err = c.client.GetUpload(c.ctx, id)
+		return err == nil && up.Received > 0
+	})
+	if up.Received >= int64(len(blob)) {
+		t.Fatalf("the broken send delivered everything (%d bytes); nothing left to resume", up.Received)
+	}
+	t.Logf("interrupted at %d of %d bytes", up.Received, len(blob))
+
+	if ref := strings.TrimSpace(c.mercator("artifact", "push", "data", blobPath)); ref != "data@v1" {
+		t.Fatalf("the resumed push printed %q, want data@v1 alone", ref)
+	}
+	v, err := c.client.GetArtifact(c.ctx, "data", "v1")
+	if err != nil || v.SHA256 != sha256Hex(blob) || v.Size != int64(len(blob)) {
+		t.Fatalf("data@v1 = %+v, %v", v, err)
+	}
+	// The upload the first run began is the one committed: none is left.
+	if _, err := c.client.GetUpload(c.ctx, id); !errors.Is(err, failure.ErrNotFound) {
+		t.Errorf("upload %s after the resumed push: %v, want committed and gone", id, err)
+	}
+	if left, _ := os.ReadDir(filepath.Join(c.dataDir, "uploads")); len(left) != 0 {
+		t.Errorf("uploads left behind: %v; the second run started over instead of resuming", left)
+	}
+	if raw, _ := os.ReadFile(filepath.Join(filepath.Dir(config), "uploads.json")); strings.Contains(string(raw), id) {
+		t.Errorf("the upload memory still holds %s after the push: %s", id, raw)
 	}
 }
 
