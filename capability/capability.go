@@ -25,6 +25,12 @@
 //     agent's own requests to the calls paths (PathCalls); NodeFacts states
 //     the share of the machine set aside for function containers
 //     (Functions). See functions.go.
+//   - 4 (2026-11-30): synchronous call logs on request. The call_log
+//     command (CallLogCommand), sent down the session like invoke and never
+//     stored, asks the node for the log it keeps of one call; the agent
+//     answers over its own request to PathCallLogs. A control plane asks
+//     only agents at VersionCallLogs or later: an older one would take the
+//     unknown command for an operation.
 package capability
 
 import (
@@ -33,7 +39,11 @@ import (
 
 // Version is the capability version this build speaks. See the package doc
 // for what each version added.
-const Version = 3
+const Version = 4
+
+// VersionCallLogs is the first version whose agents answer the call_log
+// command (CallLogCommand).
+const VersionCallLogs = 4
 
 // Paths of the node protocol, relative to the control plane's base URL. Every
 // one is called by the agent; the control plane never calls a node.

@@ -88,6 +88,37 @@ type InvokeCommand struct {
 	Logs bool `json:"logs,omitempty"`
 }
 
+// PathCallLogs is where an agent answers a CallLogCommand; the command's
+// Request follows. The body is the call's log as text (what the engine
+// kept: bounded, "[truncated]" at the end when it was cut), or, with
+// HeaderCallLogUnknown set, empty: the node keeps no log of that call.
+// Authenticated like the calls paths; the control plane answers 410 Gone
+// to an answer nobody waits for any more.
+const PathCallLogs = "/v1/node/call-logs/"
+
+// HeaderCallLogUnknown, on an answer to PathCallLogs, says the node keeps
+// no log of the call (it never ran it, or has forgotten it); its value is
+// the reason, for the control plane's log.
+const HeaderCallLogUnknown = "Mercator-Call-Log-Unknown"
+
+// CallLogCommand asks a node for the log it keeps of one call (capability
+// version 4). A durable call's log is stored with the call; a synchronous
+// call's stays on the node that ran it (the engine keeps its most recent
+// calls' logs), and the control plane asks for it only when someone reads
+// it, so that a call costs no store write. Like InvokeCommand it is never
+// stored or redelivered and produces no result event: the answer travels
+// over the agent's own request to PathCallLogs, and a question that goes
+// unanswered is the control plane's to give up on.
+type CallLogCommand struct {
+	// CallID is the call whose log is wanted.
+	CallID string `json:"call_id"`
+	// Request names this question on the control plane (see PathCallLogs).
+	Request string `json:"request"`
+	// URL is the base URL of the replica that asks, where the answer goes
+	// (as InvokeCommand.URL).
+	URL string `json:"url"`
+}
+
 // FunctionSpec is everything a node needs to run a function. Its fields
 // mirror the node's engine configuration (fnagent.FunctionConfig), which
 // this package cannot import.

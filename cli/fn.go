@@ -32,7 +32,7 @@ func init() {
 	registerSub("fn", group, &command{name: "get", summary: "Show a function", run: fnGet})
 	registerSub("fn", group, &command{name: "delete", summary: "Delete a function and its triggers", run: fnDelete})
 	registerSub("fn", group, &command{name: "call", summary: "Show a durable call's status (and its result)", run: fnCall})
-	registerSub("fn", group, &command{name: "logs", summary: "Print a durable call's output", run: fnLogs})
+	registerSub("fn", group, &command{name: "logs", summary: "Print a call's output", run: fnLogs})
 }
 
 // appFn finds APP's function NAME.
@@ -219,10 +219,12 @@ body (nothing when it is a terminal) and its response body is streamed to
 standard output as it arrives. The call goes through the control plane to
 a node, like any caller's. A function that answers 4xx or 5xx exits 1 after
 printing its body; --detached stores the call and prints its ID instead
-(see fn call and fn logs).`)
+(see fn call and fn logs); --call-id prints a synchronous call's ID to
+standard error, for fn logs.`)
 	g := fs.clientFlags(false)
 	contentType := fs.String("content-type", "", "the request's Content-Type, e.g. application/json")
 	detached := fs.Bool("detached", false, "store the call and return its ID at once (Fn-Invoke-Type: detached)")
+	showID := fs.Bool("call-id", false, "print the call's ID to standard error once it ends (read its output with fn logs)")
 	var headers stringList
 	fs.Var(&headers, "header", "add a request header `'NAME: VALUE'` (repeatable)")
 	fs.aliasShort("H", "header")
@@ -271,6 +273,9 @@ printing its body; --detached stores the call and prints its ID instead
 		return nil
 	}
 	res, err := c.Invoke(ctx, fn.ID, body, h, inv.stdout)
+	if *showID && res.CallID != "" {
+		fmt.Fprintf(inv.stderr, "call %s\n", res.CallID)
+	}
 	if err != nil {
 		return err
 	}
@@ -457,7 +462,11 @@ body instead.`)
 }
 
 func fnLogs(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("APP NAME CALL_ID [flags]", `Print what a durable call's function wrote to stdout and stderr during the call.`)
+	fs := inv.flags("APP NAME CALL_ID [flags]", `
+Print what the function wrote to stdout and stderr during a call. A durable
+call's output is stored with it; a synchronous call's is asked of the nodes
+that keep it, which keep only their most recent calls' (fn invoke --call-id
+prints a synchronous call's ID).`)
 	g := fs.clientFlags(false)
 	pos, err := fs.parse(args)
 	if err != nil {

@@ -365,7 +365,9 @@ func (c *Client) GetCall(ctx context.Context, fnID, callID string) (api.FnCall, 
 	return out, nil
 }
 
-// CallLog returns a durable call's output.
+// CallLog returns a call's output: a durable call's, stored with it, or a
+// synchronous call's, from the node that keeps it (failure.ErrNotFound,
+// with the control plane's reason, when none does any more).
 func (c *Client) CallLog(ctx context.Context, fnID, callID string) (string, error) {
 	var out api.CallLogResponse
 	if err := c.fnDo(ctx, http.MethodGet, api.FnPrefix+"/fns/"+url.PathEscape(fnID)+"/calls/"+url.PathEscape(callID)+"/log", nil, nil, &out); err != nil {

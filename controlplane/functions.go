@@ -1210,11 +1210,17 @@ func (s *Server) fnListCalls(w http.ResponseWriter, r *http.Request) {
 }
 
 // fnGetCallLog answers with the call's output: text, or Fn's JSON body
-// when the client asks for application/json. A call that has not run yet
-// has no log.
+// when the client asks for application/json. A durable call's is stored
+// with it (one that has not run yet has none); any other call ID is taken
+// for a synchronous call's, whose log the nodes keep (functions_logs.go).
 func (s *Server) fnGetCallLog(w http.ResponseWriter, r *http.Request) {
-	c, err := s.readCall(r.Context(), r.PathValue("fn_id"), r.PathValue("call_id"))
-	if err == nil && c.Status == api.CallQueued && c.Attempts == 0 {
+	fnID, callID := r.PathValue("fn_id"), r.PathValue("call_id")
+	c, err := s.readCall(r.Context(), fnID, callID)
+	text := c.Log
+	switch {
+	case errors.Is(err, errCallNotFound):
+		text, err = s.fn.syncCallLog(r.Context(), fnID, callID)
+	case err == nil && c.Status == api.CallQueued && c.Attempts == 0:
 		err = errCallLogNotFound
 	}
 	if err != nil {
@@ -1222,11 +1228,11 @@ func (s *Server) fnGetCallLog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if strings.Contains(r.Header.Get("Accept"), "application/json") {
-		writeJSON(w, http.StatusOK, api.CallLogResponse{Message: "Successfully loaded log", Log: api.CallLog{CallID: c.ID, Log: c.Log}})
+		writeJSON(w, http.StatusOK, api.CallLogResponse{Message: "Successfully loaded log", Log: api.CallLog{CallID: callID, Log: text}})
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	io.WriteString(w, c.Log)
+	io.WriteString(w, text)
 }
 
 // fnGetCallResult (Mercator) answers with the function's response to a

@@ -163,6 +163,10 @@ type fakeNode struct {
 	done   chan struct{}
 	handle func(n *fakeNode, inv capability.InvokeCommand)
 	got    atomic.Int64
+	// logs are the call logs the node keeps, by call ID, and asked
+	// counts the call_log commands it got (functions_logs_test.go).
+	logs  sync.Map
+	asked atomic.Int64
 }
 
 func (f *fnFixture) startNode(id string, handle func(n *fakeNode, inv capability.InvokeCommand)) *fakeNode {
@@ -205,6 +209,10 @@ func (n *fakeNode) start() {
 					if cmd.Kind == node.KindInvoke {
 						n.got.Add(1)
 						go n.handle(n, *cmd.Invoke)
+					}
+					if cmd.Kind == node.KindCallLog {
+						n.asked.Add(1)
+						go n.answerLog(*cmd.CallLog)
 					}
 				case <-ctx.Done():
 					return

@@ -81,6 +81,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST "+capability.PathEvents, s.nodeAuth(s.events))
 	mux.Handle("POST "+capability.PathLogs, s.nodeAuth(s.nodeLogs))
 	s.functionNodeRoutes(mux) // invoke.go: the calls paths
+	// functions_logs.go: agents' answers to call_log commands.
+	mux.Handle("POST "+capability.PathCallLogs+"{id}", s.nodeAuth(s.callLogAnswer))
 	// Signed content reads (artifacts.go): the signature is the credential.
 	mux.HandleFunc("GET "+content.ReadPath+"{digest}", s.serveContent)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -97,6 +97,8 @@ type fnState struct {
 
 	rvs sync.Map // rendezvous ID → *rendezvous
 
+	logAsks sync.Map // call_log request ID → *logAsk (functions_logs.go)
+
 	fns      sync.Map // fn ID → *fnEntry
 	triggers sync.Map // app name NUL source → *triggerEntry
 

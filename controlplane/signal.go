@@ -168,6 +168,8 @@ func (s *Server) deliver(topic string) {
 		s.nodeBroadcast(id).Notify()
 	case strings.HasPrefix(topic, topicInvoke):
 		s.fn.deliverPublished(topic) // invoke.go: a call for a session held here
+	case strings.HasPrefix(topic, topicCallLog):
+		s.fn.deliverCallLog(topic) // functions_logs.go: a log question for a session held here
 	}
 }
 

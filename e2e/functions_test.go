@@ -562,7 +562,8 @@ func testimagePublish(ctx context.Context, name, registry string) (string, error
 // TestFunctionAcrossReplicas: two control-plane replicas on one
 // PostgreSQL database; the agent's session is on replica B and the caller
 // on replica A. The invoke command crosses replicas as a signal, and the
-// agent brings the call's bodies to replica A, which holds the caller.
+// agent brings the call's bodies to replica A, which holds the caller; a
+// question for a synchronous call's log crosses the same way.
 func TestFunctionAcrossReplicas(t *testing.T) {
 	dsn := postgresDSN(t)
 	c := startCluster(t) // for the registry and the images
@@ -604,5 +605,19 @@ func TestFunctionAcrossReplicas(t *testing.T) {
 	res, err := a.client.Invoke(c.ctx, fn.ID, strings.NewReader(big), nil, &out)
 	if err != nil || res.Status != 200 || out.Len() < 200<<10 {
 		t.Fatalf("large invoke across replicas: %+v %d bytes %v", res, out.Len(), err)
+	}
+	// A synchronous call's log, read through either replica: A asks the
+	// node through B, which holds its session, and the answer comes back
+	// to A; B asks it directly.
+	out.Reset()
+	res, err = a.client.Invoke(c.ctx, fn.ID, strings.NewReader(`{"name":"logged"}`), nil, &out)
+	if err != nil || res.Status != 200 || res.CallID == "" {
+		t.Fatalf("invoke to read the log of: %+v %q %v", res, out.String(), err)
+	}
+	for name, r := range map[string]*replicaProc{"A": a, "B": b} {
+		c.waitFor("the call's log through replica "+name, func() bool {
+			log, err := r.client.CallLog(c.ctx, fn.ID, res.CallID)
+			return err == nil && strings.Contains(log, "greeting logged (call "+res.CallID+")")
+		})
 	}
 }

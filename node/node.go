@@ -21,6 +21,11 @@ const (
 	// call's outcome travels over the agent's own requests to the calls
 	// paths. It carries no OperationID.
 	KindInvoke = "invoke"
+	// KindCallLog asks for the log a node keeps of one call
+	// (capability.CallLogCommand, capability version 4). Ephemeral like
+	// KindInvoke: no OperationID, the answer travels over the agent's own
+	// request.
+	KindCallLog = "call_log"
 	// KindKeepAlive carries nothing; it keeps idle proxies from closing the
 	// session stream and lets the agent notice a dead one.
 	KindKeepAlive = "keep_alive"
@@ -45,6 +50,7 @@ type Command struct {
 	LaunchWorkload  *capability.LaunchWorkloadCommand  `json:"launch_workload,omitempty"`
 	StopWorkload    *capability.StopWorkloadCommand    `json:"stop_workload,omitempty"`
 	Invoke          *capability.InvokeCommand          `json:"invoke,omitempty"`
+	CallLog         *capability.CallLogCommand         `json:"call_log,omitempty"`
 }
 
 // Result outcomes.

@@ -264,6 +264,10 @@ func (a *Agent) handle(ctx context.Context, cmd node.Command) {
 		a.invoke(ctx, cmd) // ephemeral: not an operation (functions.go)
 		return
 	}
+	if cmd.Kind == node.KindCallLog {
+		a.answerCallLog(ctx, cmd) // ephemeral too (functions_logs.go)
+		return
+	}
 	unlock := a.lockKey(commandKey(cmd))
 	defer unlock()
 	if ev, ok := a.state.AppliedResult(cmd.OperationID); ok {
