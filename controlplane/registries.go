@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/failure"
@@ -95,6 +96,7 @@ func (s *Server) putRegistry(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	s.creds.forget(host)
 	s.log.Info("registry credential stored", "host", host, "username", req.Username)
 	writeJSON(w, status, registryView(out))
 }
@@ -136,6 +138,7 @@ func (s *Server) deleteRegistry(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	s.creds.forget(host)
 	s.log.Info("registry credential removed", "host", host)
 	writeJSON(w, http.StatusOK, registryView(out))
 }
@@ -147,16 +150,22 @@ func (s *Server) registryCredential(ctx context.Context, host string) (user, pas
 	if err != nil {
 		return "", "", false
 	}
-	var c store.RegistryCredential
-	err = s.store.View(ctx, func(tx store.Tx) error {
-		var err error
-		c, err = tx.GetRegistryCredential(host)
-		return err
-	})
-	if err != nil {
-		if !errors.Is(err, failure.ErrNotFound) {
+	now := time.Now()
+	c, found, fresh, gen := s.creds.get(host, now)
+	if !fresh {
+		err = s.store.View(ctx, func(tx store.Tx) error {
+			var err error
+			c, err = tx.GetRegistryCredential(host)
+			return err
+		})
+		if err != nil && !errors.Is(err, failure.ErrNotFound) {
 			s.log.Warn("reading registry credential", "host", host, "err", err)
+			return "", "", false
 		}
+		found = err == nil
+		s.creds.put(host, c, found, gen, now)
+	}
+	if !found {
 		return "", "", false
 	}
 	password, err = s.unseal(registrySealingData(host), c.Sealed)

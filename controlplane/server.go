@@ -144,6 +144,7 @@ type Server struct {
 	replicaID string
 	pins      pinCache  // pins.go
 	auth      authCache // authcache.go
+	creds     credCache // credcache.go
 	mailboxes sync.Map  // node ID → *mailbox (mailbox.go)
 }
 

@@ -13,6 +13,7 @@ package lifecycle
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/mercator/mercator/api"
@@ -67,7 +68,7 @@ func Observe(r *api.Run, nodeID string, o capability.WorkloadObservation, now ti
 	if a == nil || a.NodeID != nodeID {
 		return false
 	}
-	before := fmt.Sprintf("%+v", *r)
+	before := captureOutcome(r, a)
 	if o.ContainerID != "" {
 		a.ContainerID = o.ContainerID
 	}
@@ -78,7 +79,7 @@ func Observe(r *api.Run, nodeID string, o capability.WorkloadObservation, now ti
 		a.FinishedAt = o.FinishedAt
 	}
 	if !Active(*a) && a.Status != api.AttemptUnknown {
-		return before != fmt.Sprintf("%+v", *r)
+		return changed(before, r, a, now)
 	}
 	switch o.Phase {
 	case capability.PhasePreparing, capability.PhaseCreated:
@@ -113,9 +114,49 @@ func Observe(r *api.Run, nodeID string, o capability.WorkloadObservation, now ti
 		}
 	}
 	settle(r, a, now)
-	r.UpdatedAt = now
-	return before != fmt.Sprintf("%+v", *r)
+	return changed(before, r, a, now)
 }
+
+// outcome is what Observe may change in a run: the observed attempt and the
+// run's status and result. Observe compares it field by field (pointers by
+// what they point to) rather than printing the run: an observation arrives
+// with every node event, and printing a run twice for each was a fifth of
+// the work of applying events at fleet scale.
+type outcome struct {
+	attempt    api.Attempt
+	status     string
+	reason     string
+	exitCode   *int
+	finishedAt *time.Time
+}
+
+func captureOutcome(r *api.Run, a *api.Attempt) outcome {
+	return outcome{attempt: *a, status: r.Status, reason: r.Reason, exitCode: r.ExitCode, finishedAt: r.FinishedAt}
+}
+
+// changed reports whether r or a differ from before, and if so stamps r's
+// UpdatedAt with now.
+func changed(before outcome, r *api.Run, a *api.Attempt, now time.Time) bool {
+	after := captureOutcome(r, a)
+	if sameAttempt(before.attempt, after.attempt) && before.status == after.status && before.reason == after.reason &&
+		sameInt(before.exitCode, after.exitCode) && sameTime(before.finishedAt, after.finishedAt) {
+		return false
+	}
+	r.UpdatedAt = now
+	return true
+}
+
+func sameAttempt(x, y api.Attempt) bool {
+	return x.Number == y.Number && x.NodeID == y.NodeID && slices.Equal(x.GPUs, y.GPUs) && x.Status == y.Status &&
+		x.ContainerID == y.ContainerID && sameInt(x.ExitCode, y.ExitCode) && x.OOMKilled == y.OOMKilled &&
+		x.Error == y.Error && x.StopReason == y.StopReason && x.Replaced == y.Replaced &&
+		x.StopRequested == y.StopRequested && x.PlacedAt.Equal(y.PlacedAt) &&
+		sameTime(x.StartedAt, y.StartedAt) && sameTime(x.FinishedAt, y.FinishedAt)
+}
+
+func sameInt(x, y *int) bool { return x == y || (x != nil && y != nil && *x == *y) }
+
+func sameTime(x, y *time.Time) bool { return x == y || (x != nil && y != nil && x.Equal(*y)) }
 
 func exitError(r *api.Run, code int, o capability.WorkloadObservation) string {
 	switch {

@@ -212,7 +212,18 @@ func (s *Store) update(ctx context.Context, fn func(tx store.Tx) error) (conflic
 	if err != nil {
 		return s.d.retryable(err), fmt.Errorf("sqlstore: begin: %w", err)
 	}
-	t := &txn{ctx: ctx, tx: sqlTx, d: s.d, write: true, stmts: s.stmts}
+	stmtCtx := ctx
+	if s.d.serializeWriters {
+		// SQLite's statements run without ctx's cancellation: with a
+		// cancellable context modernc's driver starts a goroutine and
+		// installs a progress handler for every statement, a measurable
+		// share of the one writer's time, to interrupt statements that are
+		// short anyway. ctx still ends the transaction between statements
+		// (database/sql rolls it back when ctx is done) and bounds the wait
+		// for the writer above.
+		stmtCtx = context.WithoutCancel(ctx)
+	}
+	t := &txn{ctx: stmtCtx, tx: sqlTx, d: s.d, write: true, stmts: s.stmts}
 	committed := false
 	defer func() {
 		t.done = true
