@@ -2,21 +2,23 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/fnagent"
+	"github.com/mercator/mercator/internal/cputime"
 )
 
 // TestFunctionBench measures a trivial FDK function (testdata/images/fn-fdk
@@ -72,11 +74,13 @@ func TestFunctionBench(t *testing.T) {
 	// MERCATOR_FN_BENCH_INPROC=1, which is how to profile both sides).
 	where := "agent in its own process"
 	agentPID := 0
+	var agentNode string
 	if os.Getenv("MERCATOR_FN_BENCH_INPROC") != "" {
-		c.startAgent("bench")
+		agentNode = c.startAgent("bench")
 		where = "agent in the test's process"
 	} else {
-		agentPID = c.startProcessAgent("bench", "--fn-memory", "2GiB").cmd.Process.Pid
+		agent := c.startProcessAgent("bench", "--fn-memory", "2GiB")
+		agentPID, agentNode = agent.cmd.Process.Pid, agent.nodeID
 	}
 	_, fn := c.deployHello("bench", api.Fn{Image: image, IdleTimeout: 120})
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
@@ -102,28 +106,76 @@ func TestFunctionBench(t *testing.T) {
 	type phase struct {
 		lat        []time.Duration
 		throughput float64
-		cpu        cpuTimes // per call
+		cpu        cputime.Sample // per call
+	}
+	// starting counts the function's containers not ready yet: those the
+	// engine reports starting, and, through the control plane, those the
+	// daemon holds beyond the ready ones in the node's last facts (which
+	// may predate a launch).
+	starting := func(fnID string) int {
+		if fnID == "bench-alone" {
+			n := 0
+			for _, s := range engine.Stats() {
+				n += s.Starting
+			}
+			return n
+		}
+		n, err := c.client.GetNode(c.ctx, agentNode)
+		if err != nil || n.Facts == nil {
+			return -1
+		}
+		var fc struct {
+			Containers []struct {
+				FnID                 string `json:"fn_id"`
+				Idle, Busy, Starting int
+			} `json:"containers"`
+		}
+		raw, _ := json.Marshal((*n.Facts)["functions"])
+		if json.Unmarshal(raw, &fc) != nil {
+			return -1
+		}
+		ready := 0
+		for _, ct := range fc.Containers {
+			if ct.FnID == fnID {
+				if ct.Starting > 0 {
+					return ct.Starting
+				}
+				ready = ct.Idle + ct.Busy
+			}
+		}
+		return countFnContainers(t, fnID) - ready
 	}
 	run := func(name string, fnID string, call func() error, conc int) phase {
 		// Warm: enough calls, concurrently, for the hot containers this
-		// concurrency needs to exist.
+		// concurrency needs to exist. Calls the warm-up queued are often
+		// served by a container that came free before the one launched
+		// for them was ready, so launches outlast it: they are waited for
+		// and warmed in turn, because a launch in the measured phase would
+		// count its CPU (most of it in processes no figure names) and the
+		// moment its container joins.
 		var wg sync.WaitGroup
-		for w := 0; w < conc; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; i < 50; i++ {
-					if err := call(); err != nil {
-						t.Errorf("%s warm-up: %v", name, err)
-						return
+		warm := func(n int) {
+			for w := 0; w < conc; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < n; i++ {
+						if err := call(); err != nil {
+							t.Errorf("%s warm-up: %v", name, err)
+							return
+						}
 					}
-				}
-			}()
+				}()
+			}
+			wg.Wait()
 		}
-		wg.Wait()
+		warm(50)
+		c.waitFor(name+": no container starting", func() bool { return starting(fnID) == 0 })
+		warm(20)
 		lat := make([]time.Duration, calls)
 		var next atomic.Int64
-		cpu0 := readCPU(t, agentPID, fnID)
+		ids := fnContainerIDs(t, fnID)
+		cpu0 := cputime.Take(agentPID, ids)
 		start := time.Now()
 		for w := 0; w < conc; w++ {
 			wg.Add(1)
@@ -145,7 +197,10 @@ func TestFunctionBench(t *testing.T) {
 		}
 		wg.Wait()
 		elapsed := time.Since(start)
-		cpu := readCPU(t, agentPID, fnID).minus(cpu0).per(calls)
+		// A container started during the phase counts in full: it read as
+		// zero at the start.
+		ids = slices.Compact(slices.Sorted(slices.Values(append(ids, fnContainerIDs(t, fnID)...))))
+		cpu := cputime.Take(agentPID, ids).Minus(cpu0).Per(calls)
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 		return phase{lat: lat, throughput: float64(calls) / elapsed.Seconds(), cpu: cpu}
 	}
@@ -160,7 +215,8 @@ func TestFunctionBench(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	fmt.Printf("\nFunctions benchmark: %s, %d calls per phase, %s\n", imageName, calls, where)
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("\nFunctions benchmark: %s, %d calls per phase, %s (load average at end: %s)\n", imageName, calls, where, strings.TrimSpace(string(load)))
 	fmt.Printf("%-28s %12s %12s %12s\n", "", "node alone", "through CP", "ratio")
 	row := func(name string, a, b time.Duration) {
 		fmt.Printf("%-28s %12s %12s %12.2f\n", name, ms(a), ms(b), float64(b)/float64(a))
@@ -174,7 +230,7 @@ func TestFunctionBench(t *testing.T) {
 	fmt.Printf("%-28s %12d %12d\n", "containers after c=8", aloneContainers, throughContainers)
 	fmt.Printf("CPU per call at c=8 (µs): node alone: %v; through CP: %v\n", alone8.cpu, through8.cpu)
 	fmt.Printf("CPU per call at c=1 (µs): node alone: %v; through CP: %v\n", alone1.cpu, through1.cpu)
-	fmt.Printf("(test process = load generator + control plane + the node-alone engine; dockerd is shared with anything else on the machine)\n")
+	fmt.Printf("(self = this test process: load generator, control plane, node-alone engine; process = the agent's; dockerd and containerd are shared with anything else on the machine, and machine is all of it)\n")
 	fmt.Printf("targets: c=1 p50 through CP ≤ 1 ms: %v (%s); c=8 ≥ 2000 calls/s with ≤ 8 containers: %v (%.0f calls/s, %d containers)\n\n",
 		pct(through1, 0.5) <= time.Millisecond, ms(pct(through1, 0.5)),
 		through8.throughput >= 2000 && throughContainers <= 8, through8.throughput, throughContainers)
@@ -195,87 +251,15 @@ func (w *discardWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// countFnContainers counts the daemon's running containers of a function.
-func countFnContainers(t testing.TB, fnID string) int {
-	out, err := execOutput("docker", "ps", "-q", "--filter", "label=mercator.fn="+fnID)
+// fnContainerIDs is the full IDs of the daemon's containers of a function,
+// running or not.
+func fnContainerIDs(t testing.TB, fnID string) []string {
+	out, err := execOutput("docker", "ps", "-aq", "--no-trunc", "--filter", "label=mercator.fn="+fnID)
 	if err != nil {
 		t.Fatalf("docker ps: %v", err)
 	}
-	return len(strings.Fields(out))
+	return strings.Fields(out)
 }
 
-// cpuTimes is CPU time consumed, by whom.
-type cpuTimes struct {
-	self, agent, dockerd, containers time.Duration
-}
-
-func (a cpuTimes) minus(b cpuTimes) cpuTimes {
-	return cpuTimes{a.self - b.self, a.agent - b.agent, a.dockerd - b.dockerd, a.containers - b.containers}
-}
-
-func (a cpuTimes) per(n int) cpuTimes {
-	d := time.Duration(n)
-	return cpuTimes{a.self / d, a.agent / d, a.dockerd / d, a.containers / d}
-}
-
-func (a cpuTimes) String() string {
-	us := func(d time.Duration) int64 { return d.Microseconds() }
-	return fmt.Sprintf("test process %d, agent process %d, dockerd %d, containers %d, total %d",
-		us(a.self), us(a.agent), us(a.dockerd), us(a.containers), us(a.self+a.agent+a.dockerd+a.containers))
-}
-
-// readCPU reads the CPU time of this process, the agent process (0: none),
-// the Docker daemon, and the function's containers (cgroup v1 cpuacct or
-// v2 cpu.stat; 0 where neither is found).
-func readCPU(t testing.TB, agentPID int, fnID string) cpuTimes {
-	var c cpuTimes
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		c.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-	c.agent = procCPU(agentPID)
-	if raw, err := os.ReadFile("/var/run/docker.pid"); err == nil {
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
-		c.dockerd = procCPU(pid)
-	}
-	out, _ := execOutput("docker", "ps", "-q", "--no-trunc", "--filter", "label=mercator.fn="+fnID)
-	for _, id := range strings.Fields(out) {
-		if raw, err := os.ReadFile("/sys/fs/cgroup/cpuacct/docker/" + id + "/cpuacct.usage"); err == nil {
-			ns, _ := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
-			c.containers += time.Duration(ns)
-			continue
-		}
-		for _, p := range []string{"/sys/fs/cgroup/system.slice/docker-" + id + ".scope/cpu.stat", "/sys/fs/cgroup/docker/" + id + "/cpu.stat"} {
-			if raw, err := os.ReadFile(p); err == nil {
-				for _, line := range strings.Split(string(raw), "\n") {
-					if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
-						us, _ := strconv.ParseInt(v, 10, 64)
-						c.containers += time.Duration(us) * time.Microsecond
-					}
-				}
-				break
-			}
-		}
-	}
-	return c
-}
-
-// procCPU is a process's user and system time from /proc (0 if unknown).
-func procCPU(pid int) time.Duration {
-	if pid <= 0 {
-		return 0
-	}
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command may contain spaces; fields count from after its ')'.
-	s := string(raw)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(fields[11], 10, 64)
-	st, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(ut+st) * (time.Second / 100) // CLK_TCK is 100 on Linux
-}
+// countFnContainers counts the daemon's containers of a function.
+func countFnContainers(t testing.TB, fnID string) int { return len(fnContainerIDs(t, fnID)) }
