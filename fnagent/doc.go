@@ -22,8 +22,8 @@
 // as root on the host, and a symlink a container planted must never make it
 // dial the Docker socket (see dialSocket).
 //
-// Each call is one HTTP/1.1 POST over a fresh connection to the socket, with
-// the caller's headers, Fn-Call-Id and Fn-Deadline (RFC 3339 with
+// Each call is one HTTP/1.1 POST over the container's one connection to the
+// socket (kept between calls; see below), with the caller's headers, Fn-Call-Id and Fn-Deadline (RFC 3339 with
 // milliseconds). The status the container answers with is Fn's contract:
 // 200 is a response (the user's status in Fn-Http-Status, their headers as
 // Fn-Http-H-*, which the engine unwraps before the caller's ResponseWriter
@@ -65,11 +65,13 @@
 //   - Responses are streamed to the caller as the container writes them,
 //     never buffered whole; a response that grows past MaxResponseBytes is
 //     cut off with ErrResponseTooBig.
-//   - Each call uses a fresh connection, so the engine never holds an idle
-//     connection the FDK may have closed, and bytes a timed-out call writes
-//     late can only reach a connection that is already closed. A container
-//     whose call timed out (or whose caller gave up) is also replaced, not
-//     reused, because the FDK may still be running the abandoned handler.
+//   - A container's connection is kept only while its calls end cleanly (a
+//     response read to its end) and for at most a second idle, and never
+//     across a pause, so the engine never holds an idle connection the FDK
+//     may have closed, and bytes a timed-out call writes late can only reach
+//     a connection that is already closed. A container whose call timed out
+//     (or whose caller gave up) is also replaced, not reused, because the
+//     FDK may still be running the abandoned handler.
 //   - Images are pulled by manifest digest only; a tag is refused.
 //
 // # Departures from the seed's API, and why

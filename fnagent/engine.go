@@ -775,6 +775,8 @@ func (e *Engine) pauseIdle(c *hotContainer, seq uint64) {
 	if c.paused || !c.pool.q.isIdle(c, seq) {
 		return
 	}
+	// See newTransport: no connection is kept across a pause.
+	c.transport.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
 	if err := e.api.ContainerPause(ctx, c.id); err != nil {
@@ -835,20 +837,27 @@ func (e *Engine) dispatch(ctx context.Context, p *pool, c *hotContainer, call Ca
 		e.release(p, c, false, cerr.Message)
 		return cerr
 	}
+	// The body is closed before the container is released, so its
+	// connection is back in the transport (or closed) by the time another
+	// call takes the container.
 	defer resp.Body.Close()
+	done := func(keep bool, reason string) {
+		resp.Body.Close()
+		e.release(p, c, keep, reason)
+	}
 
 	if kind, keep := containerStatus(resp.StatusCode); kind != "" {
 		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		e.release(p, c, keep, "status "+strconv.Itoa(resp.StatusCode))
+		done(keep, "status "+strconv.Itoa(resp.StatusCode))
 		return callErr(kind, nil, "the container answered %d: %q", resp.StatusCode, snippet)
 	}
 	status, err := userStatus(resp.Header)
 	if err != nil {
-		e.release(p, c, false, "invalid Fn-Http-Status")
+		done(false, "invalid Fn-Http-Status")
 		return callErr(KindInvalidResponse, err, "%v", err)
 	}
 	if resp.ContentLength > fn.MaxResponseBytes {
-		e.release(p, c, false, "response too big")
+		done(false, "response too big")
 		return callErr(KindResponseTooBig, nil, "the response body is %d bytes; the function may send %d", resp.ContentLength, fn.MaxResponseBytes)
 	}
 	copyUserHeaders(w.Header(), resp.Header)
@@ -857,7 +866,7 @@ func (e *Engine) dispatch(ctx context.Context, p *pool, c *hotContainer, call Ca
 	n, err := stream(w, resp.Body, fn.MaxResponseBytes)
 	report.ResponseBytes = n
 	if err == nil {
-		e.release(p, c, true, "")
+		done(true, "")
 		return nil
 	}
 	var cerr *CallError
@@ -871,7 +880,7 @@ func (e *Engine) dispatch(ctx context.Context, p *pool, c *hotContainer, call Ca
 		cerr = e.broken(ctx, c, err, "while streaming its response")
 	}
 	cerr.Partial = true
-	e.release(p, c, false, cerr.Message)
+	done(false, cerr.Message)
 	return cerr
 }
 

@@ -194,6 +194,87 @@ func TestTimeoutReplacesContainer(t *testing.T) {
 	eventually(t, 10*time.Second, "504 container removed", func() bool { return te.state(r.report.ContainerID) == "gone" })
 }
 
+// TestConnectionKeptBetweenCalls: a container's calls share one
+// connection to its socket while each ends cleanly; a response the engine
+// did not read to its end (a 502 with more than the snippet it reads)
+// costs the connection, not the container; a connection the server closes
+// while idle is replaced without failing the next call; and no connection
+// is kept across a pause.
+func TestConnectionKeptBetweenCalls(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, func(c *Config) { c.PauseAfter = -1 })
+	fn := fnConfig(t, "conn", rawImage)
+	// conn is the container and the connection a call came on.
+	conn := func() string {
+		t.Helper()
+		r := te.mustCall(fn, "conn", "")
+		return r.report.ContainerID + " " + r.body()
+	}
+
+	first := conn()
+	for i := 0; i < 3; i++ {
+		if got := conn(); got != first {
+			t.Fatalf("sequential call %d on %s; want the first call's %s", i, got, first)
+		}
+	}
+	if got := te.mustCall(fn, "echo", "body"); got.body() != "calls=5 body" {
+		t.Fatalf("a call with a body on the kept connection: %q", got.body())
+	}
+	if got := conn(); got != first {
+		t.Fatalf("after a call with a body: %s; want %s", got, first)
+	}
+
+	// A 502 is kept with its container; a long one's body was not read
+	// to its end, so its connection is not.
+	r := te.call(fn, "status:502:5000", "")
+	if !errors.Is(r.err, ErrFunctionFailed) {
+		t.Fatalf("502: err = %v", r.err)
+	}
+	second := conn()
+	if second == first {
+		t.Fatalf("the connection of a response not read to its end was kept (%s)", second)
+	}
+	if got := conn(); got != second {
+		t.Fatalf("%s after %s; want the new connection kept", got, second)
+	}
+	// A short 502 is read to its end: its connection stays.
+	if r := te.call(fn, "status:502", ""); !errors.Is(r.err, ErrFunctionFailed) {
+		t.Fatalf("502: err = %v", r.err)
+	}
+	if got := conn(); got != second {
+		t.Fatalf("%s after a short 502; want %s kept", got, second)
+	}
+
+	// A server that drops idle connections at once.
+	closing := fnConfig(t, "conn-idle", rawImage)
+	closing.Config = map[string]string{"FN_TEST_IDLE_MS": "20"}
+	seen, containers := map[string]bool{}, map[string]bool{}
+	for i := 0; i < 5; i++ {
+		r := te.mustCall(closing, "conn", "")
+		seen[r.body()], containers[r.report.ContainerID] = true, true
+		time.Sleep(300 * time.Millisecond)
+	}
+	if len(seen) != 5 || len(containers) != 1 {
+		t.Fatalf("connections %v on containers %v; want one container, a new connection for each call", seen, containers)
+	}
+}
+
+// TestNoConnectionKeptAcrossPause: an idle container's connection is
+// closed before it is paused, so a server whose idle timer ran out during
+// the pause cannot close it under the next call.
+func TestNoConnectionKeptAcrossPause(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, func(c *Config) { c.PauseAfter = 150 * time.Millisecond })
+	fn := fnConfig(t, "conn-pause", rawImage)
+	first := te.mustCall(fn, "conn", "")
+	eventually(t, 5*time.Second, "container paused", func() bool { return te.state(first.report.ContainerID) == "paused" })
+	next := te.mustCall(fn, "conn", "")
+	if next.report.ContainerID != first.report.ContainerID || next.body() == first.body() {
+		t.Fatalf("after the pause: %s on %s; want the same container on a new connection (not %s)",
+			next.body(), next.report.ContainerID, first.body())
+	}
+}
+
 // TestContractViolationsReplaceContainer: a status outside 200/502/504, a
 // malformed Fn-Http-Status, or a crash mid-call.
 func TestContractViolationsReplaceContainer(t *testing.T) {

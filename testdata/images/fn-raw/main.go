@@ -11,10 +11,14 @@
 //	"exit"    print a message and exit 3 (an init failure)
 //	"escape"  symlink lsnr.sock to a path outside the socket directory
 //
+// FN_TEST_IDLE_MS, when set, is how long the server keeps an idle
+// connection before closing it (by default it never does).
+//
 // The X-Test request header picks what one call does:
 //
 //	"echo"           200 with the request body, prefixed by "calls=N "
 //	"status:CODE"    answer CODE with the body "boom" (502, 504, 418, …)
+//	"status:CODE:N"  the same, the body padded to N bytes
 //	"bad-status"     200 with a malformed Fn-Http-Status
 //	"headers"        200, Fn-Http-Status 201 and Fn-Http-H-X-Custom: yes
 //	"sleep:MS"       sleep, then answer "late"
@@ -22,9 +26,12 @@
 //	"big:N"          answer N bytes
 //	"crash"          exit 2 without answering
 //	"log:TEXT"       print TEXT to stdout and answer "logged"
+//	"conn"           answer "conn=N": N numbers the connection the call
+//	                 came on, 1 for the process's first
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -37,7 +44,9 @@ import (
 	"time"
 )
 
-var calls atomic.Int64
+var calls, conns atomic.Int64
+
+type connKey struct{}
 
 func main() {
 	listener := strings.TrimPrefix(os.Getenv("FN_LISTENER"), "unix:")
@@ -71,7 +80,16 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fn-raw:", err)
 		os.Exit(1)
 	}
-	http.Serve(l, http.HandlerFunc(serve))
+	server := &http.Server{
+		Handler: http.HandlerFunc(serve),
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, conns.Add(1))
+		},
+	}
+	if ms, err := strconv.Atoi(os.Getenv("FN_TEST_IDLE_MS")); err == nil {
+		server.IdleTimeout = time.Duration(ms) * time.Millisecond
+	}
+	server.Serve(l)
 }
 
 func serve(w http.ResponseWriter, r *http.Request) {
@@ -80,9 +98,11 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	verb, arg, _ := strings.Cut(test, ":")
 	switch verb {
 	case "status":
-		code, _ := strconv.Atoi(arg)
-		w.WriteHeader(code)
-		io.WriteString(w, "boom")
+		code, size, _ := strings.Cut(arg, ":")
+		status, _ := strconv.Atoi(code)
+		n, _ := strconv.Atoi(size)
+		w.WriteHeader(status)
+		io.WriteString(w, "boom"+strings.Repeat(".", max(n-4, 0)))
 	case "bad-status":
 		w.Header().Set("Fn-Http-Status", "teapot")
 		io.WriteString(w, "?")
@@ -114,6 +134,8 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	case "log":
 		fmt.Println(arg)
 		io.WriteString(w, "logged")
+	case "conn":
+		fmt.Fprintf(w, "conn=%d", r.Context().Value(connKey{}))
 	default:
 		body, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "calls=%d %s", n, body)
