@@ -72,6 +72,9 @@
 //     a connection that is already closed. A container whose call timed out
 //     (or whose caller gave up) is also replaced, not reused, because the
 //     FDK may still be running the abandoned handler.
+//   - Function containers run with the "none" log driver: the engine reads
+//     their output from the attach stream and keeps each call's, so the
+//     daemon stores none of it (an FDK writes two lines per call; see Logs).
 //   - Images are pulled by manifest digest only; a tag is refused.
 //
 // # Departures from the seed's API, and why

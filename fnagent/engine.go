@@ -609,6 +609,12 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 	hostConfig := &container.HostConfig{
 		Mounts:      []mount.Mount{{Type: mount.TypeBind, Source: c.sockDir, Target: socketDirInContainer}},
 		NetworkMode: container.NetworkMode(e.cfg.Network),
+		// The engine reads the output from the attach stream, which the
+		// daemon feeds whatever the log driver. A driver would also store
+		// every line (an FDK writes two per call), costing the daemon CPU
+		// on each call and the disk an unbounded file; the engine keeps
+		// what a call wrote itself (Logs).
+		LogConfig: container.LogConfig{Type: "none"},
 		Resources: container.Resources{
 			Memory:     memory,
 			MemorySwap: memory,

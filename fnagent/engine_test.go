@@ -524,6 +524,15 @@ func TestCallLogs(t *testing.T) {
 	if _, ok := te.Logs("no-such-call"); ok {
 		t.Fatal("logs of an unknown call")
 	}
+	// The daemon stores none of it: the output came through the attach
+	// stream alone.
+	info, err := te.cli.ContainerInspect(context.Background(), r1.report.ContainerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if driver := info.HostConfig.LogConfig.Type; driver != "none" {
+		t.Errorf("log driver %q; want none", driver)
+	}
 }
 
 // TestImageFailures: a digest the registry lacks, a registry that never
