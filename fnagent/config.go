@@ -6,8 +6,12 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/distribution/reference"
@@ -207,6 +211,94 @@ func (fn FunctionConfig) poolKey() string {
 	}
 	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:8])
+}
+
+// configCache remembers, for each function configuration calls arrived
+// with, its normalized form and pool key, so a hot call neither parses the
+// image reference nor hashes the configuration again (together a tenth of
+// the engine's own CPU per call). Invalid configurations are not kept. It
+// holds at most maxCachedConfigs entries and forgets them all when full,
+// which costs a few recomputations, never a wrong answer. Safe for
+// concurrent use; the zero value is ready.
+type configCache struct {
+	mu sync.Mutex
+	m  map[configIdentity]normalizedConfig
+}
+
+const maxCachedConfigs = 4096
+
+type normalizedConfig struct {
+	fn  FunctionConfig
+	key string
+}
+
+// configIdentity is every field of a FunctionConfig but RegistryAuth, in a
+// comparable form: Config as its pairs sorted by name. A field added to
+// FunctionConfig must be added here (TestConfigIdentityCoversEveryField
+// fails otherwise), or two configurations differing in it would share
+// containers.
+type configIdentity struct {
+	id, appID, name, appName, image   string
+	memoryMB, milliCPUs               int64
+	gpus                              int
+	config                            string
+	timeout, idleTimeout, initTimeout time.Duration
+	maxConcurrency                    int
+	maxRequestBytes, maxResponseBytes int64
+}
+
+func (fn FunctionConfig) identity() configIdentity {
+	id := configIdentity{
+		id: fn.ID, appID: fn.AppID, name: fn.Name, appName: fn.AppName, image: fn.Image,
+		memoryMB: fn.MemoryMB, milliCPUs: fn.MilliCPUs, gpus: fn.GPUs,
+		timeout: fn.Timeout, idleTimeout: fn.IdleTimeout, initTimeout: fn.InitTimeout,
+		maxConcurrency: fn.MaxConcurrency, maxRequestBytes: fn.MaxRequestBytes, maxResponseBytes: fn.MaxResponseBytes,
+	}
+	if len(fn.Config) > 0 {
+		names := slices.Sorted(maps.Keys(fn.Config))
+		var b []byte
+		for _, k := range names {
+			// Lengths first, so no name or value can pass for another pair.
+			v := fn.Config[k]
+			b = strconv.AppendInt(b, int64(len(k)), 10)
+			b = append(b, ':')
+			b = append(b, k...)
+			b = strconv.AppendInt(b, int64(len(v)), 10)
+			b = append(b, ':')
+			b = append(b, v...)
+		}
+		id.config = string(b)
+	}
+	return id
+}
+
+// normalize is fn.normalized() and its poolKey, with the call's
+// RegistryAuth, remembered for the next call of the same configuration.
+func (c *configCache) normalize(fn FunctionConfig) (FunctionConfig, string, error) {
+	id := fn.identity()
+	c.mu.Lock()
+	hit, ok := c.m[id]
+	c.mu.Unlock()
+	if !ok {
+		n, err := fn.normalized()
+		if err != nil {
+			return fn, "", err
+		}
+		// The cache outlives the call: it keeps a copy of the caller's map
+		// and no credential.
+		n.RegistryAuth = ""
+		n.Config = maps.Clone(n.Config)
+		hit = normalizedConfig{fn: n, key: n.poolKey()}
+		c.mu.Lock()
+		if c.m == nil || len(c.m) >= maxCachedConfigs {
+			c.m = map[configIdentity]normalizedConfig{}
+		}
+		c.m[id] = hit
+		c.mu.Unlock()
+	}
+	n := hit.fn
+	n.RegistryAuth = fn.RegistryAuth
+	return n, hit.key, nil
 }
 
 // pinnedImage checks that ref names an image by a sha256 manifest digest

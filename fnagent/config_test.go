@@ -3,6 +3,7 @@ package fnagent
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/mercator/mercator/failure"
@@ -62,6 +63,73 @@ func TestPoolKey(t *testing.T) {
 		change(&c)
 		if key(c) == k {
 			t.Errorf("a %s change kept the pool", name)
+		}
+	}
+}
+
+// TestConfigIdentityCoversEveryField: a change to any field of a
+// FunctionConfig but RegistryAuth changes its identity, so the config cache
+// never hands one configuration another's pool.
+func TestConfigIdentityCoversEveryField(t *testing.T) {
+	base := FunctionConfig{ID: "f", Image: "r/fn@" + testDigest, Config: map[string]string{"A": "1"}}
+	typ := reflect.TypeOf(base)
+	for i := 0; i < typ.NumField(); i++ {
+		field := typ.Field(i)
+		changed := base
+		v := reflect.ValueOf(&changed).Elem().Field(i)
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString(v.String() + "x")
+		case reflect.Int, reflect.Int64:
+			v.SetInt(v.Int() + 7)
+		case reflect.Map:
+			v.Set(reflect.ValueOf(map[string]string{"A": "2"}))
+		default:
+			t.Fatalf("field %s of kind %s: teach this test (and configIdentity) about it", field.Name, v.Kind())
+		}
+		same := changed.identity() == base.identity()
+		if field.Name == "RegistryAuth" {
+			if !same {
+				t.Error("the credential changed the identity; it is not part of it")
+			}
+		} else if same {
+			t.Errorf("a change to %s kept the identity; add the field to configIdentity", field.Name)
+		}
+	}
+	// Config pairs do not run into each other.
+	a := FunctionConfig{Config: map[string]string{"A": "1\x00B=2"}}
+	b := FunctionConfig{Config: map[string]string{"A": "1", "B": "2"}}
+	if a.identity() == b.identity() {
+		t.Error("a value holding a pair separator matched two pairs")
+	}
+}
+
+// TestConfigCache: the cache answers what normalized and poolKey would,
+// with each call's own credential, and refuses what normalized refuses.
+func TestConfigCache(t *testing.T) {
+	var c configCache
+	fn := FunctionConfig{ID: "f", Image: "r/fn@" + testDigest, Config: map[string]string{"A": "1"}, RegistryAuth: "first"}
+	want, err := fn.normalized()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, auth := range []string{"first", "second", ""} {
+		fn.RegistryAuth = auth
+		got, key, err := c.normalize(fn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key != want.poolKey() || got.RegistryAuth != auth || got.Timeout != DefaultTimeout || got.Config["A"] != "1" {
+			t.Fatalf("call %d: %+v key %s; want the normalized config with credential %q and key %s", i, got, key, auth, want.poolKey())
+		}
+	}
+	fn.Config["A"] = "changed by the caller later"
+	if got, _, _ := c.normalize(FunctionConfig{ID: "f", Image: "r/fn@" + testDigest, Config: map[string]string{"A": "1"}}); got.Config["A"] != "1" {
+		t.Fatalf("the cache shares the caller's map: %v", got.Config)
+	}
+	for i := 0; i < 2; i++ {
+		if _, _, err := c.normalize(FunctionConfig{ID: "f", Image: "r/fn:latest"}); !errors.Is(err, failure.ErrInvalid) {
+			t.Fatalf("a tag, call %d: err = %v; want failure.ErrInvalid", i, err)
 		}
 	}
 }

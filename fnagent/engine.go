@@ -55,7 +55,8 @@ type Engine struct {
 	containers map[*hotContainer]struct{}
 	wake       chan struct{} // closed and replaced by signal
 
-	pulls pullGroup
+	pulls   pullGroup
+	configs configCache
 }
 
 // pool is the hot containers of one function configuration.
@@ -259,7 +260,7 @@ func (e *Engine) Call(ctx context.Context, fn FunctionConfig, call CallRequest, 
 }
 
 func (e *Engine) call(ctx context.Context, fn FunctionConfig, call CallRequest, w http.ResponseWriter, start time.Time, report *CallReport) error {
-	fn, err := fn.normalized()
+	fn, key, err := e.configs.normalize(fn)
 	if err != nil {
 		return &CallError{Kind: KindInvalid, Message: err.Error(), Err: err}
 	}
@@ -294,7 +295,7 @@ func (e *Engine) call(ctx context.Context, fn FunctionConfig, call CallRequest, 
 		return callErr(KindRequestTooBig, nil, "the request body is %d bytes; the function accepts %d", length, fn.MaxRequestBytes)
 	}
 
-	p, err := e.acquirePool(fn)
+	p, err := e.acquirePool(fn, key)
 	if err != nil {
 		return err
 	}
@@ -312,14 +313,14 @@ func (e *Engine) call(ctx context.Context, fn FunctionConfig, call CallRequest, 
 	return e.dispatch(ctx, p, c, call, length, w, deadline, report)
 }
 
-// acquirePool finds or makes fn's pool and counts a call on it.
-func (e *Engine) acquirePool(fn FunctionConfig) (*pool, error) {
+// acquirePool finds or makes the pool of fn (normalized, with its pool
+// key) and counts a call on it.
+func (e *Engine) acquirePool(fn FunctionConfig, key string) (*pool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
 		return nil, callErr(KindBusy, nil, "the engine is closing")
 	}
-	key := fn.poolKey()
 	p := e.pools[key]
 	if p == nil {
 		p = &pool{key: key, fn: fn, res: fn.resources(), q: newSlotQueue[*hotContainer](fn.MaxConcurrency, e.now)}
