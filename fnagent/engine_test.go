@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -345,7 +346,15 @@ func TestBodyLimits(t *testing.T) {
 	}
 	r = te.call(fn, "echo", big, func(c *CallRequest) { c.ContentLength = -1 })
 	if !errors.Is(r.err, ErrRequestTooBig) {
+		t.Fatalf("request of unknown length: err = %v; want request_too_big", r.err)
+	}
+	r = te.call(fn, "echo", big, func(c *CallRequest) { c.Body, c.ContentLength = io.MultiReader(c.Body), -1 })
+	if !errors.Is(r.err, ErrRequestTooBig) {
 		t.Fatalf("streamed request: err = %v; want request_too_big", r.err)
+	}
+	r = te.call(fn, "echo", "streamed", func(c *CallRequest) { c.Body, c.ContentLength = io.MultiReader(c.Body), -1 })
+	if r.err != nil || !strings.HasSuffix(r.body(), " streamed") {
+		t.Fatalf("small streamed request: %q, %v", r.body(), r.err)
 	}
 	if r := te.mustCall(fn, "echo", "small"); !strings.HasSuffix(r.body(), " small") {
 		t.Fatalf("small request: %q", r.body())

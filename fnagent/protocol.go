@@ -1,6 +1,7 @@
 package fnagent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -280,6 +281,21 @@ func copyUserHeaders(dst, src http.Header) {
 			dst[k] = append(dst[k], vs...)
 		}
 	}
+}
+
+// inMemoryLen is the unread length of a body held whole in memory, in one
+// of the types Go's HTTP client writes in one piece with the request's
+// head; ok is false for any other reader.
+func inMemoryLen(r io.Reader) (n int64, ok bool) {
+	switch b := r.(type) {
+	case *bytes.Reader:
+		return int64(b.Len()), true
+	case *bytes.Buffer:
+		return int64(b.Len()), true
+	case *strings.Reader:
+		return int64(b.Len()), true
+	}
+	return 0, false
 }
 
 // limitedBody passes a request body through until more than limit bytes

@@ -209,3 +209,23 @@ func TestContainerEnv(t *testing.T) {
 		}
 	}
 }
+
+func TestInMemoryLen(t *testing.T) {
+	partly := strings.NewReader("abcdef")
+	partly.Read(make([]byte, 2))
+	for _, c := range []struct {
+		r    io.Reader
+		n    int64
+		want bool
+	}{
+		{bytes.NewReader([]byte("abc")), 3, true},
+		{bytes.NewBufferString("abcd"), 4, true},
+		{partly, 4, true},
+		{io.MultiReader(strings.NewReader("abc")), 0, false},
+		{nil, 0, false},
+	} {
+		if n, ok := inMemoryLen(c.r); n != c.n || ok != c.want {
+			t.Errorf("inMemoryLen(%T) = %d, %v; want %d, %v", c.r, n, ok, c.n, c.want)
+		}
+	}
+}
