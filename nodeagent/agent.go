@@ -211,6 +211,10 @@ func (a *Agent) sessionLoop(ctx context.Context) {
 		for {
 			select {
 			case cmd := <-commands:
+				if cmd.Kind == node.KindInvoke {
+					a.invoke(ctx, cmd) // hands the call to a worker (functions.go)
+					continue
+				}
 				go a.handle(ctx, cmd)
 			case err := <-done:
 				if ctx.Err() != nil {
@@ -258,12 +262,9 @@ func commandKey(cmd node.Command) string {
 	return "op/" + cmd.OperationID
 }
 
-// handle applies one command at most once.
+// handle applies one command at most once. Invoke commands go to invoke
+// instead (functions.go): they are not operations.
 func (a *Agent) handle(ctx context.Context, cmd node.Command) {
-	if cmd.Kind == node.KindInvoke {
-		a.invoke(ctx, cmd) // ephemeral: not an operation (functions.go)
-		return
-	}
 	if cmd.Kind == node.KindCallLog {
 		a.answerCallLog(ctx, cmd) // ephemeral too (functions_logs.go)
 		return

@@ -137,7 +137,10 @@ func (f *agentFunctions) firstDelivery(id string) bool {
 
 const recentDeliveries = 4096
 
-// invoke serves one invoke command. It returns once the call's outcome was
+// invoke serves one invoke command: it hands the call to a worker and
+// returns at once, without blocking on the network or the engine, so the
+// session loop calls it inline (a goroutine per call cost the agent
+// measurable CPU per call). The worker returns once the call's outcome was
 // posted (or could not be).
 func (a *Agent) invoke(ctx context.Context, cmd node.Command) {
 	inv := cmd.Invoke
@@ -147,27 +150,29 @@ func (a *Agent) invoke(ctx context.Context, cmd node.Command) {
 	}
 	f := a.functions
 	if f == nil {
-		f = &agentFunctions{client: http.DefaultClient}
-		f.postError(ctx, a, *inv, fnagent.KindInvalid, "this agent runs no functions (it was started without them)")
+		go (&agentFunctions{client: http.DefaultClient}).postError(ctx, a, *inv, fnagent.KindInvalid, "this agent runs no functions (it was started without them)")
 		return
 	}
 	if !f.firstDelivery(inv.Rendezvous) {
 		return
 	}
+	var job func()
 	if held := a.state.FencingToken(); cmd.FencingToken < held {
-		f.postError(ctx, a, *inv, "refused", fmt.Sprintf("command fenced at token %d, below this node's token %d", cmd.FencingToken, held))
-		return
-	}
-	job := func() {
-		if inv.Function == nil {
-			full, err := f.fetchCommand(ctx, a, *inv)
-			if err != nil {
-				a.logger.Warn("fetch invoke command", "rendezvous", inv.Rendezvous, "err", err)
-				return
-			}
-			inv = &full
+		job = func() {
+			f.postError(ctx, a, *inv, "refused", fmt.Sprintf("command fenced at token %d, below this node's token %d", cmd.FencingToken, held))
 		}
-		f.serve(ctx, a, *inv)
+	} else {
+		job = func() {
+			if inv.Function == nil {
+				full, err := f.fetchCommand(ctx, a, *inv)
+				if err != nil {
+					a.logger.Warn("fetch invoke command", "rendezvous", inv.Rendezvous, "err", err)
+					return
+				}
+				inv = &full
+			}
+			f.serve(ctx, a, *inv)
+		}
 	}
 	select {
 	case f.jobs <- job:
