@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/mercator/mercator/api"
@@ -181,18 +182,11 @@ func (c *Client) GetUpload(ctx context.Context, id string) (api.Upload, error) {
 	return up, nil
 }
 
-// errSendOver ends a hashing pipeline whose request has returned.
-var errSendOver = errors.New("the request carrying this body has ended")
-
 // sendFrom sends the rest of the content in one request body from where
-// the upload stands. With d, the bytes are hashed into d as they go out:
-// d is first brought to the upload's offset (rewind), and a pipeline
-// (hashcopy) reads, hashes and hands on pieces at once, so the send goes
-// at the pace of the slower of hashing and the network, not their sum. The
-// content is copied into the request through a pipe in either case, so an
-// error reading it (or content of another size) is told apart from the
-// network's and returned as it is, not as unavailable: a push does not
-// retry what a retry cannot fix.
+// the upload stands; with d, the bytes are hashed into d as they go out,
+// d first brought to the upload's offset (rewind). An error of the content
+// itself (a read failure, another size) is returned as it is, not as
+// unavailable, so a push does not retry what a retry cannot fix.
 func (c *Client) sendFrom(ctx context.Context, up api.Upload, p Payload, d *runningDigest, progress func(sent, total int64)) (api.Upload, error) {
 	if d != nil {
 		if err := d.rewind(up.Received, p.Open); err != nil {
@@ -204,40 +198,34 @@ func (c *Client) sendFrom(ctx context.Context, up api.Upload, p Payload, d *runn
 		return up, err
 	}
 	defer src.Close()
-	left := p.Size - up.Received
-	body := &sizedReader{r: src, at: up.Received, left: left, size: p.Size}
-	pr, pw := io.Pipe()
-	copied := make(chan error, 1)
-	go func() {
-		var err error
-		if d != nil {
-			_, err = hashcopy.Copy(pw, body, d, left)
-		} else if _, err = io.Copy(pw, body); errors.Is(err, errSendOver) || errors.Is(err, io.ErrClosedPipe) {
-			err = &hashcopy.WriteError{Err: err}
-		}
-		pw.CloseWithError(err) // nil: the body ends
-		copied <- err
-	}()
-	next, err := c.putBody(ctx, up, pr, left, progress)
-	pr.CloseWithError(errSendOver) // a request that ended early stops the copy
-	var werr *hashcopy.WriteError
-	if cerr := <-copied; cerr != nil && !errors.As(cerr, &werr) {
-		return up, cerr // the content's own error, not the network's
+	body := &contentBody{
+		src:  &sizedReader{r: src, at: up.Received, left: p.Size - up.Received, size: p.Size},
+		d:    d,
+		left: p.Size - up.Received,
+		done: make(chan struct{}),
+	}
+	if progress != nil {
+		body.progress = &progressWriter{sent: up.Received, total: p.Size, report: progress}
+	}
+	next, err := c.putBody(ctx, up, body)
+	if cerr := body.wait(); cerr != nil {
+		return up, cerr
 	}
 	return next, err
 }
 
-// putBody is one PUT of left bytes at the offset the upload stands.
-func (c *Client) putBody(ctx context.Context, up api.Upload, body io.Reader, left int64, progress func(sent, total int64)) (api.Upload, error) {
-	if progress != nil {
-		body = &progressReader{r: body, sent: up.Received, total: up.Size, report: progress}
-	}
+// putBody is one PUT of body at the offset the upload stands. The length
+// is left unstated (the body goes chunked): that is how the HTTP/1.1
+// transport comes to call the body's WriteTo, rather than reading it
+// through a length-limited 32 KiB copy.
+func (c *Client) putBody(ctx context.Context, up api.Upload, body *contentBody) (api.Upload, error) {
 	u := c.base + api.Prefix + "/uploads/" + url.PathEscape(up.ID) + "?" + url.Values{"offset": {strconv.FormatInt(up.Received, 10)}}.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, body)
 	if err != nil {
+		body.Close()
 		return up, failure.Invalid("addr", "cannot make a request to %q: %v", c.base, err)
 	}
-	req.ContentLength = left
+	req.ContentLength = -1
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.Header.Set("Accept", "application/json")
@@ -257,6 +245,111 @@ func (c *Client) putBody(ctx context.Context, up api.Upload, body io.Reader, lef
 		return up, fmt.Errorf("%w: decoding the answer to an upload: %w", failure.ErrUnavailable, err)
 	}
 	return next, nil
+}
+
+// errBodyUsed refuses a second reading of a contentBody: it is sent once.
+var errBodyUsed = errors.New("this upload body was already sent")
+
+// errSendOver ends a body's pipe when the transport closes it.
+var errSendOver = errors.New("the request carrying this body has ended")
+
+// contentBody is a PUT's body: left bytes of the content, hashed into d on
+// the way when d is set (hashcopy's pipeline: reading, hashing and sending
+// pieces at once, so hashing overlaps the send instead of adding to it).
+//
+// The HTTP/1.1 transport sends it through WriteTo, which runs the copy
+// straight into the connection in whole pieces; a transport that reads it
+// instead (Read, as HTTP/2's does) gets the same copy through a pipe. It is
+// sent once. wait reports, after the copy has ended (or, never begun, the
+// body was closed, which the transport always does), the content's own
+// error, and nil when the copy ended for the connection's reasons, which
+// are the request's to report. d is not touched after wait returns.
+type contentBody struct {
+	src      io.Reader
+	d        *runningDigest // nil: not hashed here
+	left     int64
+	progress *progressWriter // nil: none reported
+
+	start sync.Once
+	pr    *io.PipeReader // set when read through Read
+	done  chan struct{}  // closed when the copy has ended, or will not begin
+	err   error          // the content's error; written before done is closed
+}
+
+// copy sends the content to w. Errors of w come back as
+// *hashcopy.WriteError, so finish can tell them from the content's.
+func (b *contentBody) copy(w io.Writer) (int64, error) {
+	if b.progress != nil {
+		b.progress.w = w
+		w = b.progress
+	}
+	if b.d != nil {
+		return hashcopy.Copy(w, b.src, b.d, b.left)
+	}
+	return io.CopyBuffer(writeErrors{w}, b.src, make([]byte, hashcopy.PieceSize))
+}
+
+func (b *contentBody) finish(err error) {
+	var werr *hashcopy.WriteError
+	if err != nil && !errors.As(err, &werr) {
+		b.err = err
+	}
+	close(b.done)
+}
+
+// WriteTo implements io.WriterTo for the transport.
+func (b *contentBody) WriteTo(w io.Writer) (int64, error) {
+	first := false
+	b.start.Do(func() { first = true })
+	if !first {
+		return 0, errBodyUsed
+	}
+	n, err := b.copy(w)
+	b.finish(err)
+	return n, err
+}
+
+// Read implements io.Reader for a transport that reads the body.
+func (b *contentBody) Read(p []byte) (int, error) {
+	b.start.Do(func() {
+		pr, pw := io.Pipe()
+		b.pr = pr
+		go func() {
+			_, err := b.copy(pw)
+			pw.CloseWithError(err)
+			b.finish(err)
+		}()
+	})
+	if b.pr == nil {
+		return 0, errBodyUsed
+	}
+	return b.pr.Read(p)
+}
+
+// Close implements io.Closer: a body never sent will not be; one being
+// read through the pipe stops (its copy ends with a write error).
+func (b *contentBody) Close() error {
+	b.start.Do(func() { b.finish(nil) })
+	if b.pr != nil {
+		b.pr.CloseWithError(errSendOver)
+	}
+	return nil
+}
+
+func (b *contentBody) wait() error {
+	<-b.done
+	return b.err
+}
+
+// writeErrors marks its writer's errors as write errors.
+type writeErrors struct{ w io.Writer }
+
+func (w writeErrors) Write(p []byte) (int, error) {
+	n, err := w.w.Write(p)
+	if err != nil {
+		err = &hashcopy.WriteError{Err: err}
+	}
+	return n, err
 }
 
 // sizedReader reads the content from byte at on, to its declared size:
@@ -296,17 +389,19 @@ func (s *sizedReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-type progressReader struct {
-	r           io.Reader
+// progressWriter reports the bytes written through it, at most every 200
+// ms and at the end of each write that fails.
+type progressWriter struct {
+	w           io.Writer
 	sent, total int64
 	report      func(sent, total int64)
 	last        time.Time
 }
 
-func (p *progressReader) Read(b []byte) (int, error) {
-	n, err := p.r.Read(b)
+func (p *progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
 	p.sent += int64(n)
-	if now := time.Now(); now.Sub(p.last) >= 200*time.Millisecond || err != nil {
+	if now := time.Now(); now.Sub(p.last) >= 200*time.Millisecond || err != nil || p.sent == p.total {
 		p.last = now
 		p.report(p.sent, p.total)
 	}

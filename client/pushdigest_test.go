@@ -97,3 +97,47 @@ func TestSizedReaderRefusesOtherSizes(t *testing.T) {
 		t.Errorf("longer than declared: %v", err)
 	}
 }
+
+// TestContentBodyReadPath: a transport that reads the body (HTTP/2's)
+// gets the same bytes, hashed, as one that has it write itself; the
+// content's own error is told apart from the connection's; a body closed
+// unsent reports nothing.
+func TestContentBodyReadPath(t *testing.T) {
+	data := bytes.Repeat([]byte("piece"), 700_000) // several pieces
+	newBody := func(content []byte, size int64) (*contentBody, *runningDigest) {
+		d := newRunningDigest()
+		return &contentBody{src: &sizedReader{r: bytes.NewReader(content), left: size, size: size}, d: d, left: size, done: make(chan struct{})}, d
+	}
+	b, d := newBody(data, int64(len(data)))
+	got, err := io.ReadAll(b)
+	b.Close()
+	if err != nil || !bytes.Equal(got, data) || b.wait() != nil || d.sum() != hexSum(data) {
+		t.Fatalf("read %d bytes, %v; wait %v", len(got), err, b.wait())
+	}
+	if _, err := b.WriteTo(io.Discard); !errors.Is(err, errBodyUsed) {
+		t.Errorf("sent twice: %v", err)
+	}
+
+	b, _ = newBody(data[:1000], 2000)
+	if _, err := io.ReadAll(b); !errors.Is(err, failure.ErrInvalid) || !errors.Is(b.wait(), failure.ErrInvalid) {
+		t.Errorf("short content: read %v, wait %v", err, b.wait())
+	}
+
+	b, _ = newBody(data, int64(len(data)))
+	b.Read(make([]byte, 10))
+	b.Close() // the transport gave up midway
+	if err := b.wait(); err != nil {
+		t.Errorf("a body closed midway reports %v; the connection's failure is the request's to report", err)
+	}
+
+	b, _ = newBody(data, int64(len(data)))
+	b.Close()
+	if err := b.wait(); err != nil {
+		t.Errorf("a body closed unsent reports %v", err)
+	}
+	var out bytes.Buffer
+	b, d = newBody(data, int64(len(data)))
+	if n, err := b.WriteTo(&out); err != nil || n != int64(len(data)) || !bytes.Equal(out.Bytes(), data) || d.sum() != hexSum(data) {
+		t.Errorf("WriteTo: %d, %v", n, err)
+	}
+}
