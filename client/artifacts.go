@@ -57,17 +57,17 @@ type PushOptions struct {
 // under this name, else a new one. A send that breaks is resumed from
 // where the upload stands, up to Attempts times.
 //
-// Content is read once. When p.SHA256 is empty, the client's SHA-256 is
-// computed as the bytes are sent (in a pipeline, so hashing overlaps the
-// send rather than adding to it) and stated at the commit; the control
+// When p.SHA256 is empty, new content is read once: the client's SHA-256
+// is computed as the bytes are sent (in a pipeline, so hashing overlaps
+// the send rather than adding to it) and stated at the commit; the control
 // plane refuses the commit, discarding the upload, unless its own digest
 // of what it received is the same. Only when the name already has a
 // version of exactly p.Size bytes, so that this may be the same content,
-// is the content hashed first, and the control plane asked before anything
-// is sent: pushing the same content again then sends nothing. Otherwise
-// the content is streamed at once, and if it turns out to be a version the
-// name already has (or content the store holds under another name), the
-// commit answers with that version or shares the stored content.
+// is the content hashed first and the control plane asked before anything
+// is sent: pushing the same content again then sends nothing. Content the
+// store already holds under another name is sent, and the new version
+// shares the stored object. A resumed push rereads what was sent before
+// it, to rebuild its digest.
 func (c *Client) PushArtifact(ctx context.Context, name string, p Payload, opts PushOptions) (api.ArtifactVersion, error) {
 	if opts.Attempts <= 0 {
 		opts.Attempts = 8
