@@ -37,10 +37,10 @@ func all[T any](t *tx, m map[string][]byte, what string) ([]T, error) {
 	return out, nil
 }
 
-// page sorts by name (byte-wise), keeps those after the cursor, and cuts
-// at the limit.
-func page[T any](items []T, name func(T) string, opts store.ListFnOptions) []T {
-	slices.SortFunc(items, func(a, b T) int { return cmp.Compare(name(a), name(b)) })
+// page sorts by name (byte-wise) and then ID, as sqlstore does (names
+// repeat across apps), keeps those after the cursor, and cuts at the limit.
+func page[T any](items []T, name, id func(T) string, opts store.ListFnOptions) []T {
+	slices.SortFunc(items, func(a, b T) int { return cmp.Or(cmp.Compare(name(a), name(b)), cmp.Compare(id(a), id(b))) })
 	out := items[:0]
 	for _, it := range items {
 		if opts.After != "" && name(it) <= opts.After {
@@ -107,7 +107,7 @@ func (t *tx) ListApps(opts store.ListFnOptions) ([]store.App, error) {
 		return nil, err
 	}
 	apps = slices.DeleteFunc(apps, func(a store.App) bool { return opts.Name != "" && a.Name != opts.Name })
-	return page(apps, func(a store.App) string { return a.Name }, opts), nil
+	return page(apps, func(a store.App) string { return a.Name }, func(a store.App) string { return a.ID }, opts), nil
 }
 
 func (t *tx) CreateFn(f store.Fn) error {
@@ -165,7 +165,7 @@ func (t *tx) ListFns(opts store.ListFnOptions) ([]store.Fn, error) {
 	fns = slices.DeleteFunc(fns, func(f store.Fn) bool {
 		return opts.AppID != "" && f.AppID != opts.AppID || opts.Name != "" && f.Name != opts.Name
 	})
-	return page(fns, func(f store.Fn) string { return f.Name }, opts), nil
+	return page(fns, func(f store.Fn) string { return f.Name }, func(f store.Fn) string { return f.ID }, opts), nil
 }
 
 func (t *tx) CreateTrigger(tr store.Trigger) error {
@@ -243,7 +243,7 @@ func (t *tx) ListTriggers(opts store.ListFnOptions) ([]store.Trigger, error) {
 		return opts.AppID != "" && tr.AppID != opts.AppID || opts.FnID != "" && tr.FnID != opts.FnID ||
 			opts.Name != "" && tr.Name != opts.Name
 	})
-	return page(trs, func(tr store.Trigger) string { return tr.Name }, opts), nil
+	return page(trs, func(tr store.Trigger) string { return tr.Name }, func(tr store.Trigger) string { return tr.ID }, opts), nil
 }
 
 func (t *tx) CreateCall(c store.Call) error {
