@@ -40,6 +40,16 @@ type batchJob struct {
 	ctx  context.Context
 	fn   func(tx store.Tx) error
 	done chan error
+	// locked: fn qualifies for store.UpdateLocked (batchLocked).
+	locked bool
+}
+
+// run commits the job's fn in a transaction of its own.
+func (j *batchJob) run(s *Server) error {
+	if j.locked {
+		return s.updateLocked(j.ctx, j.fn)
+	}
+	return s.update(j.ctx, j.fn)
 }
 
 // errBatchMember marks a batch abandoned because one of its members failed.
@@ -49,10 +59,21 @@ var errBatchMember = errors.New("a transaction in the batch failed")
 // above) and returns fn's error, or the store's. Runs fn wrote are noted
 // for the scheduler (see update).
 func (s *Server) batch(ctx context.Context, fn func(tx store.Tx) error) error {
+	return s.enqueue(&batchJob{ctx: ctx, fn: fn, done: make(chan error, 1)})
+}
+
+// batchLocked is batch for an fn that qualifies for store.UpdateLocked: it
+// only reads records by key and writes them back. A batch of such jobs is
+// committed through UpdateLocked; one mixed with others, through Update.
+func (s *Server) batchLocked(ctx context.Context, fn func(tx store.Tx) error) error {
+	return s.enqueue(&batchJob{ctx: ctx, fn: fn, done: make(chan error, 1), locked: true})
+}
+
+func (s *Server) enqueue(j *batchJob) error {
 	if !s.batching.Load() { // a Server used through Handler alone (tests)
-		return s.update(ctx, fn)
+		return j.run(s)
 	}
-	j := &batchJob{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	ctx := j.ctx
 	select {
 	case s.batches <- j:
 	case <-ctx.Done():
@@ -106,7 +127,7 @@ func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
 		live = append(live, j)
 	}
 	if len(live) == 1 {
-		live[0].done <- s.update(live[0].ctx, live[0].fn)
+		live[0].done <- live[0].run(s)
 		return
 	}
 	if len(live) == 0 {
@@ -115,7 +136,13 @@ func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
 	// The batch's transaction is not any one caller's, so it is bounded by
 	// the server's life and a deadline rather than by a caller's context.
 	bctx, cancel := context.WithTimeout(ctx, time.Minute)
-	err := s.update(bctx, func(tx store.Tx) error {
+	commit := s.updateLocked
+	for _, j := range live {
+		if !j.locked {
+			commit = s.update
+		}
+	}
+	err := commit(bctx, func(tx store.Tx) error {
 		for _, j := range live {
 			if err := j.fn(tx); err != nil {
 				return errBatchMember
@@ -132,7 +159,7 @@ func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
 		return
 	}
 	for _, j := range live {
-		j.done <- s.update(j.ctx, j.fn)
+		j.done <- j.run(s)
 	}
 }
 
@@ -143,8 +170,19 @@ func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
 // control plane goes through update (or batch), except liveness flushes
 // (liveness.go), which the copies do not need.
 func (s *Server) update(ctx context.Context, fn func(tx store.Tx) error) error {
+	return s.write(ctx, s.store.Update, fn)
+}
+
+// updateLocked is update through store.UpdateLocked, for transactions that
+// only read records by key and write them back (placements, node events):
+// see store.Store.UpdateLocked for what that promises and why.
+func (s *Server) updateLocked(ctx context.Context, fn func(tx store.Tx) error) error {
+	return s.write(ctx, s.store.UpdateLocked, fn)
+}
+
+func (s *Server) write(ctx context.Context, run func(context.Context, func(store.Tx) error) error, fn func(tx store.Tx) error) error {
 	var rt *runTx
-	err := s.store.Update(ctx, func(tx store.Tx) error {
+	err := run(ctx, func(tx store.Tx) error {
 		rt = &runTx{Tx: tx}
 		return fn(rt)
 	})

@@ -241,7 +241,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 	changedRuns := false
 	applied := 0
 	var ended []string // runs that became terminal, counted once committed
-	err := s.batch(r.Context(), func(tx store.Tx) error {
+	// Locked (store.UpdateLocked): applying events reads the node, the
+	// events' runs and operations by key and writes them back; whether an
+	// event is fresh is decided by SeeEvent's insert, not by a read.
+	err := s.batchLocked(r.Context(), func(tx store.Tx) error {
 		accepted, changedRuns, applied, ended = accepted[:0], false, 0, ended[:0]
 		// Fenced again in the transaction that applies the events (with
 		// the cached token when fresh, see authcache.go), so a batch

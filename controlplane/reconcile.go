@@ -334,7 +334,10 @@ func (s *Server) reconcile(ctx context.Context) error {
 func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Placement, pending map[string]store.Run) (int, error) {
 	touched := map[string][]node.Command{}
 	placed := 0
-	err := s.update(ctx, func(tx store.Tx) error {
+	// Locked (store.UpdateLocked): each run is read by key, checked to be
+	// as the plan saw it, and written back; nodes and artifacts are read by
+	// key.
+	err := s.updateLocked(ctx, func(tx store.Tx) error {
 		clear(touched)
 		placed = 0
 		fences := map[string]uint64{} // each node's record read once

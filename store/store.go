@@ -33,6 +33,20 @@ type Store interface {
 	// more than once when the database reports a serialization conflict, so
 	// fn must not have effects outside tx. Safe for concurrent use.
 	Update(ctx context.Context, fn func(tx Tx) error) error
+	// UpdateLocked is Update for transactions that read records by key and
+	// write them back, and decide nothing from a List or from a record's
+	// absence other than through a Create's conflict: the node event
+	// batches and the scheduler's placements. Every Get in fn locks the
+	// record it read until the transaction ends, so a record read and then
+	// written cannot have changed in between; that is all it promises. A
+	// List may miss a record committed meanwhile. A store may run fn as
+	// Update does (SQLite's single writer, memstore); PostgreSQL runs it
+	// under READ COMMITTED with row locks instead of SERIALIZABLE, because
+	// under load concurrent serializable transactions over many runs
+	// conflicted on shared index pages far more often than on the runs
+	// themselves, and each conflict reran a whole transaction. fn may be
+	// called more than once (a deadlock is retried), as with Update.
+	UpdateLocked(ctx context.Context, fn func(tx Tx) error) error
 	// View runs fn in a read-only transaction with a consistent snapshot.
 	View(ctx context.Context, fn func(tx Tx) error) error
 	// Close releases the database. Calls after Close fail.

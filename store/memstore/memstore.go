@@ -118,6 +118,12 @@ func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
 	return nil
 }
 
+// UpdateLocked implements store.UpdateLocked: one writer at a time, as
+// Update, which is stronger than row locks.
+func (s *Store) UpdateLocked(ctx context.Context, fn func(tx store.Tx) error) error {
+	return s.Update(ctx, fn)
+}
+
 // View implements store.View: fn sees the state committed when View began.
 // Writes inside fn fail.
 func (s *Store) View(ctx context.Context, fn func(tx store.Tx) error) error {

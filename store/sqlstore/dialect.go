@@ -27,6 +27,11 @@ type dialect struct {
 	// LevelSerializable for Update and a read-only LevelRepeatableRead for
 	// View (see postgresDialect for why).
 	writeTx, readTx *sql.TxOptions
+	// lockingTx, when set, is the options of UpdateLocked's transactions,
+	// whose reads by key lock their rows (see store.UpdateLocked); nil
+	// makes UpdateLocked an Update (SQLite, which has one writer anyway
+	// and no FOR UPDATE).
+	lockingTx *sql.TxOptions
 	// migrateTx is the options of the migration transaction, and
 	// lockMigrations, when not empty, the statement it runs first to
 	// exclude other processes migrating the same schema. SQLite's

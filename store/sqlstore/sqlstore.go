@@ -181,8 +181,23 @@ func (s *Store) checkSQLite(ctx context.Context, path string) error {
 // decided after that was decided on a failed transaction. Otherwise fn's
 // own error is returned unwrapped.
 func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
+	return s.retrying(ctx, fn, false)
+}
+
+// UpdateLocked implements store.UpdateLocked. With SQLite it is Update (one
+// writer at a time already). With PostgreSQL the transaction runs at READ
+// COMMITTED and every Get in it reads with FOR UPDATE, which waits for and
+// then holds the row's lock; a deadlock between two such transactions is
+// retried as a conflict is.
+func (s *Store) UpdateLocked(ctx context.Context, fn func(tx store.Tx) error) error {
+	return s.retrying(ctx, fn, s.d.lockingTx != nil)
+}
+
+// retrying runs fn with update until it commits, fails for a reason other
+// than a conflict, or has run maxAttempts times.
+func (s *Store) retrying(ctx context.Context, fn func(tx store.Tx) error, lockRows bool) error {
 	for attempt := 1; ; attempt++ {
-		conflict, err := s.update(ctx, fn)
+		conflict, err := s.update(ctx, fn, lockRows)
 		if err == nil || !conflict || attempt >= s.d.maxAttempts {
 			return err
 		}
@@ -199,7 +214,7 @@ func (s *Store) Update(ctx context.Context, fn func(tx store.Tx) error) error {
 
 // update runs fn once. conflict reports that err, or an error a statement
 // inside fn met, is retryable.
-func (s *Store) update(ctx context.Context, fn func(tx store.Tx) error) (conflict bool, err error) {
+func (s *Store) update(ctx context.Context, fn func(tx store.Tx) error, lockRows bool) (conflict bool, err error) {
 	if s.d.serializeWriters {
 		select {
 		case s.writer <- struct{}{}:
@@ -208,7 +223,11 @@ func (s *Store) update(ctx context.Context, fn func(tx store.Tx) error) (conflic
 		}
 		defer func() { <-s.writer }()
 	}
-	sqlTx, err := s.db.BeginTx(ctx, s.d.writeTx)
+	opts := s.d.writeTx
+	if lockRows {
+		opts = s.d.lockingTx
+	}
+	sqlTx, err := s.db.BeginTx(ctx, opts)
 	if err != nil {
 		return s.d.retryable(err), fmt.Errorf("sqlstore: begin: %w", err)
 	}
@@ -223,7 +242,7 @@ func (s *Store) update(ctx context.Context, fn func(tx store.Tx) error) (conflic
 		// for the writer above.
 		stmtCtx = context.WithoutCancel(ctx)
 	}
-	t := &txn{ctx: stmtCtx, tx: sqlTx, d: s.d, write: true, stmts: s.stmts}
+	t := &txn{ctx: stmtCtx, tx: sqlTx, d: s.d, write: true, lockRows: lockRows, stmts: s.stmts}
 	committed := false
 	defer func() {
 		t.done = true

@@ -29,8 +29,11 @@ type txn struct {
 	tx    *sql.Tx
 	d     *dialect
 	stmts *stmtCache // nil: statements are not cached (PostgreSQL)
-	write bool
-	done  bool
+	// lockRows makes every getDoc read lock its row (FOR UPDATE): the
+	// transaction is an UpdateLocked one under READ COMMITTED.
+	lockRows bool
+	write    bool
+	done     bool
 	// conflict is the first retryable error a statement met (see
 	// Store.Update): after it, a PostgreSQL transaction is aborted, and
 	// whatever fn returns, running fn again is the answer.
@@ -144,6 +147,9 @@ func getDoc[T any](t *txn, what, id, query string, args ...any) (T, error) {
 	}
 	if _, bad := t.unstorable(args); bad {
 		return zero, failure.NotFound(what, id)
+	}
+	if t.lockRows {
+		query += " FOR UPDATE"
 	}
 	var doc []byte
 	err := t.queryRowContext(query, args...).Scan(&doc)
