@@ -212,7 +212,7 @@ func (fs *fnState) ask(ctx context.Context, nodeID, callID string) logAnswer {
 	var lost <-chan struct{}
 	if ls := fs.session(nodeID); ls != nil {
 		select {
-		case ls.cmds <- node.Command{Kind: node.KindCallLog, FencingToken: ls.fencing, CallLog: &cmd}:
+		case ls.cmds <- &node.Command{Kind: node.KindCallLog, FencingToken: ls.fencing, CallLog: &cmd}:
 		default:
 			return logAnswer{nodeID: nodeID, silent: "its session is backed up"}
 		}
@@ -263,7 +263,7 @@ func (fs *fnState) deliverCallLog(topic string) {
 	}
 	if ls := fs.session(p.NodeID); ls != nil {
 		select {
-		case ls.cmds <- node.Command{Kind: node.KindCallLog, FencingToken: ls.fencing, CallLog: &p.Cmd}:
+		case ls.cmds <- &node.Command{Kind: node.KindCallLog, FencingToken: ls.fencing, CallLog: &p.Cmd}:
 		default: // backed up: the asker gives up after logAskTimeout
 		}
 	}

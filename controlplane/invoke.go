@@ -132,13 +132,16 @@ func (fs *fnState) replicaURL() string {
 type liveSession struct {
 	nodeID  string
 	fencing uint64
-	cmds    chan node.Command
-	done    chan struct{}
+	// cmds holds pointers: a slot per queued call costs a word, not a
+	// command (a thousand slots of node.Command were 60 KB a session, the
+	// largest part of a replica's memory at ten thousand nodes).
+	cmds chan *node.Command
+	done chan struct{}
 }
 
 // commands is the channel the session loop forwards; nil (never ready)
 // for a nil session.
-func (ls *liveSession) commands() <-chan node.Command {
+func (ls *liveSession) commands() <-chan *node.Command {
 	if ls == nil {
 		return nil
 	}
@@ -156,7 +159,7 @@ func (fs *fnState) attachSession(nodeID string, fencing uint64, r *http.Request)
 		return nil
 	}
 	io.Copy(io.Discard, io.LimitReader(r.Body, maxBody))
-	ls := &liveSession{nodeID: nodeID, fencing: fencing, cmds: make(chan node.Command, 1024), done: make(chan struct{})}
+	ls := &liveSession{nodeID: nodeID, fencing: fencing, cmds: make(chan *node.Command, 1024), done: make(chan struct{})}
 	fs.mu.Lock()
 	fs.sessions[nodeID] = ls
 	fs.mu.Unlock()
@@ -186,7 +189,7 @@ func (fs *fnState) session(nodeID string) *liveSession {
 
 // forward writes cmd to the session stream, with every other command
 // already queued, and flushes once.
-func (fs *fnState) forward(enc *json.Encoder, f http.Flusher, ls *liveSession, cmd node.Command) error {
+func (fs *fnState) forward(enc *json.Encoder, f http.Flusher, ls *liveSession, cmd *node.Command) error {
 	for {
 		if err := enc.Encode(cmd); err != nil {
 			return err
@@ -204,7 +207,7 @@ func (fs *fnState) forward(enc *json.Encoder, f http.Flusher, ls *liveSession, c
 // replica holds none or it is overloaded.
 func (fs *fnState) send(ls *liveSession, cmd capability.InvokeCommand) bool {
 	select {
-	case ls.cmds <- node.Command{Kind: node.KindInvoke, FencingToken: ls.fencing, Invoke: &cmd}:
+	case ls.cmds <- &node.Command{Kind: node.KindInvoke, FencingToken: ls.fencing, Invoke: &cmd}:
 		return true
 	default:
 		return false
