@@ -12,7 +12,6 @@ package hashcopy
 
 import (
 	"errors"
-	"hash"
 	"io"
 	"sync"
 	"unsafe"
@@ -55,12 +54,17 @@ type piece struct {
 // limit+1 bytes, so the caller sees that it was too long (written > limit)
 // without reading the rest. It returns how many bytes were written to dst.
 //
+// h is a hash.Hash, or several behind io.MultiWriter (the control plane
+// computes a SHA-256 and a CRC-32C of an upload in one pass); it is an
+// io.Writer so that several can share the hashing stage. An error of h
+// ends the copy and comes back as it is (a hash's Write never fails).
+//
 // When it returns nil, h has seen exactly the bytes written. When it
 // returns an error, h may have seen bytes that were not written; a caller
 // that keeps h across copies must discard it then. An error of dst comes
 // back as *WriteError. Copy may return while a read of src is still
 // blocked; closing src ends it.
-func Copy(dst io.Writer, src io.Reader, h hash.Hash, limit int64) (written int64, err error) {
+func Copy(dst io.Writer, src io.Reader, h io.Writer, limit int64) (written int64, err error) {
 	free := make(chan []byte, Pieces)
 	for range Pieces {
 		free <- alignedPiece()
@@ -103,7 +107,10 @@ func Copy(dst io.Writer, src io.Reader, h hash.Hash, limit int64) (written int64
 	go func() { // hash
 		defer close(toWrite)
 		for p := range toHash {
-			h.Write(p.buf[:p.n])
+			if _, err := h.Write(p.buf[:p.n]); err != nil {
+				fail(err)
+				return
+			}
 			select {
 			case toWrite <- p:
 			case <-stop:

@@ -56,4 +56,11 @@ func TestCopyReportsWriteAndReadErrors(t *testing.T) {
 	if !errors.Is(err, io.ErrClosedPipe) || errors.As(err, &we) {
 		t.Errorf("read failure = %v, want the reader's error", err)
 	}
+	// h is any writer (several hashes behind io.MultiWriter); its error
+	// ends the copy and comes back as it is, not as a write error.
+	var dst bytes.Buffer
+	n, err := Copy(&dst, bytes.NewReader(make([]byte, 4*PieceSize)), &failAfter{left: PieceSize}, 4*PieceSize)
+	if err == nil || errors.As(err, &we) || n > PieceSize || dst.Len() > PieceSize {
+		t.Errorf("hash failure = %v after %d bytes written, want its error, and nothing written past what was hashed", err, n)
+	}
 }
