@@ -8,12 +8,15 @@ package controlplane
 // An upload is staged under Config.UploadDir, one directory per upload
 // (meta.json and data), so it survives a restart of the control plane and
 // resumes where it stopped. Each PUT appends at the offset the upload has
-// reached while hashing the bytes (internal/hashcopy), so the commit needs
-// no second pass over a large file; after a failed PUT, or a restart, the
-// digest is rebuilt from what is on disk. The commit compares the server's
-// own digest with the client's (stated when the upload began, or, by a
-// client that hashes as it sends, in the commit itself), stores the content
-// by digest, and adds the version to the catalog, or answers with the
+// reached while hashing the bytes (internal/hashcopy) twice over: the
+// SHA-256 that will be the version's identity, and a CRC-32C, the cheap
+// check a client that checks as it sends states at the commit. So the
+// commit needs no second pass over a large file; after a failed PUT, or a
+// restart, both are rebuilt from what is on disk. The commit compares the
+// server's own digests with the client's check (a SHA-256 stated when the
+// upload began, or, in the commit itself, a CRC-32C or a SHA-256; see
+// api.CommitRequest for why a CRC is enough), stores the content by its
+// SHA-256, and adds the version to the catalog, or answers with the
 // version that already has these bytes: a version never changes, and the
 // same content pushed again is the same version.
 //
@@ -83,12 +86,22 @@ type artifactState struct {
 // upload is one upload in progress. Its mutex is held by the request
 // writing to it; a second writer is refused rather than queued.
 type upload struct {
-	mu       sync.Mutex
-	meta     uploadMeta
-	dir      string
-	h        hash.Hash // the digest of the first received bytes; nil: rebuild from disk
+	mu   sync.Mutex
+	meta uploadMeta
+	dir  string
+	// sha256 and crc32c are the digests of the first received bytes,
+	// kept together: both nil when they must be rebuilt from disk.
+	sha256   hash.Hash
+	crc32c   hash.Hash32
 	received int64
 }
+
+// hashes is what each received byte is written to: both digests, in one
+// pass of hashcopy's hashing stage.
+func (u *upload) hashes() io.Writer { return io.MultiWriter(u.sha256, u.crc32c) }
+
+// forget drops both digests, to be rebuilt from disk on the next request.
+func (u *upload) forget() { u.sha256, u.crc32c = nil, nil }
 
 type uploadMeta struct {
 	ID        string    `json:"id"`
@@ -191,7 +204,7 @@ func (s *Server) createUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.Close()
-	u := &upload{meta: meta, dir: dir, h: sha256.New()}
+	u := &upload{meta: meta, dir: dir, sha256: sha256.New(), crc32c: api.NewCRC32C()}
 	s.artifacts.mu.Lock()
 	if s.artifacts.uploads == nil {
 		s.artifacts.uploads = map[string]*upload{}
@@ -250,11 +263,11 @@ func (s *Server) loadUpload(id string) (*upload, error) {
 	return u, nil
 }
 
-// rebuild recomputes the digest of what the upload holds on disk, after a
-// failed write or a restart left the in-memory one unusable. Called with
-// u.mu held.
+// rebuild recomputes the digests of what the upload holds on disk, after
+// a failed write or a restart left the in-memory ones unusable. Called
+// with u.mu held.
 func (u *upload) rebuild() error {
-	if u.h != nil {
+	if u.sha256 != nil {
 		return nil
 	}
 	f, err := os.Open(filepath.Join(u.dir, "data"))
@@ -262,12 +275,13 @@ func (u *upload) rebuild() error {
 		return fmt.Errorf("upload %s: %w", u.meta.ID, err)
 	}
 	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
+	u.sha256, u.crc32c = sha256.New(), api.NewCRC32C()
+	n, err := io.Copy(u.hashes(), f)
 	if err != nil {
+		u.forget()
 		return fmt.Errorf("upload %s: rereading what was received: %w", u.meta.ID, err)
 	}
-	u.h, u.received = h, n
+	u.received = n
 	return nil
 }
 
@@ -361,7 +375,7 @@ func (s *Server) putUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	left := u.meta.Size - u.received
-	n, err := hashcopy.Copy(f, r.Body, u.h, left)
+	n, err := hashcopy.Copy(f, r.Body, u.hashes(), left)
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = &hashcopy.WriteError{Err: cerr}
 	}
@@ -371,7 +385,7 @@ func (s *Server) putUpload(w http.ResponseWriter, r *http.Request) {
 		_ = os.Truncate(filepath.Join(u.dir, "data"), u.meta.Size)
 	}
 	if err != nil {
-		u.h = nil // rebuilt from disk on the next request
+		u.forget() // rebuilt from disk on the next request
 		var we *hashcopy.WriteError
 		if errors.As(err, &we) {
 			err = fmt.Errorf("upload %s: storing what was received: %w", u.meta.ID, we.Err)
@@ -388,9 +402,10 @@ func (s *Server) putUpload(w http.ResponseWriter, r *http.Request) {
 
 // commitUpload verifies a complete upload and adds its version: 201 with a
 // new version, 200 with the version that already had these bytes. The
-// client's digest comes in the body (api.CommitRequest), from the start of
-// the upload, or both; with neither the commit is refused and the upload
-// kept, so the client can commit again with its digest.
+// client's check comes in the body (api.CommitRequest: a CRC-32C or a
+// SHA-256), from the start of the upload (a SHA-256), or both; with none
+// the commit is refused and the upload kept, so the client can commit
+// again with its check. A check that does not match discards the upload.
 func (s *Server) commitUpload(w http.ResponseWriter, r *http.Request) {
 	u, err := s.loadUpload(r.PathValue("id"))
 	if err != nil {
@@ -408,14 +423,19 @@ func (s *Server) commitUpload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, failure.Invalid("sha256", "%q is not a SHA-256 digest: want 64 lowercase hex digits", req.SHA256))
 		return
 	}
+	if req.CRC32C != "" && !api.ValidCRC32C(req.CRC32C) {
+		writeError(w, failure.Invalid("crc32c", "%q is not a CRC-32C: want 8 lowercase hex digits", req.CRC32C))
+		return
+	}
 	if !u.mu.TryLock() {
 		writeError(w, failure.Conflict("upload %s is being written by another request", u.meta.ID))
 		return
 	}
 	defer u.mu.Unlock()
-	if req.SHA256 == "" && u.meta.SHA256 == "" {
-		writeError(w, failure.Invalid("sha256", "upload %s was started without the client's digest, so the commit must state it: "+
-			"send {\"sha256\": DIGEST}, your SHA-256 of the content you sent; no version is stored unverified", u.meta.ID))
+	if req.SHA256 == "" && req.CRC32C == "" && u.meta.SHA256 == "" {
+		writeError(w, failure.Invalid("crc32c", "upload %s was started without the client's digest, so the commit must state its check: "+
+			"send {\"crc32c\": CHECK}, your CRC-32C (Castagnoli, 8 hex digits) of the content you sent, or {\"sha256\": DIGEST}; "+
+			"no version is stored unverified", u.meta.ID))
 		return
 	}
 	cs, err := s.contentStore()
@@ -431,14 +451,11 @@ func (s *Server) commitUpload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, failure.Conflict("upload %s holds %d of its %d bytes; send the rest from offset %d before committing", u.meta.ID, u.received, u.meta.Size, u.received))
 		return
 	}
-	digest := hex.EncodeToString(u.h.Sum(nil))
-	for _, claimed := range []string{u.meta.SHA256, req.SHA256} {
-		if claimed != "" && digest != claimed {
-			s.dropUpload(u)
-			writeError(w, failure.Invalid("sha256", "the %d bytes received hash to %s, not %s: the content changed or was damaged on the way; the upload was discarded, push again",
-				u.meta.Size, digest, claimed))
-			return
-		}
+	digest := hex.EncodeToString(u.sha256.Sum(nil))
+	if err := checkUpload(u.meta.Size, digest, api.FormatCRC32C(u.crc32c.Sum32()), u.meta.SHA256, req); err != nil {
+		s.dropUpload(u)
+		writeError(w, err)
+		return
 	}
 	data := filepath.Join(u.dir, "data")
 	if err := cs.Put(r.Context(), digest, data, u.meta.Size); err != nil {
@@ -457,6 +474,25 @@ func (s *Server) commitUpload(w http.ResponseWriter, r *http.Request) {
 		s.log.Info("artifact version created", "artifact", v.Ref(), "sha256", digest, "size", v.Size)
 	}
 	writeJSON(w, status, v)
+}
+
+// checkUpload compares what the client stated about an upload of size
+// bytes (startSHA256, when it began, and the commit's body) with the
+// control plane's own SHA-256 and CRC-32C of the bytes it received: nil
+// when every stated value matches, else an invalid error naming the field
+// and both values. Unstated values are not compared.
+func checkUpload(size int64, sha256Hex, crc32cHex, startSHA256 string, req api.CommitRequest) error {
+	for _, c := range []struct{ field, verb, got, claimed string }{
+		{"sha256", "hash to", sha256Hex, startSHA256},
+		{"sha256", "hash to", sha256Hex, req.SHA256},
+		{"crc32c", "have the CRC-32C", crc32cHex, req.CRC32C},
+	} {
+		if c.claimed != "" && c.claimed != c.got {
+			return failure.Invalid(c.field, "the %d bytes received %s %s, not %s: the content changed or was damaged on the way; the upload was discarded, push again",
+				size, c.verb, c.got, c.claimed)
+		}
+	}
+	return nil
 }
 
 // findVersion returns the version of name whose content is digest, or nil.

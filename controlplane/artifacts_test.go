@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"net/http"
@@ -94,6 +95,12 @@ func (f *artifactFixture) call(t *testing.T, method, path string, body io.Reader
 func digestHex(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
+}
+
+// crcHex is b's CRC-32C as a commit states it, computed apart from the
+// api package's helpers.
+func crcHex(b []byte) string {
+	return fmt.Sprintf("%08x", crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
 }
 
 func TestUploadResumesAcrossRestartAndVerifies(t *testing.T) {
@@ -374,55 +381,102 @@ func TestStreamedPushIsVerifiedAtTheCommit(t *testing.T) {
 }
 
 // TestCommitRefusesAMismatchedClientDigest: on the wire, an upload started
-// without a digest is committed only with one; a commit without is refused
-// and the upload kept, one with another digest is refused, the upload
-// discarded and nothing created.
+// without a digest is committed only with the client's check; a commit
+// without one is refused and the upload kept; a CRC-32C or a SHA-256 that
+// is not the server's own is refused, the upload discarded and nothing
+// created; a matching CRC-32C, or SHA-256 (an older client's commit), adds
+// the version.
 func TestCommitRefusesAMismatchedClientDigest(t *testing.T) {
 	f := newArtifactFixture(t)
+	ctx := context.Background()
 	data := []byte("the bytes the server receives")
-	var up api.Upload
-	code, body := f.call(t, "POST", "/v1/artifacts/data/uploads", strings.NewReader(fmt.Sprintf(`{"size":%d}`, len(data))))
-	if code != http.StatusCreated || json.Unmarshal(body, &up) != nil || up.SHA256 != "" {
-		t.Fatalf("create upload: %d %s", code, body)
+	begin := func(body string) api.Upload {
+		t.Helper()
+		var up api.Upload
+		code, got := f.call(t, "POST", "/v1/artifacts/data/uploads", strings.NewReader(body))
+		if code != http.StatusCreated || json.Unmarshal(got, &up) != nil {
+			t.Fatalf("create upload: %d %s", code, got)
+		}
+		if code, got := f.call(t, "PUT", "/v1/uploads/"+up.ID+"?offset=0", bytes.NewReader(data)); code != 200 {
+			t.Fatalf("put: %d %s", code, got)
+		}
+		return up
 	}
-	if code, body := f.call(t, "PUT", "/v1/uploads/"+up.ID+"?offset=0", bytes.NewReader(data)); code != 200 {
-		t.Fatalf("put: %d %s", code, body)
+	noVersion := func(when string) {
+		t.Helper()
+		if _, err := f.client.GetArtifact(ctx, "data", ""); !errors.Is(err, failure.ErrNotFound) {
+			t.Errorf("data after %s: %v, want no version", when, err)
+		}
+		if _, err := f.srv.cfg.Content.Stat(ctx, digestHex(data)); !errors.Is(err, failure.ErrNotFound) {
+			t.Errorf("content after %s: %v, want none stored", when, err)
+		}
 	}
-	code, body = f.call(t, "POST", "/v1/uploads/"+up.ID+"/commit", nil)
-	if code != http.StatusBadRequest || !strings.Contains(string(body), "must state it") {
-		t.Fatalf("commit without a digest: %d %s", code, body)
+	refusedAndDiscarded := func(up api.Upload, body, want string) {
+		t.Helper()
+		code, got := f.call(t, "POST", "/v1/uploads/"+up.ID+"/commit", strings.NewReader(body))
+		if code != http.StatusBadRequest || !strings.Contains(string(got), want) {
+			t.Fatalf("commit %s: %d %s; want 400 saying %q", body, code, got, want)
+		}
+		if _, err := f.client.GetUpload(ctx, up.ID); !errors.Is(err, failure.ErrNotFound) {
+			t.Errorf("the upload refused with %s: %v, want discarded", body, err)
+		}
+		noVersion("the commit " + body)
 	}
-	code, body = f.call(t, "POST", "/v1/uploads/"+up.ID+"/commit", strings.NewReader(`{"sha256":"abc"}`))
-	if code != http.StatusBadRequest || !strings.Contains(string(body), "not a SHA-256 digest") {
-		t.Fatalf("commit with a malformed digest: %d %s", code, body)
+
+	up := begin(fmt.Sprintf(`{"size":%d}`, len(data)))
+	if up.SHA256 != "" {
+		t.Fatalf("an upload begun without a digest shows %q", up.SHA256)
 	}
-	if got, err := f.client.GetUpload(context.Background(), up.ID); err != nil || got.Received != int64(len(data)) {
+	for body, want := range map[string]string{
+		"":                      "must state its check",
+		`{}`:                    "must state its check",
+		`{"sha256":"abc"}`:      "not a SHA-256 digest",
+		`{"crc32c":"abc"}`:      "not a CRC-32C",
+		`{"crc32c":"ABCDEF01"}`: "not a CRC-32C",
+	} {
+		var r io.Reader
+		if body != "" {
+			r = strings.NewReader(body)
+		}
+		if code, got := f.call(t, "POST", "/v1/uploads/"+up.ID+"/commit", r); code != http.StatusBadRequest || !strings.Contains(string(got), want) {
+			t.Fatalf("commit %q: %d %s; want 400 saying %q", body, code, got, want)
+		}
+	}
+	if got, err := f.client.GetUpload(ctx, up.ID); err != nil || got.Received != int64(len(data)) {
 		t.Fatalf("after refused commits the upload is %+v, %v; want it kept", got, err)
 	}
 	wrong := digestHex([]byte("what the client thinks it sent"))
-	code, body = f.call(t, "POST", "/v1/uploads/"+up.ID+"/commit", strings.NewReader(`{"sha256":"`+wrong+`"}`))
-	if code != http.StatusBadRequest || !strings.Contains(string(body), "hash to "+digestHex(data)+", not "+wrong) {
-		t.Fatalf("commit with another digest: %d %s", code, body)
-	}
-	if _, err := f.client.GetUpload(context.Background(), up.ID); !errors.Is(err, failure.ErrNotFound) {
-		t.Errorf("the refused upload: %v, want discarded", err)
-	}
-	if _, err := f.client.GetArtifact(context.Background(), "data", ""); !errors.Is(err, failure.ErrNotFound) {
-		t.Errorf("data after a refused commit: %v, want no version", err)
-	}
-	if _, err := f.srv.cfg.Content.Stat(context.Background(), digestHex(data)); !errors.Is(err, failure.ErrNotFound) {
-		t.Errorf("content after a refused commit: %v, want none stored", err)
-	}
+	refusedAndDiscarded(up, `{"sha256":"`+wrong+`"}`, "hash to "+digestHex(data)+", not "+wrong)
+
+	wrongCRC := crcHex([]byte("what the client thinks it sent"))
+	refusedAndDiscarded(begin(fmt.Sprintf(`{"size":%d}`, len(data))), `{"crc32c":"`+wrongCRC+`"}`,
+		"have the CRC-32C "+crcHex(data)+", not "+wrongCRC)
+	// Every check stated must match: a right SHA-256 does not excuse a
+	// wrong CRC-32C.
+	refusedAndDiscarded(begin(fmt.Sprintf(`{"size":%d}`, len(data))), `{"sha256":"`+digestHex(data)+`","crc32c":"`+wrongCRC+`"}`, "CRC-32C")
 	// The digest stated at the start and at the commit must both match.
-	up = api.Upload{}
-	_, body = f.call(t, "POST", "/v1/artifacts/data/uploads", strings.NewReader(fmt.Sprintf(`{"size":%d,"sha256":"%s"}`, len(data), digestHex(data))))
-	json.Unmarshal(body, &up)
-	f.call(t, "PUT", "/v1/uploads/"+up.ID+"?offset=0", bytes.NewReader(data))
-	if code, body := f.call(t, "POST", "/v1/uploads/"+up.ID+"/commit", strings.NewReader(`{"sha256":"`+wrong+`"}`)); code != http.StatusBadRequest {
-		t.Fatalf("a commit contradicting the upload's digest: %d %s", code, body)
+	refusedAndDiscarded(begin(fmt.Sprintf(`{"size":%d,"sha256":"%s"}`, len(data), digestHex(data))), `{"sha256":"`+wrong+`"}`, "not "+wrong)
+	refusedAndDiscarded(begin(fmt.Sprintf(`{"size":%d,"sha256":"%s"}`, len(data), wrong)), `{"crc32c":"`+crcHex(data)+`"}`, "not "+wrong)
+
+	// A matching CRC-32C adds the version, known by the server's SHA-256.
+	code, got := f.call(t, "POST", "/v1/uploads/"+begin(fmt.Sprintf(`{"size":%d}`, len(data))).ID+"/commit", strings.NewReader(`{"crc32c":"`+crcHex(data)+`"}`))
+	var v api.ArtifactVersion
+	if code != http.StatusCreated || json.Unmarshal(got, &v) != nil || v.Ref() != "data@v1" || v.SHA256 != digestHex(data) {
+		t.Fatalf("commit with the right CRC-32C: %d %s", code, got)
 	}
-	if _, err := f.client.GetArtifact(context.Background(), "data", ""); !errors.Is(err, failure.ErrNotFound) {
-		t.Errorf("data after a contradicting commit: %v, want no version", err)
+	// So does a SHA-256 at the commit, as clients before the CRC-32C send.
+	code, got = f.call(t, "POST", "/v1/uploads/"+begin(fmt.Sprintf(`{"size":%d}`, len(data))).ID+"/commit", strings.NewReader(`{"sha256":"`+digestHex(data)+`"}`))
+	if code != http.StatusOK || json.Unmarshal(got, &v) != nil || v.Ref() != "data@v1" {
+		t.Fatalf("commit with the right SHA-256 (the same content again): %d %s", code, got)
+	}
+	other := []byte("other bytes, an older client")
+	var up2 api.Upload
+	_, got = f.call(t, "POST", "/v1/artifacts/data/uploads", strings.NewReader(fmt.Sprintf(`{"size":%d}`, len(other))))
+	json.Unmarshal(got, &up2)
+	f.call(t, "PUT", "/v1/uploads/"+up2.ID+"?offset=0", bytes.NewReader(other))
+	code, got = f.call(t, "POST", "/v1/uploads/"+up2.ID+"/commit", strings.NewReader(`{"sha256":"`+digestHex(other)+`"}`))
+	if code != http.StatusCreated || json.Unmarshal(got, &v) != nil || v.Ref() != "data@v2" || v.SHA256 != digestHex(other) {
+		t.Fatalf("an older client's commit with its SHA-256: %d %s", code, got)
 	}
 }
 
@@ -439,11 +493,12 @@ func cutFirstPut(n int64, puts *atomic.Int32) func(http.Handler) http.Handler {
 	}
 }
 
-// TestStreamedPushResumes: a push that hashes as it sends resumes after a
-// send broken midway (its digest goes back to what the server holds), and
-// in a later process from an upload another push began (it rereads what
-// was sent before); a resumed upload whose first part is not this content
-// is refused at the commit and creates nothing.
+// TestStreamedPushResumes: a push that checks as it sends (CRC-32C)
+// resumes after a send broken midway (its check goes back to what the
+// server holds), and in a later process from an upload another push began
+// (it rereads what was sent before), across a restart of the control plane
+// (which rebuilds its digests from disk); a resumed upload whose first
+// part is not this content is refused at the commit and creates nothing.
 func TestStreamedPushResumes(t *testing.T) {
 	f := newArtifactFixture(t)
 	ctx := context.Background()
@@ -475,6 +530,7 @@ func TestStreamedPushResumes(t *testing.T) {
 	other := make([]byte, 3<<20)
 	rand.Read(other)
 	id := begin("other", other)
+	f.start(t)
 	v, err = f.client.PushArtifact(ctx, "other", streamed(other), client.PushOptions{UploadID: id})
 	if err != nil || v.Ref() != "other@v1" || v.SHA256 != digestHex(other) {
 		t.Fatalf("resumed push = %+v, %v", v, err)
@@ -490,7 +546,7 @@ func TestStreamedPushResumes(t *testing.T) {
 	before := bytes.Clone(third)
 	before[100] ^= 1
 	_, err = f.client.PushArtifact(ctx, "third", streamed(third), client.PushOptions{UploadID: begin("third", before)})
-	if !errors.Is(err, failure.ErrInvalid) || !strings.Contains(err.Error(), "hash to") {
+	if !errors.Is(err, failure.ErrInvalid) || !strings.Contains(err.Error(), "have the CRC-32C "+crcHex(append(before[:1<<20:1<<20], third[1<<20:]...))+", not "+crcHex(third)) {
 		t.Fatalf("resuming an upload of other bytes: %v, want the commit refused", err)
 	}
 	if _, err := f.client.GetArtifact(ctx, "third", ""); !errors.Is(err, failure.ErrNotFound) {
