@@ -45,11 +45,12 @@ NAME@VERSION, alone on stdout:
 
     ref=$(mercator artifact push weights ./model.safetensors)
 
-The content is hashed here as it is sent, and again by the control plane as
-it arrives, which refuses it unless both agree; it is read once. Pushing
-content the name already has prints the existing version: when the name has
-a version of the same size, the content is hashed first and nothing is sent
-if it is that version. An interrupted push resumes where it stopped,
+The content is read once, and checked here as it is sent (CRC-32C) and again
+by the control plane as it arrives, which refuses it unless both agree; the
+version is known by the control plane's SHA-256 of it. Pushing content the
+name already has prints the existing version: when the name has a version
+of the same size, the content's SHA-256 is computed first and nothing is
+sent if it is that version. An interrupted push resumes where it stopped,
 within the run and across runs of this command (the upload's ID is kept in
 the CLI's configuration directory). Progress goes to stderr when it is a
 terminal.`)
@@ -123,7 +124,7 @@ terminal.`)
 }
 
 // filePayload returns a file as a payload without reading it: the push
-// hashes it as it sends it. Every read checks, when it opens the file and
+// checks it as it sends it. Every read checks, when it opens the file and
 // when it reaches the end, that the file still has the size and
 // modification time it had here, so a file changed during a push (or
 // between an interrupted push and its resumption) is refused rather than
@@ -175,8 +176,8 @@ func (c *checkedFile) Read(b []byte) (int, error) {
 }
 
 // dirPayload describes a directory's deterministic tar: it is generated
-// once, without hashing, to learn its size, and again for each send (which
-// hashes it as it goes). Each generation ends by checking that the tree
+// once, without a check, to learn its size, and again for each send (which
+// checks it as it goes). Each generation ends by checking that the tree
 // still looks as it did before the first (treeState), so a tree changed
 // during a push, or between a broken send and its resumption, is refused
 // rather than pushed as a mixture of its states.
@@ -397,9 +398,9 @@ func parseArtifactFlag(s string) (api.ArtifactMount, error) {
 
 // uploadKey names a push in the upload memory: the artifact name and the
 // source as it stands (absolute path, size, modification time), since the
-// content's digest is known only once it was sent. A source that changed
+// content's check is known only once it was sent. A source that changed
 // since an interrupted push makes a new key and a new upload; one changed
-// without changing these is caught by the digests at the commit.
+// without changing these is caught by the check at the commit.
 func uploadKey(name, src string, fi os.FileInfo, size int64) (string, error) {
 	abs, err := filepath.Abs(src)
 	if err != nil {

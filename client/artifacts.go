@@ -21,13 +21,14 @@ import (
 // Payload is the content of one push: its exact size, its format
 // (api.ArtifactFile or api.ArtifactTar), and Open, which returns the
 // content from byte offset on. Open is called again to resume after an
-// interrupted send, and to reread what was sent before when a push hashes
+// interrupted send, and to reread what was sent before when a push checks
 // as it sends, so it must return the same bytes every time; content that
 // ends before Size bytes, or goes on after them, is refused as changed.
 //
 // SHA256 is the content's digest (64 lowercase hex digits) when the caller
 // already knows it, and empty otherwise, which is the cheap case: the
-// client then computes it as the bytes go out (see PushArtifact).
+// client then checks the content with a CRC-32C as the bytes go out (see
+// PushArtifact).
 type Payload struct {
 	Size   int64
 	SHA256 string
@@ -57,17 +58,22 @@ type PushOptions struct {
 // under this name, else a new one. A send that breaks is resumed from
 // where the upload stands, up to Attempts times.
 //
-// When p.SHA256 is empty, new content is read once: the client's SHA-256
-// is computed as the bytes are sent (in a pipeline, so hashing overlaps
-// the send rather than adding to it) and stated at the commit; the control
-// plane refuses the commit, discarding the upload, unless its own digest
-// of what it received is the same. Only when the name already has a
-// version of exactly p.Size bytes, so that this may be the same content,
-// is the content hashed first and the control plane asked before anything
-// is sent: pushing the same content again then sends nothing. Content the
-// store already holds under another name is sent, and the new version
-// shares the stored object. A resumed push rereads what was sent before
-// it, to rebuild its digest.
+// When p.SHA256 is empty, new content is read once: the client computes a
+// CRC-32C of the bytes as they are sent (in a pipeline, so it overlaps the
+// send rather than adding to it) and states it at the commit; the control
+// plane, which computes a CRC-32C beside its SHA-256 as it stores the
+// bytes, refuses the commit, discarding the upload, unless the two are
+// the same. The CRC-32C is the end-to-end check against accidental damage
+// (a file changed under the push, bytes broken on the way) at a fraction
+// of SHA-256's CPU; the version is known by the control plane's SHA-256
+// (see api.CommitRequest). Only when the name already has a version of
+// exactly p.Size bytes, so that this may be the same content, is the
+// content's SHA-256 computed first and the control plane asked before
+// anything is sent: pushing the same content again then sends nothing,
+// and new content is stated by that SHA-256 instead. Content the store
+// already holds under another name is sent, and the new version shares
+// the stored object. A resumed push rereads what was sent before it, back
+// to the last saved state of its check, to rebuild the check.
 func (c *Client) PushArtifact(ctx context.Context, name string, p Payload, opts PushOptions) (api.ArtifactVersion, error) {
 	if opts.Attempts <= 0 {
 		opts.Attempts = 8
@@ -78,7 +84,7 @@ func (c *Client) PushArtifact(ctx context.Context, name string, p Payload, opts 
 			return api.ArtifactVersion{}, fmt.Errorf("push artifact %s: %w", name, err)
 		}
 		if same {
-			d := newRunningDigest()
+			d := newContentDigest()
 			if err := d.rewind(p.Size, p.Open); err != nil {
 				return api.ArtifactVersion{}, fmt.Errorf("push artifact %s: hashing the content: %w", name, err)
 			}
@@ -98,9 +104,9 @@ func (c *Client) PushArtifact(ctx context.Context, name string, p Payload, opts 
 	if opts.Started != nil {
 		opts.Started(up.ID)
 	}
-	var d *runningDigest // nil: the digest is p.SHA256, known before the send
+	var d *runningDigest // nil: the check is p.SHA256, known before the send
 	if p.SHA256 == "" {
-		d = newRunningDigest()
+		d = newSendCheck()
 	}
 	for attempt := 1; up.Received < p.Size; attempt++ {
 		next, err := c.sendFrom(ctx, up, p, d, opts.Progress)
@@ -124,17 +130,17 @@ func (c *Client) PushArtifact(ctx context.Context, name string, p Payload, opts 
 			return api.ArtifactVersion{}, fmt.Errorf("push artifact %s: %w", name, err)
 		}
 	}
-	digest := p.SHA256
+	check := api.CommitRequest{SHA256: p.SHA256}
 	if d != nil {
 		// Normally a no-op; it rereads only when this process sent none of
 		// the bytes (the upload it resumed was already complete).
 		if err := d.rewind(p.Size, p.Open); err != nil {
 			return api.ArtifactVersion{}, fmt.Errorf("push artifact %s: upload %s: %w", name, up.ID, err)
 		}
-		digest = d.sum()
+		check = api.CommitRequest{CRC32C: d.sum()}
 	}
 	var v api.ArtifactVersion
-	if err := c.do(ctx, http.MethodPost, "/uploads/"+url.PathEscape(up.ID)+"/commit", nil, api.CommitRequest{SHA256: digest}, &v); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/uploads/"+url.PathEscape(up.ID)+"/commit", nil, check, &v); err != nil {
 		return api.ArtifactVersion{}, fmt.Errorf("push artifact %s: commit: %w", name, err)
 	}
 	return v, nil
@@ -183,7 +189,7 @@ func (c *Client) GetUpload(ctx context.Context, id string) (api.Upload, error) {
 }
 
 // sendFrom sends the rest of the content in one request body from where
-// the upload stands; with d, the bytes are hashed into d as they go out,
+// the upload stands; with d, the bytes are fed to d as they go out,
 // d first brought to the upload's offset (rewind). An error of the content
 // itself (a read failure, another size) is returned as it is, not as
 // unavailable, so a push does not retry what a retry cannot fix.
@@ -253,9 +259,10 @@ var errBodyUsed = errors.New("this upload body was already sent")
 // errSendOver ends a body's pipe when the transport closes it.
 var errSendOver = errors.New("the request carrying this body has ended")
 
-// contentBody is a PUT's body: left bytes of the content, hashed into d on
-// the way when d is set (hashcopy's pipeline: reading, hashing and sending
-// pieces at once, so hashing overlaps the send instead of adding to it).
+// contentBody is a PUT's body: left bytes of the content, fed to d (the
+// push's check) on the way when d is set (hashcopy's pipeline: reading,
+// checking and sending pieces at once, so the check overlaps the send
+// instead of adding to it).
 //
 // The HTTP/1.1 transport sends it through WriteTo, which runs the copy
 // straight into the connection in whole pieces; a transport that reads it
@@ -266,7 +273,7 @@ var errSendOver = errors.New("the request carrying this body has ended")
 // are the request's to report. d is not touched after wait returns.
 type contentBody struct {
 	src      io.Reader
-	d        *runningDigest // nil: not hashed here
+	d        *runningDigest // nil: not checked here
 	left     int64
 	progress *progressWriter // nil: none reported
 

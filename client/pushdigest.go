@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"hash"
 	"io"
+
+	"github.com/mercator/mercator/api"
 )
 
-// This file holds the client's side of a push that hashes as it sends: the
+// This file holds the client's side of a push that checks as it sends: the
 // running digest of what went out, and how it goes back to what the
 // control plane actually holds when a send breaks.
 
@@ -23,20 +25,25 @@ const (
 	keepMarks = 8
 )
 
-// runningDigest is the SHA-256 of a payload's first n bytes, fed with the
-// bytes as they are sent (it is the hash.Hash given to hashcopy.Copy), so
-// the client's digest costs no pass over the content of its own and
-// overlaps the send instead of preceding it.
+// runningDigest is a digest of a payload's first n bytes, fed with the
+// bytes as they are sent (it is the writer given to hashcopy.Copy), so the
+// client's check costs no pass over the content of its own and overlaps
+// the send instead of preceding it. The digest is a CRC-32C when it is the
+// check a push states at its commit (newSendCheck), and a SHA-256 when the
+// client hashes content first to ask whether the control plane has it
+// (newContentDigest); either can be saved and restored, which is all
+// rewind needs.
 //
 // A send that breaks leaves it ahead of the control plane: bytes hashed
 // here may never have arrived. rewind takes it back to the offset the
 // upload stands at. It is not safe for concurrent use; the send that feeds
 // it must have returned before rewind or sum is called.
 type runningDigest struct {
-	hash.Hash       // SHA-256 over bytes [0, n)
+	hash.Hash       // over bytes [0, n)
 	n         int64 // bytes hashed
 	marks     []digestMark
-	every     int64 // markEvery, or less in tests
+	every     int64            // markEvery, or less in tests
+	fresh     func() hash.Hash // a new hash of this kind, for restore
 }
 
 type digestMark struct {
@@ -44,9 +51,22 @@ type digestMark struct {
 	state []byte
 }
 
-func newRunningDigest() *runningDigest {
-	return &runningDigest{Hash: sha256.New(), every: markEvery}
+func newRunningDigest(fresh func() hash.Hash) *runningDigest {
+	return &runningDigest{Hash: fresh(), every: markEvery, fresh: fresh}
 }
+
+// newSendCheck is the check a push computes as it sends and states at the
+// commit (api.CommitRequest.CRC32C): a CRC-32C, which catches what the
+// check is for, bytes damaged or changed between the client's read and
+// the control plane's disk, at a small fraction of SHA-256's CPU. The
+// version's identity is the control plane's SHA-256, not this.
+func newSendCheck() *runningDigest {
+	return newRunningDigest(func() hash.Hash { return api.NewCRC32C() })
+}
+
+// newContentDigest is the content's SHA-256, what a version is known by,
+// for asking the control plane whether it already holds the content.
+func newContentDigest() *runningDigest { return newRunningDigest(sha256.New) }
 
 // Write hashes b as the next bytes of the content, saving the state when
 // it crosses a mark.
@@ -108,7 +128,7 @@ func (d *runningDigest) restore(to int64) {
 		if m.n > to {
 			continue
 		}
-		h := sha256.New()
+		h := d.fresh()
 		if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(m.state); err != nil {
 			break
 		}
@@ -118,5 +138,7 @@ func (d *runningDigest) restore(to int64) {
 	d.Reset()
 }
 
-// sum is the digest of the bytes hashed, as 64 lowercase hex digits.
+// sum is the digest of the bytes hashed, in lowercase hex digits, most
+// significant first: 64 for a SHA-256, 8 for a CRC-32C (as
+// api.FormatCRC32C spells it).
 func (d *runningDigest) sum() string { return hex.EncodeToString(d.Hash.Sum(nil)) }

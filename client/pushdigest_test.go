@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"testing"
@@ -17,10 +19,22 @@ func hexSum(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
+// crcSum is b's CRC-32C as a commit states it, computed without the api
+// package's helpers.
+func crcSum(b []byte) string {
+	return fmt.Sprintf("%08x", crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
+}
+
 // TestRunningDigestRewinds: a digest fed ahead of what the control plane
 // holds goes back to any offset, from a saved state or from the start, and
-// rereads only from there.
+// rereads only from there; so does the CRC-32C a push states at its
+// commit.
 func TestRunningDigestRewinds(t *testing.T) {
+	t.Run("crc32c", func(t *testing.T) { testRunningDigestRewinds(t, newSendCheck, crcSum) })
+	t.Run("sha256", func(t *testing.T) { testRunningDigestRewinds(t, newContentDigest, hexSum) })
+}
+
+func testRunningDigestRewinds(t *testing.T, newDigest func() *runningDigest, sumOf func([]byte) string) {
 	data := make([]byte, 10_000)
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range data {
@@ -31,7 +45,7 @@ func TestRunningDigestRewinds(t *testing.T) {
 		opened = append(opened, offset)
 		return io.NopCloser(bytes.NewReader(data[offset:])), nil
 	}
-	d := newRunningDigest()
+	d := newDigest()
 	d.every = 1000
 	// Fed in pieces, as hashcopy does, past several marks.
 	for off := 0; off < 7_300; off += 730 {
@@ -46,7 +60,7 @@ func TestRunningDigestRewinds(t *testing.T) {
 		if err := d.rewind(to, open); err != nil {
 			t.Fatal(err)
 		}
-		if d.n != to || d.sum() != hexSum(data[:to]) {
+		if d.n != to || d.sum() != sumOf(data[:to]) {
 			t.Fatalf("rewind(%d) from %d: n = %d, digest wrong", to, before, d.n)
 		}
 		// Going back rereads from a mark, not from the start, when one
@@ -65,7 +79,7 @@ func TestRunningDigestRewinds(t *testing.T) {
 	if len(d.marks) != keepMarks {
 		t.Fatalf("%d marks kept, want %d", len(d.marks), keepMarks)
 	}
-	if err := d.rewind(150, open); err != nil || d.sum() != hexSum(data[:150]) {
+	if err := d.rewind(150, open); err != nil || d.sum() != sumOf(data[:150]) {
 		t.Fatalf("rewind past the kept marks: %v", err)
 	}
 	// A payload that ends early leaves the digest usable.
@@ -75,7 +89,7 @@ func TestRunningDigestRewinds(t *testing.T) {
 	if err := d.rewind(8_000, short); err == nil {
 		t.Fatal("rewinding past the content's end succeeded")
 	}
-	if err := d.rewind(3_000, open); err != nil || d.sum() != hexSum(data[:3_000]) {
+	if err := d.rewind(3_000, open); err != nil || d.sum() != sumOf(data[:3_000]) {
 		t.Fatalf("after a failed rewind: %v", err)
 	}
 }
@@ -99,19 +113,19 @@ func TestSizedReaderRefusesOtherSizes(t *testing.T) {
 }
 
 // TestContentBodyReadPath: a transport that reads the body (HTTP/2's)
-// gets the same bytes, hashed, as one that has it write itself; the
+// gets the same bytes, checked, as one that has it write itself; the
 // content's own error is told apart from the connection's; a body closed
 // unsent reports nothing.
 func TestContentBodyReadPath(t *testing.T) {
 	data := bytes.Repeat([]byte("piece"), 700_000) // several pieces
 	newBody := func(content []byte, size int64) (*contentBody, *runningDigest) {
-		d := newRunningDigest()
+		d := newSendCheck()
 		return &contentBody{src: &sizedReader{r: bytes.NewReader(content), left: size, size: size}, d: d, left: size, done: make(chan struct{})}, d
 	}
 	b, d := newBody(data, int64(len(data)))
 	got, err := io.ReadAll(b)
 	b.Close()
-	if err != nil || !bytes.Equal(got, data) || b.wait() != nil || d.sum() != hexSum(data) {
+	if err != nil || !bytes.Equal(got, data) || b.wait() != nil || d.sum() != crcSum(data) {
 		t.Fatalf("read %d bytes, %v; wait %v", len(got), err, b.wait())
 	}
 	if _, err := b.WriteTo(io.Discard); !errors.Is(err, errBodyUsed) {
@@ -137,7 +151,7 @@ func TestContentBodyReadPath(t *testing.T) {
 	}
 	var out bytes.Buffer
 	b, d = newBody(data, int64(len(data)))
-	if n, err := b.WriteTo(&out); err != nil || n != int64(len(data)) || !bytes.Equal(out.Bytes(), data) || d.sum() != hexSum(data) {
+	if n, err := b.WriteTo(&out); err != nil || n != int64(len(data)) || !bytes.Equal(out.Bytes(), data) || d.sum() != crcSum(data) {
 		t.Errorf("WriteTo: %d, %v", n, err)
 	}
 }

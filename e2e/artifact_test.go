@@ -293,7 +293,7 @@ func (c *cutAfter) Closed(uint64) {}
 // TestArtifactPushResumesAcrossRuns: a push whose connection breaks and
 // whose command is interrupted midway is resumed by the next run of the
 // same command, from where the control plane stands rather than from the
-// start (the client rereads what was sent to rebuild its digest), and the
+// start (the client rereads what was sent to rebuild its CRC-32C), and the
 // version has exactly the file's content.
 func TestArtifactPushResumesAcrossRuns(t *testing.T) {
 	c := startArtifactCluster(t, nil, artifactClusterOptions{})
