@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
@@ -107,8 +108,15 @@ func TestSyncCallLogFromNodes(t *testing.T) {
 	}
 	setNode(second.id, func(n *store.Node) { n.Facts.CapabilityVersion = capability.Version })
 
-	// A node whose session is gone is named.
+	// A node whose session is gone is named. (Once the control plane has
+	// seen the stream end: asked before that, the node is named as one
+	// whose session ended while it was being asked.)
 	second.stop()
+	for deadline := time.Now().Add(time.Minute); f.srv.fn.session(second.id) != nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the control plane still holds the stopped node's session")
+		}
+	}
 	f.wantFnError(404, "no answer from "+second.id+" (not connected)", "GET", logPath("call-spilled"), nil)
 
 	// A durable call of another function is not this function's, and an
