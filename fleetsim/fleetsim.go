@@ -59,6 +59,7 @@ import (
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/internal/cputime"
 	"github.com/mercator/mercator/internal/registrytest"
 )
 
@@ -494,7 +495,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	profiling := pprof.StartCPUProfile(&profile) == nil
 	holdStart := time.Now()
 	rec.holdStart.Store(holdStart.UnixNano())
-	cpu0 := cpuTime()
+	cpu0 := cputime.Self()
 	shardCPU := func() time.Duration {
 		var d time.Duration
 		for _, p := range shards {
@@ -503,7 +504,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return d
 	}
 	shardCPU0 := shardCPU()
-	busy0 := machineBusy()
+	busy0 := cputime.Machine()
 	hb0 := rec.heartbeats.Load()
 
 	var submitErrors atomic.Int64
@@ -594,9 +595,9 @@ hold:
 		}
 	}
 	holdEnd := time.Now()
-	cpu1 := cpuTime()
+	cpu1 := cputime.Self()
 	shardCPU1 := shardCPU()
-	busy1 := machineBusy()
+	busy1 := cputime.Machine()
 	hold := holdEnd.Sub(holdStart)
 	if profiling {
 		pprof.StopCPUProfile()

@@ -36,39 +36,6 @@ func sortDurations(d []time.Duration) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// cpuTime is the process's user plus system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// machineBusy is the CPU time every process on the machine has used since
-// boot (user, system and the rest, not idle or I/O wait), from /proc/stat.
-func machineBusy() time.Duration {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	f := strings.Fields(line)
-	if len(f) < 5 || f[0] != "cpu" {
-		return 0
-	}
-	var busy int64
-	for i, v := range f[1:] {
-		n, _ := strconv.ParseInt(v, 10, 64)
-		if i == 3 || i == 4 { // idle, iowait
-			continue
-		}
-		busy += n
-	}
-	const clockTicks = 100 // USER_HZ
-	return time.Duration(busy) * time.Second / clockTicks
-}
-
 // procStatus reads a "Name: N kB" line of /proc/self/status, in bytes.
 func procStatus(name string) int64 {
 	data, err := os.ReadFile("/proc/self/status")
