@@ -209,6 +209,20 @@ func pageParams(r *http.Request) (after string, perPage int) {
 }
 
 // nextCursor is the cursor after a full page ending at name.
+// listPage is one page of a list route's records as the API shows them
+// (view), and Fn's next_cursor: the key of the last record when the page is
+// full (nextCursor).
+func listPage[R, V any](records []R, perPage int, view func(R) V, key func(R) string) ([]V, string) {
+	items := make([]V, 0, len(records))
+	for _, r := range records {
+		items = append(items, view(r))
+	}
+	if len(records) == 0 {
+		return items, ""
+	}
+	return items, nextCursor(len(records), perPage, key(records[len(records)-1]))
+}
+
 func nextCursor(n, perPage int, name string) string {
 	if n < perPage || n == 0 {
 		return ""
@@ -495,13 +509,8 @@ func (s *Server) fnListApps(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	out := api.AppList{Items: make([]api.App, 0, len(apps))}
-	for _, a := range apps {
-		out.Items = append(out.Items, s.appView(a))
-	}
-	if len(apps) > 0 {
-		out.NextCursor = nextCursor(len(apps), perPage, apps[len(apps)-1].Name)
-	}
+	var out api.AppList
+	out.Items, out.NextCursor = listPage(apps, perPage, s.appView, func(a store.App) string { return a.Name })
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -775,13 +784,8 @@ func (s *Server) fnListFns(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	out := api.FnList{Items: make([]api.Fn, 0, len(fns))}
-	for _, f := range fns {
-		out.Items = append(out.Items, s.fnView(f))
-	}
-	if len(fns) > 0 {
-		out.NextCursor = nextCursor(len(fns), perPage, fns[len(fns)-1].Name)
-	}
+	var out api.FnList
+	out.Items, out.NextCursor = listPage(fns, perPage, s.fnView, func(f store.Fn) string { return f.Name })
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -1049,13 +1053,10 @@ func (s *Server) fnListTriggers(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	out := api.TriggerList{Items: make([]api.Trigger, 0, len(triggers))}
-	for _, t := range triggers {
-		out.Items = append(out.Items, s.triggerView(t, appName))
-	}
-	if len(triggers) > 0 {
-		out.NextCursor = nextCursor(len(triggers), perPage, triggers[len(triggers)-1].Name)
-	}
+	var out api.TriggerList
+	out.Items, out.NextCursor = listPage(triggers, perPage,
+		func(t store.Trigger) api.Trigger { return s.triggerView(t, appName) },
+		func(t store.Trigger) string { return t.Name })
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -1199,13 +1200,8 @@ func (s *Server) fnListCalls(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	out := api.FnCallList{Items: make([]api.FnCall, 0, len(calls))}
-	for _, c := range calls {
-		out.Items = append(out.Items, callView(c))
-	}
-	if len(calls) > 0 {
-		out.NextCursor = nextCursor(len(calls), perPage, calls[len(calls)-1].ID)
-	}
+	var out api.FnCallList
+	out.Items, out.NextCursor = listPage(calls, perPage, callView, func(c store.Call) string { return c.ID })
 	writeJSON(w, http.StatusOK, out)
 }
 
