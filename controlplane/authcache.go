@@ -32,13 +32,7 @@ import (
 type authCache struct {
 	mu       sync.Mutex
 	sessions map[string]store.Session // by token hash
-	fences   map[string]fenceEntry    // by node ID
-	gen      map[string]uint64        // by node ID: bumped by forget
-}
-
-type fenceEntry struct {
-	token uint64
-	at    time.Time
+	fences   expiring[uint64]         // by node ID
 }
 
 // fenceTTL bounds how long a fencing token read from the store is used: longer
@@ -68,34 +62,15 @@ func (a *authCache) putSession(hash string, s store.Session) {
 // fence returns the node's cached fencing token, if fresh, and the node's
 // generation, which putFence needs.
 func (a *authCache) fence(nodeID string, now time.Time) (uint64, bool, uint64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	f, ok := a.fences[nodeID]
-	return f.token, ok && now.Sub(f.at) < fenceTTL, a.gen[nodeID]
+	return a.fences.get(nodeID, now, fenceTTL)
 }
 
 func (a *authCache) putFence(nodeID string, token uint64, gen uint64, now time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.gen[nodeID] != gen {
-		return // the node changed while its record was read
-	}
-	if a.fences == nil {
-		a.fences = map[string]fenceEntry{}
-	}
-	a.fences[nodeID] = fenceEntry{token: token, at: now}
+	a.fences.put(nodeID, token, gen, now) // not if the node changed while its record was read
 }
 
 // forget drops what is cached about the node.
-func (a *authCache) forget(nodeID string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.gen == nil {
-		a.gen = map[string]uint64{}
-	}
-	a.gen[nodeID]++
-	delete(a.fences, nodeID)
-}
+func (a *authCache) forget(nodeID string) { a.fences.forget(nodeID) }
 
 // nodeSession returns the session record of the credential hash and the
 // node's fencing token, from the cache or the store.

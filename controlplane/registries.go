@@ -143,6 +143,22 @@ func (s *Server) deleteRegistry(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, registryView(out))
 }
 
+// registryLookup is what the store answered for a registry host: found or
+// not, both cached (Server.creds). Every launch and image command handed to
+// a node carries its registry's credential when one is stored (outbound),
+// so without the cache a fleet busy with placements read the store once per
+// command, and those reads queued for the store's few connections. A
+// credential changed on this replica is forgotten at once (putRegistry,
+// deleteRegistry); one changed on another replica is seen here within
+// registryCredTTL.
+type registryLookup struct {
+	cred  store.RegistryCredential
+	found bool
+}
+
+// registryCredTTL bounds how long another replica's change may go unseen.
+const registryCredTTL = 5 * time.Second
+
 // registryCredential returns the username and password stored for host;
 // ok is false when none is (or it cannot be opened, which is logged).
 func (s *Server) registryCredential(ctx context.Context, host string) (user, password string, ok bool) {
@@ -151,7 +167,8 @@ func (s *Server) registryCredential(ctx context.Context, host string) (user, pas
 		return "", "", false
 	}
 	now := time.Now()
-	c, found, fresh, gen := s.creds.get(host, now)
+	cached, fresh, gen := s.creds.get(host, now, registryCredTTL)
+	c, found := cached.cred, cached.found
 	if !fresh {
 		err = s.store.View(ctx, func(tx store.Tx) error {
 			var err error
@@ -163,7 +180,7 @@ func (s *Server) registryCredential(ctx context.Context, host string) (user, pas
 			return "", "", false
 		}
 		found = err == nil
-		s.creds.put(host, c, found, gen, now)
+		s.creds.put(host, registryLookup{c, found}, gen, now)
 	}
 	if !found {
 		return "", "", false

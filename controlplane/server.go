@@ -142,10 +142,10 @@ type Server struct {
 	batching  atomic.Bool
 	outbox    chan string // signal.go: signals for other replicas
 	replicaID string
-	pins      pinCache  // pins.go
-	auth      authCache // authcache.go
-	creds     credCache // credcache.go
-	mailboxes sync.Map  // node ID → *mailbox (mailbox.go)
+	pins      pinCache                 // pins.go
+	auth      authCache                // authcache.go
+	creds     expiring[registryLookup] // registries.go
+	mailboxes sync.Map                 // node ID → *mailbox (mailbox.go)
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.
