@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/internal/cputime"
 )
 
 // Shards: a process may hold only so many open files (here the hard limit
@@ -245,26 +246,8 @@ func (p *shardProc) dispatch(r shardRecord, rec *recorder) {
 	}
 }
 
-// cpu is the shard's CPU time so far (user + system, from /proc).
-func (p *shardProc) cpu() time.Duration {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.cmd.Process.Pid), "stat"))
-	if err != nil {
-		return 0
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	const clockTicks = 100 // USER_HZ, 100 on every Linux architecture Go supports
-	return time.Duration(ut+st) * time.Second / clockTicks
-}
+// cpu is the shard's CPU time so far (user + system).
+func (p *shardProc) cpu() time.Duration { return cputime.Process(p.cmd.Process.Pid) }
 
 // rss is the shard's resident memory now and at its peak, in bytes.
 func (p *shardProc) rss() (now, peak int64) {
