@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -142,14 +143,14 @@ func (c *chanTransport) exitReported(key capability.WorkloadKey) bool {
 	return false
 }
 
-func startTestAgent(t *testing.T, rt Runtime, tr Transport, dir string) (stop func()) {
+func startTestAgent(t *testing.T, rt Runtime, tr Transport, dir string, options ...Option) (stop func()) {
 	state, err := OpenState(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := New(Identity{NodeID: "n1", EnrollmentToken: "inv"}, rt, tr, state,
-		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithObserveInterval(20*time.Millisecond), WithReconnectBackoff(10*time.Millisecond))
+	options = append([]Option{WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithObserveInterval(20 * time.Millisecond), WithReconnectBackoff(10 * time.Millisecond)}, options...)
+	a := New(Identity{NodeID: "n1", EnrollmentToken: "inv"}, rt, tr, state, options...)
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	return func() {
@@ -201,6 +202,76 @@ func TestRedeliveredLaunchStartsOneContainer(t *testing.T) {
 	}
 	if n := rt.launches[cmd.LaunchWorkload.WorkloadKey]; n != 1 {
 		t.Fatalf("%d launches, want 1", n)
+	}
+}
+
+// gatedPrepare is a memRuntime whose PrepareImage for one run waits until
+// the test opens the gate: a pull that takes a while.
+type gatedPrepare struct {
+	*memRuntime
+	run  string
+	gate chan struct{}
+}
+
+func (g *gatedPrepare) PrepareImage(ctx context.Context, c capability.PrepareImageCommand) error {
+	if strings.Contains(c.Image, g.run) {
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return g.memRuntime.PrepareImage(ctx, c)
+}
+
+// phases is the workload phases delivered for run, in delivery order, with
+// "result" where the launch's result was.
+func (c *chanTransport) phases(run string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, e := range c.events {
+		switch {
+		case e.Kind == node.EventWorkload && e.Workload.RunID == run:
+			out = append(out, string(e.Workload.Phase))
+		case e.Kind == node.EventResult && e.Result.Workload != nil && e.Result.Workload.RunID == run:
+			out = append(out, "result")
+		}
+	}
+	return out
+}
+
+// TestPreparingReportedOnlyForSlowLaunches: a launch that ends quickly is
+// reported by its result and the running observation alone; one that is
+// still preparing its image after preparingAfter is reported as preparing
+// first, and its result and running observation come after.
+func TestPreparingReportedOnlyForSlowLaunches(t *testing.T) {
+	rt := &gatedPrepare{memRuntime: newMemRuntime(), run: "slow", gate: make(chan struct{})}
+	tr := &chanTransport{commands: make(chan node.Command)}
+	stop := startTestAgent(t, rt, tr, t.TempDir(), func(a *Agent) { a.preparingAfter = 50 * time.Millisecond })
+	defer stop()
+
+	fast, slow := launch("fast", 5), launch("slow", 5)
+	slow.LaunchWorkload.Image = "slow@sha256:0"
+	tr.commands <- fast
+	// The result and the running observation are independent facts (the
+	// observation may even be made first); what must not be there is a
+	// preparing report.
+	reported := func(run string) bool {
+		p := tr.phases(run)
+		return slices.Contains(p, "running") && slices.Contains(p, "result")
+	}
+	waitUntil(t, "the fast launch's result and running observation", func() bool { return reported("r-fast") })
+	if got := tr.phases("r-fast"); len(got) != 2 {
+		t.Fatalf("fast launch reported %v, want the result and running only", got)
+	}
+
+	tr.commands <- slow
+	waitUntil(t, "the slow launch's preparing observation", func() bool { return len(tr.phases("r-slow")) > 0 })
+	close(rt.gate)
+	waitUntil(t, "the slow launch's result and running observation", func() bool { return reported("r-slow") })
+	if got := tr.phases("r-slow"); len(got) != 3 || got[0] != "preparing" {
+		t.Fatalf("slow launch reported %v, want preparing, then the result and running", got)
 	}
 }
 
