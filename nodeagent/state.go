@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -86,14 +88,31 @@ type State struct {
 	// exactly those instead of scanning the applied memory), lastPrune is
 	// when acknowledged entries were last pruned, and stops holds what
 	// RecordStop recorded (observations read it for every workload).
-	unacked   map[string]string
+	unacked map[string]string
+	stops   map[string]string
+	// Acknowledged events not yet removed from the file, with the applied
+	// operations whose results they were, and when acknowledged entries
+	// were last pruned (see Acknowledge). Under ackMu, not mu: the writes
+	// that carry them are made with mu held.
+	ackMu     sync.Mutex
+	acks      map[uint64]bool
+	ackOps    map[string]ackedResult // by operation
+	ackSince  time.Time              // when the oldest of acks arrived
 	lastPrune time.Time
-	stops     map[string]string
+	// spoolVersion counts the events spooled since the file was opened
+	// (SpoolVersion).
+	spoolVersion atomic.Uint64
 }
 
 type storedSession struct {
 	Token     string    `json:"token"`
 	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// ackedResult is an applied operation's result event, acknowledged at At.
+type ackedResult struct {
+	ID string
+	At time.Time
 }
 
 type appliedEntry struct {
@@ -197,7 +216,15 @@ func (s *State) load() error {
 }
 
 // Close closes the state file.
-func (s *State) Close() error { return s.db.Close() }
+// Acknowledgements not yet written are written first, so a clean restart
+// does not deliver them again.
+func (s *State) Close() error {
+	ackErr := s.update(nil)
+	if err := s.db.Close(); err != nil {
+		return err
+	}
+	return ackErr
+}
 
 // NodeID returns the node this state file belongs to, or "" if it has never
 // enrolled.
@@ -220,7 +247,7 @@ func (s *State) NextEventID() (string, error) {
 	defer s.mu.Unlock()
 	if s.nextEvent > s.eventCeil {
 		ceil := s.nextEvent + eventIDBlock - 1
-		if err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := s.update(func(tx *bolt.Tx) error {
 			return tx.Bucket(bucketMeta).Put(keyEventCeil, putUint(ceil))
 		}); err != nil {
 			return "", fmt.Errorf("reserve event IDs: %w", err)
@@ -249,7 +276,7 @@ func (s *State) Enrolled(nodeID string, e capability.Enrollment) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess := storedSession{Token: e.SessionToken, ExpiresAt: e.ExpiresAt}
-	if err := s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		if err := meta.Put(keyNodeID, []byte(nodeID)); err != nil {
 			return err
@@ -275,7 +302,7 @@ func (s *State) Renewed(r capability.SessionRenewal) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess := storedSession{Token: r.SessionToken, ExpiresAt: r.ExpiresAt}
-	if err := s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		if err := meta.Put(keyFencing, putUint(r.FencingToken)); err != nil {
 			return err
@@ -293,7 +320,7 @@ func (s *State) Renewed(r capability.SessionRenewal) error {
 func (s *State) ForgetSession() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketMeta).Delete(keySession)
 	}); err != nil {
 		return err
@@ -354,7 +381,7 @@ func (s *State) MarkApplied(operationID string, result node.Event) error {
 		return err
 	}
 	entry := appliedEntry{AppliedAt: s.now().UTC(), Result: result}
-	if err := s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.update(func(tx *bolt.Tx) error {
 		if err := putJSON(tx.Bucket(bucketApplied), []byte(operationID), entry); err != nil {
 			return err
 		}
@@ -362,6 +389,7 @@ func (s *State) MarkApplied(operationID string, result node.Event) error {
 	}); err != nil {
 		return err
 	}
+	s.spoolVersion.Add(1)
 	s.mu.Lock()
 	s.unacked[result.ID] = operationID
 	s.mu.Unlock()
@@ -375,18 +403,37 @@ func (s *State) Spool(event node.Event) error {
 	if err != nil {
 		return err
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	// A result spooled again (its command was redelivered) is owed again,
+	// whatever acknowledgement of it is still waiting to be written.
+	s.ackMu.Lock()
+	delete(s.acks, seq)
+	s.ackMu.Unlock()
+	if err := s.update(func(tx *bolt.Tx) error {
 		return putJSON(tx.Bucket(bucketSpool), putUint(seq), event)
-	})
+	}); err != nil {
+		return err
+	}
+	s.spoolVersion.Add(1)
+	return nil
 }
+
+// SpoolVersion changes whenever an event is spooled: a reader that found
+// the spool empty at one version knows it is still empty while the version
+// stays the same, without reading the file.
+func (s *State) SpoolVersion() uint64 { return s.spoolVersion.Load() }
 
 // Spooled returns up to max spooled events (0 means all) in the order they
 // were minted.
 func (s *State) Spooled(max int) ([]node.Event, error) {
 	var out []node.Event
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketSpool).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if s.acks[getUint(k)] {
+				continue // acknowledged; its removal is not written yet
+			}
 			var e node.Event
 			if err := json.Unmarshal(v, &e); err != nil {
 				return fmt.Errorf("spooled event %x: %w", k, err)
@@ -404,94 +451,187 @@ func (s *State) Spooled(max int) ([]node.Event, error) {
 // SpoolDepth is how many events are waiting for the control plane.
 func (s *State) SpoolDepth() int {
 	n := 0
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
 	s.db.View(func(tx *bolt.Tx) error {
-		n = tx.Bucket(bucketSpool).Stats().KeyN
-		return nil
+		return tx.Bucket(bucketSpool).ForEach(func(k, _ []byte) error {
+			if !s.acks[getUint(k)] {
+				n++
+			}
+			return nil
+		})
 	})
 	return n
 }
 
-// pruneEvery is how often Acknowledge looks for applied operations to
-// prune: an acknowledged one is kept at least AppliedRetention and at most
-// that plus pruneEvery. Looking means reading the whole applied memory, so
-// it is not done at every acknowledgement.
+// pruneEvery is how often acknowledgements being written also look for
+// applied operations to prune: an acknowledged one is kept at least
+// AppliedRetention and at most that plus pruneEvery. Looking means reading
+// the whole applied memory, so it is not done at every acknowledgement.
 const pruneEvery = AppliedRetention / 6
 
-// Acknowledge removes events the control plane confirmed holding, marks the
-// applied operations whose results they were as acknowledged, and now and
-// then (pruneEvery) prunes applied operations whose results were
-// acknowledged more than AppliedRetention ago (see AppliedRetention for why
-// that bound is safe). Its cost is the number of ids, not the size of the
-// applied memory, except when it prunes.
+// ackLinger and ackBatch bound how long, and how many, acknowledgements
+// wait to be written (see Acknowledge).
+const (
+	ackLinger = time.Second
+	ackBatch  = 256
+)
+
+// Acknowledge records that the control plane holds these events: they are
+// no longer returned by Spooled, and the applied operations whose results
+// they were are marked acknowledged (AppliedRetention starts counting).
+//
+// Writing that is lazy, unlike every other write here: it rides along
+// with the next write the agent makes anyway (a launch's result, an
+// observation), or is made on its own once ackBatch acknowledgements are
+// waiting or the oldest has waited ackLinger (FlushAcknowledged, which the
+// agent calls every second, and Close). Losing an unwritten
+// acknowledgement in a crash costs only a second delivery of those
+// events, which the control plane already deduplicates by ID, exactly as
+// when an acknowledgement is lost on the wire; a durable write of its own
+// per delivery cost the node a third of its writes per run.
 func (s *State) Acknowledge(ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
 	now := s.now().UTC()
 	s.mu.Lock()
-	ops := map[string]string{} // operation → its result's event ID
+	ops := map[string]ackedResult{}
 	for _, id := range ids {
 		if op, ok := s.unacked[id]; ok {
-			ops[op] = id
+			ops[op] = ackedResult{ID: id, At: now}
+			delete(s.unacked, id)
 		}
 	}
-	prune := now.Sub(s.lastPrune) >= pruneEvery
 	s.mu.Unlock()
+	s.ackMu.Lock()
+	if len(s.acks) == 0 {
+		s.ackSince = now
+	}
+	if s.acks == nil {
+		s.acks, s.ackOps = map[uint64]bool{}, map[string]ackedResult{}
+	}
+	for _, id := range ids {
+		if seq, err := eventSeq(id); err == nil {
+			s.acks[seq] = true
+		}
+	}
+	for op, id := range ops {
+		s.ackOps[op] = id
+	}
+	due := len(s.acks) >= ackBatch || now.Sub(s.ackSince) >= ackLinger
+	s.ackMu.Unlock()
+	if due {
+		return s.update(nil)
+	}
+	return nil
+}
+
+// FlushAcknowledged writes acknowledgements that have waited ackLinger.
+func (s *State) FlushAcknowledged() error {
+	s.ackMu.Lock()
+	due := len(s.acks) > 0 && s.now().Sub(s.ackSince) >= ackLinger
+	s.ackMu.Unlock()
+	if !due {
+		return nil
+	}
+	return s.update(nil)
+}
+
+// update is every write after OpenState: fn (when not nil) and the
+// acknowledgements waiting to be written, in one durable transaction. With
+// fn nil and nothing waiting, it writes nothing.
+func (s *State) update(fn func(tx *bolt.Tx) error) error {
+	var seqs map[uint64]bool
+	var ops map[string]ackedResult
+	var pruned bool
+	var now time.Time
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		spool := tx.Bucket(bucketSpool)
-		for _, id := range ids {
-			seq, err := eventSeq(id)
-			if err != nil {
-				continue
-			}
-			if err := spool.Delete(putUint(seq)); err != nil {
+		// What is waiting is taken inside the transaction, where writes are
+		// serialized: a Spool that withdrew an acknowledgement (the event
+		// is owed again) before this point is not undone by it.
+		s.ackMu.Lock()
+		seqs, ops = maps.Clone(s.acks), maps.Clone(s.ackOps)
+		now = s.now().UTC()
+		pruned = now.Sub(s.lastPrune) >= pruneEvery
+		s.ackMu.Unlock()
+		if fn == nil && len(seqs) == 0 {
+			pruned = false
+			return nil
+		}
+		if fn != nil {
+			if err := fn(tx); err != nil {
 				return err
 			}
 		}
-		applied := tx.Bucket(bucketApplied)
-		for op, id := range ops {
-			var e appliedEntry
-			v := applied.Get([]byte(op))
-			if v == nil || json.Unmarshal(v, &e) != nil || e.AckedAt != nil || e.Result.ID != id {
-				continue
-			}
-			e.AckedAt = &now
-			if err := putJSON(applied, []byte(op), e); err != nil {
-				return err
-			}
-		}
-		if !prune {
+		if len(seqs) == 0 {
+			pruned = false
 			return nil
 		}
-		var drop [][]byte
-		err := applied.ForEach(func(k, v []byte) error {
-			var e appliedEntry
-			if json.Unmarshal(v, &e) == nil && e.AckedAt != nil && now.Sub(*e.AckedAt) > AppliedRetention {
-				drop = append(drop, append([]byte(nil), k...))
-			}
-			return nil
-		})
-		if err != nil {
+		return writeAcks(tx, seqs, ops, now, pruned)
+	})
+	if err != nil || len(seqs) == 0 {
+		return err
+	}
+	s.ackMu.Lock()
+	for seq := range seqs {
+		delete(s.acks, seq)
+	}
+	for op := range ops {
+		delete(s.ackOps, op)
+	}
+	if len(s.acks) > 0 {
+		s.ackSince = now
+	}
+	if pruned {
+		s.lastPrune = now
+	}
+	s.ackMu.Unlock()
+	return nil
+}
+
+// writeAcks removes acknowledged events from the spool, marks the applied
+// operations whose results they were, and, with prune, forgets applied
+// operations acknowledged more than AppliedRetention ago (see
+// AppliedRetention for why that bound is safe).
+func writeAcks(tx *bolt.Tx, seqs map[uint64]bool, ops map[string]ackedResult, now time.Time, prune bool) error {
+	spool := tx.Bucket(bucketSpool)
+	for seq := range seqs {
+		if err := spool.Delete(putUint(seq)); err != nil {
 			return err
 		}
-		for _, k := range drop {
-			if err := applied.Delete(k); err != nil {
-				return err
-			}
+	}
+	applied := tx.Bucket(bucketApplied)
+	for op, acked := range ops {
+		var e appliedEntry
+		v := applied.Get([]byte(op))
+		if v == nil || json.Unmarshal(v, &e) != nil || e.AckedAt != nil || e.Result.ID != acked.ID {
+			continue
+		}
+		e.AckedAt = &acked.At
+		if err := putJSON(applied, []byte(op), e); err != nil {
+			return err
+		}
+	}
+	if !prune {
+		return nil
+	}
+	var drop [][]byte
+	err := applied.ForEach(func(k, v []byte) error {
+		var e appliedEntry
+		if json.Unmarshal(v, &e) == nil && e.AckedAt != nil && now.Sub(*e.AckedAt) > AppliedRetention {
+			drop = append(drop, append([]byte(nil), k...))
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	for _, id := range ops {
-		delete(s.unacked, id)
+	for _, k := range drop {
+		if err := applied.Delete(k); err != nil {
+			return err
+		}
 	}
-	if prune {
-		s.lastPrune = now
-	}
-	s.mu.Unlock()
 	return nil
 }
 
@@ -508,7 +648,7 @@ func (s *State) AppliedCount() int {
 // ClearSpool drops every spooled event. It is for an operator discarding a
 // node's backlog on purpose; the agent itself only ever uses Acknowledge.
 func (s *State) ClearSpool() error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		if err := tx.DeleteBucket(bucketSpool); err != nil {
 			return err
 		}
@@ -528,24 +668,29 @@ func (s *State) WorkloadChanged(o capability.WorkloadObservation) bool {
 
 // SpoolWorkload spools an observation's event and records the observation
 // as told (RecordWorkload) in one durable transaction: one fsync for what
-// were two.
-func (s *State) SpoolWorkload(event node.Event, o capability.WorkloadObservation) error {
+// were two. With onlyFirst it does so only if nothing was told about the
+// workload yet, and reports whether it spooled.
+func (s *State) SpoolWorkload(event node.Event, o capability.WorkloadObservation, onlyFirst bool) (bool, error) {
 	seq, err := eventSeq(event.ID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.db.Update(func(tx *bolt.Tx) error {
+	if _, told := s.told[o.WorkloadKey]; told && onlyFirst {
+		return false, nil
+	}
+	if err := s.update(func(tx *bolt.Tx) error {
 		if err := putJSON(tx.Bucket(bucketSpool), putUint(seq), event); err != nil {
 			return err
 		}
 		return putJSON(tx.Bucket(bucketWorkloads), workloadKeyBytes(o.WorkloadKey), o)
 	}); err != nil {
-		return err
+		return false, err
 	}
+	s.spoolVersion.Add(1)
 	s.told[o.WorkloadKey] = o
-	return nil
+	return true, nil
 }
 
 // RecordWorkload remembers what the control plane was told, so an unchanged
@@ -553,7 +698,7 @@ func (s *State) SpoolWorkload(event node.Event, o capability.WorkloadObservation
 func (s *State) RecordWorkload(o capability.WorkloadObservation) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.update(func(tx *bolt.Tx) error {
 		return putJSON(tx.Bucket(bucketWorkloads), workloadKeyBytes(o.WorkloadKey), o)
 	}); err != nil {
 		return err
@@ -567,7 +712,7 @@ func (s *State) RecordWorkload(o capability.WorkloadObservation) error {
 func (s *State) ForgetWorkload(key capability.WorkloadKey) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketStops).Delete(workloadKeyBytes(key)); err != nil {
 			return err
 		}
@@ -601,7 +746,7 @@ func (s *State) RecordStop(key capability.WorkloadKey, reason string) error {
 	if _, ok := s.stops[string(k)]; ok {
 		return nil // the first reason stands
 	}
-	if err := s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketStops)
 		if v := b.Get(k); v != nil {
 			s.stops[string(k)] = string(v)

@@ -114,6 +114,67 @@ func TestStateSpoolOrderAndAcknowledge(t *testing.T) {
 	}
 }
 
+// TestStateAcknowledgementsWrittenLazily: an acknowledged event is gone from
+// Spooled at once; its removal reaches the file with the next write, or on
+// Close; a crash before that delivers it again (the control plane
+// deduplicates), and an event spooled again after its acknowledgement is
+// owed again.
+func TestStateAcknowledgementsWrittenLazily(t *testing.T) {
+	dir := t.TempDir()
+	s := openTestState(t, dir)
+	ev := make([]node.Event, 3)
+	for i := range ev {
+		id, _ := s.NextEventID()
+		ev[i] = node.Event{ID: id, Kind: node.EventFacts}
+		if err := s.Spool(ev[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Acknowledge([]string{ev[0].ID, ev[1].ID}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Spooled(0); len(got) != 1 || got[0].ID != ev[2].ID {
+		t.Fatalf("after ack, spooled %+v, want only %s", got, ev[2].ID)
+	}
+	if s.SpoolDepth() != 1 {
+		t.Fatalf("depth %d, want 1", s.SpoolDepth())
+	}
+	// A crash now (the file closed without State.Close): both come back.
+	s.db.Close()
+	s = openTestState(t, dir)
+	if got, _ := s.Spooled(0); len(got) != 3 {
+		t.Fatalf("after a crash, spooled %d events, want all 3 again", len(got))
+	}
+	// Acknowledged, then written by the next write of any kind.
+	if err := s.Acknowledge([]string{ev[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordStop(capability.WorkloadKey{RunID: "r", Attempt: 1}, "timeout"); err != nil {
+		t.Fatal(err)
+	}
+	s.db.Close()
+	s = openTestState(t, dir)
+	if got, _ := s.Spooled(0); len(got) != 2 || got[0].ID != ev[1].ID {
+		t.Fatalf("after a write and a crash, spooled %+v, want %s and %s", got, ev[1].ID, ev[2].ID)
+	}
+	// Acknowledged, then spooled again (a redelivered command's result):
+	// owed again, and still owed after Close wrote the acknowledgements.
+	if err := s.Acknowledge([]string{ev[1].ID, ev[2].ID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Spool(ev[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTestState(t, dir)
+	defer s.Close()
+	if got, _ := s.Spooled(0); len(got) != 1 || got[0].ID != ev[1].ID {
+		t.Fatalf("after Close, spooled %+v, want only %s", got, ev[1].ID)
+	}
+}
+
 // TestStateAppliedMemoryBounded: acknowledged operations are forgotten after
 // AppliedRetention; unacknowledged ones are kept however old.
 func TestStateAppliedMemoryBounded(t *testing.T) {
