@@ -55,10 +55,8 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request) {
 // unknown rather than as what was last heard.
 func (s *Server) view(run store.Run, unreachable map[string]bool) api.Run {
 	out := run.Run
-	if out.Attempts == nil {
-		out.Attempts = []api.Attempt{}
-	}
-	out.Attempts = append([]api.Attempt(nil), out.Attempts...)
+	// A copy the caller owns, never nil: a queued run shows "attempts": [].
+	out.Attempts = append([]api.Attempt{}, out.Attempts...)
 	for i, a := range out.Attempts {
 		if unreachable[a.NodeID] && lifecycle.Active(a) {
 			out.Attempts[i].Status = api.AttemptUnknown
