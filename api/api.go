@@ -115,9 +115,21 @@ type Attempt struct {
 	FinishedAt    *time.Time `json:"finished_at,omitempty"`
 }
 
-// RunList is the body of GET /v1/runs.
+// RunList is the body of GET /v1/runs, and of the answer to POST
+// /v1/runs/batch (the runs created, in the order of the request's specs).
 type RunList struct {
 	Runs []Run `json:"runs"`
+}
+
+// MaxRunBatch is the most runs one POST /v1/runs/batch may create. A
+// larger batch is refused whole; a client splits it into calls of at most
+// this many.
+const MaxRunBatch = 1000
+
+// RunBatch is the body of POST /v1/runs/batch: runs to create together,
+// all or none (see the route's documentation). At most MaxRunBatch.
+type RunBatch struct {
+	Runs []RunSpec `json:"runs"`
 }
 
 // Node statuses.

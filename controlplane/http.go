@@ -37,6 +37,7 @@ type route struct {
 func (s *Server) publicRoutes() []route {
 	return append([]route{
 		{"POST /v1/runs", s.submitRun},
+		{"POST /v1/runs/batch", s.submitRuns},
 		{"GET /v1/runs", s.listRuns},
 		{"GET /v1/runs/{id}", s.getRun},
 		{"POST /v1/runs/{id}/cancel", s.cancelRun},

@@ -72,6 +72,8 @@ func TestOpenAPIDocumentsEveryRouteAndField(t *testing.T) {
 	}
 	check("RunSpec", api.RunSpec{})
 	check("Run", api.Run{})
+	check("RunList", api.RunList{})
+	check("RunBatch", api.RunBatch{})
 	check("Attempt", api.Attempt{})
 	check("Node", api.Node{})
 	check("Invitation", api.Invitation{})

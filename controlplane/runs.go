@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -24,31 +25,126 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if err := ValidateRunSpec(&spec); err != nil {
-		writeError(w, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	if err := s.resolveArtifacts(ctx, &spec); err != nil {
-		writeError(w, err)
-		return
-	}
-	pinned, err := s.pins.resolve(ctx, s.resolver, spec.Image, s.now())
+	run, err := s.admitRun(r.Context(), spec, nil)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	now := s.now()
-	run := store.Run{Run: api.Run{ID: newID("r-"), RunSpec: spec, PinnedImage: pinned, Status: api.RunQueued,
-		Reason: "waiting for the scheduler", Attempts: []api.Attempt{}, CreatedAt: now, UpdatedAt: now}}
 	if err := s.batch(r.Context(), func(tx store.Tx) error { return tx.CreateRun(run) }); err != nil {
 		writeError(w, err)
 		return
 	}
-	s.log.Info("run submitted", "run", run.ID, "image", pinned)
+	s.log.Info("run submitted", "run", run.ID, "image", run.PinnedImage)
 	s.wakeReconcile()
 	writeJSON(w, http.StatusCreated, s.view(run, nil))
+}
+
+// maxBatchBody bounds the body of POST /v1/runs/batch. It is not
+// api.MaxRunBatch times maxBody: that would let one request make the
+// server hold a gigabyte while it decodes. A sweep's specs are alike and
+// small (well under 1 KiB each), so 64 KiB a run on average leaves ample
+// room; a batch of larger specs is refused and must be split.
+const maxBatchBody = api.MaxRunBatch * (64 << 10)
+
+// submitRuns creates a batch of runs (POST /v1/runs/batch), all or none:
+// every spec is admitted as submitRun admits one, in order, and the first
+// that fails refuses the whole batch with its error, its field prefixed
+// with runs[i]. The runs are created in one transaction and the reconcile
+// loop is woken once. The answer lists the runs in the order of the specs.
+func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
+	var req api.RunBatch
+	if err := decode(r, maxBatchBody, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	switch n := len(req.Runs); {
+	case n == 0:
+		writeError(w, failure.Invalid("runs", "is empty; send at least one run spec"))
+		return
+	case n > api.MaxRunBatch:
+		writeError(w, failure.Invalid("runs", "has %d run specs; a batch takes at most %d, so split it into calls of at most %d", n, api.MaxRunBatch, api.MaxRunBatch))
+		return
+	}
+	runs := make([]store.Run, len(req.Runs))
+	pins := map[string]string{}
+	for i, spec := range req.Runs {
+		run, err := s.admitRun(r.Context(), spec, pins)
+		if err != nil {
+			writeError(w, atBatchIndex(i, err))
+			return
+		}
+		runs[i] = run
+	}
+	err := s.batch(r.Context(), func(tx store.Tx) error {
+		for _, run := range runs {
+			if err := tx.CreateRun(run); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.log.Info("runs submitted", "count", len(runs), "first", runs[0].ID, "last", runs[len(runs)-1].ID)
+	s.wakeReconcile()
+	out := api.RunList{Runs: make([]api.Run, len(runs))}
+	for i, run := range runs {
+		out.Runs[i] = s.view(run, nil)
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// admitRun is what a submission asks of one spec before anything is
+// stored: it validates the spec (ValidateRunSpec), resolves its Artifacts
+// to exact versions and pins its image to a digest, and returns the queued
+// run to create, with a new ID. It stores nothing; an error (of the kind
+// validation or resolution gave) means the spec is refused.
+//
+// pins, when not nil, holds the digests this submission already pinned, by
+// reference, and is added to: a batch of a thousand runs of one tag asks
+// the registry once, and every run of the batch gets the same digest even
+// if the tag moves meanwhile. nil pins each image afresh (pinCache still
+// spares a digest reference the registry).
+func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, pins map[string]string) (store.Run, error) {
+	if err := ValidateRunSpec(&spec); err != nil {
+		return store.Run{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.resolveArtifacts(ctx, &spec); err != nil {
+		return store.Run{}, err
+	}
+	pinned, ok := pins[spec.Image]
+	if !ok {
+		var err error
+		if pinned, err = s.pins.resolve(ctx, s.resolver, spec.Image, s.now()); err != nil {
+			return store.Run{}, err
+		}
+		if pins != nil {
+			pins[spec.Image] = pinned
+		}
+	}
+	now := s.now()
+	return store.Run{Run: api.Run{ID: newID("r-"), RunSpec: spec, PinnedImage: pinned, Status: api.RunQueued,
+		Reason: "waiting for the scheduler", Attempts: []api.Attempt{}, CreatedAt: now, UpdatedAt: now}}, nil
+}
+
+// atBatchIndex names spec i of a batch in err: a *failure.Error's field
+// becomes runs[i].field (runs[i] when it named none), keeping its kind and
+// message, so the client sees the same error shape a single submission
+// gets, with the index in it. Any other error is wrapped with the index.
+func atBatchIndex(i int, err error) error {
+	field := fmt.Sprintf("runs[%d]", i)
+	var fe *failure.Error
+	if !errors.As(err, &fe) {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	if fe.Field != "" {
+		field += "." + fe.Field
+	}
+	return &failure.Error{Kind: fe.Kind, Field: field, Message: fe.Message}
 }
 
 // view is the API's picture of a run: attempts on unreachable nodes show as
