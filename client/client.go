@@ -123,6 +123,36 @@ func (c *Client) SubmitRun(ctx context.Context, spec api.RunSpec) (api.Run, erro
 	return run, nil
 }
 
+// SubmitRuns creates runs from specs in one call (POST /v1/runs/batch) and
+// returns them as the control plane accepted them, in the order of specs.
+// It is all or nothing: if the server refuses any spec, no run is created
+// and the error is that spec's, failure.ErrInvalid with Field naming it by
+// index (for example "runs[3].image"). specs must hold from 1 to
+// api.MaxRunBatch specs (failure.ErrInvalid otherwise, without a request);
+// a caller with more splits them into several calls, each its own all or
+// nothing. specs is only read.
+//
+// A call whose answer is lost (failure.ErrUnavailable after the request
+// went out) may have created its runs; retrying it may create them twice.
+// An answer without one run per spec (a control plane breaking the route's
+// contract) is an error that comes with the runs it did list.
+func (c *Client) SubmitRuns(ctx context.Context, specs []api.RunSpec) ([]api.Run, error) {
+	switch n := len(specs); {
+	case n == 0:
+		return nil, fmt.Errorf("submit runs: %w", failure.Invalid("runs", "is empty; pass at least one run spec"))
+	case n > api.MaxRunBatch:
+		return nil, fmt.Errorf("submit runs: %w", failure.Invalid("runs", "has %d run specs; a call takes at most %d, so split them", n, api.MaxRunBatch))
+	}
+	var list api.RunList
+	if err := c.do(ctx, http.MethodPost, "/runs/batch", nil, api.RunBatch{Runs: specs}, &list); err != nil {
+		return nil, fmt.Errorf("submit %d runs: %w", len(specs), err)
+	}
+	if len(list.Runs) != len(specs) {
+		return list.Runs, fmt.Errorf("submit %d runs: the control plane answered with %d runs, not one per spec", len(specs), len(list.Runs))
+	}
+	return list.Runs, nil
+}
+
 // GetRun returns the run with the given ID (GET /v1/runs/{id}), or
 // failure.ErrNotFound.
 func (c *Client) GetRun(ctx context.Context, id string) (api.Run, error) {

@@ -421,3 +421,64 @@ func TestLogsWriteErrorNotRetried(t *testing.T) {
 		t.Errorf("%d requests, want 1", n)
 	}
 }
+
+func TestSubmitRunsRequestShape(t *testing.T) {
+	specs := []api.RunSpec{{Image: "alpine:3", Command: []string{"echo", "0"}}, {Image: "alpine:3", Command: []string{"echo", "1"}, CPU: 0.5}}
+	f, c := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusCreated, api.RunList{Runs: []api.Run{{ID: "r-a", RunSpec: specs[0]}, {ID: "r-b", RunSpec: specs[1]}}})
+	})
+	runs, err := c.SubmitRuns(context.Background(), specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 2 || runs[0].ID != "r-a" || runs[1].ID != "r-b" {
+		t.Errorf("runs = %+v", runs)
+	}
+	req := f.only()
+	if req.Method != http.MethodPost || req.Path != "/v1/runs/batch" || req.Auth != "Bearer tok-1" || req.CType != "application/json" {
+		t.Errorf("request %s %s (auth %q, type %q), want POST /v1/runs/batch", req.Method, req.Path, req.Auth, req.CType)
+	}
+	var sent api.RunBatch
+	if err := json.Unmarshal(req.Body, &sent); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(sent.Runs, specs) {
+		t.Errorf("sent %+v, want %+v", sent.Runs, specs)
+	}
+}
+
+func TestSubmitRunsErrors(t *testing.T) {
+	ctx := context.Background()
+	t.Run("refused spec names its index", func(t *testing.T) {
+		_, c := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusBadRequest, api.Error{Error: api.ErrorBody{Code: "invalid", Field: "runs[1].image", Message: "is required"}})
+		})
+		runs, err := c.SubmitRuns(ctx, make([]api.RunSpec, 2))
+		var fe *failure.Error
+		if runs != nil || !errors.Is(err, failure.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "runs[1].image" {
+			t.Errorf("runs %v, err %v; want none and an invalid error naming runs[1].image", runs, err)
+		}
+	})
+	for name, n := range map[string]int{"empty": 0, "over the limit": api.MaxRunBatch + 1} {
+		t.Run(name, func(t *testing.T) {
+			f, c := newFake(t, func(w http.ResponseWriter, r *http.Request) { t.Error("a request was sent") })
+			_, err := c.SubmitRuns(ctx, make([]api.RunSpec, n))
+			var fe *failure.Error
+			if !errors.As(err, &fe) || !errors.Is(err, failure.ErrInvalid) || fe.Field != "runs" {
+				t.Errorf("err = %v, want invalid naming runs", err)
+			}
+			if len(f.requests()) != 0 {
+				t.Errorf("%d requests sent", len(f.requests()))
+			}
+		})
+	}
+	t.Run("answer without one run per spec", func(t *testing.T) {
+		_, c := newFake(t, func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusCreated, api.RunList{Runs: []api.Run{{ID: "r-a"}}})
+		})
+		runs, err := c.SubmitRuns(ctx, make([]api.RunSpec, 2))
+		if err == nil || len(runs) != 1 || runs[0].ID != "r-a" {
+			t.Errorf("runs %v, err %v; want the one run listed and an error", runs, err)
+		}
+	})
+}
