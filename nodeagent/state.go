@@ -28,6 +28,11 @@ var (
 	bucketSpool     = []byte("spool")
 	bucketWorkloads = []byte("workloads")
 	bucketStops     = []byte("stops")
+	// bucketAcked holds when each applied operation's result was
+	// acknowledged (8 bytes, Unix nanoseconds), beside the applied entry
+	// rather than in it, so that acknowledging is not a rewrite of the
+	// entry. Entries written before it existed carry AckedAt instead.
+	bucketAcked = []byte("acked")
 
 	keyIncarnation = []byte("incarnation")
 	keyEventCeil   = []byte("event_ceiling")
@@ -118,7 +123,7 @@ type ackedResult struct {
 type appliedEntry struct {
 	AppliedAt time.Time  `json:"applied_at"`
 	Result    node.Event `json:"result"`
-	AckedAt   *time.Time `json:"acked_at,omitempty"`
+	AckedAt   *time.Time `json:"acked_at,omitempty"` // only in entries written before bucketAcked
 }
 
 // StateOption changes how OpenState opens the state file.
@@ -159,7 +164,7 @@ func OpenState(dir string, options ...StateOption) (*State, error) {
 
 func (s *State) load() error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketApplied, bucketSpool, bucketWorkloads, bucketStops} {
+		for _, b := range [][]byte{bucketMeta, bucketApplied, bucketSpool, bucketWorkloads, bucketStops, bucketAcked} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -189,9 +194,10 @@ func (s *State) load() error {
 			}
 			s.hasSession = s.session.Token != ""
 		}
+		acked := tx.Bucket(bucketAcked)
 		if err := tx.Bucket(bucketApplied).ForEach(func(k, v []byte) error {
 			var e appliedEntry
-			if json.Unmarshal(v, &e) == nil && e.AckedAt == nil {
+			if json.Unmarshal(v, &e) == nil && e.AckedAt == nil && acked.Get(k) == nil {
 				s.unacked[e.Result.ID] = string(k)
 			}
 			return nil
@@ -383,6 +389,9 @@ func (s *State) MarkApplied(operationID string, result node.Event) error {
 	entry := appliedEntry{AppliedAt: s.now().UTC(), Result: result}
 	if err := s.update(func(tx *bolt.Tx) error {
 		if err := putJSON(tx.Bucket(bucketApplied), []byte(operationID), entry); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketAcked).Delete([]byte(operationID)); err != nil {
 			return err
 		}
 		return putJSON(tx.Bucket(bucketSpool), putUint(seq), result)
@@ -590,10 +599,10 @@ func (s *State) update(fn func(tx *bolt.Tx) error) error {
 	return nil
 }
 
-// writeAcks removes acknowledged events from the spool, marks the applied
-// operations whose results they were, and, with prune, forgets applied
-// operations acknowledged more than AppliedRetention ago (see
-// AppliedRetention for why that bound is safe).
+// writeAcks removes acknowledged events from the spool, records when the
+// applied operations whose results they were were acknowledged, and, with
+// prune, forgets applied operations acknowledged more than
+// AppliedRetention ago (see AppliedRetention for why that bound is safe).
 func writeAcks(tx *bolt.Tx, seqs map[uint64]bool, ops map[string]ackedResult, now time.Time, prune bool) error {
 	spool := tx.Bucket(bucketSpool)
 	for seq := range seqs {
@@ -601,30 +610,42 @@ func writeAcks(tx *bolt.Tx, seqs map[uint64]bool, ops map[string]ackedResult, no
 			return err
 		}
 	}
-	applied := tx.Bucket(bucketApplied)
-	for op, acked := range ops {
-		var e appliedEntry
-		v := applied.Get([]byte(op))
-		if v == nil || json.Unmarshal(v, &e) != nil || e.AckedAt != nil || e.Result.ID != acked.ID {
-			continue
-		}
-		e.AckedAt = &acked.At
-		if err := putJSON(applied, []byte(op), e); err != nil {
+	acked := tx.Bucket(bucketAcked)
+	for op, a := range ops {
+		if err := acked.Put([]byte(op), putUint(uint64(a.At.UnixNano()))); err != nil {
 			return err
 		}
 	}
 	if !prune {
 		return nil
 	}
+	applied := tx.Bucket(bucketApplied)
 	var drop [][]byte
-	err := applied.ForEach(func(k, v []byte) error {
+	if err := acked.ForEach(func(k, v []byte) error {
+		if now.Sub(time.Unix(0, int64(getUint(v)))) > AppliedRetention {
+			drop = append(drop, append([]byte(nil), k...))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, k := range drop {
+		if err := applied.Delete(k); err != nil {
+			return err
+		}
+		if err := acked.Delete(k); err != nil {
+			return err
+		}
+	}
+	// Entries acknowledged before bucketAcked existed.
+	drop = drop[:0]
+	if err := applied.ForEach(func(k, v []byte) error {
 		var e appliedEntry
 		if json.Unmarshal(v, &e) == nil && e.AckedAt != nil && now.Sub(*e.AckedAt) > AppliedRetention {
 			drop = append(drop, append([]byte(nil), k...))
 		}
 		return nil
-	})
-	if err != nil {
+	}); err != nil {
 		return err
 	}
 	for _, k := range drop {
