@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +39,20 @@ type txn struct {
 	// Store.Update): after it, a PostgreSQL transaction is aborted, and
 	// whatever fn returns, running fn again is the answer.
 	conflict error
+	// runNodes is, for runs this transaction read or wrote, the nodes
+	// run_nodes holds for them as of now (record.NodeIDs), so that PutRun
+	// writes only the rows that change: most writes of a run (an
+	// observation, a result) change none, and rewriting its rows was two
+	// statements each.
+	runNodes map[string][]string
+}
+
+// noteRunNodes records r's indexed nodes (see txn.runNodes).
+func (t *txn) noteRunNodes(id string, nodes []string) {
+	if t.runNodes == nil {
+		t.runNodes = map[string][]string{}
+	}
+	t.runNodes[id] = nodes
 }
 
 // note records err if it is a conflict worth running fn again for, and
@@ -334,11 +349,20 @@ func (t *txn) CreateRun(r store.Run) error {
 		r.ID, r.CreatedAt.Unix(), r.CreatedAt.Nanosecond(), r.Status, doc); err != nil {
 		return err
 	}
-	return t.indexRunNodes(r)
+	nodes := record.NodeIDs(r)
+	if err := t.indexRunNodes(r.ID, nodes); err != nil {
+		return err
+	}
+	t.noteRunNodes(r.ID, nodes)
+	return nil
 }
 
 func (t *txn) GetRun(id string) (store.Run, error) {
-	return getDoc[store.Run](t, "run", id, `SELECT doc FROM runs WHERE id = $1`, id)
+	r, err := getDoc[store.Run](t, "run", id, `SELECT doc FROM runs WHERE id = $1`, id)
+	if err == nil && t.write {
+		t.noteRunNodes(id, record.NodeIDs(r))
+	}
+	return r, err
 }
 
 func (t *txn) PutRun(r store.Run) error {
@@ -357,18 +381,40 @@ func (t *txn) PutRun(r store.Run) error {
 		r.ID, r.CreatedAt.Unix(), r.CreatedAt.Nanosecond(), r.Status, doc); err != nil {
 		return err
 	}
-	if _, err := t.exec("index", "run", r.ID, `DELETE FROM run_nodes WHERE run_id = $1`, r.ID); err != nil {
+	nodes := record.NodeIDs(r)
+	old, known := t.runNodes[r.ID]
+	if !known {
+		if _, err := t.exec("index", "run", r.ID, `DELETE FROM run_nodes WHERE run_id = $1`, r.ID); err != nil {
+			return err
+		}
+	}
+	for _, nodeID := range old {
+		if _, keep := slices.BinarySearch(nodes, nodeID); keep {
+			continue
+		}
+		if _, err := t.exec("index", "run", r.ID, `DELETE FROM run_nodes WHERE run_id = $1 AND node_id = $2`, r.ID, nodeID); err != nil {
+			return err
+		}
+	}
+	var added []string
+	for _, nodeID := range nodes {
+		if _, had := slices.BinarySearch(old, nodeID); !had {
+			added = append(added, nodeID)
+		}
+	}
+	if err := t.indexRunNodes(r.ID, added); err != nil {
 		return err
 	}
-	return t.indexRunNodes(r)
+	t.noteRunNodes(r.ID, nodes)
+	return nil
 }
 
-// indexRunNodes records the nodes r has attempts on. Their rows must not
-// exist yet.
-func (t *txn) indexRunNodes(r store.Run) error {
-	for _, nodeID := range record.NodeIDs(r) {
-		if _, err := t.exec("index", "run", r.ID,
-			`INSERT INTO run_nodes (run_id, node_id) VALUES ($1, $2)`, r.ID, nodeID); err != nil {
+// indexRunNodes records that the run has attempts on nodes. Their rows
+// must not exist yet.
+func (t *txn) indexRunNodes(runID string, nodes []string) error {
+	for _, nodeID := range nodes {
+		if _, err := t.exec("index", "run", runID,
+			`INSERT INTO run_nodes (run_id, node_id) VALUES ($1, $2)`, runID, nodeID); err != nil {
 			return err
 		}
 	}

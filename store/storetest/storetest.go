@@ -544,6 +544,29 @@ func testListRunsNodeIndex(t *testing.T, s store.Store) {
 	wantIDs(t, "attempts replaced: node-a", byNode("node-a"), nil)
 	wantIDs(t, "attempts replaced: node-b", byNode("node-b"), nil)
 	wantIDs(t, "attempts replaced: node-c", byNode("node-c"), []string{"run-1"})
+
+	// The same changes made after reading the run in the transaction (a
+	// store may keep what it read to write only what changed).
+	reput := func(nodes ...string) {
+		t.Helper()
+		update(t, s, func(tx store.Tx) error {
+			r := must1[store.Run](t)(tx.GetRun("run-1"))
+			next := sampleRun("run-1", at(0), api.RunRunning, nodes...)
+			r.Status, r.Attempts = next.Status, next.Attempts
+			must(t, tx.PutRun(r))
+			r.UpdatedAt = r.UpdatedAt.Add(time.Second) // and again, unchanged nodes
+			return tx.PutRun(r)
+		})
+	}
+	reput("node-c", "node-d")
+	wantIDs(t, "read, then retried on node-d: node-c", byNode("node-c"), []string{"run-1"})
+	wantIDs(t, "read, then retried on node-d: node-d", byNode("node-d"), []string{"run-1"})
+	reput("node-a")
+	wantIDs(t, "read, then replaced: node-a", byNode("node-a"), []string{"run-1"})
+	wantIDs(t, "read, then replaced: node-c", byNode("node-c"), nil)
+	wantIDs(t, "read, then replaced: node-d", byNode("node-d"), nil)
+	reput()
+	wantIDs(t, "read, then no attempts: node-a", byNode("node-a"), nil)
 }
 
 // testListRunsPages walks all runs with Before and Limit, as the API pages.
