@@ -105,8 +105,17 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 }
 
 // sessionPoll is how many keep-alives a session stream sends between reads
-// of the store when nothing wakes it.
-const sessionPoll = 6
+// of the store when nothing wakes it (30 s at the default keep-alive).
+const sessionPoll = 3
+
+// keepAliveLine is a keep-alive as the stream carries it, encoded once.
+var keepAliveLine = func() []byte {
+	b, err := json.Marshal(node.Command{Kind: node.KindKeepAlive})
+	if err != nil {
+		panic(err)
+	}
+	return append(b, '\n')
+}()
 
 // session streams the node's pending operations as newline-delimited JSON,
 // each once per stream, with keep-alives, until the client goes away or the
@@ -187,7 +196,7 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 			return
 		case <-woken:
 		case <-keep.C:
-			if err := enc.Encode(node.Command{Kind: node.KindKeepAlive}); err != nil {
+			if _, err := w.Write(keepAliveLine); err != nil {
 				return
 			}
 			flusher.Flush()

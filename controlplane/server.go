@@ -61,7 +61,9 @@ type Config struct {
 	// ReconcileEvery is the reconcile loop's idle period (default 1s); work
 	// that arrives earlier wakes it at once.
 	ReconcileEvery time.Duration
-	// KeepAlive is the session stream's keep-alive period (default 5s).
+	// KeepAlive is the session stream's keep-alive period (default 10s: a
+	// third of the agent's 30 s idle limit, and at ten thousand sessions
+	// every keep-alive a second costs both ends a write and a read).
 	KeepAlive time.Duration
 	// WriteConcurrency is how many batched write transactions may run at
 	// once (default 1, right for SQLite's single writer; Run sets more for
@@ -107,7 +109,7 @@ func (c *Config) defaults() {
 		c.ReconcileEvery = time.Second
 	}
 	if c.KeepAlive == 0 {
-		c.KeepAlive = 5 * time.Second
+		c.KeepAlive = 10 * time.Second
 	}
 	if c.WriteConcurrency == 0 {
 		c.WriteConcurrency = 1

@@ -51,6 +51,10 @@ type Transport interface {
 // noticed.
 const sessionIdle = 30 * time.Second
 
+// keepAliveJSON is a keep-alive as this version's control plane encodes it;
+// a line that differs is decoded and judged by its kind.
+var keepAliveJSON, _ = json.Marshal(node.Command{Kind: node.KindKeepAlive})
+
 // HTTPTransport reaches the control plane over the node protocol. Every call
 // is outbound: the agent opens the session and posts what it owes, and
 // nothing ever connects to the machine.
@@ -155,6 +159,9 @@ func (t *HTTPTransport) Session(ctx context.Context, nodeID, sessionToken string
 		line := bytes.TrimSpace(scanner.Bytes())
 		if len(line) == 0 {
 			continue
+		}
+		if bytes.Equal(line, keepAliveJSON) {
+			continue // most of what an idle stream carries: not decoded
 		}
 		var cmd node.Command
 		if err := json.Unmarshal(line, &cmd); err != nil {
