@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,12 +15,12 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/store"
+	"github.com/mercator/mercator/store/memstore"
 )
 
 // These tests drive POST /v1/runs/batch through the public API of a server
-// over memstore (newFnFixture's: a pinning resolver and an admin token),
-// with the store and the resolver wrapped to count what the batch asked of
-// them.
+// over memstore, with the store and the image resolver wrapped to count
+// what a batch asked of them.
 
 // countingStore counts the write transactions committed through it.
 type countingStore struct {
@@ -57,14 +58,22 @@ type runsFixture struct {
 	res *countingResolver
 }
 
-// newRunsFixture is newFnFixture with the server's store and resolver
-// swapped for counting wrappers of them, before any request is made.
+// newRunsFixture serves the API of a server over a counting memstore and a
+// counting pinResolver, with an admin token; requests go through
+// fnFixture's helpers (do, want).
 func newRunsFixture(t *testing.T) *runsFixture {
-	f := newFnFixture(t)
-	st := &countingStore{Store: f.srv.store}
-	res := &countingResolver{ImageResolver: f.srv.resolver, refs: map[string]int{}}
-	f.srv.store, f.srv.resolver = st, res
-	return &runsFixture{fnFixture: f, st: st, res: res}
+	st := &countingStore{Store: memstore.New()}
+	res := &countingResolver{ImageResolver: pinResolver{}, refs: map[string]int{}}
+	srv := New(Config{Lease: time.Minute}, st, res, nil)
+	h := httptest.NewServer(srv.Handler())
+	t.Cleanup(h.Close)
+	tok := "mca_" + randomToken()
+	if err := st.Update(context.Background(), func(tx store.Tx) error {
+		return tx.CreateToken(store.Token{Hash: hashToken(tok), Name: "admin", CreatedAt: time.Now()})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return &runsFixture{fnFixture: &fnFixture{t: t, srv: srv, st: st, http: h, token: tok}, st: st, res: res}
 }
 
 // addNodes stores n ready nodes of 16 CPUs and 64 GiB, as enrollment and a
