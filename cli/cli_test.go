@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +84,100 @@ func TestSubmitPrintsOnlyTheID(t *testing.T) {
 	}
 }
 
+// TestSubmitCount: --count N goes through the batch route in calls of at
+// most api.MaxRunBatch, gives copy i MERCATOR_RUN_INDEX=i beside the
+// --env variables, and prints every ID, one per line in index order, and
+// nothing else.
+func TestSubmitCount(t *testing.T) {
+	f := newFakeAPI(t)
+	const n = 2*api.MaxRunBatch + 500
+	res := f.cli(t, "run", "submit", "--image", "alpine:3", "--env", "A=1", "--count", strconv.Itoa(n), "--", "sh", "-c", "echo $MERCATOR_RUN_INDEX")
+	if res.code != 0 {
+		t.Fatalf("exit %d, stderr %q", res.code, res.stderr)
+	}
+	if res.stderr != "" {
+		t.Errorf("stderr = %q, want nothing", res.stderr)
+	}
+	var want strings.Builder
+	for i := range n {
+		fmt.Fprintf(&want, "r-%d\n", i+1)
+	}
+	if res.stdout != want.String() {
+		t.Errorf("stdout is not the %d IDs one per line (first 100 bytes: %q)", n, res.stdout[:min(100, len(res.stdout))])
+	}
+	if f.batches != 3 || len(f.submits) != n {
+		t.Fatalf("%d batch calls created %d runs, want 3 calls and %d runs", f.batches, len(f.submits), n)
+	}
+	for i, spec := range f.submits {
+		if spec.Env["MERCATOR_RUN_INDEX"] != strconv.Itoa(i) || spec.Env["A"] != "1" || len(spec.Env) != 2 || spec.Command[2] != "echo $MERCATOR_RUN_INDEX" {
+			t.Fatalf("run %d was submitted with env %v, command %q", i, spec.Env, spec.Command)
+		}
+	}
+	for _, r := range f.requests {
+		if r.URL.Path != "/v1/runs/batch" {
+			t.Errorf("request %s %s; --count sends only batches", r.Method, r.URL.Path)
+		}
+	}
+
+	// --count 1 is a sweep of one: MERCATOR_RUN_INDEX=0, through the batch.
+	f = newFakeAPI(t)
+	res = f.cli(t, "run", "submit", "--image", "alpine:3", "--count", "1", "true")
+	if res.code != 0 || res.stdout != "r-1\n" || f.batches != 1 || f.submits[0].Env["MERCATOR_RUN_INDEX"] != "0" {
+		t.Errorf("--count 1: exit %d, stdout %q, %d batches, env %v", res.code, res.stdout, f.batches, f.submits[0].Env)
+	}
+	// Without --count, MERCATOR_RUN_INDEX is the user's to set.
+	f = newFakeAPI(t)
+	res = f.cli(t, "run", "submit", "--image", "alpine:3", "--env", "MERCATOR_RUN_INDEX=7", "true")
+	if res.code != 0 || f.batches != 0 || f.submits[0].Env["MERCATOR_RUN_INDEX"] != "7" {
+		t.Errorf("without --count: exit %d, %d batches, env %v", res.code, f.batches, f.submits[0].Env)
+	}
+}
+
+func TestSubmitCountJSON(t *testing.T) {
+	f := newFakeAPI(t)
+	res := f.cli(t, "run", "submit", "--image", "alpine:3", "--count", "3", "-o", "json", "true")
+	if res.code != 0 {
+		t.Fatalf("exit %d, stderr %q", res.code, res.stderr)
+	}
+	var list api.RunList
+	if err := json.Unmarshal([]byte(res.stdout), &list); err != nil {
+		t.Fatalf("stdout %q: %v", res.stdout, err)
+	}
+	if len(list.Runs) != 3 || list.Runs[2].ID != "r-3" || list.Runs[2].Env["MERCATOR_RUN_INDEX"] != "2" {
+		t.Errorf("runs = %+v", list.Runs)
+	}
+}
+
+// TestSubmitCountFailures: a call that fails after others succeeded leaves
+// the IDs created on stdout and says on stderr how many were created and
+// which indexes were not; a spec the server refuses creates nothing.
+func TestSubmitCountFailures(t *testing.T) {
+	f := newFakeAPI(t)
+	f.failBatch = 2
+	res := f.cli(t, "run", "submit", "--image", "alpine:3", "--count", "2500", "true")
+	if res.code != 1 {
+		t.Fatalf("exit %d, want 1; stderr %q", res.code, res.stderr)
+	}
+	ids := strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n")
+	if len(ids) != api.MaxRunBatch || ids[0] != "r-1" || ids[len(ids)-1] != "r-1000" {
+		t.Errorf("stdout holds %d lines (%q … %q), want the 1000 IDs created", len(ids), ids[0], ids[len(ids)-1])
+	}
+	for _, says := range []string{"1000 of 2500 runs were created (indexes 0 to 999", "indexes 1000 to 2499 were not", "error: ", "the database is unreachable"} {
+		if !strings.Contains(res.stderr, says) {
+			t.Errorf("stderr %q does not say %q", res.stderr, says)
+		}
+	}
+
+	f = newFakeAPI(t)
+	res = f.cli(t, "run", "submit", "--image", "bad", "--count", "3", "true")
+	if res.code != 1 || res.stdout != "" || !strings.Contains(res.stderr, "runs[0].image: cannot resolve") || strings.Contains(res.stderr, "were created") {
+		t.Errorf("refused batch: exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	if len(f.submits) != 0 {
+		t.Errorf("%d runs created", len(f.submits))
+	}
+}
+
 func TestSubmitCommandHandling(t *testing.T) {
 	cases := map[string]struct {
 		args []string
@@ -124,6 +220,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 		"garbage cpu":     {[]string{"run", "submit", "--image", "x", "--cpu", "lots"}, "cpu"},
 		"negative retry":  {[]string{"run", "submit", "--image", "x", "--retries", "-1"}, "--retries"},
 		"negative time":   {[]string{"run", "submit", "--image", "x", "--timeout", "-1s"}, "--timeout"},
+		"zero count":      {[]string{"run", "submit", "--image", "x", "--count", "0", "true"}, "--count must be 1 or more, got 0"},
+		"negative count":  {[]string{"run", "submit", "--image", "x", "--count", "-2", "true"}, "--count must be 1 or more"},
+		"count and index": {[]string{"run", "submit", "--image", "x", "--count", "2", "--env", "MERCATOR_RUN_INDEX=7", "true"}, "--env MERCATOR_RUN_INDEX cannot be combined with --count"},
 		"unknown flag":    {[]string{"run", "submit", "--image", "x", "--tpus", "1"}, "tpus"},
 		"bad output":      {[]string{"run", "get", "r-1", "-o", "yaml"}, "table or json"},
 		"no run id":       {[]string{"run", "get"}, "RUN_ID"},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +31,10 @@ type fakeAPI struct {
 	requests []*http.Request
 	invites  []api.InvitationRequest
 	srv      *httptest.Server
+	// batches counts POST /v1/runs/batch calls; failBatch, when positive,
+	// is the call (1-based) that is answered 503 and creates nothing.
+	batches   int
+	failBatch int
 }
 
 const testToken = "tok-admin"
@@ -39,6 +44,7 @@ func newFakeAPI(t *testing.T) *fakeAPI {
 	f := &fakeAPI{runs: map[string]api.Run{}, nodes: map[string]api.Node{}, logs: map[string]string{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/runs", f.submit)
+	mux.HandleFunc("POST /v1/runs/batch", f.submitBatch)
 	mux.HandleFunc("GET /v1/runs", f.list)
 	mux.HandleFunc("GET /v1/runs/{id}", f.get)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", f.cancel)
@@ -90,14 +96,51 @@ func (f *fakeAPI) submit(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, 400, api.ErrorBody{Code: "invalid", Field: "image", Message: `cannot resolve "bad" to a digest`})
 		return
 	}
+	writeJSON(w, http.StatusCreated, f.create(spec))
+}
+
+// create stores a queued run of spec with the next ID: r-1, r-2, …
+func (f *fakeAPI) create(spec api.RunSpec) api.Run {
 	f.mu.Lock()
 	f.submits = append(f.submits, spec)
-	id := "r-" + string(rune('0'+len(f.submits)))
+	id := "r-" + strconv.Itoa(len(f.submits))
 	f.mu.Unlock()
 	run := api.Run{ID: id, RunSpec: spec, PinnedImage: spec.Image + "@sha256:abc", Status: api.RunQueued,
 		Attempts: []api.Attempt{}, CreatedAt: t0, UpdatedAt: t0}
 	f.addRun(run)
-	writeJSON(w, http.StatusCreated, run)
+	return run
+}
+
+// submitBatch is POST /v1/runs/batch: all or none, as the control plane's.
+func (f *fakeAPI) submitBatch(w http.ResponseWriter, r *http.Request) {
+	var req api.RunBatch
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeErr(w, 400, api.ErrorBody{Code: "invalid", Message: err.Error()})
+		return
+	}
+	f.mu.Lock()
+	f.batches++
+	fail := f.batches == f.failBatch
+	f.mu.Unlock()
+	if fail {
+		writeErr(w, 503, api.ErrorBody{Code: "unavailable", Message: "the database is unreachable"})
+		return
+	}
+	if len(req.Runs) == 0 || len(req.Runs) > api.MaxRunBatch {
+		writeErr(w, 400, api.ErrorBody{Code: "invalid", Field: "runs", Message: "wrong size"})
+		return
+	}
+	for i, spec := range req.Runs {
+		if spec.Image == "bad" {
+			writeErr(w, 400, api.ErrorBody{Code: "invalid", Field: "runs[" + strconv.Itoa(i) + "].image", Message: `cannot resolve "bad" to a digest`})
+			return
+		}
+	}
+	out := api.RunList{Runs: []api.Run{}}
+	for _, spec := range req.Runs {
+		out.Runs = append(out.Runs, f.create(spec))
+	}
+	writeJSON(w, http.StatusCreated, out)
 }
 
 func (f *fakeAPI) run(w http.ResponseWriter, r *http.Request) (api.Run, bool) {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,7 +18,7 @@ import (
 const runSummary = "Submit, inspect, wait on and cancel runs"
 
 func init() {
-	registerSub("run", runSummary, &command{name: "submit", summary: "Submit a run and print its ID", run: runSubmit})
+	registerSub("run", runSummary, &command{name: "submit", summary: "Submit a run (or --count N copies) and print its ID", run: runSubmit})
 	registerSub("run", runSummary, &command{name: "get", summary: "Show a run and its attempts", run: runGet})
 	registerSub("run", runSummary, &command{name: "ls", summary: "List runs, newest first", run: runList})
 	registerSub("run", runSummary, &command{name: "wait", summary: "Wait for a run to end and exit with its exit code", run: runWait})
@@ -48,6 +50,16 @@ the first argument that is not a flag) on is the command and its arguments.
 A command is required; when the image has an ENTRYPOINT, the command is
 passed to it as arguments.
 
+--count N submits N copies of the run (a sweep), each with
+MERCATOR_RUN_INDEX set to its index, 0 to N-1, in its environment, through
+the batch API: one call per 1,000 runs, each call all or nothing. It
+prints every run's ID, one per line in index order, and nothing else, on
+stdout (with -o json, {"runs": [...]}). Should a call fail after others
+succeeded, the IDs of the runs created stay on stdout and stderr says how
+many were created and which indexes were not. --count 1 is a sweep of one
+(with MERCATOR_RUN_INDEX=0); without --count, one run is submitted as is.
+`+"`--env MERCATOR_RUN_INDEX=…`"+` cannot be combined with --count.
+
 Sizes for --memory take decimal (KB, MB, GB, TB) or binary (KiB, MiB, GiB,
 TiB) units; a plain number is bytes.`)
 	g := fs.clientFlags(true)
@@ -64,6 +76,7 @@ TiB) units; a plain number is bytes.`)
 	fs.Var(&env, "env", "set `KEY=VALUE` in the container's environment (repeatable)")
 	var artifacts stringList
 	fs.Var(&artifacts, "artifact", "mount an Artifact read-only: `NAME[@VERSION]:/PATH[:min-read=500MB/s]` (repeatable; no VERSION: the newest)")
+	count := fs.Int("count", 1, "submit `N` copies, each with "+runIndexEnv+"=0…N-1 in its environment, through the batch API")
 	command, err := fs.parseHead(args)
 	if err != nil {
 		return err
@@ -95,12 +108,18 @@ TiB) units; a plain number is bytes.`)
 		return usagef("--cpu must be a number of cores, 0 or more, not %v", *cpu)
 	}
 	spec.CPU = *cpu
-	memorySet := false
+	memorySet, countSet := false, false
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "memory" {
+		switch f.Name {
+		case "memory":
 			memorySet = true
+		case "count":
+			countSet = true
 		}
 	})
+	if *count < 1 {
+		return usagef("--count must be 1 or more, got %d", *count)
+	}
 	if memorySet {
 		n, err := parseSize(*memory)
 		if err != nil {
@@ -125,6 +144,9 @@ TiB) units; a plain number is bytes.`)
 		}
 		spec.Env[k] = v
 	}
+	if _, ok := spec.Env[runIndexEnv]; ok && countSet {
+		return usagef("--env %s cannot be combined with --count: --count sets %s to each copy's index, 0 to N-1", runIndexEnv, runIndexEnv)
+	}
 	for _, a := range artifacts {
 		m, err := parseArtifactFlag(a)
 		if err != nil {
@@ -136,6 +158,9 @@ TiB) units; a plain number is bytes.`)
 	if err != nil {
 		return err
 	}
+	if countSet {
+		return inv.submitCopies(ctx, c, spec, *count, g.json())
+	}
 	run, err := c.SubmitRun(ctx, spec)
 	if err != nil {
 		return err
@@ -145,6 +170,69 @@ TiB) units; a plain number is bytes.`)
 	}
 	_, err = fmt.Fprintln(inv.stdout, run.ID)
 	return err
+}
+
+// runIndexEnv is the variable `run submit --count` sets to each copy's
+// index, so one image can tell which part of a sweep it is.
+const runIndexEnv = "MERCATOR_RUN_INDEX"
+
+// submitCopies submits n copies of spec, copy i with runIndexEnv=i, in
+// calls of at most api.MaxRunBatch (client.SubmitRuns), in index order.
+// Without asJSON, each call's run IDs are printed on stdout as soon as it
+// returns, so whatever was created is on stdout whatever happens next;
+// with asJSON, the runs created are printed as one api.RunList at the end,
+// failure or not. A failed call ends it: stderr then says how many runs
+// were created and which indexes were not, and the call's error is
+// returned.
+func (inv *invocation) submitCopies(ctx context.Context, c *client.Client, spec api.RunSpec, n int, asJSON bool) error {
+	created := api.RunList{Runs: []api.Run{}}
+	var failed error
+	for first := 0; first < n; first += api.MaxRunBatch {
+		specs := indexedCopies(spec, first, min(api.MaxRunBatch, n-first))
+		runs, err := c.SubmitRuns(ctx, specs)
+		if err != nil {
+			failed = err
+			break
+		}
+		for _, r := range runs {
+			created.Runs = append(created.Runs, normalizeRun(r))
+			if !asJSON {
+				if _, err := fmt.Fprintln(inv.stdout, r.ID); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if asJSON {
+		if err := inv.writeJSON(created); err != nil {
+			return err
+		}
+	}
+	if failed != nil && len(created.Runs) > 0 {
+		where := "on stdout, one per line"
+		if asJSON {
+			where = "on stdout, as JSON"
+		}
+		fmt.Fprintf(inv.stderr, "%d of %d runs were created (indexes 0 to %d; their IDs are %s); indexes %d to %d were not\n",
+			len(created.Runs), n, len(created.Runs)-1, where, len(created.Runs), n-1)
+	}
+	return failed
+}
+
+// indexedCopies is n copies of spec for indexes first to first+n-1, each
+// with its own environment holding runIndexEnv=index. spec is not changed.
+func indexedCopies(spec api.RunSpec, first, n int) []api.RunSpec {
+	out := make([]api.RunSpec, n)
+	for i := range out {
+		env := maps.Clone(spec.Env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		env[runIndexEnv] = strconv.Itoa(first + i)
+		out[i] = spec
+		out[i].Env = env
+	}
+	return out
 }
 
 // normalizeRun makes empty lists print as [] rather than null in JSON.
