@@ -30,6 +30,9 @@ type fleetSpec struct {
 	NoFsync           bool          `json:"no_fsync"`
 	HTTP2             bool          `json:"http2"`
 	EnrollConcurrency int           `json:"enroll_concurrency"`
+	// CPUProfile, in a shard's spec, is a file for that shard's CPU
+	// profile over its whole life (Config.CPUProfile + ".agents.N").
+	CPUProfile string `json:"cpu_profile,omitempty"`
 }
 
 // runAgents runs spec's agents, reporting to sink, until ctx ends; it

@@ -139,7 +139,9 @@ type Config struct {
 	// Progress, when set, receives a line now and then.
 	Progress io.Writer
 	// CPUProfile, when set, is a file to write the hold's CPU profile to
-	// (goroutines labelled component=controlplane|agents|submitter|registry).
+	// (goroutines labelled component=controlplane|agents|submitter|registry);
+	// each agent process writes its own, over its whole life, to
+	// CPUProfile+".agents.N".
 	CPUProfile string
 	// HeapProfile, when set, is a file to write this process's heap
 	// profile to when the hold ends.
@@ -429,6 +431,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			sub := spec
 			sub.First, sub.IDs, sub.Tokens = first, ids[first:last], tokens[first:last]
 			sub.EnrollConcurrency = max(1, cfg.EnrollConcurrency/cfg.AgentProcesses)
+			if cfg.CPUProfile != "" {
+				sub.CPUProfile = fmt.Sprintf("%s.agents.%d", cfg.CPUProfile, len(shards))
+			}
 			p, err := startShard(cfg.ShardCommand, sub, rec, cfg.Progress)
 			if err != nil {
 				return nil, err

@@ -76,6 +76,17 @@ func RunShard(ctx context.Context, in io.Reader, out io.Writer) error {
 	ls := newLineSink(out)
 	defer ls.close()
 	log := newCountingHandler(slog.LevelWarn)
+	if spec.CPUProfile != "" {
+		f, err := os.Create(spec.CPUProfile)
+		if err != nil {
+			return fmt.Errorf("fleet shard: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("fleet shard: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	pprof.Do(ctx, pprof.Labels("component", "agents"), func(ctx context.Context) {
 		err = runAgents(ctx, spec, ls, log)
 	})
