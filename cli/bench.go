@@ -59,7 +59,10 @@ each agent holds a connection whose other end the control plane holds, so
 past about 18,000 nodes one process's open-file limit needs --http2, which
 multiplexes the agents' streams (and is labelled in the report). --no-fsync
 turns off the agents' fsync (only the simulated agents'; the control plane's
-store keeps its own) and labels the report accordingly. --kill-replica-at
+store keeps its own) and labels the report accordingly. --submit-batch N
+submits the runs N to a call through the batch route, as a sweep would,
+instead of one POST /v1/runs each; a run's submission time is then its
+call's start, and the report says so. --kill-replica-at
 kills replica 0 mid-hold, as a crash would, and reports how its nodes moved.
 Progress goes to stderr, the report to stdout.`)
 	nodes := fs.Int("nodes", 0, "how many nodes to simulate")
@@ -71,6 +74,7 @@ Progress goes to stderr, the report to stdout.`)
 	runs := fs.Int("runs", 0, "runs to submit during the hold")
 	rate := fs.Float64("run-rate", 0, "runs submitted a second (0: as fast as the submitters go)")
 	submitters := fs.Int("submitters", 32, "concurrent submitting clients")
+	submitBatch := fs.Int("submit-batch", 1, "runs per submission call: 1 submits each with POST /v1/runs, more (up to 1000) through POST /v1/runs/batch")
 	startTime := fs.Duration("start-time", 100*time.Millisecond, "how long a simulated container takes to start")
 	runTime := fs.Duration("run-time", 0, "how long a simulated container runs (0: until the end)")
 	runsTimeout := fs.Duration("runs-timeout", 10*time.Minute, "how long the hold may be extended for runs not yet running")
@@ -116,7 +120,7 @@ Progress goes to stderr, the report to stdout.`)
 	rep, err := fleetsim.Run(ctx, fleetsim.Config{
 		AgentProcesses: *procs, ShardCommand: shardCmd, HTTP2: *http2,
 		Nodes: *nodes, Duration: *duration, DB: *db, Replicas: *replicas, Heartbeat: *heartbeat, Lease: *lease,
-		Runs: *runs, RunRate: *rate, Submitters: *submitters, StartTime: *startTime, RunTime: *runTime, RunsTimeout: *runsTimeout,
+		Runs: *runs, RunRate: *rate, Submitters: *submitters, SubmitBatch: *submitBatch, StartTime: *startTime, RunTime: *runTime, RunsTimeout: *runsTimeout,
 		NoFsync: *noFsync, KillReplicaAt: *kill, EnrollConcurrency: *enroll, Progress: inv.stderr, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
 	})
 	if err != nil {

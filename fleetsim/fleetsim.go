@@ -88,6 +88,13 @@ type Config struct {
 	Runs       int
 	RunRate    float64
 	Submitters int // default 32
+	// SubmitBatch is how many runs one submission call carries: 0 or 1
+	// submits each run with a POST /v1/runs of its own; more hands the
+	// Submitters batches of that many, each one POST /v1/runs/batch
+	// (client.SubmitRuns), at most api.MaxRunBatch. A run's submission
+	// time is then its call's start, and RunRate paces the calls: a batch
+	// is due when its first run is.
+	SubmitBatch int
 	// RunsTimeout bounds how long the hold is extended for runs not yet
 	// running (default 10m).
 	RunsTimeout time.Duration
@@ -194,7 +201,10 @@ func (c *Config) defaults() error {
 		return failure.Invalid("agent-processes", "agent processes need a command that runs a shard")
 	case c.Heartbeat >= c.Lease:
 		return failure.Invalid("heartbeat", "the heartbeat (%s) must be shorter than the lease (%s)", c.Heartbeat, c.Lease)
+	case c.SubmitBatch < 0 || c.SubmitBatch > api.MaxRunBatch:
+		return failure.Invalid("submit-batch", "runs a submission call carries must be from 0 (one) to %d, not %d", api.MaxRunBatch, c.SubmitBatch)
 	}
+	c.SubmitBatch = max(1, c.SubmitBatch)
 	return nil
 }
 
@@ -238,6 +248,11 @@ type Report struct {
 	CommandDeliveryP99MS float64 `json:"command_delivery_p99_ms"`
 	CommandDeliveryMaxMS float64 `json:"command_delivery_max_ms"`
 	RunsSubmitted        int     `json:"runs_submitted"`
+	// SubmitBatch is how many runs a submission call carried (1: each its
+	// own POST /v1/runs; more: POST /v1/runs/batch).
+	SubmitBatch int `json:"submit_batch"`
+	// SubmitErrors is how many runs were not submitted: a failed batch
+	// counts each of its runs.
 	SubmitErrors         int64   `json:"submit_errors"`
 	RunsRunning          int     `json:"runs_running"`
 	SubmitPerS           float64 `json:"submissions_per_s"`
@@ -627,7 +642,7 @@ hold:
 		EnrollmentsPerS: float64(cfg.Nodes) / enrollSpan.Seconds(), FleetUp: fleetUp.Seconds(),
 		HeartbeatsPerS: rec.heartbeatRate(), HeartbeatsExpectedPerS: float64(cfg.Nodes) / cfg.Heartbeat.Seconds(),
 		HeartbeatErrors: rec.heartbeatErrors.Load(), HeartbeatLapses: rec.heartbeatLapses.Load(),
-		Commands: rec.commands.Load(), Redeliveries: rec.redeliveries.Load(), SubmitErrors: submitErrors.Load(),
+		Commands: rec.commands.Load(), Redeliveries: rec.redeliveries.Load(), SubmitBatch: cfg.SubmitBatch, SubmitErrors: submitErrors.Load(),
 		EventsIngestedPerS: (sum(appliedSeries) - events0) / hold.Seconds(),
 		LaunchesDuplicated: rec.launches.Duplicates(), AgentsStopped: rec.stopped.Load(), AgentProcesses: len(shards), HTTP2: cfg.HTTP2,
 		ProcessCPUCores: (cpu1 - cpu0).Seconds() / hold.Seconds(),
@@ -794,6 +809,9 @@ hold:
 	if cfg.NoFsync {
 		rep.Notes = append(rep.Notes, "AGENT STATE WITHOUT FSYNC: the simulated agents' bbolt files skip fsync (nodeagent.WithoutFsync); real agents fsync every write")
 	}
+	if cfg.Runs > 0 && cfg.SubmitBatch > 1 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("runs were submitted %d to a call (POST /v1/runs/batch); a run's submission time is its call's start, so submission → running includes admitting and storing its whole batch", cfg.SubmitBatch))
+	}
 	if cfg.Runs > 0 && rep.RunsRunning < rep.RunsSubmitted {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d of %d runs were not running when the hold ended", rep.RunsSubmitted-rep.RunsRunning, rep.RunsSubmitted))
 	}
@@ -844,10 +862,31 @@ func addrsOf(rs []*replica) []string {
 }
 
 // submitRuns submits cfg.Runs runs with cfg.Submitters concurrent clients,
-// at cfg.RunRate a second when set, spreading them over clients. A
-// submission that fails for lack of a control plane is retried on the next
-// client; any other failure is counted.
+// at cfg.RunRate a second when set, spreading them over clients: each
+// submitter takes the next cfg.SubmitBatch runs (one POST /v1/runs when
+// that is 1, else one POST /v1/runs/batch) until none are left. A call that
+// fails for lack of a control plane is retried on the next client; any
+// other failure counts each of its runs as failed.
 func submitRuns(ctx context.Context, cfg Config, clients []*client.Client, spec api.RunSpec, rec *recorder, submitted, failed *atomic.Int64) {
+	batch := max(1, cfg.SubmitBatch)
+	calls := (cfg.Runs + batch - 1) / batch
+	specs := make([]api.RunSpec, batch) // read only, shared by every call
+	for i := range specs {
+		specs[i] = spec
+	}
+	// submit makes one call of n runs on c and returns their IDs.
+	submit := func(c *client.Client, n int) ([]string, error) {
+		if batch == 1 {
+			run, err := c.SubmitRun(ctx, spec)
+			return []string{run.ID}, err
+		}
+		runs, err := c.SubmitRuns(ctx, specs[:n])
+		ids := make([]string, len(runs))
+		for i, r := range runs {
+			ids[i] = r.ID
+		}
+		return ids, err
+	}
 	var next atomic.Int64
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -856,32 +895,36 @@ func submitRuns(ctx context.Context, cfg Config, clients []*client.Client, spec 
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				i := next.Add(1) - 1
-				if i >= int64(cfg.Runs) {
+				k := int(next.Add(1) - 1)
+				if k >= calls {
 					return
 				}
+				first := k * batch
+				n := min(batch, cfg.Runs-first)
 				if cfg.RunRate > 0 {
-					due := start.Add(time.Duration(float64(i) / cfg.RunRate * float64(time.Second)))
+					due := start.Add(time.Duration(float64(first) / cfg.RunRate * float64(time.Second)))
 					if d := time.Until(due); d > 0 && !sleep(ctx, d) {
 						return
 					}
 				}
 				t0 := time.Now()
-				var run api.Run
+				var ids []string
 				var err error
 				for try := range 3 * len(clients) {
-					run, err = clients[(int(i)+try)%len(clients)].SubmitRun(ctx, spec)
+					ids, err = submit(clients[(k+try)%len(clients)], n)
 					if err == nil || !errors.Is(err, failure.ErrUnavailable) {
 						break
 					}
 					sleep(ctx, 100*time.Millisecond)
 				}
 				if err != nil {
-					failed.Add(1)
+					failed.Add(int64(n))
 					continue
 				}
-				rec.submitted(run.ID, t0)
-				submitted.Add(1)
+				for _, id := range ids {
+					rec.submitted(id, t0)
+				}
+				submitted.Add(int64(len(ids)))
 			}
 		}()
 	}
@@ -940,6 +983,14 @@ func agentsRow(r *Report) string {
 	return fmt.Sprintf("in %d child processes; %s", r.AgentProcesses, proto)
 }
 
+// submitCallsRow says how runs were submitted, for the runs row.
+func submitCallsRow(batch int) string {
+	if batch <= 1 {
+		return "one a call, POST /v1/runs"
+	}
+	return fmt.Sprintf("%d a call, POST /v1/runs/batch", batch)
+}
+
 // WriteText writes the report for a person.
 func (r *Report) WriteText(w io.Writer) {
 	fsync := "yes (as real agents)"
@@ -958,7 +1009,7 @@ func (r *Report) WriteText(w io.Writer) {
 		{"missed leases", fmt.Sprintf("%d (control plane: %d lapses, %d unreachable at the end; agents: %d gaps over the lease)", r.MissedLeases, r.LeaseLapses, r.UnreachableAtEnd, r.HeartbeatLapses)},
 		{"commands", fmt.Sprintf("%d delivered, %d redelivered", r.Commands, r.Redeliveries)},
 		{"command delivery", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms, max %.1f ms (created on the control plane → received by the agent)", r.CommandDeliveryP50MS, r.CommandDeliveryP99MS, r.CommandDeliveryMaxMS)},
-		{"runs", fmt.Sprintf("%d submitted (%.0f/s, %d failed), %d running", r.RunsSubmitted, r.SubmitPerS, r.SubmitErrors, r.RunsRunning)},
+		{"runs", fmt.Sprintf("%d submitted (%.0f/s, %s, %d failed), %d running", r.RunsSubmitted, r.SubmitPerS, submitCallsRow(r.SubmitBatch), r.SubmitErrors, r.RunsRunning)},
 		{"submission → running", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.SubmitToRunningP50MS, r.SubmitToRunningP99MS)},
 		{"placements end to end", fmt.Sprintf("%.0f/s (runs running / %.1fs from the first submission to the last run running)", r.PlacementsPerS, r.RunsWindow)},
 		{"launches", fmt.Sprintf("%d performed twice, %d never performed", r.LaunchesDuplicated, r.LaunchesMissing)},

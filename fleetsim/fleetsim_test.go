@@ -65,7 +65,9 @@ func TestMain(m *testing.M) {
 // TestShardedFleet runs the agents in two child processes (the test binary
 // itself, see TestMain), which is how fleets larger than one process's
 // open-file limit are simulated: what the shards observe must reach the
-// parent's figures.
+// parent's figures. Its runs go 7 to a call through the batch route (the
+// last call carries the remaining 3), which TestShortFleet's single
+// submissions leave untested.
 func TestShardedFleet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -76,7 +78,7 @@ func TestShardedFleet(t *testing.T) {
 	var progress bytes.Buffer
 	rep, err := Run(ctx, Config{
 		Nodes: 40, Duration: 5 * time.Second, Heartbeat: time.Second, Lease: 5 * time.Second,
-		Runs: 80, RunTime: 2 * time.Second, RunsTimeout: 30 * time.Second,
+		Runs: 80, SubmitBatch: 7, RunTime: 2 * time.Second, RunsTimeout: 30 * time.Second,
 		AgentProcesses: 2, ShardCommand: []string{"env", "FLEETSIM_SHARD=1", exe, "-test.run=^$"},
 		Dir: t.TempDir(), Progress: &progress,
 	})
@@ -84,7 +86,7 @@ func TestShardedFleet(t *testing.T) {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
 	if rep.AgentProcesses != 2 || rep.MissedLeases != 0 || rep.RunsRunning != 80 || rep.LaunchesDuplicated != 0 ||
-		rep.HeartbeatsPerS < 30 || rep.Commands < 80 {
+		rep.HeartbeatsPerS < 30 || rep.Commands < 80 || rep.RunsSubmitted != 80 || rep.SubmitErrors != 0 || rep.SubmitBatch != 7 {
 		var report bytes.Buffer
 		rep.WriteText(&report)
 		t.Errorf("sharded fleet:\n%s\n%s", report.String(), progress.String())
