@@ -21,7 +21,8 @@ import (
 //go:embed openapi.json
 var openAPI []byte
 
-// maxBody bounds every request body the server decodes as JSON.
+// maxBody bounds every request body the server decodes as JSON, except a
+// POST /v1/runs/batch's (maxBatchBody, runs.go).
 const maxBody = 1 << 20
 
 // maxLogBody bounds one log chunk from an agent.
