@@ -225,14 +225,7 @@ func (s *Server) placeChunk() int {
 // reads only the queue (and, at most once per liveness flush period, the
 // nodes' records).
 func (s *Server) reconcile(ctx context.Context) error {
-	// The copy of the nodes' records follows this replica's own writes
-	// (patchNodes); other replicas' writes, their liveness flushes
-	// included, are read once per flush period.
-	maxAge := time.Minute
-	if s.coord != nil {
-		maxAge = s.live.flush
-	}
-	nodes, err := s.nodeList(ctx, maxAge)
+	nodes, err := s.nodeList(ctx, s.nodeListAge())
 	if err != nil {
 		return err
 	}

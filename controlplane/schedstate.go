@@ -196,6 +196,17 @@ func (st *schedState) invalidate() {
 	st.active, st.perNode, st.builtAt = nil, nil, time.Time{}
 }
 
+// nodeListAge is how old a copy of the nodes' records may be for the
+// scheduler and the metrics: the copy follows this replica's own writes
+// (patchNodes), so alone it is read again once a minute; other replicas'
+// writes, their liveness flushes included, are read once per flush period.
+func (s *Server) nodeListAge() time.Duration {
+	if s.coord != nil {
+		return s.live.flush
+	}
+	return time.Minute
+}
+
 // nodeList returns the copy of the nodes' records: read from the store
 // when older than maxAge, with the records this replica wrote since applied
 // (patchNodes). The caller must not modify the slice or the records.
