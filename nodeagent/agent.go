@@ -533,10 +533,22 @@ func (a *Agent) enforceTimeout(ctx context.Context, o capability.WorkloadObserva
 // carrying both costs the node and the control plane half what two do.
 const defaultFlushLinger = 10 * time.Millisecond
 
+// flushRetry is how soon a delivery that failed, or left events behind, is
+// tried again; flushIdle how often the loop looks anyway while nothing is
+// owed (every spool wakes it; this is the safety net, and when
+// acknowledgements waiting to be written are written, ackLinger).
+const (
+	flushRetry = time.Second
+	flushIdle  = ackLinger
+)
+
 // flushLoop delivers the spool in minting order whenever something is owed:
-// when woken (after flushLinger), and every second while anything is left.
+// when woken (after flushLinger), and again flushRetry after a delivery
+// that did not take everything. An idle agent wakes only every flushIdle:
+// at ten thousand agents a wake every second each was ten thousand a
+// second for nothing.
 func (a *Agent) flushLoop(ctx context.Context) {
-	t := time.NewTicker(time.Second)
+	t := time.NewTimer(flushIdle)
 	defer t.Stop()
 	// emptyAt is the spool's version when it was last read empty: a tick
 	// finding the same version has nothing to read.
@@ -550,6 +562,7 @@ func (a *Agent) flushLoop(ctx context.Context) {
 				a.logger.Error("write acknowledgements", "err", err)
 			}
 			if a.state.SpoolVersion() == emptyAt {
+				t.Reset(flushIdle)
 				continue
 			}
 		case <-a.flush:
@@ -557,11 +570,13 @@ func (a *Agent) flushLoop(ctx context.Context) {
 				return
 			}
 		}
+		next := flushIdle
 		for ctx.Err() == nil {
 			version := a.state.SpoolVersion()
 			batch, err := a.state.Spooled(256)
 			if err != nil {
 				a.logger.Error("read spool", "err", err)
+				next = flushRetry
 				break
 			}
 			if len(batch) == 0 {
@@ -574,16 +589,26 @@ func (a *Agent) flushLoop(ctx context.Context) {
 				if ctx.Err() == nil {
 					a.handleTransportError("events", err)
 				}
+				next = flushRetry
 				break
 			}
 			if err := a.state.Acknowledge(accepted); err != nil {
 				a.logger.Error("acknowledge spool", "err", err)
+				next = flushRetry
 				break
 			}
 			if len(accepted) < len(batch) {
-				break // the rest is retried on the next tick
+				next = flushRetry // the rest is retried then
+				break
 			}
 		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(next)
 	}
 }
 
