@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/node"
 	"github.com/mercator/mercator/store"
 )
 
@@ -192,15 +193,49 @@ func (s *Server) write(ctx context.Context, run func(context.Context, func(store
 	if err == nil && rt != nil && len(rt.nodes) > 0 {
 		s.sched.patchNodes(rt.nodes)
 	}
+	if err == nil && rt != nil {
+		for id, cmds := range rt.cmds {
+			s.handOver(id, cmds)
+		}
+	}
 	return err
 }
 
+// handOver hands commands just committed for a node to its session streams
+// on this replica, which send them without reading the store
+// (deliverLocal), and has streams elsewhere read it; with no stream here,
+// it wakes the node's streams wherever they are.
+func (s *Server) handOver(nodeID string, cmds []node.Command) {
+	if s.deliverLocal(nodeID, cmds) {
+		s.publish(topicNode + nodeID)
+	} else {
+		s.nodeChanged(nodeID)
+	}
+}
+
 // runTx is a store.Tx that remembers the runs and nodes written through
-// it, the last version of each.
+// it, the last version of each, and the commands issued through it (pending
+// operations), which write delivers once the transaction committed: every
+// path that issues a command (a placement, a stop, a prepare) reaches the
+// node's session at once, not at its next read of the store.
 type runTx struct {
 	store.Tx
 	runs  map[string]store.Run
 	nodes map[string]store.Node
+	cmds  map[string][]node.Command // by node
+}
+
+func (t *runTx) PutOperation(op store.Operation) error {
+	if err := t.Tx.PutOperation(op); err != nil {
+		return err
+	}
+	if op.Result == nil {
+		if t.cmds == nil {
+			t.cmds = map[string][]node.Command{}
+		}
+		t.cmds[op.NodeID] = append(t.cmds[op.NodeID], op.Command)
+	}
+	return nil
 }
 
 func (t *runTx) PutNode(n store.Node) error {

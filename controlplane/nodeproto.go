@@ -203,8 +203,9 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 			// A wake is what sends new operations; reading the store
 			// every few keep-alives too covers a wake that was lost (a
 			// signal from another replica dropped), without making ten
-			// thousand idle streams read it every keep-alive.
-			if idle++; idle < sessionPoll {
+			// thousand idle streams read it every keep-alive. A replica
+			// alone hears every signal from itself, and does not read.
+			if idle++; idle < sessionPoll || s.coord == nil {
 				goto wait
 			}
 		case <-mb.notify:

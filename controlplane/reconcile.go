@@ -321,17 +321,16 @@ func (s *Server) reconcile(ctx context.Context) error {
 	return nil
 }
 
-// commitPlacements commits placements in one transaction and wakes the
-// nodes' sessions, returning how many it made. A run that changed since the
-// snapshot is left for the next pass.
+// commitPlacements commits placements in one transaction, returning how
+// many it made (their launches reach the nodes' sessions as the
+// transaction commits: see runTx). A run that changed since the snapshot is
+// left for the next pass.
 func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Placement, pending map[string]store.Run) (int, error) {
-	touched := map[string][]node.Command{}
 	placed := 0
 	// Locked (store.UpdateLocked): each run is read by key, checked to be
 	// as the plan saw it, and written back; nodes and artifacts are read by
 	// key.
 	err := s.updateLocked(ctx, func(tx store.Tx) error {
-		clear(touched)
 		placed = 0
 		fences := map[string]uint64{} // each node's record read once
 		now := s.now()
@@ -362,27 +361,18 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 				fence = n.FencingToken
 				fences[p.NodeID] = fence
 			}
-			issued, err := s.issueFenced(tx, p.NodeID, fence, cmd)
-			if err != nil {
+			if _, err := s.issueFenced(tx, p.NodeID, fence, cmd); err != nil {
 				return err
 			}
 			if err := tx.PutRun(run); err != nil {
 				return err
 			}
-			touched[p.NodeID] = append(touched[p.NodeID], issued)
 			placed++
 		}
 		return nil
 	})
 	if err != nil {
 		return 0, err
-	}
-	for id, cmds := range touched {
-		if s.deliverLocal(id, cmds) {
-			s.publish(topicNode + id) // a session elsewhere, if any, reads the store
-		} else {
-			s.nodeChanged(id)
-		}
 	}
 	return placed, nil
 }
