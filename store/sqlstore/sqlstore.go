@@ -151,6 +151,12 @@ func sqliteDSN(path string) string {
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)") // see Open for why FULL
 	q.Add("_pragma", "foreign_keys(1)")
+	// A page cache of up to 32 MiB a connection (SQLite's default is 2
+	// MiB): once the runs, operations and event records outgrow the
+	// default, every lookup by key becomes reads from the file, and a
+	// control plane placing a hundred thousand runs slowed by a quarter.
+	// Pages are cached as they are read, so a small store holds little.
+	q.Add("_pragma", "cache_size(-32768)")
 	return path + "?" + q.Encode()
 }
 
@@ -158,7 +164,7 @@ func sqliteDSN(path string) string {
 // system without shared memory support, for one, silently keeps the
 // rollback journal.
 func (s *Store) checkSQLite(ctx context.Context, path string) error {
-	want := map[string]string{"journal_mode": "wal", "synchronous": "2", "foreign_keys": "1"}
+	want := map[string]string{"journal_mode": "wal", "synchronous": "2", "foreign_keys": "1", "cache_size": "-32768"}
 	for pragma, v := range want {
 		var got string
 		if err := s.db.QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&got); err != nil {
