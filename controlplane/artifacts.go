@@ -96,8 +96,7 @@ type upload struct {
 	received int64
 }
 
-// hashes is what each received byte is written to: both digests, in one
-// pass of hashcopy's hashing stage.
+// hashes is both digests, for rebuilding them from what is on disk.
 func (u *upload) hashes() io.Writer { return io.MultiWriter(u.sha256, u.crc32c) }
 
 // forget drops both digests, to be rebuilt from disk on the next request.
@@ -375,7 +374,10 @@ func (s *Server) putUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	left := u.meta.Size - u.received
-	n, err := hashcopy.Copy(f, r.Body, u.hashes(), left)
+	// SHA-256 in hashcopy's hashing stage, CRC-32C in its writing stage
+	// (just before each piece goes to disk): the hashing stage is the
+	// copy's slowest, and the write stage mostly waits on the disk.
+	n, err := hashcopy.Copy(io.MultiWriter(u.crc32c, f), r.Body, u.sha256, left)
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = &hashcopy.WriteError{Err: cerr}
 	}
