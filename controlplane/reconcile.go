@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"time"
 
@@ -330,9 +331,28 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 	// Locked (store.UpdateLocked): each run is read by key, checked to be
 	// as the plan saw it, and written back; nodes and artifacts are read by
 	// key.
+	nodeIDs := make([]string, 0, len(placements))
+	for _, p := range placements {
+		nodeIDs = append(nodeIDs, p.NodeID)
+	}
+	slices.Sort(nodeIDs)
+	nodeIDs = slices.Compact(nodeIDs)
 	err := s.updateLocked(ctx, func(tx store.Tx) error {
 		placed = 0
-		fences := map[string]uint64{} // each node's record read once
+		// The nodes' records first, once each and in ID order: on
+		// PostgreSQL each read locks its row, and a liveness flush
+		// (liveness.go) writes node rows in ID order too, so the two wait
+		// for each other rather than deadlock (which PostgreSQL breaks
+		// only after a second, and which, with the rows taken in plan
+		// order, stalled placements at tens a second behind a long queue).
+		fences := make(map[string]uint64, len(nodeIDs))
+		for _, id := range nodeIDs {
+			n, err := tx.GetNode(id)
+			if err != nil {
+				return err
+			}
+			fences[id] = n.FencingToken
+		}
 		now := s.now()
 		for _, p := range placements {
 			run, err := tx.GetRun(p.RunID)
@@ -352,16 +372,7 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 			if err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload); err != nil {
 				return err
 			}
-			fence, ok := fences[p.NodeID]
-			if !ok {
-				n, err := tx.GetNode(p.NodeID)
-				if err != nil {
-					return err
-				}
-				fence = n.FencingToken
-				fences[p.NodeID] = fence
-			}
-			if _, err := s.issueFenced(tx, p.NodeID, fence, cmd); err != nil {
+			if _, err := s.issueFenced(tx, p.NodeID, fences[p.NodeID], cmd); err != nil {
 				return err
 			}
 			if err := tx.PutRun(run); err != nil {
