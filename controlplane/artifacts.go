@@ -374,10 +374,10 @@ func (s *Server) putUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	left := u.meta.Size - u.received
-	// SHA-256 in hashcopy's hashing stage, CRC-32C in its writing stage
-	// (just before each piece goes to disk): the hashing stage is the
-	// copy's slowest, and the write stage mostly waits on the disk.
-	n, err := hashcopy.Copy(io.MultiWriter(u.crc32c, f), r.Body, u.sha256, left)
+	// SHA-256 in hashcopy's hashing stage, CRC-32C in its reading stage
+	// (as each piece arrives): the hashing stage is the copy's slowest,
+	// and the write stage waits on the disk.
+	n, err := hashcopy.Copy(f, io.TeeReader(r.Body, u.crc32c), u.sha256, left)
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = &hashcopy.WriteError{Err: cerr}
 	}
