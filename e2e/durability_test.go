@@ -52,7 +52,13 @@ func TestUnreachableNodeIsReplacedAndStrayStopped(t *testing.T) {
 	}
 	c.restartAgent(a)
 	c.waitFor("the stray attempt stopped", func() bool { return runningContainers(t, run.ID) == 1 })
-	r, _ := c.client.GetRun(c.ctx, run.ID)
+	// The daemon shows the stop before the node's report of it has been
+	// delivered and applied; wait for the report, then judge it.
+	var r api.Run
+	c.waitFor("the stray attempt's end reported", func() bool {
+		r, _ = c.client.GetRun(c.ctx, run.ID)
+		return len(r.Attempts) == 2 && r.Attempts[0].FinishedAt != nil
+	})
 	first := r.Attempts[0]
 	if first.Status == api.AttemptRunning || first.Status == api.AttemptUnknown || first.FinishedAt == nil || first.StopReason != "replaced" {
 		t.Fatalf("attempt 1 after a returned: %+v", first)

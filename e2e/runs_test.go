@@ -105,6 +105,29 @@ func TestRunLifecycle(t *testing.T) {
 		}
 	})
 
+	t.Run("a sweep: run submit --count", func(t *testing.T) {
+		// One batch call through the CLI; each copy runs in its own
+		// container and sees its own index.
+		out := c.mercator("run", "submit", "--image", c.workload, "--count", "3", "--", "env", "MERCATOR_RUN_INDEX")
+		ids := strings.Fields(out)
+		if len(ids) != 3 {
+			t.Fatalf("run submit --count 3 printed %q, want three run IDs", out)
+		}
+		seen := map[string]bool{}
+		for _, id := range ids {
+			if done := c.wait(id); done.Status != api.RunSucceeded {
+				t.Fatalf("run %s: %s (%s)", id, done.Status, done.Reason)
+			}
+			seen[strings.TrimSpace(c.logs(id))] = true // the workload prints the value alone
+			if n := containersFor(t, id); n != 1 {
+				t.Errorf("%d containers for run %s, want 1", n, id)
+			}
+		}
+		if !seen["0"] || !seen["1"] || !seen["2"] || len(seen) != 3 {
+			t.Fatalf("indexes seen in the runs' output: %v, want 0, 1 and 2", seen)
+		}
+	})
+
 	t.Run("cancel a running run", func(t *testing.T) {
 		run := c.submit(api.RunSpec{Command: []string{"sleep", "300"}})
 		c.waitFor("running", func() bool {
