@@ -27,6 +27,10 @@ type stmtCache struct {
 	// prepare once.
 	pending map[string]bool
 	closed  bool
+	// preparing counts the prepares in flight, which close waits for: one
+	// still holding a connection when the database is closed keeps the
+	// file open (and its -wal and -shm beside it) after Close returned.
+	preparing sync.WaitGroup
 }
 
 // maxCachedStmts bounds the cache: queries are constant strings in this
@@ -54,11 +58,13 @@ func (c *stmtCache) get(query string) *sql.Stmt {
 		return nil
 	}
 	c.pending[query] = true
+	c.preparing.Add(1)
 	go c.prepare(query)
 	return nil
 }
 
 func (c *stmtCache) prepare(query string) {
+	defer c.preparing.Done()
 	st, err := c.db.PrepareContext(context.Background(), query)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -73,14 +79,18 @@ func (c *stmtCache) prepare(query string) {
 	c.m[query] = st
 }
 
-// close closes the cached statements; later gets return nil.
+// close closes the cached statements, once the prepares in flight have
+// ended; later gets return nil.
 func (c *stmtCache) close() {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.closed = true
+	c.mu.Unlock()
+	c.preparing.Wait() // a prepare ending now closes its own statement
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for q, st := range c.m {
 		st.Close()
 		delete(c.m, q)
