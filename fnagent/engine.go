@@ -694,13 +694,16 @@ func (e *Engine) exitError(c *hotContainer, when string) *CallError {
 
 // inspectExited inspects a container expected to have exited, giving the
 // daemon a moment to record the exit and, after an OOM kill, the flag that
-// says so (it can arrive just after the exit).
+// says so: it can arrive after the exit, by as much as a few hundred
+// milliseconds on a loaded machine, so an exit by SIGKILL (137) without it
+// is asked about for up to a second before it is taken as a plain kill.
 func (e *Engine) inspectExited(c *hotContainer) (container.InspectResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var info container.InspectResponse
 	var err error
-	for i := 0; i < 10; i++ {
+	const tries = 20 // 50 ms apart
+	for i := 0; i < tries; i++ {
 		info, err = e.api.ContainerInspect(ctx, c.id)
 		if err != nil {
 			return info, err
@@ -708,7 +711,7 @@ func (e *Engine) inspectExited(c *hotContainer) (container.InspectResponse, erro
 		if info.State == nil {
 			return info, errors.New("the daemon states no container state")
 		}
-		if !info.State.Running && (info.State.OOMKilled || info.State.ExitCode != 137 || i >= 3) {
+		if !info.State.Running && (info.State.OOMKilled || info.State.ExitCode != 137 || i == tries-1) {
 			return info, nil
 		}
 		time.Sleep(50 * time.Millisecond)
