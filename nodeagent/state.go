@@ -650,37 +650,34 @@ func writeAcks(tx *bolt.Tx, seqs map[uint64]bool, ops map[string]ackedResult, no
 		return nil
 	}
 	applied := tx.Bucket(bucketApplied)
-	var drop [][]byte
-	if err := acked.ForEach(func(k, v []byte) error {
-		if now.Sub(time.Unix(0, int64(getUint(v)))) > AppliedRetention {
-			drop = append(drop, append([]byte(nil), k...))
-		}
-		return nil
-	}); err != nil {
+	expired := func(at time.Time) bool { return now.Sub(at) > AppliedRetention }
+	if err := deleteWhere(acked, func(v []byte) bool { return expired(time.Unix(0, int64(getUint(v)))) }, applied); err != nil {
 		return err
-	}
-	for _, k := range drop {
-		if err := applied.Delete(k); err != nil {
-			return err
-		}
-		if err := acked.Delete(k); err != nil {
-			return err
-		}
 	}
 	// Entries acknowledged before bucketAcked existed.
-	drop = drop[:0]
-	if err := applied.ForEach(func(k, v []byte) error {
+	return deleteWhere(applied, func(v []byte) bool {
 		var e appliedEntry
-		if json.Unmarshal(v, &e) == nil && e.AckedAt != nil && now.Sub(*e.AckedAt) > AppliedRetention {
-			drop = append(drop, append([]byte(nil), k...))
+		return json.Unmarshal(v, &e) == nil && e.AckedAt != nil && expired(*e.AckedAt)
+	})
+}
+
+// deleteWhere deletes the keys of b whose values satisfy drop, from b and
+// from each of also.
+func deleteWhere(b *bolt.Bucket, drop func(v []byte) bool, also ...*bolt.Bucket) error {
+	var keys [][]byte
+	if err := b.ForEach(func(k, v []byte) error {
+		if drop(v) {
+			keys = append(keys, append([]byte(nil), k...))
 		}
 		return nil
 	}); err != nil {
 		return err
 	}
-	for _, k := range drop {
-		if err := applied.Delete(k); err != nil {
-			return err
+	for _, k := range keys {
+		for _, from := range append([]*bolt.Bucket{b}, also...) {
+			if err := from.Delete(k); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
