@@ -20,9 +20,18 @@ import (
 )
 
 // PieceSize is the size of one piece in flight, and Pieces how many are in
-// flight at once.
+// flight at most: a copy holds up to Pieces×PieceSize (32 MiB) of buffers,
+// allocated as the pipeline fills, so a copy whose stages keep pace with
+// each other holds a few pieces only.
+//
+// Why 4 MiB: every piece costs each stage a hand-off (a goroutine woken on
+// the other core), and on a 2-core machine pushing an upload over loopback
+// 1 MiB pieces left a quarter of the CPU idle in those hand-offs; 4 MiB
+// pieces carried the same upload about 12% faster (860 to 970 MB/s, three
+// runs each), 256 KiB pieces 20% slower. Eight of them let the reading
+// stage run ahead of a disk that stalls for tens of milliseconds.
 const (
-	PieceSize = 1 << 20
+	PieceSize = 4 << 20
 	Pieces    = 8
 )
 
@@ -66,9 +75,7 @@ type piece struct {
 // blocked; closing src ends it.
 func Copy(dst io.Writer, src io.Reader, h io.Writer, limit int64) (written int64, err error) {
 	free := make(chan []byte, Pieces)
-	for range Pieces {
-		free <- alignedPiece()
-	}
+	allocated := 0 // pieces made so far; only the read stage makes them
 	toHash := make(chan piece, Pieces)
 	toWrite := make(chan piece, Pieces)
 	// stop is closed at the first failure, after firstErr is set; every
@@ -86,6 +93,17 @@ func Copy(dst io.Writer, src io.Reader, h io.Writer, limit int64) (written int64
 			case buf = <-free:
 			case <-stop:
 				return
+			default:
+				if allocated < Pieces {
+					allocated++
+					buf = alignedPiece()
+				} else {
+					select {
+					case buf = <-free:
+					case <-stop:
+						return
+					}
+				}
 			}
 			n, err := io.ReadFull(src, buf)
 			if n > 0 {
