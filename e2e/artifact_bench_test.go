@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,6 +49,10 @@ const benchEnv = "MERCATOR_ARTIFACT_BENCH"
 //     against the same limit; and the same push again, which hashes the
 //     file first (the name has a version of its size), asks, and sends
 //     nothing.
+//
+// MERCATOR_ARTIFACT_BENCH_PROFILE=DIR writes a CPU profile of the upload
+// (DIR/upload.pprof) and of the node's prepare (DIR/prepare.pprof), each
+// of that phase alone.
 //
 // Run: MERCATOR_ARTIFACT_BENCH=1 go test ./e2e -run TestArtifactCopyBenchmark -v -timeout 30m
 func TestArtifactCopyBenchmark(t *testing.T) {
@@ -96,7 +101,7 @@ func TestArtifactCopyBenchmark(t *testing.T) {
 	warm(t, src)
 	var ref string
 	cpu0 := processCPU()
-	uploadRate := timeRate(size, func() { ref = strings.TrimSpace(c.mercator("artifact", "push", "bench", src)) })
+	uploadRate := timeRate(size, profiled(t, "upload", func() { ref = strings.TrimSpace(c.mercator("artifact", "push", "bench", src)) }))
 	// The CLI, the client and the control plane all run in this process,
 	// so its CPU time is the push's cost, all its checks included.
 	uploadCPU := float64((processCPU() - cpu0).Nanoseconds()) / float64(size)
@@ -164,12 +169,12 @@ func TestArtifactCopyBenchmark(t *testing.T) {
 	}
 	defer rt.Close()
 	u, exp := mint()
-	prepareRate := timeRate(size, func() {
+	prepareRate := timeRate(size, profiled(t, "prepare", func() {
 		if err := rt.PrepareArtifact(context.Background(), capability.PrepareArtifactCommand{Name: "bench", Version: pushed.Version,
 			SHA256: digest, Size: size, URL: u, ExpiresAt: exp}); err != nil {
 			t.Fatal(err)
 		}
-	})
+	}))
 	os.RemoveAll(filepath.Join(c.agentState(nodeID), "bench-root"))
 
 	mb := func(r float64) string { return fmt.Sprintf("%7.1f MB/s", r/1e6) }
@@ -192,6 +197,27 @@ func TestArtifactCopyBenchmark(t *testing.T) {
 	t.Log(b.String())
 	if out := os.Getenv(benchEnv + "_OUT"); out != "" {
 		os.WriteFile(out, b.Bytes(), 0o644)
+	}
+}
+
+// profiled is fn, CPU-profiled into $MERCATOR_ARTIFACT_BENCH_PROFILE/NAME.pprof
+// when that is set.
+func profiled(t *testing.T, name string, fn func()) func() {
+	dir := os.Getenv(benchEnv + "_PROFILE")
+	if dir == "" {
+		return fn
+	}
+	return func() {
+		f, err := os.Create(filepath.Join(dir, name+".pprof"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+		fn()
 	}
 }
 
