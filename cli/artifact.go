@@ -45,9 +45,11 @@ NAME@VERSION, alone on stdout:
 
     ref=$(mercator artifact push weights ./model.safetensors)
 
-The content is read once, and checked here as it is sent (CRC-32C) and again
-by the control plane as it arrives, which refuses it unless both agree; the
-version is known by the control plane's SHA-256 of it. Pushing content the
+The content is checked here as it is sent (CRC-32C) and again by the control
+plane as it arrives, which refuses it unless both agree; the version is known
+by the control plane's SHA-256 of it. A file is handed to the kernel to send
+(sendfile, over plain HTTP on Linux) and checked by a read alongside; a
+directory's tar is generated once per send and checked as it goes. Pushing content the
 name already has prints the existing version: when the name has a version
 of the same size, the content's SHA-256 is computed first and nothing is
 sent if it is that version. An interrupted push resumes where it stopped,
@@ -77,7 +79,7 @@ terminal.`)
 	if fi.IsDir() {
 		payload, err = dirPayload(src)
 	} else if fi.Mode().IsRegular() {
-		payload = filePayload(src, fi)
+		payload = client.FilePayload(src, fi)
 	} else {
 		return fmt.Errorf("%s is neither a regular file nor a directory", src)
 	}
@@ -121,58 +123,6 @@ terminal.`)
 	}
 	_, err = fmt.Fprintln(inv.stdout, v.Ref())
 	return err
-}
-
-// filePayload returns a file as a payload without reading it: the push
-// checks it as it sends it. Every read checks, when it opens the file and
-// when it reaches the end, that the file still has the size and
-// modification time it had here, so a file changed during a push (or
-// between an interrupted push and its resumption) is refused rather than
-// pushed as a mixture.
-func filePayload(p string, fi os.FileInfo) client.Payload {
-	size, mtime := fi.Size(), fi.ModTime()
-	unchanged := func(f *os.File) error {
-		now, err := f.Stat()
-		if err != nil {
-			return err
-		}
-		if now.Size() != size || !now.ModTime().Equal(mtime) {
-			return fmt.Errorf("%s changed while it was pushed (%d bytes modified %s, now %d bytes modified %s); push it again once it is complete",
-				p, size, mtime.Format(time.RFC3339Nano), now.Size(), now.ModTime().Format(time.RFC3339Nano))
-		}
-		return nil
-	}
-	return client.Payload{Size: size, Format: api.ArtifactFile, Open: func(offset int64) (io.ReadCloser, error) {
-		f, err := os.Open(p)
-		if err != nil {
-			return nil, err
-		}
-		if err := unchanged(f); err != nil {
-			f.Close()
-			return nil, err
-		}
-		if _, err := f.Seek(offset, io.SeekStart); err != nil {
-			f.Close()
-			return nil, err
-		}
-		return &checkedFile{File: f, check: unchanged}, nil
-	}}
-}
-
-// checkedFile is a file whose end is believed only once check passes.
-type checkedFile struct {
-	*os.File
-	check func(*os.File) error
-}
-
-func (c *checkedFile) Read(b []byte) (int, error) {
-	n, err := c.File.Read(b)
-	if err == io.EOF {
-		if cerr := c.check(c.File); cerr != nil {
-			return n, cerr
-		}
-	}
-	return n, err
 }
 
 // dirPayload describes a directory's deterministic tar: it is generated

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/client"
 )
 
 func TestParseArtifactFlag(t *testing.T) {
@@ -74,7 +75,7 @@ func TestPayloadsRefuseAChangedSource(t *testing.T) {
 	p := filepath.Join(dir, "f.bin")
 	os.WriteFile(p, bytes.Repeat([]byte("a"), 1000), 0o644)
 	fi, _ := os.Stat(p)
-	payload := filePayload(p, fi)
+	payload := client.FilePayload(p, fi)
 	if payload.Size != 1000 || payload.SHA256 != "" || payload.Format != api.ArtifactFile {
 		t.Fatalf("payload %+v", payload)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -29,11 +30,18 @@ import (
 // already knows it, and empty otherwise, which is the cheap case: the
 // client then checks the content with a CRC-32C as the bytes go out (see
 // PushArtifact).
+//
+// OpenFile, which may be nil, returns the same content as a regular file
+// whose current position is offset. A push over plain HTTP on Linux then
+// makes the file itself the request's body, which the transport hands to
+// the kernel (sendfile), and computes its check with a second read through
+// Open alongside (see sendFileFrom); FilePayload sets it.
 type Payload struct {
-	Size   int64
-	SHA256 string
-	Format string
-	Open   func(offset int64) (io.ReadCloser, error)
+	Size     int64
+	SHA256   string
+	Format   string
+	Open     func(offset int64) (io.ReadCloser, error)
+	OpenFile func(offset int64) (*os.File, error)
 }
 
 // PushOptions tunes PushArtifact. The zero value is usable.
@@ -194,6 +202,9 @@ func (c *Client) GetUpload(ctx context.Context, id string) (api.Upload, error) {
 // itself (a read failure, another size) is returned as it is, not as
 // unavailable, so a push does not retry what a retry cannot fix.
 func (c *Client) sendFrom(ctx context.Context, up api.Upload, p Payload, d *runningDigest, progress func(sent, total int64)) (api.Upload, error) {
+	if p.OpenFile != nil && sendsFiles(c.base) {
+		return c.sendFileFrom(ctx, up, p, d, progress)
+	}
 	if d != nil {
 		if err := d.rewind(up.Received, p.Open); err != nil {
 			return up, err
@@ -213,25 +224,27 @@ func (c *Client) sendFrom(ctx context.Context, up api.Upload, p Payload, d *runn
 	if progress != nil {
 		body.progress = &progressWriter{sent: up.Received, total: p.Size, report: progress}
 	}
-	next, err := c.putBody(ctx, up, body)
+	next, err := c.putBody(ctx, up, body, -1)
 	if cerr := body.wait(); cerr != nil {
 		return up, cerr
 	}
 	return next, err
 }
 
-// putBody is one PUT of body at the offset the upload stands. The length
-// is left unstated (the body goes chunked): that is how the HTTP/1.1
-// transport comes to call the body's WriteTo, rather than reading it
-// through a length-limited 32 KiB copy.
-func (c *Client) putBody(ctx context.Context, up api.Upload, body *contentBody) (api.Upload, error) {
+// putBody is one PUT of body, length bytes or -1 for unstated, at the
+// offset the upload stands. A contentBody goes with its length unstated
+// (chunked): that is how the HTTP/1.1 transport comes to call its
+// WriteTo, rather than reading it through a length-limited 32 KiB copy. A
+// file goes with its length stated: that is how the transport comes to
+// hand it to the connection's ReadFrom, which is sendfile.
+func (c *Client) putBody(ctx context.Context, up api.Upload, body io.ReadCloser, length int64) (api.Upload, error) {
 	u := c.base + api.Prefix + "/uploads/" + url.PathEscape(up.ID) + "?" + url.Values{"offset": {strconv.FormatInt(up.Received, 10)}}.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, body)
 	if err != nil {
 		body.Close()
 		return up, failure.Invalid("addr", "cannot make a request to %q: %v", c.base, err)
 	}
-	req.ContentLength = -1
+	req.ContentLength = length
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.Header.Set("Accept", "application/json")

@@ -17,12 +17,15 @@ import (
 
 // markEvery is how far apart runningDigest saves its state, and keepMarks
 // how many saved states it keeps: a broken send rewinds to the last one at
-// or before what the control plane holds (which trails what was sent by at
-// most the bytes in flight), rereading at most markEvery bytes, and only
-// further back than keepMarks×markEvery from the start of the content.
+// or before what the control plane holds (which trails what the digest has
+// seen by the bytes in flight, and by checkLead more when the digest is
+// computed by a read alongside a file's send), rereading at most markEvery
+// bytes, and from the start only when the content is longer than
+// keepMarks×markEvery (1 TiB). A saved state is at most about a hundred
+// bytes (a SHA-256's), so all of them are at most 2 MB.
 const (
 	markEvery = 64 << 20
-	keepMarks = 8
+	keepMarks = 1 << 14
 )
 
 // runningDigest is a digest of a payload's first n bytes, fed with the
@@ -43,6 +46,7 @@ type runningDigest struct {
 	n         int64 // bytes hashed
 	marks     []digestMark
 	every     int64            // markEvery, or less in tests
+	keep      int              // keepMarks, or fewer in tests
 	fresh     func() hash.Hash // a new hash of this kind, for restore
 }
 
@@ -52,7 +56,7 @@ type digestMark struct {
 }
 
 func newRunningDigest(fresh func() hash.Hash) *runningDigest {
-	return &runningDigest{Hash: fresh(), every: markEvery, fresh: fresh}
+	return &runningDigest{Hash: fresh(), every: markEvery, keep: keepMarks, fresh: fresh}
 }
 
 // newSendCheck is the check a push computes as it sends and states at the
@@ -92,8 +96,8 @@ func (d *runningDigest) mark() {
 		return // no mark: a rewind rereads further back, nothing worse
 	}
 	d.marks = append(d.marks, digestMark{n: d.n, state: state})
-	if len(d.marks) > keepMarks {
-		d.marks = append(d.marks[:0], d.marks[len(d.marks)-keepMarks:]...)
+	if len(d.marks) > d.keep {
+		d.marks = append(d.marks[:0], d.marks[len(d.marks)-d.keep:]...)
 	}
 }
 

@@ -72,12 +72,12 @@ func testRunningDigestRewinds(t *testing.T, newDigest func() *runningDigest, sum
 	// More marks than kept: the oldest are dropped, and going back past
 	// them rereads from the start, still right.
 	d.Reset()
-	d.every = 100
+	d.every, d.keep = 100, 8
 	for off := 0; off < len(data); off += 50 {
 		d.Write(data[off : off+50])
 	}
-	if len(d.marks) != keepMarks {
-		t.Fatalf("%d marks kept, want %d", len(d.marks), keepMarks)
+	if len(d.marks) != d.keep {
+		t.Fatalf("%d marks kept, want %d", len(d.marks), d.keep)
 	}
 	if err := d.rewind(150, open); err != nil || d.sum() != sumOf(data[:150]) {
 		t.Fatalf("rewind past the kept marks: %v", err)

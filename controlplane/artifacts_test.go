@@ -15,7 +15,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/iotest"
@@ -26,6 +29,7 @@ import (
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/internal/hashcopy"
 	"github.com/mercator/mercator/node"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/memstore"
@@ -551,5 +555,108 @@ func TestStreamedPushResumes(t *testing.T) {
 	}
 	if _, err := f.client.GetArtifact(ctx, "third", ""); !errors.Is(err, failure.ErrNotFound) {
 		t.Errorf("third after a refused commit: %v, want no version", err)
+	}
+}
+
+// filePut records, for each PUT, the length it stated, and counts the
+// bytes the server read.
+type filePut struct {
+	putCounter
+	mu      sync.Mutex
+	lengths []int64
+}
+
+func (c *filePut) wrap(next http.Handler) http.Handler {
+	return c.putCounter.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			c.mu.Lock()
+			c.lengths = append(c.lengths, r.ContentLength)
+			c.mu.Unlock()
+		}
+		next.ServeHTTP(w, r)
+	}))
+}
+
+// TestFilePushSendsTheFile: a file pushed over plain HTTP goes as the file
+// itself (one PUT stating its length, which is how the transport comes to
+// use sendfile), checked by a read alongside: the version is the file's,
+// its bytes are sent once, and progress ends at the whole. A send broken
+// midway resumes (the check, which may have read ahead of the send, goes
+// back to what the server holds); a file changed between a broken send
+// and its resumption is refused, and nothing is made.
+func TestFilePushSendsTheFile(t *testing.T) {
+	f := newArtifactFixture(t)
+	var puts filePut
+	f.wrap = puts.wrap
+	f.start(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	writeFile := func(name string, size int) (string, []byte) {
+		data := make([]byte, size)
+		rand.Read(data)
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p, data
+	}
+	payload := func(p string) client.Payload {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return client.FilePayload(p, fi)
+	}
+
+	p, data := writeFile("a.bin", 3*hashcopy.PieceSize+17)
+	var last, total int64
+	v, err := f.client.PushArtifact(ctx, "file", payload(p), client.PushOptions{Progress: func(sent, all int64) { last, total = sent, all }})
+	if err != nil || v.Ref() != "file@v1" || v.SHA256 != digestHex(data) || v.Size != int64(len(data)) {
+		t.Fatalf("push = %+v, %v", v, err)
+	}
+	if got := puts.bytes.Load(); got != int64(len(data)) {
+		t.Errorf("sent %d bytes, want %d: the file once", got, len(data))
+	}
+	if len(puts.lengths) != 1 || puts.lengths[0] != int64(len(data)) {
+		t.Errorf("PUTs stated lengths %v, want one of %d (the file as the body)", puts.lengths, len(data))
+	}
+	if last != int64(len(data)) || total != int64(len(data)) {
+		t.Errorf("progress ended at %d of %d, want %d of %d", last, total, len(data), len(data))
+	}
+
+	// A send broken midway, then resumed from where the server stands.
+	var cuts atomic.Int32
+	f.wrap = func(next http.Handler) http.Handler { return cutFirstPut(5<<20+321, &cuts)(puts.wrap(next)) }
+	f.start(t)
+	p2, data2 := writeFile("b.bin", 9<<20)
+	v, err = f.client.PushArtifact(ctx, "file", payload(p2), client.PushOptions{})
+	if err != nil || v.Ref() != "file@v2" || v.SHA256 != digestHex(data2) {
+		t.Fatalf("push across a broken send = %+v, %v", v, err)
+	}
+	if cuts.Load() != 2 {
+		t.Errorf("%d PUTs; want the broken one and its resumption", cuts.Load())
+	}
+
+	// Changed (grown) after the first send broke: refused when resumed.
+	cuts.Store(0)
+	p3, _ := writeFile("c.bin", 9<<20)
+	f.wrap = func(next http.Handler) http.Handler {
+		cut := cutFirstPut(2<<20, &cuts)(next)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			cut.ServeHTTP(w, r)
+			if r.Method == http.MethodPut && cuts.Load() == 1 {
+				fh, _ := os.OpenFile(p3, os.O_APPEND|os.O_WRONLY, 0)
+				fh.Write([]byte("more"))
+				fh.Close()
+			}
+		})
+	}
+	f.start(t)
+	_, err = f.client.PushArtifact(ctx, "changed", payload(p3), client.PushOptions{})
+	if err == nil || !strings.Contains(err.Error(), "changed while it was pushed") {
+		t.Fatalf("pushing a file changed between sends: %v, want it refused as changed", err)
+	}
+	if _, err := f.client.GetArtifact(ctx, "changed", ""); !errors.Is(err, failure.ErrNotFound) {
+		t.Errorf("changed after a refused push: %v, want no version", err)
 	}
 }
