@@ -115,7 +115,7 @@ func checkFile(ctx context.Context, d *runningDigest, p Payload, from int64, cur
 	}
 	defer src.Close()
 	r := &sizedReader{r: src, at: from, left: p.Size - from, size: p.Size}
-	buf := make([]byte, hashcopy.PieceSize)
+	buf := make([]byte, hashcopy.CacheRead) // the CRC-32C reads it from the cache
 	for at := from; ; {
 		if err := cur.waitFor(ctx, at+int64(len(buf))-lead); err != nil {
 			return err

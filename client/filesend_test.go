@@ -50,7 +50,7 @@ func (r *reachReader) Read(b []byte) (int, error) {
 // has read the whole file or is over, and computes the content's CRC-32C; content that ends early is
 // the content's error.
 func TestCheckFileStaysWithinItsLead(t *testing.T) {
-	piece := int64(hashcopy.PieceSize)
+	piece := int64(hashcopy.CacheRead) // what the check reads at once
 	data := make([]byte, 4*piece+100)
 	rand.Read(data)
 	sent, err := os.Create(filepath.Join(t.TempDir(), "sent"))

@@ -375,9 +375,9 @@ func (s *Server) putUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	left := u.meta.Size - u.received
 	// SHA-256 in hashcopy's hashing stage, CRC-32C in its reading stage
-	// (as each piece arrives): the hashing stage is the copy's slowest,
-	// and the write stage waits on the disk.
-	n, err := hashcopy.Copy(f, io.TeeReader(r.Body, u.crc32c), u.sha256, left)
+	// (as each read arrives, while it is in the cache): the hashing stage
+	// is the copy's slowest, and the write stage waits on the disk.
+	n, err := hashcopy.Copy(f, io.TeeReader(hashcopy.InCache(r.Body), u.crc32c), u.sha256, left)
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = &hashcopy.WriteError{Err: cerr}
 	}

@@ -35,6 +35,27 @@ const (
 	Pieces    = 8
 )
 
+// CacheRead is the most a read through InCache returns at once: small
+// enough that the bytes are still in the core's cache (L2, about 1 MiB
+// on the machines this was measured on) when a checksum runs over them
+// right after the read, as a CRC-32C does (TeeReader), instead of going
+// back to memory for them. On the 2-core benchmark machine a control
+// plane's CRC-32C of an upload so cost 0.05 ns a byte against 0.13 over
+// reads of up to a piece.
+const CacheRead = 256 << 10
+
+// InCache returns r, reading at most CacheRead bytes at a time.
+func InCache(r io.Reader) io.Reader { return cacheSized{r} }
+
+type cacheSized struct{ r io.Reader }
+
+func (c cacheSized) Read(b []byte) (int, error) {
+	if len(b) > CacheRead {
+		b = b[:CacheRead]
+	}
+	return c.r.Read(b)
+}
+
 // WriteError wraps an error of the destination, so a caller can tell a
 // failure to write (a full disk) from a failure to read (a cut connection).
 type WriteError struct{ Err error }

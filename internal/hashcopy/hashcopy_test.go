@@ -64,3 +64,31 @@ func TestCopyReportsWriteAndReadErrors(t *testing.T) {
 		t.Errorf("hash failure = %v after %d bytes written, want its error, and nothing written past what was hashed", err, n)
 	}
 }
+
+// TestInCacheReadsAtMostCacheRead: reads through InCache return at most
+// CacheRead bytes, and all of the content in order.
+func TestInCacheReadsAtMostCacheRead(t *testing.T) {
+	data := make([]byte, 3*CacheRead+5)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	r := InCache(bytes.NewReader(data))
+	var got []byte
+	buf := make([]byte, 2*CacheRead)
+	for {
+		n, err := r.Read(buf)
+		if n > CacheRead {
+			t.Fatalf("a read returned %d bytes, more than %d", n, CacheRead)
+		}
+		got = append(got, buf[:n]...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("the content read through InCache differs")
+	}
+}
