@@ -66,9 +66,11 @@ type PushOptions struct {
 // under this name, else a new one. A send that breaks is resumed from
 // where the upload stands, up to Attempts times.
 //
-// When p.SHA256 is empty, new content is read once: the client computes a
-// CRC-32C of the bytes as they are sent (in a pipeline, so it overlaps the
-// send rather than adding to it) and states it at the commit; the control
+// When p.SHA256 is empty, the client computes a CRC-32C of new content as
+// it is sent (in a pipeline that reads the content once, so the check
+// overlaps the send rather than adding to it; or, for a file sent by the
+// kernel, by a read of the file alongside: see sendFileFrom) and states it
+// at the commit; the control
 // plane, which computes a CRC-32C beside its SHA-256 as it stores the
 // bytes, refuses the commit, discarding the upload, unless the two are
 // the same. The CRC-32C is the end-to-end check against accidental damage
