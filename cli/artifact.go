@@ -99,15 +99,24 @@ terminal.`)
 		UploadID: resume.get(key),
 		Started:  func(id string) { resume.put(key, id) },
 	}
-	start := time.Now()
 	if inv.stderrIsTerminal() {
+		// The rate is of this run's sending: a resumed push's first report
+		// is where it resumed, which this run did not send.
+		var from int64
+		var start time.Time
 		opts.Progress = func(sent, total int64) {
-			rate := float64(sent) / max(time.Since(start).Seconds(), 1e-3)
+			if start.IsZero() {
+				from, start = sent, time.Now()
+			}
+			rate := ""
+			if secs := time.Since(start).Seconds(); secs > 0.05 {
+				rate = " " + formatBytes(int64(float64(sent-from)/secs)) + "/s"
+			}
 			pct := 100.0
 			if total > 0 {
 				pct = 100 * float64(sent) / float64(total)
 			}
-			fmt.Fprintf(inv.stderr, "\rpushing %s: %s / %s (%.0f%%) %s/s   ", name, formatBytes(sent), formatBytes(total), pct, formatBytes(int64(rate)))
+			fmt.Fprintf(inv.stderr, "\rpushing %s: %s / %s (%.0f%%)%s   ", name, formatBytes(sent), formatBytes(total), pct, rate)
 		}
 	}
 	v, err := c.PushArtifact(ctx, name, payload, opts)

@@ -132,13 +132,15 @@ func checkFile(ctx context.Context, d *runningDigest, p Payload, from int64, cur
 	}
 }
 
-// reportSends calls progress with where the send stands every
-// progressTick, until the returned stop is called (which returns once
-// progress is no longer being called). A nil progress reports nothing.
+// reportSends calls progress with where the send stands at once and then
+// every progressTick, until the returned stop is called (which returns
+// once progress is no longer being called). A nil progress reports
+// nothing.
 func reportSends(cur *fileCursor, total int64, progress func(sent, total int64)) (stop func()) {
 	if progress == nil {
 		return func() {}
 	}
+	progress(cur.at(), total)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
