@@ -2,7 +2,9 @@
 # Mercator's main job on embedded defaults, start to finish:
 #   builds the mercator binary, starts `mercator dev` (control plane on
 #   SQLite + a local agent + an OCI registry on 127.0.0.1:5000), builds and
-#   pushes the sample image, submits a Run, and shows its output and status.
+#   pushes the sample image, submits a Run, and shows its output and status;
+#   pushes an Artifact and mounts it into a second Run; deploys and calls
+#   the sample Function.
 # Installs and starts Docker Engine first when it is missing.
 #
 # Leaves `mercator dev` running when MERCATOR_KEEP=1; stops it otherwise.
@@ -63,6 +65,22 @@ echo "\$ mercator run logs $RUN"
 echo "\$ mercator run get $RUN"
 "$M" run get "$RUN"
 echo "== the Run exited with status $CODE"
+
+# Content delivery: a file pushed as an immutable Artifact version, mounted
+# read-only into a Run, which reads it.
+echo "== an Artifact mounted into a Run"
+GREETING="$DATA/greeting.txt"
+echo "Artifact readers everywhere" >"$GREETING"
+echo "\$ mercator artifact push greeting $GREETING"
+REF=$("$M" artifact push greeting "$GREETING")
+echo "$REF"
+echo "\$ mercator run submit --image 127.0.0.1:5000/hello:1 --artifact $REF:/data/greeting.txt -- /hello @/data/greeting.txt"
+RUN2=$("$M" run submit --image 127.0.0.1:5000/hello:1 --cpu 0.5 --memory 64MiB --artifact "$REF:/data/greeting.txt" -- /hello @/data/greeting.txt)
+echo "$RUN2"
+"$M" run wait "$RUN2" >/dev/null
+echo "\$ mercator run logs $RUN2"
+"$M" run logs "$RUN2"
+"$M" artifact ls
 
 # Functions: the sample function (examples/fn-hello, Fn's Go FDK, FROM
 # scratch) deployed through the Fn-compatible API and called through the

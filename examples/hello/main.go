@@ -5,6 +5,11 @@
 //	CGO_ENABLED=0 go build -o examples/hello/hello ./examples/hello
 //	docker build -t 127.0.0.1:5000/hello:1 examples/hello
 //
+// An argument @PATH stands for the content of the file at PATH, which is
+// how the demo shows an Artifact mounted into a Run:
+//
+//	mercator run submit --image … --artifact greeting@v1:/data/greeting.txt -- /hello @/data/greeting.txt
+//
 // It is standard-library only so the static binary is the whole image.
 package main
 
@@ -17,7 +22,19 @@ import (
 func main() {
 	who := "world"
 	if len(os.Args) > 1 {
-		who = strings.Join(os.Args[1:], " ")
+		words := make([]string, 0, len(os.Args)-1)
+		for _, a := range os.Args[1:] {
+			if path, ok := strings.CutPrefix(a, "@"); ok {
+				b, err := os.ReadFile(path)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "hello: %v\n", err)
+					os.Exit(1)
+				}
+				a = strings.TrimSpace(string(b))
+			}
+			words = append(words, a)
+		}
+		who = strings.Join(words, " ")
 	}
 	fmt.Printf("hello, %s\n", who)
 	host, err := os.Hostname()
