@@ -39,7 +39,7 @@ const (
 // moves the file's own position as it goes, which is how fileCursor sees
 // the send's progress (elsewhere the position moves once, at the end).
 func sendsFiles(base string) bool {
-	return runtime.GOOS == "linux" && strings.HasPrefix(base, "http://")
+	return runtime.GOOS == "linux" && strings.HasPrefix(strings.ToLower(base), "http://")
 }
 
 // sendFileFrom is sendFrom for content that is a regular file
