@@ -49,13 +49,13 @@ The content is checked here as it is sent (CRC-32C) and again by the control
 plane as it arrives, which refuses it unless both agree; the version is known
 by the control plane's SHA-256 of it. A file is handed to the kernel to send
 (sendfile, over plain HTTP on Linux) and checked by a read alongside; a
-directory's tar is generated once per send and checked as it goes. Pushing content the
-name already has prints the existing version: when the name has a version
-of the same size, the content's SHA-256 is computed first and nothing is
-sent if it is that version. An interrupted push resumes where it stopped,
-within the run and across runs of this command (the upload's ID is kept in
-the CLI's configuration directory). Progress goes to stderr when it is a
-terminal.`)
+directory's tar is generated once per send and checked as it goes. Pushing
+content the name already has prints the existing version: when the name has
+a version of the same size, the content's SHA-256 is computed first and
+nothing is sent if it is that version. An interrupted push resumes where it
+stopped, within the run and across runs of this command (the upload's ID is
+kept in the CLI's configuration directory). Progress goes to stderr when it
+is a terminal.`)
 	g := fs.clientFlags(true)
 	pos, err := fs.parse(args)
 	if err != nil {

@@ -70,8 +70,7 @@ type PushOptions struct {
 // it is sent (in a pipeline that reads the content once, so the check
 // overlaps the send rather than adding to it; or, for a file sent by the
 // kernel, by a read of the file alongside: see sendFileFrom) and states it
-// at the commit; the control
-// plane, which computes a CRC-32C beside its SHA-256 as it stores the
+// at the commit; the control plane, which computes a CRC-32C beside its SHA-256 as it stores the
 // bytes, refuses the commit, discarding the upload, unless the two are
 // the same. The CRC-32C is the end-to-end check against accidental damage
 // (a file changed under the push, bytes broken on the way) at a fraction
@@ -204,13 +203,13 @@ func (c *Client) GetUpload(ctx context.Context, id string) (api.Upload, error) {
 // itself (a read failure, another size) is returned as it is, not as
 // unavailable, so a push does not retry what a retry cannot fix.
 func (c *Client) sendFrom(ctx context.Context, up api.Upload, p Payload, d *runningDigest, progress func(sent, total int64)) (api.Upload, error) {
-	if p.OpenFile != nil && sendsFiles(c.base) {
-		return c.sendFileFrom(ctx, up, p, d, progress)
-	}
 	if d != nil {
 		if err := d.rewind(up.Received, p.Open); err != nil {
 			return up, err
 		}
+	}
+	if p.OpenFile != nil && sendsFiles(c.base) {
+		return c.sendFileFrom(ctx, up, p, d, progress)
 	}
 	src, err := p.Open(up.Received)
 	if err != nil {
