@@ -77,19 +77,19 @@
 //     daemon stores none of it (an FDK writes two lines per call; see Logs).
 //   - Images are pulled by manifest digest only; a tag is refused.
 //
-// # Departures from the seed's API, and why
+// # Departures from Fn's agent API, and why
 //
 //   - No Agent interface with GetCall, Submit, Enqueue and DataAccess: in
 //     Mercator the control plane owns apps, functions, call records and the
 //     async queue, and hands the node a complete FunctionConfig with each
 //     call. The node's part is one method, Engine.Call.
 //   - ResourceTracker is a concrete type whose TryReserve answers at once,
-//     where the seed's GetResourceToken returns a channel that "may never
+//     where Fn's agent GetResourceToken returns a channel that "may never
 //     receive". That channel is how Fn's waits became unbounded; here the
 //     engine decides whether to wait (bounded) or evict or answer busy. It
 //     also hands out GPUs by ID. There is no separate async reserve: async
 //     calls are not this package's yet.
-//   - The seed's CallListener becomes Metrics: observation only, since
+//   - Fn's agent CallListener becomes Metrics: observation only, since
 //     nothing on the node should be able to veto a call.
 //   - ContainerState has no "wait" state: waiting for resources is a call's
 //     state (PoolStats.Waiting), not a container's.

@@ -21,9 +21,9 @@ import (
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
-	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
 )
 
@@ -31,13 +31,15 @@ import (
 // them. See the package doc for the model. Create it with New; it is safe
 // for concurrent use; Close it to remove its containers.
 type Engine struct {
-	cfg     Config
-	api     dockerAPI
-	tracker *ResourceTracker
-	logs    *logStore
-	metrics Metrics
-	log     *slog.Logger
-	now     func() time.Time
+	cfg Config
+	api dockerengine.API
+	// ownsClient is whether the engine made api, and so Closes it.
+	ownsClient bool
+	tracker    *ResourceTracker
+	logs       *logStore
+	metrics    Metrics
+	log        *slog.Logger
+	now        func() time.Time
 
 	// ctx ends at Close; launches and pulls run under it, not under the
 	// call that asked for them, because the next call wants them too.
@@ -55,7 +57,7 @@ type Engine struct {
 	containers map[*hotContainer]struct{}
 	wake       chan struct{} // closed and replaced by signal
 
-	pulls   pullGroup
+	pulls   dockerengine.Pulls
 	configs configCache
 }
 
@@ -105,22 +107,26 @@ type hotContainer struct {
 // first use, so an older daemon works. No container request is made here;
 // when Config.Tracker is nil the machine's capacity is measured now.
 func New(cfg Config) (*Engine, error) {
-	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
-	if cfg.DockerHost != "" {
-		opts = append(opts, client.WithHost(cfg.DockerHost))
+	if cfg.Docker != nil {
+		e, err := newEngine(cfg.Docker, cfg)
+		if err == nil {
+			e.ownsClient = false
+		}
+		return e, err
 	}
-	cli, err := client.NewClientWithOpts(opts...)
+	cli, err := dockerengine.NewClient(cfg.DockerHost)
 	if err != nil {
-		return nil, failure.Invalid("docker_host", "docker client for %q: %v", cfg.DockerHost, err)
+		return nil, failure.Invalid("docker_host", "%v", err)
 	}
 	e, err := newEngine(cli, cfg)
 	if err != nil {
 		cli.Close()
+		return nil, err
 	}
-	return e, err
+	return e, nil
 }
 
-func newEngine(api dockerAPI, cfg Config) (*Engine, error) {
+func newEngine(api dockerengine.API, cfg Config) (*Engine, error) {
 	if cfg.SocketRoot == "" {
 		cfg.SocketRoot = filepath.Join(os.TempDir(), "mercator-fn")
 	}
@@ -158,9 +164,10 @@ func newEngine(api dockerAPI, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("fnagent: socket root: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Engine{
+	e := &Engine{
 		cfg:        cfg,
 		api:        api,
+		ownsClient: true,
 		tracker:    tracker,
 		logs:       newLogStore(cfg.MaxLogBytes, cfg.LogRetention),
 		metrics:    cfg.Metrics,
@@ -172,7 +179,9 @@ func newEngine(api dockerAPI, cfg Config) (*Engine, error) {
 		pools:      map[string]*pool{},
 		containers: map[*hotContainer]struct{}{},
 		wake:       make(chan struct{}),
-	}, nil
+	}
+	e.pulls = dockerengine.Pulls{Keep: true, Background: &e.bg}
+	return e, nil
 }
 
 // Tracker is the engine's resource tracker.
@@ -1065,6 +1074,9 @@ func (e *Engine) Close(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	if !e.ownsClient {
+		return err
+	}
 	if cerr := e.api.Close(); cerr != nil && err == nil {
 		err = cerr
 	}

@@ -70,7 +70,7 @@ const AppliedRetention = time.Hour
 // State is one bbolt file. Every write is one transaction, fsynced before the
 // method returns. All methods are safe for concurrent use.
 //
-// Where this differs from the seed's State: MarkApplied takes the result
+// Where this differs from the node-agent design's State: MarkApplied takes the result
 // event and spools it in the same transaction as the applied mark, so there
 // is no moment at which an operation is remembered as done but its result is
 // not owed to the control plane; Acknowledge removes delivered events by ID

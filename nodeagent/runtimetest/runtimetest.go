@@ -1,4 +1,9 @@
-package nodeagent
+// Package runtimetest is the conformance suite every nodeagent.Runtime
+// implementation runs, fakes included, so a fake the agent's tests lean on
+// cannot drift from the real thing (containerd's core/snapshots/testsuite
+// is the model). Imported only by tests: nodeagent/dockerruntime's, and any
+// future runtime's.
+package runtimetest
 
 import (
 	"context"
@@ -12,16 +17,17 @@ import (
 
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeagent"
 )
 
-// runtimeHarness is what the Runtime conformance suite needs of one
+// Harness is what the Runtime conformance suite needs of one
 // implementation.
-type runtimeHarness struct {
+type Harness struct {
 	// Runtime is the implementation under test. It must see only the
 	// workloads launched through it in this test (a fresh node label, a
 	// fresh fake), so Observe's answers can be checked exactly, and it
 	// must clean up what it launched when the test ends.
-	Runtime Runtime
+	Runtime nodeagent.Runtime
 	// Image is a pinned reference (repo@sha256:…) to the test workload
 	// image (testdata/images/workload) that Runtime can prepare, so the
 	// command ["exit", "3"] exits 3 and ["sleep", "60"] sleeps until
@@ -29,11 +35,11 @@ type runtimeHarness struct {
 	Image string
 }
 
-// testRuntimeConformance checks the behaviour every Runtime promises the
+// Run checks the behaviour every Runtime promises the
 // agent, whatever runs the containers. Each subtest asks newHarness for a
 // fresh runtime. Run it against every implementation, fakes included, so a
 // fake the agent's tests lean on cannot drift from the real thing.
-func testRuntimeConformance(t *testing.T, newHarness func(t *testing.T) runtimeHarness) {
+func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Run("PrepareImageRefusesUnpinned", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t)
@@ -65,12 +71,12 @@ func testRuntimeConformance(t *testing.T, newHarness func(t *testing.T) runtimeH
 	t.Run("LaunchReportsExitWithDaemonMoments", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t)
-		key := capability.WorkloadKey{RunID: testRunID(t), Attempt: 1}
+		key := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
 		launch := capability.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"exit", "3"}, Timeout: time.Hour}
 		if err := h.Runtime.LaunchWorkload(context.Background(), launch); err != nil {
 			t.Fatalf("LaunchWorkload: %v", err)
 		}
-		o := waitForPhase(t, h.Runtime, key, capability.PhaseExited)
+		o := WaitForPhase(t, h.Runtime, key, capability.PhaseExited)
 		if o.ExitCode == nil || *o.ExitCode != 3 {
 			t.Errorf("ExitCode = %v, want 3", derefInt(o.ExitCode))
 		}
@@ -88,7 +94,7 @@ func testRuntimeConformance(t *testing.T, newHarness func(t *testing.T) runtimeH
 	t.Run("RedeliveredLaunchStartsNothing", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t)
-		running := capability.WorkloadKey{RunID: testRunID(t), Attempt: 1}
+		running := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
 		exited := capability.WorkloadKey{RunID: running.RunID, Attempt: 2}
 		sleep := capability.LaunchWorkloadCommand{WorkloadKey: running, Image: h.Image, Command: []string{"sleep", "60"}}
 		echo := capability.LaunchWorkloadCommand{WorkloadKey: exited, Image: h.Image, Command: []string{"echo", "once"}}
@@ -97,8 +103,8 @@ func testRuntimeConformance(t *testing.T, newHarness func(t *testing.T) runtimeH
 				t.Fatalf("LaunchWorkload(%v): %v", launch.WorkloadKey, err)
 			}
 		}
-		first := waitForPhase(t, h.Runtime, running, capability.PhaseRunning)
-		done := waitForPhase(t, h.Runtime, exited, capability.PhaseExited)
+		first := WaitForPhase(t, h.Runtime, running, capability.PhaseRunning)
+		done := WaitForPhase(t, h.Runtime, exited, capability.PhaseExited)
 
 		for _, launch := range []capability.LaunchWorkloadCommand{sleep, echo} {
 			if err := h.Runtime.LaunchWorkload(context.Background(), launch); err != nil {
@@ -131,7 +137,7 @@ func testRuntimeConformance(t *testing.T, newHarness func(t *testing.T) runtimeH
 	t.Run("StopOfUnknownWorkloadSucceeds", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t)
-		stop := capability.StopWorkloadCommand{WorkloadKey: capability.WorkloadKey{RunID: testRunID(t), Attempt: 7}}
+		stop := capability.StopWorkloadCommand{WorkloadKey: capability.WorkloadKey{RunID: RunID(t), Attempt: 7}}
 		for i := 0; i < 2; i++ {
 			if err := h.Runtime.StopWorkload(context.Background(), stop); err != nil {
 				t.Fatalf("StopWorkload #%d of a workload never launched = %v, want nil", i+1, err)
@@ -142,11 +148,11 @@ func testRuntimeConformance(t *testing.T, newHarness func(t *testing.T) runtimeH
 	t.Run("StopEndsWithinGrace", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t)
-		key := capability.WorkloadKey{RunID: testRunID(t), Attempt: 1}
+		key := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
 		if err := h.Runtime.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"sleep", "120"}}); err != nil {
 			t.Fatalf("LaunchWorkload: %v", err)
 		}
-		waitForPhase(t, h.Runtime, key, capability.PhaseRunning)
+		WaitForPhase(t, h.Runtime, key, capability.PhaseRunning)
 		const grace = 20 * time.Second
 		began := time.Now()
 		if err := h.Runtime.StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key, Reason: "cancelled", GracePeriod: grace}); err != nil {
@@ -155,7 +161,7 @@ func testRuntimeConformance(t *testing.T, newHarness func(t *testing.T) runtimeH
 		if took := time.Since(began); took >= grace {
 			t.Errorf("StopWorkload of a workload that exits on SIGTERM took %v, want well inside the %v grace", took, grace)
 		}
-		o := waitForPhase(t, h.Runtime, key, capability.PhaseExited)
+		o := WaitForPhase(t, h.Runtime, key, capability.PhaseExited)
 		if o.ExitCode == nil || *o.ExitCode != 0 {
 			t.Errorf("ExitCode = %v, want 0 (the workload exits cleanly on SIGTERM)", derefInt(o.ExitCode))
 		}
@@ -167,11 +173,11 @@ func testRuntimeConformance(t *testing.T, newHarness func(t *testing.T) runtimeH
 	t.Run("StopKillsAfterGrace", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t)
-		key := capability.WorkloadKey{RunID: testRunID(t), Attempt: 1}
+		key := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
 		if err := h.Runtime.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"ignore-term", "120"}}); err != nil {
 			t.Fatalf("LaunchWorkload: %v", err)
 		}
-		waitForPhase(t, h.Runtime, key, capability.PhaseRunning)
+		WaitForPhase(t, h.Runtime, key, capability.PhaseRunning)
 		began := time.Now()
 		if err := h.Runtime.StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key, GracePeriod: time.Second}); err != nil {
 			t.Fatalf("StopWorkload: %v", err)
@@ -179,7 +185,7 @@ func testRuntimeConformance(t *testing.T, newHarness func(t *testing.T) runtimeH
 		if took := time.Since(began); took < time.Second || took > 30*time.Second {
 			t.Errorf("StopWorkload of a workload ignoring SIGTERM took %v, want the 1s grace and then a kill", took)
 		}
-		o := waitForPhase(t, h.Runtime, key, capability.PhaseExited)
+		o := WaitForPhase(t, h.Runtime, key, capability.PhaseExited)
 		if o.ExitCode == nil || *o.ExitCode != 137 {
 			t.Errorf("ExitCode = %v, want 137 (SIGKILL)", derefInt(o.ExitCode))
 		}
@@ -188,29 +194,29 @@ func testRuntimeConformance(t *testing.T, newHarness func(t *testing.T) runtimeH
 	t.Run("EnvironmentAndLogs", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t)
-		logs, ok := h.Runtime.(LogSource)
+		logs, ok := h.Runtime.(nodeagent.LogSource)
 		if !ok {
 			t.Skip("this runtime is not a LogSource")
 		}
-		key := capability.WorkloadKey{RunID: testRunID(t), Attempt: 1}
+		key := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
 		launch := capability.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"env", "GREETING"}, Env: map[string]string{"GREETING": "hello from env"}}
 		if err := h.Runtime.LaunchWorkload(context.Background(), launch); err != nil {
 			t.Fatalf("LaunchWorkload: %v", err)
 		}
-		waitForPhase(t, h.Runtime, key, capability.PhaseExited)
-		if got := readLogs(t, logs, key, true); got != "hello from env\n" {
+		WaitForPhase(t, h.Runtime, key, capability.PhaseExited)
+		if got := ReadLogs(t, logs, key, true); got != "hello from env\n" {
 			t.Errorf("Logs = %q, want %q", got, "hello from env\n")
 		}
-		_, err := logs.Logs(context.Background(), capability.WorkloadKey{RunID: testRunID(t), Attempt: 9}, false)
+		_, err := logs.Logs(context.Background(), capability.WorkloadKey{RunID: RunID(t), Attempt: 9}, false)
 		if !errors.Is(err, failure.ErrNotFound) {
 			t.Errorf("Logs of a workload never launched = %v, want failure.ErrNotFound", err)
 		}
 	})
 }
 
-// waitForPhase polls Observe until key is in phase, failing the test after
+// WaitForPhase polls Observe until key is in phase, failing the test after
 // a minute (a generous bound for a daemon under a parallel test load).
-func waitForPhase(t *testing.T, rt Runtime, key capability.WorkloadKey, phase string) capability.WorkloadObservation {
+func WaitForPhase(t *testing.T, rt nodeagent.Runtime, key capability.WorkloadKey, phase string) capability.WorkloadObservation {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	var last []capability.WorkloadObservation
@@ -231,8 +237,8 @@ func waitForPhase(t *testing.T, rt Runtime, key capability.WorkloadKey, phase st
 	return capability.WorkloadObservation{}
 }
 
-// readLogs reads a workload's whole combined output.
-func readLogs(t *testing.T, logs LogSource, key capability.WorkloadKey, follow bool) string {
+// ReadLogs reads a workload's whole combined output.
+func ReadLogs(t *testing.T, logs nodeagent.LogSource, key capability.WorkloadKey, follow bool) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -248,10 +254,10 @@ func readLogs(t *testing.T, logs LogSource, key capability.WorkloadKey, follow b
 	return string(data)
 }
 
-// testRunID is a run ID no other test, in this process or another, uses:
-// the test's name (slashes and all, which exercises ContainerName's
-// sanitising) and random hex.
-func testRunID(t *testing.T) string {
+// RunID is a run ID no other test, in this process or another, uses:
+// the test's name (slashes and all, which exercises a runtime's
+// sanitising of container names) and random hex.
+func RunID(t *testing.T) string {
 	var b [4]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatal(err)

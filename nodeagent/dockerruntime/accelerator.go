@@ -1,4 +1,4 @@
-package nodeagent
+package dockerruntime
 
 // This file is how a node learns which accelerators it can offer: what the
 // vendor tool says is installed, whether the kernel module that drives it is
@@ -98,7 +98,7 @@ type acceleratorProbe struct {
 // readAccelerators is Facts' accelerator reading: the GPUs this machine can
 // hand to a container, and a Note for each reason it reports fewer than the
 // vendor tool might. See acceleratorProbe.read.
-func (docker *DockerRuntime) readAccelerators(ctx context.Context, procRoot string) ([]capability.Accelerator, []string, error) {
+func (docker *Runtime) readAccelerators(ctx context.Context, procRoot string) ([]capability.Accelerator, []string, error) {
 	return acceleratorProbe{tool: docker.acceleratorTool, kernelReports: procRoot}.read(ctx)
 }
 

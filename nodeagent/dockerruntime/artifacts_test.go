@@ -1,4 +1,4 @@
-package nodeagent
+package dockerruntime
 
 import (
 	"archive/tar"

@@ -1,4 +1,4 @@
-package nodeagent
+package dockerruntime
 
 import (
 	"context"
@@ -293,7 +293,7 @@ func TestEveryHealthyFixtureParses(t *testing.T) {
 	}
 }
 
-// TestFactsCarryAccelerators goes through DockerRuntime.Facts with the
+// TestFactsCarryAccelerators goes through Runtime.Facts with the
 // options an operator sets. Whether this machine has the container hook is
 // not the test's to decide, so it checks the answer that matches what is
 // installed here: the H100s when the hook is found, else a note saying it
@@ -305,7 +305,7 @@ func TestFactsCarryAccelerators(t *testing.T) {
 		serverVersion: func() (types.Version, error) { return types.Version{Version: "20.10.24", APIVersion: "1.41"}, nil },
 		imageList:     func() ([]image.Summary, error) { return nil, nil },
 	}
-	rt := newDockerRuntime(fake,
+	rt := newRuntime(fake,
 		WithAcceleratorTool(filepath.Join(fixtures, "h100-80gb-hbm3-x8", "nvidia-smi")),
 		WithKernelReports(filepath.Join(fixtures, "h100-80gb-hbm3-x8", "proc")))
 	rt.cgroupRoot = t.TempDir()

@@ -1,10 +1,9 @@
-package nodeagent
+package dockerruntime
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,40 +22,27 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/distribution/reference"
-	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/machine"
 )
 
-// Labels Mercator puts on every container it creates. They are how a
-// restarted agent recognises its own containers with no memory of creating
-// them, and the only thing that makes a container Mercator's: the runtime
-// never stops, inspects for a workload, or reports a container that lacks
-// them.
+// The labels this runtime puts on every container it creates, and reads
+// back (dockerengine names them all): they are how a restarted agent
+// recognises its own containers with no memory of creating them.
 const (
-	// LabelRun is the run ID, exactly as the control plane sent it.
-	LabelRun = "mercator.run"
-	// LabelAttempt is the attempt number in decimal.
-	LabelAttempt = "mercator.attempt"
-	// LabelNode is the node the container was launched for (WithNodeLabel);
-	// absent when the runtime has no node label.
-	LabelNode = "mercator.node"
-	// LabelTimeout is the launch's timeout in decimal nanoseconds, "0" for
-	// none, so a restarted agent still enforces it from the daemon's own
-	// start moment.
-	LabelTimeout = "mercator.timeout"
-	// LabelImage is the pinned reference the container was launched from.
-	LabelImage = "mercator.image"
+	LabelRun     = dockerengine.LabelRun
+	LabelAttempt = dockerengine.LabelAttempt
+	LabelNode    = dockerengine.LabelNode
+	LabelTimeout = dockerengine.LabelTimeout
+	LabelImage   = dockerengine.LabelImage
 )
 
 // defaultStopGrace is the grace period of a stop that states none; it is
@@ -66,32 +52,7 @@ const defaultStopGrace = 10 * time.Second
 // observeConcurrency bounds the inspects one Observe has in flight.
 const observeConcurrency = 8
 
-// dockerAPI is the part of the Docker Engine API client this runtime uses.
-// It is declared here, where it is used, so the runtime depends on a dozen
-// methods rather than the client's hundred, and so a test can stand in a fake
-// daemon that fails in exactly the way a test needs (a pull whose stream
-// reports an error halfway, a container that vanishes between list and
-// inspect) without a daemon that can be made to do it. *client.Client
-// satisfies it.
-type dockerAPI interface {
-	ImagePull(ctx context.Context, ref string, options image.PullOptions) (io.ReadCloser, error)
-	ImageInspect(ctx context.Context, imageID string, options ...client.ImageInspectOption) (image.InspectResponse, error)
-	ImageList(ctx context.Context, options image.ListOptions) ([]image.Summary, error)
-	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error)
-	ContainerStart(ctx context.Context, containerID string, options container.StartOptions) error
-	ContainerInspect(ctx context.Context, containerID string) (container.InspectResponse, error)
-	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
-	ContainerStop(ctx context.Context, containerID string, options container.StopOptions) error
-	ContainerKill(ctx context.Context, containerID, signal string) error
-	ContainerLogs(ctx context.Context, containerID string, options container.LogsOptions) (io.ReadCloser, error)
-	ServerVersion(ctx context.Context) (types.Version, error)
-	Events(ctx context.Context, options events.ListOptions) (<-chan events.Message, <-chan error)
-	Close() error
-}
-
-var _ dockerAPI = (*client.Client)(nil)
-
-// DockerRuntime executes workloads through the local Docker daemon. It is
+// Runtime executes workloads through the local Docker daemon. It is
 // the first Runtime implementation, and it stays behind the narrow Runtime
 // interface so containerd or another OCI runtime can replace it without the
 // control-plane contract moving.
@@ -99,12 +60,12 @@ var _ dockerAPI = (*client.Client)(nil)
 // The daemon is reached over its local socket by this process only. Nothing
 // exposes it to the network, and the control plane never talks to it.
 //
-// A DockerRuntime is safe for concurrent use. It keeps no memory of what it
+// A Runtime is safe for concurrent use. It keeps no memory of what it
 // launched: everything it reports it reads back from the daemon, by the
 // labels above, so an agent that restarted sees exactly what one that did
 // not would.
-type DockerRuntime struct {
-	api dockerAPI
+type Runtime struct {
+	api dockerengine.API
 
 	nodeID          string
 	acceleratorTool string
@@ -114,8 +75,9 @@ type DockerRuntime struct {
 	// option because nothing but a test needs to move it.
 	cgroupRoot string
 
-	mu    sync.Mutex
-	pulls map[string]*pullCall
+	// pulls shares one pull among concurrent PrepareImage calls of one
+	// reference, abandoned when every caller waiting on it has left.
+	pulls dockerengine.Pulls
 
 	// artifacts holds the Artifact copies under artifactRoot (artifacts.go).
 	artifacts artifactStore
@@ -124,8 +86,8 @@ type DockerRuntime struct {
 	negotiate func(ctx context.Context) error
 }
 
-// RuntimeOption configures the Docker runtime.
-type RuntimeOption func(*DockerRuntime)
+// Option configures the Docker runtime.
+type Option func(*Runtime)
 
 // WithNodeLabel makes the runtime label every container it creates with
 // this node's ID and see only containers so labelled: Observe lists them
@@ -136,8 +98,8 @@ type RuntimeOption func(*DockerRuntime)
 // end-to-end tests run several agents against one daemon, and without it
 // each would report the others' containers as its own. Without this option
 // the runtime sees every container that carries LabelRun.
-func WithNodeLabel(nodeID string) RuntimeOption {
-	return func(docker *DockerRuntime) { docker.nodeID = nodeID }
+func WithNodeLabel(nodeID string) Option {
+	return func(docker *Runtime) { docker.nodeID = nodeID }
 }
 
 // WithAcceleratorTool points this node at the vendor tool it asks about its
@@ -156,16 +118,16 @@ func WithNodeLabel(nodeID string) RuntimeOption {
 // Without it Facts asks DefaultAcceleratorTool on PATH; see
 // acceleratorProbe.read (accelerator.go) for what it asks and what each
 // failure is reported as.
-func WithAcceleratorTool(binary string) RuntimeOption {
-	return func(docker *DockerRuntime) { docker.acceleratorTool = binary }
+func WithAcceleratorTool(binary string) Option {
+	return func(docker *Runtime) { docker.acceleratorTool = binary }
 }
 
 // WithKernelReports points this node at the kernel's own reports about
 // itself, which is /proc everywhere but in a case that has to stand in a
 // machine whose NVIDIA module is loaded or absent. Facts reads meminfo,
 // self/cgroup and driver/nvidia/version under it.
-func WithKernelReports(root string) RuntimeOption {
-	return func(docker *DockerRuntime) { docker.kernelReports = root }
+func WithKernelReports(root string) Option {
+	return func(docker *Runtime) { docker.kernelReports = root }
 }
 
 // WithArtifactRoot gives this node somewhere to keep immutable Artifact
@@ -175,41 +137,44 @@ func WithKernelReports(root string) RuntimeOption {
 // cannot write to, and one under a temporary directory would lose every copy
 // on reboot. Facts reports the free space of the filesystem holding it;
 // without it, no disk figure is reported.
-func WithArtifactRoot(root string) RuntimeOption {
-	return func(docker *DockerRuntime) { docker.artifactRoot = root }
+func WithArtifactRoot(root string) Option {
+	return func(docker *Runtime) { docker.artifactRoot = root }
 }
 
-// NewDockerRuntime connects to the Docker daemon at host ("unix:///…",
-// "tcp://…"), or, when host is empty, where the environment says (DOCKER_HOST
-// and friends, else the local socket). The API version is negotiated with
-// the daemon on first use, so an older daemon (Debian's 20.10 speaks 1.41)
-// works with this client. No request is made here: a daemon that is down is
-// reported by the first call that needs it.
+// New connects to the Docker daemon at host ("unix:///…", "tcp://…"), or,
+// when host is empty, where the environment says (dockerengine.NewClient).
+// No request is made here: a daemon that is down is reported by the first
+// call that needs it.
 //
-// The seed's constructor took the path of a CLI binary and returned no
-// error. Mercator drives the Engine API instead of the CLI (see
-// PrepareImage for why: the registry credential), so the argument names
-// the daemon, and building the client can fail on a malformed host.
-func NewDockerRuntime(host string, options ...RuntimeOption) (*DockerRuntime, error) {
-	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
-	if host != "" {
-		opts = append(opts, client.WithHost(host))
-	}
-	cli, err := client.NewClientWithOpts(opts...)
+// The node-agent design's constructor took the path of a CLI binary and
+// returned no error. Mercator drives the Engine API instead of the CLI (see
+// PrepareImage for why: the registry credential), so the argument names the
+// daemon, and building the client can fail on a malformed host.
+func New(host string, options ...Option) (*Runtime, error) {
+	cli, err := dockerengine.NewClient(host)
 	if err != nil {
-		return nil, failure.Invalid("docker_host", "docker client for %q: %v", host, err)
+		return nil, failure.Invalid("docker_host", "%v", err)
 	}
-	docker := newDockerRuntime(cli, options...)
+	return NewWithClient(cli, options...), nil
+}
+
+// NewWithClient is New over a client the caller made
+// (dockerengine.NewClient), so one client can serve the runtime and the
+// function engine. Close closes it.
+func NewWithClient(cli *client.Client, options ...Option) *Runtime {
+	docker := newRuntime(cli, options...)
 	docker.negotiate = func(ctx context.Context) error {
-		ping, err := cli.Ping(ctx)
-		if err != nil {
+		if err := dockerengine.Negotiate(ctx, cli); err != nil {
 			return daemonError(err, "reach the Docker daemon")
 		}
-		cli.NegotiateAPIVersionPing(ping)
 		return nil
 	}
-	return docker, nil
+	return docker
 }
+
+// API is the client this runtime drives, for the composition root to share
+// with the function engine.
+func (docker *Runtime) API() dockerengine.API { return docker.api }
 
 // WaitReady blocks until the daemon answers, and settles the Engine API
 // version with it, retrying every second until ctx ends. The agent calls it
@@ -217,7 +182,7 @@ func NewDockerRuntime(host string, options ...RuntimeOption) (*DockerRuntime, er
 // negotiates the version lazily on its first request, and several of its
 // first requests are concurrent (the event stream, observations, facts), which
 // is a data race inside the client.
-func (docker *DockerRuntime) WaitReady(ctx context.Context, log func(err error)) error {
+func (docker *Runtime) WaitReady(ctx context.Context, log func(err error)) error {
 	if docker.negotiate == nil {
 		return nil
 	}
@@ -237,11 +202,10 @@ func (docker *DockerRuntime) WaitReady(ctx context.Context, log func(err error))
 	}
 }
 
-func newDockerRuntime(api dockerAPI, options ...RuntimeOption) *DockerRuntime {
-	docker := &DockerRuntime{
+func newRuntime(api dockerengine.API, options ...Option) *Runtime {
+	docker := &Runtime{
 		api:        api,
 		cgroupRoot: "/sys/fs/cgroup",
-		pulls:      map[string]*pullCall{},
 	}
 	for _, option := range options {
 		option(docker)
@@ -250,7 +214,7 @@ func newDockerRuntime(api dockerAPI, options ...RuntimeOption) *DockerRuntime {
 }
 
 // Close releases the connection to the daemon. Containers are untouched.
-func (docker *DockerRuntime) Close() error { return docker.api.Close() }
+func (docker *Runtime) Close() error { return docker.api.Close() }
 
 // ContainerName is the name of the container for one attempt:
 // "mercator-<run>-<attempt>". A run ID holding characters Docker does not
@@ -260,17 +224,7 @@ func (docker *DockerRuntime) Close() error { return docker.api.Close() }
 // second container for the same attempt, so it must be a function of the
 // attempt alone.
 func ContainerName(key capability.WorkloadKey) string {
-	safe := true
-	var b strings.Builder
-	for _, r := range key.RunID {
-		if r < 0x80 && (r == '_' || r == '.' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
-			b.WriteRune(r)
-			continue
-		}
-		safe = false
-		b.WriteByte('-')
-	}
-	run := b.String()
+	run, safe := dockerengine.SafeName(key.RunID, 0)
 	if !safe {
 		sum := sha256.Sum256([]byte(key.RunID))
 		run += "-" + hex.EncodeToString(sum[:4])
@@ -301,7 +255,7 @@ func ContainerName(key capability.WorkloadKey) string {
 // every caller waiting on it has given up. A registry's refusal comes back
 // naming the image and saying why ("manifest unknown" matches
 // failure.ErrNotFound, a denied credential failure.ErrUnauthorized).
-func (docker *DockerRuntime) PrepareImage(ctx context.Context, command capability.PrepareImageCommand) error {
+func (docker *Runtime) PrepareImage(ctx context.Context, command capability.PrepareImageCommand) error {
 	ref, err := pinnedImage(command.Image)
 	if err != nil {
 		return err
@@ -332,7 +286,7 @@ func pinnedImage(ref string) (string, error) {
 	return ref, nil
 }
 
-func (docker *DockerRuntime) imagePresent(ctx context.Context, ref string) (bool, error) {
+func (docker *Runtime) imagePresent(ctx context.Context, ref string) (bool, error) {
 	_, err := docker.api.ImageInspect(ctx, ref)
 	switch {
 	case err == nil:
@@ -344,88 +298,31 @@ func (docker *DockerRuntime) imagePresent(ctx context.Context, ref string) (bool
 	}
 }
 
-// pullCall is one pull in flight, shared by every caller that asked for the
-// same reference while it ran.
-type pullCall struct {
-	done    chan struct{}
-	err     error // written before done is closed
-	waiters int   // guarded by DockerRuntime.mu
-	cancel  context.CancelFunc
+func (docker *Runtime) pull(ctx context.Context, ref, auth string) error {
+	err := docker.pulls.Do(ctx, ref, func(pullCtx context.Context) error {
+		return docker.pullOnce(pullCtx, ref, auth)
+	})
+	if err != nil && err == ctx.Err() {
+		return fmt.Errorf("pull image %s: %w", ref, err)
+	}
+	return err
 }
 
-func (docker *DockerRuntime) pull(ctx context.Context, ref, auth string) error {
-	docker.mu.Lock()
-	call := docker.pulls[ref]
-	if call == nil {
-		// The pull outlives the caller that started it if others wait on
-		// it; it is cancelled when the last waiter leaves.
-		pullCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		call = &pullCall{done: make(chan struct{}), cancel: cancel}
-		docker.pulls[ref] = call
-		go func() {
-			err := docker.pullOnce(pullCtx, ref, auth)
-			cancel()
-			docker.mu.Lock()
-			if docker.pulls[ref] == call {
-				delete(docker.pulls, ref)
-			}
-			docker.mu.Unlock()
-			call.err = err
-			close(call.done)
-		}()
-	}
-	call.waiters++
-	docker.mu.Unlock()
-
-	select {
-	case <-call.done:
-		return call.err
-	case <-ctx.Done():
-		docker.mu.Lock()
-		call.waiters--
-		if call.waiters == 0 {
-			call.cancel()
-			if docker.pulls[ref] == call {
-				// A caller arriving now starts afresh rather than joining a
-				// pull that is being abandoned.
-				delete(docker.pulls, ref)
-			}
-		}
-		docker.mu.Unlock()
-		return fmt.Errorf("pull image %s: %w", ref, ctx.Err())
-	}
-}
-
-// pullOnce makes one pull and reads its progress stream to the end. The
-// daemon answers a pull with 200 before it has talked to the registry, so a
-// registry's refusal ("manifest unknown", "unauthorized") arrives as an
-// error message inside the stream, and a caller that only checked the HTTP
-// status would believe the image was pulled.
-func (docker *DockerRuntime) pullOnce(ctx context.Context, ref, auth string) error {
-	stream, err := docker.api.ImagePull(ctx, ref, image.PullOptions{RegistryAuth: auth})
-	if err != nil {
-		return pullError(ref, err.Error(), err)
-	}
-	defer stream.Close()
-	decoder := json.NewDecoder(stream)
-	for {
-		var message pullProgress
-		if err := decoder.Decode(&message); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if ctx.Err() != nil {
-				return fmt.Errorf("pull image %s: %w", ref, ctx.Err())
-			}
-			return &runtimeError{kind: failure.ErrUnavailable, cause: err,
-				message: fmt.Sprintf("pull image %s: reading the daemon's progress: %v", ref, err)}
-		}
-		if message.Error != nil && message.Error.Message != "" {
-			return pullError(ref, message.Error.Message, nil)
-		}
-		if message.ErrorMessage != "" {
-			return pullError(ref, message.ErrorMessage, nil)
-		}
+// pullOnce makes one pull (dockerengine.Pull reads the daemon's progress
+// stream to the end, where a registry's refusal arrives) and gives its
+// failure one of Mercator's kinds.
+func (docker *Runtime) pullOnce(ctx context.Context, ref, auth string) error {
+	err := dockerengine.Pull(ctx, docker.api, ref, auth)
+	var refused *dockerengine.RefusedError
+	var broken *dockerengine.StreamError
+	switch {
+	case errors.As(err, &refused):
+		return pullError(ref, refused.Message, refused.Cause)
+	case errors.As(err, &broken):
+		return &runtimeError{kind: failure.ErrUnavailable, cause: broken.Err,
+			message: fmt.Sprintf("pull image %s: %v", ref, broken)}
+	case err != nil:
+		return fmt.Errorf("pull image %s: %w", ref, err)
 	}
 	// The stream ending without an error is the daemon's word that the
 	// image is there; checking costs one request and turns a daemon that
@@ -438,15 +335,6 @@ func (docker *DockerRuntime) pullOnce(ctx context.Context, ref, auth string) err
 		return failure.Unavailable("pull image %s: the daemon reported success but does not hold the image", ref)
 	}
 	return nil
-}
-
-// pullProgress is the part of one message of the daemon's pull stream this
-// runtime reads (the Engine API's JSONMessage): the error fields. It is
-// declared here rather than imported from the client's jsonmessage package,
-// which would bring a terminal library into the agent for two strings.
-type pullProgress struct {
-	Error        *struct{ Message string } `json:"errorDetail,omitempty"`
-	ErrorMessage string                    `json:"error,omitempty"`
 }
 
 // pullError classifies a registry's or daemon's refusal of a pull by what it
@@ -480,7 +368,7 @@ func pullError(ref, message string, cause error) error {
 // launch is the one already made. A container still "created" (the agent
 // died between create and start) is started; one that is running or has
 // exited is left alone and the launch succeeds, because starting an exited
-// attempt again would be the second run promise 1 forbids. A name taken by
+// attempt again would be the second run that (docs/design.md, promise 1) forbids. A name taken by
 // anything else is failure.ErrConflict.
 //
 // The image must be pinned (see PrepareImage); it is pulled first if the
@@ -500,7 +388,7 @@ func pullError(ref, message string, cause error) error {
 // unexecutable program matches failure.ErrInvalid, because retrying the
 // same command cannot succeed. The container is left in place, and Observe
 // reports it failed.
-func (docker *DockerRuntime) LaunchWorkload(ctx context.Context, command capability.LaunchWorkloadCommand) error {
+func (docker *Runtime) LaunchWorkload(ctx context.Context, command capability.LaunchWorkloadCommand) error {
 	if command.RunID == "" {
 		return failure.Invalid("run_id", "a launch needs a run ID")
 	}
@@ -615,7 +503,7 @@ func containerEnv(vars map[string]string) ([]string, error) {
 // "executable file not found in $PATH") or cannot be executed.
 var missingExecutable = regexp.MustCompile(`exec: "([^"]*)": (?:stat [^:]*: )?(no such file or directory|executable file not found in \$PATH|permission denied)`)
 
-func (docker *DockerRuntime) start(ctx context.Context, name, id string) error {
+func (docker *Runtime) start(ctx context.Context, name, id string) error {
 	err := docker.api.ContainerStart(ctx, id, container.StartOptions{})
 	if err == nil {
 		return nil
@@ -640,7 +528,7 @@ func (docker *DockerRuntime) start(ctx context.Context, name, id string) error {
 // A container under the attempt's name that is not this attempt on this node
 // (by its labels) is refused with failure.ErrConflict and left alone.
 // Reason is not the runtime's business; the agent remembers it.
-func (docker *DockerRuntime) StopWorkload(ctx context.Context, command capability.StopWorkloadCommand) error {
+func (docker *Runtime) StopWorkload(ctx context.Context, command capability.StopWorkloadCommand) error {
 	name := ContainerName(command.WorkloadKey)
 	info, err := docker.api.ContainerInspect(ctx, name)
 	if cerrdefs.IsNotFound(err) {
@@ -700,7 +588,7 @@ func isNotRunning(err error) bool {
 
 // owns reports whether a container carries this attempt's labels and this
 // runtime's node label.
-func (docker *DockerRuntime) owns(info container.InspectResponse, key capability.WorkloadKey) bool {
+func (docker *Runtime) owns(info container.InspectResponse, key capability.WorkloadKey) bool {
 	labels := containerLabels(info)
 	if labels == nil {
 		return false
@@ -723,7 +611,7 @@ func containerLabels(info container.InspectResponse) map[string]string {
 //
 // The start moment is a second read, because `docker ps` does not carry it
 // in any format: the daemon reports State.StartedAt only on inspect. The
-// seed asks for one inspect for the whole list rather than one per
+// node-agent design asks for one inspect for the whole list rather than one per
 // container. The Engine API has no batch inspect (the CLI's `docker inspect
 // a b c` is one request per name too), so the intent is kept the way it can
 // be: one list, then the inspects for all of it at once, at most eight in
@@ -760,7 +648,7 @@ func containerLabels(info container.InspectResponse) map[string]string {
 // nothing, while a partial one would report an exit with no code.
 //
 // The result is sorted by run and attempt; the caller owns it.
-func (docker *DockerRuntime) Observe(ctx context.Context) ([]capability.WorkloadObservation, error) {
+func (docker *Runtime) Observe(ctx context.Context) ([]capability.WorkloadObservation, error) {
 	filter := filters.NewArgs()
 	if docker.nodeID != "" {
 		filter.Add("label", LabelNode+"="+docker.nodeID)
@@ -855,7 +743,7 @@ func workloadKey(labels map[string]string) (capability.WorkloadKey, bool) {
 // observation maps one inspected container. ok is false for a container
 // that is not Mercator's after all (its labels do not parse, or it belongs
 // to another node).
-func (docker *DockerRuntime) observation(info container.InspectResponse) (capability.WorkloadObservation, bool, error) {
+func (docker *Runtime) observation(info container.InspectResponse) (capability.WorkloadObservation, bool, error) {
 	labels := containerLabels(info)
 	key, ok := workloadKey(labels)
 	if !ok || info.ContainerJSONBase == nil || info.State == nil || labels[LabelNode] != docker.nodeID && docker.nodeID != "" {
@@ -954,7 +842,7 @@ func daemonTime(s string) (*time.Time, error) {
 // LogSource for the contract. A container that is not this attempt on this
 // node is failure.ErrNotFound, like a missing one: it is not this runtime's
 // to read.
-func (docker *DockerRuntime) Logs(ctx context.Context, key capability.WorkloadKey, follow bool) (io.ReadCloser, error) {
+func (docker *Runtime) Logs(ctx context.Context, key capability.WorkloadKey, follow bool) (io.ReadCloser, error) {
 	name := ContainerName(key)
 	info, err := docker.api.ContainerInspect(ctx, name)
 	if cerrdefs.IsNotFound(err) {
@@ -1011,7 +899,7 @@ func (s *logStream) Close() error {
 // through the location the control plane minted for this one fetch and
 // nowhere else; a command without one is refused. See prepareArtifact
 // (artifacts.go) for the whole contract.
-func (docker *DockerRuntime) PrepareArtifact(ctx context.Context, command capability.PrepareArtifactCommand) error {
+func (docker *Runtime) PrepareArtifact(ctx context.Context, command capability.PrepareArtifactCommand) error {
 	return docker.prepareArtifact(ctx, command)
 }
 
@@ -1030,7 +918,7 @@ func (docker *DockerRuntime) PrepareArtifact(ctx context.Context, command capabi
 // loaded and the container runtime can hand them to a container; otherwise
 // none, with a Note saying why (accelerator.go). AgentVersion is the agent's
 // to fill.
-func (docker *DockerRuntime) Facts(ctx context.Context) (capability.NodeFacts, error) {
+func (docker *Runtime) Facts(ctx context.Context) (capability.NodeFacts, error) {
 	facts := capability.NodeFacts{
 		OS:                runtime.GOOS,
 		Arch:              runtime.GOARCH,

@@ -1,4 +1,4 @@
-package nodeagent
+package dockerruntime
 
 // This file is the node's side of Artifacts: fetching one immutable version
 // through the location the control plane minted for it, landing it on disk
@@ -46,6 +46,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/directio"
 	"github.com/mercator/mercator/internal/hashcopy"
@@ -79,7 +80,7 @@ const ArtifactCopySource = "node_artifact_copy"
 // this slice has not measured, and predicted-versus-actual for the fetch
 // stage is what a calibration slice will replace it with.
 //
-// (The seed calls the assumption domain.AssumedLinkConfidence; Mercator has
+// (The node-agent design calls the assumption domain.AssumedLinkConfidence; Mercator has
 // no domain package, and the assumption lives with its only reader, the
 // scheduler.)
 const MeasuredLinkConfidence = 0.9
@@ -105,7 +106,7 @@ const DefaultMinLinkSample = 8 << 20
 // LabelArtifacts lists, comma-separated, the digests of the Artifact content
 // a container mounts. It is how the node knows, after a restart too, which
 // copies running work uses and must not be evicted.
-const LabelArtifacts = "mercator.artifacts"
+const LabelArtifacts = dockerengine.LabelArtifacts
 
 // fetchAttempts bounds how often one prepare fetches content that arrived
 // wrong (a digest or length that does not match) or was cut off, within the
@@ -135,8 +136,8 @@ type ArtifactOptions struct {
 
 // WithArtifactOptions sets how Artifact copies are kept (see
 // ArtifactOptions). It has effect only with WithArtifactRoot.
-func WithArtifactOptions(o ArtifactOptions) RuntimeOption {
-	return func(docker *DockerRuntime) { docker.artifacts.opts = o }
+func WithArtifactOptions(o ArtifactOptions) Option {
+	return func(docker *Runtime) { docker.artifacts.opts = o }
 }
 
 // artifactStore is the runtime's Artifact copies. Its methods are safe for
@@ -151,7 +152,7 @@ type artifactStore struct {
 	log     *slog.Logger
 	now     func() time.Time
 	// inUse lists the digests containers on this node mount (see
-	// DockerRuntime.artifactsInUse).
+	// Runtime.artifactsInUse).
 	inUse func(ctx context.Context) (map[string]bool, error)
 
 	mu       sync.Mutex
@@ -175,7 +176,7 @@ type fetchCall struct {
 	err  error // written before done is closed
 }
 
-func (docker *DockerRuntime) artifactStore() (*artifactStore, error) {
+func (docker *Runtime) artifactStore() (*artifactStore, error) {
 	s := &docker.artifacts
 	s.once.Do(func() {
 		if docker.artifactRoot == "" {
@@ -283,7 +284,7 @@ func (s *artifactStore) contentPath(digest string) string {
 // evicting the least recently used copies that no container on this node
 // mounts; content that cannot fit is an error saying so, and never a partial
 // copy. The whole copy is timed as one link reading (ArtifactCopySource).
-func (docker *DockerRuntime) prepareArtifact(ctx context.Context, command capability.PrepareArtifactCommand) error {
+func (docker *Runtime) prepareArtifact(ctx context.Context, command capability.PrepareArtifactCommand) error {
 	s, err := docker.artifactStore()
 	if err != nil {
 		return fmt.Errorf("prepare artifact %s: %w", command.Ref(), err)
@@ -691,7 +692,7 @@ func (s *artifactStore) describe(facts *capability.NodeFacts) {
 
 // describeArtifacts adds the Artifact inventory and link floor to facts, or
 // a note when this node cannot hold Artifacts.
-func (docker *DockerRuntime) describeArtifacts(facts *capability.NodeFacts) {
+func (docker *Runtime) describeArtifacts(facts *capability.NodeFacts) {
 	s, err := docker.artifactStore()
 	if err != nil {
 		if docker.artifactRoot != "" {
@@ -705,7 +706,7 @@ func (docker *DockerRuntime) describeArtifacts(facts *capability.NodeFacts) {
 // artifactsInUse lists the digests mounted by this node's containers that
 // exist and have not exited: a created container will mount its copies when
 // it starts, and a running one reads them.
-func (docker *DockerRuntime) artifactsInUse(ctx context.Context) (map[string]bool, error) {
+func (docker *Runtime) artifactsInUse(ctx context.Context) (map[string]bool, error) {
 	filter := filters.NewArgs(filters.Arg("label", LabelArtifacts))
 	if docker.nodeID != "" {
 		filter.Add("label", LabelNode+"="+docker.nodeID)
@@ -733,7 +734,7 @@ func (docker *DockerRuntime) artifactsInUse(ctx context.Context) (map[string]boo
 // naming their digests, and a release to call once the container exists.
 // Until release, the copies are pinned: no eviction removes them between
 // their preparation and the container that mounts them.
-func (docker *DockerRuntime) artifactMounts(ctx context.Context, command capability.LaunchWorkloadCommand) (mounts []mount.Mount, label string, release func(), err error) {
+func (docker *Runtime) artifactMounts(ctx context.Context, command capability.LaunchWorkloadCommand) (mounts []mount.Mount, label string, release func(), err error) {
 	release = func() {}
 	if len(command.Artifacts) == 0 {
 		return nil, "", release, nil

@@ -1,4 +1,4 @@
-package nodeagent
+package dockerruntime
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // Observe reports. When the stream breaks (the daemon restarted) it is
 // reopened after a second, and a signal is sent on reopening, because events
 // during the gap were missed.
-func (docker *DockerRuntime) Changes(ctx context.Context) <-chan struct{} {
+func (docker *Runtime) Changes(ctx context.Context) <-chan struct{} {
 	out := make(chan struct{}, 1)
 	signal := func() {
 		select {
