@@ -20,7 +20,7 @@ import (
 // for the healthy machines proc/driver/nvidia/version. See its README.
 func gpuFixtures(t *testing.T) string {
 	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "testdata", "gpu"))
+	dir, err := filepath.Abs(filepath.Join("..", "..", "testdata", "gpu"))
 	if err != nil {
 		t.Fatal(err)
 	}

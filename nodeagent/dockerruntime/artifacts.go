@@ -43,7 +43,6 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/mount"
 
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/dockerengine"
@@ -258,8 +257,10 @@ func (s *artifactStore) dir(digest string) string { return filepath.Join(s.root,
 
 // contentPath is what a container mounts: the file, or the directory of a
 // tar version.
-func (s *artifactStore) contentPath(digest string) string {
-	return filepath.Join(s.dir(digest), "content")
+func (s *artifactStore) contentPath(digest string) string { return contentPath(s.root, digest) }
+
+func contentPath(root, digest string) string {
+	return filepath.Join(root, "sha256", digest, "content")
 }
 
 // PrepareArtifact replicates one immutable version onto this machine. It
@@ -729,23 +730,27 @@ func (docker *Runtime) artifactsInUse(ctx context.Context) (map[string]bool, err
 	return used, nil
 }
 
-// artifactMounts prepares every Artifact of a launch (or waits for the
-// prepares under way) and returns the read-only bind mounts, the label
-// naming their digests, and a release to call once the container exists.
-// Until release, the copies are pinned: no eviction removes them between
-// their preparation and the container that mounts them.
-func (docker *Runtime) artifactMounts(ctx context.Context, command capability.LaunchWorkloadCommand) (mounts []mount.Mount, label string, release func(), err error) {
-	release = func() {}
-	if len(command.Artifacts) == 0 {
-		return nil, "", release, nil
+// artifactPath is where the copy of one digest is kept: what a container
+// mounts.
+func (docker *Runtime) artifactPath(digest string) string {
+	return contentPath(docker.artifactRoot, digest)
+}
+
+// holdArtifacts prepares every Artifact of a launch (or waits for the
+// prepares under way) and pins them: until release is called, once the
+// container exists, no eviction removes them between their preparation and
+// the container that mounts them.
+func (docker *Runtime) holdArtifacts(ctx context.Context, artifacts []capability.ArtifactMount) (release func(), err error) {
+	if len(artifacts) == 0 {
+		return func() {}, nil
 	}
 	s, err := docker.artifactStore()
 	if err != nil {
-		return nil, "", release, fmt.Errorf("launch needs Artifacts: %w", err)
+		return nil, fmt.Errorf("launch needs Artifacts: %w", err)
 	}
 	var digests []string
 	seen := map[string]bool{}
-	for _, a := range command.Artifacts {
+	for _, a := range artifacts {
 		if !seen[a.SHA256] {
 			seen[a.SHA256] = true
 			digests = append(digests, a.SHA256)
@@ -765,21 +770,13 @@ func (docker *Runtime) artifactMounts(ctx context.Context, command capability.La
 		}
 		s.mu.Unlock()
 	}
-	targets := map[string]bool{}
-	for _, a := range command.Artifacts {
-		target := path.Clean(a.MountPath)
-		if !path.IsAbs(a.MountPath) || target == "/" || target != a.MountPath || targets[target] {
-			release()
-			return nil, "", func() {}, failure.Invalid("artifacts", "artifact %s: mount path %q must be absolute, clean, not / and unique", a.Ref(), a.MountPath)
-		}
-		targets[target] = true
+	for _, a := range artifacts {
 		if err := s.prepare(ctx, a.PrepareArtifactCommand); err != nil {
 			release()
-			return nil, "", func() {}, err
+			return nil, err
 		}
-		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: s.contentPath(a.SHA256), Target: target, ReadOnly: true})
 	}
-	return mounts, strings.Join(digests, ","), release, nil
+	return release, nil
 }
 
 // contentSink receives a version's bytes in order.

@@ -371,16 +371,16 @@ func pullError(ref, message string, cause error) error {
 // attempt again would be the second run that (docs/design.md, promise 1) forbids. A name taken by
 // anything else is failure.ErrConflict.
 //
-// The image must be pinned (see PrepareImage); it is pulled first if the
-// daemon lacks it. Its Artifacts are prepared next (or awaited, when a
-// prepare of them is under way) and mounted read-only at their mount paths;
-// the container is not created until every one is held and verified. Command
-// is passed as the container's arguments, so an image's ENTRYPOINT applies
-// and, without one, the first element is the program. CPU becomes a CFS
-// quota and MemoryBytes a hard limit (swap included); GPUs are passed to the
-// NVIDIA runtime by UUID. The container is never removed on exit: its exit
-// code and the daemon's start and finish moments are what Observe reports,
-// after a partition if need be.
+// What the container is made of is containerConfig's (containerconfig.go):
+// the image must be pinned, Artifacts are mounted read-only, CPU, memory and
+// GPUs are limits. The image is expected to be held already (the agent's
+// image step ran PrepareImage); one the daemon lacks is pulled once and the
+// create made again, so a launch on its own still works. Its Artifacts are
+// prepared (or awaited, when a prepare of them is under way) and pinned
+// until the container exists, so no eviction removes a copy between its
+// preparation and the container that mounts it. The container is never
+// removed on exit: its exit code and the daemon's start and finish moments
+// are what Observe reports, after a partition if need be.
 //
 // A container that is created but will not start comes back as an error
 // saying so in Mercator's words and the daemon's ("start container
@@ -389,82 +389,45 @@ func pullError(ref, message string, cause error) error {
 // same command cannot succeed. The container is left in place, and Observe
 // reports it failed.
 func (docker *Runtime) LaunchWorkload(ctx context.Context, command capability.LaunchWorkloadCommand) error {
-	if command.RunID == "" {
-		return failure.Invalid("run_id", "a launch needs a run ID")
-	}
-	if command.Attempt < 0 {
-		return failure.Invalid("attempt", "attempt %d is negative", command.Attempt)
-	}
-	if command.CPU < 0 || math.IsNaN(command.CPU) || math.IsInf(command.CPU, 0) {
-		return failure.Invalid("cpu", "%v is not a number of cores", command.CPU)
-	}
-	if command.MemoryBytes < 0 {
-		return failure.Invalid("memory_bytes", "%d is negative", command.MemoryBytes)
-	}
-	ref, err := pinnedImage(command.Image)
+	config, hostConfig, err := containerConfig(command, docker.nodeID, docker.artifactPath)
 	if err != nil {
 		return err
 	}
-	env, err := containerEnv(command.Env)
-	if err != nil {
-		return err
-	}
-	if err := docker.PrepareImage(ctx, capability.PrepareImageCommand{Image: ref, RegistryAuth: command.RegistryAuth}); err != nil {
-		return err
-	}
-	mounts, artifactLabel, release, err := docker.artifactMounts(ctx, command)
+	release, err := docker.holdArtifacts(ctx, command.Artifacts)
 	if err != nil {
 		return err
 	}
 	defer release()
+	return docker.create(ctx, command, config, hostConfig)
+}
 
+// create makes the attempt's container and starts it, adopting one that
+// already carries its name and labels. Two rounds at most: a conflicting
+// container removed between the create and the adoption's inspect frees the
+// name for one more create. An image the daemon lacks is pulled once.
+func (docker *Runtime) create(ctx context.Context, command capability.LaunchWorkloadCommand, config *container.Config, hostConfig *container.HostConfig) error {
 	name := ContainerName(command.WorkloadKey)
-	labels := map[string]string{
-		LabelRun:     command.RunID,
-		LabelAttempt: strconv.Itoa(command.Attempt),
-		LabelTimeout: strconv.FormatInt(int64(max(command.Timeout, 0)), 10),
-		LabelImage:   ref,
-	}
-	if docker.nodeID != "" {
-		labels[LabelNode] = docker.nodeID
-	}
-	if artifactLabel != "" {
-		labels[LabelArtifacts] = artifactLabel
-	}
-	config := &container.Config{
-		Image:  ref,
-		Cmd:    command.Command,
-		Env:    env,
-		Labels: labels,
-	}
-	hostConfig := &container.HostConfig{Mounts: mounts}
-	if command.CPU > 0 {
-		hostConfig.NanoCPUs = int64(math.Round(command.CPU * 1e9))
-	}
-	if command.MemoryBytes > 0 {
-		hostConfig.Memory = command.MemoryBytes
-		hostConfig.MemorySwap = command.MemoryBytes
-	}
-	if len(command.GPUs) > 0 {
-		hostConfig.DeviceRequests = []container.DeviceRequest{{
-			Driver:       "nvidia",
-			DeviceIDs:    slices.Clone(command.GPUs),
-			Capabilities: [][]string{{"gpu"}},
-		}}
-	}
-
-	// Two rounds at most: a conflicting container removed between the
-	// create and the adoption's inspect frees the name for one more create.
-	for round := 0; ; round++ {
+	pulled, recreated := false, false
+	for {
 		created, err := docker.api.ContainerCreate(ctx, config, hostConfig, nil, nil, name)
 		if err == nil {
 			return docker.start(ctx, name, created.ID)
+		}
+		if cerrdefs.IsNotFound(err) && !pulled {
+			// The daemon lost the image since the image step, or nobody
+			// prepared it: pull it and create again.
+			pulled = true
+			if err := docker.PrepareImage(ctx, capability.PrepareImageCommand{Image: config.Image, RegistryAuth: command.RegistryAuth}); err != nil {
+				return err
+			}
+			continue
 		}
 		if !cerrdefs.IsConflict(err) {
 			return daemonError(err, "create container %s", name)
 		}
 		existing, err := docker.api.ContainerInspect(ctx, name)
-		if cerrdefs.IsNotFound(err) && round == 0 {
+		if cerrdefs.IsNotFound(err) && !recreated {
+			recreated = true
 			continue
 		}
 		if err != nil {
@@ -479,23 +442,6 @@ func (docker *Runtime) LaunchWorkload(ctx context.Context, command capability.La
 		}
 		return docker.start(ctx, name, existing.ID)
 	}
-}
-
-// containerEnv turns the command's environment into the daemon's form,
-// sorted so the same command always creates the same container.
-func containerEnv(vars map[string]string) ([]string, error) {
-	if len(vars) == 0 {
-		return nil, nil
-	}
-	env := make([]string, 0, len(vars))
-	for name, value := range vars {
-		if name == "" || strings.ContainsAny(name, "=\x00") {
-			return nil, failure.Invalid("env", "%q is not an environment variable name", name)
-		}
-		env = append(env, name+"="+value)
-	}
-	sort.Strings(env)
-	return env, nil
 }
 
 // missingExecutable recognises runc's words for a program that is not in
