@@ -1,15 +1,19 @@
 package dockerruntime
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/mercator/mercator/capability"
@@ -126,5 +130,52 @@ func TestContainerConfigRefuses(t *testing.T) {
 				t.Errorf("containerConfig = %v, want failure.ErrInvalid on field %q", err, tc.field)
 			}
 		})
+	}
+}
+
+// TestLaunchOfAHeldImageAsksNothingOfIt: the agent's image step prepared
+// the image, so the launch goes straight to the create; only a create that
+// finds the image missing pulls it, once, and creates again.
+func TestLaunchOfAHeldImageAsksNothingOfIt(t *testing.T) {
+	key := capability.WorkloadKey{RunID: "r1", Attempt: 1}
+	launch := capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Command: []string{"train"}}
+	held := &fakeDocker{
+		containerCreate: func(*container.Config, *container.HostConfig, string) (container.CreateResponse, error) {
+			return container.CreateResponse{ID: "c1"}, nil
+		},
+		containerStart: func(string) error { return nil },
+	}
+	if err := newRuntime(held).LaunchWorkload(context.Background(), launch); err != nil {
+		t.Fatalf("LaunchWorkload of a held image: %v", err)
+	}
+	if n := held.count("Image"); n != 0 {
+		t.Errorf("the launch of a held image made %d image calls (%v), want none", n, held.calls)
+	}
+
+	var pulled atomic.Bool
+	missing := &fakeDocker{
+		imageInspect: func(string) (image.InspectResponse, error) {
+			if pulled.Load() {
+				return image.InspectResponse{ID: "sha256:abc"}, nil
+			}
+			return image.InspectResponse{}, daemonNotFound("image")
+		},
+		imagePull: func(context.Context, string, image.PullOptions) (io.ReadCloser, error) {
+			pulled.Store(true)
+			return io.NopCloser(strings.NewReader(`{"status":"Downloaded newer image"}`)), nil
+		},
+		containerCreate: func(*container.Config, *container.HostConfig, string) (container.CreateResponse, error) {
+			if !pulled.Load() {
+				return container.CreateResponse{}, daemonNotFound("image: " + fakeImage)
+			}
+			return container.CreateResponse{ID: "c1"}, nil
+		},
+		containerStart: func(string) error { return nil },
+	}
+	if err := newRuntime(missing).LaunchWorkload(context.Background(), launch); err != nil {
+		t.Fatalf("LaunchWorkload of a missing image: %v", err)
+	}
+	if p, c := missing.count("ImagePull"), missing.count("ContainerCreate"); p != 1 || c != 2 {
+		t.Errorf("a launch of a missing image made %d pulls and %d creates, want 1 and 2", p, c)
 	}
 }
