@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/mercator/mercator/artifactcache"
 	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/fnagent"
 	"github.com/mercator/mercator/nodeagent"
@@ -92,7 +93,7 @@ func agentRuntime(o AgentOptions) (*dockerruntime.Runtime, error) {
 		o.ArtifactRoot = filepath.Join(o.StateDir, "artifacts")
 	}
 	ropts = append(ropts, dockerruntime.WithArtifactRoot(o.ArtifactRoot),
-		dockerruntime.WithArtifactOptions(dockerruntime.ArtifactOptions{Budget: o.ArtifactBudget, Logger: o.Logger.With("component", "artifacts")}))
+		dockerruntime.WithArtifactOptions(artifactcache.Options{Budget: o.ArtifactBudget, Logger: o.Logger.With("component", "artifacts")}))
 	if o.AcceleratorTool != "" {
 		ropts = append(ropts, dockerruntime.WithAcceleratorTool(o.AcceleratorTool))
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/artifactcache"
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/cli"
 	"github.com/mercator/mercator/client"
@@ -251,8 +252,8 @@ func TestArtifactPushMountRead(t *testing.T) {
 		facts = nodeFacts(t, c, nodeID)
 		return len(facts.Artifacts) == 2 && facts.Link != nil
 	})
-	if facts.Link.Source != dockerruntime.ArtifactCopySource || facts.Link.Confidence != dockerruntime.MeasuredLinkConfidence ||
-		facts.Link.Bytes != int64(len(blob)) || facts.Link.ValidUntil.Sub(facts.Link.MeasuredAt) != dockerruntime.MeasuredLinkValidity {
+	if facts.Link.Source != artifactcache.CopySource || facts.Link.Confidence != artifactcache.MeasuredLinkConfidence ||
+		facts.Link.Bytes != int64(len(blob)) || facts.Link.ValidUntil.Sub(facts.Link.MeasuredAt) != artifactcache.MeasuredLinkValidity {
 		t.Errorf("link reading = %+v", facts.Link)
 	}
 	t.Logf("link reading published: %s over %d bytes", rate(facts.Link.BytesPerSecond), facts.Link.Bytes)

@@ -1,4 +1,4 @@
-package dockerruntime
+package artifactcache
 
 import "syscall"
 
