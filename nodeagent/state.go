@@ -22,26 +22,6 @@ import (
 	"github.com/mercator/mercator/node"
 )
 
-// Bucket and key names in the state file. Changing them is a migration.
-var (
-	bucketMeta      = []byte("meta")
-	bucketApplied   = []byte("applied")
-	bucketSpool     = []byte("spool")
-	bucketWorkloads = []byte("workloads")
-	bucketStops     = []byte("stops")
-	// bucketAcked holds when each applied operation's result was
-	// acknowledged (8 bytes, Unix nanoseconds), beside the applied entry
-	// rather than in it, so that acknowledging is not a rewrite of the
-	// entry. Entries written before it existed carry AckedAt instead.
-	bucketAcked = []byte("acked")
-
-	keyIncarnation = []byte("incarnation")
-	keyEventCeil   = []byte("event_ceiling")
-	keyFencing     = []byte("fencing_token")
-	keySession     = []byte("session")
-	keyNodeID      = []byte("node_id")
-)
-
 // eventIDBlock is how many event IDs one durable write reserves. NextEventID
 // is on the path of every observation, and an fsync per ID would cost more
 // than the observation itself; reserving a block keeps IDs monotonic across a
@@ -67,8 +47,10 @@ const AppliedRetention = time.Hour
 // It also holds the session credential, so a restarted agent resumes rather
 // than re-enrolling, and the spool of events it owes the control plane.
 //
-// State is one bbolt file. Every write is one transaction, fsynced before the
-// method returns. All methods are safe for concurrent use.
+// State is one bbolt file, laid out as state_schema.go draws it, with its
+// schema version in the file: OpenState migrates an older file and refuses
+// a newer one. Every write is one transaction, fsynced before the method
+// returns. All methods are safe for concurrent use.
 //
 // Where this differs from the node-agent design's State: MarkApplied takes the result
 // event and spools it in the same transaction as the applied mark, so there
@@ -173,10 +155,8 @@ func OpenState(dir string, options ...StateOption) (*State, error) {
 
 func (s *State) load() error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketApplied, bucketSpool, bucketWorkloads, bucketStops, bucketAcked} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
+		if err := migrate(tx); err != nil {
+			return err
 		}
 		meta := tx.Bucket(bucketMeta)
 		if v := meta.Get(keyIncarnation); v != nil {
