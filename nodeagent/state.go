@@ -56,8 +56,8 @@ const AppliedRetention = time.Hour
 // event and spools it in the same transaction as the applied mark, so there
 // is no moment at which an operation is remembered as done but its result is
 // not owed to the control plane; Acknowledge removes delivered events by ID
-// instead of ClearSpool's all-or-nothing, because new events are spooled
-// while a batch is in flight.
+// instead of the design's ClearSpool, all-or-nothing, because new events are
+// spooled while a batch is in flight.
 type State struct {
 	db  *bolt.DB
 	now func() time.Time
@@ -673,24 +673,6 @@ func (s *State) AppliedCount() int {
 	return n
 }
 
-// ClearSpool drops every spooled event. It is for an operator discarding a
-// node's backlog on purpose; the agent itself only ever uses Acknowledge.
-func (s *State) ClearSpool() error {
-	if err := s.update(func(tx *bolt.Tx) error {
-		if err := tx.DeleteBucket(bucketSpool); err != nil {
-			return err
-		}
-		_, err := tx.CreateBucket(bucketSpool)
-		return err
-	}); err != nil {
-		return err
-	}
-	s.ackMu.Lock()
-	clear(s.owed)
-	s.ackMu.Unlock()
-	return nil
-}
-
 // WorkloadChanged reports whether this observation says something the
 // control plane has not already been told.
 func (s *State) WorkloadChanged(o capability.WorkloadObservation) bool {
@@ -738,24 +720,6 @@ func (s *State) RecordWorkload(o capability.WorkloadObservation) error {
 		return err
 	}
 	s.told[o.WorkloadKey] = o
-	return nil
-}
-
-// ForgetWorkload drops what was told about a workload that no longer exists
-// on the daemon and whose end was reported.
-func (s *State) ForgetWorkload(key capability.WorkloadKey) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.update(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(bucketStops).Delete(workloadKeyBytes(key)); err != nil {
-			return err
-		}
-		return tx.Bucket(bucketWorkloads).Delete(workloadKeyBytes(key))
-	}); err != nil {
-		return err
-	}
-	delete(s.told, key)
-	delete(s.stops, string(workloadKeyBytes(key)))
 	return nil
 }
 

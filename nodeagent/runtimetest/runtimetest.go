@@ -40,178 +40,181 @@ type Harness struct {
 // fresh runtime. Run it against every implementation, fakes included, so a
 // fake the agent's tests lean on cannot drift from the real thing.
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
-	t.Run("PrepareImageRefusesUnpinned", func(t *testing.T) {
-		t.Parallel()
-		h := newHarness(t)
-		repo, _, _ := strings.Cut(h.Image, "@")
-		for _, ref := range []string{
-			repo,
-			repo + ":latest",
-			repo + ":latest@" + strings.SplitN(h.Image, "@", 2)[1],
-			repo + "@sha256:1234",
-			"",
-		} {
-			err := h.Runtime.PrepareImage(context.Background(), capability.PrepareImageCommand{Image: ref})
-			if !errors.Is(err, failure.ErrInvalid) {
-				t.Errorf("PrepareImage(%q) = %v, want an error matching failure.ErrInvalid", ref, err)
-			}
-		}
-	})
+	for _, c := range []struct {
+		name string
+		test func(t *testing.T, h Harness)
+	}{
+		{"PrepareImageRefusesUnpinned", prepareImageRefusesUnpinned},
+		{"PrepareImageIsIdempotent", prepareImageIsIdempotent},
+		{"LaunchReportsExitWithDaemonMoments", launchReportsExitWithDaemonMoments},
+		{"RedeliveredLaunchStartsNothing", redeliveredLaunchStartsNothing},
+		{"StopOfUnknownWorkloadSucceeds", stopOfUnknownWorkloadSucceeds},
+		{"StopEndsWithinGrace", stopEndsWithinGrace},
+		{"StopKillsAfterGrace", stopKillsAfterGrace},
+		{"EnvironmentAndLogs", environmentAndLogs},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.test(t, newHarness(t))
+		})
+	}
+}
 
-	t.Run("PrepareImageIsIdempotent", func(t *testing.T) {
-		t.Parallel()
-		h := newHarness(t)
-		for i := 0; i < 2; i++ {
-			if err := h.Runtime.PrepareImage(context.Background(), capability.PrepareImageCommand{Image: h.Image}); err != nil {
-				t.Fatalf("PrepareImage #%d: %v", i+1, err)
-			}
+func prepareImageRefusesUnpinned(t *testing.T, h Harness) {
+	repo, _, _ := strings.Cut(h.Image, "@")
+	for _, ref := range []string{
+		repo,
+		repo + ":latest",
+		repo + ":latest@" + strings.SplitN(h.Image, "@", 2)[1],
+		repo + "@sha256:1234",
+		"",
+	} {
+		err := h.Runtime.PrepareImage(context.Background(), capability.PrepareImageCommand{Image: ref})
+		if !errors.Is(err, failure.ErrInvalid) {
+			t.Errorf("PrepareImage(%q) = %v, want an error matching failure.ErrInvalid", ref, err)
 		}
-	})
+	}
+}
 
-	t.Run("LaunchReportsExitWithDaemonMoments", func(t *testing.T) {
-		t.Parallel()
-		h := newHarness(t)
-		key := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
-		launch := capability.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"exit", "3"}, Timeout: time.Hour}
+func prepareImageIsIdempotent(t *testing.T, h Harness) {
+	for i := 0; i < 2; i++ {
+		if err := h.Runtime.PrepareImage(context.Background(), capability.PrepareImageCommand{Image: h.Image}); err != nil {
+			t.Fatalf("PrepareImage #%d: %v", i+1, err)
+		}
+	}
+}
+
+func launchReportsExitWithDaemonMoments(t *testing.T, h Harness) {
+	key := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
+	launch := capability.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"exit", "3"}, Timeout: time.Hour}
+	if err := h.Runtime.LaunchWorkload(context.Background(), launch); err != nil {
+		t.Fatalf("LaunchWorkload: %v", err)
+	}
+	o := WaitForPhase(t, h.Runtime, key, capability.PhaseExited)
+	if o.ExitCode == nil || *o.ExitCode != 3 {
+		t.Errorf("ExitCode = %v, want 3", derefInt(o.ExitCode))
+	}
+	if o.StartedAt == nil || o.FinishedAt == nil {
+		t.Fatalf("StartedAt = %v, FinishedAt = %v; want both stated", o.StartedAt, o.FinishedAt)
+	}
+	if o.FinishedAt.Before(*o.StartedAt) {
+		t.Errorf("FinishedAt %v is before StartedAt %v", o.FinishedAt, o.StartedAt)
+	}
+	if o.ContainerID == "" || o.Image != h.Image || o.Timeout != time.Hour || o.OOMKilled {
+		t.Errorf("observation = %+v; want a container ID, image %s, timeout 1h, not OOM-killed", o, h.Image)
+	}
+}
+
+func redeliveredLaunchStartsNothing(t *testing.T, h Harness) {
+	running := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
+	exited := capability.WorkloadKey{RunID: running.RunID, Attempt: 2}
+	sleep := capability.LaunchWorkloadCommand{WorkloadKey: running, Image: h.Image, Command: []string{"sleep", "60"}}
+	echo := capability.LaunchWorkloadCommand{WorkloadKey: exited, Image: h.Image, Command: []string{"echo", "once"}}
+	for _, launch := range []capability.LaunchWorkloadCommand{sleep, echo} {
 		if err := h.Runtime.LaunchWorkload(context.Background(), launch); err != nil {
-			t.Fatalf("LaunchWorkload: %v", err)
+			t.Fatalf("LaunchWorkload(%v): %v", launch.WorkloadKey, err)
 		}
-		o := WaitForPhase(t, h.Runtime, key, capability.PhaseExited)
-		if o.ExitCode == nil || *o.ExitCode != 3 {
-			t.Errorf("ExitCode = %v, want 3", derefInt(o.ExitCode))
-		}
-		if o.StartedAt == nil || o.FinishedAt == nil {
-			t.Fatalf("StartedAt = %v, FinishedAt = %v; want both stated", o.StartedAt, o.FinishedAt)
-		}
-		if o.FinishedAt.Before(*o.StartedAt) {
-			t.Errorf("FinishedAt %v is before StartedAt %v", o.FinishedAt, o.StartedAt)
-		}
-		if o.ContainerID == "" || o.Image != h.Image || o.Timeout != time.Hour || o.OOMKilled {
-			t.Errorf("observation = %+v; want a container ID, image %s, timeout 1h, not OOM-killed", o, h.Image)
-		}
-	})
+	}
+	first := WaitForPhase(t, h.Runtime, running, capability.PhaseRunning)
+	done := WaitForPhase(t, h.Runtime, exited, capability.PhaseExited)
 
-	t.Run("RedeliveredLaunchStartsNothing", func(t *testing.T) {
-		t.Parallel()
-		h := newHarness(t)
-		running := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
-		exited := capability.WorkloadKey{RunID: running.RunID, Attempt: 2}
-		sleep := capability.LaunchWorkloadCommand{WorkloadKey: running, Image: h.Image, Command: []string{"sleep", "60"}}
-		echo := capability.LaunchWorkloadCommand{WorkloadKey: exited, Image: h.Image, Command: []string{"echo", "once"}}
-		for _, launch := range []capability.LaunchWorkloadCommand{sleep, echo} {
-			if err := h.Runtime.LaunchWorkload(context.Background(), launch); err != nil {
-				t.Fatalf("LaunchWorkload(%v): %v", launch.WorkloadKey, err)
-			}
-		}
-		first := WaitForPhase(t, h.Runtime, running, capability.PhaseRunning)
-		done := WaitForPhase(t, h.Runtime, exited, capability.PhaseExited)
-
-		for _, launch := range []capability.LaunchWorkloadCommand{sleep, echo} {
-			if err := h.Runtime.LaunchWorkload(context.Background(), launch); err != nil {
-				t.Fatalf("redelivered LaunchWorkload(%v) = %v, want success", launch.WorkloadKey, err)
-			}
-		}
-		observations, err := h.Runtime.Observe(context.Background())
-		if err != nil {
-			t.Fatalf("Observe: %v", err)
-		}
-		if len(observations) != 2 {
-			t.Fatalf("Observe = %+v, want exactly the two launched attempts", observations)
-		}
-		for _, o := range observations {
-			switch o.WorkloadKey {
-			case running:
-				if o.ContainerID != first.ContainerID || o.Phase != capability.PhaseRunning || !o.StartedAt.Equal(*first.StartedAt) {
-					t.Errorf("after redelivery %v = %+v, want the first container still running", running, o)
-				}
-			case exited:
-				if o.ContainerID != done.ContainerID || !o.Same(done) {
-					t.Errorf("after redelivery %v = %+v, want %+v unchanged (an exited attempt is never started again)", exited, o, done)
-				}
-			default:
-				t.Errorf("unexpected observation %+v", o)
-			}
-		}
-	})
-
-	t.Run("StopOfUnknownWorkloadSucceeds", func(t *testing.T) {
-		t.Parallel()
-		h := newHarness(t)
-		stop := capability.StopWorkloadCommand{WorkloadKey: capability.WorkloadKey{RunID: RunID(t), Attempt: 7}}
-		for i := 0; i < 2; i++ {
-			if err := h.Runtime.StopWorkload(context.Background(), stop); err != nil {
-				t.Fatalf("StopWorkload #%d of a workload never launched = %v, want nil", i+1, err)
-			}
-		}
-	})
-
-	t.Run("StopEndsWithinGrace", func(t *testing.T) {
-		t.Parallel()
-		h := newHarness(t)
-		key := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
-		if err := h.Runtime.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"sleep", "120"}}); err != nil {
-			t.Fatalf("LaunchWorkload: %v", err)
-		}
-		WaitForPhase(t, h.Runtime, key, capability.PhaseRunning)
-		const grace = 20 * time.Second
-		began := time.Now()
-		if err := h.Runtime.StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key, Reason: "cancelled", GracePeriod: grace}); err != nil {
-			t.Fatalf("StopWorkload: %v", err)
-		}
-		if took := time.Since(began); took >= grace {
-			t.Errorf("StopWorkload of a workload that exits on SIGTERM took %v, want well inside the %v grace", took, grace)
-		}
-		o := WaitForPhase(t, h.Runtime, key, capability.PhaseExited)
-		if o.ExitCode == nil || *o.ExitCode != 0 {
-			t.Errorf("ExitCode = %v, want 0 (the workload exits cleanly on SIGTERM)", derefInt(o.ExitCode))
-		}
-		if err := h.Runtime.StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key}); err != nil {
-			t.Errorf("second StopWorkload = %v, want nil", err)
-		}
-	})
-
-	t.Run("StopKillsAfterGrace", func(t *testing.T) {
-		t.Parallel()
-		h := newHarness(t)
-		key := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
-		if err := h.Runtime.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"ignore-term", "120"}}); err != nil {
-			t.Fatalf("LaunchWorkload: %v", err)
-		}
-		WaitForPhase(t, h.Runtime, key, capability.PhaseRunning)
-		began := time.Now()
-		if err := h.Runtime.StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key, GracePeriod: time.Second}); err != nil {
-			t.Fatalf("StopWorkload: %v", err)
-		}
-		if took := time.Since(began); took < time.Second || took > 30*time.Second {
-			t.Errorf("StopWorkload of a workload ignoring SIGTERM took %v, want the 1s grace and then a kill", took)
-		}
-		o := WaitForPhase(t, h.Runtime, key, capability.PhaseExited)
-		if o.ExitCode == nil || *o.ExitCode != 137 {
-			t.Errorf("ExitCode = %v, want 137 (SIGKILL)", derefInt(o.ExitCode))
-		}
-	})
-
-	t.Run("EnvironmentAndLogs", func(t *testing.T) {
-		t.Parallel()
-		h := newHarness(t)
-		logs, ok := h.Runtime.(nodeagent.LogSource)
-		if !ok {
-			t.Skip("this runtime is not a LogSource")
-		}
-		key := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
-		launch := capability.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"env", "GREETING"}, Env: map[string]string{"GREETING": "hello from env"}}
+	for _, launch := range []capability.LaunchWorkloadCommand{sleep, echo} {
 		if err := h.Runtime.LaunchWorkload(context.Background(), launch); err != nil {
-			t.Fatalf("LaunchWorkload: %v", err)
+			t.Fatalf("redelivered LaunchWorkload(%v) = %v, want success", launch.WorkloadKey, err)
 		}
-		WaitForPhase(t, h.Runtime, key, capability.PhaseExited)
-		if got := ReadLogs(t, logs, key, true); got != "hello from env\n" {
-			t.Errorf("Logs = %q, want %q", got, "hello from env\n")
+	}
+	observations, err := h.Runtime.Observe(context.Background())
+	if err != nil {
+		t.Fatalf("Observe: %v", err)
+	}
+	if len(observations) != 2 {
+		t.Fatalf("Observe = %+v, want exactly the two launched attempts", observations)
+	}
+	for _, o := range observations {
+		switch o.WorkloadKey {
+		case running:
+			if o.ContainerID != first.ContainerID || o.Phase != capability.PhaseRunning || !o.StartedAt.Equal(*first.StartedAt) {
+				t.Errorf("after redelivery %v = %+v, want the first container still running", running, o)
+			}
+		case exited:
+			if o.ContainerID != done.ContainerID || !o.Same(done) {
+				t.Errorf("after redelivery %v = %+v, want %+v unchanged (an exited attempt is never started again)", exited, o, done)
+			}
+		default:
+			t.Errorf("unexpected observation %+v", o)
 		}
-		_, err := logs.Logs(context.Background(), capability.WorkloadKey{RunID: RunID(t), Attempt: 9}, false)
-		if !errors.Is(err, failure.ErrNotFound) {
-			t.Errorf("Logs of a workload never launched = %v, want failure.ErrNotFound", err)
+	}
+}
+
+func stopOfUnknownWorkloadSucceeds(t *testing.T, h Harness) {
+	stop := capability.StopWorkloadCommand{WorkloadKey: capability.WorkloadKey{RunID: RunID(t), Attempt: 7}}
+	for i := 0; i < 2; i++ {
+		if err := h.Runtime.StopWorkload(context.Background(), stop); err != nil {
+			t.Fatalf("StopWorkload #%d of a workload never launched = %v, want nil", i+1, err)
 		}
-	})
+	}
+}
+
+func stopEndsWithinGrace(t *testing.T, h Harness) {
+	key := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
+	if err := h.Runtime.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"sleep", "120"}}); err != nil {
+		t.Fatalf("LaunchWorkload: %v", err)
+	}
+	WaitForPhase(t, h.Runtime, key, capability.PhaseRunning)
+	const grace = 20 * time.Second
+	began := time.Now()
+	if err := h.Runtime.StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key, Reason: "cancelled", GracePeriod: grace}); err != nil {
+		t.Fatalf("StopWorkload: %v", err)
+	}
+	if took := time.Since(began); took >= grace {
+		t.Errorf("StopWorkload of a workload that exits on SIGTERM took %v, want well inside the %v grace", took, grace)
+	}
+	o := WaitForPhase(t, h.Runtime, key, capability.PhaseExited)
+	if o.ExitCode == nil || *o.ExitCode != 0 {
+		t.Errorf("ExitCode = %v, want 0 (the workload exits cleanly on SIGTERM)", derefInt(o.ExitCode))
+	}
+	if err := h.Runtime.StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key}); err != nil {
+		t.Errorf("second StopWorkload = %v, want nil", err)
+	}
+}
+
+func stopKillsAfterGrace(t *testing.T, h Harness) {
+	key := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
+	if err := h.Runtime.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"ignore-term", "120"}}); err != nil {
+		t.Fatalf("LaunchWorkload: %v", err)
+	}
+	WaitForPhase(t, h.Runtime, key, capability.PhaseRunning)
+	began := time.Now()
+	if err := h.Runtime.StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key, GracePeriod: time.Second}); err != nil {
+		t.Fatalf("StopWorkload: %v", err)
+	}
+	if took := time.Since(began); took < time.Second || took > 30*time.Second {
+		t.Errorf("StopWorkload of a workload ignoring SIGTERM took %v, want the 1s grace and then a kill", took)
+	}
+	o := WaitForPhase(t, h.Runtime, key, capability.PhaseExited)
+	if o.ExitCode == nil || *o.ExitCode != 137 {
+		t.Errorf("ExitCode = %v, want 137 (SIGKILL)", derefInt(o.ExitCode))
+	}
+}
+
+func environmentAndLogs(t *testing.T, h Harness) {
+	logs, ok := h.Runtime.(nodeagent.LogSource)
+	if !ok {
+		t.Skip("this runtime is not a LogSource")
+	}
+	key := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
+	launch := capability.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"env", "GREETING"}, Env: map[string]string{"GREETING": "hello from env"}}
+	if err := h.Runtime.LaunchWorkload(context.Background(), launch); err != nil {
+		t.Fatalf("LaunchWorkload: %v", err)
+	}
+	WaitForPhase(t, h.Runtime, key, capability.PhaseExited)
+	if got := ReadLogs(t, logs, key, true); got != "hello from env\n" {
+		t.Errorf("Logs = %q, want %q", got, "hello from env\n")
+	}
+	_, err := logs.Logs(context.Background(), capability.WorkloadKey{RunID: RunID(t), Attempt: 9}, false)
+	if !errors.Is(err, failure.ErrNotFound) {
+		t.Errorf("Logs of a workload never launched = %v, want failure.ErrNotFound", err)
+	}
 }
 
 // WaitForPhase polls Observe until key is in phase, failing the test after
