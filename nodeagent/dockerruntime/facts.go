@@ -25,7 +25,7 @@ import (
 // the facts are returned anyway (a daemon that is down is itself a fact
 // worth reporting); only the caller's context ending is an error.
 // Accelerators are the NVIDIA GPUs the vendor tool lists, asked once per call
-// and bounded by AcceleratorToolTimeout, and only when the kernel module is
+// and bounded by hostfacts.AcceleratorToolTimeout, and only when the kernel module is
 // loaded and the container runtime can hand them to a container; otherwise
 // none, with a Note saying why (hostfacts.Accelerators). AgentVersion is the agent's
 // to fill.

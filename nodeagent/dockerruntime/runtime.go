@@ -101,7 +101,7 @@ func WithNodeLabel(nodeID string) Option {
 // reports this node publishes about hardware can be exercised anywhere but
 // on the hardware.
 //
-// Without it Facts asks DefaultAcceleratorTool on PATH; see
+// Without it Facts asks hostfacts.DefaultAcceleratorTool on PATH; see
 // hostfacts.Accelerators for what it asks and what each
 // failure is reported as.
 func WithAcceleratorTool(binary string) Option {
