@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"github.com/mercator/mercator/dockerengine"
 	"io"
 	"log/slog"
 	"maps"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/distribution/reference"
 
+	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
 )
 

@@ -3,20 +3,22 @@ package fnagent
 import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+
+	"github.com/mercator/mercator/dockerengine"
 )
 
 // containerConfig is the hot container one pool launches for fn: a pure
 // function of the function's configuration, the pool, the node and the
 // socket directory, so what the engine asks the daemon for is readable in
-// one place. The container carries LabelFn, LabelApp, LabelPool (and
-// LabelNode when nodeID is set), mounts sockDir at socketDirInContainer,
+// one place. The container carries dockerengine.LabelFn, dockerengine.LabelApp, dockerengine.LabelPool (and
+// dockerengine.LabelNode when nodeID is set), mounts sockDir at socketDirInContainer,
 // joins network ("" is the daemon's default bridge), has a hard memory limit
 // with swap included and a CPU quota, is handed gpus by UUID, and logs to no
 // driver: the engine reads its output from the attach stream.
 func containerConfig(fn FunctionConfig, poolKey, nodeID, network, sockDir string, gpus []string) (*container.Config, *container.HostConfig) {
-	labels := map[string]string{LabelFn: fn.ID, LabelApp: fn.AppID, LabelPool: poolKey}
+	labels := map[string]string{dockerengine.LabelFn: fn.ID, dockerengine.LabelApp: fn.AppID, dockerengine.LabelPool: poolKey}
 	if nodeID != "" {
-		labels[LabelNode] = nodeID
+		labels[dockerengine.LabelNode] = nodeID
 	}
 	memory := fn.MemoryMB << 20
 	hostConfig := &container.HostConfig{

@@ -6,6 +6,8 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+
+	"github.com/mercator/mercator/dockerengine"
 )
 
 func TestContainerConfig(t *testing.T) {
@@ -17,9 +19,9 @@ func TestContainerConfig(t *testing.T) {
 		devices               []container.DeviceRequest
 	}{
 		{name: "no node, default network, no GPUs",
-			labels: map[string]string{LabelFn: "fn-1", LabelApp: "app-1", LabelPool: "pool-1"}},
+			labels: map[string]string{dockerengine.LabelFn: "fn-1", dockerengine.LabelApp: "app-1", dockerengine.LabelPool: "pool-1"}},
 		{name: "node label, network and GPUs by UUID", nodeID: "n1", network: "fns", gpus: []string{"GPU-a"},
-			labels:  map[string]string{LabelFn: "fn-1", LabelApp: "app-1", LabelPool: "pool-1", LabelNode: "n1"},
+			labels:  map[string]string{dockerengine.LabelFn: "fn-1", dockerengine.LabelApp: "app-1", dockerengine.LabelPool: "pool-1", dockerengine.LabelNode: "n1"},
 			devices: []container.DeviceRequest{{Driver: "nvidia", DeviceIDs: []string{"GPU-a"}, Capabilities: [][]string{{"gpu"}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,16 +12,6 @@ import (
 	"github.com/mercator/mercator/dockerengine"
 )
 
-// Labels on every function container, as the Docker adapter names them.
-// LabelFn is what tells the node agent a container is a function's and not
-// a Run's (Runs carry dockerengine.LabelRun); LabelNode is the node agent's.
-const (
-	LabelFn   = dockerengine.LabelFn
-	LabelApp  = dockerengine.LabelApp
-	LabelPool = dockerengine.LabelPool
-	LabelNode = dockerengine.LabelNode
-)
-
 // ensureImage makes the daemon hold ref, pulling it if needed within the
 // engine's PullTimeout. Pulls belong to the engine, not to a call (e.pulls
 // keeps them), so none is abandoned because the call that started it gave
@@ -68,16 +58,16 @@ func containerName(fnID, suffix string) string {
 	return "mercator-fn-" + safe + "-" + suffix
 }
 
-// RemoveOrphans removes function containers on this node (by LabelNode, or
-// every container with LabelFn when NodeID is empty) that this engine did
+// RemoveOrphans removes function containers on this node (by dockerengine.LabelNode, or
+// every container with dockerengine.LabelFn when NodeID is empty) that this engine did
 // not start: those a previous agent left behind. A hot container cannot be
 // adopted, since its socket directory and the calls it was serving belong
 // to the process that died. The agent calls it once at startup. It returns
 // how many it removed.
 func (e *Engine) RemoveOrphans(ctx context.Context) (int, error) {
-	args := filters.NewArgs(filters.Arg("label", LabelFn))
+	args := filters.NewArgs(filters.Arg("label", dockerengine.LabelFn))
 	if e.cfg.NodeID != "" {
-		args.Add("label", LabelNode+"="+e.cfg.NodeID)
+		args.Add("label", dockerengine.LabelNode+"="+e.cfg.NodeID)
 	}
 	list, err := e.api.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
 	if err != nil {
@@ -91,7 +81,7 @@ func (e *Engine) RemoveOrphans(ctx context.Context) (int, error) {
 	e.mu.Unlock()
 	removed := 0
 	for _, c := range list {
-		if ours[c.ID] || e.cfg.NodeID == "" && c.Labels[LabelNode] != "" {
+		if ours[c.ID] || e.cfg.NodeID == "" && c.Labels[dockerengine.LabelNode] != "" {
 			continue
 		}
 		if err := e.api.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {

@@ -37,7 +37,7 @@ import (
 // for function containers (FunctionShare) and says so in its facts
 // (capability.NodeFacts.Functions); the control plane places calls only
 // where the share can hold the function, and the scheduler counts the share
-// as used when it places Runs. Function containers carry fnagent.LabelFn
+// as used when it places Runs. Function containers carry dockerengine.LabelFn
 // and never LabelRun, so Observe, which lists only containers with
 // LabelRun, never reports them as workloads.
 

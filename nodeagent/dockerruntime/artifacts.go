@@ -6,15 +6,11 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+
 	"github.com/mercator/mercator/artifactcache"
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/dockerengine"
 )
-
-// LabelArtifacts lists, comma-separated, the digests of the Artifact content
-// a container mounts. It is how the node knows, after a restart too, which
-// copies running work uses and must not be evicted.
-const LabelArtifacts = dockerengine.LabelArtifacts
 
 // WithArtifactOptions sets how Artifact copies are kept (see
 // artifactcache.Options). It has effect only with WithArtifactRoot.
@@ -26,9 +22,9 @@ func WithArtifactOptions(o artifactcache.Options) Option {
 // exist and have not exited: a created container will mount its copies when
 // it starts, and a running one reads them.
 func (docker *Runtime) artifactsInUse(ctx context.Context) (map[string]bool, error) {
-	filter := filters.NewArgs(filters.Arg("label", LabelArtifacts))
+	filter := filters.NewArgs(filters.Arg("label", dockerengine.LabelArtifacts))
 	if docker.nodeID != "" {
-		filter.Add("label", LabelNode+"="+docker.nodeID)
+		filter.Add("label", dockerengine.LabelNode+"="+docker.nodeID)
 	}
 	list, err := docker.api.ContainerList(ctx, container.ListOptions{All: true, Filters: filter})
 	if err != nil {
@@ -39,7 +35,7 @@ func (docker *Runtime) artifactsInUse(ctx context.Context) (map[string]bool, err
 		if c.State == container.StateExited || c.State == container.StateDead {
 			continue
 		}
-		for _, d := range strings.Split(c.Labels[LabelArtifacts], ",") {
+		for _, d := range strings.Split(c.Labels[dockerengine.LabelArtifacts], ",") {
 			if d != "" {
 				used[d] = true
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
 )
 
@@ -27,8 +28,8 @@ import (
 //     program), and the environment sorted, so one command always asks
 //     for the same container;
 //   - the labels that make the container this attempt's on this node
-//     (LabelRun, LabelAttempt, LabelNode, LabelTimeout, LabelImage, and
-//     LabelArtifacts naming the mounted digests);
+//     (dockerengine.LabelRun, dockerengine.LabelAttempt, dockerengine.LabelNode, dockerengine.LabelTimeout, dockerengine.LabelImage, and
+//     dockerengine.LabelArtifacts naming the mounted digests);
 //   - every Artifact bind-mounted read-only at its mount path;
 //   - CPU as a CFS quota (NanoCPUs), MemoryBytes as a hard limit with swap
 //     included, and GPUs handed to the NVIDIA runtime by UUID.
@@ -53,16 +54,16 @@ func containerConfig(command capability.LaunchWorkloadCommand, nodeID string, ar
 		return nil, nil, err
 	}
 	labels := map[string]string{
-		LabelRun:     command.RunID,
-		LabelAttempt: strconv.Itoa(command.Attempt),
-		LabelTimeout: strconv.FormatInt(int64(max(command.Timeout, 0)), 10),
-		LabelImage:   ref,
+		dockerengine.LabelRun:     command.RunID,
+		dockerengine.LabelAttempt: strconv.Itoa(command.Attempt),
+		dockerengine.LabelTimeout: strconv.FormatInt(int64(max(command.Timeout, 0)), 10),
+		dockerengine.LabelImage:   ref,
 	}
 	if nodeID != "" {
-		labels[LabelNode] = nodeID
+		labels[dockerengine.LabelNode] = nodeID
 	}
 	if len(digests) > 0 {
-		labels[LabelArtifacts] = strings.Join(digests, ",")
+		labels[dockerengine.LabelArtifacts] = strings.Join(digests, ",")
 	}
 	config := &container.Config{Image: ref, Cmd: command.Command, Env: env, Labels: labels}
 	hostConfig := &container.HostConfig{Mounts: mounts}

@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
 )
 
@@ -30,7 +31,7 @@ func TestContainerConfig(t *testing.T) {
 		return capability.ArtifactMount{PrepareArtifactCommand: capability.PrepareArtifactCommand{Name: "data", Version: "v1", SHA256: digest}, MountPath: at}
 	}
 	baseLabels := func(extra ...string) map[string]string {
-		labels := map[string]string{LabelRun: "r1", LabelAttempt: "2", LabelTimeout: "0", LabelImage: fakeImage}
+		labels := map[string]string{dockerengine.LabelRun: "r1", dockerengine.LabelAttempt: "2", dockerengine.LabelTimeout: "0", dockerengine.LabelImage: fakeImage}
 		for i := 0; i < len(extra); i += 2 {
 			labels[extra[i]] = extra[i+1]
 		}
@@ -52,7 +53,7 @@ func TestContainerConfig(t *testing.T) {
 		launch: capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Timeout: 90 * time.Second,
 			Env: map[string]string{"B": "2", "A": "1", "EMPTY": ""}},
 		config: container.Config{Image: fakeImage, Env: []string{"A=1", "B=2", "EMPTY="},
-			Labels: baseLabels(LabelNode, "n1", LabelTimeout, fmt.Sprint(int64(90*time.Second)))},
+			Labels: baseLabels(dockerengine.LabelNode, "n1", dockerengine.LabelTimeout, fmt.Sprint(int64(90*time.Second)))},
 	}, {
 		name:   "a negative timeout is none",
 		launch: capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Timeout: -time.Second},
@@ -72,7 +73,7 @@ func TestContainerConfig(t *testing.T) {
 		name: "Artifacts mounted read-only, each digest named once",
 		launch: capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage,
 			Artifacts: []capability.ArtifactMount{artifact(d2, "/data"), artifact(d1, "/weights"), artifact(d2, "/data2")}},
-		config: container.Config{Image: fakeImage, Labels: baseLabels(LabelArtifacts, d2+","+d1)},
+		config: container.Config{Image: fakeImage, Labels: baseLabels(dockerengine.LabelArtifacts, d2+","+d1)},
 		host: container.HostConfig{Mounts: []mount.Mount{
 			{Type: mount.TypeBind, Source: heldAt(d2), Target: "/data", ReadOnly: true},
 			{Type: mount.TypeBind, Source: heldAt(d1), Target: "/weights", ReadOnly: true},

@@ -6,6 +6,8 @@ import (
 
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
+
+	"github.com/mercator/mercator/dockerengine"
 )
 
 // Changes implements ChangeSource from the daemon's event stream, filtered
@@ -24,11 +26,11 @@ func (docker *Runtime) Changes(ctx context.Context) <-chan struct{} {
 	go func() {
 		defer close(out)
 		for ctx.Err() == nil {
-			// LabelRun always, so function containers pausing and
+			// dockerengine.LabelRun always, so function containers pausing and
 			// unpausing never wake Observe.
-			f := filters.NewArgs(filters.Arg("type", "container"), filters.Arg("label", LabelRun))
+			f := filters.NewArgs(filters.Arg("type", "container"), filters.Arg("label", dockerengine.LabelRun))
 			if docker.nodeID != "" {
-				f.Add("label", LabelNode+"="+docker.nodeID)
+				f.Add("label", dockerengine.LabelNode+"="+docker.nodeID)
 			}
 			for _, action := range []string{"create", "start", "die", "oom", "destroy", "pause", "unpause"} {
 				f.Add("event", action)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/docker/docker/api/types/image"
+
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/hostfacts"
 )

@@ -9,6 +9,7 @@ import (
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/image"
+
 	"github.com/mercator/mercator/hostfacts"
 )
 

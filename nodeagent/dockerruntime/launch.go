@@ -10,7 +10,9 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
 )
 
@@ -195,8 +197,8 @@ func (docker *Runtime) owns(info container.InspectResponse, key capability.Workl
 	if labels == nil {
 		return false
 	}
-	return labels[LabelRun] == key.RunID && labels[LabelAttempt] == strconv.Itoa(key.Attempt) &&
-		labels[LabelNode] == docker.nodeID
+	return labels[dockerengine.LabelRun] == key.RunID && labels[dockerengine.LabelAttempt] == strconv.Itoa(key.Attempt) &&
+		labels[dockerengine.LabelNode] == docker.nodeID
 }
 
 func containerLabels(info container.InspectResponse) map[string]string {

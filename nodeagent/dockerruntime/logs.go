@@ -8,6 +8,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
+
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
 )

@@ -13,7 +13,9 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/dockerengine"
 )
 
 // Observe reports every Mercator container this daemon knows about, running
@@ -63,9 +65,9 @@ import (
 func (docker *Runtime) Observe(ctx context.Context) ([]capability.WorkloadObservation, error) {
 	filter := filters.NewArgs()
 	if docker.nodeID != "" {
-		filter.Add("label", LabelNode+"="+docker.nodeID)
+		filter.Add("label", dockerengine.LabelNode+"="+docker.nodeID)
 	} else {
-		filter.Add("label", LabelRun)
+		filter.Add("label", dockerengine.LabelRun)
 	}
 	list, err := docker.api.ContainerList(ctx, container.ListOptions{All: true, Filters: filter})
 	if err != nil {
@@ -141,11 +143,11 @@ func (docker *Runtime) Observe(ctx context.Context) ([]capability.WorkloadObserv
 
 // workloadKey reads the attempt a container belongs to from its labels.
 func workloadKey(labels map[string]string) (capability.WorkloadKey, bool) {
-	run, ok := labels[LabelRun]
+	run, ok := labels[dockerengine.LabelRun]
 	if !ok || run == "" {
 		return capability.WorkloadKey{}, false
 	}
-	attempt, err := strconv.Atoi(labels[LabelAttempt])
+	attempt, err := strconv.Atoi(labels[dockerengine.LabelAttempt])
 	if err != nil {
 		return capability.WorkloadKey{}, false
 	}
@@ -158,11 +160,11 @@ func workloadKey(labels map[string]string) (capability.WorkloadKey, bool) {
 func (docker *Runtime) observation(info container.InspectResponse) (capability.WorkloadObservation, bool, error) {
 	labels := containerLabels(info)
 	key, ok := workloadKey(labels)
-	if !ok || info.ContainerJSONBase == nil || info.State == nil || labels[LabelNode] != docker.nodeID && docker.nodeID != "" {
+	if !ok || info.ContainerJSONBase == nil || info.State == nil || labels[dockerengine.LabelNode] != docker.nodeID && docker.nodeID != "" {
 		return capability.WorkloadObservation{}, false, nil
 	}
 	var timeout time.Duration
-	if raw, ok := labels[LabelTimeout]; ok {
+	if raw, ok := labels[dockerengine.LabelTimeout]; ok {
 		ns, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil || ns < 0 {
 			return capability.WorkloadObservation{}, false, nil
@@ -178,7 +180,7 @@ func (docker *Runtime) observation(info container.InspectResponse) (capability.W
 	if err != nil {
 		return capability.WorkloadObservation{}, false, fmt.Errorf("container %s: the daemon's FinishedAt %q: %w", name, info.State.FinishedAt, err)
 	}
-	image := labels[LabelImage]
+	image := labels[dockerengine.LabelImage]
 	if image == "" && info.Config != nil {
 		image = info.Config.Image
 	}

@@ -18,17 +18,6 @@ import (
 	"github.com/mercator/mercator/failure"
 )
 
-// The labels this runtime puts on every container it creates, and reads
-// back (dockerengine names them all): they are how a restarted agent
-// recognises its own containers with no memory of creating them.
-const (
-	LabelRun     = dockerengine.LabelRun
-	LabelAttempt = dockerengine.LabelAttempt
-	LabelNode    = dockerengine.LabelNode
-	LabelTimeout = dockerengine.LabelTimeout
-	LabelImage   = dockerengine.LabelImage
-)
-
 // defaultStopGrace is the grace period of a stop that states none; it is
 // Docker's own default, so an operator's expectations carry over.
 const defaultStopGrace = 10 * time.Second
@@ -46,7 +35,7 @@ const observeConcurrency = 8
 //
 // A Runtime is safe for concurrent use. It keeps no memory of what it
 // launched: everything it reports it reads back from the daemon, by the
-// labels above, so an agent that restarted sees exactly what one that did
+// labels dockerengine names, so an agent that restarted sees exactly what one that did
 // not would.
 type Runtime struct {
 	api dockerengine.API
@@ -83,7 +72,7 @@ type Option func(*Runtime)
 // It exists because a daemon can be shared. `mercator dev` and the
 // end-to-end tests run several agents against one daemon, and without it
 // each would report the others' containers as its own. Without this option
-// the runtime sees every container that carries LabelRun.
+// the runtime sees every container that carries dockerengine.LabelRun.
 func WithNodeLabel(nodeID string) Option {
 	return func(docker *Runtime) { docker.nodeID = nodeID }
 }

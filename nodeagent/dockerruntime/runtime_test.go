@@ -69,7 +69,7 @@ func newTestDocker(t *testing.T, options ...Option) (*Runtime, string) {
 		rt.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelNode+"="+nodeID))})
+		list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", dockerengine.LabelNode+"="+nodeID))})
 		if err != nil {
 			t.Errorf("cleanup: list containers: %v", err)
 			return
@@ -300,8 +300,8 @@ func TestDockerLaunchAsksForTheResources(t *testing.T) {
 		t.Fatalf("inspect: %v", err)
 	}
 	wantLabels := map[string]string{
-		LabelRun: key.RunID, LabelAttempt: "4", LabelNode: nodeID,
-		LabelTimeout: fmt.Sprint(int64(90 * time.Second)), LabelImage: image,
+		dockerengine.LabelRun: key.RunID, dockerengine.LabelAttempt: "4", dockerengine.LabelNode: nodeID,
+		dockerengine.LabelTimeout: fmt.Sprint(int64(90 * time.Second)), dockerengine.LabelImage: image,
 	}
 	for k, v := range wantLabels {
 		if info.Config.Labels[k] != v {
@@ -524,9 +524,9 @@ const fakeImage = "registry.test/team/job@sha256:0123456789abcdef0123456789abcde
 
 // fakeContainer is an inspected container with Mercator's labels.
 func fakeContainer(id string, key capability.WorkloadKey, nodeID, status string) container.InspectResponse {
-	labels := map[string]string{LabelRun: key.RunID, LabelAttempt: fmt.Sprint(key.Attempt), LabelImage: fakeImage, LabelTimeout: "0"}
+	labels := map[string]string{dockerengine.LabelRun: key.RunID, dockerengine.LabelAttempt: fmt.Sprint(key.Attempt), dockerengine.LabelImage: fakeImage, dockerengine.LabelTimeout: "0"}
 	if nodeID != "" {
-		labels[LabelNode] = nodeID
+		labels[dockerengine.LabelNode] = nodeID
 	}
 	return container.InspectResponse{
 		ContainerJSONBase: &container.ContainerJSONBase{
@@ -858,11 +858,11 @@ func TestDockerObservePhases(t *testing.T) {
 	dead := fakeContainer("c-dead", key("dead"), "", container.StateDead)
 	oom := fakeContainer("c-oom", key("oom"), "", container.StateExited)
 	oom.State.ExitCode, oom.State.OOMKilled, oom.State.FinishedAt = 137, true, "2026-01-02T03:05:00Z"
-	oom.Config.Labels[LabelTimeout] = "5000000000"
+	oom.Config.Labels[dockerengine.LabelTimeout] = "5000000000"
 	quick := fakeContainer("c-quick", key("quick"), "", container.StateExited)
 	quick.State.StartedAt, quick.State.FinishedAt = "2026-01-02T03:04:05.373989192Z", "2026-01-02T03:04:05.373677346Z"
 	foreign := fakeContainer("c-foreign", key("foreign"), "", container.StateRunning)
-	foreign.Config.Labels[LabelAttempt] = "first"
+	foreign.Config.Labels[dockerengine.LabelAttempt] = "first"
 
 	observations, err := newRuntime(observeFake(created, failedStart, paused, dead, oom, quick, foreign)).Observe(context.Background())
 	if err != nil {
@@ -907,7 +907,7 @@ func TestDockerObserveFailsWhenInspectFails(t *testing.T) {
 }
 
 func TestDockerObserveFiltersByNode(t *testing.T) {
-	for nodeID, want := range map[string]string{"n1": LabelNode + "=n1", "": LabelRun} {
+	for nodeID, want := range map[string]string{"n1": dockerengine.LabelNode + "=n1", "": dockerengine.LabelRun} {
 		fake := &fakeDocker{containerList: func(options container.ListOptions) ([]container.Summary, error) {
 			if got := options.Filters.Get("label"); !slices.Equal(got, []string{want}) || !options.All {
 				t.Errorf("node %q lists with labels %v (all=%v), want [%s] and exited containers too", nodeID, got, options.All, want)
@@ -930,7 +930,7 @@ func TestDockerStopIsIdempotentAndLabelBound(t *testing.T) {
 	}
 
 	foreign := fakeContainer("c1", key, "", container.StateRunning)
-	delete(foreign.Config.Labels, LabelRun)
+	delete(foreign.Config.Labels, dockerengine.LabelRun)
 	fake := &fakeDocker{containerInspect: func(context.Context, string) (container.InspectResponse, error) { return foreign, nil }}
 	if err := newRuntime(fake).StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key}); !errors.Is(err, failure.ErrConflict) {
 		t.Errorf("StopWorkload of an unlabelled container = %v, want failure.ErrConflict", err)
@@ -1083,7 +1083,7 @@ func TestDockerLogsFollowNotStarted(t *testing.T) {
 
 // TestObserveIgnoresFunctionContainers: function containers share the
 // node label with Runs' but are not workloads; Observe never reports them
-// (they carry dockerengine.LabelFn and no LabelRun), so the control plane never
+// (they carry dockerengine.LabelFn and no dockerengine.LabelRun), so the control plane never
 // sees an attempt that is not one.
 func TestObserveIgnoresFunctionContainers(t *testing.T) {
 	run := fakeContainer("run-c", capability.WorkloadKey{RunID: "r1", Attempt: 1}, "n1", container.StateRunning)
