@@ -1,9 +1,11 @@
 // Package fnagent is the node-side Functions engine: it runs Fn Project
 // functions in hot Docker containers on one machine and serves calls to
-// them. The node agent owns one Engine; the control plane reaches it through
-// the agent, and nothing else should drive it. It depends on the Docker
-// Engine API and on package failure, never on the rest of Mercator, so the
-// node agent can import it without a cycle.
+// them. The composition root (package daemon) makes one Engine per node and
+// hands it to the node agent; the control plane reaches it through the
+// agent, and nothing else should drive it. It reaches the daemon through the
+// Docker adapter (package dockerengine, whose client the agent's runtime
+// shares) and depends otherwise on packages failure and hostfacts, never on
+// the rest of Mercator, so the node agent can import it without a cycle.
 //
 // # The container contract
 //
