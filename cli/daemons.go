@@ -10,6 +10,7 @@ import (
 
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/controlplane"
+	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/devenv"
 	"github.com/mercator/mercator/nodeagent"
 )
@@ -127,7 +128,7 @@ The first start needs a single-use invitation (--token-file) from
 	if err != nil {
 		return err
 	}
-	return nodeagent.Run(ctx, nodeagent.Options{
+	return daemon.RunAgent(ctx, daemon.AgentOptions{
 		Functions:       fnOpts,
 		ControlPlaneURL: *cp, NodeID: *nodeID, StateDir: *stateDir, Invitation: invitation, DockerHost: *dockerHost,
 		ArtifactRoot: *artifactRoot, ArtifactBudget: budget, AcceleratorTool: *accelTool, KernelReports: *kernel, Heartbeat: *heartbeat, Logger: log,

@@ -19,8 +19,8 @@ import (
 
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/controlplane"
+	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/devregistry"
-	"github.com/mercator/mercator/nodeagent"
 )
 
 // Options configures the dev environment. Zero values take the defaults
@@ -126,7 +126,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	go func() {
-		errc <- nodeagent.Run(ctx, nodeagent.Options{
+		errc <- daemon.RunAgent(ctx, daemon.AgentOptions{
 			ControlPlaneURL: url, NodeID: o.NodeID, StateDir: filepath.Join(o.DataDir, "agent"),
 			Invitation: inv.Token, ArtifactRoot: filepath.Join(o.DataDir, "artifacts"), Logger: o.Logger.With("component", "agent"),
 		})

@@ -23,7 +23,7 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/content"
-	"github.com/mercator/mercator/nodeagent"
+	"github.com/mercator/mercator/nodeagent/dockerruntime"
 )
 
 // benchEnv turns the Artifact copy benchmark on; MERCATOR_ARTIFACT_BENCH_BYTES
@@ -163,7 +163,7 @@ func TestArtifactCopyBenchmark(t *testing.T) {
 	c.waitFor("the node's link reading", func() bool { link = nodeFacts(t, c, nodeID).Link; return link != nil })
 
 	// And the runtime alone, into a fresh root on the same disk.
-	rt, err := nodeagent.NewDockerRuntime("", nodeagent.WithArtifactRoot(filepath.Join(c.agentState(nodeID), "bench-root")))
+	rt, err := dockerruntime.New("", dockerruntime.WithArtifactRoot(filepath.Join(c.agentState(nodeID), "bench-root")))
 	if err != nil {
 		t.Fatal(err)
 	}

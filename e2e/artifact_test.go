@@ -29,16 +29,18 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/artifactcache"
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/cli"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/controlplane"
+	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/faultproxy"
 	"github.com/mercator/mercator/internal/registrytest"
 	"github.com/mercator/mercator/internal/testimage"
-	"github.com/mercator/mercator/nodeagent"
+	"github.com/mercator/mercator/nodeagent/dockerruntime"
 )
 
 // artifactCluster is a cluster whose control plane can be configured:
@@ -130,7 +132,7 @@ func (c *cluster) startArtifactAgent(nodeID string, budget int64, logs io.Writer
 	go func() {
 		defer c.wg.Done()
 		defer close(stopped)
-		err := nodeagent.Run(ctx, nodeagent.Options{
+		err := daemon.RunAgent(ctx, daemon.AgentOptions{
 			ControlPlaneURL: c.url, NodeID: nodeID, StateDir: c.agentState(nodeID), ArtifactBudget: budget,
 			Invitation: inv.Token, Heartbeat: 250 * time.Millisecond, Logger: logger,
 		})
@@ -250,8 +252,8 @@ func TestArtifactPushMountRead(t *testing.T) {
 		facts = nodeFacts(t, c, nodeID)
 		return len(facts.Artifacts) == 2 && facts.Link != nil
 	})
-	if facts.Link.Source != nodeagent.ArtifactCopySource || facts.Link.Confidence != nodeagent.MeasuredLinkConfidence ||
-		facts.Link.Bytes != int64(len(blob)) || facts.Link.ValidUntil.Sub(facts.Link.MeasuredAt) != nodeagent.MeasuredLinkValidity {
+	if facts.Link.Source != artifactcache.CopySource || facts.Link.Confidence != artifactcache.MeasuredLinkConfidence ||
+		facts.Link.Bytes != int64(len(blob)) || facts.Link.ValidUntil.Sub(facts.Link.MeasuredAt) != artifactcache.MeasuredLinkValidity {
 		t.Errorf("link reading = %+v", facts.Link)
 	}
 	t.Logf("link reading published: %s over %d bytes", rate(facts.Link.BytesPerSecond), facts.Link.Bytes)
@@ -534,7 +536,7 @@ func TestArtifactReadsRefused(t *testing.T) {
 	c := startArtifactCluster(t, nil, artifactClusterOptions{})
 	data := []byte("content behind a minted read")
 	v := pushBytes(t, c, "data", data)
-	rt, err := nodeagent.NewDockerRuntime("", nodeagent.WithArtifactRoot(filepath.Join(t.TempDir(), "artifacts")))
+	rt, err := dockerruntime.New("", dockerruntime.WithArtifactRoot(filepath.Join(t.TempDir(), "artifacts")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -670,7 +672,7 @@ func TestArtifactFullDisk(t *testing.T) {
 		<-filled // something else takes the disk meanwhile
 		w.Write(data[1<<20:])
 	}))
-	rt, err := nodeagent.NewDockerRuntime("", nodeagent.WithArtifactRoot(root))
+	rt, err := dockerruntime.New("", dockerruntime.WithArtifactRoot(root))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,9 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/controlplane"
+	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/internal/registrytest"
 	"github.com/mercator/mercator/internal/testimage"
-	"github.com/mercator/mercator/nodeagent"
 )
 
 // Functions end to end: the Fn-compatible API on a real control plane,
@@ -525,7 +525,7 @@ func (r *restartable) startAgent(base string) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		nodeagent.Run(ctx, nodeagent.Options{ControlPlaneURL: r.url, NodeID: nodeID, StateDir: filepath.Join(r.dataDir, "agent-"+nodeID),
+		daemon.RunAgent(ctx, daemon.AgentOptions{ControlPlaneURL: r.url, NodeID: nodeID, StateDir: filepath.Join(r.dataDir, "agent-"+nodeID),
 			Invitation: inv.Token, Heartbeat: 500 * time.Millisecond, Logger: testLogger(r.t).With("c", "agent")})
 	}()
 	r.agents = append(r.agents, func() {
@@ -576,7 +576,7 @@ func TestFunctionAcrossReplicas(t *testing.T) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	agentDone := make(chan error, 1)
 	go func() {
-		agentDone <- nodeagent.Run(ctx, nodeagent.Options{ControlPlaneURL: b.url, NodeID: nodeID,
+		agentDone <- daemon.RunAgent(ctx, daemon.AgentOptions{ControlPlaneURL: b.url, NodeID: nodeID,
 			StateDir: filepath.Join(t.TempDir(), "agent"), Invitation: inv.Token, Heartbeat: time.Second, Logger: testLogger(t)})
 	}()
 	t.Cleanup(func() { cancel(); <-agentDone; removeContainers(t, []string{nodeID}) })

@@ -16,7 +16,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
-	"github.com/mercator/mercator/nodeagent"
+	"github.com/mercator/mercator/daemon"
 )
 
 // gpuMachine is the fake machine the GPU tests stand in: eight H100s as the
@@ -63,14 +63,14 @@ func fakeKernelReports(t *testing.T, machine string) string {
 
 // startAgentWith is startAgent with the agent's options adjusted by
 // configure before it starts. It returns the node's ID.
-func (c *cluster) startAgentWith(nodeID string, configure func(*nodeagent.Options)) string {
+func (c *cluster) startAgentWith(nodeID string, configure func(*daemon.AgentOptions)) string {
 	c.t.Helper()
 	nodeID = uniqueNodeID(c.t, nodeID)
 	inv, err := c.client.InviteNode(c.ctx, nodeID, 0)
 	if err != nil {
 		c.t.Fatalf("invite %s: %v", nodeID, err)
 	}
-	options := nodeagent.Options{
+	options := daemon.AgentOptions{
 		ControlPlaneURL: c.url, NodeID: nodeID, StateDir: filepath.Join(c.dataDir, "agent-"+nodeID),
 		Invitation: inv.Token, Heartbeat: time.Second, Logger: testLogger(c.t).With("c", "agent", "node", nodeID),
 	}
@@ -80,7 +80,7 @@ func (c *cluster) startAgentWith(nodeID string, configure func(*nodeagent.Option
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		if err := nodeagent.Run(ctx, options); err != nil && ctx.Err() == nil {
+		if err := daemon.RunAgent(ctx, options); err != nil && ctx.Err() == nil {
 			c.t.Errorf("agent %s stopped: %v", nodeID, err)
 		}
 	}()
@@ -92,7 +92,7 @@ func (c *cluster) startAgentWith(nodeID string, configure func(*nodeagent.Option
 // the node's ID and the GPUs as the fixture lists them.
 func (c *cluster) startGPUAgent(t *testing.T) (string, []capability.Accelerator) {
 	t.Helper()
-	nodeID := c.startAgentWith("gpu", func(o *nodeagent.Options) {
+	nodeID := c.startAgentWith("gpu", func(o *daemon.AgentOptions) {
 		o.AcceleratorTool = filepath.Join(repoRoot(t), "testdata", "gpu", gpuMachine, "nvidia-smi")
 		o.KernelReports = fakeKernelReports(t, gpuMachine)
 	})

@@ -23,9 +23,9 @@ import (
 
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/controlplane"
+	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/internal/registrytest"
 	"github.com/mercator/mercator/internal/testimage"
-	"github.com/mercator/mercator/nodeagent"
 )
 
 // cluster is one control plane and its agents, all in this process through
@@ -147,7 +147,7 @@ func (c *cluster) runAgent(nodeID, invitation string) {
 	go func() {
 		defer c.wg.Done()
 		defer close(stopped)
-		err := nodeagent.Run(ctx, nodeagent.Options{
+		err := daemon.RunAgent(ctx, daemon.AgentOptions{
 			ControlPlaneURL: c.url, NodeID: nodeID, StateDir: filepath.Join(c.dataDir, "agent-"+nodeID),
 			Invitation: invitation, Heartbeat: min(time.Second, c.lease/4), Logger: testLogger(c.t).With("c", "agent", "node", nodeID),
 		})

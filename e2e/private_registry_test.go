@@ -26,7 +26,7 @@ import (
 	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/testimage"
-	"github.com/mercator/mercator/nodeagent"
+	"github.com/mercator/mercator/nodeagent/dockerruntime"
 )
 
 // startPrivateRegistry runs an OCI registry on loopback that answers only
@@ -121,7 +121,7 @@ func TestPrivateRegistry(t *testing.T) {
 	// The node's own runtime, handed no credential, refuses clearly. (Asked
 	// before any pull of this image succeeded: a daemon that once pulled a
 	// digest serves it again from its own store.)
-	rt, err := nodeagent.NewDockerRuntime("")
+	rt, err := dockerruntime.New("")
 	if err != nil {
 		t.Fatal(err)
 	}

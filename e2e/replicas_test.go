@@ -18,7 +18,7 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/controlplane"
-	"github.com/mercator/mercator/nodeagent"
+	"github.com/mercator/mercator/daemon"
 )
 
 // postgresDSN returns a DSN for a fresh schema on the test PostgreSQL
@@ -126,7 +126,7 @@ func TestReplicasShareOnePostgres(t *testing.T) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	agentDone := make(chan error, 1)
 	go func() {
-		agentDone <- nodeagent.Run(ctx, nodeagent.Options{ControlPlaneURL: b.url, NodeID: nodeID,
+		agentDone <- daemon.RunAgent(ctx, daemon.AgentOptions{ControlPlaneURL: b.url, NodeID: nodeID,
 			StateDir: filepath.Join(t.TempDir(), "agent"), Invitation: inv.Token, Heartbeat: time.Second, Logger: testLogger(t)})
 	}()
 	t.Cleanup(func() { cancel(); <-agentDone; removeContainers(t, []string{nodeID}) })

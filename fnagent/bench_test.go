@@ -21,6 +21,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 
+	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/internal/cputime"
 )
 
@@ -490,7 +491,7 @@ func benchDockerRunCLI(t *testing.T, te *testEngine, fn FunctionConfig, i int) t
 	dir := benchSocketDir(t, fmt.Sprintf("cli-%d", i))
 	mem := strconv.FormatInt(fn.MemoryMB, 10) + "m"
 	args := []string{"run", "-d", "--network", "none", "--memory", mem, "--memory-swap", mem,
-		"--label", LabelNode + "=" + te.node,
+		"--label", dockerengine.LabelNode + "=" + te.node,
 		"--mount", "type=bind,source=" + dir + ",target=" + socketDirInContainer}
 	for _, kv := range containerEnv(fn) {
 		args = append(args, "-e", kv)
@@ -516,7 +517,7 @@ func benchDockerRunAPI(t *testing.T, te *testEngine, fn FunctionConfig, i int) t
 	memory := fn.MemoryMB << 20
 	start := time.Now()
 	created, err := te.cli.ContainerCreate(ctx,
-		&container.Config{Image: fn.Image, Env: containerEnv(fn), Labels: map[string]string{LabelNode: te.node}},
+		&container.Config{Image: fn.Image, Env: containerEnv(fn), Labels: map[string]string{dockerengine.LabelNode: te.node}},
 		&container.HostConfig{
 			Mounts:      []mount.Mount{{Type: mount.TypeBind, Source: dir, Target: socketDirInContainer}},
 			NetworkMode: "none",

@@ -1,10 +1,9 @@
 package fnagent
 
 import (
-	"github.com/mercator/mercator/machine"
-
-	"path/filepath"
 	"runtime"
+
+	"github.com/mercator/mercator/hostfacts"
 )
 
 // DefaultHeadroom is the memory kept free of function containers when none
@@ -17,34 +16,22 @@ func DefaultHeadroom(total int64) int64 {
 }
 
 // DetectCapacity measures what this machine can give function containers:
-// memory is MemTotal from /proc/meminfo, capped by the tightest cgroup
-// memory limit on this process's cgroup path (v1 memory.limit_in_bytes or v2
-// memory.max, on each ancestor, because a parent's limit binds its
-// children), less headroom (DefaultHeadroom when headroom is 0); CPU is the
-// number of CPUs, capped by a cgroup CPU quota. A machine's containers can
-// have no more than the agent's own cgroup allows, which is why the limit
-// and not the host's total is the honest figure when the agent itself runs
-// in a container. GPUs are not detected here; the node agent, which asks
-// the vendor tool, adds their IDs.
+// its memory and CPUs as hostfacts.MeasureCapacity reads them (capped by
+// the agent's own cgroup limits), less headroom from the memory
+// (DefaultHeadroom when headroom is 0). GPUs are not detected here; the
+// composition root, which asks the node's runtime, adds their IDs.
 func DetectCapacity(headroom int64) (Capacity, error) {
 	return detectCapacity("/proc", "/sys/fs/cgroup", runtime.NumCPU(), headroom)
 }
 
 func detectCapacity(procRoot, cgroupRoot string, numCPU int, headroom int64) (Capacity, error) {
-	total, err := machine.MemTotal(filepath.Join(procRoot, "meminfo"))
+	measured, err := hostfacts.MeasureCapacity(procRoot, cgroupRoot, numCPU)
 	if err != nil {
 		return Capacity{}, err
 	}
-	limits := machine.CgroupLimits(procRoot, cgroupRoot)
-	if limits.MemoryBytes > 0 && limits.MemoryBytes < total {
-		total = limits.MemoryBytes
-	}
-	cpus := float64(numCPU)
-	if limits.CPUs > 0 && limits.CPUs < cpus {
-		cpus = limits.CPUs
-	}
+	total := measured.MemoryBytes
 	if headroom <= 0 {
 		headroom = DefaultHeadroom(total)
 	}
-	return Capacity{MemoryBytes: max(0, total-headroom), MilliCPUs: int64(cpus * 1000)}, nil
+	return Capacity{MemoryBytes: max(0, total-headroom), MilliCPUs: int64(measured.CPUs * 1000)}, nil
 }

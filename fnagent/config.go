@@ -16,6 +16,7 @@ import (
 
 	"github.com/distribution/reference"
 
+	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
 )
 
@@ -44,6 +45,10 @@ type Config struct {
 	// DockerHost is the daemon to use ("unix:///…"); empty means what the
 	// environment says (DOCKER_HOST, else the local socket).
 	DockerHost string
+	// Docker, when set, is the client to use instead of connecting to
+	// DockerHost: the composition root hands the node's one client to both
+	// the agent's runtime and the engine. The engine does not Close it.
+	Docker dockerengine.API
 	// NodeID is put on every container as the mercator.node label, so a node
 	// agent sharing a daemon sees only its own function containers.
 	NodeID string

@@ -1,9 +1,11 @@
 // Package fnagent is the node-side Functions engine: it runs Fn Project
 // functions in hot Docker containers on one machine and serves calls to
-// them. The node agent owns one Engine; the control plane reaches it through
-// the agent, and nothing else should drive it. It depends on the Docker
-// Engine API and on package failure, never on the rest of Mercator, so the
-// node agent can import it without a cycle.
+// them. The composition root (package daemon) makes one Engine per node and
+// hands it to the node agent; the control plane reaches it through the
+// agent, and nothing else should drive it. It reaches the daemon through the
+// Docker adapter (package dockerengine, whose client the agent's runtime
+// shares) and depends otherwise on packages failure and hostfacts, never on
+// the rest of Mercator, so the node agent can import it without a cycle.
 //
 // # The container contract
 //
@@ -77,19 +79,19 @@
 //     daemon stores none of it (an FDK writes two lines per call; see Logs).
 //   - Images are pulled by manifest digest only; a tag is refused.
 //
-// # Departures from the seed's API, and why
+// # Departures from Fn's agent API, and why
 //
 //   - No Agent interface with GetCall, Submit, Enqueue and DataAccess: in
 //     Mercator the control plane owns apps, functions, call records and the
 //     async queue, and hands the node a complete FunctionConfig with each
 //     call. The node's part is one method, Engine.Call.
 //   - ResourceTracker is a concrete type whose TryReserve answers at once,
-//     where the seed's GetResourceToken returns a channel that "may never
+//     where Fn's agent GetResourceToken returns a channel that "may never
 //     receive". That channel is how Fn's waits became unbounded; here the
 //     engine decides whether to wait (bounded) or evict or answer busy. It
 //     also hands out GPUs by ID. There is no separate async reserve: async
 //     calls are not this package's yet.
-//   - The seed's CallListener becomes Metrics: observation only, since
+//   - Fn's agent CallListener becomes Metrics: observation only, since
 //     nothing on the node should be able to veto a call.
 //   - ContainerState has no "wait" state: waiting for resources is a call's
 //     state (PoolStats.Waiting), not a container's.

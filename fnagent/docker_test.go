@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
+	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/internal/registrytest"
 	"github.com/mercator/mercator/internal/testimage"
 )
@@ -165,7 +166,7 @@ func (te *testEngine) containers() []container.Summary {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	list, err := te.cli.ContainerList(ctx, container.ListOptions{All: true,
-		Filters: filters.NewArgs(filters.Arg("label", LabelNode+"="+te.node))})
+		Filters: filters.NewArgs(filters.Arg("label", dockerengine.LabelNode+"="+te.node))})
 	if err != nil {
 		te.t.Fatalf("list containers: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
 )
 
@@ -401,7 +402,7 @@ func TestBusyWithoutWaiting(t *testing.T) {
 		// The idle container of this function now holds the capacity; the
 		// next function evicts it (covered by its own test), so let it go.
 		for _, c := range te.containers() {
-			if c.Labels[LabelFn] == fn.ID {
+			if c.Labels[dockerengine.LabelFn] == fn.ID {
 				te.cli.ContainerRemove(context.Background(), c.ID, containerRemoveForce)
 			}
 		}
@@ -610,7 +611,7 @@ func TestConfigReachesTheFunction(t *testing.T) {
 		}
 	}
 	for _, c := range te.containers() {
-		if c.Labels[LabelFn] != "env" || c.Labels[LabelNode] != te.node || c.Labels[LabelPool] == "" {
+		if c.Labels[dockerengine.LabelFn] != "env" || c.Labels[dockerengine.LabelNode] != te.node || c.Labels[dockerengine.LabelPool] == "" {
 			t.Errorf("labels %v", c.Labels)
 		}
 	}

@@ -116,7 +116,7 @@ func (e *CallError) Unwrap() []error {
 	return errs
 }
 
-// Sentinels, one per kind, for errors.Is.
+// Sentinels for errors.Is, one per kind a caller tells apart.
 var (
 	ErrBusy              = &CallError{Kind: KindBusy}
 	ErrImagePull         = &CallError{Kind: KindImagePull}
@@ -129,7 +129,6 @@ var (
 	ErrInvalidResponse   = &CallError{Kind: KindInvalidResponse}
 	ErrRequestTooBig     = &CallError{Kind: KindRequestTooBig}
 	ErrResponseTooBig    = &CallError{Kind: KindResponseTooBig}
-	ErrCanceled          = &CallError{Kind: KindCanceled}
 	ErrInvalidCallConfig = &CallError{Kind: KindInvalid}
 )
 

@@ -18,13 +18,15 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/mercator/mercator/dockerengine"
 )
 
 // fakeDocker is a daemon that fails on purpose, for the error paths a real
 // one will not take on demand. Methods it does not define panic (the nil
 // embedded interface), so a test notices a call it did not expect.
 type fakeDocker struct {
-	dockerAPI
+	dockerengine.API
 	present    bool
 	pullStream string
 	createErr  error

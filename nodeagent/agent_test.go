@@ -50,7 +50,7 @@ func (m *memRuntime) LaunchWorkload(_ context.Context, c capability.LaunchWorklo
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.running[c.WorkloadKey]; ok {
-		return nil // adopt, as the daemon's name conflict makes DockerRuntime do
+		return nil // adopt, as the daemon's name conflict makes the Docker runtime do
 	}
 	m.launches[c.WorkloadKey]++
 	now := time.Now()
@@ -334,7 +334,7 @@ func TestUnavailableRuntimeIsRetried(t *testing.T) {
 // startLaterRuntime launches workloads into the created phase and starts
 // them when the test says, and serves logs as the Docker daemon does: a
 // follow of a container that has not started ends at once with nothing.
-// (DockerRuntime refuses that follow; this runtime does not, so the test
+// (the Docker runtime refuses that follow; this runtime does not, so the test
 // checks that the agent does not ask before the workload runs.)
 type startLaterRuntime struct {
 	*memRuntime

@@ -7,19 +7,20 @@
 // control plane while disconnected, so a container that exited during a
 // network partition is still reported rather than inferred.
 //
-// The pieces, after the seed that describes this package: Agent (the loops:
-// session, observe, flush, heartbeat, facts, renewal), State (one bbolt
-// file: applied operations with their results, session credential, fencing
-// token, event spool and counter, what the control plane was last told),
-// Transport and HTTPTransport (the outbound node protocol), Runtime and
-// DockerRuntime (the container runtime behind six methods, plus the optional
-// LogSource and ChangeSource), accelerator facts from the vendor tool,
-// artifact copies, and the functions engine's wiring (package fnagent).
+// The pieces, after the node-agent design: Agent (the loops: session,
+// observe, flush, heartbeat, facts, renewal), State (one bbolt file:
+// applied operations with their results, session credential, fencing token,
+// event spool and counter, what the control plane was last told), Transport
+// and HTTPTransport (the outbound node protocol), Runtime (the container
+// runtime behind six methods, plus the optional LogSource and
+// ChangeSource), and the serving of function invokes through an engine the
+// composition root hands it (WithFunctions).
 //
-// Where this package differs from the seed, the type's doc says so and why:
-// results travel in the event spool rather than a call of their own,
-// MarkApplied records the result event in the same transaction,
-// NewDockerRuntime takes a daemon address rather than a CLI binary.
+// Where this package differs from the node-agent design, the type's doc says
+// so and why: results travel in the event spool rather than a call of their
+// own, MarkApplied records the result event in the same transaction.
 //
-// Package cli (through Run) and the end-to-end tests import it.
+// It knows no container runtime: the Docker one is nodeagent/dockerruntime,
+// which only the composition root (package daemon) wires in. Package daemon,
+// fleetsim and the end-to-end tests import this package.
 package nodeagent

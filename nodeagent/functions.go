@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,7 +37,7 @@ import (
 // for function containers (FunctionShare) and says so in its facts
 // (capability.NodeFacts.Functions); the control plane places calls only
 // where the share can hold the function, and the scheduler counts the share
-// as used when it places Runs. Function containers carry fnagent.LabelFn
+// as used when it places Runs. Function containers carry dockerengine.LabelFn
 // and never LabelRun, so Observe, which lists only containers with
 // LabelRun, never reports them as workloads.
 
@@ -612,67 +611,4 @@ type FunctionsOptions struct {
 	// Network is the containers' Docker network ("" is the daemon's
 	// default bridge).
 	Network string
-}
-
-// startFunctions builds the engine and the agent option that serves
-// invokes with it, removing function containers a previous agent of this
-// node left behind. stop closes the engine (removing its containers).
-func startFunctions(ctx context.Context, o Options, rt Runtime) (opts []Option, stop func(), err error) {
-	fo := o.Functions
-	if fo.Disabled {
-		return nil, func() {}, nil
-	}
-	detected, err := fnagent.DetectCapacity(0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("functions: %w", err)
-	}
-	share := FunctionShare{MemoryBytes: fo.MemoryBytes, MilliCPUs: fo.MilliCPUs}
-	if share.MemoryBytes <= 0 {
-		share.MemoryBytes = detected.MemoryBytes / 4
-	}
-	if share.MilliCPUs <= 0 {
-		share.MilliCPUs = detected.MilliCPUs / 4
-	}
-	if fo.GPUs > 0 {
-		factsCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		facts, err := rt.Facts(factsCtx)
-		cancel()
-		if err != nil {
-			return nil, nil, fmt.Errorf("functions: read the accelerators to set %d aside: %w", fo.GPUs, err)
-		}
-		if len(facts.Accelerators) < fo.GPUs {
-			return nil, nil, fmt.Errorf("functions: %d GPUs asked for, this machine has %d", fo.GPUs, len(facts.Accelerators))
-		}
-		for _, g := range facts.Accelerators[len(facts.Accelerators)-fo.GPUs:] {
-			share.GPUs = append(share.GPUs, g.UUID)
-		}
-	}
-	if fo.SocketRoot == "" {
-		fo.SocketRoot = filepath.Join(o.StateDir, "fn-sockets")
-	}
-	engine, err := fnagent.New(fnagent.Config{
-		DockerHost: o.DockerHost,
-		NodeID:     o.NodeID,
-		SocketRoot: fo.SocketRoot,
-		Network:    fo.Network,
-		Tracker:    fnagent.NewResourceTracker(fnagent.Capacity{MemoryBytes: share.MemoryBytes, MilliCPUs: share.MilliCPUs, GPUs: share.GPUs}),
-		Logger:     o.Logger.With("component", "functions"),
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("functions: %w", err)
-	}
-	if n, err := engine.RemoveOrphans(ctx); err != nil {
-		o.Logger.Warn("remove function containers a previous agent left", "err", err)
-	} else if n > 0 {
-		o.Logger.Info("removed function containers a previous agent left", "count", n)
-	}
-	o.Logger.Info("functions share", "memory_bytes", share.MemoryBytes, "milli_cpus", share.MilliCPUs, "gpus", share.GPUs)
-	stop = func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := engine.Close(closeCtx); err != nil {
-			o.Logger.Warn("close the functions engine", "err", err)
-		}
-	}
-	return []Option{WithFunctions(engine, share)}, stop, nil
 }

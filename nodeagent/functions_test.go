@@ -1,32 +1,9 @@
 package nodeagent
 
 import (
-	"context"
 	"fmt"
 	"testing"
-
-	"github.com/docker/docker/api/types/container"
-
-	"github.com/mercator/mercator/capability"
-	"github.com/mercator/mercator/fnagent"
 )
-
-// TestObserveIgnoresFunctionContainers: function containers share the
-// node label with Runs' but are not workloads; Observe never reports them
-// (they carry fnagent.LabelFn and no LabelRun), so the control plane never
-// sees an attempt that is not one.
-func TestObserveIgnoresFunctionContainers(t *testing.T) {
-	run := fakeContainer("run-c", capability.WorkloadKey{RunID: "r1", Attempt: 1}, "n1", container.StateRunning)
-	fn := fakeContainer("fn-c", capability.WorkloadKey{}, "n1", container.StateRunning)
-	fn.Config.Labels = map[string]string{fnagent.LabelFn: "fn-1", fnagent.LabelApp: "app-1", fnagent.LabelNode: "n1", fnagent.LabelPool: "p"}
-	obs, err := newDockerRuntime(observeFake(run, fn), WithNodeLabel("n1")).Observe(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(obs) != 1 || obs[0].RunID != "r1" {
-		t.Fatalf("observations = %+v, want the run's alone", obs)
-	}
-}
 
 // TestFirstDelivery: a rendezvous is served once, however many sessions
 // carry it, and the memory of served ones stays bounded.

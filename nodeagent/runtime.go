@@ -22,7 +22,10 @@ type Runtime interface {
 	PrepareArtifact(ctx context.Context, command capability.PrepareArtifactCommand) error
 	// LaunchWorkload starts the container and returns once it is created. The
 	// agent observes its lifecycle separately, so a launch that returns does
-	// not claim the workload succeeded.
+	// not claim the workload succeeded. The agent calls it last, after
+	// PrepareImage and PrepareArtifact for the launch (its prestart steps,
+	// launch.go), so it should find both held; one that finds either gone
+	// (evicted, removed by hand) prepares it again rather than fail.
 	LaunchWorkload(ctx context.Context, command capability.LaunchWorkloadCommand) error
 	StopWorkload(ctx context.Context, command capability.StopWorkloadCommand) error
 	// Observe reports every workload this runtime currently knows about,

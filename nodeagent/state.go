@@ -22,26 +22,6 @@ import (
 	"github.com/mercator/mercator/node"
 )
 
-// Bucket and key names in the state file. Changing them is a migration.
-var (
-	bucketMeta      = []byte("meta")
-	bucketApplied   = []byte("applied")
-	bucketSpool     = []byte("spool")
-	bucketWorkloads = []byte("workloads")
-	bucketStops     = []byte("stops")
-	// bucketAcked holds when each applied operation's result was
-	// acknowledged (8 bytes, Unix nanoseconds), beside the applied entry
-	// rather than in it, so that acknowledging is not a rewrite of the
-	// entry. Entries written before it existed carry AckedAt instead.
-	bucketAcked = []byte("acked")
-
-	keyIncarnation = []byte("incarnation")
-	keyEventCeil   = []byte("event_ceiling")
-	keyFencing     = []byte("fencing_token")
-	keySession     = []byte("session")
-	keyNodeID      = []byte("node_id")
-)
-
 // eventIDBlock is how many event IDs one durable write reserves. NextEventID
 // is on the path of every observation, and an fsync per ID would cost more
 // than the observation itself; reserving a block keeps IDs monotonic across a
@@ -67,15 +47,17 @@ const AppliedRetention = time.Hour
 // It also holds the session credential, so a restarted agent resumes rather
 // than re-enrolling, and the spool of events it owes the control plane.
 //
-// State is one bbolt file. Every write is one transaction, fsynced before the
-// method returns. All methods are safe for concurrent use.
+// State is one bbolt file, laid out as state_schema.go draws it, with its
+// schema version in the file: OpenState migrates an older file and refuses
+// a newer one. Every write is one transaction, fsynced before the method
+// returns. All methods are safe for concurrent use.
 //
-// Where this differs from the seed's State: MarkApplied takes the result
+// Where this differs from the node-agent design's State: MarkApplied takes the result
 // event and spools it in the same transaction as the applied mark, so there
 // is no moment at which an operation is remembered as done but its result is
 // not owed to the control plane; Acknowledge removes delivered events by ID
-// instead of ClearSpool's all-or-nothing, because new events are spooled
-// while a batch is in flight.
+// instead of the design's ClearSpool, all-or-nothing, because new events are
+// spooled while a batch is in flight.
 type State struct {
 	db  *bolt.DB
 	now func() time.Time
@@ -173,10 +155,8 @@ func OpenState(dir string, options ...StateOption) (*State, error) {
 
 func (s *State) load() error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketApplied, bucketSpool, bucketWorkloads, bucketStops, bucketAcked} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
+		if err := migrate(tx); err != nil {
+			return err
 		}
 		meta := tx.Bucket(bucketMeta)
 		if v := meta.Get(keyIncarnation); v != nil {
@@ -693,24 +673,6 @@ func (s *State) AppliedCount() int {
 	return n
 }
 
-// ClearSpool drops every spooled event. It is for an operator discarding a
-// node's backlog on purpose; the agent itself only ever uses Acknowledge.
-func (s *State) ClearSpool() error {
-	if err := s.update(func(tx *bolt.Tx) error {
-		if err := tx.DeleteBucket(bucketSpool); err != nil {
-			return err
-		}
-		_, err := tx.CreateBucket(bucketSpool)
-		return err
-	}); err != nil {
-		return err
-	}
-	s.ackMu.Lock()
-	clear(s.owed)
-	s.ackMu.Unlock()
-	return nil
-}
-
 // WorkloadChanged reports whether this observation says something the
 // control plane has not already been told.
 func (s *State) WorkloadChanged(o capability.WorkloadObservation) bool {
@@ -758,24 +720,6 @@ func (s *State) RecordWorkload(o capability.WorkloadObservation) error {
 		return err
 	}
 	s.told[o.WorkloadKey] = o
-	return nil
-}
-
-// ForgetWorkload drops what was told about a workload that no longer exists
-// on the daemon and whose end was reported.
-func (s *State) ForgetWorkload(key capability.WorkloadKey) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.update(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(bucketStops).Delete(workloadKeyBytes(key)); err != nil {
-			return err
-		}
-		return tx.Bucket(bucketWorkloads).Delete(workloadKeyBytes(key))
-	}); err != nil {
-		return err
-	}
-	delete(s.told, key)
-	delete(s.stops, string(workloadKeyBytes(key)))
 	return nil
 }
 

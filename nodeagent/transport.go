@@ -20,7 +20,7 @@ import (
 
 // Transport is the agent's outbound connection to the control plane.
 //
-// Where this differs from the seed: results are not a call of their own.
+// Where this differs from the node-agent design: results are not a call of their own.
 // They travel in the event spool (node.EventResult), so a result owed during
 // a partition is kept on disk and delivered in order with the observations
 // around it; SendEvents answers which events the control plane now holds;

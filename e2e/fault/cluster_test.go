@@ -25,6 +25,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/internal/faultproxy"
 	"github.com/mercator/mercator/internal/registrytest"
 	"github.com/mercator/mercator/internal/testimage"
@@ -487,7 +488,7 @@ func (c *cluster) containers(nodes []string) []daemonContainer {
 	defer cancel()
 	var out []daemonContainer
 	for _, n := range nodes {
-		list, err := c.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", nodeagent.LabelNode+"="+n))})
+		list, err := c.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", dockerengine.LabelNode+"="+n))})
 		if err != nil {
 			c.t.Fatalf("docker ps: %v", err)
 		}
@@ -503,8 +504,8 @@ func (c *cluster) containers(nodes []string) []daemonContainer {
 				c.t.Fatalf("docker inspect %s: %v", l.ID, err)
 			}
 			ct := daemonContainer{id: info.ID, name: strings.TrimPrefix(info.Name, "/"), node: n,
-				run: info.Config.Labels[nodeagent.LabelRun]}
-			ct.attempt, _ = strconv.Atoi(info.Config.Labels[nodeagent.LabelAttempt])
+				run: info.Config.Labels[dockerengine.LabelRun]}
+			ct.attempt, _ = strconv.Atoi(info.Config.Labels[dockerengine.LabelAttempt])
 			if st := info.State; st != nil {
 				ct.status, ct.exit, ct.stateErr = st.Status, st.ExitCode, st.Error
 				ct.started, _ = time.Parse(time.RFC3339Nano, st.StartedAt)
@@ -542,7 +543,7 @@ func removeContainers(docker *dockerclient.Client, nodes []string) {
 	ctx, cancel := withTimeout(60 * time.Second)
 	defer cancel()
 	for _, n := range nodes {
-		list, err := docker.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", nodeagent.LabelNode+"="+n))})
+		list, err := docker.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", dockerengine.LabelNode+"="+n))})
 		if err != nil {
 			continue
 		}
@@ -567,12 +568,12 @@ func (c *cluster) followEvents(nodeID string) *daemonEvents {
 	d := &daemonEvents{seen: map[string]time.Time{}, cancel: cancel}
 	d.cond = sync.NewCond(&d.mu)
 	msgs, errs := c.docker.Events(ctx, events.ListOptions{Filters: filters.NewArgs(
-		filters.Arg("type", "container"), filters.Arg("label", nodeagent.LabelNode+"="+nodeID))})
+		filters.Arg("type", "container"), filters.Arg("label", dockerengine.LabelNode+"="+nodeID))})
 	go func() {
 		for {
 			select {
 			case m := <-msgs:
-				key := fmt.Sprintf("%s/%s/%s", m.Actor.Attributes[nodeagent.LabelRun], m.Actor.Attributes[nodeagent.LabelAttempt], m.Action)
+				key := fmt.Sprintf("%s/%s/%s", m.Actor.Attributes[dockerengine.LabelRun], m.Actor.Attributes[dockerengine.LabelAttempt], m.Action)
 				d.mu.Lock()
 				if _, ok := d.seen[key]; !ok {
 					d.seen[key] = time.Now()

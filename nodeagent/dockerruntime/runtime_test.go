@@ -1,4 +1,4 @@
-package nodeagent
+package dockerruntime
 
 import (
 	"context"
@@ -26,9 +26,11 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/registrytest"
 	"github.com/mercator/mercator/internal/testimage"
+	"github.com/mercator/mercator/nodeagent/runtimetest"
 )
 
 // The tests in this file that need Docker use the real daemon and fail,
@@ -52,22 +54,22 @@ func dockerClient(t *testing.T) *client.Client {
 	return cli
 }
 
-// newTestDocker returns a DockerRuntime on the local daemon with a node
+// newTestDocker returns a Runtime on the local daemon with a node
 // label no other test uses, so it sees only this test's containers, and
 // removes every container carrying that label when the test ends.
-func newTestDocker(t *testing.T, options ...RuntimeOption) (*DockerRuntime, string) {
+func newTestDocker(t *testing.T, options ...Option) (*Runtime, string) {
 	t.Helper()
 	cli := dockerClient(t)
-	nodeID := "test-" + strings.ReplaceAll(testRunID(t), "/", "-")
-	rt, err := NewDockerRuntime("", append([]RuntimeOption{WithNodeLabel(nodeID)}, options...)...)
+	nodeID := "test-" + strings.ReplaceAll(runtimetest.RunID(t), "/", "-")
+	rt, err := New("", append([]Option{WithNodeLabel(nodeID)}, options...)...)
 	if err != nil {
-		t.Fatalf("NewDockerRuntime: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() {
 		rt.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelNode+"="+nodeID))})
+		list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", dockerengine.LabelNode+"="+nodeID))})
 		if err != nil {
 			t.Errorf("cleanup: list containers: %v", err)
 			return
@@ -105,10 +107,10 @@ func publishImage(t *testing.T, dir string) string {
 }
 
 func TestDockerRuntimeConformance(t *testing.T) {
-	testRuntimeConformance(t, func(t *testing.T) runtimeHarness {
+	runtimetest.Run(t, func(t *testing.T) runtimetest.Harness {
 		image := publishImage(t, testimage.Workload)
 		rt, _ := newTestDocker(t)
-		return runtimeHarness{Runtime: rt, Image: image}
+		return runtimetest.Harness{Runtime: rt, Image: image}
 	})
 }
 
@@ -157,14 +159,14 @@ func TestDockerLaunchMissingExecutable(t *testing.T) {
 	t.Parallel()
 	image := publishImage(t, testimage.Hello)
 	rt, _ := newTestDocker(t)
-	key := capability.WorkloadKey{RunID: testRunID(t), Attempt: 1}
+	key := capability.WorkloadKey{RunID: runtimetest.RunID(t), Attempt: 1}
 	err := rt.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: image, Command: []string{"/nope"}})
 	want := fmt.Sprintf("start container %s: executable %q not found in image", ContainerName(key), "/nope")
 	if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, failure.ErrInvalid) {
 		t.Fatalf("LaunchWorkload of a missing program = %v, want an invalid error containing %q", err, want)
 	}
 	t.Logf("error as reported: %v", err)
-	o := waitForPhase(t, rt, key, capability.PhaseFailed)
+	o := runtimetest.WaitForPhase(t, rt, key, capability.PhaseFailed)
 	if o.Error == "" || o.ExitCode != nil {
 		t.Errorf("observation of a container that never started = %+v, want an Error and no exit code", o)
 	}
@@ -174,15 +176,15 @@ func TestDockerHelloExample(t *testing.T) {
 	t.Parallel()
 	image := publishImage(t, testimage.Hello)
 	rt, _ := newTestDocker(t)
-	key := capability.WorkloadKey{RunID: testRunID(t), Attempt: 1}
+	key := capability.WorkloadKey{RunID: runtimetest.RunID(t), Attempt: 1}
 	if err := rt.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: image, Command: []string{"/hello", "mercator"}}); err != nil {
 		t.Fatalf("LaunchWorkload: %v", err)
 	}
-	o := waitForPhase(t, rt, key, capability.PhaseExited)
+	o := runtimetest.WaitForPhase(t, rt, key, capability.PhaseExited)
 	if o.ExitCode == nil || *o.ExitCode != 0 {
 		t.Errorf("hello exited %v, want 0", derefInt(o.ExitCode))
 	}
-	if got := readLogs(t, rt, key, false); !strings.HasPrefix(got, "hello, mercator\nhostname: ") {
+	if got := runtimetest.ReadLogs(t, rt, key, false); !strings.HasPrefix(got, "hello, mercator\nhostname: ") {
 		t.Errorf("hello printed %q", got)
 	}
 }
@@ -191,16 +193,16 @@ func TestDockerLogs(t *testing.T) {
 	t.Parallel()
 	image := publishImage(t, testimage.Workload)
 	rt, _ := newTestDocker(t)
-	key := capability.WorkloadKey{RunID: testRunID(t), Attempt: 1}
+	key := capability.WorkloadKey{RunID: runtimetest.RunID(t), Attempt: 1}
 	if err := rt.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: image, Command: []string{"lines", "3"}}); err != nil {
 		t.Fatalf("LaunchWorkload: %v", err)
 	}
-	waitForPhase(t, rt, key, capability.PhaseExited)
+	runtimetest.WaitForPhase(t, rt, key, capability.PhaseExited)
 	// The daemon reads stdout and stderr through separate pipes, so the
 	// order between the two streams is the order it read them in, not the
 	// order the program wrote them; within each stream the order holds.
 	for _, follow := range []bool{false, true} {
-		got := readLogs(t, rt, key, follow)
+		got := runtimetest.ReadLogs(t, rt, key, follow)
 		stdout := strings.Replace(got, "stderr line\n", "", 1)
 		if stdout != "line 1\nline 2\nline 3\n" || len(got) != len(stdout)+len("stderr line\n") {
 			t.Errorf("Logs(follow=%v) = %q, want the three stdout lines in order and the stderr line, unframed", follow, got)
@@ -212,11 +214,11 @@ func TestDockerLogsFollowRunning(t *testing.T) {
 	t.Parallel()
 	image := publishImage(t, testimage.Workload)
 	rt, _ := newTestDocker(t)
-	key := capability.WorkloadKey{RunID: testRunID(t), Attempt: 1}
+	key := capability.WorkloadKey{RunID: runtimetest.RunID(t), Attempt: 1}
 	if err := rt.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: image, Command: []string{"sleep", "120"}}); err != nil {
 		t.Fatalf("LaunchWorkload: %v", err)
 	}
-	waitForPhase(t, rt, key, capability.PhaseRunning)
+	runtimetest.WaitForPhase(t, rt, key, capability.PhaseRunning)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rc, err := rt.Logs(ctx, key, true)
@@ -245,7 +247,7 @@ func TestDockerNodeLabelsSeparateRuntimes(t *testing.T) {
 	image := publishImage(t, testimage.Workload)
 	a, nodeA := newTestDocker(t)
 	b, _ := newTestDocker(t)
-	runID := testRunID(t)
+	runID := runtimetest.RunID(t)
 	keyA := capability.WorkloadKey{RunID: runID + "-a", Attempt: 1}
 	keyB := capability.WorkloadKey{RunID: runID + "-b", Attempt: 1}
 	if err := a.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: keyA, Image: image, Command: []string{"echo", "a"}}); err != nil {
@@ -254,9 +256,9 @@ func TestDockerNodeLabelsSeparateRuntimes(t *testing.T) {
 	if err := b.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: keyB, Image: image, Command: []string{"echo", "b"}}); err != nil {
 		t.Fatalf("launch on b: %v", err)
 	}
-	waitForPhase(t, a, keyA, capability.PhaseExited)
-	waitForPhase(t, b, keyB, capability.PhaseExited)
-	for rt, want := range map[*DockerRuntime]capability.WorkloadKey{a: keyA, b: keyB} {
+	runtimetest.WaitForPhase(t, a, keyA, capability.PhaseExited)
+	runtimetest.WaitForPhase(t, b, keyB, capability.PhaseExited)
+	for rt, want := range map[*Runtime]capability.WorkloadKey{a: keyA, b: keyB} {
 		observations, err := rt.Observe(context.Background())
 		if err != nil {
 			t.Fatalf("Observe: %v", err)
@@ -285,7 +287,7 @@ func TestDockerLaunchAsksForTheResources(t *testing.T) {
 	image := publishImage(t, testimage.Workload)
 	rt, nodeID := newTestDocker(t)
 	cli := dockerClient(t)
-	key := capability.WorkloadKey{RunID: testRunID(t), Attempt: 4}
+	key := capability.WorkloadKey{RunID: runtimetest.RunID(t), Attempt: 4}
 	launch := capability.LaunchWorkloadCommand{
 		WorkloadKey: key, Image: image, Command: []string{"echo", "hi"},
 		Env: map[string]string{"B": "2", "A": "1"}, CPU: 0.5, MemoryBytes: 64 << 20, Timeout: 90 * time.Second,
@@ -298,8 +300,8 @@ func TestDockerLaunchAsksForTheResources(t *testing.T) {
 		t.Fatalf("inspect: %v", err)
 	}
 	wantLabels := map[string]string{
-		LabelRun: key.RunID, LabelAttempt: "4", LabelNode: nodeID,
-		LabelTimeout: fmt.Sprint(int64(90 * time.Second)), LabelImage: image,
+		dockerengine.LabelRun: key.RunID, dockerengine.LabelAttempt: "4", dockerengine.LabelNode: nodeID,
+		dockerengine.LabelTimeout: fmt.Sprint(int64(90 * time.Second)), dockerengine.LabelImage: image,
 	}
 	for k, v := range wantLabels {
 		if info.Config.Labels[k] != v {
@@ -378,7 +380,7 @@ type fakeDocker struct {
 	calls []string
 }
 
-var _ dockerAPI = (*fakeDocker)(nil)
+var _ dockerengine.API = (*fakeDocker)(nil)
 
 func (f *fakeDocker) record(call string) {
 	f.mu.Lock()
@@ -490,6 +492,20 @@ func (f *fakeDocker) ServerVersion(context.Context) (types.Version, error) {
 
 func (f *fakeDocker) Close() error { return nil }
 
+// The function engine's calls: the runtime never makes them.
+func (f *fakeDocker) ContainerAttach(context.Context, string, container.AttachOptions) (types.HijackedResponse, error) {
+	return types.HijackedResponse{}, unexpected("ContainerAttach")
+}
+func (f *fakeDocker) ContainerPause(context.Context, string) error {
+	return unexpected("ContainerPause")
+}
+func (f *fakeDocker) ContainerUnpause(context.Context, string) error {
+	return unexpected("ContainerUnpause")
+}
+func (f *fakeDocker) ContainerRemove(context.Context, string, container.RemoveOptions) error {
+	return unexpected("ContainerRemove")
+}
+
 // Events never delivers: the fake's tests drive Observe directly.
 func (f *fakeDocker) Events(ctx context.Context, _ events.ListOptions) (<-chan events.Message, <-chan error) {
 	return nil, nil
@@ -508,9 +524,9 @@ const fakeImage = "registry.test/team/job@sha256:0123456789abcdef0123456789abcde
 
 // fakeContainer is an inspected container with Mercator's labels.
 func fakeContainer(id string, key capability.WorkloadKey, nodeID, status string) container.InspectResponse {
-	labels := map[string]string{LabelRun: key.RunID, LabelAttempt: fmt.Sprint(key.Attempt), LabelImage: fakeImage, LabelTimeout: "0"}
+	labels := map[string]string{dockerengine.LabelRun: key.RunID, dockerengine.LabelAttempt: fmt.Sprint(key.Attempt), dockerengine.LabelImage: fakeImage, dockerengine.LabelTimeout: "0"}
 	if nodeID != "" {
-		labels[LabelNode] = nodeID
+		labels[dockerengine.LabelNode] = nodeID
 	}
 	return container.InspectResponse{
 		ContainerJSONBase: &container.ContainerJSONBase{
@@ -587,7 +603,7 @@ func TestDockerPullStreamErrorIsSurfaced(t *testing.T) {
 				`{"errorDetail":{"message":"manifest for ` + ref + ` not found: manifest unknown: manifest unknown"},"error":"manifest for ` + ref + ` not found: manifest unknown: manifest unknown"}` + "\n")), nil
 		},
 	}
-	rt := newDockerRuntime(fake)
+	rt := newRuntime(fake)
 	err := rt.PrepareImage(context.Background(), capability.PrepareImageCommand{Image: fakeImage, RegistryAuth: secret})
 	if err == nil {
 		t.Fatal("PrepareImage succeeded although the pull stream reported an error")
@@ -607,7 +623,7 @@ func TestDockerPullRefusedByDaemon(t *testing.T) {
 			return nil, fmt.Errorf("Error response from daemon: Get \"https://registry.test/v2/\": unauthorized: authentication required: %w", cerrdefs.ErrUnauthenticated)
 		},
 	}
-	err := newDockerRuntime(fake).PrepareImage(context.Background(), capability.PrepareImageCommand{Image: fakeImage})
+	err := newRuntime(fake).PrepareImage(context.Background(), capability.PrepareImageCommand{Image: fakeImage})
 	if !errors.Is(err, failure.ErrUnauthorized) || !strings.Contains(err.Error(), fakeImage) {
 		t.Errorf("PrepareImage = %v (kind %s), want an unauthorized error naming the image", err, failure.Code(err))
 	}
@@ -615,7 +631,7 @@ func TestDockerPullRefusedByDaemon(t *testing.T) {
 
 func TestDockerPrepareImageAlreadyPresent(t *testing.T) {
 	fake := &fakeDocker{imageInspect: func(string) (image.InspectResponse, error) { return image.InspectResponse{ID: "sha256:abc"}, nil }}
-	if err := newDockerRuntime(fake).PrepareImage(context.Background(), capability.PrepareImageCommand{Image: fakeImage}); err != nil {
+	if err := newRuntime(fake).PrepareImage(context.Background(), capability.PrepareImageCommand{Image: fakeImage}); err != nil {
 		t.Fatalf("PrepareImage of a held image: %v", err)
 	}
 	if n := fake.count("ImagePull"); n != 0 {
@@ -641,7 +657,7 @@ func TestDockerConcurrentPullsCoalesce(t *testing.T) {
 			return io.NopCloser(strings.NewReader(`{"status":"Downloaded newer image"}`)), nil
 		},
 	}
-	rt := newDockerRuntime(fake)
+	rt := newRuntime(fake)
 	const callers = 5
 	errs := make(chan error, callers)
 	go func() {
@@ -679,7 +695,7 @@ func TestDockerAbandonedPullIsCancelled(t *testing.T) {
 			return nil, ctx.Err()
 		},
 	}
-	rt := newDockerRuntime(fake)
+	rt := newRuntime(fake)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	err := rt.PrepareImage(ctx, capability.PrepareImageCommand{Image: fakeImage})
@@ -724,7 +740,7 @@ func TestDockerLaunchAdoptsOnNameConflict(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fake := launchFake(tc.existing)
-			err := newDockerRuntime(fake, WithNodeLabel("n1")).LaunchWorkload(context.Background(), launch)
+			err := newRuntime(fake, WithNodeLabel("n1")).LaunchWorkload(context.Background(), launch)
 			if tc.wantKind == nil && err != nil || tc.wantKind != nil && !errors.Is(err, tc.wantKind) {
 				t.Fatalf("LaunchWorkload = %v, want kind %v", err, tc.wantKind)
 			}
@@ -748,7 +764,7 @@ func TestDockerLaunchStartFailureSaysWhat(t *testing.T) {
 		},
 		containerStart: func(string) error { return errors.New(daemonSays) },
 	}
-	err := newDockerRuntime(fake).LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Command: []string{"/nope"}})
+	err := newRuntime(fake).LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Command: []string{"/nope"}})
 	want := `start container mercator-r1-1: executable "/nope" not found in image`
 	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), daemonSays) || !errors.Is(err, failure.ErrInvalid) {
 		t.Errorf("LaunchWorkload = %v, want an invalid error starting %q and keeping the daemon's words", err, want)
@@ -757,7 +773,7 @@ func TestDockerLaunchStartFailureSaysWhat(t *testing.T) {
 
 func TestDockerLaunchRefusesUnpinnedImage(t *testing.T) {
 	fake := &fakeDocker{}
-	err := newDockerRuntime(fake).LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{
+	err := newRuntime(fake).LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{
 		WorkloadKey: capability.WorkloadKey{RunID: "r1", Attempt: 1}, Image: "registry.test/team/job:latest"})
 	if !errors.Is(err, failure.ErrInvalid) {
 		t.Errorf("LaunchWorkload by tag = %v, want failure.ErrInvalid", err)
@@ -791,7 +807,7 @@ func TestDockerObserveFailsOnUnreadableMoment(t *testing.T) {
 	badKey := capability.WorkloadKey{RunID: "r2", Attempt: 1}
 	bad := fakeContainer("c2", badKey, "", container.StateRunning)
 	bad.State.StartedAt = "yesterday at noon"
-	observations, err := newDockerRuntime(observeFake(good, bad)).Observe(context.Background())
+	observations, err := newRuntime(observeFake(good, bad)).Observe(context.Background())
 	if err == nil {
 		t.Fatalf("Observe = %+v, want an error: a start moment the daemon stated could not be read", observations)
 	}
@@ -813,7 +829,7 @@ func TestDockerObserveSkipsVanishedContainer(t *testing.T) {
 		}
 		return inspect(ctx, id)
 	}
-	observations, err := newDockerRuntime(fake).Observe(context.Background())
+	observations, err := newRuntime(fake).Observe(context.Background())
 	if err != nil {
 		t.Fatalf("Observe: %v", err)
 	}
@@ -842,13 +858,13 @@ func TestDockerObservePhases(t *testing.T) {
 	dead := fakeContainer("c-dead", key("dead"), "", container.StateDead)
 	oom := fakeContainer("c-oom", key("oom"), "", container.StateExited)
 	oom.State.ExitCode, oom.State.OOMKilled, oom.State.FinishedAt = 137, true, "2026-01-02T03:05:00Z"
-	oom.Config.Labels[LabelTimeout] = "5000000000"
+	oom.Config.Labels[dockerengine.LabelTimeout] = "5000000000"
 	quick := fakeContainer("c-quick", key("quick"), "", container.StateExited)
 	quick.State.StartedAt, quick.State.FinishedAt = "2026-01-02T03:04:05.373989192Z", "2026-01-02T03:04:05.373677346Z"
 	foreign := fakeContainer("c-foreign", key("foreign"), "", container.StateRunning)
-	foreign.Config.Labels[LabelAttempt] = "first"
+	foreign.Config.Labels[dockerengine.LabelAttempt] = "first"
 
-	observations, err := newDockerRuntime(observeFake(created, failedStart, paused, dead, oom, quick, foreign)).Observe(context.Background())
+	observations, err := newRuntime(observeFake(created, failedStart, paused, dead, oom, quick, foreign)).Observe(context.Background())
 	if err != nil {
 		t.Fatalf("Observe: %v", err)
 	}
@@ -885,20 +901,20 @@ func TestDockerObserveFailsWhenInspectFails(t *testing.T) {
 	fake.containerInspect = func(context.Context, string) (container.InspectResponse, error) {
 		return container.InspectResponse{}, errors.New("Error response from daemon: i/o timeout")
 	}
-	if observations, err := newDockerRuntime(fake).Observe(context.Background()); err == nil {
+	if observations, err := newRuntime(fake).Observe(context.Background()); err == nil {
 		t.Errorf("Observe = %+v, want an error rather than an exit with no code", observations)
 	}
 }
 
 func TestDockerObserveFiltersByNode(t *testing.T) {
-	for nodeID, want := range map[string]string{"n1": LabelNode + "=n1", "": LabelRun} {
+	for nodeID, want := range map[string]string{"n1": dockerengine.LabelNode + "=n1", "": dockerengine.LabelRun} {
 		fake := &fakeDocker{containerList: func(options container.ListOptions) ([]container.Summary, error) {
 			if got := options.Filters.Get("label"); !slices.Equal(got, []string{want}) || !options.All {
 				t.Errorf("node %q lists with labels %v (all=%v), want [%s] and exited containers too", nodeID, got, options.All, want)
 			}
 			return nil, nil
 		}}
-		if _, err := newDockerRuntime(fake, WithNodeLabel(nodeID)).Observe(context.Background()); err != nil {
+		if _, err := newRuntime(fake, WithNodeLabel(nodeID)).Observe(context.Background()); err != nil {
 			t.Errorf("Observe: %v", err)
 		}
 	}
@@ -909,14 +925,14 @@ func TestDockerStopIsIdempotentAndLabelBound(t *testing.T) {
 	missing := &fakeDocker{containerInspect: func(context.Context, string) (container.InspectResponse, error) {
 		return container.InspectResponse{}, daemonNotFound("container")
 	}}
-	if err := newDockerRuntime(missing).StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key}); err != nil {
+	if err := newRuntime(missing).StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key}); err != nil {
 		t.Errorf("StopWorkload of a missing container = %v, want nil", err)
 	}
 
 	foreign := fakeContainer("c1", key, "", container.StateRunning)
-	delete(foreign.Config.Labels, LabelRun)
+	delete(foreign.Config.Labels, dockerengine.LabelRun)
 	fake := &fakeDocker{containerInspect: func(context.Context, string) (container.InspectResponse, error) { return foreign, nil }}
-	if err := newDockerRuntime(fake).StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key}); !errors.Is(err, failure.ErrConflict) {
+	if err := newRuntime(fake).StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key}); !errors.Is(err, failure.ErrConflict) {
 		t.Errorf("StopWorkload of an unlabelled container = %v, want failure.ErrConflict", err)
 	}
 	if fake.count("ContainerStop")+fake.count("ContainerKill") != 0 {
@@ -938,7 +954,7 @@ func TestDockerStopIsIdempotentAndLabelBound(t *testing.T) {
 			return nil
 		},
 	}
-	if err := newDockerRuntime(stubborn).StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key, GracePeriod: 2500 * time.Millisecond}); err != nil {
+	if err := newRuntime(stubborn).StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key, GracePeriod: 2500 * time.Millisecond}); err != nil {
 		t.Errorf("StopWorkload = %v, want the kill to finish the job", err)
 	}
 	if timeout != 3 {
@@ -960,7 +976,7 @@ func TestDockerFactsReportWhatCannotBeMeasured(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(reports, "meminfo"), []byte("MemTotal:       16384 kB\nMemFree: 1 kB\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rt := newDockerRuntime(fake, WithKernelReports(reports))
+	rt := newRuntime(fake, WithKernelReports(reports))
 	rt.cgroupRoot = t.TempDir()
 	facts, err := rt.Facts(context.Background())
 	if err != nil {
@@ -985,7 +1001,7 @@ func TestDockerFactsImagesAreDigests(t *testing.T) {
 			}, nil
 		},
 	}
-	facts, err := newDockerRuntime(fake).Facts(context.Background())
+	facts, err := newRuntime(fake).Facts(context.Background())
 	if err != nil {
 		t.Fatalf("Facts: %v", err)
 	}
@@ -1012,7 +1028,7 @@ func TestDockerLogsDemultiplexes(t *testing.T) {
 			return io.NopCloser(strings.NewReader(frame(1, "out 1\n") + frame(2, "err 1\n") + frame(1, "out 2\n"))), nil
 		},
 	}
-	got := readLogs(t, newDockerRuntime(fake), key, true)
+	got := runtimetest.ReadLogs(t, newRuntime(fake), key, true)
 	if got != "out 1\nerr 1\nout 2\n" {
 		t.Errorf("Logs = %q", got)
 	}
@@ -1023,7 +1039,7 @@ func TestDockerLogsDemultiplexes(t *testing.T) {
 			return io.NopCloser(io.MultiReader(strings.NewReader(frame(1, "out 1\n")), &failingReader{io.ErrUnexpectedEOF})), nil
 		},
 	}
-	rc, err := newDockerRuntime(broken).Logs(context.Background(), key, true)
+	rc, err := newRuntime(broken).Logs(context.Background(), key, true)
 	if err != nil {
 		t.Fatalf("Logs: %v", err)
 	}
@@ -1053,14 +1069,38 @@ func TestDockerLogsFollowNotStarted(t *testing.T) {
 			return io.NopCloser(strings.NewReader("")), nil
 		},
 	}
-	rt := newDockerRuntime(fake)
+	rt := newRuntime(fake)
 	if _, err := rt.Logs(context.Background(), key, true); !errors.Is(err, failure.ErrUnavailable) {
 		t.Errorf("following a container not yet started = %v, want an unavailable error", err)
 	}
 	if asked != 0 {
 		t.Errorf("the daemon was asked for the logs %d times; a follow of a created container must not reach it", asked)
 	}
-	if got := readLogs(t, rt, key, false); got != "" || asked != 1 {
+	if got := runtimetest.ReadLogs(t, rt, key, false); got != "" || asked != 1 {
 		t.Errorf("Logs(follow=false) of a created container = %q after %d daemon calls, want its (empty) record read once", got, asked)
 	}
+}
+
+// TestObserveIgnoresFunctionContainers: function containers share the
+// node label with Runs' but are not workloads; Observe never reports them
+// (they carry dockerengine.LabelFn and no dockerengine.LabelRun), so the control plane never
+// sees an attempt that is not one.
+func TestObserveIgnoresFunctionContainers(t *testing.T) {
+	run := fakeContainer("run-c", capability.WorkloadKey{RunID: "r1", Attempt: 1}, "n1", container.StateRunning)
+	fn := fakeContainer("fn-c", capability.WorkloadKey{}, "n1", container.StateRunning)
+	fn.Config.Labels = map[string]string{dockerengine.LabelFn: "fn-1", dockerengine.LabelApp: "app-1", dockerengine.LabelNode: "n1", dockerengine.LabelPool: "p"}
+	obs, err := newRuntime(observeFake(run, fn), WithNodeLabel("n1")).Observe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(obs) != 1 || obs[0].RunID != "r1" {
+		t.Fatalf("observations = %+v, want the run's alone", obs)
+	}
+}
+
+func derefInt(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

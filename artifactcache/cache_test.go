@@ -1,4 +1,4 @@
-package nodeagent
+package artifactcache
 
 import (
 	"archive/tar"
@@ -68,13 +68,13 @@ func (cs *contentServer) add(name string, blob []byte, format string) capability
 		URL: cs.URL + "/" + name + "?sig=secret-signature", ExpiresAt: time.Now().Add(time.Hour)}
 }
 
-func newTestStore(t *testing.T, opts ArtifactOptions, inUse map[string]bool) (*artifactStore, string) {
+func newTestStore(t *testing.T, opts Options, inUse map[string]bool) (*Cache, string) {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "artifacts")
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &artifactStore{opts: opts, inUse: func(context.Context) (map[string]bool, error) { return inUse, nil }}
+	s := &Cache{opts: opts, inUse: func(context.Context) (map[string]bool, error) { return inUse, nil }}
 	if err := s.init(root); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestPrepareFetchesVerifiesAndPublishes(t *testing.T) {
 	cs := newContentServer(t)
 	blob := bytes.Repeat([]byte("0123456789abcdef"), 200_000) // 3.2 MB: several pieces
 	cmd := cs.add("data", blob, "file")
-	s, root := newTestStore(t, ArtifactOptions{MinLinkSample: -1}, nil)
+	s, root := newTestStore(t, Options{MinLinkSample: -1}, nil)
 	if err := s.prepare(context.Background(), cmd); err != nil {
 		t.Fatalf("prepare: %v", err)
 	}
@@ -113,12 +113,12 @@ func TestPrepareFetchesVerifiesAndPublishes(t *testing.T) {
 	if len(facts.Artifacts) != 1 || facts.Artifacts[0].SHA256 != cmd.SHA256 || strings.Join(facts.Artifacts[0].Refs, ",") != "alias@v1,data@v1" {
 		t.Errorf("inventory = %+v", facts.Artifacts)
 	}
-	if facts.Link == nil || facts.Link.Source != ArtifactCopySource || facts.Link.Confidence != MeasuredLinkConfidence ||
+	if facts.Link == nil || facts.Link.Source != CopySource || facts.Link.Confidence != MeasuredLinkConfidence ||
 		facts.Link.Bytes != int64(len(blob)) || facts.Link.BytesPerSecond <= 0 {
 		t.Errorf("link reading = %+v", facts.Link)
 	}
 	// A restarted agent finds the copy and forgets the reading.
-	s2 := &artifactStore{inUse: s.inUse}
+	s2 := &Cache{inUse: s.inUse}
 	if err := s2.init(root); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestPrepareFetchesVerifiesAndPublishes(t *testing.T) {
 func TestPrepareRefusesWithoutAMintedRead(t *testing.T) {
 	cs := newContentServer(t)
 	cmd := cs.add("data", []byte("content"), "file")
-	s, _ := newTestStore(t, ArtifactOptions{}, nil)
+	s, _ := newTestStore(t, Options{}, nil)
 	none := cmd
 	none.URL = ""
 	err := s.prepare(context.Background(), none)
@@ -163,7 +163,7 @@ func TestPrepareRetriesCorruptContent(t *testing.T) {
 		}
 		return false
 	}
-	s, root := newTestStore(t, ArtifactOptions{}, nil)
+	s, root := newTestStore(t, Options{}, nil)
 	if err := s.prepare(context.Background(), cmd); err != nil {
 		t.Fatalf("prepare after one corrupt transfer: %v", err)
 	}
@@ -219,7 +219,7 @@ func TestPrepareRefusalIsNotRetried(t *testing.T) {
 		w.Write([]byte(`{"error":{"code":"unauthorized","message":"this content read expired"}}`))
 		return true
 	}
-	s, _ := newTestStore(t, ArtifactOptions{}, nil)
+	s, _ := newTestStore(t, Options{}, nil)
 	err := s.prepare(context.Background(), cmd)
 	if !errors.Is(err, failure.ErrUnauthorized) || !strings.Contains(err.Error(), "this content read expired") || cs.requests.Load() != 1 {
 		t.Fatalf("refused read: %v after %d requests; want ErrUnauthorized with the server's words, once", err, cs.requests.Load())
@@ -234,7 +234,7 @@ func TestConcurrentPreparesShareOneCopy(t *testing.T) {
 		<-release
 		return false
 	}
-	s, _ := newTestStore(t, ArtifactOptions{}, nil)
+	s, _ := newTestStore(t, Options{}, nil)
 	var wg sync.WaitGroup
 	errs := make(chan error, 5)
 	for i := range 5 {
@@ -271,7 +271,7 @@ func TestBudgetEvictsLeastRecentlyUsedNotInUse(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { return now }
 	inUse := map[string]bool{}
-	s, root := newTestStore(t, ArtifactOptions{Budget: 2500, Now: clock}, inUse)
+	s, root := newTestStore(t, Options{Budget: 2500, Now: clock}, inUse)
 	prep := func(cmd capability.PrepareArtifactCommand) error {
 		now = now.Add(time.Minute)
 		return s.prepare(context.Background(), cmd)
@@ -375,7 +375,7 @@ func TestTarVersions(t *testing.T) {
 		&tar.Header{Name: "sub/a.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 5},
 		&tar.Header{Name: "b.bin", Typeflag: tar.TypeReg, Mode: 0o755, Size: 70000},
 	), "tar")
-	s, root := newTestStore(t, ArtifactOptions{}, nil)
+	s, root := newTestStore(t, Options{}, nil)
 	if err := s.prepare(context.Background(), good); err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +406,7 @@ func TestTarVersions(t *testing.T) {
 
 func TestLinkFloorIsTheSlowestValidReading(t *testing.T) {
 	now := time.Now()
-	s, _ := newTestStore(t, ArtifactOptions{Now: func() time.Time { return now }}, nil)
+	s, _ := newTestStore(t, Options{Now: func() time.Time { return now }}, nil)
 	big := capability.PrepareArtifactCommand{Size: 100 << 20}
 	s.record(big, time.Second) // 100 MiB/s, at t0
 	now = now.Add(10 * time.Minute)

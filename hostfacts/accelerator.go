@@ -1,6 +1,6 @@
-package nodeagent
+package hostfacts
 
-// This file is how a node learns which accelerators it can offer: what the
+// Accelerators: how a node learns which accelerators it can offer: what the
 // vendor tool says is installed, whether the kernel module that drives it is
 // loaded, and whether the container runtime can hand a device to a container
 // at all. All three must hold before a GPU is published, because a fact the
@@ -95,12 +95,20 @@ type acceleratorProbe struct {
 	hookDirs []string
 }
 
-// readAccelerators is Facts' accelerator reading: the GPUs this machine can
-// hand to a container, and a Note for each reason it reports fewer than the
-// vendor tool might. See acceleratorProbe.read.
-func (docker *DockerRuntime) readAccelerators(ctx context.Context, procRoot string) ([]capability.Accelerator, []string, error) {
-	return acceleratorProbe{tool: docker.acceleratorTool, kernelReports: procRoot}.read(ctx)
+// Accelerators reads the GPUs this machine can hand to a container, and a
+// Note for each reason it reports fewer than the vendor tool might (see
+// acceleratorProbe.read). tool is the vendor tool as configured (a path, a
+// name on PATH, or "" for DefaultAcceleratorTool); kernelReports is the
+// root of the kernel's reports ("" is /proc). The error is ctx ending and
+// nothing else.
+func Accelerators(ctx context.Context, tool, kernelReports string) ([]capability.Accelerator, []string, error) {
+	return acceleratorProbe{tool: tool, kernelReports: kernelReports}.read(ctx)
 }
+
+// ContainerHook is where the NVIDIA container hook is found, where dockerd
+// would find it (the agent's PATH, then the standard directories), or ""
+// when it is nowhere: then no container here can be given a GPU.
+func ContainerHook() string { return acceleratorProbe{}.findHook() }
 
 // read asks the kernel, the vendor tool and the filesystem, in that order,
 // and reports GPUs only when all three agree that a container launched here

@@ -1,16 +1,12 @@
-package nodeagent
+package hostfacts
 
 import (
 	"context"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/docker/docker/api/types"
-	"github.com/docker/docker/api/types/image"
 
 	"github.com/mercator/mercator/capability"
 )
@@ -290,35 +286,5 @@ func TestEveryHealthyFixtureParses(t *testing.T) {
 	}
 	if total != 14 {
 		t.Errorf("%d GPUs across the fixtures, want 14", total)
-	}
-}
-
-// TestFactsCarryAccelerators goes through DockerRuntime.Facts with the
-// options an operator sets. Whether this machine has the container hook is
-// not the test's to decide, so it checks the answer that matches what is
-// installed here: the H100s when the hook is found, else a note saying it
-// is missing.
-func TestFactsCarryAccelerators(t *testing.T) {
-	t.Parallel()
-	fixtures := gpuFixtures(t)
-	fake := &fakeDocker{
-		serverVersion: func() (types.Version, error) { return types.Version{Version: "20.10.24", APIVersion: "1.41"}, nil },
-		imageList:     func() ([]image.Summary, error) { return nil, nil },
-	}
-	rt := newDockerRuntime(fake,
-		WithAcceleratorTool(filepath.Join(fixtures, "h100-80gb-hbm3-x8", "nvidia-smi")),
-		WithKernelReports(filepath.Join(fixtures, "h100-80gb-hbm3-x8", "proc")))
-	rt.cgroupRoot = t.TempDir()
-	facts, err := rt.Facts(context.Background())
-	if err != nil {
-		t.Fatalf("Facts: %v", err)
-	}
-	accelNotes := slices.DeleteFunc(slices.Clone(facts.Notes), func(n string) bool { return !strings.HasPrefix(n, "accelerators:") })
-	if (acceleratorProbe{}).findHook() != "" {
-		if len(facts.Accelerators) != 8 || len(accelNotes) != 0 || facts.Accelerators[7].CUDAVersion != "12.4" {
-			t.Fatalf("facts = %+v, want the 8 H100s and no accelerator notes", facts)
-		}
-	} else if len(facts.Accelerators) != 0 || len(accelNotes) != 1 || !strings.Contains(accelNotes[0], NVIDIAContainerHook) {
-		t.Fatalf("facts = %+v, want no GPUs and a note naming the missing hook", facts)
 	}
 }

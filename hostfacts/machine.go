@@ -1,22 +1,15 @@
-// Package machine reads what this machine can give to workloads: its
-// memory from the kernel and the CPU and memory limits of the cgroups this
-// process runs in (v1 and v2). The node agent's facts and the functions
-// engine's resource tracker both size themselves from it, so a process
-// started inside a container reports the container's limits, not the
-// host's.
-//
-// Every function takes the roots it reads (normally /proc and
-// /sys/fs/cgroup) so tests can stand in any machine.
-package machine
+package hostfacts
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // MemTotal reads MemTotal from a meminfo file, in bytes.
@@ -164,4 +157,54 @@ func readLimit(path string) int64 {
 		return 0
 	}
 	return n
+}
+
+// Capacity is what this machine can give workloads: CPUs (fractional under
+// a CPU quota) and memory in bytes.
+type Capacity struct {
+	CPUs        float64
+	MemoryBytes int64
+}
+
+// MeasureCapacity measures this machine's capacity: numCPU capped by a
+// cgroup CPU quota, and MemTotal from procRoot/meminfo capped by the
+// tightest cgroup memory limit on this process's cgroup path (a parent's
+// limit binds its children). A machine's containers can have no more than
+// the agent's own cgroup allows, which is why the limit and not the host's
+// total is the honest figure when the agent itself runs in a container.
+// CPUs are always measured; memory that cannot be read is 0, with the error.
+func MeasureCapacity(procRoot, cgroupRoot string, numCPU int) (Capacity, error) {
+	limits := CgroupLimits(procRoot, cgroupRoot)
+	c := Capacity{CPUs: float64(numCPU)}
+	if limits.CPUs > 0 && limits.CPUs < c.CPUs {
+		c.CPUs = limits.CPUs
+	}
+	total, err := MemTotal(filepath.Join(procRoot, "meminfo"))
+	if err != nil {
+		return c, err
+	}
+	c.MemoryBytes = total
+	if limits.MemoryBytes > 0 && limits.MemoryBytes < total {
+		c.MemoryBytes = limits.MemoryBytes
+	}
+	return c, nil
+}
+
+// DiskFree is the space an unprivileged writer can use on the filesystem
+// holding path, or, while path does not exist yet, its nearest existing
+// ancestor: a directory created on first use (the artifact root) lands on
+// that filesystem, so it is the answer until then.
+func DiskFree(path string) (int64, error) {
+	for {
+		var st syscall.Statfs_t
+		err := syscall.Statfs(path, &st)
+		if err == nil {
+			return int64(st.Bavail) * int64(st.Bsize), nil
+		}
+		parent := filepath.Dir(path)
+		if !errors.Is(err, syscall.ENOENT) || parent == path {
+			return 0, err
+		}
+		path = parent
+	}
 }

@@ -1,4 +1,4 @@
-package nodeagent
+package dockerruntime
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
+
+	"github.com/mercator/mercator/dockerengine"
 )
 
 // Changes implements ChangeSource from the daemon's event stream, filtered
@@ -13,7 +15,7 @@ import (
 // Observe reports. When the stream breaks (the daemon restarted) it is
 // reopened after a second, and a signal is sent on reopening, because events
 // during the gap were missed.
-func (docker *DockerRuntime) Changes(ctx context.Context) <-chan struct{} {
+func (docker *Runtime) Changes(ctx context.Context) <-chan struct{} {
 	out := make(chan struct{}, 1)
 	signal := func() {
 		select {
@@ -24,11 +26,11 @@ func (docker *DockerRuntime) Changes(ctx context.Context) <-chan struct{} {
 	go func() {
 		defer close(out)
 		for ctx.Err() == nil {
-			// LabelRun always, so function containers pausing and
+			// dockerengine.LabelRun always, so function containers pausing and
 			// unpausing never wake Observe.
-			f := filters.NewArgs(filters.Arg("type", "container"), filters.Arg("label", LabelRun))
+			f := filters.NewArgs(filters.Arg("type", "container"), filters.Arg("label", dockerengine.LabelRun))
 			if docker.nodeID != "" {
-				f.Add("label", LabelNode+"="+docker.nodeID)
+				f.Add("label", dockerengine.LabelNode+"="+docker.nodeID)
 			}
 			for _, action := range []string{"create", "start", "die", "oom", "destroy", "pause", "unpause"} {
 				f.Add("event", action)

@@ -1,0 +1,184 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/mercator/mercator/artifactcache"
+	"github.com/mercator/mercator/dockerengine"
+	"github.com/mercator/mercator/fnagent"
+	"github.com/mercator/mercator/nodeagent"
+	"github.com/mercator/mercator/nodeagent/dockerruntime"
+)
+
+// AgentOptions is what `mercator agent` is started with.
+type AgentOptions struct {
+	ControlPlaneURL string
+	NodeID          string
+	// StateDir holds the agent's state file (credential, applied
+	// operations, spool).
+	StateDir string
+	// Invitation is the single-use token; needed only for the first
+	// enrollment (or after a credential was lost).
+	Invitation string
+	// DockerHost is the daemon to drive ("" = DOCKER_HOST or the local socket).
+	DockerHost string
+	// ArtifactRoot is where Artifact copies are kept (default
+	// STATE_DIR/artifacts), and ArtifactBudget the most bytes they may
+	// take there (0: the disk's free space is the only bound).
+	ArtifactRoot    string
+	ArtifactBudget  int64
+	AcceleratorTool string
+	KernelReports   string
+	Heartbeat       time.Duration
+	Logger          *slog.Logger
+	// Functions configures the hot-container engine (package fnagent).
+	Functions nodeagent.FunctionsOptions
+}
+
+// RunAgent wires one Docker client, the Docker runtime over it, the state
+// file, the HTTP transport and the function engine into a node agent and
+// runs it until ctx ends or the agent cannot continue. It returns once the
+// function engine has removed its containers.
+func RunAgent(ctx context.Context, o AgentOptions) error {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	switch {
+	case o.ControlPlaneURL == "":
+		return fmt.Errorf("--control-plane URL is required")
+	case o.NodeID == "":
+		return fmt.Errorf("--node-id is required")
+	case o.StateDir == "":
+		return fmt.Errorf("--state DIR is required")
+	}
+	rt, err := agentRuntime(o)
+	if err != nil {
+		return fmt.Errorf("docker runtime: %w", err)
+	}
+	defer rt.Close()
+	if err := rt.WaitReady(ctx, func(err error) {
+		o.Logger.Warn("waiting for the Docker daemon", "err", err)
+	}); err != nil {
+		return err
+	}
+	state, err := nodeagent.OpenState(o.StateDir)
+	if err != nil {
+		return err
+	}
+	defer state.Close()
+	aopts := []nodeagent.Option{nodeagent.WithLogger(o.Logger)}
+	if o.Heartbeat > 0 {
+		aopts = append(aopts, nodeagent.WithHeartbeat(o.Heartbeat))
+	}
+	fnOpts, stopFunctions, err := startFunctions(ctx, o, rt)
+	if err != nil {
+		return err
+	}
+	defer stopFunctions()
+	aopts = append(aopts, fnOpts...)
+	agent := nodeagent.New(nodeagent.Identity{ControlPlaneURL: o.ControlPlaneURL, NodeID: o.NodeID, EnrollmentToken: o.Invitation, AgentVersion: nodeagent.Version},
+		rt, nodeagent.NewHTTPTransport(o.ControlPlaneURL, nil), state, aopts...)
+	return agent.Run(ctx)
+}
+
+// agentRuntime is the Docker runtime the options describe, labelling its
+// containers with the node's ID.
+func agentRuntime(o AgentOptions) (*dockerruntime.Runtime, error) {
+	ropts := []dockerruntime.Option{dockerruntime.WithNodeLabel(o.NodeID)}
+	if o.ArtifactRoot == "" {
+		o.ArtifactRoot = filepath.Join(o.StateDir, "artifacts")
+	}
+	ropts = append(ropts, dockerruntime.WithArtifactRoot(o.ArtifactRoot),
+		dockerruntime.WithArtifactOptions(artifactcache.Options{Budget: o.ArtifactBudget, Logger: o.Logger.With("component", "artifacts")}))
+	if o.AcceleratorTool != "" {
+		ropts = append(ropts, dockerruntime.WithAcceleratorTool(o.AcceleratorTool))
+	}
+	if o.KernelReports != "" {
+		ropts = append(ropts, dockerruntime.WithKernelReports(o.KernelReports))
+	}
+	cli, err := dockerengine.NewClient(o.DockerHost)
+	if err != nil {
+		return nil, err
+	}
+	return dockerruntime.NewWithClient(cli, ropts...), nil
+}
+
+// startFunctions builds the function engine over the runtime's Docker client
+// and the agent option that serves invokes with it, removing function
+// containers a previous agent of this node left behind. stop closes the
+// engine (removing its containers).
+func startFunctions(ctx context.Context, o AgentOptions, rt *dockerruntime.Runtime) (opts []nodeagent.Option, stop func(), err error) {
+	fo := o.Functions
+	if fo.Disabled {
+		return nil, func() {}, nil
+	}
+	share, err := functionShare(ctx, fo, rt)
+	if err != nil {
+		return nil, nil, fmt.Errorf("functions: %w", err)
+	}
+	if fo.SocketRoot == "" {
+		fo.SocketRoot = filepath.Join(o.StateDir, "fn-sockets")
+	}
+	engine, err := fnagent.New(fnagent.Config{
+		Docker:     rt.API(),
+		NodeID:     o.NodeID,
+		SocketRoot: fo.SocketRoot,
+		Network:    fo.Network,
+		Tracker:    fnagent.NewResourceTracker(fnagent.Capacity{MemoryBytes: share.MemoryBytes, MilliCPUs: share.MilliCPUs, GPUs: share.GPUs}),
+		Logger:     o.Logger.With("component", "functions"),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("functions: %w", err)
+	}
+	if n, err := engine.RemoveOrphans(ctx); err != nil {
+		o.Logger.Warn("remove function containers a previous agent left", "err", err)
+	} else if n > 0 {
+		o.Logger.Info("removed function containers a previous agent left", "count", n)
+	}
+	o.Logger.Info("functions share", "memory_bytes", share.MemoryBytes, "milli_cpus", share.MilliCPUs, "gpus", share.GPUs)
+	stop = func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := engine.Close(closeCtx); err != nil {
+			o.Logger.Warn("close the functions engine", "err", err)
+		}
+	}
+	return []nodeagent.Option{nodeagent.WithFunctions(engine, share)}, stop, nil
+}
+
+// functionShare is what the options set aside for functions: a quarter of
+// the machine's memory and CPU unless stated, and the last fo.GPUs of the
+// accelerators the runtime reports.
+func functionShare(ctx context.Context, fo nodeagent.FunctionsOptions, rt nodeagent.Runtime) (nodeagent.FunctionShare, error) {
+	detected, err := fnagent.DetectCapacity(0)
+	if err != nil {
+		return nodeagent.FunctionShare{}, err
+	}
+	share := nodeagent.FunctionShare{MemoryBytes: fo.MemoryBytes, MilliCPUs: fo.MilliCPUs}
+	if share.MemoryBytes <= 0 {
+		share.MemoryBytes = detected.MemoryBytes / 4
+	}
+	if share.MilliCPUs <= 0 {
+		share.MilliCPUs = detected.MilliCPUs / 4
+	}
+	if fo.GPUs <= 0 {
+		return share, nil
+	}
+	factsCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	facts, err := rt.Facts(factsCtx)
+	cancel()
+	if err != nil {
+		return nodeagent.FunctionShare{}, fmt.Errorf("read the accelerators to set %d aside: %w", fo.GPUs, err)
+	}
+	if len(facts.Accelerators) < fo.GPUs {
+		return nodeagent.FunctionShare{}, fmt.Errorf("%d GPUs asked for, this machine has %d", fo.GPUs, len(facts.Accelerators))
+	}
+	for _, g := range facts.Accelerators[len(facts.Accelerators)-fo.GPUs:] {
+		share.GPUs = append(share.GPUs, g.UUID)
+	}
+	return share, nil
+}

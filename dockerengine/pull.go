@@ -1,0 +1,160 @@
+package dockerengine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"sync"
+
+	"github.com/docker/docker/api/types/image"
+)
+
+// Pulls shares one pull among the callers that want the same reference at
+// the same time, so a burst of launches of one image makes one pull. The
+// zero value is ready to use; it is safe for concurrent use.
+type Pulls struct {
+	// Keep, when true, lets a pull run to its end even after every caller
+	// waiting on it left: the function engine's choice, because the next
+	// call wants the image too and its pull bounds itself. When false (the
+	// node agent's), the pull is cancelled once the last waiting caller
+	// gives up, and a caller arriving after that starts afresh.
+	Keep bool
+	// Background, when set, counts each pull's goroutine, so the owner can
+	// wait for pulls under way when it closes.
+	Background *sync.WaitGroup
+
+	mu    sync.Mutex
+	calls map[string]*pullCall
+}
+
+// pullCall is one pull in flight.
+type pullCall struct {
+	done    chan struct{}
+	err     error // written before done is closed
+	waiters int   // guarded by Pulls.mu
+	cancel  context.CancelFunc
+}
+
+// Do returns the outcome of pull(ctx, ref), run once for all the callers
+// asking for ref while it runs. The pull runs under a context detached from
+// any one caller's (carrying its values, not its end), made with the
+// credential of the caller that started it. A caller whose ctx ends first
+// gets ctx.Err() itself, unwrapped, so it can tell leaving from a failed
+// pull; pull should wrap its own errors.
+func (p *Pulls) Do(ctx context.Context, ref string, pull func(ctx context.Context) error) error {
+	p.mu.Lock()
+	if p.calls == nil {
+		p.calls = map[string]*pullCall{}
+	}
+	call := p.calls[ref]
+	if call == nil {
+		pullCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		call = &pullCall{done: make(chan struct{}), cancel: cancel}
+		p.calls[ref] = call
+		if p.Background != nil {
+			p.Background.Add(1)
+		}
+		go func() {
+			if p.Background != nil {
+				defer p.Background.Done()
+			}
+			err := pull(pullCtx)
+			cancel()
+			p.mu.Lock()
+			if p.calls[ref] == call {
+				delete(p.calls, ref)
+			}
+			p.mu.Unlock()
+			call.err = err
+			close(call.done)
+		}()
+	}
+	call.waiters++
+	p.mu.Unlock()
+
+	select {
+	case <-call.done:
+		return call.err
+	case <-ctx.Done():
+		p.mu.Lock()
+		call.waiters--
+		if call.waiters == 0 && !p.Keep {
+			call.cancel()
+			if p.calls[ref] == call {
+				// A caller arriving now starts afresh rather than joining
+				// a pull that is being abandoned.
+				delete(p.calls, ref)
+			}
+		}
+		p.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// RefusedError is a pull the daemon or the registry refused. Message is
+// what it said; Cause is the request's error when the daemon refused the
+// request itself, nil when the refusal came inside the progress stream
+// (where a registry's "manifest unknown" or "unauthorized" arrives).
+type RefusedError struct {
+	Message string
+	Cause   error
+}
+
+func (e *RefusedError) Error() string { return e.Message }
+func (e *RefusedError) Unwrap() error { return e.Cause }
+
+// StreamError is a progress stream that broke off before the daemon said
+// how the pull ended.
+type StreamError struct{ Err error }
+
+func (e *StreamError) Error() string { return "reading the daemon's progress: " + e.Err.Error() }
+func (e *StreamError) Unwrap() error { return e.Err }
+
+// Pull asks the daemon to pull ref with the registry credential auth (the
+// Engine API's X-Registry-Auth, "" for none) and reads its progress stream
+// to the end. The daemon answers a pull with 200 before it has talked to the
+// registry, so a registry's refusal arrives as an error message inside the
+// stream, and a caller that only checked the HTTP status would believe the
+// image was pulled.
+//
+// A refusal is a *RefusedError, a broken stream a *StreamError, and ctx
+// ending ctx.Err(). Success is the daemon's word only; callers that must
+// know the image is held inspect it afterwards.
+func Pull(ctx context.Context, api API, ref, auth string) error {
+	stream, err := api.ImagePull(ctx, ref, image.PullOptions{RegistryAuth: auth})
+	if err != nil {
+		return &RefusedError{Message: err.Error(), Cause: err}
+	}
+	defer stream.Close()
+	decoder := json.NewDecoder(stream)
+	for {
+		var message pullProgress
+		if err := decoder.Decode(&message); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return &StreamError{Err: err}
+		}
+		if message.Error != nil && message.Error.Message != "" {
+			return &RefusedError{Message: message.Error.Message}
+		}
+		if message.ErrorMessage != "" {
+			return &RefusedError{Message: message.ErrorMessage}
+		}
+	}
+}
+
+// pullProgress is the part of one message of the daemon's pull stream that
+// is read (the Engine API's JSONMessage): the error fields. It is declared
+// here rather than imported from the client's jsonmessage package, which
+// would bring a terminal library in for two strings.
+type pullProgress struct {
+	Error *struct {
+		Message string `json:"message"`
+	} `json:"errorDetail,omitempty"`
+	ErrorMessage string `json:"error,omitempty"`
+}

@@ -1,0 +1,316 @@
+package fnagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+)
+
+// One hot container's life: launched for a pool, paused when idle,
+// resumed for a call, destroyed when it exits, breaks or is no longer
+// wanted.
+
+// hotContainer is one running function container.
+type hotContainer struct {
+	id, name    string
+	pool        *pool
+	sockDir     string
+	transport   *http.Transport
+	reservation *Reservation
+	logs        *logSink
+	// exited is closed when the attach stream ends: the process is gone.
+	exited   chan struct{}
+	attached bool
+	attach   types.HijackedResponse
+	served   atomic.Int64
+
+	opMu   sync.Mutex // serializes pause and unpause
+	paused bool       // guarded by opMu
+
+	timerMu sync.Mutex
+	timers  []*time.Timer
+
+	stateMu sync.Mutex
+	state   ContainerState
+	gone    bool
+
+	destroyOnce sync.Once
+}
+
+// launch pulls the image if need be, creates and starts a container, and
+// waits for its socket. On failure the container is removed and the error
+// says which step failed (KindImagePull…, KindInitFailed, KindInitTimeout,
+// KindOutOfMemory).
+func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
+	fn := p.fn
+	e.mu.Lock()
+	auth := p.auth
+	e.mu.Unlock()
+	ctx := e.ctx
+	if err := e.ensureImage(ctx, fn.Image, auth); err != nil {
+		return nil, err
+	}
+	suffix := randomHex(8)
+	c := &hotContainer{
+		pool:        p,
+		name:        containerName(fn.ID, suffix),
+		sockDir:     filepath.Join(e.cfg.SocketRoot, suffix),
+		reservation: res,
+		logs:        newLogSink(e.logs),
+		exited:      make(chan struct{}),
+	}
+	e.register(c)
+	fail := func(err *CallError) (*hotContainer, error) {
+		e.destroy(c, err.Message)
+		return nil, err
+	}
+	if err := os.Mkdir(c.sockDir, 0o700); err != nil {
+		return fail(callErr(KindInitFailed, err, "socket directory: %v", err))
+	}
+	// Whatever user the function runs as must be able to create its socket.
+	if err := os.Chmod(c.sockDir, 0o777); err != nil {
+		return fail(callErr(KindInitFailed, err, "socket directory: %v", err))
+	}
+	config, hostConfig := containerConfig(fn, p.key, e.cfg.NodeID, e.cfg.Network, c.sockDir, res.GPUs())
+	created, err := e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
+	if err != nil {
+		return fail(callErr(KindInitFailed, err, "create container %s: %v", c.name, err))
+	}
+	c.id = created.ID
+	// Attached before the start, so no output is lost; the stream ends when
+	// the process does, which is how the engine learns of an exit.
+	attach, err := e.api.ContainerAttach(ctx, c.id, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return fail(callErr(KindInitFailed, err, "attach to container %s: %v", c.name, err))
+	}
+	c.attach, c.attached = attach, true
+	go func() {
+		_, _ = stdcopy.StdCopy(c.logs.writer(0), c.logs.writer(1), attach.Reader)
+		close(c.exited)
+	}()
+	go func() {
+		<-c.exited
+		if p.q.removeIdle(c, 0) {
+			e.destroyAsync(c, "exited while idle")
+		}
+	}()
+	if err := e.api.ContainerStart(ctx, c.id, container.StartOptions{}); err != nil {
+		return fail(callErr(KindInitFailed, err, "start container %s: %v", c.name, err))
+	}
+	initCtx, cancel := context.WithTimeout(ctx, fn.InitTimeout)
+	err = waitForSocket(initCtx, c.sockDir, c.exited)
+	cancel()
+	switch {
+	case err == nil:
+	case errors.Is(err, errExited):
+		return fail(e.exitError(c, "before it opened its socket"))
+	case ctx.Err() != nil:
+		return fail(callErr(KindBusy, err, "the engine is closing"))
+	default:
+		return fail(callErr(KindInitTimeout, err, "container %s did not accept a connection on %s within %v; its output ends: %q",
+			c.name, socketName, fn.InitTimeout, c.logs.Tail()))
+	}
+	c.transport = newTransport(c.sockDir)
+	e.log.Debug("function container ready", "container", c.name, "fn", fn.ID)
+	return c, nil
+}
+
+// exitError explains a container that exited: killed for memory, or exited
+// with a code, with the end of its output.
+func (e *Engine) exitError(c *hotContainer, when string) *CallError {
+	info, err := e.inspectExited(c)
+	if err != nil {
+		return callErr(KindInitFailed, err, "container %s exited %s (inspect: %v); its output ends: %q", c.name, when, err, c.logs.Tail())
+	}
+	if info.State.OOMKilled {
+		return callErr(KindOutOfMemory, nil, "container %s exceeded its %d MB memory limit and was killed %s", c.name, c.pool.fn.MemoryMB, when)
+	}
+	kind := KindInitFailed
+	if c.served.Load() > 0 {
+		kind = KindFunctionFailed
+	}
+	return callErr(kind, nil, "container %s exited with code %d %s; its output ends: %q", c.name, info.State.ExitCode, when, c.logs.Tail())
+}
+
+// inspectExited inspects a container expected to have exited, giving the
+// daemon a moment to record the exit and, after an OOM kill, the flag that
+// says so: it can arrive after the exit, by as much as a few hundred
+// milliseconds on a loaded machine, so an exit by SIGKILL (137) without it
+// is asked about for up to a second before it is taken as a plain kill.
+func (e *Engine) inspectExited(c *hotContainer) (container.InspectResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var info container.InspectResponse
+	var err error
+	const tries = 20 // 50 ms apart
+	for i := 0; i < tries; i++ {
+		info, err = e.api.ContainerInspect(ctx, c.id)
+		if err != nil {
+			return info, err
+		}
+		if info.State == nil {
+			return info, errors.New("the daemon states no container state")
+		}
+		if !info.State.Running && (info.State.OOMKilled || info.State.ExitCode != 137 || i == tries-1) {
+			return info, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return info, nil
+}
+
+func (e *Engine) register(c *hotContainer) {
+	e.mu.Lock()
+	e.containers[c] = struct{}{}
+	c.pool.live++
+	e.mu.Unlock()
+	e.setState(c, ContainerStarting)
+}
+
+func (e *Engine) setState(c *hotContainer, s ContainerState) {
+	c.stateMu.Lock()
+	from := c.state
+	if c.gone || from == s || from == ContainerRemoving && s != ContainerNone {
+		c.stateMu.Unlock()
+		return
+	}
+	c.state = s
+	c.gone = s == ContainerNone
+	c.stateMu.Unlock()
+	if e.metrics != nil {
+		e.metrics.ContainerStateChanged(from, s)
+	}
+}
+
+// becameIdle arms the idle container's pause and removal timers. A call
+// may have taken it again already (put hands it over under the queue's
+// lock); holding opMu and checking the idle period keeps that call's
+// resume and this from undoing each other.
+func (e *Engine) becameIdle(c *hotContainer, seq uint64) {
+	c.opMu.Lock()
+	defer func() {
+		c.opMu.Unlock()
+		e.signal()
+	}()
+	if !c.pool.q.isIdle(c, seq) {
+		return
+	}
+	e.setState(c, ContainerIdle)
+	idle := c.pool.fn.IdleTimeout
+	timers := []*time.Timer{time.AfterFunc(idle, func() {
+		if c.pool.q.removeIdle(c, seq) {
+			e.destroyAsync(c, "idle timeout")
+		}
+	})}
+	if e.cfg.PauseAfter > 0 && e.cfg.PauseAfter < idle {
+		timers = append(timers, time.AfterFunc(e.cfg.PauseAfter, func() { e.pauseIdle(c, seq) }))
+	}
+	c.setTimers(timers)
+}
+
+func (c *hotContainer) setTimers(timers []*time.Timer) {
+	c.timerMu.Lock()
+	defer c.timerMu.Unlock()
+	for _, t := range c.timers {
+		t.Stop()
+	}
+	c.timers = timers
+}
+
+// pauseIdle freezes c if it is still idle in the period seq. Holding opMu
+// while pausing means a call that takes c meanwhile unpauses it after.
+func (e *Engine) pauseIdle(c *hotContainer, seq uint64) {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	if c.paused || !c.pool.q.isIdle(c, seq) {
+		return
+	}
+	// See newTransport: no connection is kept across a pause.
+	c.transport.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	if err := e.api.ContainerPause(ctx, c.id); err != nil {
+		e.log.Warn("pause idle function container", "container", c.name, "err", err)
+		return
+	}
+	c.paused = true
+	e.setState(c, ContainerPaused)
+}
+
+// resume readies a container taken from the pool for a call: its timers
+// stop, it is unpaused if paused, and one that exited is refused.
+func (e *Engine) resume(ctx context.Context, c *hotContainer) error {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	c.setTimers(nil)
+	select {
+	case <-c.exited:
+		return errExited
+	default:
+	}
+	if c.paused {
+		if err := e.api.ContainerUnpause(ctx, c.id); err != nil {
+			return fmt.Errorf("unpause: %w", err)
+		}
+		c.paused = false
+	}
+	e.setState(c, ContainerBusy)
+	return nil
+}
+
+// destroyAsync removes c in the background, or now if the engine is
+// closing.
+func (e *Engine) destroyAsync(c *hotContainer, reason string) {
+	if !e.goBackground(func() { e.destroy(c, reason) }) {
+		e.destroy(c, reason)
+	}
+}
+
+// destroy removes c's container, socket directory and reservation, once.
+func (e *Engine) destroy(c *hotContainer, reason string) {
+	c.destroyOnce.Do(func() {
+		e.setState(c, ContainerRemoving)
+		c.setTimers(nil)
+		e.log.Debug("removing function container", "container", c.name, "reason", reason)
+		if c.id != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := e.api.ContainerRemove(ctx, c.id, container.RemoveOptions{Force: true})
+			cancel()
+			if err != nil && !cerrdefs.IsNotFound(err) {
+				e.log.Warn("remove function container", "container", c.name, "err", err)
+			}
+		}
+		if c.attached {
+			c.attach.Close()
+			select {
+			case <-c.exited:
+			case <-time.After(5 * time.Second):
+			}
+		}
+		if c.transport != nil {
+			c.transport.CloseIdleConnections()
+		}
+		if err := os.RemoveAll(c.sockDir); err != nil {
+			e.log.Warn("remove socket directory", "dir", c.sockDir, "err", err)
+		}
+		c.reservation.Release()
+		e.mu.Lock()
+		delete(e.containers, c)
+		c.pool.live--
+		e.dropPoolLocked(c.pool)
+		e.mu.Unlock()
+		e.setState(c, ContainerNone)
+		e.signal()
+	})
+}

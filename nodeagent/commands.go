@@ -1,0 +1,164 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/node"
+)
+
+// A command's path through the agent, all of it in this file but the
+// launch's steps (launch.go): the session loop hands it to dispatch; an
+// invoke goes to a function worker and a call-log request is answered
+// (functions.go, functions_logs.go), neither being an operation; every other
+// command is an operation, and handle applies it at most once, under its
+// workload's lock, retrying while the runtime is unavailable.
+
+// dispatch routes one command from the session. It never blocks the
+// session: operations run on their own goroutine.
+func (a *Agent) dispatch(ctx context.Context, cmd node.Command) {
+	switch cmd.Kind {
+	case node.KindInvoke:
+		a.invoke(ctx, cmd) // hands the call to a worker
+	case node.KindCallLog:
+		go a.answerCallLog(ctx, cmd)
+	default:
+		go a.handle(ctx, cmd)
+	}
+}
+
+// handle applies one operation at most once: a redelivered one is answered
+// with the very result event it had, one fenced below this node's token is
+// refused, and any other is applied (apply) and its result recorded as
+// applied and spooled in one transaction, before anything reports it.
+func (a *Agent) handle(ctx context.Context, cmd node.Command) {
+	unlock := a.lockKey(commandKey(cmd))
+	defer unlock()
+	if ev, ok := a.state.AppliedResult(cmd.OperationID); ok {
+		// Redelivered: answer with the very same event.
+		if err := a.state.Spool(ev); err != nil {
+			a.logger.Error("re-spool result", "op", cmd.OperationID, "err", err)
+		}
+		a.wakeFlush()
+		return
+	}
+	result := node.Result{OperationID: cmd.OperationID, FencingToken: cmd.FencingToken, Kind: cmd.Kind}
+	if held := a.state.FencingToken(); cmd.FencingToken < held {
+		result.Outcome = node.OutcomeRefused
+		result.Error = fmt.Sprintf("command fenced at token %d, below this node's token %d: it was issued to an enrollment that has been superseded", cmd.FencingToken, held)
+	} else if err := a.applyRetrying(ctx, cmd, &result); err != nil {
+		if ctx.Err() != nil {
+			return // shutting down: the command will be redelivered
+		}
+		result.Outcome = node.OutcomeFailed
+		result.Error = err.Error()
+	} else {
+		result.Outcome = node.OutcomeOK
+	}
+	result.At = a.now().UTC()
+	id, err := a.state.NextEventID()
+	if err != nil {
+		a.logger.Error("mint event ID", "err", err)
+		return
+	}
+	if err := a.state.MarkApplied(cmd.OperationID, node.Event{ID: id, Kind: node.EventResult, At: result.At, Result: &result}); err != nil {
+		a.logger.Error("record applied operation", "op", cmd.OperationID, "err", err)
+		return
+	}
+	a.logger.Info("applied", "op", cmd.OperationID, "kind", cmd.Kind, "outcome", result.Outcome, "error", result.Error)
+	a.wakeObserve()
+	a.wakeFlush()
+}
+
+// unavailableRetry bounds how long an operation is retried while the
+// container runtime is unreachable (a daemon restart takes seconds). Past it,
+// the failure is reported: a machine whose daemon stays down cannot do the
+// work, and the run's retry policy decides what happens next.
+const unavailableRetry = time.Minute
+
+// applyRetrying applies a command, retrying while the failure is
+// failure.ErrUnavailable (the daemon restarting, a registry briefly
+// unreachable) rather than reporting a transient outage as the run's
+// failure. Operations are idempotent on the runtime side (a launch adopts the
+// container a previous try created), so retrying is safe.
+func (a *Agent) applyRetrying(ctx context.Context, cmd node.Command, result *node.Result) error {
+	deadline := a.now().Add(unavailableRetry)
+	backoff := 250 * time.Millisecond
+	for {
+		err := a.apply(ctx, cmd, result)
+		if err == nil || !errors.Is(err, failure.ErrUnavailable) || !a.now().Before(deadline) {
+			return err
+		}
+		a.logger.Warn("runtime unavailable; retrying operation", "op", cmd.OperationID, "kind", cmd.Kind, "err", err, "in", backoff)
+		if !sleep(ctx, backoff) {
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// apply performs one operation on the runtime. A launch runs its prestart
+// steps (launch.go); the others are one runtime call each.
+func (a *Agent) apply(ctx context.Context, cmd node.Command, result *node.Result) error {
+	switch cmd.Kind {
+	case node.KindPrepareImage:
+		if cmd.PrepareImage == nil {
+			return failure.Invalid("prepare_image", "command carries no payload")
+		}
+		return a.runtime.PrepareImage(ctx, *cmd.PrepareImage)
+	case node.KindPrepareArtifact:
+		if cmd.PrepareArtifact == nil {
+			return failure.Invalid("prepare_artifact", "command carries no payload")
+		}
+		return a.runtime.PrepareArtifact(ctx, *cmd.PrepareArtifact)
+	case node.KindLaunchWorkload:
+		l := cmd.LaunchWorkload
+		if l == nil {
+			return failure.Invalid("launch_workload", "command carries no payload")
+		}
+		result.Workload = &l.WorkloadKey
+		return a.launch(ctx, *l)
+	case node.KindStopWorkload:
+		s := cmd.StopWorkload
+		if s == nil {
+			return failure.Invalid("stop_workload", "command carries no payload")
+		}
+		result.Workload = &s.WorkloadKey
+		if s.Reason != "" {
+			if err := a.state.RecordStop(s.WorkloadKey, s.Reason); err != nil {
+				return err
+			}
+		}
+		return a.runtime.StopWorkload(ctx, *s)
+	}
+	return failure.Invalid("kind", "unknown command kind %q (this agent speaks capability version %d)", cmd.Kind, capability.Version)
+}
+
+// lockKey serializes operations on one workload (a launch and its stop) while
+// letting different workloads proceed in parallel.
+func (a *Agent) lockKey(key string) func() {
+	a.mu.Lock()
+	l, ok := a.keyLocks[key]
+	if !ok {
+		l = &sync.Mutex{}
+		a.keyLocks[key] = l
+	}
+	a.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+func commandKey(cmd node.Command) string {
+	switch {
+	case cmd.LaunchWorkload != nil:
+		return fmt.Sprintf("w/%s/%d", cmd.LaunchWorkload.RunID, cmd.LaunchWorkload.Attempt)
+	case cmd.StopWorkload != nil:
+		return fmt.Sprintf("w/%s/%d", cmd.StopWorkload.RunID, cmd.StopWorkload.Attempt)
+	}
+	return "op/" + cmd.OperationID
+}

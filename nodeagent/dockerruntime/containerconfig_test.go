@@ -1,0 +1,182 @@
+package dockerruntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/mount"
+
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/dockerengine"
+	"github.com/mercator/mercator/failure"
+)
+
+// heldAt is the artifact path function of a node keeping copies under /a.
+func heldAt(digest string) string { return "/a/sha256/" + digest + "/content" }
+
+func TestContainerConfig(t *testing.T) {
+	key := capability.WorkloadKey{RunID: "r1", Attempt: 2}
+	d1, d2 := strings.Repeat("1", 64), strings.Repeat("2", 64)
+	artifact := func(digest, at string) capability.ArtifactMount {
+		return capability.ArtifactMount{PrepareArtifactCommand: capability.PrepareArtifactCommand{Name: "data", Version: "v1", SHA256: digest}, MountPath: at}
+	}
+	baseLabels := func(extra ...string) map[string]string {
+		labels := map[string]string{dockerengine.LabelRun: "r1", dockerengine.LabelAttempt: "2", dockerengine.LabelTimeout: "0", dockerengine.LabelImage: fakeImage}
+		for i := 0; i < len(extra); i += 2 {
+			labels[extra[i]] = extra[i+1]
+		}
+		return labels
+	}
+	for _, tc := range []struct {
+		name   string
+		launch capability.LaunchWorkloadCommand
+		nodeID string
+		config container.Config
+		host   container.HostConfig
+	}{{
+		name:   "bare: the image, the command as arguments, no limits",
+		launch: capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Command: []string{"train", "--fast"}},
+		config: container.Config{Image: fakeImage, Cmd: []string{"train", "--fast"}, Labels: baseLabels()},
+	}, {
+		name:   "node label, timeout in nanoseconds, environment sorted",
+		nodeID: "n1",
+		launch: capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Timeout: 90 * time.Second,
+			Env: map[string]string{"B": "2", "A": "1", "EMPTY": ""}},
+		config: container.Config{Image: fakeImage, Env: []string{"A=1", "B=2", "EMPTY="},
+			Labels: baseLabels(dockerengine.LabelNode, "n1", dockerengine.LabelTimeout, fmt.Sprint(int64(90*time.Second)))},
+	}, {
+		name:   "a negative timeout is none",
+		launch: capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Timeout: -time.Second},
+		config: container.Config{Image: fakeImage, Labels: baseLabels()},
+	}, {
+		name:   "CPU as a quota, memory as a hard limit with swap",
+		launch: capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, CPU: 1.5, MemoryBytes: 64 << 20},
+		config: container.Config{Image: fakeImage, Labels: baseLabels()},
+		host:   container.HostConfig{Resources: container.Resources{NanoCPUs: 15e8, Memory: 64 << 20, MemorySwap: 64 << 20}},
+	}, {
+		name:   "GPUs by UUID to the NVIDIA runtime",
+		launch: capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, GPUs: []string{"GPU-b", "GPU-a"}},
+		config: container.Config{Image: fakeImage, Labels: baseLabels()},
+		host: container.HostConfig{Resources: container.Resources{DeviceRequests: []container.DeviceRequest{{
+			Driver: "nvidia", DeviceIDs: []string{"GPU-b", "GPU-a"}, Capabilities: [][]string{{"gpu"}}}}}},
+	}, {
+		name: "Artifacts mounted read-only, each digest named once",
+		launch: capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage,
+			Artifacts: []capability.ArtifactMount{artifact(d2, "/data"), artifact(d1, "/weights"), artifact(d2, "/data2")}},
+		config: container.Config{Image: fakeImage, Labels: baseLabels(dockerengine.LabelArtifacts, d2+","+d1)},
+		host: container.HostConfig{Mounts: []mount.Mount{
+			{Type: mount.TypeBind, Source: heldAt(d2), Target: "/data", ReadOnly: true},
+			{Type: mount.TypeBind, Source: heldAt(d1), Target: "/weights", ReadOnly: true},
+			{Type: mount.TypeBind, Source: heldAt(d2), Target: "/data2", ReadOnly: true},
+		}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			config, host, err := containerConfig(tc.launch, tc.nodeID, heldAt)
+			if err != nil {
+				t.Fatalf("containerConfig: %v", err)
+			}
+			if !reflect.DeepEqual(*config, tc.config) {
+				t.Errorf("config =\n%+v\nwant\n%+v", *config, tc.config)
+			}
+			if !reflect.DeepEqual(*host, tc.host) {
+				t.Errorf("host config =\n%+v\nwant\n%+v", *host, tc.host)
+			}
+		})
+	}
+}
+
+func TestContainerConfigRefuses(t *testing.T) {
+	key := capability.WorkloadKey{RunID: "r1", Attempt: 1}
+	digest := strings.Repeat("a", 64)
+	mountAt := func(paths ...string) []capability.ArtifactMount {
+		var m []capability.ArtifactMount
+		for _, p := range paths {
+			m = append(m, capability.ArtifactMount{PrepareArtifactCommand: capability.PrepareArtifactCommand{Name: "data", Version: "v1", SHA256: digest}, MountPath: p})
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name   string
+		launch capability.LaunchWorkloadCommand
+		field  string
+	}{
+		{"no run ID", capability.LaunchWorkloadCommand{Image: fakeImage}, "run_id"},
+		{"negative attempt", capability.LaunchWorkloadCommand{WorkloadKey: capability.WorkloadKey{RunID: "r1", Attempt: -1}, Image: fakeImage}, "attempt"},
+		{"negative CPU", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, CPU: -1}, "cpu"},
+		{"CPU not a number", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, CPU: math.NaN()}, "cpu"},
+		{"infinite CPU", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, CPU: math.Inf(1)}, "cpu"},
+		{"negative memory", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, MemoryBytes: -1}, "memory_bytes"},
+		{"image by tag", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: "registry.test/team/job:latest"}, "image"},
+		{"env name with =", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Env: map[string]string{"A=B": "1"}}, "env"},
+		{"empty env name", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Env: map[string]string{"": "1"}}, "env"},
+		{"relative mount path", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Artifacts: mountAt("data")}, "artifacts"},
+		{"mount at /", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Artifacts: mountAt("/")}, "artifacts"},
+		{"unclean mount path", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Artifacts: mountAt("/data/../etc")}, "artifacts"},
+		{"two mounts at one path", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Artifacts: mountAt("/data", "/data")}, "artifacts"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := containerConfig(tc.launch, "n1", heldAt)
+			var invalid *failure.Error
+			if !errors.Is(err, failure.ErrInvalid) || !errors.As(err, &invalid) || invalid.Field != tc.field {
+				t.Errorf("containerConfig = %v, want failure.ErrInvalid on field %q", err, tc.field)
+			}
+		})
+	}
+}
+
+// TestLaunchOfAHeldImageAsksNothingOfIt: the agent's image step prepared
+// the image, so the launch goes straight to the create; only a create that
+// finds the image missing pulls it, once, and creates again.
+func TestLaunchOfAHeldImageAsksNothingOfIt(t *testing.T) {
+	key := capability.WorkloadKey{RunID: "r1", Attempt: 1}
+	launch := capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Command: []string{"train"}}
+	held := &fakeDocker{
+		containerCreate: func(*container.Config, *container.HostConfig, string) (container.CreateResponse, error) {
+			return container.CreateResponse{ID: "c1"}, nil
+		},
+		containerStart: func(string) error { return nil },
+	}
+	if err := newRuntime(held).LaunchWorkload(context.Background(), launch); err != nil {
+		t.Fatalf("LaunchWorkload of a held image: %v", err)
+	}
+	if n := held.count("Image"); n != 0 {
+		t.Errorf("the launch of a held image made %d image calls (%v), want none", n, held.calls)
+	}
+
+	var pulled atomic.Bool
+	missing := &fakeDocker{
+		imageInspect: func(string) (image.InspectResponse, error) {
+			if pulled.Load() {
+				return image.InspectResponse{ID: "sha256:abc"}, nil
+			}
+			return image.InspectResponse{}, daemonNotFound("image")
+		},
+		imagePull: func(context.Context, string, image.PullOptions) (io.ReadCloser, error) {
+			pulled.Store(true)
+			return io.NopCloser(strings.NewReader(`{"status":"Downloaded newer image"}`)), nil
+		},
+		containerCreate: func(*container.Config, *container.HostConfig, string) (container.CreateResponse, error) {
+			if !pulled.Load() {
+				return container.CreateResponse{}, daemonNotFound("image: " + fakeImage)
+			}
+			return container.CreateResponse{ID: "c1"}, nil
+		},
+		containerStart: func(string) error { return nil },
+	}
+	if err := newRuntime(missing).LaunchWorkload(context.Background(), launch); err != nil {
+		t.Fatalf("LaunchWorkload of a missing image: %v", err)
+	}
+	if p, c := missing.count("ImagePull"), missing.count("ContainerCreate"); p != 1 || c != 2 {
+		t.Errorf("a launch of a missing image made %d pulls and %d creates, want 1 and 2", p, c)
+	}
+}

@@ -1,0 +1,27 @@
+package nodeagent
+
+import (
+	"context"
+
+	"github.com/mercator/mercator/capability"
+)
+
+// artifactsStep makes the runtime hold every Artifact the launch mounts,
+// each distinct version once, in the order the launch names them, so a copy
+// that cannot be made fails the launch before any container exists. A
+// launch without Artifacts asks nothing.
+type artifactsStep struct{}
+
+func (artifactsStep) run(ctx context.Context, rt Runtime, l capability.LaunchWorkloadCommand) error {
+	seen := map[string]bool{}
+	for _, a := range l.Artifacts {
+		if seen[a.SHA256] {
+			continue
+		}
+		seen[a.SHA256] = true
+		if err := rt.PrepareArtifact(ctx, a.PrepareArtifactCommand); err != nil {
+			return err
+		}
+	}
+	return nil
+}
