@@ -24,8 +24,8 @@
 // where thousands of agents' fsyncs on one disk would measure the disk
 // rather than the control plane, and the report then says so.
 //
-// A process holds only so many open files (in the sandbox these figures
-// were measured in, 20,000, a hard limit no process may raise), and every
+// A process holds only so many open files (on the machine these figures
+// were measured on, 20,000, a hard limit no process may raise), and every
 // agent holds its state file and a connection whose other end the control
 // plane holds. So the agents can run in child processes (Config.
 // AgentProcesses, shard.go), which also leaves the control plane alone in
