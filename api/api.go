@@ -1,7 +1,12 @@
-// Package api holds the public HTTP API's wire types, its routes, and the one
-// translation between failure kinds and HTTP status codes in each direction.
+// Package api holds the public HTTP API's wire types, its routes, the one
+// translation between failure kinds and HTTP status codes in each direction,
+// and the validation of a run spec (RunSpec.Validate, validate.go), so that
+// the CLI refuses what the control plane would refuse, with the same words.
 // The control plane's handlers, the Go client and the CLI import it. Field
 // names are stable: they are what `-o json` prints and what scripts read.
+// They are not what the control plane stores: its records have their own
+// stored names (package store), so a field here can change without a data
+// migration.
 package api
 
 import (

@@ -152,11 +152,10 @@ type FnError struct {
 
 // Call statuses, Fn's.
 const (
-	CallQueued    = "queued"
-	CallRunning   = "running"
-	CallSuccess   = "success"
-	CallError     = "error"
-	CallCancelled = "cancelled"
+	CallQueued  = "queued"
+	CallRunning = "running"
+	CallSuccess = "success"
+	CallError   = "error"
 )
 
 // FnCall is a durable (detached or async) call, as GET

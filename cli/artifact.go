@@ -18,6 +18,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/internal/bytesize"
 )
 
 // This file holds `mercator artifact …`: pushing immutable versions and
@@ -110,13 +111,13 @@ is a terminal.`)
 			}
 			rate := ""
 			if secs := time.Since(start).Seconds(); secs > 0.05 {
-				rate = " " + formatBytes(int64(float64(sent-from)/secs)) + "/s"
+				rate = " " + bytesize.Format(int64(float64(sent-from)/secs)) + "/s"
 			}
 			pct := 100.0
 			if total > 0 {
 				pct = 100 * float64(sent) / float64(total)
 			}
-			fmt.Fprintf(inv.stderr, "\rpushing %s: %s / %s (%.0f%%)%s   ", name, formatBytes(sent), formatBytes(total), pct, rate)
+			fmt.Fprintf(inv.stderr, "\rpushing %s: %s / %s (%.0f%%)%s   ", name, bytesize.Format(sent), bytesize.Format(total), pct, rate)
 		}
 	}
 	v, err := c.PushArtifact(ctx, name, payload, opts)
@@ -287,7 +288,7 @@ versions.`)
 	fmt.Fprintln(tw, "REFERENCE\tSIZE\tFORMAT\tSHA256\tCREATED")
 	for _, v := range list.Artifacts {
 		created := v.CreatedAt
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.Ref(), formatBytes(v.Size), v.Format, v.SHA256[:min(12, len(v.SHA256))], formatTime(&created))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.Ref(), bytesize.Format(v.Size), v.Format, v.SHA256[:min(12, len(v.SHA256))], formatTime(&created))
 	}
 	return tw.Flush()
 }
@@ -322,7 +323,7 @@ Show one Artifact version; without @VERSION, the newest.`)
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	created := v.CreatedAt
 	fmt.Fprintf(tw, "Reference:\t%s\nSHA256:\t%s\nSize:\t%s (%d bytes)\nFormat:\t%s\nCreated:\t%s\n",
-		v.Ref(), v.SHA256, formatBytes(v.Size), v.Size, v.Format, formatTime(&created))
+		v.Ref(), v.SHA256, bytesize.Format(v.Size), v.Size, v.Format, formatTime(&created))
 	return tw.Flush()
 }
 

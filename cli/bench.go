@@ -22,7 +22,8 @@ func init() {
 
 // agentsPerProcess is how many simulated agents one agent process gets by
 // default: each holds its state file and, over HTTP/1.1, a connection, and
-// this sandbox's hard open-file limit (20000) cannot be raised.
+// on the machine these defaults were measured on, the hard open-file limit
+// (20000) could not be raised.
 const agentsPerProcess, agentsPerProcessHTTP2 = 4000, 15000
 
 func benchFleetShard(ctx context.Context, inv *invocation, args []string) error {

@@ -186,8 +186,6 @@ func TestSubmitCommandHandling(t *testing.T) {
 		"after --":            {[]string{"--image", "x", "--", "--not-a-flag", "-c", "y"}, []string{"--not-a-flag", "-c", "y"}},
 		"without --":          {[]string{"--image", "x", "echo", "--flag-of-echo"}, []string{"echo", "--flag-of-echo"}},
 		"-- twice":            {[]string{"--image=x", "--", "sh", "--", "z"}, []string{"sh", "--", "z"}},
-		"no command":          {[]string{"--image", "x"}, nil},
-		"empty after --":      {[]string{"--image", "x", "--"}, nil},
 		"flags after --image": {[]string{"--image", "x", "-o", "table", "--", "true"}, []string{"true"}},
 	}
 	for name, tc := range cases {
@@ -216,10 +214,17 @@ func TestUsageErrorsExit2(t *testing.T) {
 		"bad memory":      {[]string{"run", "submit", "--image", "x", "--memory", "12XB"}, "--memory"},
 		"negative memory": {[]string{"run", "submit", "--image", "x", "--memory", "-1MiB"}, "--memory"},
 		"empty memory":    {[]string{"run", "submit", "--image", "x", "--memory", ""}, "--memory"},
-		"negative cpu":    {[]string{"run", "submit", "--image", "x", "--cpu", "-1"}, "--cpu"},
+		"negative cpu":    {[]string{"run", "submit", "--image", "x", "--cpu", "-1", "true"}, "--cpu"},
 		"garbage cpu":     {[]string{"run", "submit", "--image", "x", "--cpu", "lots"}, "cpu"},
-		"negative retry":  {[]string{"run", "submit", "--image", "x", "--retries", "-1"}, "--retries"},
-		"negative time":   {[]string{"run", "submit", "--image", "x", "--timeout", "-1s"}, "--timeout"},
+		"negative retry":  {[]string{"run", "submit", "--image", "x", "--retries", "-1", "true"}, "--retries"},
+		"no command":      {[]string{"run", "submit", "--image", "x"}, "the command is required"},
+		"empty after --":  {[]string{"run", "submit", "--image", "x", "--"}, "the command is required"},
+		"big cpu":         {[]string{"run", "submit", "--image", "x", "--cpu", "5000", "true"}, "--cpu must be a number of cores from 0 (no limit) to 1024"},
+		"small memory":    {[]string{"run", "submit", "--image", "x", "--memory", "1MiB", "true"}, "--memory must be at least 6 MiB"},
+		"bad env name":    {[]string{"run", "submit", "--image", "x", "--env", "1X=y", "true"}, `--env: "1X" is not a valid variable name`},
+		"gpu model alone": {[]string{"run", "submit", "--image", "x", "--gpu-model", "H100", "true"}, "--gpus: gpu_model and gpu_memory_bytes need gpus of 1 or more"},
+		"artifact at /":   {[]string{"run", "submit", "--image", "x", "--artifact", "a:/", "true"}, "artifacts[0].mount_path: must not be /"},
+		"negative time":   {[]string{"run", "submit", "--image", "x", "--timeout", "-1s", "true"}, "--timeout"},
 		"zero count":      {[]string{"run", "submit", "--image", "x", "--count", "0", "true"}, "--count must be 1 or more, got 0"},
 		"negative count":  {[]string{"run", "submit", "--image", "x", "--count", "-2", "true"}, "--count must be 1 or more"},
 		"count and index": {[]string{"run", "submit", "--image", "x", "--count", "2", "--env", "MERCATOR_RUN_INDEX=7", "true"}, "--env MERCATOR_RUN_INDEX cannot be combined with --count"},
@@ -256,7 +261,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 
 func TestServerErrorsExit1WithField(t *testing.T) {
 	f := newFakeAPI(t)
-	res := f.cli(t, "run", "submit", "--image", "bad")
+	res := f.cli(t, "run", "submit", "--image", "bad", "true")
 	if res.code != 1 {
 		t.Fatalf("exit %d, want 1", res.code)
 	}
@@ -436,7 +441,7 @@ func TestJSONOutputShapes(t *testing.T) {
 	res = f.cli(t, "run", "ls", "--output=json")
 	hasKeys(t, jsonKeys(t, res.stdout), "runs")
 
-	res = f.cli(t, "run", "submit", "-o", "json", "--image", "x")
+	res = f.cli(t, "run", "submit", "-o", "json", "--image", "x", "true")
 	hasKeys(t, jsonKeys(t, res.stdout), "id", "pinned_image", "status", "attempts")
 
 	res = f.cli(t, "run", "cancel", "r-7", "-o", "json")

@@ -151,26 +151,9 @@ Prints the function's ID on stdout.`)
 	if err != nil {
 		return err
 	}
-	var fn api.Fn
-	existing, err := c.FnByName(ctx, app.ID, name)
-	switch {
-	case errors.Is(err, failure.ErrNotFound):
-		if patch.Image == "" {
-			return usagef("--image is required for a new function")
-		}
-		patch.AppID = app.ID
-		if fn, err = c.CreateFn(ctx, patch); err != nil {
-			return err
-		}
-		fmt.Fprintf(inv.stderr, "created function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
-	case err != nil:
+	fn, err := inv.createOrUpdateFn(ctx, c, app, patch)
+	if err != nil {
 		return err
-	default:
-		patch.Name = ""
-		if fn, err = c.UpdateFn(ctx, existing.ID, patch); err != nil {
-			return err
-		}
-		fmt.Fprintf(inv.stderr, "updated function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
 	}
 	if *trigger != "" {
 		if err := ensureTrigger(ctx, inv, c, app, fn, *trigger); err != nil {
@@ -182,6 +165,36 @@ Prints the function's ID on stdout.`)
 	}
 	fmt.Fprintln(inv.stdout, fn.ID)
 	return nil
+}
+
+// createOrUpdateFn creates app's function patch.Name from patch, or, when
+// it exists, updates it with the fields patch sets, and says which on
+// stderr.
+func (inv *invocation) createOrUpdateFn(ctx context.Context, c *client.Client, app api.App, patch api.Fn) (api.Fn, error) {
+	name := patch.Name
+	existing, err := c.FnByName(ctx, app.ID, name)
+	switch {
+	case errors.Is(err, failure.ErrNotFound):
+		if patch.Image == "" {
+			return api.Fn{}, usagef("--image is required for a new function")
+		}
+		patch.AppID = app.ID
+		fn, err := c.CreateFn(ctx, patch)
+		if err != nil {
+			return api.Fn{}, err
+		}
+		fmt.Fprintf(inv.stderr, "created function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
+		return fn, nil
+	case err != nil:
+		return api.Fn{}, err
+	}
+	patch.Name = ""
+	fn, err := c.UpdateFn(ctx, existing.ID, patch)
+	if err != nil {
+		return api.Fn{}, err
+	}
+	fmt.Fprintf(inv.stderr, "updated function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
+	return fn, nil
 }
 
 // ensureTrigger gives fn an HTTP trigger at source, named like it.

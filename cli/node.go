@@ -5,11 +5,13 @@ import (
 
 	"context"
 	"fmt"
-	"github.com/mercator/mercator/client"
 	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/internal/bytesize"
 
 	"github.com/mercator/mercator/api"
 )
@@ -254,7 +256,7 @@ func (f facts) bytes(k string) string {
 	if !ok || v <= 0 || v > math.MaxInt64 {
 		return "-"
 	}
-	return formatBytes(int64(v))
+	return bytesize.Format(int64(v))
 }
 
 func (f facts) list(k string) []any {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/failure"
 )
 
 const runSummary = "Submit, inspect, wait on and cancel runs"
@@ -63,20 +65,8 @@ many were created and which indexes were not. --count 1 is a sweep of one
 Sizes for --memory take decimal (KB, MB, GB, TB) or binary (KiB, MiB, GiB,
 TiB) units; a plain number is bytes.`)
 	g := fs.clientFlags(true)
-	image := fs.String("image", "", "image `REF` to run, with a tag or a digest (required)")
-	cpu := fs.Float64("cpu", 0, "CPU `cores` to limit the run to, e.g. 0.5 (0: no limit)")
-	memory := fs.String("memory", "", "memory `size` limit, e.g. 64MiB or 1GB (none: no limit)")
-	timeout := fs.Duration("timeout", 0, "fail the run this long after its container started, e.g. 30m (0: no timeout)")
-	retries := fs.Int("retries", 0, "further attempts a failed attempt may get")
-	gpus := fs.Int("gpus", 0, "number of whole GPUs the run needs")
-	gpuModel := fs.String("gpu-model", "", "GPU `model` the run needs, matched as a case-insensitive substring, e.g. H100")
-	gpuMemory := fs.String("gpu-memory", "", "minimum memory `size` per GPU, e.g. 80GiB")
-	replaceAfter := fs.Duration("replace-after", 0, "replace an attempt whose node has been unreachable this long, e.g. 10m (0: the default, 5m; negative: never)")
-	var env stringList
-	fs.Var(&env, "env", "set `KEY=VALUE` in the container's environment (repeatable)")
-	var artifacts stringList
-	fs.Var(&artifacts, "artifact", "mount an Artifact read-only: `NAME[@VERSION]:/PATH[:min-read=500MB/s]` (repeatable; no VERSION: the newest)")
-	count := fs.Int("count", 1, "submit `N` copies, each with "+runIndexEnv+"=0…N-1 in its environment, through the batch API")
+	var sf submitFlags
+	sf.define(fs)
 	command, err := fs.parseHead(args)
 	if err != nil {
 		return err
@@ -84,82 +74,21 @@ TiB) units; a plain number is bytes.`)
 	if err := g.check(); err != nil {
 		return err
 	}
-	spec := api.RunSpec{Image: strings.TrimSpace(*image), Command: command, Retries: *retries, GPUs: *gpus, GPUModel: *gpuModel}
-	if spec.Image == "" {
-		return usagef("--image is required: the image to run, e.g. --image alpine:3")
-	}
-	if *gpus < 0 {
-		return usagef("--gpus must not be negative, got %d", *gpus)
-	}
-	if *gpuMemory != "" {
-		n, err := parseSize(*gpuMemory)
-		if err != nil {
-			return usagef("--gpu-memory: %v", err)
-		}
-		spec.GPUMemoryBytes = n
-	}
-	switch {
-	case *replaceAfter < 0:
-		spec.ReplaceAfterSeconds = -1
-	case *replaceAfter > 0:
-		spec.ReplaceAfterSeconds = int64(math.Ceil(replaceAfter.Seconds()))
-	}
-	if *cpu < 0 || math.IsNaN(*cpu) || math.IsInf(*cpu, 0) {
-		return usagef("--cpu must be a number of cores, 0 or more, not %v", *cpu)
-	}
-	spec.CPU = *cpu
-	memorySet, countSet := false, false
+	countSet := false
 	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "memory":
-			memorySet = true
-		case "count":
-			countSet = true
-		}
+		sf.set[f.Name] = true
+		countSet = countSet || f.Name == "count"
 	})
-	if *count < 1 {
-		return usagef("--count must be 1 or more, got %d", *count)
-	}
-	if memorySet {
-		n, err := parseSize(*memory)
-		if err != nil {
-			return usagef("--memory: %v", err)
-		}
-		spec.MemoryBytes = n
-	}
-	if *timeout < 0 {
-		return usagef("--timeout must not be negative, got %s", *timeout)
-	}
-	spec.TimeoutSeconds = int64(math.Ceil(timeout.Seconds()))
-	if *retries < 0 {
-		return usagef("--retries must not be negative, got %d", *retries)
-	}
-	for _, kv := range env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return usagef("--env %q: want KEY=VALUE (the value may be empty: KEY=)", kv)
-		}
-		if spec.Env == nil {
-			spec.Env = map[string]string{}
-		}
-		spec.Env[k] = v
-	}
-	if _, ok := spec.Env[runIndexEnv]; ok && countSet {
-		return usagef("--env %s cannot be combined with --count: --count sets %s to each copy's index, 0 to N-1", runIndexEnv, runIndexEnv)
-	}
-	for _, a := range artifacts {
-		m, err := parseArtifactFlag(a)
-		if err != nil {
-			return usagef("%v", err)
-		}
-		spec.Artifacts = append(spec.Artifacts, m)
+	spec, err := sf.spec(command)
+	if err != nil {
+		return err
 	}
 	c, err := inv.client(g)
 	if err != nil {
 		return err
 	}
 	if countSet {
-		return inv.submitCopies(ctx, c, spec, *count, g.json())
+		return inv.submitCopies(ctx, c, spec, *sf.count, g.json())
 	}
 	run, err := c.SubmitRun(ctx, spec)
 	if err != nil {
@@ -170,6 +99,120 @@ TiB) units; a plain number is bytes.`)
 	}
 	_, err = fmt.Fprintln(inv.stdout, run.ID)
 	return err
+}
+
+// submitFlags are run submit's flags that describe the spec.
+type submitFlags struct {
+	image, memory, gpuModel, gpuMemory *string
+	cpu                                *float64
+	timeout, replaceAfter              *time.Duration
+	retries, gpus, count               *int
+	env, artifacts                     stringList
+	// set holds the names of the flags given on the command line.
+	set map[string]bool
+}
+
+func (sf *submitFlags) define(fs *flagSet) {
+	sf.set = map[string]bool{}
+	sf.image = fs.String("image", "", "image `REF` to run, with a tag or a digest (required)")
+	sf.cpu = fs.Float64("cpu", 0, "CPU `cores` to limit the run to, e.g. 0.5 (0: no limit)")
+	sf.memory = fs.String("memory", "", "memory `size` limit, e.g. 64MiB or 1GB (none: no limit)")
+	sf.timeout = fs.Duration("timeout", 0, "fail the run this long after its container started, e.g. 30m (0: no timeout)")
+	sf.retries = fs.Int("retries", 0, "further attempts a failed attempt may get")
+	sf.gpus = fs.Int("gpus", 0, "number of whole GPUs the run needs")
+	sf.gpuModel = fs.String("gpu-model", "", "GPU `model` the run needs, matched as a case-insensitive substring, e.g. H100")
+	sf.gpuMemory = fs.String("gpu-memory", "", "minimum memory `size` per GPU, e.g. 80GiB")
+	sf.replaceAfter = fs.Duration("replace-after", 0, "replace an attempt whose node has been unreachable this long, e.g. 10m (0: the default, 5m; negative: never)")
+	fs.Var(&sf.env, "env", "set `KEY=VALUE` in the container's environment (repeatable)")
+	fs.Var(&sf.artifacts, "artifact", "mount an Artifact read-only: `NAME[@VERSION]:/PATH[:min-read=500MB/s]` (repeatable; no VERSION: the newest)")
+	sf.count = fs.Int("count", 1, "submit `N` copies, each with "+runIndexEnv+"=0…N-1 in its environment, through the batch API")
+}
+
+// spec builds the run spec the flags and command describe, and checks it
+// with api.RunSpec.Validate, the control plane's own checks, so that a spec
+// the control plane would refuse is a usage error that names the flag to
+// change, and no request is sent.
+func (sf *submitFlags) spec(command []string) (api.RunSpec, error) {
+	spec := api.RunSpec{Image: *sf.image, Command: command, CPU: *sf.cpu, Retries: *sf.retries,
+		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout)}
+	var err error
+	if sf.set["memory"] {
+		if spec.MemoryBytes, err = parseSize(*sf.memory); err != nil {
+			return spec, usagef("--memory: %v", err)
+		}
+	}
+	if *sf.gpuMemory != "" {
+		if spec.GPUMemoryBytes, err = parseSize(*sf.gpuMemory); err != nil {
+			return spec, usagef("--gpu-memory: %v", err)
+		}
+	}
+	if *sf.replaceAfter < 0 {
+		spec.ReplaceAfterSeconds = -1
+	} else {
+		spec.ReplaceAfterSeconds = wholeSeconds(*sf.replaceAfter)
+	}
+	if *sf.count < 1 {
+		return spec, usagef("--count must be 1 or more, got %d", *sf.count)
+	}
+	for _, kv := range sf.env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return spec, usagef("--env %q: want KEY=VALUE (the value may be empty: KEY=)", kv)
+		}
+		if spec.Env == nil {
+			spec.Env = map[string]string{}
+		}
+		spec.Env[k] = v
+	}
+	if _, ok := spec.Env[runIndexEnv]; ok && sf.set["count"] {
+		return spec, usagef("--env %s cannot be combined with --count: --count sets %s to each copy's index, 0 to N-1", runIndexEnv, runIndexEnv)
+	}
+	for _, a := range sf.artifacts {
+		m, err := parseArtifactFlag(a)
+		if err != nil {
+			return spec, usagef("%v", err)
+		}
+		spec.Artifacts = append(spec.Artifacts, m)
+	}
+	spec = spec.Normalized()
+	return spec, specUsageError(spec.Validate())
+}
+
+// wholeSeconds rounds d away from zero to whole seconds, so that a
+// positive duration is never cut to 0 (no limit) and a negative one is
+// never rounded up to 0.
+func wholeSeconds(d time.Duration) int64 {
+	if d < 0 {
+		return int64(math.Floor(d.Seconds()))
+	}
+	return int64(math.Ceil(d.Seconds()))
+}
+
+// specFlags names the run submit flag behind each field of api.RunSpec.
+var specFlags = map[string]string{
+	"image": "--image", "command": "the command", "cpu": "--cpu", "memory_bytes": "--memory",
+	"timeout_seconds": "--timeout (in seconds)", "retries": "--retries", "gpus": "--gpus",
+	"gpu_model": "--gpu-model", "gpu_memory_bytes": "--gpu-memory",
+	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env",
+}
+
+// specUsageError turns api.RunSpec.Validate's error into a usage error
+// that names the flag instead of the JSON field ("--cpu must be …").
+func specUsageError(err error) error {
+	var fe *failure.Error
+	if err == nil || !errors.As(err, &fe) {
+		return err
+	}
+	name, ok := specFlags[fe.Field]
+	if !ok {
+		return usagef("%v", err)
+	}
+	for _, verb := range []string{"is ", "are ", "has ", "must "} {
+		if strings.HasPrefix(fe.Message, verb) {
+			return usagef("%s %s", name, fe.Message)
+		}
+	}
+	return usagef("%s: %s", name, fe.Message)
 }
 
 // runIndexEnv is the variable `run submit --count` sets to each copy's

@@ -62,20 +62,6 @@ func parseSize(s string) (int64, error) {
 	return int64(bytes), nil
 }
 
-// formatBytes prints n in binary units with one decimal ("1.5 GiB").
-func formatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 4; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
-}
-
 // formatDuration rounds d for people: tenths of a second under a minute,
 // whole seconds under an hour, whole minutes above ("1.2s", "4m5s", "24h0m").
 func formatDuration(d time.Duration) string {

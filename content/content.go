@@ -11,7 +11,7 @@
 //
 // In both, what a node receives is a location for exactly one object that
 // expires: the object store's own key, and the server's signing key, never
-// leave the control plane. That is promise 5 of the design ("fetched only
+// leave the control plane. That is docs/design.md, promise 5 ("fetched only
 // through a read the control plane minted for that one fetch"), and it is
 // why the interface has ReadURL rather than a Get: the control plane itself
 // never needs to read content back once it is stored.

@@ -24,8 +24,8 @@
 // where thousands of agents' fsyncs on one disk would measure the disk
 // rather than the control plane, and the report then says so.
 //
-// A process holds only so many open files (in the sandbox these figures
-// were measured in, 20,000, a hard limit no process may raise), and every
+// A process holds only so many open files (on the machine these figures
+// were measured on, 20,000, a hard limit no process may raise), and every
 // agent holds its state file and a connection whose other end the control
 // plane holds. So the agents can run in child processes (Config.
 // AgentProcesses, shard.go), which also leaves the control plane alone in
@@ -47,19 +47,15 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"runtime/pprof"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/failure"
-	"github.com/mercator/mercator/internal/cputime"
 	"github.com/mercator/mercator/internal/registrytest"
 )
 
@@ -208,127 +204,113 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// Report is what a simulation measured. Durations are in milliseconds
-// (_ms) or seconds (_s); rates are per second of the hold unless named
-// otherwise.
-type Report struct {
-	Nodes      int     `json:"nodes"`
-	Replicas   int     `json:"replicas"`
-	Store      string  `json:"store"`
-	CPUs       int     `json:"cpus"`
-	Machine    string  `json:"machine"`
-	StateFsync bool    `json:"agent_state_fsync"`
-	Heartbeat  float64 `json:"heartbeat_s"`
-	Lease      float64 `json:"lease_s"`
-	Hold       float64 `json:"hold_s"`
-
-	EnrollmentsPerS float64 `json:"enrollments_per_s"`
-	FleetUp         float64 `json:"fleet_up_s"` // first enrollment → every node in session
-
-	HeartbeatsPerS         float64 `json:"heartbeats_per_s"`
-	HeartbeatsExpectedPerS float64 `json:"heartbeats_expected_per_s"`
-	HeartbeatErrors        int64   `json:"heartbeat_errors"`
-	HeartbeatGapMaxMS      float64 `json:"heartbeat_gap_max_ms"`
-	// MissedLeases is LeaseLapses plus UnreachableAtEnd.
-	MissedLeases int `json:"missed_leases"`
-	// LeaseLapses is the control plane's count of node reports that came
-	// more than a lease after the node's previous one, summed over the
-	// replicas (mercator_node_lease_lapses_total).
-	LeaseLapses int `json:"lease_lapses"`
-	// UnreachableAtEnd is how many nodes GET /v1/nodes showed not ready
-	// when the hold ended.
-	UnreachableAtEnd int `json:"unreachable_at_end"`
-	// HeartbeatLapses is the agents' side: gaps between two successful
-	// heartbeats of one node longer than the lease.
-	HeartbeatLapses int64 `json:"heartbeat_lapses"`
-
-	Commands             int64   `json:"commands"`
-	Redeliveries         int64   `json:"redeliveries"`
-	CommandDeliveryP50MS float64 `json:"command_delivery_p50_ms"`
-	CommandDeliveryP99MS float64 `json:"command_delivery_p99_ms"`
-	CommandDeliveryMaxMS float64 `json:"command_delivery_max_ms"`
-	RunsSubmitted        int     `json:"runs_submitted"`
-	// SubmitBatch is how many runs a submission call carried (1: each its
-	// own POST /v1/runs; more: POST /v1/runs/batch).
-	SubmitBatch int `json:"submit_batch"`
-	// SubmitErrors is how many runs were not submitted: a failed batch
-	// counts each of its runs.
-	SubmitErrors         int64   `json:"submit_errors"`
-	RunsRunning          int     `json:"runs_running"`
-	SubmitPerS           float64 `json:"submissions_per_s"`
-	SubmitToRunningP50MS float64 `json:"submit_to_running_p50_ms"`
-	SubmitToRunningP99MS float64 `json:"submit_to_running_p99_ms"`
-	PlacementsPerS       float64 `json:"placements_per_s"`
-	RunsWindow           float64 `json:"runs_window_s"` // first submission → last run running
-	EventsIngestedPerS   float64 `json:"events_ingested_per_s"`
-	LaunchesDuplicated   int     `json:"launches_duplicated"`
-	LaunchesMissing      int     `json:"launches_missing"`
-	AgentProcesses       int     `json:"agent_processes"`
-	HTTP2                bool    `json:"agents_http2"`
-	// ProcessCPUCores is this process's CPU time over the hold's wall time:
-	// the control plane, the simulator's bookkeeping and, without agent
-	// processes, the agents.
-	ProcessCPUCores float64 `json:"process_cpu_cores"`
-	ShardCPUCores   float64 `json:"agent_processes_cpu_cores"`
-	TotalCPUCores   float64 `json:"total_cpu_cores"`
-	// OthersCPUCores is what the rest of the machine used meanwhile (other
-	// processes, the kernel's own work): the simulation had the cores it
-	// did not take.
-	OthersCPUCores       float64     `json:"other_processes_cpu_cores"`
-	ControlPlaneCPUCores float64     `json:"controlplane_cpu_cores"`
-	AgentsCPUCores       float64     `json:"agents_cpu_cores"`
-	UnattributedCPUCores float64     `json:"unattributed_cpu_cores"`
-	HeapInuseMB          float64     `json:"heap_inuse_mb"`
-	RSSMB                float64     `json:"rss_mb"`
-	RSSPeakMB            float64     `json:"rss_peak_mb"`
-	AgentsRSSPeakMB      float64     `json:"agent_processes_rss_peak_mb"`
-	ControlPlaneWarnings int         `json:"controlplane_warnings"`
-	ControlPlaneErrors   int         `json:"controlplane_errors"`
-	AgentWarnings        int         `json:"agent_warnings"`
-	AgentErrors          int         `json:"agent_errors"`
-	AgentsStopped        int64       `json:"agents_stopped"`
-	Kill                 *KillReport `json:"replica_kill,omitempty"`
-	Notes                []string    `json:"notes"`
-	LogSamples           []string    `json:"log_samples,omitempty"`
-}
-
-// KillReport is what happened when a replica was killed.
-type KillReport struct {
-	At float64 `json:"at_s"` // into the hold
-	// Moved is how many nodes had their session on the killed replica.
-	Moved int `json:"nodes_moved"`
-	// NotBack is how many of those had no new session by the end.
-	NotBack        int     `json:"nodes_not_back"`
-	ReconnectP50MS float64 `json:"reconnect_p50_ms"`
-	ReconnectP99MS float64 `json:"reconnect_p99_ms"`
-	ReconnectMaxMS float64 `json:"reconnect_max_ms"`
-	// OnKilled is how many nodes still had their latest session on the
-	// killed replica at the end (must be 0).
-	OnKilled int `json:"sessions_on_killed_replica"`
-}
-
 // Run runs one simulation and reports what it measured. It returns an
 // error when the simulation could not be carried out (a replica did not
 // start, nodes could not be invited); what went wrong during the hold
 // (missed leases, runs that never ran) is in the Report.
+//
+// It runs in phases, each a method of sim: the open-file limit and the
+// working directory, the registry (startRegistry), the control plane
+// (startReplicas), the invitations (invite), the agents (startAgents,
+// waitUp), the hold with its submissions and an optional replica kill
+// (hold, hold.go), and the report (report, report.go).
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	if cfg.Progress != nil {
+	s := &sim{cfg: cfg, start: time.Now()}
+	if s.cfg.Progress != nil {
 		// The shards' stderr is copied here too, each from its own
 		// goroutine.
-		cfg.Progress = &lockedWriter{w: cfg.Progress}
+		s.cfg.Progress = &lockedWriter{w: s.cfg.Progress}
 	}
-	progress := func(format string, args ...any) {
-		if cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, "[%7.1fs] "+format+"\n", append([]any{time.Since(start).Seconds()}, args...)...)
+	if err := s.checkOpenFiles(); err != nil {
+		return nil, err
+	}
+	s.dir = s.cfg.Dir
+	if s.dir == "" {
+		d, err := os.MkdirTemp("", "fleetsim-")
+		if err != nil {
+			return nil, err
 		}
+		s.dir = d
+		defer os.RemoveAll(s.dir)
 	}
-	// Descriptors this process needs: the control plane's end of every
-	// agent connection (one each over HTTP/1.1) and, when the agents run
-	// here, their state files and their ends of the connections.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	regClose, err := s.startRegistry(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer regClose()
+	defer s.stopReplicas()
+	if err := s.startReplicas(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.invite(ctx); err != nil {
+		return nil, err
+	}
+	defer s.stopAgents()
+	if err := s.startAgents(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.waitUp(ctx); err != nil {
+		return nil, err
+	}
+	h, err := s.hold(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep := s.report(ctx, h)
+	s.progress("hold done after %.1fs", h.length.Seconds())
+	return rep, nil
+}
+
+// sim is one simulation in progress: what each phase of Run sets up and
+// the later phases use.
+type sim struct {
+	cfg   Config
+	start time.Time
+	dir   string
+	image string // the runs' image, pushed to the registry
+
+	replicas  []*replica
+	survivors []*replica // the replicas not to be killed
+	admin     *client.Client
+	cpLog     *countingHandler
+
+	ids, tokens []string
+	rec         *recorder
+
+	agentLog    *countingHandler
+	stopAgentsC context.CancelFunc
+	agentsDone  chan struct{}
+	agentsErr   error
+	shards      []*shardProc
+
+	// With CPUProfile, the fleet coming up is profiled too, into
+	// CPUProfile+".up".
+	upProfile   bytes.Buffer
+	upProfiling bool
+	enrollStart time.Time     // when the agents were started
+	enrollSpan  time.Duration // from enrollStart to the last enrollment
+	fleetUp     time.Duration // until every node was in session
+
+	metricsClient *http.Client
+}
+
+func (s *sim) progress(format string, args ...any) {
+	if s.cfg.Progress != nil {
+		fmt.Fprintf(s.cfg.Progress, "[%7.1fs] "+format+"\n", append([]any{time.Since(s.start).Seconds()}, args...)...)
+	}
+}
+
+// checkOpenFiles raises the open-file limit to what this process needs:
+// the control plane's end of every agent connection (one each over
+// HTTP/1.1) and, when the agents run here, their state files and their
+// ends of the connections.
+func (s *sim) checkOpenFiles() error {
+	cfg := &s.cfg
 	conns := uint64(cfg.Nodes) + uint64(cfg.Nodes)/5
 	if cfg.HTTP2 {
 		conns = 256
@@ -338,21 +320,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		need += uint64(cfg.Nodes) + conns
 	}
 	if got, err := raiseOpenFileLimit(need); got < need {
-		return nil, fmt.Errorf("the open-file limit is %d and %d nodes need about %d in this process (each agent holds a state file and, over HTTP/1.1, a connection whose other end the control plane holds): use more agent processes or HTTP/2 (%v)", got, cfg.Nodes, need, err)
+		return fmt.Errorf("the open-file limit is %d and %d nodes need about %d in this process (each agent holds a state file and, over HTTP/1.1, a connection whose other end the control plane holds): use more agent processes or HTTP/2 (%v)", got, cfg.Nodes, need, err)
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "fleetsim-")
-		if err != nil {
-			return nil, err
-		}
-		dir = d
-		defer os.RemoveAll(dir)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	return nil
+}
 
-	// The registry the control plane pins the runs' image against.
+// startRegistry serves the registry the control plane pins the runs' image
+// against, and pushes the image. It returns how to close the registry.
+func (s *sim) startRegistry(ctx context.Context) (func() error, error) {
 	var regHost string
 	var regClose func() error
 	var err error
@@ -362,468 +337,144 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer regClose()
-	image, err := pushImage(ctx, regHost)
-	if err != nil {
+	if s.image, err = pushImage(ctx, regHost); err != nil {
+		regClose()
 		return nil, err
 	}
+	return regClose, nil
+}
 
-	// The control plane.
-	cpLog := newCountingHandler(slog.LevelWarn)
-	replicas := make([]*replica, 0, cfg.Replicas)
-	defer func() {
-		for _, r := range replicas {
-			r.stop(10 * time.Second)
-		}
-	}()
-	for i := range cfg.Replicas {
-		r, err := startReplica(ctx, &cfg, dir, i, slog.New(cpLog))
+// startReplicas starts the control plane's replicas.
+func (s *sim) startReplicas(ctx context.Context) error {
+	s.cpLog = newCountingHandler(slog.LevelWarn)
+	s.replicas = make([]*replica, 0, s.cfg.Replicas)
+	for i := range s.cfg.Replicas {
+		r, err := startReplica(ctx, &s.cfg, s.dir, i, slog.New(s.cpLog))
 		if err != nil {
-			return nil, err
+			return err
 		}
-		replicas = append(replicas, r)
+		s.replicas = append(s.replicas, r)
 	}
-	progress("%d control-plane replica(s) up", len(replicas))
-	admin := func(r *replica) *client.Client {
-		return client.New(r.url, r.token, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}})
+	s.progress("%d control-plane replica(s) up", len(s.replicas))
+	s.survivors = s.replicas
+	if s.cfg.KillReplicaAt > 0 {
+		s.survivors = s.replicas[1:]
 	}
-	survivors := replicas
-	if cfg.KillReplicaAt > 0 {
-		survivors = replicas[1:]
-	}
-	adminClient := admin(survivors[0])
+	s.admin = adminClient(s.survivors[0])
+	return nil
+}
 
-	// Invitations.
-	ids := make([]string, cfg.Nodes)
-	tokens := make([]string, cfg.Nodes)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("sim-%06d", i)
+func (s *sim) stopReplicas() {
+	for _, r := range s.replicas {
+		r.stop(10 * time.Second)
 	}
-	rec := newRecorder(cfg.Lease, ids)
-	if err := parallel(ctx, 16, cfg.Nodes, func(i int) error {
-		inv, err := adminClient.InviteNode(ctx, ids[i], 0)
-		tokens[i] = inv.Token
+}
+
+// adminClient is a client of r with the admin token.
+func adminClient(r *replica) *client.Client {
+	return client.New(r.url, r.token, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}})
+}
+
+// invite invites every simulated node.
+func (s *sim) invite(ctx context.Context) error {
+	n := s.cfg.Nodes
+	s.ids, s.tokens = make([]string, n), make([]string, n)
+	for i := range s.ids {
+		s.ids[i] = fmt.Sprintf("sim-%06d", i)
+	}
+	s.rec = newRecorder(s.cfg.Lease, s.ids)
+	if err := parallel(ctx, 16, n, func(i int) error {
+		inv, err := s.admin.InviteNode(ctx, s.ids[i], 0)
+		s.tokens[i] = inv.Token
 		return err
 	}); err != nil {
-		return nil, fmt.Errorf("invite the simulated nodes: %w", err)
+		return fmt.Errorf("invite the simulated nodes: %w", err)
 	}
-	progress("%d nodes invited", cfg.Nodes)
+	s.progress("%d nodes invited", n)
+	return nil
+}
 
-	// Agents.
-	spec := fleetSpec{Replicas: addrsOf(replicas), IDs: ids, Tokens: tokens, Dir: filepath.Join(dir, "agents"),
+// startAgents starts the simulated agents, in this process or in
+// cfg.AgentProcesses child processes, and starts the profile of the fleet
+// coming up. stopAgents stops them, whether this returned an error or not.
+func (s *sim) startAgents(ctx context.Context) error {
+	cfg := &s.cfg
+	spec := fleetSpec{Replicas: addrsOf(s.replicas), IDs: s.ids, Tokens: s.tokens, Dir: filepath.Join(s.dir, "agents"),
 		Heartbeat: cfg.Heartbeat, ObserveEvery: cfg.ObserveEvery, StartTime: cfg.StartTime, RunTime: cfg.RunTime,
 		NodeCPUs: cfg.NodeCPUs, NodeMemory: cfg.NodeMemory, NoFsync: cfg.NoFsync, HTTP2: cfg.HTTP2,
 		EnrollConcurrency: cfg.EnrollConcurrency}
-	agentLog := newCountingHandler(slog.LevelWarn)
-	agentCtx, stopAgents := context.WithCancel(ctx)
-	agentsDone := make(chan struct{})
-	var agentsErr error
-	var shards []*shardProc
-	defer func() {
-		stopAgents()
-		<-agentsDone
-		for _, p := range shards {
-			p.stop(time.Minute)
-		}
-	}()
-	// With CPUProfile, the fleet coming up is profiled too, into
-	// CPUProfile+".up".
-	var upProfile bytes.Buffer
-	upProfiling := cfg.CPUProfile != "" && pprof.StartCPUProfile(&upProfile) == nil
-	enrollStart := time.Now()
+	s.agentLog = newCountingHandler(slog.LevelWarn)
+	agentCtx, stop := context.WithCancel(ctx)
+	s.stopAgentsC = stop
+	s.agentsDone = make(chan struct{})
+	s.upProfiling = cfg.CPUProfile != "" && pprof.StartCPUProfile(&s.upProfile) == nil
+	s.enrollStart = time.Now()
 	if cfg.AgentProcesses == 0 {
 		pprof.Do(agentCtx, pprof.Labels("component", "agents"), func(actx context.Context) {
 			go func() {
-				defer close(agentsDone)
-				agentsErr = runAgents(actx, spec, rec, agentLog)
+				defer close(s.agentsDone)
+				s.agentsErr = runAgents(actx, spec, s.rec, s.agentLog)
 			}()
 		})
-	} else {
-		close(agentsDone)
-		per := (cfg.Nodes + cfg.AgentProcesses - 1) / cfg.AgentProcesses
-		for first := 0; first < cfg.Nodes; first += per {
-			last := min(first+per, cfg.Nodes)
-			sub := spec
-			sub.First, sub.IDs, sub.Tokens = first, ids[first:last], tokens[first:last]
-			sub.EnrollConcurrency = max(1, cfg.EnrollConcurrency/cfg.AgentProcesses)
-			if cfg.CPUProfile != "" {
-				sub.CPUProfile = fmt.Sprintf("%s.agents.%d", cfg.CPUProfile, len(shards))
-			}
-			p, err := startShard(cfg.ShardCommand, sub, rec, cfg.Progress)
-			if err != nil {
-				return nil, err
-			}
-			shards = append(shards, p)
-		}
-		progress("%d agent processes started", len(shards))
+		return nil
 	}
-	upTimeout := 2*time.Minute + time.Duration(cfg.Nodes)*20*time.Millisecond
+	close(s.agentsDone)
+	per := (cfg.Nodes + cfg.AgentProcesses - 1) / cfg.AgentProcesses
+	for first := 0; first < cfg.Nodes; first += per {
+		last := min(first+per, cfg.Nodes)
+		sub := spec
+		sub.First, sub.IDs, sub.Tokens = first, s.ids[first:last], s.tokens[first:last]
+		sub.EnrollConcurrency = max(1, cfg.EnrollConcurrency/cfg.AgentProcesses)
+		if cfg.CPUProfile != "" {
+			sub.CPUProfile = fmt.Sprintf("%s.agents.%d", cfg.CPUProfile, len(s.shards))
+		}
+		p, err := startShard(cfg.ShardCommand, sub, s.rec, cfg.Progress)
+		if err != nil {
+			return err
+		}
+		s.shards = append(s.shards, p)
+	}
+	s.progress("%d agent processes started", len(s.shards))
+	return nil
+}
+
+// stopAgents stops the agents startAgents started, if any.
+func (s *sim) stopAgents() {
+	if s.agentsDone == nil {
+		return
+	}
+	s.stopAgentsC()
+	<-s.agentsDone
+	for _, p := range s.shards {
+		p.stop(time.Minute)
+	}
+}
+
+// waitUp waits until every node has enrolled and opened a session, or
+// fails after a timeout that grows with the fleet.
+func (s *sim) waitUp(ctx context.Context) error {
+	rec, nodes, enrollStart := s.rec, s.cfg.Nodes, s.enrollStart
+	upTimeout := 2*time.Minute + time.Duration(nodes)*20*time.Millisecond
 	lastUp := time.Now()
-	for rec.sessionsOpen.Load() < int64(cfg.Nodes) {
+	for rec.sessionsOpen.Load() < int64(nodes) {
 		if time.Since(enrollStart) > upTimeout {
-			return nil, fmt.Errorf("after %s only %d of %d nodes enrolled and %d opened a session (agents stopped: %d %v; %v)",
-				upTimeout, rec.enrolledN.Load(), cfg.Nodes, rec.sessionsOpen.Load(), rec.stopped.Load(), rec.stops, agentsErr)
+			return fmt.Errorf("after %s only %d of %d nodes enrolled and %d opened a session (agents stopped: %d %v; %v)",
+				upTimeout, rec.enrolledN.Load(), nodes, rec.sessionsOpen.Load(), rec.stopped.Load(), rec.stops, s.agentsErr)
 		}
 		if !sleep(ctx, 200*time.Millisecond) {
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 		if time.Since(lastUp) >= 10*time.Second {
 			lastUp = time.Now()
-			progress("%d nodes enrolled, %d in session", rec.enrolledN.Load(), rec.sessionsOpen.Load())
+			s.progress("%d nodes enrolled, %d in session", rec.enrolledN.Load(), rec.sessionsOpen.Load())
 		}
 	}
-	fleetUp := time.Since(enrollStart)
+	s.fleetUp = time.Since(enrollStart)
 	rec.mu.Lock()
-	enrollSpan := rec.lastEnr.Sub(enrollStart)
+	s.enrollSpan = rec.lastEnr.Sub(enrollStart)
 	rec.mu.Unlock()
-	progress("%d nodes enrolled in %.1fs, all in session after %.1fs", cfg.Nodes, enrollSpan.Seconds(), fleetUp.Seconds())
-
-	// The hold.
-	metricsClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-	scrapeAll := func() {
-		for _, r := range replicas {
-			if r.killed.Load() {
-				continue
-			}
-			m, err := scrape(ctx, metricsClient, r.url+"/metrics")
-			if err == nil {
-				r.mu.Lock()
-				r.metrics = m
-				r.mu.Unlock()
-			}
-		}
-	}
-	sum := func(series string) float64 {
-		total := 0.0
-		for _, r := range replicas {
-			r.mu.Lock()
-			total += r.metrics[series]
-			r.mu.Unlock()
-		}
-		return total
-	}
-	const appliedSeries = `mercator_node_events_total{outcome="applied"}`
-	scrapeAll()
-	events0 := sum(appliedSeries)
-	if upProfiling {
-		pprof.StopCPUProfile()
-		if err := os.WriteFile(cfg.CPUProfile+".up", upProfile.Bytes(), 0o644); err != nil {
-			progress("write the CPU profile: %v", err)
-		}
-	}
-	var profile bytes.Buffer
-	profiling := pprof.StartCPUProfile(&profile) == nil
-	holdStart := time.Now()
-	rec.holdStart.Store(holdStart.UnixNano())
-	cpu0 := cputime.Self()
-	shardCPU := func() time.Duration {
-		var d time.Duration
-		for _, p := range shards {
-			d += p.cpu()
-		}
-		return d
-	}
-	shardCPU0 := shardCPU()
-	busy0 := cputime.Machine()
-	hb0 := rec.heartbeats.Load()
-
-	var submitErrors atomic.Int64
-	var submitted atomic.Int64
-	var submitEnd atomic.Int64
-	submitDone := make(chan struct{})
-	if cfg.Runs > 0 {
-		clients := make([]*client.Client, len(survivors))
-		for i, r := range survivors {
-			clients[i] = admin(r)
-		}
-		spec := api.RunSpec{Image: image, Command: []string{"/simulated"}, CPU: cfg.RunCPU, MemoryBytes: cfg.RunMemory}
-		pprof.Do(ctx, pprof.Labels("component", "submitter"), func(ctx context.Context) {
-			go func() {
-				defer close(submitDone)
-				submitRuns(ctx, cfg, clients, spec, rec, &submitted, &submitErrors)
-				submitEnd.Store(time.Now().UnixNano())
-			}()
-		})
-	} else {
-		close(submitDone)
-	}
-
-	var kill *KillReport
-	var killAt time.Time
-	onKilled := map[string]bool{}
-	killTimer := make(<-chan time.Time)
-	if cfg.KillReplicaAt > 0 {
-		killTimer = time.After(cfg.KillReplicaAt)
-	}
-	var rssPeak, shardRSSPeak int64
-	var heapPeak uint64
-	sample := func() {
-		rssPeak = max(rssPeak, procStatus("VmRSS"))
-		var shardRSS int64
-		for _, p := range shards {
-			now, _ := p.rss()
-			shardRSS += now
-		}
-		shardRSSPeak = max(shardRSSPeak, shardRSS)
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		heapPeak = max(heapPeak, ms.HeapInuse)
-	}
-	tick := time.NewTicker(5 * time.Second)
-	defer tick.Stop()
-	lastProgress := time.Now()
-hold:
-	for {
-		elapsed := time.Since(holdStart)
-		if elapsed >= cfg.Duration {
-			select {
-			case <-submitDone:
-				if rec.runningCount() >= int(submitted.Load()) || elapsed >= cfg.Duration+cfg.RunsTimeout {
-					break hold
-				}
-			default:
-				if elapsed >= cfg.Duration+cfg.RunsTimeout {
-					break hold
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-killTimer:
-			r := replicas[0]
-			for _, n := range rec.nodes {
-				n.mu.Lock()
-				if n.sessionReplica == r.idx {
-					onKilled[n.id] = true
-				}
-				n.mu.Unlock()
-			}
-			killAt = time.Now()
-			r.kill()
-			kill = &KillReport{At: killAt.Sub(holdStart).Seconds(), Moved: len(onKilled)}
-			progress("killed replica 0 with %d nodes in session on it", len(onKilled))
-		case <-tick.C:
-			sample()
-			scrapeAll()
-			if time.Since(lastProgress) >= 10*time.Second {
-				lastProgress = time.Now()
-				progress("hold %.0fs: %d heartbeats, %d commands (%d redelivered), %d/%d runs submitted, %d running, lease lapses %.0f",
-					time.Since(holdStart).Seconds(), rec.heartbeats.Load()-hb0, rec.commands.Load(), rec.redeliveries.Load(),
-					submitted.Load(), cfg.Runs, rec.runningCount(), sum("mercator_node_lease_lapses_total"))
-			}
-		}
-	}
-	holdEnd := time.Now()
-	cpu1 := cputime.Self()
-	shardCPU1 := shardCPU()
-	busy1 := cputime.Machine()
-	hold := holdEnd.Sub(holdStart)
-	if profiling {
-		pprof.StopCPUProfile()
-		if cfg.CPUProfile != "" {
-			if err := os.WriteFile(cfg.CPUProfile, profile.Bytes(), 0o644); err != nil {
-				progress("write the CPU profile: %v", err)
-			}
-		}
-	}
-	sample()
-	scrapeAll()
-	if cfg.HeapProfile != "" {
-		if f, err := os.Create(cfg.HeapProfile); err == nil {
-			pprof.Lookup("heap").WriteTo(f, 0)
-			f.Close()
-		}
-	}
-
-	rep := &Report{
-		Nodes: cfg.Nodes, Replicas: cfg.Replicas, Store: "sqlite", CPUs: runtime.NumCPU(), StateFsync: !cfg.NoFsync,
-		Heartbeat: cfg.Heartbeat.Seconds(), Lease: cfg.Lease.Seconds(), Hold: hold.Seconds(),
-		EnrollmentsPerS: float64(cfg.Nodes) / enrollSpan.Seconds(), FleetUp: fleetUp.Seconds(),
-		HeartbeatsPerS: rec.heartbeatRate(), HeartbeatsExpectedPerS: float64(cfg.Nodes) / cfg.Heartbeat.Seconds(),
-		HeartbeatErrors: rec.heartbeatErrors.Load(), HeartbeatLapses: rec.heartbeatLapses.Load(),
-		Commands: rec.commands.Load(), Redeliveries: rec.redeliveries.Load(), SubmitBatch: cfg.SubmitBatch, SubmitErrors: submitErrors.Load(),
-		EventsIngestedPerS: (sum(appliedSeries) - events0) / hold.Seconds(),
-		LaunchesDuplicated: rec.launches.Duplicates(), AgentsStopped: rec.stopped.Load(), AgentProcesses: len(shards), HTTP2: cfg.HTTP2,
-		ProcessCPUCores: (cpu1 - cpu0).Seconds() / hold.Seconds(),
-		RSSPeakMB:       float64(rssPeak) / (1 << 20),
-	}
-	if cfg.DB != "" {
-		rep.Store = "postgres"
-	}
-	if len(shards) == 0 {
-		rep.Machine = fmt.Sprintf("%d CPU cores, shared by the control plane (%d replica(s)) and all %d simulated agents, in one process", rep.CPUs, cfg.Replicas, cfg.Nodes)
-	} else {
-		rep.Machine = fmt.Sprintf("%d CPU cores, shared by the control plane (%d replica(s), this process) and %d simulated agents (in %d child processes)", rep.CPUs, cfg.Replicas, cfg.Nodes, len(shards))
-	}
-	rep.LeaseLapses = int(sum("mercator_node_lease_lapses_total"))
-
-	// Nodes not ready at the end, as the control plane shows them.
-	if list, err := adminClient.ListNodes(ctx); err == nil {
-		for _, n := range list.Nodes {
-			if n.Status != api.NodeReady {
-				rep.UnreachableAtEnd++
-			}
-		}
-	} else {
-		rep.Notes = append(rep.Notes, "could not list nodes at the end: "+err.Error())
-		rep.UnreachableAtEnd = -1
-	}
-	rep.MissedLeases = rep.LeaseLapses + max(rep.UnreachableAtEnd, 0)
-
-	// Heartbeat gaps.
-	var maxGap time.Duration
-	for _, n := range rec.nodes {
-		n.mu.Lock()
-		maxGap = max(maxGap, n.maxGap)
-		n.mu.Unlock()
-	}
-	rep.HeartbeatGapMaxMS = ms(maxGap)
-
-	// Commands and runs.
-	rec.mu.Lock()
-	delivery := append([]time.Duration(nil), rec.delivery...)
-	var toRunning []time.Duration
-	var firstSubmit, lastRunning time.Time
-	for id, rr := range rec.runs {
-		if rr.submitted.IsZero() {
-			continue
-		}
-		rep.RunsSubmitted++
-		if firstSubmit.IsZero() || rr.submitted.Before(firstSubmit) {
-			firstSubmit = rr.submitted
-		}
-		if rec.launches.Count(capability.WorkloadKey{RunID: id, Attempt: 1}) == 0 && rr.received.IsZero() {
-			rep.LaunchesMissing++
-		}
-		if rr.running.IsZero() {
-			continue
-		}
-		rep.RunsRunning++
-		toRunning = append(toRunning, rr.running.Sub(rr.submitted))
-		if rr.running.After(lastRunning) {
-			lastRunning = rr.running
-		}
-	}
-	rec.mu.Unlock()
-	sortDurations(delivery)
-	sortDurations(toRunning)
-	rep.CommandDeliveryP50MS, rep.CommandDeliveryP99MS = ms(percentile(delivery, 0.5)), ms(percentile(delivery, 0.99))
-	if len(delivery) > 0 {
-		rep.CommandDeliveryMaxMS = ms(delivery[len(delivery)-1])
-	}
-	rep.SubmitToRunningP50MS, rep.SubmitToRunningP99MS = ms(percentile(toRunning, 0.5)), ms(percentile(toRunning, 0.99))
-	if rep.RunsSubmitted > 0 {
-		if end := submitEnd.Load(); end > 0 {
-			rep.SubmitPerS = float64(rep.RunsSubmitted) / time.Unix(0, end).Sub(firstSubmit).Seconds()
-		}
-		if rep.RunsRunning > 0 {
-			window := lastRunning.Sub(firstSubmit)
-			rep.RunsWindow = window.Seconds()
-			rep.PlacementsPerS = float64(rep.RunsRunning) / window.Seconds()
-		}
-	}
-
-	// The replica kill.
-	if kill != nil {
-		var back []time.Duration
-		for id := range onKilled {
-			n := rec.nodes[rec.byID[id]]
-			n.mu.Lock()
-			if n.sessionAt.After(killAt) {
-				back = append(back, n.sessionAt.Sub(killAt))
-			} else {
-				kill.NotBack++
-			}
-			n.mu.Unlock()
-		}
-		for _, n := range rec.nodes {
-			n.mu.Lock()
-			if n.sessionReplica == 0 {
-				kill.OnKilled++
-			}
-			n.mu.Unlock()
-		}
-		sortDurations(back)
-		kill.ReconnectP50MS, kill.ReconnectP99MS = ms(percentile(back, 0.5)), ms(percentile(back, 0.99))
-		if len(back) > 0 {
-			kill.ReconnectMaxMS = ms(back[len(back)-1])
-		}
-		rep.Kill = kill
-	}
-
-	// CPU split and memory.
-	rep.ShardCPUCores = (shardCPU1 - shardCPU0).Seconds() / hold.Seconds()
-	rep.TotalCPUCores = rep.ProcessCPUCores + rep.ShardCPUCores
-	rep.OthersCPUCores = max(0, (busy1-busy0).Seconds()/hold.Seconds()-rep.TotalCPUCores)
-	if profiling {
-		if split, err := cpuByLabel(profile.Bytes(), "component"); err == nil {
-			var total time.Duration
-			for _, d := range split {
-				total += d
-			}
-			if total > 0 {
-				share := func(d time.Duration) float64 { return rep.ProcessCPUCores * float64(d) / float64(total) }
-				rep.ControlPlaneCPUCores = share(split["controlplane"])
-				rep.AgentsCPUCores = share(split["agents"]) + rep.ShardCPUCores
-				rep.UnattributedCPUCores = share(split[""])
-			}
-		} else {
-			rep.Notes = append(rep.Notes, "CPU split unavailable: "+err.Error())
-		}
-	} else {
-		rep.Notes = append(rep.Notes, "CPU split unavailable: a CPU profile was already running")
-	}
-	var msNow runtime.MemStats
-	runtime.ReadMemStats(&msNow)
-	rep.HeapInuseMB = float64(max(heapPeak, msNow.HeapInuse)) / (1 << 20)
-	rep.RSSMB = float64(procStatus("VmRSS")) / (1 << 20)
-	rep.RSSPeakMB = float64(max(rssPeak, procStatus("VmHWM"))) / (1 << 20)
-	rep.AgentsRSSPeakMB = float64(shardRSSPeak) / (1 << 20)
-
-	var samples []string
-	rep.ControlPlaneWarnings, rep.ControlPlaneErrors, samples = cpLog.counts()
-	rep.LogSamples = append(rep.LogSamples, prefixAll("controlplane: ", samples)...)
-	rep.AgentWarnings, rep.AgentErrors, samples = agentLog.counts()
-	rep.LogSamples = append(rep.LogSamples, prefixAll("agent: ", samples)...)
-	for _, p := range shards {
-		p.stop(time.Minute)
-		rep.AgentWarnings += p.end.Warn
-		rep.AgentErrors += p.end.Errs
-		rep.LogSamples = append(rep.LogSamples, prefixAll("agent: ", p.end.Logs)...)
-		if p.end.Err != "" {
-			rep.Notes = append(rep.Notes, "an agent process ended with: "+p.end.Err)
-		}
-	}
-	rec.mu.Lock()
-	rep.LogSamples = append(rep.LogSamples, prefixAll("agent stopped: ", rec.stops)...)
-	rec.mu.Unlock()
-
-	rep.Notes = append(rep.Notes,
-		fmt.Sprintf("a simulated launch takes %s and its container then %s", cfg.StartTime, runTimeNote(cfg.RunTime)),
-		fmt.Sprintf("agents observe every %s and on every simulated start and exit", cfg.ObserveEvery),
-		memoryNote(len(shards)))
-	if cfg.HTTP2 {
-		rep.Notes = append(rep.Notes, "agents speak plaintext HTTP/2 with prior knowledge, streams multiplexed over a few connections per agent process, instead of one HTTP/1.1 connection per agent")
-	}
-	if cfg.NoFsync {
-		rep.Notes = append(rep.Notes, "AGENT STATE WITHOUT FSYNC: the simulated agents' bbolt files skip fsync (nodeagent.WithoutFsync); real agents fsync every write")
-	}
-	if cfg.Runs > 0 && cfg.SubmitBatch > 1 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("runs were submitted %d to a call (POST /v1/runs/batch); a run's submission time is its call's start, so submission → running includes admitting and storing its whole batch", cfg.SubmitBatch))
-	}
-	if cfg.Runs > 0 && rep.RunsRunning < rep.RunsSubmitted {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("%d of %d runs were not running when the hold ended", rep.RunsSubmitted-rep.RunsRunning, rep.RunsSubmitted))
-	}
-	progress("hold done after %.1fs", hold.Seconds())
-	return rep, nil
-}
-
-func memoryNote(shards int) string {
-	if shards == 0 {
-		return "memory figures are the whole process: control plane and simulated agents together"
-	}
-	return "memory figures are the control plane's process (with the simulator's bookkeeping); the agents' processes are counted apart"
+	s.progress("%d nodes enrolled in %.1fs, all in session after %.1fs", nodes, s.enrollSpan.Seconds(), s.fleetUp.Seconds())
+	return nil
 }
 
 // lockedWriter serializes writes to w.
@@ -836,21 +487,6 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
-}
-
-func runTimeNote(d time.Duration) string {
-	if d == 0 {
-		return "runs until the simulation ends"
-	}
-	return "runs " + d.String()
-}
-
-func prefixAll(p string, s []string) []string {
-	out := make([]string, len(s))
-	for i, v := range s {
-		out[i] = p + v
-	}
-	return out
 }
 
 func addrsOf(rs []*replica) []string {
@@ -969,69 +605,5 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
-	}
-}
-
-func agentsRow(r *Report) string {
-	proto := "HTTP/1.1, a connection each"
-	if r.HTTP2 {
-		proto = "plaintext HTTP/2, multiplexed"
-	}
-	if r.AgentProcesses == 0 {
-		return "in the control plane's process; " + proto
-	}
-	return fmt.Sprintf("in %d child processes; %s", r.AgentProcesses, proto)
-}
-
-// submitCallsRow says how runs were submitted, for the runs row.
-func submitCallsRow(batch int) string {
-	if batch <= 1 {
-		return "one a call, POST /v1/runs"
-	}
-	return fmt.Sprintf("%d a call, POST /v1/runs/batch", batch)
-}
-
-// WriteText writes the report for a person.
-func (r *Report) WriteText(w io.Writer) {
-	fsync := "yes (as real agents)"
-	if !r.StateFsync {
-		fsync = "NO — simulation only (nodeagent.WithoutFsync)"
-	}
-	rows := [][2]string{
-		{"machine", r.Machine},
-		{"store", fmt.Sprintf("%s, %d replica(s)", r.Store, r.Replicas)},
-		{"agent state fsync", fsync},
-		{"agents", agentsRow(r)},
-		{"heartbeat / lease", fmt.Sprintf("%gs / %gs", r.Heartbeat, r.Lease)},
-		{"hold", fmt.Sprintf("%.1fs", r.Hold)},
-		{"enrollments", fmt.Sprintf("%.0f/s (every node in session after %.1fs)", r.EnrollmentsPerS, r.FleetUp)},
-		{"heartbeats", fmt.Sprintf("%.0f/s sustained (%.0f/s expected), %d failed, longest gap %.1fs", r.HeartbeatsPerS, r.HeartbeatsExpectedPerS, r.HeartbeatErrors, r.HeartbeatGapMaxMS/1000)},
-		{"missed leases", fmt.Sprintf("%d (control plane: %d lapses, %d unreachable at the end; agents: %d gaps over the lease)", r.MissedLeases, r.LeaseLapses, r.UnreachableAtEnd, r.HeartbeatLapses)},
-		{"commands", fmt.Sprintf("%d delivered, %d redelivered", r.Commands, r.Redeliveries)},
-		{"command delivery", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms, max %.1f ms (created on the control plane → received by the agent)", r.CommandDeliveryP50MS, r.CommandDeliveryP99MS, r.CommandDeliveryMaxMS)},
-		{"runs", fmt.Sprintf("%d submitted (%.0f/s, %s, %d failed), %d running", r.RunsSubmitted, r.SubmitPerS, submitCallsRow(r.SubmitBatch), r.SubmitErrors, r.RunsRunning)},
-		{"submission → running", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.SubmitToRunningP50MS, r.SubmitToRunningP99MS)},
-		{"placements end to end", fmt.Sprintf("%.0f/s (runs running / %.1fs from the first submission to the last run running)", r.PlacementsPerS, r.RunsWindow)},
-		{"launches", fmt.Sprintf("%d performed twice, %d never performed", r.LaunchesDuplicated, r.LaunchesMissing)},
-		{"events ingested", fmt.Sprintf("%.0f/s", r.EventsIngestedPerS)},
-		{"CPU", fmt.Sprintf("%.2f cores of %d in all: control plane %.2f, agents %.2f, this process's Go runtime/GC (unattributed) %.2f; other processes on the machine %.2f", r.TotalCPUCores, r.CPUs, r.ControlPlaneCPUCores, r.AgentsCPUCores, r.UnattributedCPUCores, r.OthersCPUCores)},
-		{"memory", fmt.Sprintf("this process: heap in use %.0f MB (peak), RSS %.0f MB (peak %.0f MB); agent processes: RSS %.0f MB (peak, together)", r.HeapInuseMB, r.RSSMB, r.RSSPeakMB, r.AgentsRSSPeakMB)},
-		{"logs", fmt.Sprintf("control plane %d warnings, %d errors; agents %d warnings, %d errors, %d stopped", r.ControlPlaneWarnings, r.ControlPlaneErrors, r.AgentWarnings, r.AgentErrors, r.AgentsStopped)},
-	}
-	if k := r.Kill; k != nil {
-		rows = append(rows, [2]string{"replica killed", fmt.Sprintf("at %.1fs: %d nodes moved, reconnect p50 %.0f ms p99 %.0f ms max %.0f ms, %d not back, %d sessions left on it",
-			k.At, k.Moved, k.ReconnectP50MS, k.ReconnectP99MS, k.ReconnectMaxMS, k.NotBack, k.OnKilled)})
-	}
-	fmt.Fprintf(w, "Fleet simulation: %d nodes\n", r.Nodes)
-	for _, row := range rows {
-		fmt.Fprintf(w, "  %-24s %s\n", row[0], row[1])
-	}
-	notes := append([]string(nil), r.Notes...)
-	sort.Strings(notes)
-	for _, n := range notes {
-		fmt.Fprintf(w, "  note: %s\n", n)
-	}
-	for _, s := range r.LogSamples {
-		fmt.Fprintf(w, "  log: %s\n", s)
 	}
 }

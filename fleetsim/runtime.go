@@ -220,14 +220,3 @@ func (l *Launches) Duplicates() int {
 	}
 	return n
 }
-
-// Total is how many launches were performed.
-func (l *Launches) Total() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, c := range l.counts {
-		n += c
-	}
-	return n
-}

@@ -1,8 +1,8 @@
 // Package imageref parses, validates and pins container image references.
 //
-// Promise 5 of the design says images are pulled by manifest digest, never by
-// tag. The control plane therefore turns whatever a user submits ("hello:1",
-// "127.0.0.1:5000/team/train:v3") into a pinned reference
+// Images are pulled by manifest digest, never by tag (docs/design.md,
+// promise 5). The control plane therefore turns whatever a user submits
+// ("hello:1", "127.0.0.1:5000/team/train:v3") into a pinned reference
 // ("127.0.0.1:5000/team/train@sha256:…") once, at submit time, with a
 // [Resolver], and from then on only the pinned form travels to nodes.
 //

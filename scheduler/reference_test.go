@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/mercator/mercator/internal/bytesize"
 )
 
 type refNodeState struct {
@@ -75,11 +77,11 @@ func refFit(n *refNodeState, r Run) ([]string, string) {
 	case r.CPU > n.CPU:
 		return nil, fmt.Sprintf("has fewer CPUs than requested (need %g)", r.CPU)
 	case r.MemoryBytes > n.MemoryBytes:
-		return nil, fmt.Sprintf("has less memory than requested (need %s)", Bytes(r.MemoryBytes))
+		return nil, fmt.Sprintf("has less memory than requested (need %s)", bytesize.Format(r.MemoryBytes))
 	case r.CPU > n.freeCPU+1e-9:
 		return nil, fmt.Sprintf("has too little free CPU (need %g)", r.CPU)
 	case r.MemoryBytes > n.freeMem:
-		return nil, fmt.Sprintf("has too little free memory (need %s)", Bytes(r.MemoryBytes))
+		return nil, fmt.Sprintf("has too little free memory (need %s)", bytesize.Format(r.MemoryBytes))
 	}
 	if r.GPUs == 0 {
 		return nil, ""

@@ -41,6 +41,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/mercator/mercator/internal/bytesize"
 )
 
 // Snapshot is everything the scheduler may consider. The caller owns it;
@@ -178,11 +180,11 @@ func (why rejection) text(sh shape) string {
 	case fewerCPUs:
 		return fmt.Sprintf("has fewer CPUs than requested (need %g)", sh.cpu)
 	case lessMemory:
-		return fmt.Sprintf("has less memory than requested (need %s)", Bytes(sh.mem))
+		return fmt.Sprintf("has less memory than requested (need %s)", bytesize.Format(sh.mem))
 	case freeCPU:
 		return fmt.Sprintf("has too little free CPU (need %g)", sh.cpu)
 	case freeMemory:
-		return fmt.Sprintf("has too little free memory (need %s)", Bytes(sh.mem))
+		return fmt.Sprintf("has too little free memory (need %s)", bytesize.Format(sh.mem))
 	case fewerMatchingGPUs:
 		return fmt.Sprintf("have fewer than %d matching GPUs", sh.gpus)
 	case freeGPUs:
@@ -243,18 +245,4 @@ func singular(reason string, n int) string {
 		}
 	}
 	return reason
-}
-
-// Bytes formats a byte count for people, in binary units.
-func Bytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

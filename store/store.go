@@ -12,7 +12,11 @@
 //
 // Records are stored whole. Callers own what they pass in and what they get
 // back: a Store copies on the way in and out, so mutating a returned record
-// changes nothing until it is Put again.
+// changes nothing until it is Put again. The records here embed api types
+// for their callers' convenience, but they are not stored as those types'
+// JSON: the stored documents have their own field names (store/internal/
+// record), and golden documents of every stored format (store/storetest/
+// testdata) must keep reading.
 //
 // Only the control plane imports store.
 package store

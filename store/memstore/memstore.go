@@ -15,7 +15,6 @@ package memstore
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -186,7 +185,7 @@ func table[K comparable, V any](t *tx, name string, m *map[K]V) map[K]V {
 }
 
 func encode(what, id string, v any) ([]byte, error) {
-	b, err := json.Marshal(v)
+	b, err := record.Encode(v)
 	if err != nil {
 		return nil, fmt.Errorf("memstore: encode %s %q: %w", what, id, err)
 	}
@@ -194,8 +193,8 @@ func encode(what, id string, v any) ([]byte, error) {
 }
 
 func decode[T any](what, id string, b []byte) (T, error) {
-	var v T
-	if err := json.Unmarshal(b, &v); err != nil {
+	v, err := record.Decode[T](b)
+	if err != nil {
 		return v, fmt.Errorf("memstore: decode %s %q: %w", what, id, err)
 	}
 	return v, nil

@@ -35,6 +35,7 @@ func TestConformancePostgres(t *testing.T) {
 		return s
 	}
 	storetest.RunWithOptions(t, open, storetest.Options{
+		WriteDocument: writeDocument,
 		Reopen: func(t *testing.T, closed store.Store) store.Store {
 			mu.Lock()
 			dsn := dsns[closed]

@@ -36,6 +36,7 @@ func TestConformance(t *testing.T) {
 		return s
 	}
 	storetest.RunWithOptions(t, open, storetest.Options{
+		WriteDocument: writeDocument,
 		Reopen: func(t *testing.T, closed store.Store) store.Store {
 			mu.Lock()
 			path := paths[closed]

@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -139,7 +138,7 @@ func (t *txn) affected(op, what, id, query string, args ...any) (int64, error) {
 }
 
 func encode(what, id string, v any) (string, error) {
-	b, err := json.Marshal(v)
+	b, err := record.Encode(v)
 	if err != nil {
 		return "", fmt.Errorf("sqlstore: encode %s %q: %w", what, id, err)
 	}
@@ -147,8 +146,8 @@ func encode(what, id string, v any) (string, error) {
 }
 
 func decode[T any](what, id string, doc []byte) (T, error) {
-	var v T
-	if err := json.Unmarshal(doc, &v); err != nil {
+	v, err := record.Decode[T](doc)
+	if err != nil {
 		return v, fmt.Errorf("sqlstore: decode %s %q: %w", what, id, err)
 	}
 	return v, nil

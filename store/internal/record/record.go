@@ -1,8 +1,11 @@
 // Package record holds the rules every Store implementation applies the same
-// way: which keys a record must have, which nodes a run touches, and how a
-// log append treats bytes the store already holds. Keeping them in one place
-// is what keeps memstore (the fake) and sqlstore from drifting apart in ways
-// the conformance suite might not catch.
+// way: which keys a record must have, which nodes a run touches, how a log
+// append treats bytes the store already holds, and how a record is written
+// as a stored document and read back (Encode and Decode, documents.go): the
+// stored format is spelled out here, apart from the api wire types, so the
+// public API can change without the data on disk changing. Keeping them in
+// one place is what keeps memstore (the fake) and sqlstore from drifting
+// apart in ways the conformance suite might not catch.
 //
 // Only the store implementations under store/ import record.
 package record

@@ -1,0 +1,125 @@
+package api
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/mercator/mercator/failure"
+)
+
+// validSpec returns a spec that passes Validate; each case changes one
+// thing.
+func validSpec() RunSpec {
+	return RunSpec{
+		Image:          "127.0.0.1:5000/hello:1",
+		Command:        []string{"/hello", "world"},
+		Env:            map[string]string{"A_1": "x"},
+		CPU:            0.5,
+		MemoryBytes:    64 << 20,
+		TimeoutSeconds: 60,
+		Retries:        2,
+		GPUs:           1,
+		GPUModel:       "H100",
+		GPUMemoryBytes: 80 << 30,
+		Artifacts: []ArtifactMount{
+			{Name: "data", Version: "v3", MountPath: "/data"},
+			{Name: "w", MountPath: "/models/w.bin", MinReadBytesPerSecond: 5e8, SHA256: strings.Repeat("a", 64)},
+		},
+	}
+}
+
+func TestRunSpecValidate(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(*RunSpec)
+		field  string // "" when the spec is valid
+		says   string
+	}{
+		{"valid", func(*RunSpec) {}, "", ""},
+		{"no limits", func(s *RunSpec) { *s = RunSpec{Image: "x", Command: []string{"true"}} }, "", ""},
+		{"image with spaces", func(s *RunSpec) { s.Image = " x " }, "", ""},
+		{"never replace", func(s *RunSpec) { s.ReplaceAfterSeconds = -1 }, "", ""},
+		{"no image", func(s *RunSpec) { s.Image = "" }, "image", "is required, for example"},
+		{"blank image", func(s *RunSpec) { s.Image = " \t" }, "image", "is required"},
+		{"no command", func(s *RunSpec) { s.Command = nil }, "command", "is required: the program to run"},
+		{"empty program", func(s *RunSpec) { s.Command = []string{"", "x"} }, "command", "first element"},
+		{"many args", func(s *RunSpec) { s.Command = make([]string, MaxRunArgs+1) }, "command", "at most 4096"},
+		{"NUL in arg", func(s *RunSpec) { s.Command = []string{"a", "b\x00"} }, "command", "NUL"},
+		{"huge command", func(s *RunSpec) { s.Command = []string{strings.Repeat("a", MaxRunStringBytes+1)} }, "command", "total"},
+		{"negative cpu", func(s *RunSpec) { s.CPU = -1 }, "cpu", "from 0 (no limit) to 1024"},
+		{"NaN cpu", func(s *RunSpec) { s.CPU = math.NaN() }, "cpu", "number of cores"},
+		{"infinite cpu", func(s *RunSpec) { s.CPU = math.Inf(1) }, "cpu", "number of cores"},
+		{"too much cpu", func(s *RunSpec) { s.CPU = MaxRunCPU + 1 }, "cpu", "number of cores"},
+		{"negative memory", func(s *RunSpec) { s.MemoryBytes = -1 }, "memory_bytes", "from 0"},
+		{"tiny memory", func(s *RunSpec) { s.MemoryBytes = 1 << 20 }, "memory_bytes", "at least 6 MiB"},
+		{"vast memory", func(s *RunSpec) { s.MemoryBytes = MaxRunMemory + 1 }, "memory_bytes", "from 0"},
+		{"negative timeout", func(s *RunSpec) { s.TimeoutSeconds = -1 }, "timeout_seconds", "30 days"},
+		{"long timeout", func(s *RunSpec) { s.TimeoutSeconds = MaxRunTimeout + 1 }, "timeout_seconds", "30 days"},
+		{"negative retries", func(s *RunSpec) { s.Retries = -1 }, "retries", "from 0 to 100"},
+		{"many retries", func(s *RunSpec) { s.Retries = MaxRunRetries + 1 }, "retries", "from 0 to 100"},
+		{"negative gpus", func(s *RunSpec) { s.GPUs = -1 }, "gpus", "from 0 to 64"},
+		{"many gpus", func(s *RunSpec) { s.GPUs = MaxRunGPUs + 1 }, "gpus", "from 0 to 64"},
+		{"model without gpus", func(s *RunSpec) { s.GPUs = 0; s.GPUMemoryBytes = 0 }, "gpus", "need gpus of 1 or more"},
+		{"negative gpu memory", func(s *RunSpec) { s.GPUMemoryBytes = -1 }, "gpu_memory_bytes", "from 0 (any)"},
+		{"two-line model", func(s *RunSpec) { s.GPUModel = "H\n100" }, "gpu_model", "one line"},
+		{"late replace", func(s *RunSpec) { s.ReplaceAfterSeconds = MaxRunTimeout + 1 }, "replace_after_seconds", "at most"},
+		{"bad env name", func(s *RunSpec) { s.Env = map[string]string{"1X": ""} }, "env", `"1X" is not a valid variable name`},
+		{"NUL in env", func(s *RunSpec) { s.Env = map[string]string{"X": "\x00"} }, "env", "NUL"},
+		{"relative mount", func(s *RunSpec) { s.Artifacts[0].MountPath = "data" }, "artifacts[0].mount_path", "absolute"},
+		{"mount at /", func(s *RunSpec) { s.Artifacts[0].MountPath = "/" }, "artifacts[0].mount_path", "must not be /"},
+		{"dot-dot mount", func(s *RunSpec) { s.Artifacts[0].MountPath = "/a/../etc" }, "artifacts[0].mount_path", ".."},
+		{"unclean mount", func(s *RunSpec) { s.Artifacts[0].MountPath = "/a//b" }, "artifacts[0].mount_path", `write "/a/b"`},
+		{"no mount path", func(s *RunSpec) { s.Artifacts[0].MountPath = "" }, "artifacts[0].mount_path", "is required"},
+		{"colon in mount", func(s *RunSpec) { s.Artifacts[0].MountPath = "/a:b" }, "artifacts[0].mount_path", "':'"},
+		{"same mount twice", func(s *RunSpec) { s.Artifacts[1].MountPath = "/data" }, "artifacts[1].mount_path", "also the mount path of data"},
+		{"bad artifact name", func(s *RunSpec) { s.Artifacts[1].Name = "a@b" }, "artifacts[1].name", "not an artifact name"},
+		{"bad version", func(s *RunSpec) { s.Artifacts[0].Version = "3" }, "artifacts[0].version", "v1, v2"},
+		{"negative floor", func(s *RunSpec) { s.Artifacts[1].MinReadBytesPerSecond = -1 }, "artifacts[1].min_read_bytes_per_second", "0 (no floor)"},
+		{"short digest", func(s *RunSpec) { s.Artifacts[1].SHA256 = "abc" }, "artifacts[1].sha256", "SHA-256"},
+		{"many artifacts", func(s *RunSpec) { s.Artifacts = make([]ArtifactMount, MaxRunArtifacts+1) }, "artifacts", "at most 64"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := validSpec()
+			tc.change(&spec)
+			before := validSpec()
+			tc.change(&before)
+			err := spec.Validate()
+			if !reflect.DeepEqual(spec, before) && !math.IsNaN(spec.CPU) {
+				t.Errorf("Validate changed its input: %+v, was %+v", spec, before)
+			}
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			var fe *failure.Error
+			if !errors.As(err, &fe) || !errors.Is(err, failure.ErrInvalid) {
+				t.Fatalf("Validate() = %v, want a failure.ErrInvalid", err)
+			}
+			if fe.Field != tc.field || !strings.Contains(fe.Message, tc.says) {
+				t.Errorf("Validate() = %q (field %q), want field %q saying %q", err, fe.Field, tc.field, tc.says)
+			}
+		})
+	}
+}
+
+func TestRunSpecNormalized(t *testing.T) {
+	spec := validSpec()
+	spec.Image = "  127.0.0.1:5000/hello:1\n"
+	n := spec.Normalized()
+	if n.Image != "127.0.0.1:5000/hello:1" {
+		t.Errorf("Normalized().Image = %q", n.Image)
+	}
+	if spec.Image != "  127.0.0.1:5000/hello:1\n" {
+		t.Errorf("Normalized changed its input's image to %q", spec.Image)
+	}
+	n.Image = spec.Image
+	if !reflect.DeepEqual(n, spec) {
+		t.Errorf("Normalized changed more than the image: %+v", n)
+	}
+}

@@ -1,0 +1,227 @@
+package fleetsim
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"sync/atomic"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/internal/cputime"
+)
+
+// appliedSeries counts the node events the control plane applied.
+const appliedSeries = `mercator_node_events_total{outcome="applied"}`
+
+// holdState is what the hold measured: the counters read at its start and
+// end, the submissions, the replica kill and the peaks sampled during it.
+type holdState struct {
+	start, end time.Time
+	length     time.Duration
+
+	profile   bytes.Buffer // the CPU profile of the hold
+	profiling bool
+
+	cpu0, cpu1           time.Duration // this process's CPU time
+	shardCPU0, shardCPU1 time.Duration // the agent processes' CPU time
+	busy0, busy1         time.Duration // the machine's busy time
+	hb0                  int64         // heartbeats before the hold
+	events0              float64       // node events applied before the hold
+
+	submitted, submitErrors, submitEnd atomic.Int64
+	submitDone                         chan struct{}
+
+	kill     *KillReport
+	killAt   time.Time
+	onKilled map[string]bool // nodes in session on the killed replica
+
+	rssPeak, shardRSSPeak int64
+	heapPeak              uint64
+}
+
+// hold keeps the fleet up for cfg.Duration, submitting runs and killing a
+// replica when configured, and then for up to cfg.RunsTimeout more until
+// every submitted run is running. It samples memory and scrapes the
+// replicas' metrics every 5 seconds.
+func (s *sim) hold(ctx context.Context) (*holdState, error) {
+	h := s.beginHold(ctx)
+	killTimer := make(<-chan time.Time)
+	if s.cfg.KillReplicaAt > 0 {
+		killTimer = time.After(s.cfg.KillReplicaAt)
+	}
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	lastProgress := time.Now()
+	for !s.holdOver(h) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-killTimer:
+			s.killReplica(h)
+		case <-tick.C:
+			s.sample(h)
+			s.scrapeAll(ctx)
+			if time.Since(lastProgress) >= 10*time.Second {
+				lastProgress = time.Now()
+				s.progress("hold %.0fs: %d heartbeats, %d commands (%d redelivered), %d/%d runs submitted, %d running, lease lapses %.0f",
+					time.Since(h.start).Seconds(), s.rec.heartbeats.Load()-h.hb0, s.rec.commands.Load(), s.rec.redeliveries.Load(),
+					h.submitted.Load(), s.cfg.Runs, s.rec.runningCount(), s.sum("mercator_node_lease_lapses_total"))
+			}
+		}
+	}
+	s.endHold(ctx, h)
+	return h, nil
+}
+
+// beginHold ends the profile of the fleet coming up, starts the hold's,
+// reads the counters the report compares against, and starts submitting.
+func (s *sim) beginHold(ctx context.Context) *holdState {
+	s.metricsClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	h := &holdState{onKilled: map[string]bool{}, submitDone: make(chan struct{})}
+	s.scrapeAll(ctx)
+	h.events0 = s.sum(appliedSeries)
+	if s.upProfiling {
+		pprof.StopCPUProfile()
+		if err := os.WriteFile(s.cfg.CPUProfile+".up", s.upProfile.Bytes(), 0o644); err != nil {
+			s.progress("write the CPU profile: %v", err)
+		}
+	}
+	h.profiling = pprof.StartCPUProfile(&h.profile) == nil
+	h.start = time.Now()
+	s.rec.holdStart.Store(h.start.UnixNano())
+	h.cpu0 = cputime.Self()
+	h.shardCPU0 = s.shardCPU()
+	h.busy0 = cputime.Machine()
+	h.hb0 = s.rec.heartbeats.Load()
+	if s.cfg.Runs == 0 {
+		close(h.submitDone)
+		return h
+	}
+	clients := make([]*client.Client, len(s.survivors))
+	for i, r := range s.survivors {
+		clients[i] = adminClient(r)
+	}
+	spec := api.RunSpec{Image: s.image, Command: []string{"/simulated"}, CPU: s.cfg.RunCPU, MemoryBytes: s.cfg.RunMemory}
+	pprof.Do(ctx, pprof.Labels("component", "submitter"), func(ctx context.Context) {
+		go func() {
+			defer close(h.submitDone)
+			submitRuns(ctx, s.cfg, clients, spec, s.rec, &h.submitted, &h.submitErrors)
+			h.submitEnd.Store(time.Now().UnixNano())
+		}()
+	})
+	return h
+}
+
+// holdOver reports whether the hold is over: cfg.Duration has passed and
+// either every submitted run is running or cfg.RunsTimeout more has passed.
+func (s *sim) holdOver(h *holdState) bool {
+	elapsed := time.Since(h.start)
+	if elapsed < s.cfg.Duration {
+		return false
+	}
+	if elapsed >= s.cfg.Duration+s.cfg.RunsTimeout {
+		return true
+	}
+	select {
+	case <-h.submitDone:
+		return s.rec.runningCount() >= int(h.submitted.Load())
+	default:
+		return false
+	}
+}
+
+// killReplica kills replica 0, noting which nodes were in session on it.
+func (s *sim) killReplica(h *holdState) {
+	r := s.replicas[0]
+	for _, n := range s.rec.nodes {
+		n.mu.Lock()
+		if n.sessionReplica == r.idx {
+			h.onKilled[n.id] = true
+		}
+		n.mu.Unlock()
+	}
+	h.killAt = time.Now()
+	r.kill()
+	h.kill = &KillReport{At: h.killAt.Sub(h.start).Seconds(), Moved: len(h.onKilled)}
+	s.progress("killed replica 0 with %d nodes in session on it", len(h.onKilled))
+}
+
+// endHold reads the counters at the end of the hold, ends its profile and
+// writes the heap profile when asked.
+func (s *sim) endHold(ctx context.Context, h *holdState) {
+	h.end = time.Now()
+	h.cpu1 = cputime.Self()
+	h.shardCPU1 = s.shardCPU()
+	h.busy1 = cputime.Machine()
+	h.length = h.end.Sub(h.start)
+	if h.profiling {
+		pprof.StopCPUProfile()
+		if s.cfg.CPUProfile != "" {
+			if err := os.WriteFile(s.cfg.CPUProfile, h.profile.Bytes(), 0o644); err != nil {
+				s.progress("write the CPU profile: %v", err)
+			}
+		}
+	}
+	s.sample(h)
+	s.scrapeAll(ctx)
+	if s.cfg.HeapProfile != "" {
+		if f, err := os.Create(s.cfg.HeapProfile); err == nil {
+			pprof.Lookup("heap").WriteTo(f, 0)
+			f.Close()
+		}
+	}
+}
+
+// sample raises the memory peaks to what is in use now.
+func (s *sim) sample(h *holdState) {
+	h.rssPeak = max(h.rssPeak, procStatus("VmRSS"))
+	var shardRSS int64
+	for _, p := range s.shards {
+		now, _ := p.rss()
+		shardRSS += now
+	}
+	h.shardRSSPeak = max(h.shardRSSPeak, shardRSS)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	h.heapPeak = max(h.heapPeak, ms.HeapInuse)
+}
+
+// shardCPU is the CPU time the agent processes have used.
+func (s *sim) shardCPU() time.Duration {
+	var d time.Duration
+	for _, p := range s.shards {
+		d += p.cpu()
+	}
+	return d
+}
+
+// scrapeAll scrapes the metrics of every replica still alive.
+func (s *sim) scrapeAll(ctx context.Context) {
+	for _, r := range s.replicas {
+		if r.killed.Load() {
+			continue
+		}
+		m, err := scrape(ctx, s.metricsClient, r.url+"/metrics")
+		if err == nil {
+			r.mu.Lock()
+			r.metrics = m
+			r.mu.Unlock()
+		}
+	}
+}
+
+// sum adds a series over the replicas' last scrapes.
+func (s *sim) sum(series string) float64 {
+	total := 0.0
+	for _, r := range s.replicas {
+		r.mu.Lock()
+		total += r.metrics[series]
+		r.mu.Unlock()
+	}
+	return total
+}
