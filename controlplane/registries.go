@@ -12,7 +12,7 @@ package controlplane
 // credential for the image's registry as it sends the command (outbound).
 // The node passes it to the daemon as the X-Registry-Auth header of one pull
 // and keeps it nowhere. Tag resolution at submit uses the same credential
-// (refResolver).
+// (daemon.refResolver).
 
 import (
 	"context"

@@ -18,13 +18,9 @@ import (
 	"encoding/base32"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -210,35 +206,6 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	return nil
 }
 
-// EnsureAdminToken returns the path of the admin credential file in dataDir,
-// creating the credential (and its hash in the store) on first start. The
-// file is mode 0600; the store keeps only the hash.
-func EnsureAdminToken(ctx context.Context, st store.Store, dataDir string, now time.Time) (path string, err error) {
-	path = filepath.Join(dataDir, "admin-token")
-	if data, err := os.ReadFile(path); err == nil {
-		tok := strings.TrimSpace(string(data))
-		err = st.View(ctx, func(tx store.Tx) error { _, err := tx.GetToken(hashToken(tok)); return err })
-		if err == nil {
-			return path, nil
-		}
-		return "", fmt.Errorf("admin token in %s is not known to this database (was the database replaced?): %w; remove the file to mint a new one", path, err)
-	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return "", err
-	}
-	tok := "mca_" + randomToken()
-	if err := st.Update(ctx, func(tx store.Tx) error {
-		return tx.CreateToken(store.Token{Hash: hashToken(tok), Name: "admin", CreatedAt: now.UTC()})
-	}); err != nil {
-		return "", err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(tok+"\n"), 0o600); err != nil {
-		return "", err
-	}
-	return path, os.Rename(tmp, path)
-}
-
 func (s *Server) now() time.Time { return s.cfg.Now().UTC() }
 
 func (s *Server) nodeBroadcast(nodeID string) *broadcast {
@@ -287,8 +254,14 @@ func randomToken() string {
 	return idEncoding.EncodeToString(b[:])
 }
 
-// hashToken is how every credential is stored: a leaked database holds no
-// usable token.
+// HashToken is how every credential is stored: a leaked database holds no
+// usable token. The composition root (package daemon) stores the admin
+// credential's hash with it.
+func HashToken(tok string) string { return hashToken(tok) }
+
+// NewAdminToken returns a fresh API credential (prefix mca_).
+func NewAdminToken() string { return "mca_" + randomToken() }
+
 func hashToken(tok string) string {
 	h := sha256.Sum256([]byte(tok))
 	return hex.EncodeToString(h[:])

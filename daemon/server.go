@@ -1,22 +1,25 @@
-package controlplane
+package daemon
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/mercator/mercator/content"
+	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/imageref"
 	"github.com/mercator/mercator/replica"
+	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/sqlstore"
 )
 
-// Options is what `mercator server` is started with.
-type Options struct {
+// ServerOptions is what `mercator server` is started with.
+type ServerOptions struct {
 	// DB is the store: "sqlite://PATH" (default: SQLite under DataDir) or
 	// "postgres://USER:PASSWORD@HOST/DB" (several replicas may share one).
 	DB string
@@ -24,7 +27,7 @@ type Options struct {
 	// picks a free one; Ready reports which.
 	Listen string
 	// Listener, when set, is served instead of listening on Listen, and is
-	// closed when Run returns. The fleet simulator passes one it can close
+	// closed when RunServer returns. The fleet simulator passes one it can close
 	// abruptly, with every connection it accepted, to kill a replica the
 	// way a crash would.
 	Listener net.Listener
@@ -44,16 +47,16 @@ type Options struct {
 	// rest: a 32-byte key in hex or base64. Empty means the key in
 	// DataDir/registry-key, generated on first start.
 	RegistryKey string
-	Config      Config
+	Config      controlplane.Config
 	Logger      *slog.Logger
 	// Ready, when set, is called once the server accepts connections, with
 	// its URL and the path of the admin credential file.
 	Ready func(url, tokenFile string)
 }
 
-// Run opens the store, makes sure an admin credential exists, and serves
-// until ctx ends.
-func Run(ctx context.Context, o Options) error {
+// RunServer opens the store, makes sure an admin credential exists, and
+// serves the control plane until ctx ends.
+func RunServer(ctx context.Context, o ServerOptions) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -99,11 +102,11 @@ func Run(ctx context.Context, o Options) error {
 		cfg.UploadDir = filepath.Join(o.DataDir, "uploads")
 	}
 	if cfg.RegistryKey == nil {
-		if cfg.RegistryKey, err = LoadRegistryKey(o.RegistryKey, filepath.Join(o.DataDir, "registry-key")); err != nil {
+		if cfg.RegistryKey, err = controlplane.LoadRegistryKey(o.RegistryKey, filepath.Join(o.DataDir, "registry-key")); err != nil {
 			return err
 		}
 	}
-	var coord Coordinator
+	var coord controlplane.Coordinator
 	if !strings.HasPrefix(o.DB, "sqlite://") {
 		// Replicas may share a PostgreSQL store: coordinate with them.
 		rc, err := replica.Open(ctx, o.DB, sqlstore.Redacted(o.DB), o.Logger.With("component", "replica"))
@@ -120,7 +123,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	resolver := &refResolver{r: &imageref.Resolver{Insecure: o.InsecureRegistries}}
-	srv := New(cfg, st, resolver, coord)
+	srv := controlplane.New(cfg, st, resolver, coord)
 	resolver.creds = srv.RegistryCredentials
 	o.Logger.Info("control plane listening", "url", url, "db", sqlstore.Redacted(o.DB), "admin_token_file", tokenFile,
 		"content", cfg.Content.Describe())
@@ -130,11 +133,40 @@ func Run(ctx context.Context, o Options) error {
 	return srv.Serve(ctx, l)
 }
 
+// EnsureAdminToken returns the path of the admin credential file in dataDir,
+// creating the credential (and its hash in the store) on first start. The
+// file is mode 0600; the store keeps only the hash.
+func EnsureAdminToken(ctx context.Context, st store.Store, dataDir string, now time.Time) (path string, err error) {
+	path = filepath.Join(dataDir, "admin-token")
+	if data, err := os.ReadFile(path); err == nil {
+		tok := strings.TrimSpace(string(data))
+		err = st.View(ctx, func(tx store.Tx) error { _, err := tx.GetToken(controlplane.HashToken(tok)); return err })
+		if err == nil {
+			return path, nil
+		}
+		return "", fmt.Errorf("admin token in %s is not known to this database (was the database replaced?): %w; remove the file to mint a new one", path, err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", err
+	}
+	tok := controlplane.NewAdminToken()
+	if err := st.Update(ctx, func(tx store.Tx) error {
+		return tx.CreateToken(store.Token{Hash: controlplane.HashToken(tok), Name: "admin", CreatedAt: now.UTC()})
+	}); err != nil {
+		return "", err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(tok+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return path, os.Rename(tmp, path)
+}
+
 // PostgreSQL takes concurrent writers and commits concurrent transactions
 // together itself; what costs is each statement's round trip, which a
 // transaction makes one after the other, and under SERIALIZABLE a longer
 // transaction is a likelier conflict. So replicas on PostgreSQL run
-// transactions side by side rather than batched (commit.go): measured with
+// transactions side by side rather than batched (controlplane/commit.go): measured with
 // 3,000 simulated nodes placing 20,000 runs, batches of 64 callers gave 176
 // placements/s, of 16 gave 202/s, unbatched 264/s.
 const pgWriteConcurrency, pgWriteBatch = 8, 1
