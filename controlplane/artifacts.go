@@ -47,6 +47,7 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/content"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/directio"
 	"github.com/mercator/mercator/internal/hashcopy"
@@ -139,31 +140,31 @@ func (s *Server) readTTL() time.Duration {
 func (s *Server) createUpload(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if err := validArtifactName("name", name); err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	var req api.UploadRequest
-	if err := decode(r, maxBody, &req); err != nil {
-		writeError(w, err)
+	if err := httpapi.Decode(r, httpapi.MaxBody, &req); err != nil {
+		httpapi.WriteError(w, err)
 		return
 	}
 	switch {
 	case req.Size < 0:
-		writeError(w, failure.Invalid("size", "must be 0 or more bytes, not %d", req.Size))
+		httpapi.WriteError(w, failure.Invalid("size", "must be 0 or more bytes, not %d", req.Size))
 		return
 	case req.Format == "":
 		req.Format = api.ArtifactFile
 	case req.Format != api.ArtifactFile && req.Format != api.ArtifactTar:
-		writeError(w, failure.Invalid("format", "must be %q or %q, not %q", api.ArtifactFile, api.ArtifactTar, req.Format))
+		httpapi.WriteError(w, failure.Invalid("format", "must be %q or %q, not %q", api.ArtifactFile, api.ArtifactTar, req.Format))
 		return
 	}
 	if req.SHA256 != "" && !content.ValidDigest(req.SHA256) {
-		writeError(w, failure.Invalid("sha256", "%q is not a SHA-256 digest: want 64 lowercase hex digits", req.SHA256))
+		httpapi.WriteError(w, failure.Invalid("sha256", "%q is not a SHA-256 digest: want 64 lowercase hex digits", req.SHA256))
 		return
 	}
 	cs, err := s.contentStore()
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	if req.SHA256 != "" {
@@ -177,29 +178,29 @@ func (s *Server) createUpload(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if err != nil {
-			writeError(w, err)
+			httpapi.WriteError(w, err)
 			return
 		}
 		if existing != nil {
-			writeJSON(w, http.StatusOK, api.Upload{Name: name, Size: existing.Size, Received: existing.Size, SHA256: existing.SHA256,
+			httpapi.WriteJSON(w, http.StatusOK, api.Upload{Name: name, Size: existing.Size, Received: existing.Size, SHA256: existing.SHA256,
 				Format: existing.Format, Existing: existing})
 			return
 		}
 	}
 	s.sweepUploads()
-	meta := uploadMeta{ID: newID("up-"), Name: name, Size: req.Size, SHA256: req.SHA256, Format: req.Format, ExpiresAt: s.now().Add(uploadTTL)}
+	meta := uploadMeta{ID: httpapi.NewID("up-"), Name: name, Size: req.Size, SHA256: req.SHA256, Format: req.Format, ExpiresAt: s.now().Add(uploadTTL)}
 	dir := filepath.Join(s.uploadDir(), meta.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		writeError(w, fmt.Errorf("staging upload: %w", err))
+		httpapi.WriteError(w, fmt.Errorf("staging upload: %w", err))
 		return
 	}
 	if err := writeUploadMeta(dir, meta); err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	f, err := os.OpenFile(filepath.Join(dir, "data"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
-		writeError(w, fmt.Errorf("staging upload: %w", err))
+		httpapi.WriteError(w, fmt.Errorf("staging upload: %w", err))
 		return
 	}
 	f.Close()
@@ -211,7 +212,7 @@ func (s *Server) createUpload(w http.ResponseWriter, r *http.Request) {
 	s.artifacts.uploads[meta.ID] = u
 	s.artifacts.mu.Unlock()
 	s.log.Info("upload started", "upload", meta.ID, "artifact", name, "size", meta.Size)
-	writeJSON(w, http.StatusCreated, u.view())
+	httpapi.WriteJSON(w, http.StatusCreated, u.view())
 }
 
 func (u *upload) view() api.Upload {
@@ -323,7 +324,7 @@ func (s *Server) sweepUploads() {
 func (s *Server) getUpload(w http.ResponseWriter, r *http.Request) {
 	u, err := s.loadUpload(r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	if !u.mu.TryLock() {
@@ -332,11 +333,11 @@ func (s *Server) getUpload(w http.ResponseWriter, r *http.Request) {
 		if fi, err := os.Stat(filepath.Join(u.dir, "data")); err == nil {
 			view.Received = fi.Size()
 		}
-		writeJSON(w, http.StatusOK, view)
+		httpapi.WriteJSON(w, http.StatusOK, view)
 		return
 	}
 	defer u.mu.Unlock()
-	writeJSON(w, http.StatusOK, u.view())
+	httpapi.WriteJSON(w, http.StatusOK, u.view())
 }
 
 // putUpload appends the request body at ?offset=N, which must be where the
@@ -346,31 +347,31 @@ func (s *Server) getUpload(w http.ResponseWriter, r *http.Request) {
 func (s *Server) putUpload(w http.ResponseWriter, r *http.Request) {
 	u, err := s.loadUpload(r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	offset, err := strconv.ParseInt(r.URL.Query().Get("offset"), 10, 64)
 	if err != nil || offset < 0 {
-		writeError(w, failure.Invalid("offset", "?offset=N is required: the byte position of this body in the content (GET the upload for where it stands)"))
+		httpapi.WriteError(w, failure.Invalid("offset", "?offset=N is required: the byte position of this body in the content (GET the upload for where it stands)"))
 		return
 	}
 	if !u.mu.TryLock() {
-		writeError(w, failure.Conflict("upload %s is being written by another request; wait for it, then resume from where the upload stands", u.meta.ID))
+		httpapi.WriteError(w, failure.Conflict("upload %s is being written by another request; wait for it, then resume from where the upload stands", u.meta.ID))
 		return
 	}
 	defer u.mu.Unlock()
 	if err := u.rebuild(); err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	if offset != u.received {
-		writeError(w, &failure.Error{Kind: failure.ErrConflict, Field: "offset", Message: fmt.Sprintf(
+		httpapi.WriteError(w, &failure.Error{Kind: failure.ErrConflict, Field: "offset", Message: fmt.Sprintf(
 			"upload %s holds %d bytes; send from offset %d, not %d", u.meta.ID, u.received, u.received, offset)})
 		return
 	}
 	f, err := directio.Append(filepath.Join(u.dir, "data"))
 	if err != nil {
-		writeError(w, fmt.Errorf("upload %s: %w", u.meta.ID, err))
+		httpapi.WriteError(w, fmt.Errorf("upload %s: %w", u.meta.ID, err))
 		return
 	}
 	left := u.meta.Size - u.received
@@ -394,12 +395,12 @@ func (s *Server) putUpload(w http.ResponseWriter, r *http.Request) {
 		} else if !errors.Is(err, failure.ErrInvalid) {
 			err = failure.Unavailable("upload %s: the body ended early after %d bytes (%v); resume from where the upload stands", u.meta.ID, n, err)
 		}
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	u.meta.ExpiresAt = s.now().Add(uploadTTL)
 	_ = writeUploadMeta(u.dir, u.meta)
-	writeJSON(w, http.StatusOK, u.view())
+	httpapi.WriteJSON(w, http.StatusOK, u.view())
 }
 
 // commitUpload verifies a complete upload and adds its version: 201 with a
@@ -411,62 +412,62 @@ func (s *Server) putUpload(w http.ResponseWriter, r *http.Request) {
 func (s *Server) commitUpload(w http.ResponseWriter, r *http.Request) {
 	u, err := s.loadUpload(r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	var req api.CommitRequest
 	if r.ContentLength != 0 {
-		if err := decode(r, maxBody, &req); err != nil {
-			writeError(w, err)
+		if err := httpapi.Decode(r, httpapi.MaxBody, &req); err != nil {
+			httpapi.WriteError(w, err)
 			return
 		}
 	}
 	if req.SHA256 != "" && !content.ValidDigest(req.SHA256) {
-		writeError(w, failure.Invalid("sha256", "%q is not a SHA-256 digest: want 64 lowercase hex digits", req.SHA256))
+		httpapi.WriteError(w, failure.Invalid("sha256", "%q is not a SHA-256 digest: want 64 lowercase hex digits", req.SHA256))
 		return
 	}
 	if req.CRC32C != "" && !api.ValidCRC32C(req.CRC32C) {
-		writeError(w, failure.Invalid("crc32c", "%q is not a CRC-32C: want 8 lowercase hex digits", req.CRC32C))
+		httpapi.WriteError(w, failure.Invalid("crc32c", "%q is not a CRC-32C: want 8 lowercase hex digits", req.CRC32C))
 		return
 	}
 	if !u.mu.TryLock() {
-		writeError(w, failure.Conflict("upload %s is being written by another request", u.meta.ID))
+		httpapi.WriteError(w, failure.Conflict("upload %s is being written by another request", u.meta.ID))
 		return
 	}
 	defer u.mu.Unlock()
 	if req.SHA256 == "" && req.CRC32C == "" && u.meta.SHA256 == "" {
-		writeError(w, failure.Invalid("crc32c", "upload %s was started without the client's digest, so the commit must state its check: "+
+		httpapi.WriteError(w, failure.Invalid("crc32c", "upload %s was started without the client's digest, so the commit must state its check: "+
 			"send {\"crc32c\": CHECK}, your CRC-32C (Castagnoli, 8 hex digits) of the content you sent, or {\"sha256\": DIGEST}; "+
 			"no version is stored unverified", u.meta.ID))
 		return
 	}
 	cs, err := s.contentStore()
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	if err := u.rebuild(); err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	if u.received != u.meta.Size {
-		writeError(w, failure.Conflict("upload %s holds %d of its %d bytes; send the rest from offset %d before committing", u.meta.ID, u.received, u.meta.Size, u.received))
+		httpapi.WriteError(w, failure.Conflict("upload %s holds %d of its %d bytes; send the rest from offset %d before committing", u.meta.ID, u.received, u.meta.Size, u.received))
 		return
 	}
 	digest := hex.EncodeToString(u.sha256.Sum(nil))
 	if err := checkUpload(u.meta.Size, digest, api.FormatCRC32C(u.crc32c.Sum32()), u.meta.SHA256, req); err != nil {
 		s.dropUpload(u)
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	data := filepath.Join(u.dir, "data")
 	if err := cs.Put(r.Context(), digest, data, u.meta.Size); err != nil {
-		writeError(w, fmt.Errorf("upload %s: storing the content: %w", u.meta.ID, err))
+		httpapi.WriteError(w, fmt.Errorf("upload %s: storing the content: %w", u.meta.ID, err))
 		return
 	}
 	v, created, err := s.addVersion(r.Context(), u.meta.Name, digest, u.meta.Size, u.meta.Format)
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	s.dropUpload(u)
@@ -475,7 +476,7 @@ func (s *Server) commitUpload(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 		s.log.Info("artifact version created", "artifact", v.Ref(), "sha256", digest, "size", v.Size)
 	}
-	writeJSON(w, status, v)
+	httpapi.WriteJSON(w, status, v)
 }
 
 // checkUpload compares what the client stated about an upload of size
@@ -572,10 +573,10 @@ func (s *Server) writeArtifacts(w http.ResponseWriter, r *http.Request, name str
 		err = failure.NotFound("artifact", name)
 	}
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 // getArtifactVersion answers GET /v1/artifacts/{name}/versions/{version};
@@ -588,10 +589,10 @@ func (s *Server) getArtifactVersion(w http.ResponseWriter, r *http.Request) {
 		return err
 	})
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out.ArtifactVersion)
+	httpapi.WriteJSON(w, http.StatusOK, out.ArtifactVersion)
 }
 
 // lookupVersion finds name@version; "" and "latest" are the newest.
@@ -616,7 +617,7 @@ func (s *Server) serveContent(w http.ResponseWriter, r *http.Request) {
 		l.ServeRead(w, r)
 		return
 	}
-	writeError(w, failure.NotFound("content", r.PathValue("digest")))
+	httpapi.WriteError(w, failure.NotFound("content", r.PathValue("digest")))
 }
 
 // validateArtifactMounts checks a run's Artifacts: names, versions, mount

@@ -28,6 +28,7 @@ import (
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/content"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/hashcopy"
 	"github.com/mercator/mercator/node"
@@ -53,9 +54,9 @@ func newArtifactFixture(t *testing.T) *artifactFixture {
 	f := &artifactFixture{st: memstore.New(), clock: &fakeClock{now: time.Now().UTC()}, dataDir: t.TempDir()}
 	f.key = make([]byte, RegistryKeySize)
 	rand.Read(f.key)
-	f.token = "mca_" + randomToken()
+	f.token = "mca_" + httpapi.RandomToken()
 	if err := f.st.Update(context.Background(), func(tx store.Tx) error {
-		return tx.CreateToken(store.Token{Hash: hashToken(f.token), Name: "admin", CreatedAt: f.clock.Now()})
+		return tx.CreateToken(store.Token{Hash: httpapi.HashToken(f.token), Name: "admin", CreatedAt: f.clock.Now()})
 	}); err != nil {
 		t.Fatal(err)
 	}

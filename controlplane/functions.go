@@ -11,12 +11,12 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
 )
@@ -43,32 +43,32 @@ import (
 //     /v1 API refuses them): Fn clients send fields of their own versions.
 
 // functionRoutes are the Fn-compatible routes, appended to publicRoutes.
-func (s *Server) functionRoutes() []route {
-	routes := []route{
-		{"GET /v2/apps", s.fnListApps},
-		{"POST /v2/apps", s.fnCreateApp},
-		{"GET /v2/apps/{app_id}", s.fnGetApp},
-		{"PUT /v2/apps/{app_id}", s.fnUpdateApp},
-		{"DELETE /v2/apps/{app_id}", s.fnDeleteApp},
-		{"GET /v2/fns", s.fnListFns},
-		{"POST /v2/fns", s.fnCreateFn},
-		{"GET /v2/fns/{fn_id}", s.fnGetFn},
-		{"PUT /v2/fns/{fn_id}", s.fnUpdateFn},
-		{"DELETE /v2/fns/{fn_id}", s.fnDeleteFn},
-		{"GET /v2/fns/{fn_id}/calls", s.fnListCalls},
-		{"GET /v2/fns/{fn_id}/calls/{call_id}", s.fnGetCall},
-		{"GET /v2/fns/{fn_id}/calls/{call_id}/log", s.fnGetCallLog},
-		{"GET /v2/fns/{fn_id}/calls/{call_id}/result", s.fnGetCallResult},
-		{"GET /v2/triggers", s.fnListTriggers},
-		{"POST /v2/triggers", s.fnCreateTrigger},
-		{"GET /v2/triggers/{trigger_id}", s.fnGetTrigger},
-		{"PUT /v2/triggers/{trigger_id}", s.fnUpdateTrigger},
-		{"DELETE /v2/triggers/{trigger_id}", s.fnDeleteTrigger},
-		{"POST /invoke/{fn_id}", s.fnInvoke},
-		{"POST /invoke/{fn_id}/async", s.fnInvokeAsync},
+func (s *Server) functionRoutes() []httpapi.Route {
+	routes := []httpapi.Route{
+		{Pattern: "GET /v2/apps", Handler: s.fnListApps},
+		{Pattern: "POST /v2/apps", Handler: s.fnCreateApp},
+		{Pattern: "GET /v2/apps/{app_id}", Handler: s.fnGetApp},
+		{Pattern: "PUT /v2/apps/{app_id}", Handler: s.fnUpdateApp},
+		{Pattern: "DELETE /v2/apps/{app_id}", Handler: s.fnDeleteApp},
+		{Pattern: "GET /v2/fns", Handler: s.fnListFns},
+		{Pattern: "POST /v2/fns", Handler: s.fnCreateFn},
+		{Pattern: "GET /v2/fns/{fn_id}", Handler: s.fnGetFn},
+		{Pattern: "PUT /v2/fns/{fn_id}", Handler: s.fnUpdateFn},
+		{Pattern: "DELETE /v2/fns/{fn_id}", Handler: s.fnDeleteFn},
+		{Pattern: "GET /v2/fns/{fn_id}/calls", Handler: s.fnListCalls},
+		{Pattern: "GET /v2/fns/{fn_id}/calls/{call_id}", Handler: s.fnGetCall},
+		{Pattern: "GET /v2/fns/{fn_id}/calls/{call_id}/log", Handler: s.fnGetCallLog},
+		{Pattern: "GET /v2/fns/{fn_id}/calls/{call_id}/result", Handler: s.fnGetCallResult},
+		{Pattern: "GET /v2/triggers", Handler: s.fnListTriggers},
+		{Pattern: "POST /v2/triggers", Handler: s.fnCreateTrigger},
+		{Pattern: "GET /v2/triggers/{trigger_id}", Handler: s.fnGetTrigger},
+		{Pattern: "PUT /v2/triggers/{trigger_id}", Handler: s.fnUpdateTrigger},
+		{Pattern: "DELETE /v2/triggers/{trigger_id}", Handler: s.fnDeleteTrigger},
+		{Pattern: "POST /invoke/{fn_id}", Handler: s.fnInvoke},
+		{Pattern: "POST /invoke/{fn_id}/async", Handler: s.fnInvokeAsync},
 	}
 	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"} {
-		routes = append(routes, route{m + " /t/{app_name}/{source...}", s.fnTrigger})
+		routes = append(routes, httpapi.Route{Pattern: m + " /t/{app_name}/{source...}", Handler: s.fnTrigger})
 	}
 	return routes
 }
@@ -86,7 +86,7 @@ func writeAuthError(w http.ResponseWriter, r *http.Request, err error) {
 		writeFnError(w, api.StatusOf(err), err.Error())
 		return
 	}
-	writeError(w, err)
+	httpapi.WriteError(w, err)
 }
 
 // fnErr is an error with the status Fn answers it with.
@@ -151,7 +151,7 @@ var (
 )
 
 func writeFnError(w http.ResponseWriter, status int, message string) {
-	writeJSON(w, status, api.FnError{Message: message})
+	httpapi.WriteJSON(w, status, api.FnError{Message: message})
 }
 
 // fnFail writes err in Fn's shape: an fnErr as it is, a failure kind by its
@@ -177,8 +177,8 @@ func (s *Server) fnFail(w http.ResponseWriter, err error) {
 // decodeFn reads one JSON object into v as Fn does: unknown fields are
 // ignored, malformed JSON is Fn's "Invalid JSON".
 func decodeFn(r *http.Request, v any) error {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	if err != nil || len(body) > maxBody {
+	body, err := io.ReadAll(io.LimitReader(r.Body, httpapi.MaxBody+1))
+	if err != nil || len(body) > httpapi.MaxBody {
 		return errFnInvalidJSON
 	}
 	if err := json.Unmarshal(body, v); err != nil {
@@ -189,46 +189,6 @@ func decodeFn(r *http.Request, v any) error {
 
 // fnTime is a moment as Fn shows it: UTC, milliseconds.
 func fnTime(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
-
-// pageParams reads Fn's paging parameters: per_page (default 30, at most
-// 100) and cursor, the base64url (unpadded) name the previous page ended
-// with.
-func pageParams(r *http.Request) (after string, perPage int) {
-	q := r.URL.Query()
-	perPage, _ = strconv.Atoi(q.Get("per_page"))
-	if perPage <= 0 {
-		perPage = api.DefaultFnPerPage
-	}
-	perPage = min(perPage, api.MaxFnPerPage)
-	if c := q.Get("cursor"); c != "" {
-		if b, err := base64.RawURLEncoding.DecodeString(c); err == nil {
-			after = string(b)
-		}
-	}
-	return after, perPage
-}
-
-// nextCursor is the cursor after a full page ending at name.
-// listPage is one page of a list route's records as the API shows them
-// (view), and Fn's next_cursor: the key of the last record when the page is
-// full (nextCursor).
-func listPage[R, V any](records []R, perPage int, view func(R) V, key func(R) string) ([]V, string) {
-	items := make([]V, 0, len(records))
-	for _, r := range records {
-		items = append(items, view(r))
-	}
-	if len(records) == 0 {
-		return items, ""
-	}
-	return items, nextCursor(len(records), perPage, key(records[len(records)-1]))
-}
-
-func nextCursor(n, perPage int, name string) string {
-	if n < perPage || n == 0 {
-		return ""
-	}
-	return base64.RawURLEncoding.EncodeToString([]byte(name))
-}
 
 // validName is Fn's rule for app, function and trigger names: letters,
 // digits, '_' and '-'.
@@ -459,7 +419,7 @@ func (s *Server) fnCreateApp(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	id := newID("app-")
+	id := httpapi.NewID("app-")
 	sealed, err := s.mergeSecrets(secretOwner{"app", id}, nil, nil, in.SecretConfig)
 	if err != nil {
 		s.fnFail(w, err)
@@ -482,7 +442,7 @@ func (s *Server) fnCreateApp(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.appView(app))
+	httpapi.WriteJSON(w, http.StatusOK, s.appView(app))
 }
 
 func (s *Server) fnGetApp(w http.ResponseWriter, r *http.Request) {
@@ -495,11 +455,11 @@ func (s *Server) fnGetApp(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.appView(app))
+	httpapi.WriteJSON(w, http.StatusOK, s.appView(app))
 }
 
 func (s *Server) fnListApps(w http.ResponseWriter, r *http.Request) {
-	after, perPage := pageParams(r)
+	after, perPage := httpapi.PageParams(r)
 	var apps []store.App
 	err := s.store.View(r.Context(), func(tx store.Tx) (err error) {
 		apps, err = tx.ListApps(store.ListFnOptions{Name: r.URL.Query().Get("name"), After: after, Limit: perPage})
@@ -510,8 +470,8 @@ func (s *Server) fnListApps(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var out api.AppList
-	out.Items, out.NextCursor = listPage(apps, perPage, s.appView, func(a store.App) string { return a.Name })
-	writeJSON(w, http.StatusOK, out)
+	out.Items, out.NextCursor = httpapi.ListPage(apps, perPage, s.appView, func(a store.App) string { return a.Name })
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) fnUpdateApp(w http.ResponseWriter, r *http.Request) {
@@ -571,7 +531,7 @@ func (s *Server) fnUpdateApp(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.fn.forgetApp(app.ID)
-	writeJSON(w, http.StatusOK, s.appView(app))
+	httpapi.WriteJSON(w, http.StatusOK, s.appView(app))
 }
 
 // fnDeleteApp deletes an app with its functions and triggers (Fn's
@@ -697,7 +657,7 @@ func (s *Server) fnCreateFn(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	id := newID("fn-")
+	id := httpapi.NewID("fn-")
 	sealed, err := s.mergeSecrets(secretOwner{"fn", id}, nil, nil, in.SecretConfig)
 	if err != nil {
 		s.fnFail(w, err)
@@ -751,7 +711,7 @@ func (s *Server) fnCreateFn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("function created", "fn", f.ID, "app", f.AppID, "name", f.Name, "image", pinned)
-	writeJSON(w, http.StatusOK, s.fnView(f))
+	httpapi.WriteJSON(w, http.StatusOK, s.fnView(f))
 }
 
 func (s *Server) fnGetFn(w http.ResponseWriter, r *http.Request) {
@@ -764,7 +724,7 @@ func (s *Server) fnGetFn(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.fnView(f))
+	httpapi.WriteJSON(w, http.StatusOK, s.fnView(f))
 }
 
 func (s *Server) fnListFns(w http.ResponseWriter, r *http.Request) {
@@ -774,7 +734,7 @@ func (s *Server) fnListFns(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, errFnMissingAppID)
 		return
 	}
-	after, perPage := pageParams(r)
+	after, perPage := httpapi.PageParams(r)
 	var fns []store.Fn
 	err := s.store.View(r.Context(), func(tx store.Tx) (err error) {
 		fns, err = tx.ListFns(store.ListFnOptions{AppID: appID, Name: q.Get("name"), After: after, Limit: perPage})
@@ -785,8 +745,8 @@ func (s *Server) fnListFns(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var out api.FnList
-	out.Items, out.NextCursor = listPage(fns, perPage, s.fnView, func(f store.Fn) string { return f.Name })
-	writeJSON(w, http.StatusOK, out)
+	out.Items, out.NextCursor = httpapi.ListPage(fns, perPage, s.fnView, func(f store.Fn) string { return f.Name })
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 // fnUpdateFn applies a patch as Fn does: zero fields are left as they are,
@@ -878,7 +838,7 @@ func (s *Server) fnUpdateFn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.fn.forgetFn(id)
-	writeJSON(w, http.StatusOK, s.fnView(f))
+	httpapi.WriteJSON(w, http.StatusOK, s.fnView(f))
 }
 
 // fnDeleteFn deletes a function and its triggers.
@@ -991,7 +951,7 @@ func (s *Server) fnCreateTrigger(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := fnTime(s.now())
-	t := store.Trigger{Trigger: api.Trigger{ID: newID("tr-"), Name: in.Name, AppID: in.AppID, FnID: in.FnID, Type: in.Type,
+	t := store.Trigger{Trigger: api.Trigger{ID: httpapi.NewID("tr-"), Name: in.Name, AppID: in.AppID, FnID: in.FnID, Type: in.Type,
 		Source: in.Source, Annotations: ann, CreatedAt: now, UpdatedAt: now}}
 	var appName string
 	err = s.store.Update(r.Context(), func(tx store.Tx) error {
@@ -1009,7 +969,7 @@ func (s *Server) fnCreateTrigger(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.triggerView(t, appName))
+	httpapi.WriteJSON(w, http.StatusOK, s.triggerView(t, appName))
 }
 
 func (s *Server) fnGetTrigger(w http.ResponseWriter, r *http.Request) {
@@ -1029,7 +989,7 @@ func (s *Server) fnGetTrigger(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.triggerView(t, appName))
+	httpapi.WriteJSON(w, http.StatusOK, s.triggerView(t, appName))
 }
 
 func (s *Server) fnListTriggers(w http.ResponseWriter, r *http.Request) {
@@ -1039,7 +999,7 @@ func (s *Server) fnListTriggers(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, errFnMissingAppID)
 		return
 	}
-	after, perPage := pageParams(r)
+	after, perPage := httpapi.PageParams(r)
 	var triggers []store.Trigger
 	var appName string
 	err := s.store.View(r.Context(), func(tx store.Tx) (err error) {
@@ -1054,10 +1014,10 @@ func (s *Server) fnListTriggers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var out api.TriggerList
-	out.Items, out.NextCursor = listPage(triggers, perPage,
+	out.Items, out.NextCursor = httpapi.ListPage(triggers, perPage,
 		func(t store.Trigger) api.Trigger { return s.triggerView(t, appName) },
 		func(t store.Trigger) string { return t.Name })
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) fnUpdateTrigger(w http.ResponseWriter, r *http.Request) {
@@ -1118,7 +1078,7 @@ func (s *Server) fnUpdateTrigger(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.fn.forgetApp(t.AppID)
-	writeJSON(w, http.StatusOK, s.triggerView(t, appName))
+	httpapi.WriteJSON(w, http.StatusOK, s.triggerView(t, appName))
 }
 
 func (s *Server) fnDeleteTrigger(w http.ResponseWriter, r *http.Request) {
@@ -1175,12 +1135,12 @@ func (s *Server) fnGetCall(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, callView(c))
+	httpapi.WriteJSON(w, http.StatusOK, callView(c))
 }
 
 func (s *Server) fnListCalls(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	_, perPage := pageParams(r)
+	_, perPage := httpapi.PageParams(r)
 	after := ""
 	if c := q.Get("cursor"); c != "" {
 		if b, err := base64.RawURLEncoding.DecodeString(c); err == nil {
@@ -1201,8 +1161,8 @@ func (s *Server) fnListCalls(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var out api.FnCallList
-	out.Items, out.NextCursor = listPage(calls, perPage, callView, func(c store.Call) string { return c.ID })
-	writeJSON(w, http.StatusOK, out)
+	out.Items, out.NextCursor = httpapi.ListPage(calls, perPage, callView, func(c store.Call) string { return c.ID })
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 // fnGetCallLog answers with the call's output: text, or Fn's JSON body
@@ -1224,7 +1184,7 @@ func (s *Server) fnGetCallLog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if strings.Contains(r.Header.Get("Accept"), "application/json") {
-		writeJSON(w, http.StatusOK, api.CallLogResponse{Message: "Successfully loaded log", Log: api.CallLog{CallID: callID, Log: text}})
+		httpapi.WriteJSON(w, http.StatusOK, api.CallLogResponse{Message: "Successfully loaded log", Log: api.CallLog{CallID: callID, Log: text}})
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

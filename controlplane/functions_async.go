@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
 )
@@ -49,11 +50,11 @@ func (fs *fnState) enqueue(w http.ResponseWriter, r *http.Request, e *fnEntry, h
 		return
 	}
 	if len(body) > api.FnMaxRequestBytes {
-		writeJSON(w, http.StatusRequestEntityTooLarge, api.FnError{Message: "Request content too large", Kind: "request_too_big"})
+		httpapi.WriteJSON(w, http.StatusRequestEntityTooLarge, api.FnError{Message: "Request content too large", Kind: "request_too_big"})
 		return
 	}
 	now := fs.s.now()
-	call := store.Call{FnCall: api.FnCall{ID: newID("call-"), Status: api.CallQueued, AppID: e.fn.AppID, FnID: e.fn.ID, CreatedAt: now},
+	call := store.Call{FnCall: api.FnCall{ID: httpapi.NewID("call-"), Status: api.CallQueued, AppID: e.fn.AppID, FnID: e.fn.ID, CreatedAt: now},
 		Header: header, Body: body, Due: now}
 	if err := fs.s.store.Update(r.Context(), func(tx store.Tx) error { return tx.CreateCall(call) }); err != nil {
 		fs.s.fnFail(w, err)
@@ -62,7 +63,7 @@ func (fs *fnState) enqueue(w http.ResponseWriter, r *http.Request, e *fnEntry, h
 	fs.metrics.durable.WithLabelValues(e.fn.ID, "enqueued").Inc()
 	fs.wake()
 	w.Header().Set("Fn-Call-Id", call.ID)
-	writeJSON(w, http.StatusAccepted, api.DetachedCall{CallID: call.ID})
+	httpapi.WriteJSON(w, http.StatusAccepted, api.DetachedCall{CallID: call.ID})
 }
 
 func (fs *fnState) wake() {
@@ -151,7 +152,7 @@ func (fs *fnState) claim(ctx context.Context, n int) ([]store.Call, error) {
 				}
 				continue
 			}
-			c.Status, c.Claim = api.CallRunning, newID("claim-")
+			c.Status, c.Claim = api.CallRunning, httpapi.NewID("claim-")
 			c.Attempts++
 			if c.StartedAt == nil {
 				c.StartedAt = &now

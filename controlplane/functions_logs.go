@@ -12,6 +12,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/node"
 	"github.com/mercator/mercator/store"
@@ -206,7 +207,7 @@ func (fs *fnState) askAll(ctx context.Context, nodes []fnNode, callID string) (l
 // logAskTimeout.
 func (fs *fnState) ask(ctx context.Context, nodeID, callID string) logAnswer {
 	q := &logAsk{nodeID: nodeID, answer: make(chan logAnswer, 1)}
-	cmd := capability.CallLogCommand{CallID: callID, Request: newID("lq-"), URL: fs.replicaURL()}
+	cmd := capability.CallLogCommand{CallID: callID, Request: httpapi.NewID("lq-"), URL: fs.replicaURL()}
 	fs.logAsks.Store(cmd.Request, q)
 	defer fs.logAsks.Delete(cmd.Request)
 	var lost <-chan struct{}
@@ -270,25 +271,25 @@ func (fs *fnState) deliverCallLog(topic string) {
 }
 
 // callLogAnswer takes a node's answer to a call_log command.
-func (s *Server) callLogAnswer(w http.ResponseWriter, r *http.Request, c nodeCaller) {
+func (s *Server) callLogAnswer(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	v, ok := s.fn.logAsks.Load(r.PathValue("id"))
 	if !ok {
-		writeJSON(w, http.StatusGone, api.ErrorOf(failure.NotFound("call log request", r.PathValue("id"))))
+		httpapi.WriteJSON(w, http.StatusGone, api.ErrorOf(failure.NotFound("call log request", r.PathValue("id"))))
 		return
 	}
 	q := v.(*logAsk)
-	if q.nodeID != c.nodeID {
-		writeError(w, failure.Conflict("call log request %s was not sent to node %s", r.PathValue("id"), c.nodeID))
+	if q.nodeID != c.NodeID {
+		httpapi.WriteError(w, failure.Conflict("call log request %s was not sent to node %s", r.PathValue("id"), c.NodeID))
 		return
 	}
 	text, err := io.ReadAll(io.LimitReader(r.Body, maxCallLog))
 	if err != nil {
-		writeError(w, failure.Invalid("body", "reading the log: %v", err))
+		httpapi.WriteError(w, failure.Invalid("body", "reading the log: %v", err))
 		return
 	}
-	a := logAnswer{nodeID: c.nodeID, held: true, text: string(text)}
+	a := logAnswer{nodeID: c.NodeID, held: true, text: string(text)}
 	if why := r.Header.Get(capability.HeaderCallLogUnknown); why != "" {
-		a = logAnswer{nodeID: c.nodeID}
+		a = logAnswer{nodeID: c.NodeID}
 	}
 	select {
 	case q.answer <- a:

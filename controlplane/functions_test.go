@@ -17,6 +17,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/node"
 	"github.com/mercator/mercator/nodeagent"
 	"github.com/mercator/mercator/store"
@@ -62,9 +63,9 @@ func newFnFixture(t *testing.T) *fnFixture {
 		<-done
 		h.Close()
 	})
-	tok := "mca_" + randomToken()
+	tok := "mca_" + httpapi.RandomToken()
 	if err := st.Update(ctx, func(tx store.Tx) error {
-		return tx.CreateToken(store.Token{Hash: hashToken(tok), Name: "admin", CreatedAt: time.Now()})
+		return tx.CreateToken(store.Token{Hash: httpapi.HashToken(tok), Name: "admin", CreatedAt: time.Now()})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -172,12 +173,12 @@ type fakeNode struct {
 func (f *fnFixture) startNode(id string, handle func(n *fakeNode, inv capability.InvokeCommand)) *fakeNode {
 	f.t.Helper()
 	ctx := context.Background()
-	inv := "mci_" + randomToken()
+	inv := "mci_" + httpapi.RandomToken()
 	if err := f.st.Update(ctx, func(tx store.Tx) error {
 		if err := tx.PutNode(store.Node{ID: id, CreatedAt: time.Now()}); err != nil {
 			return err
 		}
-		return tx.CreateInvitation(store.Invitation{TokenHash: hashToken(inv), NodeID: id, CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
+		return tx.CreateInvitation(store.Invitation{TokenHash: httpapi.HashToken(inv), NodeID: id, CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
 	}); err != nil {
 		f.t.Fatal(err)
 	}

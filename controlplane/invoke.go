@@ -18,6 +18,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/node"
 	"github.com/mercator/mercator/store"
@@ -105,8 +106,6 @@ type fnState struct {
 	nodesMu sync.Mutex
 	nodes   atomic.Pointer[fnNodeList]
 
-	admins sync.Map // admin token hash → time.Time it is trusted until
-
 	metrics   *fnMetrics
 	wakeAsync chan struct{}
 }
@@ -158,7 +157,7 @@ func (fs *fnState) attachSession(nodeID string, fencing uint64, r *http.Request)
 	if fs == nil {
 		return nil
 	}
-	io.Copy(io.Discard, io.LimitReader(r.Body, maxBody))
+	io.Copy(io.Discard, io.LimitReader(r.Body, httpapi.MaxBody))
 	ls := &liveSession{nodeID: nodeID, fencing: fencing, cmds: make(chan *node.Command, 1024), done: make(chan struct{})}
 	fs.mu.Lock()
 	fs.sessions[nodeID] = ls
@@ -436,29 +435,6 @@ func (fs *fnState) candidates(ctx context.Context, e *fnEntry) (order []fnNode, 
 	return order, fitting, nil
 }
 
-// Credentials. The admin cache holds positive answers only, briefly: no
-// API credential can be revoked today. (Node sessions on the calls paths
-// go through Server.nodeAuth and its own cache, authcache.go.)
-
-const credTTL = 10 * time.Second
-
-// checkToken reports whether tok is an API credential, from a cache of
-// recent answers, so the invoke path costs no database read per call.
-func (s *Server) checkToken(ctx context.Context, tok string) error {
-	hash := hashToken(tok)
-	fs := s.fn
-	if fs != nil {
-		if v, ok := fs.admins.Load(hash); ok && s.now().Before(v.(time.Time)) {
-			return nil
-		}
-	}
-	err := s.store.View(ctx, func(tx store.Tx) error { _, err := tx.GetToken(hash); return err })
-	if err == nil && fs != nil {
-		fs.admins.Store(hash, s.now().Add(credTTL))
-	}
-	return err
-}
-
 // functionNodeRoutes adds the calls paths of the node protocol.
 func (s *Server) functionNodeRoutes(mux *http.ServeMux) {
 	mux.Handle("GET "+capability.PathCalls+"{id}", s.nodeAuth(s.callCommand))
@@ -536,15 +512,15 @@ func (rv *rendezvous) abandon() bool {
 }
 
 // lookupRendezvous finds a rendezvous for the calling node.
-func (fs *fnState) lookupRendezvous(w http.ResponseWriter, r *http.Request, c nodeCaller) *rendezvous {
+func (fs *fnState) lookupRendezvous(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) *rendezvous {
 	v, ok := fs.rvs.Load(r.PathValue("id"))
 	if !ok {
-		writeJSON(w, http.StatusGone, api.ErrorOf(failure.NotFound("call attempt", r.PathValue("id"))))
+		httpapi.WriteJSON(w, http.StatusGone, api.ErrorOf(failure.NotFound("call attempt", r.PathValue("id"))))
 		return nil
 	}
 	rv := v.(*rendezvous)
-	if rv.nodeID != c.nodeID {
-		writeError(w, failure.Conflict("call attempt %s is not on node %s", rv.id, c.nodeID))
+	if rv.nodeID != c.NodeID {
+		httpapi.WriteError(w, failure.Conflict("call attempt %s is not on node %s", rv.id, c.NodeID))
 		return nil
 	}
 	return rv
@@ -552,24 +528,24 @@ func (fs *fnState) lookupRendezvous(w http.ResponseWriter, r *http.Request, c no
 
 // callCommand answers an agent that received a reference with the whole
 // command.
-func (s *Server) callCommand(w http.ResponseWriter, r *http.Request, c nodeCaller) {
+func (s *Server) callCommand(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	rv := s.fn.lookupRendezvous(w, r, c)
 	if rv == nil {
 		return
 	}
 	rv.fetched.Store(true)
-	writeJSON(w, http.StatusOK, rv.cmd)
+	httpapi.WriteJSON(w, http.StatusOK, rv.cmd)
 }
 
 // callRequestBody streams the caller's request body to the agent, once.
-func (s *Server) callRequestBody(w http.ResponseWriter, r *http.Request, c nodeCaller) {
+func (s *Server) callRequestBody(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	rv := s.fn.lookupRendezvous(w, r, c)
 	if rv == nil {
 		return
 	}
 	rv.fetched.Store(true)
 	if !rv.taken.CompareAndSwap(false, true) {
-		writeError(w, failure.Conflict("the request body of call attempt %s was already taken", rv.id))
+		httpapi.WriteError(w, failure.Conflict("the request body of call attempt %s was already taken", rv.id))
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -600,7 +576,7 @@ func (s *Server) callRequestBody(w http.ResponseWriter, r *http.Request, c nodeC
 
 // callResponse takes the node's answer: an error, or a response whose
 // body is relayed to the caller while this request is open.
-func (s *Server) callResponse(w http.ResponseWriter, r *http.Request, c nodeCaller) {
+func (s *Server) callResponse(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	rv := s.fn.lookupRendezvous(w, r, c)
 	if rv == nil {
 		return
@@ -609,7 +585,7 @@ func (s *Server) callResponse(w http.ResponseWriter, r *http.Request, c nodeCall
 	if kind := r.Header.Get(capability.HeaderCallError); kind != "" {
 		msg, _ := io.ReadAll(io.LimitReader(r.Body, 64<<10))
 		if !rv.deliver(&callAnswer{kind: kind, message: string(msg)}) {
-			writeJSON(w, http.StatusGone, api.ErrorOf(failure.Conflict("call attempt %s is over", rv.id)))
+			httpapi.WriteJSON(w, http.StatusGone, api.ErrorOf(failure.Conflict("call attempt %s is over", rv.id)))
 			return
 		}
 		w.WriteHeader(http.StatusOK)
@@ -617,7 +593,7 @@ func (s *Server) callResponse(w http.ResponseWriter, r *http.Request, c nodeCall
 	}
 	status, err := strconv.Atoi(r.Header.Get(capability.HeaderCallStatus))
 	if err != nil || status < 100 || status > 999 {
-		writeError(w, failure.Invalid(capability.HeaderCallStatus, "%q is not an HTTP status", r.Header.Get(capability.HeaderCallStatus)))
+		httpapi.WriteError(w, failure.Invalid(capability.HeaderCallStatus, "%q is not an HTTP status", r.Header.Get(capability.HeaderCallStatus)))
 		return
 	}
 	header := http.Header{}
@@ -629,7 +605,7 @@ func (s *Server) callResponse(w http.ResponseWriter, r *http.Request, c nodeCall
 	a := &callAnswer{status: status, header: header, length: r.ContentLength, body: r.Body,
 		trailer: func() http.Header { return r.Trailer }, done: make(chan error, 1)}
 	if !rv.deliver(a) {
-		writeJSON(w, http.StatusGone, api.ErrorOf(failure.Conflict("call attempt %s is over", rv.id)))
+		httpapi.WriteJSON(w, http.StatusGone, api.ErrorOf(failure.Conflict("call attempt %s is over", rv.id)))
 		return
 	}
 	if err := <-a.done; err != nil {
@@ -641,7 +617,7 @@ func (s *Server) callResponse(w http.ResponseWriter, r *http.Request, c nodeCall
 }
 
 // callLog takes a durable call's output.
-func (s *Server) callLog(w http.ResponseWriter, r *http.Request, c nodeCaller) {
+func (s *Server) callLog(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	rv := s.fn.lookupRendezvous(w, r, c)
 	if rv == nil {
 		return
@@ -740,7 +716,7 @@ func (fs *fnState) attempt(ctx context.Context, c *fnCall, n fnNode, last bool) 
 	}
 	spec := c.entry.spec
 	cmd := capability.InvokeCommand{
-		CallID: c.id, Rendezvous: newID("rv-"), URL: fs.replicaURL(), Function: &spec,
+		CallID: c.id, Rendezvous: httpapi.NewID("rv-"), URL: fs.replicaURL(), Function: &spec,
 		Header: c.header, ContentLength: c.length, Timeout: remaining, NoWait: !last, Logs: c.logs,
 	}
 	rv := &rendezvous{id: cmd.Rendezvous, nodeID: n.ID, answered: make(chan struct{}), logs: make(chan string, 1)}
@@ -1010,10 +986,10 @@ func callerDeadline(r *http.Request, limit time.Time) time.Time {
 // invokeSync runs a call for the caller of r and streams the answer back.
 func (fs *fnState) invokeSync(w http.ResponseWriter, r *http.Request, e *fnEntry, header http.Header) {
 	start := fs.s.now()
-	callID := newID("call-")
+	callID := httpapi.NewID("call-")
 	if r.ContentLength > api.FnMaxRequestBytes {
 		w.Header().Set("Fn-Call-Id", callID)
-		writeJSON(w, http.StatusRequestEntityTooLarge, api.FnError{Message: "Request content too large", Kind: "request_too_big",
+		httpapi.WriteJSON(w, http.StatusRequestEntityTooLarge, api.FnError{Message: "Request content too large", Kind: "request_too_big",
 			Detail: fmt.Sprintf("the body is %d bytes; a function accepts %d", r.ContentLength, api.FnMaxRequestBytes)})
 		fs.metrics.observe(e.fn.ID, "request_too_big", 0)
 		return
@@ -1059,5 +1035,5 @@ func (fs *fnState) invokeSync(w http.ResponseWriter, r *http.Request, e *fnEntry
 	}
 	status, msg := callStatus(out.kind)
 	w.Header().Set("Fn-Call-Id", callID)
-	writeJSON(w, status, api.FnError{Message: msg, Kind: out.kind, Detail: out.message})
+	httpapi.WriteJSON(w, status, api.FnError{Message: msg, Kind: out.kind, Detail: out.message})
 }

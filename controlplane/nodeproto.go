@@ -9,6 +9,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/node"
@@ -23,19 +24,19 @@ import (
 // old enrollment already started an adoption rather than a duplicate.
 func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 	var req capability.EnrollmentRequest
-	if err := decode(r, maxBody, &req); err != nil {
-		writeError(w, err)
+	if err := httpapi.Decode(r, httpapi.MaxBody, &req); err != nil {
+		httpapi.WriteError(w, err)
 		return
 	}
 	if req.Invitation == "" || req.NodeID == "" {
-		writeError(w, failure.Invalid("invitation", "node_id and invitation are required"))
+		httpapi.WriteError(w, failure.Invalid("invitation", "node_id and invitation are required"))
 		return
 	}
 	now := s.now()
-	tok := "mcs_" + randomToken()
+	tok := "mcs_" + httpapi.RandomToken()
 	var out capability.Enrollment
 	err := s.batch(r.Context(), func(tx store.Tx) error {
-		inv, err := tx.GetInvitation(hashToken(req.Invitation))
+		inv, err := tx.GetInvitation(httpapi.HashToken(req.Invitation))
 		if errors.Is(err, failure.ErrNotFound) || (err == nil && inv.NodeID != req.NodeID) {
 			return failure.Unauthorized("invitation not recognised for node %q; create one with `mercator node invite %s`", req.NodeID, req.NodeID)
 		}
@@ -73,35 +74,35 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		out = capability.Enrollment{NodeID: n.ID, SessionToken: tok, ExpiresAt: now.Add(s.cfg.SessionTTL), FencingToken: n.FencingToken, Lease: s.cfg.Lease}
-		return tx.PutSession(store.Session{TokenHash: hashToken(tok), NodeID: n.ID, FencingToken: n.FencingToken, ExpiresAt: out.ExpiresAt, CreatedAt: now})
+		return tx.PutSession(store.Session{TokenHash: httpapi.HashToken(tok), NodeID: n.ID, FencingToken: n.FencingToken, ExpiresAt: out.ExpiresAt, CreatedAt: now})
 	})
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	s.live.report(req.NodeID, now)
 	s.log.Info("node enrolled", "node", req.NodeID, "fencing_token", out.FencingToken, "agent_version", req.AgentVersion)
 	s.fenceChanged(req.NodeID) // an older session's stream must notice it is fenced
 	s.wakeReconcile()
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 // renew issues a later credential for the caller's session. The old one
 // stays valid until its own expiry, so a renewal whose answer is lost costs
 // nothing.
-func (s *Server) renew(w http.ResponseWriter, r *http.Request, c nodeCaller) {
+func (s *Server) renew(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	now := s.now()
-	tok := "mcs_" + randomToken()
-	out := capability.SessionRenewal{SessionToken: tok, ExpiresAt: now.Add(s.cfg.SessionTTL), FencingToken: c.session.FencingToken}
+	tok := "mcs_" + httpapi.RandomToken()
+	out := capability.SessionRenewal{SessionToken: tok, ExpiresAt: now.Add(s.cfg.SessionTTL), FencingToken: c.Session.FencingToken}
 	err := s.batch(r.Context(), func(tx store.Tx) error {
-		return tx.PutSession(store.Session{TokenHash: hashToken(tok), NodeID: c.nodeID, FencingToken: c.session.FencingToken, ExpiresAt: out.ExpiresAt, CreatedAt: now})
+		return tx.PutSession(store.Session{TokenHash: httpapi.HashToken(tok), NodeID: c.NodeID, FencingToken: c.Session.FencingToken, ExpiresAt: out.ExpiresAt, CreatedAt: now})
 	})
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
-	s.live.report(c.nodeID, now)
-	writeJSON(w, http.StatusOK, out)
+	s.live.report(c.NodeID, now)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 // sessionPoll is how many keep-alives a session stream sends between reads
@@ -121,28 +122,28 @@ var keepAliveLine = func() []byte {
 // each once per stream, with keep-alives, until the client goes away or the
 // session is fenced. Every new stream starts by sending everything still
 // pending: that is the redelivery.
-func (s *Server) session(w http.ResponseWriter, r *http.Request, c nodeCaller) {
+func (s *Server) session(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	ctx := r.Context()
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, fmt.Errorf("streaming unsupported"))
+		httpapi.WriteError(w, fmt.Errorf("streaming unsupported"))
 		return
 	}
-	s.live.report(c.nodeID, s.now())
-	live := s.fn.attachSession(c.nodeID, c.session.FencingToken, r) // invoke.go: calls go straight down
+	s.live.report(c.NodeID, s.now())
+	live := s.fn.attachSession(c.NodeID, c.Session.FencingToken, r) // invoke.go: calls go straight down
 	defer s.fn.detachSession(live)
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	flusher.Flush()
-	s.log.Info("session opened", "node", c.nodeID, "fencing_token", c.session.FencingToken)
-	defer s.log.Info("session closed", "node", c.nodeID)
+	s.log.Info("session opened", "node", c.NodeID, "fencing_token", c.Session.FencingToken)
+	defer s.log.Info("session closed", "node", c.NodeID)
 	s.metrics.sessions.Inc()
 	defer s.metrics.sessions.Dec()
 	enc := json.NewEncoder(w)
 	sent := map[string]bool{}
-	mb := s.attachInbox(c.nodeID) // before the first read: nothing falls between
+	mb := s.attachInbox(c.NodeID) // before the first read: nothing falls between
 	defer mb.detach()
-	wake := s.nodeBroadcast(c.nodeID)
+	wake := s.nodeBroadcast(c.NodeID)
 	keep := time.NewTicker(s.cfg.KeepAlive)
 	defer keep.Stop()
 	idle := 0 // keep-alives since the store was last read
@@ -153,19 +154,19 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 		var ops []store.Operation
 		fenced, strays := false, false
 		err := s.store.View(ctx, func(tx store.Tx) error {
-			fence, err := s.fenceOf(tx, c.nodeID)
+			fence, err := s.fenceOf(tx, c.NodeID)
 			if err != nil {
 				return err
 			}
-			fenced = fence > c.session.FencingToken
+			fenced = fence > c.Session.FencingToken
 			if sweep {
 				// The first read also looks for strays (hasStrays), so
 				// a fleet reconnecting costs one read per session.
-				if strays, err = s.hasStrays(tx, c.nodeID); err != nil {
+				if strays, err = s.hasStrays(tx, c.NodeID); err != nil {
 					return err
 				}
 			}
-			ops, err = tx.PendingOperations(c.nodeID)
+			ops, err = tx.PendingOperations(c.NodeID)
 			return err
 		})
 		if err != nil || fenced {
@@ -174,7 +175,7 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 		if sweep {
 			sweep = false
 			if strays {
-				if err := s.update(ctx, func(tx store.Tx) error { return s.sweepStraysTx(tx, c.nodeID) }); err != nil {
+				if err := s.update(ctx, func(tx store.Tx) error { return s.sweepStraysTx(tx, c.NodeID) }); err != nil {
 					return
 				}
 				continue // the stops it issued are pending now: read again
@@ -236,15 +237,15 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 // with the IDs the control plane now holds. An empty batch is a heartbeat:
 // it is recorded in memory only (liveness.go) and costs no transaction; a
 // batch with events is committed together with concurrent ones (commit.go).
-func (s *Server) events(w http.ResponseWriter, r *http.Request, c nodeCaller) {
+func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	var batch node.EventBatch
-	if err := decode(r, maxLogBody, &batch); err != nil {
-		writeError(w, err)
+	if err := httpapi.Decode(r, maxLogBody, &batch); err != nil {
+		httpapi.WriteError(w, err)
 		return
 	}
-	s.live.report(c.nodeID, s.now())
+	s.live.report(c.NodeID, s.now())
 	if len(batch.Events) == 0 {
-		writeJSON(w, http.StatusOK, node.EventAck{Accepted: []string{}})
+		httpapi.WriteJSON(w, http.StatusOK, node.EventAck{Accepted: []string{}})
 		return
 	}
 	accepted := make([]string, 0, len(batch.Events))
@@ -260,25 +261,25 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 		// the cached token when fresh, see authcache.go), so a batch
 		// authenticated before an enrollment that this replica has heard
 		// of is refused.
-		fence, err := s.fenceOf(tx, c.nodeID)
+		fence, err := s.fenceOf(tx, c.NodeID)
 		if err != nil {
 			return err
 		}
-		if fence > c.session.FencingToken {
-			return fencedError(c.nodeID, fence, c.session.FencingToken)
+		if fence > c.Session.FencingToken {
+			return fencedError(c.NodeID, fence, c.Session.FencingToken)
 		}
 		tx = newRunMemo(tx) // events about one run: one read, one write
 		for _, ev := range batch.Events {
 			if ev.ID == "" {
 				return failure.Invalid("events.id", "every event needs an ID")
 			}
-			fresh, err := tx.SeeEvent(c.nodeID, ev.ID, s.now())
+			fresh, err := tx.SeeEvent(c.NodeID, ev.ID, s.now())
 			if err != nil {
 				return err
 			}
 			if fresh {
 				applied++
-				changed, end, err := s.applyEvent(tx, c.nodeID, ev)
+				changed, end, err := s.applyEvent(tx, c.NodeID, ev)
 				if end != "" {
 					ended = append(ended, end)
 				}
@@ -292,7 +293,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 		return tx.(*runMemo).flush()
 	})
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	for _, status := range ended {
@@ -304,7 +305,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c nodeCaller) {
 		s.runsChanged()
 		s.wakeReconcile()
 	}
-	writeJSON(w, http.StatusOK, node.EventAck{Accepted: accepted})
+	httpapi.WriteJSON(w, http.StatusOK, node.EventAck{Accepted: accepted})
 }
 
 // applyEvent applies one fresh event inside tx and reports whether a run
@@ -454,10 +455,10 @@ func endedStatus(was, now string) string {
 }
 
 // nodeLogs appends a chunk of a workload's output.
-func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c nodeCaller) {
+func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	var chunk capability.LogChunk
-	if err := decode(r, maxLogBody, &chunk); err != nil {
-		writeError(w, err)
+	if err := httpapi.Decode(r, maxLogBody, &chunk); err != nil {
+		httpapi.WriteError(w, err)
 		return
 	}
 	var size int64
@@ -466,18 +467,18 @@ func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c nodeCaller) 
 		if err != nil {
 			return err
 		}
-		if a := lifecycle.Find(&run.Run, chunk.Attempt); a == nil || a.NodeID != c.nodeID {
-			return failure.Conflict("run %s attempt %d is not on node %s", chunk.RunID, chunk.Attempt, c.nodeID)
+		if a := lifecycle.Find(&run.Run, chunk.Attempt); a == nil || a.NodeID != c.NodeID {
+			return failure.Conflict("run %s attempt %d is not on node %s", chunk.RunID, chunk.Attempt, c.NodeID)
 		}
 		size, err = tx.AppendLog(chunk.WorkloadKey, chunk.Offset, chunk.Data)
 		return err
 	})
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	if len(chunk.Data) > 0 {
 		s.logsChanged()
 	}
-	writeJSON(w, http.StatusOK, capability.LogAck{Size: size})
+	httpapi.WriteJSON(w, http.StatusOK, capability.LogAck{Size: size})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/node"
 	"github.com/mercator/mercator/nodeagent"
@@ -56,14 +57,14 @@ func newProtoFixture(t *testing.T) *protoFixture {
 
 // invite stores an invitation directly, as the invite handler would.
 func (f *protoFixture) invite(t *testing.T, nodeID string) string {
-	tok := "mci_" + randomToken()
+	tok := "mci_" + httpapi.RandomToken()
 	err := f.st.Update(context.Background(), func(tx store.Tx) error {
 		if _, err := tx.GetNode(nodeID); errors.Is(err, failure.ErrNotFound) {
 			if err := tx.PutNode(store.Node{ID: nodeID, CreatedAt: f.clock.Now()}); err != nil {
 				return err
 			}
 		}
-		return tx.CreateInvitation(store.Invitation{TokenHash: hashToken(tok), NodeID: nodeID, CreatedAt: f.clock.Now(), ExpiresAt: f.clock.Now().Add(time.Hour)})
+		return tx.CreateInvitation(store.Invitation{TokenHash: httpapi.HashToken(tok), NodeID: nodeID, CreatedAt: f.clock.Now(), ExpiresAt: f.clock.Now().Add(time.Hour)})
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/store"
@@ -97,10 +98,10 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 		return err
 	})
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
@@ -115,10 +116,10 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 		return err
 	})
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 // inviteNode creates the node if it is new and a single-use invitation for
@@ -127,27 +128,27 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 func (s *Server) inviteNode(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := ValidateNodeID(id); err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	var req api.InvitationRequest
 	if r.ContentLength != 0 {
-		if err := decode(r, maxBody, &req); err != nil {
-			writeError(w, err)
+		if err := httpapi.Decode(r, httpapi.MaxBody, &req); err != nil {
+			httpapi.WriteError(w, err)
 			return
 		}
 	}
 	ttl := s.cfg.InvitationTTL
 	if req.TTLSeconds < 0 || req.TTLSeconds > 30*24*3600 {
-		writeError(w, failure.Invalid("ttl_seconds", "must be from 1 to 2592000 (30 days), or 0 for the default"))
+		httpapi.WriteError(w, failure.Invalid("ttl_seconds", "must be from 1 to 2592000 (30 days), or 0 for the default"))
 		return
 	}
 	if req.TTLSeconds > 0 {
 		ttl = time.Duration(req.TTLSeconds) * time.Second
 	}
 	now := s.now()
-	tok := "mci_" + randomToken()
-	inv := store.Invitation{TokenHash: hashToken(tok), NodeID: id, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	tok := "mci_" + httpapi.RandomToken()
+	inv := store.Invitation{TokenHash: httpapi.HashToken(tok), NodeID: id, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	err := s.batch(r.Context(), func(tx store.Tx) error {
 		if _, err := tx.GetNode(id); errors.Is(err, failure.ErrNotFound) {
 			if err := tx.PutNode(store.Node{ID: id, CreatedAt: now}); err != nil {
@@ -159,11 +160,11 @@ func (s *Server) inviteNode(w http.ResponseWriter, r *http.Request) {
 		return tx.CreateInvitation(inv)
 	})
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	cmd := fmt.Sprintf("mercator agent --control-plane %s --node-id %s --state /var/lib/mercator/agent --token-file TOKEN_FILE  # put the token in TOKEN_FILE (mode 0600) first", s.cfg.PublicURL, id)
-	writeJSON(w, http.StatusCreated, api.Invitation{NodeID: id, Token: tok, ExpiresAt: inv.ExpiresAt, Command: cmd})
+	httpapi.WriteJSON(w, http.StatusCreated, api.Invitation{NodeID: id, Token: tok, ExpiresAt: inv.ExpiresAt, Command: cmd})
 }
 
 // updateNode applies change to a node in one transaction and answers with
@@ -186,11 +187,11 @@ func (s *Server) updateNode(w http.ResponseWriter, r *http.Request, change func(
 		return err
 	})
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	s.wakeReconcile()
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) cordonNode(w http.ResponseWriter, r *http.Request) {
@@ -210,13 +211,13 @@ func (s *Server) uncordonNode(w http.ResponseWriter, r *http.Request) {
 func (s *Server) drainNode(w http.ResponseWriter, r *http.Request) {
 	var req api.DrainRequest
 	if r.ContentLength != 0 {
-		if err := decode(r, maxBody, &req); err != nil {
-			writeError(w, err)
+		if err := httpapi.Decode(r, httpapi.MaxBody, &req); err != nil {
+			httpapi.WriteError(w, err)
 			return
 		}
 	}
 	if req.DeadlineSeconds < 0 || req.DeadlineSeconds > 30*24*3600 {
-		writeError(w, failure.Invalid("deadline_seconds", "must be from 0 (no deadline) to 2592000 (30 days)"))
+		httpapi.WriteError(w, failure.Invalid("deadline_seconds", "must be from 0 (no deadline) to 2592000 (30 days)"))
 		return
 	}
 	s.updateNode(w, r, func(n *store.Node) error {

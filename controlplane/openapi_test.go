@@ -30,10 +30,10 @@ func TestOpenAPIDocumentsEveryRouteAndField(t *testing.T) {
 	}
 	served := map[string]bool{}
 	for _, rt := range (&Server{}).publicRoutes() {
-		method, path, _ := strings.Cut(rt.pattern, " ")
+		method, path, _ := strings.Cut(rt.Pattern, " ")
 		served[method+" "+path] = true
 		if _, ok := doc.Paths[path][strings.ToLower(method)]; !ok {
-			t.Errorf("route %s is served but not documented", rt.pattern)
+			t.Errorf("route %s is served but not documented", rt.Pattern)
 		}
 	}
 	for path, ops := range doc.Paths {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/node"
 	"github.com/mercator/mercator/scheduler"
@@ -76,7 +77,7 @@ func (s *Server) issue(tx store.Tx, nodeID string, cmd node.Command) error {
 // issueFenced is issue with the node's fencing token already read in tx; it
 // returns the command as stored.
 func (s *Server) issueFenced(tx store.Tx, nodeID string, fence uint64, cmd node.Command) (node.Command, error) {
-	cmd.OperationID = newID("op-")
+	cmd.OperationID = httpapi.NewID("op-")
 	cmd.FencingToken = fence
 	cmd.CreatedAt = s.now()
 	return cmd, tx.PutOperation(store.Operation{ID: cmd.OperationID, NodeID: nodeID, CreatedAt: cmd.CreatedAt, Command: cmd})

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/imageref"
 	"github.com/mercator/mercator/store"
@@ -61,22 +62,22 @@ func registryView(c store.RegistryCredential) api.Registry {
 // POST /v1/registries. The answer never holds the password.
 func (s *Server) putRegistry(w http.ResponseWriter, r *http.Request) {
 	var req api.RegistryCredentialRequest
-	if err := decode(r, maxBody, &req); err != nil {
-		writeError(w, err)
+	if err := httpapi.Decode(r, httpapi.MaxBody, &req); err != nil {
+		httpapi.WriteError(w, err)
 		return
 	}
 	host, err := normalizeRegistryHost(req.Host)
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	if req.Username == "" || req.Password == "" {
-		writeError(w, failure.Invalid("password", "a username and a password (or token) are both required"))
+		httpapi.WriteError(w, failure.Invalid("password", "a username and a password (or token) are both required"))
 		return
 	}
 	sealed, err := s.seal(registrySealingData(host), req.Password)
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	now := s.now()
@@ -93,12 +94,12 @@ func (s *Server) putRegistry(w http.ResponseWriter, r *http.Request) {
 		return tx.PutRegistryCredential(out)
 	})
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	s.creds.forget(host)
 	s.log.Info("registry credential stored", "host", host, "username", req.Username)
-	writeJSON(w, status, registryView(out))
+	httpapi.WriteJSON(w, status, registryView(out))
 }
 
 func (s *Server) listRegistries(w http.ResponseWriter, r *http.Request) {
@@ -112,10 +113,10 @@ func (s *Server) listRegistries(w http.ResponseWriter, r *http.Request) {
 		return err
 	})
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 // deleteRegistry removes a host's credential: DELETE /v1/registries/{host}.
@@ -123,7 +124,7 @@ func (s *Server) listRegistries(w http.ResponseWriter, r *http.Request) {
 func (s *Server) deleteRegistry(w http.ResponseWriter, r *http.Request) {
 	host, err := normalizeRegistryHost(r.PathValue("host"))
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	var out store.RegistryCredential
@@ -135,12 +136,12 @@ func (s *Server) deleteRegistry(w http.ResponseWriter, r *http.Request) {
 		return tx.DeleteRegistryCredential(host)
 	})
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	s.creds.forget(host)
 	s.log.Info("registry credential removed", "host", host)
-	writeJSON(w, http.StatusOK, registryView(out))
+	httpapi.WriteJSON(w, http.StatusOK, registryView(out))
 }
 
 // registryLookup is what the store answered for a registry host: found or

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/node"
@@ -21,26 +22,26 @@ import (
 // spec that fails validation or pinning creates nothing.
 func (s *Server) submitRun(w http.ResponseWriter, r *http.Request) {
 	var spec api.RunSpec
-	if err := decode(r, maxBody, &spec); err != nil {
-		writeError(w, err)
+	if err := httpapi.Decode(r, httpapi.MaxBody, &spec); err != nil {
+		httpapi.WriteError(w, err)
 		return
 	}
 	run, err := s.admitRun(r.Context(), spec, nil)
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	if err := s.batch(r.Context(), func(tx store.Tx) error { return tx.CreateRun(run) }); err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	s.log.Info("run submitted", "run", run.ID, "image", run.PinnedImage)
 	s.wakeReconcile()
-	writeJSON(w, http.StatusCreated, s.view(run, nil))
+	httpapi.WriteJSON(w, http.StatusCreated, s.view(run, nil))
 }
 
 // maxBatchBody bounds the body of POST /v1/runs/batch. It is not
-// api.MaxRunBatch times maxBody: that would let one request make the
+// api.MaxRunBatch times httpapi.MaxBody: that would let one request make the
 // server hold a gigabyte while it decodes. A sweep's specs are alike and
 // small (well under 1 KiB each), so 64 KiB a run on average leaves ample
 // room; a batch of larger specs is refused and must be split.
@@ -53,16 +54,16 @@ const maxBatchBody = api.MaxRunBatch * (64 << 10)
 // loop is woken once. The answer lists the runs in the order of the specs.
 func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 	var req api.RunBatch
-	if err := decode(r, maxBatchBody, &req); err != nil {
-		writeError(w, err)
+	if err := httpapi.Decode(r, maxBatchBody, &req); err != nil {
+		httpapi.WriteError(w, err)
 		return
 	}
 	switch n := len(req.Runs); {
 	case n == 0:
-		writeError(w, failure.Invalid("runs", "is empty; send at least one run spec"))
+		httpapi.WriteError(w, failure.Invalid("runs", "is empty; send at least one run spec"))
 		return
 	case n > api.MaxRunBatch:
-		writeError(w, failure.Invalid("runs", "has %d run specs; a batch takes at most %d, so split it into calls of at most %d", n, api.MaxRunBatch, api.MaxRunBatch))
+		httpapi.WriteError(w, failure.Invalid("runs", "has %d run specs; a batch takes at most %d, so split it into calls of at most %d", n, api.MaxRunBatch, api.MaxRunBatch))
 		return
 	}
 	runs := make([]store.Run, len(req.Runs))
@@ -70,7 +71,7 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 	for i, spec := range req.Runs {
 		run, err := s.admitRun(r.Context(), spec, pins)
 		if err != nil {
-			writeError(w, atBatchIndex(i, err))
+			httpapi.WriteError(w, atBatchIndex(i, err))
 			return
 		}
 		runs[i] = run
@@ -84,7 +85,7 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	s.log.Info("runs submitted", "count", len(runs), "first", runs[0].ID, "last", runs[len(runs)-1].ID)
@@ -93,7 +94,7 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 	for i, run := range runs {
 		out.Runs[i] = s.view(run, nil)
 	}
-	writeJSON(w, http.StatusCreated, out)
+	httpapi.WriteJSON(w, http.StatusCreated, out)
 }
 
 // admitRun is what a submission asks of one spec before anything is
@@ -127,7 +128,7 @@ func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, pins map[string
 		}
 	}
 	now := s.now()
-	return store.Run{Run: api.Run{ID: newID("r-"), RunSpec: spec, PinnedImage: pinned, Status: api.RunQueued,
+	return store.Run{Run: api.Run{ID: httpapi.NewID("r-"), RunSpec: spec, PinnedImage: pinned, Status: api.RunQueued,
 		Reason: "waiting for the scheduler", Attempts: []api.Attempt{}, CreatedAt: now, UpdatedAt: now}}, nil
 }
 
@@ -206,10 +207,10 @@ func (s *Server) readRun(ctx context.Context, id string) (api.Run, error) {
 func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
 	run, err := s.readRun(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, run)
+	httpapi.WriteJSON(w, http.StatusOK, run)
 }
 
 var runStatuses = map[string]bool{api.RunQueued: true, api.RunPlaced: true, api.RunPreparing: true, api.RunRunning: true, api.RunSucceeded: true, api.RunFailed: true, api.RunCancelled: true}
@@ -220,7 +221,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("status"); v != "" {
 		for _, st := range strings.Split(v, ",") {
 			if !runStatuses[st] {
-				writeError(w, failure.Invalid("status", "unknown status %q; use queued, placed, preparing, running, succeeded, failed or cancelled", st))
+				httpapi.WriteError(w, failure.Invalid("status", "unknown status %q; use queued, placed, preparing, running, succeeded, failed or cancelled", st))
 				return
 			}
 			opts.Statuses = append(opts.Statuses, st)
@@ -229,7 +230,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
-			writeError(w, failure.Invalid("limit", "must be an integer from 1 to 1000"))
+			httpapi.WriteError(w, failure.Invalid("limit", "must be an integer from 1 to 1000"))
 			return
 		}
 		opts.Limit = n
@@ -247,10 +248,10 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		return err
 	})
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 // cancelRun requests cancellation: a queued run ends at once; a placed or
@@ -277,14 +278,14 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
 		return tx.PutRun(run)
 	})
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	if nodeID != "" {
 		s.nodeChanged(nodeID)
 	}
 	s.runsChanged()
-	writeJSON(w, http.StatusOK, s.view(out, nil))
+	httpapi.WriteJSON(w, http.StatusOK, s.view(out, nil))
 }
 
 // waitRun answers when the run is terminal or the timeout (default 30s, at
@@ -294,7 +295,7 @@ func (s *Server) waitRun(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("timeout"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 || d > 5*time.Minute {
-			writeError(w, failure.Invalid("timeout", "must be a duration from 0s to 5m, such as 30s"))
+			httpapi.WriteError(w, failure.Invalid("timeout", "must be a duration from 0s to 5m, such as 30s"))
 			return
 		}
 		timeout = d
@@ -306,16 +307,16 @@ func (s *Server) waitRun(w http.ResponseWriter, r *http.Request) {
 		changed := s.runs.Wait()
 		run, err := s.readRun(r.Context(), id)
 		if err != nil {
-			writeError(w, err)
+			httpapi.WriteError(w, err)
 			return
 		}
 		if api.Terminal(run.Status) {
-			writeJSON(w, http.StatusOK, run)
+			httpapi.WriteJSON(w, http.StatusOK, run)
 			return
 		}
 		select {
 		case <-ctx.Done():
-			writeJSON(w, http.StatusOK, run)
+			httpapi.WriteJSON(w, http.StatusOK, run)
 			return
 		case <-changed:
 		}
@@ -332,7 +333,7 @@ func (s *Server) runLogs(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("offset"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			writeError(w, failure.Invalid("offset", "must be a non-negative integer"))
+			httpapi.WriteError(w, failure.Invalid("offset", "must be a non-negative integer"))
 			return
 		}
 		offset = n
@@ -340,14 +341,14 @@ func (s *Server) runLogs(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	run, err := s.readRun(r.Context(), id)
 	if err != nil {
-		writeError(w, err)
+		httpapi.WriteError(w, err)
 		return
 	}
 	attempt := len(run.Attempts)
 	if v := q.Get("attempt"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > len(run.Attempts) {
-			writeError(w, failure.Invalid("attempt", "run %s has attempts 1 to %d", id, len(run.Attempts)))
+			httpapi.WriteError(w, failure.Invalid("attempt", "run %s has attempts 1 to %d", id, len(run.Attempts)))
 			return
 		}
 		attempt = n

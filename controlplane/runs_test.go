@@ -14,6 +14,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/memstore"
 )
@@ -67,9 +68,9 @@ func newRunsFixture(t *testing.T) *runsFixture {
 	srv := New(Config{Lease: time.Minute}, st, res, nil)
 	h := httptest.NewServer(srv.Handler())
 	t.Cleanup(h.Close)
-	tok := "mca_" + randomToken()
+	tok := "mca_" + httpapi.RandomToken()
 	if err := st.Update(context.Background(), func(tx store.Tx) error {
-		return tx.CreateToken(store.Token{Hash: hashToken(tok), Name: "admin", CreatedAt: time.Now()})
+		return tx.CreateToken(store.Token{Hash: httpapi.HashToken(tok), Name: "admin", CreatedAt: time.Now()})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +227,7 @@ func TestSubmitRunsRefusesTheWholeBatch(t *testing.T) {
 
 // TestSubmitRunsBatchSize: an empty batch and one over api.MaxRunBatch are
 // refused, telling the caller what to do; a full batch whose body is larger
-// than a single submission's limit (maxBody) goes through.
+// than a single submission's limit (httpapi.MaxBody) goes through.
 func TestSubmitRunsBatchSize(t *testing.T) {
 	f := newRunsFixture(t)
 	f.refused(map[string]any{}, "runs", "is empty")
@@ -246,8 +247,8 @@ func TestSubmitRunsBatchSize(t *testing.T) {
 	for i := range full.Runs {
 		full.Runs[i].Env["PAD"] = strings.Repeat("x", 2<<10)
 	}
-	if raw, _ := json.Marshal(full); len(raw) <= maxBody {
-		t.Fatalf("the full batch's body is %d bytes, not over maxBody: the test proves nothing", len(raw))
+	if raw, _ := json.Marshal(full); len(raw) <= httpapi.MaxBody {
+		t.Fatalf("the full batch's body is %d bytes, not over httpapi.MaxBody: the test proves nothing", len(raw))
 	}
 	var got api.RunList
 	f.want(http.StatusCreated, &got, "POST", "/v1/runs/batch", full)

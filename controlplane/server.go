@@ -13,10 +13,6 @@ package controlplane
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base32"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net"
@@ -26,6 +22,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/content"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/store"
 )
 
@@ -142,6 +139,7 @@ type Server struct {
 	replicaID string
 	pins      pinCache                 // pins.go
 	auth      authCache                // authcache.go
+	admin     *httpapi.Admin           // API credentials, cached briefly
 	creds     expiring[registryLookup] // registries.go
 	mailboxes sync.Map                 // node ID → *mailbox (mailbox.go)
 }
@@ -156,7 +154,8 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		reconcileWake: make(chan struct{}, 1),
 		runs:          newBroadcast(), logs: newBroadcast(), metrics: newMetrics(), coord: coord,
 		live: newLiveness(cfg.Lease), batches: make(chan *batchJob), outbox: make(chan string, 1<<16),
-		replicaID: newID(""),
+		replicaID: httpapi.NewID(""),
+		admin:     &httpapi.Admin{Store: st, Now: cfg.Now},
 	}
 	s.fn = newFunctions(s)
 	return s
@@ -235,34 +234,10 @@ func (b *broadcast) Notify() {
 	b.mu.Unlock()
 }
 
-var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
-
-// newID returns prefix + 16 random base32 characters (80 bits).
-func newID(prefix string) string {
-	var b [10]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // the kernel's random source failing is not recoverable
-	}
-	return prefix + idEncoding.EncodeToString(b[:])
-}
-
-func randomToken() string {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err)
-	}
-	return idEncoding.EncodeToString(b[:])
-}
-
-// HashToken is how every credential is stored: a leaked database holds no
-// usable token. The composition root (package daemon) stores the admin
-// credential's hash with it.
-func HashToken(tok string) string { return hashToken(tok) }
+// HashToken is how every credential is stored (httpapi.HashToken): the
+// composition root (package daemon) stores the admin credential's hash
+// with it.
+func HashToken(tok string) string { return httpapi.HashToken(tok) }
 
 // NewAdminToken returns a fresh API credential (prefix mca_).
-func NewAdminToken() string { return "mca_" + randomToken() }
-
-func hashToken(tok string) string {
-	h := sha256.Sum256([]byte(tok))
-	return hex.EncodeToString(h[:])
-}
+func NewAdminToken() string { return "mca_" + httpapi.RandomToken() }
