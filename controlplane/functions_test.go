@@ -17,9 +17,11 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/node"
 	"github.com/mercator/mercator/nodeagent"
+	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/memstore"
 )
@@ -42,7 +44,10 @@ func (pinResolver) Resolve(_ context.Context, ref string) (string, error) {
 }
 
 type fnFixture struct {
-	t     *testing.T
+	t *testing.T
+	// skew moves the server's clock ahead of the wall clock (nanoseconds):
+	// a test passes the life of the Functions caches without sleeping.
+	skew  atomic.Int64
 	srv   *Server
 	st    store.Store
 	http  *httptest.Server
@@ -53,11 +58,14 @@ type fnFixture struct {
 func newFnFixture(t *testing.T) *fnFixture {
 	st := memstore.New()
 	key := bytes.Repeat([]byte{7}, RegistryKeySize)
-	srv := New(Config{Lease: time.Minute, KeepAlive: 200 * time.Millisecond, RegistryKey: key}, st, pinResolver{}, nil)
-	h := httptest.NewServer(srv.Handler())
-	srv.cfg.PublicURL = h.URL
+	f := &fnFixture{t: t, st: st}
+	h := httptest.NewUnstartedServer(nil) // its URL is the server's public one
+	srv := New(Config{Lease: time.Minute, KeepAlive: 200 * time.Millisecond, RegistryKey: key, PublicURL: "http://" + h.Listener.Addr().String(),
+		Now: func() time.Time { return time.Now().Add(time.Duration(f.skew.Load())) }}, st, pinResolver{}, nil)
+	h.Config.Handler = srv.Handler()
+	h.Start()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := srv.fn.startAsync(ctx)
+	done := srv.fn.StartAsync(ctx)
 	t.Cleanup(func() {
 		cancel()
 		<-done
@@ -69,7 +77,8 @@ func newFnFixture(t *testing.T) *fnFixture {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return &fnFixture{t: t, srv: srv, st: st, http: h, token: tok, tr: nodeagent.NewHTTPTransport(h.URL, nil)}
+	f.srv, f.http, f.token, f.tr = srv, h, tok, nodeagent.NewHTTPTransport(h.URL, nil)
+	return f
 }
 
 // do sends an API request and returns the status and body.
@@ -223,7 +232,7 @@ func (n *fakeNode) start() {
 		n.f.tr.Session(ctx, n.id, n.tok, cmds)
 	}()
 	deadline := time.Now().Add(5 * time.Second)
-	for n.f.srv.fn.session(n.id) == nil {
+	for n.f.srv.streams.get(n.id) == nil {
 		if time.Now().After(deadline) {
 			n.f.t.Fatalf("node %s's session did not open", n.id)
 		}
@@ -337,8 +346,10 @@ func TestFunctionsAPIShapes(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if got, err := f.srv.openSecrets(appSecretOwner(a), a.SealedConfig, a.SecretConfig); err != nil || got["TOKEN"] != "hunter2" {
-			t.Errorf("stored secret = %q (%v), want it kept", got["TOKEN"], err)
+		// Sealed at rest bound to its owner and key name (the format
+		// package function seals with, which stored values must keep).
+		if got, err := f.srv.unseal([]byte("mercator secret config\x00app\x00"+a.ID+"\x00TOKEN"), a.SealedConfig["TOKEN"]); err != nil || got != "hunter2" {
+			t.Errorf("stored secret = %q (%v), want it kept", got, err)
 		}
 		return nil
 	})
@@ -503,7 +514,7 @@ func TestInvokeSpillsOnBusy(t *testing.T) {
 	}
 	n1, n2 := f.startNode("n1", handle), f.startNode("n2", handle)
 	_, fn := f.deploy("app", api.Fn{Name: "f"})
-	order := placeFn(fn.ID, []fnNode{{ID: "n1", Share: capability.FunctionCapacity{MemoryBytes: 1 << 30}}, {ID: "n2", Share: capability.FunctionCapacity{MemoryBytes: 1 << 30}}}, fnNeed{MemoryBytes: 128 << 20})
+	order := scheduler.PlaceFunction(fn.ID, []scheduler.FunctionNode{{ID: "n1", Share: capability.FunctionCapacity{MemoryBytes: 1 << 30}}, {ID: "n2", Share: capability.FunctionCapacity{MemoryBytes: 1 << 30}}}, scheduler.FunctionNeed{MemoryBytes: 128 << 20})
 	first, second := n1, n2
 	if order[0].ID == "n2" {
 		first, second = n2, n1
@@ -558,7 +569,7 @@ func TestInvokeStreamsBothWays(t *testing.T) {
 		}
 	})
 	_, fn := f.deploy("app", api.Fn{Name: "f"})
-	big := bytes.Repeat([]byte("x"), inlineBody*3+7)
+	big := bytes.Repeat([]byte("x"), function.InlineBody*3+7)
 	req, _ := http.NewRequest("POST", f.http.URL+"/invoke/"+fn.ID, bytes.NewReader(big))
 	req.Header.Set("Authorization", "Bearer "+f.token)
 	resp, err := http.DefaultClient.Do(req)
@@ -600,7 +611,7 @@ func TestInvokeNodeLost(t *testing.T) {
 	_, slow := f.deploy("app", api.Fn{Name: "slow", Timeout: 1})
 	start = time.Now()
 	status, _, body = f.do("POST", "/invoke/"+slow.ID, "x")
-	if status != 504 || time.Since(start) > 1*time.Second+answerGrace+2*time.Second {
+	if status != 504 || time.Since(start) > 1*time.Second+function.AnswerGrace+2*time.Second {
 		t.Fatalf("call on a silent node = %d %s after %v", status, body, time.Since(start))
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/content"
+	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 )
@@ -19,10 +20,16 @@ var openAPI []byte
 // maxLogBody bounds one log chunk from an agent.
 const maxLogBody = 8 << 20
 
-// publicRoutes is the public API, every route behind an API credential.
+// publicRoutes is the public API, every route behind an API credential:
+// Mercator's own (v1Routes) and the Fn-compatible ones (package function).
 // openapi.json documents exactly these (a test checks it).
 func (s *Server) publicRoutes() []httpapi.Route {
-	return append([]httpapi.Route{
+	return append(s.v1Routes(), s.fn.Routes()...)
+}
+
+// v1Routes is Mercator's own API, whose errors take api.Error's shape.
+func (s *Server) v1Routes() []httpapi.Route {
+	return []httpapi.Route{
 		{Pattern: "POST /v1/runs", Handler: s.submitRun},
 		{Pattern: "POST /v1/runs/batch", Handler: s.submitRuns},
 		{Pattern: "GET /v1/runs", Handler: s.listRuns},
@@ -46,8 +53,11 @@ func (s *Server) publicRoutes() []httpapi.Route {
 		{Pattern: "POST /v1/registries", Handler: s.putRegistry},
 		{Pattern: "GET /v1/registries", Handler: s.listRegistries},
 		{Pattern: "DELETE /v1/registries/{host}", Handler: s.deleteRegistry},
-	}, s.functionRoutes()...) // functions.go
+	}
 }
+
+// writeAuthError writes a refusal of an API credential on a v1 route.
+func writeAuthError(w http.ResponseWriter, _ *http.Request, err error) { httpapi.WriteError(w, err) }
 
 // Handler returns the HTTP handler for the public API and the node protocol.
 func (s *Server) Handler() http.Handler {
@@ -59,8 +69,11 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(openAPI)
 	})
-	for _, rt := range s.publicRoutes() {
+	for _, rt := range s.v1Routes() {
 		mux.Handle(rt.Pattern, s.admin.Require(rt.Handler, writeAuthError))
+	}
+	for _, rt := range s.fn.Routes() {
+		mux.Handle(rt.Pattern, s.admin.Require(rt.Handler, function.WriteAuthError))
 	}
 	// Node protocol.
 	mux.HandleFunc("POST "+capability.PathEnroll, s.enroll)
@@ -68,9 +81,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST "+capability.PathSession, s.nodeAuth(s.session))
 	mux.Handle("POST "+capability.PathEvents, s.nodeAuth(s.events))
 	mux.Handle("POST "+capability.PathLogs, s.nodeAuth(s.nodeLogs))
-	s.functionNodeRoutes(mux) // invoke.go: the calls paths
-	// functions_logs.go: agents' answers to call_log commands.
-	mux.Handle("POST "+capability.PathCallLogs+"{id}", s.nodeAuth(s.callLogAnswer))
+	for _, rt := range s.fn.NodeRoutes() { // the calls paths, call_log answers
+		mux.Handle(rt.Pattern, s.nodeAuth(rt.Handler))
+	}
 	// Signed content reads (artifacts.go): the signature is the credential.
 	mux.HandleFunc("GET "+content.ReadPath+"{digest}", s.serveContent)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -130,8 +130,9 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c httpapi.NodeC
 		return
 	}
 	s.live.report(c.NodeID, s.now())
-	live := s.fn.attachSession(c.NodeID, c.Session.FencingToken, r) // invoke.go: calls go straight down
-	defer s.fn.detachSession(live)
+	live := s.streams.attach(c.NodeID, c.Session.FencingToken, r) // nodes_live.go: calls go straight down
+	defer s.streams.detach(live)
+	s.fn.NodesChanged() // read the fleet again: a node is back
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	flusher.Flush()
@@ -222,9 +223,9 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c httpapi.NodeC
 			}
 			flusher.Flush()
 			goto wait
-		case cmd := <-live.commands():
+		case cmd := <-live.cmds:
 			// An invoke is not an operation: no store read follows it.
-			if s.fn.forward(enc, flusher, live, cmd) != nil {
+			if live.forward(enc, flusher, cmd) != nil {
 				return
 			}
 			goto wait

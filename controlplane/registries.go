@@ -27,6 +27,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/sealing"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/imageref"
 	"github.com/mercator/mercator/store"
@@ -187,7 +188,7 @@ func (s *Server) registryCredential(ctx context.Context, host string) (user, pas
 		return "", "", false
 	}
 	password, err = s.unseal(registrySealingData(host), c.Sealed)
-	if errors.Is(err, errUnsealable) {
+	if errors.Is(err, sealing.ErrUnsealable) {
 		err = fmt.Errorf("the stored credential for %s %w: add it again", host, err)
 	}
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/content"
+	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/store"
 )
@@ -42,7 +43,7 @@ type Config struct {
 	PublicURL string
 	// ReplicaURL is the address agents use to reach this replica itself
 	// rather than any replica behind PublicURL: function calls relayed by
-	// this replica send agents here (invoke.go). Empty means PublicURL,
+	// this replica send agents here (package function). Empty means PublicURL,
 	// which is right for one replica.
 	ReplicaURL string
 	// Lease is how long a node stays ready without reporting (default 30s).
@@ -129,7 +130,8 @@ type Server struct {
 	metrics       *metrics
 	coord         Coordinator // nil for a single replica
 	artifacts     artifactState
-	fn            *fnState // Functions (invoke.go)
+	fn            *function.Service // Functions (package function)
+	streams       liveSessions      // nodes_live.go: sessions held here
 
 	live      *liveness      // liveness.go
 	sched     schedState     // schedstate.go: the reconcile loop's copies
@@ -157,16 +159,21 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		replicaID: httpapi.NewID(""),
 		admin:     &httpapi.Admin{Store: st, Now: cfg.Now},
 	}
-	s.fn = newFunctions(s)
+	var pub function.Publisher
+	if coord != nil {
+		pub = coord
+	}
+	s.fn = function.New(function.Config{Store: st, Now: s.now, Logger: s.log, PublicURL: cfg.PublicURL, ReplicaURL: cfg.ReplicaURL,
+		Registry: s.metrics.registry, Publisher: pub}, fnHost{s}, fnHost{s})
 	return s
 }
 
 // Serve serves the API on l and runs the reconcile loop until ctx ends.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	// Secrets an earlier version stored in the clear are sealed before
-	// anything is served (secrets.go); failing that, they keep working
+	// anything is served (package function); failing that, they keep working
 	// in the clear until the next start.
-	if err := s.sealClearSecrets(ctx); err != nil {
+	if err := s.fn.SealClearSecrets(ctx); err != nil {
 		s.log.Error("secret configuration left in the clear", "err", err)
 	}
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
@@ -190,7 +197,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	go func() { errc <- srv.Serve(l) }()
 	go func() { s.reconcileLoop(ctx); errc <- nil }()
 	go s.receive(ctx)
-	fnDone := s.fn.startAsync(ctx) // functions_async.go: durable calls
+	fnDone := s.fn.StartAsync(ctx) // durable calls
 	defer func() { <-fnDone }()    // claims handed back before the store closes
 	select {
 	case <-ctx.Done():

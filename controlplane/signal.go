@@ -166,10 +166,8 @@ func (s *Server) deliver(topic string) {
 		id := strings.TrimPrefix(topic, topicFence)
 		s.auth.forget(id) // its fencing token rose
 		s.nodeBroadcast(id).Notify()
-	case strings.HasPrefix(topic, topicInvoke):
-		s.fn.deliverPublished(topic) // invoke.go: a call for a session held here
-	case strings.HasPrefix(topic, topicCallLog):
-		s.fn.deliverCallLog(topic) // functions_logs.go: a log question for a session held here
+	default:
+		s.fn.Deliver(topic) // a call, or a log question, for a session held here
 	}
 }
 

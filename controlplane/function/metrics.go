@@ -1,12 +1,10 @@
-package controlplane
+package function
 
 import (
 	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/mercator/mercator/api"
 )
 
 // fnMetrics are the Functions series, registered on the server's registry
@@ -25,7 +23,7 @@ type fnMetrics struct {
 	durable *prometheus.CounterVec
 }
 
-func newFnMetrics(s *Server) *fnMetrics {
+func newFnMetrics(s *Service) *fnMetrics {
 	m := &fnMetrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_fn_calls_total",
 			Help: "Function calls by function and outcome (success, or the kind of error)."}, []string{"fn", "outcome"}),
@@ -37,8 +35,8 @@ func newFnMetrics(s *Server) *fnMetrics {
 		durable: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_fn_durable_calls_total",
 			Help: "Durable (detached, async) call events by function: enqueued, succeeded, failed, retried, stale."}, []string{"fn", "event"}),
 	}
-	if s.metrics != nil {
-		s.metrics.registry.MustRegister(m.calls, m.latency, m.spills, m.durable, &fnContainers{s: s})
+	if s.cfg.Registry != nil {
+		s.cfg.Registry.MustRegister(m.calls, m.latency, m.spills, m.durable, &fnContainers{s: s})
 	}
 	return m
 }
@@ -56,7 +54,7 @@ func (m *fnMetrics) observe(fnID, kind string, d time.Duration) {
 // (idle, paused, busy, starting), summed over the ready nodes' last facts.
 // It is read from the store at each scrape: nodes report it with their
 // facts, and a scrape is rare next to calls.
-type fnContainers struct{ s *Server }
+type fnContainers struct{ s *Service }
 
 var fnContainersDesc = prometheus.NewDesc("mercator_fn_containers",
 	"Function containers on ready nodes by function and state (idle, paused, busy, starting), as the nodes last reported.",
@@ -72,9 +70,9 @@ func (c *fnContainers) Collect(ch chan<- prometheus.Metric) {
 	// The scheduler's copy of the nodes' records, not a read of every
 	// record per scrape: at ten thousand nodes that read was a tenth of a
 	// second of the control plane's CPU.
-	nodes, _ := c.s.nodeList(ctx, c.s.nodeListAge())
+	nodes, _ := c.s.host.Nodes(ctx)
 	for _, n := range nodes {
-		if c.s.nodeStatus(n) != api.NodeReady || n.Facts == nil || n.Facts.Functions == nil {
+		if !c.s.host.NodeReady(n) || n.Facts == nil || n.Facts.Functions == nil {
 			continue
 		}
 		for _, fc := range n.Facts.Functions.Containers {

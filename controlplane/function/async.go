@@ -1,4 +1,4 @@
-package controlplane
+package function
 
 import (
 	"context"
@@ -43,7 +43,7 @@ const (
 
 // enqueue stores a durable call for the function and answers 202 with its
 // ID.
-func (fs *fnState) enqueue(w http.ResponseWriter, r *http.Request, e *fnEntry, header http.Header) {
+func (s *Service) enqueue(w http.ResponseWriter, r *http.Request, e *fnEntry, header http.Header) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, api.FnMaxRequestBytes+1))
 	if err != nil {
 		writeFnError(w, http.StatusBadRequest, "Invalid payload")
@@ -53,33 +53,33 @@ func (fs *fnState) enqueue(w http.ResponseWriter, r *http.Request, e *fnEntry, h
 		httpapi.WriteJSON(w, http.StatusRequestEntityTooLarge, api.FnError{Message: "Request content too large", Kind: "request_too_big"})
 		return
 	}
-	now := fs.s.now()
+	now := s.now()
 	call := store.Call{FnCall: api.FnCall{ID: httpapi.NewID("call-"), Status: api.CallQueued, AppID: e.fn.AppID, FnID: e.fn.ID, CreatedAt: now},
 		Header: header, Body: body, Due: now}
-	if err := fs.s.store.Update(r.Context(), func(tx store.Tx) error { return tx.CreateCall(call) }); err != nil {
-		fs.s.fnFail(w, err)
+	if err := s.store.Update(r.Context(), func(tx store.Tx) error { return tx.CreateCall(call) }); err != nil {
+		s.fnFail(w, err)
 		return
 	}
-	fs.metrics.durable.WithLabelValues(e.fn.ID, "enqueued").Inc()
-	fs.wake()
+	s.metrics.durable.WithLabelValues(e.fn.ID, "enqueued").Inc()
+	s.wake()
 	w.Header().Set("Fn-Call-Id", call.ID)
 	httpapi.WriteJSON(w, http.StatusAccepted, api.DetachedCall{CallID: call.ID})
 }
 
-func (fs *fnState) wake() {
+func (s *Service) wake() {
 	select {
-	case fs.wakeAsync <- struct{}{}:
+	case s.wakeAsync <- struct{}{}:
 	default:
 	}
 }
 
-// startAsync runs asyncLoop; the channel is closed once it returned.
-func (fs *fnState) startAsync(ctx context.Context) <-chan struct{} {
+// StartAsync runs asyncLoop; the channel is closed once it returned.
+func (s *Service) StartAsync(ctx context.Context) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if fs != nil {
-			fs.asyncLoop(ctx)
+		if s != nil {
+			s.asyncLoop(ctx)
 		}
 	}()
 	return done
@@ -87,7 +87,7 @@ func (fs *fnState) startAsync(ctx context.Context) <-chan struct{} {
 
 // asyncLoop delivers due durable calls until ctx ends, then hands back the
 // claims it holds.
-func (fs *fnState) asyncLoop(ctx context.Context) {
+func (s *Service) asyncLoop(ctx context.Context) {
 	slots := make(chan struct{}, asyncParallel)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -95,16 +95,16 @@ func (fs *fnState) asyncLoop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if free := cap(slots) - len(slots); free > 0 {
-			claimed, err := fs.claim(ctx, free)
+			claimed, err := s.claim(ctx, free)
 			if err != nil && ctx.Err() == nil {
-				fs.log.Warn("claim durable calls", "err", err)
+				s.log.Warn("claim durable calls", "err", err)
 			}
 			for _, c := range claimed {
 				slots <- struct{}{}
 				wg.Add(1)
 				go func() {
 					defer func() { <-slots; wg.Done() }()
-					fs.deliver(ctx, c)
+					s.deliver(ctx, c)
 				}()
 			}
 		}
@@ -112,18 +112,18 @@ func (fs *fnState) asyncLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-fs.wakeAsync:
+		case <-s.wakeAsync:
 		}
 	}
 }
 
 // claim takes up to n due calls for this dispatcher.
-func (fs *fnState) claim(ctx context.Context, n int) ([]store.Call, error) {
+func (s *Service) claim(ctx context.Context, n int) ([]store.Call, error) {
 	var claimed []store.Call
 	var gaveUp []string
-	err := fs.s.store.Update(ctx, func(tx store.Tx) error {
+	err := s.store.Update(ctx, func(tx store.Tx) error {
 		claimed, gaveUp = claimed[:0], gaveUp[:0]
-		now := fs.s.now()
+		now := s.now()
 		due, err := tx.DueCalls(now, n)
 		if err != nil {
 			return err
@@ -157,7 +157,7 @@ func (fs *fnState) claim(ctx context.Context, n int) ([]store.Call, error) {
 			if c.StartedAt == nil {
 				c.StartedAt = &now
 			}
-			c.Due = now.Add(timeout + answerGrace + asyncLeaseGrace)
+			c.Due = now.Add(timeout + AnswerGrace + asyncLeaseGrace)
 			if err := tx.PutCall(c); err != nil {
 				return err
 			}
@@ -169,7 +169,7 @@ func (fs *fnState) claim(ctx context.Context, n int) ([]store.Call, error) {
 		return nil, err
 	}
 	for _, fnID := range gaveUp {
-		fs.metrics.durable.WithLabelValues(fnID, "failed").Inc()
+		s.metrics.durable.WithLabelValues(fnID, "failed").Inc()
 	}
 	return claimed, nil
 }
@@ -212,15 +212,15 @@ func (b *bufferSink) Write(p []byte) (int, error) {
 }
 
 // deliver runs one claimed call and records its outcome.
-func (fs *fnState) deliver(ctx context.Context, c store.Call) {
-	start := fs.s.now()
-	e, err := fs.lookupFn(ctx, c.FnID)
+func (s *Service) deliver(ctx context.Context, c store.Call) {
+	start := s.now()
+	e, err := s.lookupFn(ctx, c.FnID)
 	if err != nil {
 		if ctx.Err() != nil {
-			fs.release(c)
+			s.release(c)
 			return
 		}
-		fs.record(c, callOutcome{kind: kindUnavailable, message: err.Error(), retryable: true}, nil)
+		s.record(c, callOutcome{kind: kindUnavailable, message: err.Error(), retryable: true}, nil)
 		return
 	}
 	body := c.Body
@@ -230,29 +230,29 @@ func (fs *fnState) deliver(ctx context.Context, c store.Call) {
 	sink := &bufferSink{header: http.Header{}, limit: api.FnMaxResponseBytes}
 	call := &fnCall{entry: e, id: c.ID, header: c.Header, data: body, length: int64(len(body)),
 		deadline: start.Add(e.spec.Timeout), logs: true, sink: sink}
-	dctx, cancel := context.WithDeadline(ctx, call.deadline.Add(answerGrace))
-	out := fs.dispatch(dctx, call)
+	dctx, cancel := context.WithDeadline(ctx, call.deadline.Add(AnswerGrace))
+	out := s.dispatch(dctx, call)
 	cancel()
-	fs.metrics.observe(e.fn.ID, out.kind, fs.s.now().Sub(start))
+	s.metrics.observe(e.fn.ID, out.kind, s.now().Sub(start))
 	if ctx.Err() != nil {
 		// This replica is stopping: hand the call back rather than record
 		// an outcome that is ours, not the function's.
-		fs.release(c)
+		s.release(c)
 		return
 	}
 	if sink.overflow {
 		out.kind, out.message = "response_too_big", fmt.Sprintf("the response exceeded the %d bytes a durable call keeps", api.FnMaxResponseBytes)
 	}
-	fs.record(c, out, sink)
+	s.record(c, out, sink)
 }
 
 // record stores a delivery's outcome, if this dispatcher still holds the
 // call's claim.
-func (fs *fnState) record(c store.Call, out callOutcome, sink *bufferSink) {
+func (s *Service) record(c store.Call, out callOutcome, sink *bufferSink) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	event := ""
-	err := fs.s.store.Update(ctx, func(tx store.Tx) error {
+	err := s.store.Update(ctx, func(tx store.Tx) error {
 		cur, err := tx.GetCall(c.ID)
 		if err != nil {
 			return err
@@ -261,7 +261,7 @@ func (fs *fnState) record(c store.Call, out callOutcome, sink *bufferSink) {
 			event = "stale"
 			return nil
 		}
-		now := fs.s.now()
+		now := s.now()
 		cur.NodeID = out.nodeID
 		switch {
 		case out.kind == "":
@@ -284,25 +284,25 @@ func (fs *fnState) record(c store.Call, out callOutcome, sink *bufferSink) {
 		return tx.PutCall(cur)
 	})
 	if err != nil {
-		fs.log.Warn("record a durable call's outcome; its claim will lapse and it will be delivered again", "call", c.ID, "err", err)
+		s.log.Warn("record a durable call's outcome; its claim will lapse and it will be delivered again", "call", c.ID, "err", err)
 		return
 	}
-	fs.metrics.durable.WithLabelValues(c.FnID, event).Inc()
+	s.metrics.durable.WithLabelValues(c.FnID, event).Inc()
 	if event == "retried" {
-		fs.log.Info("durable call to be delivered again", "call", c.ID, "fn", c.FnID, "attempts", c.Attempts, "kind", out.kind, "err", out.message)
+		s.log.Info("durable call to be delivered again", "call", c.ID, "fn", c.FnID, "attempts", c.Attempts, "kind", out.kind, "err", out.message)
 	}
 }
 
 // release hands a claimed call back, due now.
-func (fs *fnState) release(c store.Call) {
+func (s *Service) release(c store.Call) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = fs.s.store.Update(ctx, func(tx store.Tx) error {
+	_ = s.store.Update(ctx, func(tx store.Tx) error {
 		cur, err := tx.GetCall(c.ID)
 		if err != nil || cur.Claim != c.Claim || cur.Status != api.CallRunning {
 			return err
 		}
-		cur.Status, cur.Claim, cur.Due = api.CallQueued, "", fs.s.now()
+		cur.Status, cur.Claim, cur.Due = api.CallQueued, "", s.now()
 		return tx.PutCall(cur)
 	})
 }

@@ -1,4 +1,4 @@
-package controlplane
+package function
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 )
 
@@ -26,7 +27,7 @@ import (
 // is asked for the log of a call the store does not hold, the control
 // plane asks the nodes the call could have run on, in the order calls of
 // the function are offered to them: the function's rendezvous-hash order
-// (functions_place.go), over the ready nodes whose share can hold it. The
+// (scheduler.PlaceFunction), over the ready nodes whose share can hold it. The
 // first node alone first, since a call nearly always runs on its
 // function's first node; then the next few together (a call spills to at
 // most maxTries nodes, and nodes that joined since may rank before the one
@@ -45,7 +46,7 @@ import (
 // through the Coordinator to the replica that does (the command is small,
 // so it travels whole). The agent answers with its own request to this
 // replica (capability.PathCallLogs), which meets the question here by its
-// ID, in fnState.logAsks.
+// ID, in Service.logAsks.
 
 const (
 	// logAskMost bounds how many nodes one log read asks.
@@ -75,13 +76,13 @@ type logAnswer struct {
 // syncCallLog returns the log of a synchronous call of the function
 // fnID, from the first node that keeps it. Errors: Fn's 404 with a
 // message saying why no node could give it, or the store's.
-func (fs *fnState) syncCallLog(ctx context.Context, fnID, callID string) (string, error) {
+func (s *Service) syncCallLog(ctx context.Context, fnID, callID string) (string, error) {
 	if !plausibleID(callID) {
 		return "", errCallNotFound
 	}
 	var nodes []store.Node
-	var need fnNeed
-	err := fs.s.store.View(ctx, func(tx store.Tx) error {
+	var need scheduler.FunctionNeed
+	err := s.store.View(ctx, func(tx store.Tx) error {
 		// A durable call of another function is not this function's.
 		if _, err := tx.GetCall(callID); err == nil {
 			return errCallNotFound
@@ -91,7 +92,7 @@ func (fs *fnState) syncCallLog(ctx context.Context, fnID, callID string) (string
 		// A deleted function's calls may still have logs: every node
 		// that runs functions is then asked, in the same order.
 		if f, err := tx.GetFn(fnID); err == nil {
-			// What placement uses (invoke.go).
+			// What placement uses (cache.go).
 			need = newFnEntry(f, store.App{}, nil, time.Time{}).need
 		} else if !errors.Is(err, failure.ErrNotFound) {
 			return err
@@ -103,12 +104,12 @@ func (fs *fnState) syncCallLog(ctx context.Context, fnID, callID string) (string
 	if err != nil {
 		return "", err
 	}
-	order, old := logNodes(fnID, nodes, func(n store.Node) bool { return fs.s.nodeStatus(n) == api.NodeReady }, need)
+	order, old := logNodes(fnID, nodes, func(n store.Node) bool { return s.host.NodeReady(n) }, need)
 	order = order[:min(len(order), logAskMost)]
 
 	var silent []string
-	for _, wave := range [][]fnNode{order[:min(1, len(order))], order[min(1, len(order)):]} {
-		a, quiet := fs.askAll(ctx, wave, callID)
+	for _, wave := range [][]scheduler.FunctionNode{order[:min(1, len(order))], order[min(1, len(order)):]} {
+		a, quiet := s.askAll(ctx, wave, callID)
 		if a.held {
 			return a.text, nil
 		}
@@ -139,12 +140,12 @@ func errNoCallLog(asked, old int, silent []string) error {
 }
 
 // logNodes are the nodes that may keep a synchronous call's log of the
-// function fnID, in the order its calls are offered to nodes (placeFn):
+// function fnID, in the order its calls are offered to nodes (scheduler.PlaceFunction):
 // the ready nodes whose function share can hold need, cordoned and
 // draining ones included. old counts the ready ones whose agent is too
 // old to ask.
-func logNodes(fnID string, nodes []store.Node, ready func(store.Node) bool, need fnNeed) (order []fnNode, old int) {
-	var askable []fnNode
+func logNodes(fnID string, nodes []store.Node, ready func(store.Node) bool, need scheduler.FunctionNeed) (order []scheduler.FunctionNode, old int) {
+	var askable []scheduler.FunctionNode
 	for _, n := range nodes {
 		isReady := ready(n)
 		// A cordoned or draining node takes no calls but keeps the
@@ -160,7 +161,7 @@ func logNodes(fnID string, nodes []store.Node, ready func(store.Node) bool, need
 		}
 		askable = append(askable, fn)
 	}
-	return placeFn(fnID, askable, need), old
+	return scheduler.PlaceFunction(fnID, askable, need), old
 }
 
 // plausibleID reports whether id could be an ID this control plane
@@ -180,7 +181,7 @@ func plausibleID(id string) bool {
 // askAll asks the nodes at once and returns the first answer that holds
 // the log (the others are abandoned), or none, with the nodes that did not
 // answer and why.
-func (fs *fnState) askAll(ctx context.Context, nodes []fnNode, callID string) (logAnswer, []string) {
+func (s *Service) askAll(ctx context.Context, nodes []scheduler.FunctionNode, callID string) (logAnswer, []string) {
 	if len(nodes) == 0 {
 		return logAnswer{}, nil
 	}
@@ -188,7 +189,7 @@ func (fs *fnState) askAll(ctx context.Context, nodes []fnNode, callID string) (l
 	defer cancel()
 	answers := make(chan logAnswer, len(nodes))
 	for _, n := range nodes {
-		go func() { answers <- fs.ask(ctx, n.ID, callID) }()
+		go func() { answers <- s.ask(ctx, n.ID, callID) }()
 	}
 	var silent []string
 	for range nodes {
@@ -205,23 +206,20 @@ func (fs *fnState) askAll(ctx context.Context, nodes []fnNode, callID string) (l
 
 // ask sends one node the question and waits for its answer, at most
 // logAskTimeout.
-func (fs *fnState) ask(ctx context.Context, nodeID, callID string) logAnswer {
+func (s *Service) ask(ctx context.Context, nodeID, callID string) logAnswer {
 	q := &logAsk{nodeID: nodeID, answer: make(chan logAnswer, 1)}
-	cmd := capability.CallLogCommand{CallID: callID, Request: httpapi.NewID("lq-"), URL: fs.replicaURL()}
-	fs.logAsks.Store(cmd.Request, q)
-	defer fs.logAsks.Delete(cmd.Request)
-	var lost <-chan struct{}
-	if ls := fs.session(nodeID); ls != nil {
-		select {
-		case ls.cmds <- &node.Command{Kind: node.KindCallLog, FencingToken: ls.fencing, CallLog: &cmd}:
-		default:
+	cmd := capability.CallLogCommand{CallID: callID, Request: httpapi.NewID("lq-"), URL: s.replicaURL()}
+	s.logAsks.Store(cmd.Request, q)
+	defer s.logAsks.Delete(cmd.Request)
+	lost, held, sent := s.host.Send(nodeID, node.Command{Kind: node.KindCallLog, CallLog: &cmd})
+	if held {
+		if !sent {
 			return logAnswer{nodeID: nodeID, silent: "its session is backed up"}
 		}
-		lost = ls.done
-	} else if fs.s.coord != nil {
+	} else if s.pub != nil {
 		raw, err := json.Marshal(publishedCallLog{NodeID: nodeID, Cmd: cmd})
 		if err == nil {
-			err = fs.s.coord.Publish(ctx, topicCallLog+string(raw))
+			err = s.pub.Publish(ctx, topicCallLog+string(raw))
 		}
 		if err != nil {
 			return logAnswer{nodeID: nodeID, silent: "publish to its replica: " + err.Error()}
@@ -254,25 +252,21 @@ type publishedCallLog struct {
 
 // deliverCallLog hands a call_log command another replica published to
 // the node's session, if this replica holds it.
-func (fs *fnState) deliverCallLog(topic string) {
-	if fs == nil {
+func (s *Service) deliverCallLog(topic string) {
+	if s == nil {
 		return
 	}
 	var p publishedCallLog
 	if err := json.Unmarshal([]byte(strings.TrimPrefix(topic, topicCallLog)), &p); err != nil {
 		return
 	}
-	if ls := fs.session(p.NodeID); ls != nil {
-		select {
-		case ls.cmds <- &node.Command{Kind: node.KindCallLog, FencingToken: ls.fencing, CallLog: &p.Cmd}:
-		default: // backed up: the asker gives up after logAskTimeout
-		}
-	}
+	// Backed up or not held: the asker gives up after logAskTimeout.
+	s.host.Send(p.NodeID, node.Command{Kind: node.KindCallLog, CallLog: &p.Cmd})
 }
 
 // callLogAnswer takes a node's answer to a call_log command.
-func (s *Server) callLogAnswer(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
-	v, ok := s.fn.logAsks.Load(r.PathValue("id"))
+func (s *Service) callLogAnswer(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
+	v, ok := s.logAsks.Load(r.PathValue("id"))
 	if !ok {
 		httpapi.WriteJSON(w, http.StatusGone, api.ErrorOf(failure.NotFound("call log request", r.PathValue("id"))))
 		return

@@ -1,4 +1,4 @@
-package controlplane
+package function
 
 import (
 	"context"
@@ -9,12 +9,13 @@ import (
 	"slices"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/sealing"
 	"github.com/mercator/mercator/store"
 )
 
 // Secret configuration of apps and functions, sealed at rest.
 //
-// A secret value is sealed (sealing.go) as it is set, bound to its owner
+// A secret value is sealed (package controlplane/internal/sealing) as it is set, bound to its owner
 // (the app or the function, by ID) and its key name, and stored in the
 // record's SealedConfig: the store never holds it in the clear (it refuses
 // a record that would), and a sealed value copied into another record or
@@ -26,7 +27,7 @@ import (
 // Earlier versions stored secret values in the clear (the record's
 // SecretConfig). They keep working, by two means:
 //
-//   - sealClearSecrets seals them all when the control plane starts, so
+//   - SealClearSecrets seals them all when the control plane starts, so
 //     none stays at rest; and
 //   - functionEnv reads both forms, and every update of an app or a
 //     function seals the clear values it finds.
@@ -65,11 +66,11 @@ func (o secretOwner) sealingData(key string) []byte {
 // changes nothing. Errors: Fn's invalid-key error, and
 // failure.ErrUnavailable when a value must be sealed and the server has no
 // key.
-func (s *Server) mergeSecrets(o secretOwner, sealed map[string][]byte, clear, patch map[string]string) (map[string][]byte, error) {
+func (s *Service) mergeSecrets(o secretOwner, sealed map[string][]byte, clear, patch map[string]string) (map[string][]byte, error) {
 	out := make(map[string][]byte, len(sealed)+len(clear)+len(patch))
 	maps.Copy(out, sealed)
 	for k, v := range clear {
-		b, err := s.seal(o.sealingData(k), v)
+		b, err := s.sealer.Seal(o.sealingData(k), v)
 		if err != nil {
 			return nil, err
 		}
@@ -85,11 +86,11 @@ func (s *Server) mergeSecrets(o secretOwner, sealed map[string][]byte, clear, pa
 		case v == api.SecretRedacted:
 		default:
 			if old, ok := out[k]; ok {
-				if was, err := s.unseal(o.sealingData(k), old); err == nil && was == v {
+				if was, err := s.sealer.Unseal(o.sealingData(k), old); err == nil && was == v {
 					continue
 				}
 			}
-			b, err := s.seal(o.sealingData(k), v)
+			b, err := s.sealer.Seal(o.sealingData(k), v)
 			if err != nil {
 				return nil, err
 			}
@@ -106,15 +107,15 @@ func (s *Server) mergeSecrets(o secretOwner, sealed map[string][]byte, clear, pa
 // version stored so, and the sealed ones opened. A value that does not
 // open fails the whole, with an error that names it (wrapping
 // errUnsealable) and says what to do; nothing half-opened is returned.
-func (s *Server) openSecrets(o secretOwner, sealed map[string][]byte, clear map[string]string) (map[string]string, error) {
+func (s *Service) openSecrets(o secretOwner, sealed map[string][]byte, clear map[string]string) (map[string]string, error) {
 	if len(sealed)+len(clear) == 0 {
 		return nil, nil
 	}
 	out := make(map[string]string, len(sealed)+len(clear))
 	maps.Copy(out, clear)
 	for _, k := range slices.Sorted(maps.Keys(sealed)) {
-		v, err := s.unseal(o.sealingData(k), sealed[k])
-		if errors.Is(err, errUnsealable) {
+		v, err := s.sealer.Unseal(o.sealingData(k), sealed[k])
+		if errors.Is(err, sealing.ErrUnsealable) {
 			return nil, fmt.Errorf("the secret configuration %s of %s %s %w: set it again", k, o.kind, o.id, err)
 		}
 		if err != nil {
@@ -131,7 +132,7 @@ func (s *Server) openSecrets(o secretOwner, sealed map[string][]byte, clear map[
 // the one place secrets are opened, for the invoke command that carries
 // them to a node. A secret that does not open is an error that names it,
 // in Fn's shape (500, since the server's key is at fault), and is logged.
-func (s *Server) functionEnv(app store.App, f store.Fn) (map[string]string, error) {
+func (s *Service) functionEnv(app store.App, f store.Fn) (map[string]string, error) {
 	appSecrets, err := s.openSecrets(appSecretOwner(app), app.SealedConfig, app.SecretConfig)
 	if err == nil {
 		var fnSecrets map[string]string
@@ -163,12 +164,12 @@ func redactedSecrets(sealed map[string][]byte, clear map[string]string) map[stri
 	return out
 }
 
-// sealClearSecrets seals, in one transaction, every secret value an
+// SealClearSecrets seals, in one transaction, every secret value an
 // earlier version stored in the clear, so that none stays at rest. It
 // runs when the control plane starts, before it serves; it is idempotent,
 // so replicas starting together do no harm. Without a key it changes
 // nothing (and says so when there is something to seal).
-func (s *Server) sealClearSecrets(ctx context.Context) error {
+func (s *Service) SealClearSecrets(ctx context.Context) error {
 	sealed := 0
 	err := s.store.Update(ctx, func(tx store.Tx) error {
 		sealed = 0
