@@ -28,6 +28,7 @@ import (
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/content"
+	"github.com/mercator/mercator/controlplane/artifact"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/hashcopy"
@@ -194,7 +195,7 @@ func TestOutboundMintsReadsAndStoresNone(t *testing.T) {
 		t.Fatal("outbound changed the stored command")
 	}
 	c := sent.PrepareArtifact
-	if c.URL == "" || !c.ExpiresAt.After(f.clock.Now()) || c.ExpiresAt.After(f.clock.Now().Add(DefaultContentReadTTL+time.Second)) {
+	if c.URL == "" || !c.ExpiresAt.After(f.clock.Now()) || c.ExpiresAt.After(f.clock.Now().Add(artifact.DefaultContentReadTTL+time.Second)) {
 		t.Fatalf("minted read %q expiring %s", c.URL, c.ExpiresAt)
 	}
 	resp, err := http.Get(c.URL)
@@ -207,7 +208,7 @@ func TestOutboundMintsReadsAndStoresNone(t *testing.T) {
 		t.Fatalf("GET minted read: %d %q", resp.StatusCode, got)
 	}
 	// The read expires with the server's clock.
-	f.clock.Advance(DefaultContentReadTTL + time.Second)
+	f.clock.Advance(artifact.DefaultContentReadTTL + time.Second)
 	resp, _ = http.Get(c.URL)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {

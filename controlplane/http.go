@@ -29,7 +29,7 @@ func (s *Server) publicRoutes() []httpapi.Route {
 
 // v1Routes is Mercator's own API, whose errors take api.Error's shape.
 func (s *Server) v1Routes() []httpapi.Route {
-	return []httpapi.Route{
+	return append([]httpapi.Route{
 		{Pattern: "POST /v1/runs", Handler: s.submitRun},
 		{Pattern: "POST /v1/runs/batch", Handler: s.submitRuns},
 		{Pattern: "GET /v1/runs", Handler: s.listRuns},
@@ -43,17 +43,10 @@ func (s *Server) v1Routes() []httpapi.Route {
 		{Pattern: "POST /v1/nodes/{id}/cordon", Handler: s.cordonNode},
 		{Pattern: "POST /v1/nodes/{id}/uncordon", Handler: s.uncordonNode},
 		{Pattern: "POST /v1/nodes/{id}/drain", Handler: s.drainNode},
-		{Pattern: "POST /v1/artifacts/{name}/uploads", Handler: s.createUpload},
-		{Pattern: "GET /v1/uploads/{id}", Handler: s.getUpload},
-		{Pattern: "PUT /v1/uploads/{id}", Handler: s.putUpload},
-		{Pattern: "POST /v1/uploads/{id}/commit", Handler: s.commitUpload},
-		{Pattern: "GET /v1/artifacts", Handler: s.listArtifacts},
-		{Pattern: "GET /v1/artifacts/{name}", Handler: s.listArtifactVersions},
-		{Pattern: "GET /v1/artifacts/{name}/versions/{version}", Handler: s.getArtifactVersion},
 		{Pattern: "POST /v1/registries", Handler: s.putRegistry},
 		{Pattern: "GET /v1/registries", Handler: s.listRegistries},
 		{Pattern: "DELETE /v1/registries/{host}", Handler: s.deleteRegistry},
-	}
+	}, s.artifacts.Routes()...)
 }
 
 // writeAuthError writes a refusal of an API credential on a v1 route.
@@ -84,8 +77,8 @@ func (s *Server) Handler() http.Handler {
 	for _, rt := range s.fn.NodeRoutes() { // the calls paths, call_log answers
 		mux.Handle(rt.Pattern, s.nodeAuth(rt.Handler))
 	}
-	// Signed content reads (artifacts.go): the signature is the credential.
-	mux.HandleFunc("GET "+content.ReadPath+"{digest}", s.serveContent)
+	// Signed content reads (package artifact): the signature is the credential.
+	mux.HandleFunc("GET "+content.ReadPath+"{digest}", s.artifacts.ServeContent)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, &failure.Error{Kind: failure.ErrNotFound, Message: fmt.Sprintf("no route %s %s; see /v1/openapi.json", r.Method, r.URL.Path)})
 	})

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/content"
+	"github.com/mercator/mercator/controlplane/artifact"
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/store"
@@ -77,9 +78,9 @@ type Config struct {
 	Now func() time.Time
 	// Content holds Artifact content (package content); nil means this
 	// control plane cannot hold Artifacts. ContentReadTTL is the life of a
-	// minted read (default DefaultContentReadTTL), and UploadDir where
+	// minted read (default artifact.DefaultContentReadTTL), and UploadDir where
 	// uploads in progress are staged (default: under the system's temporary
-	// directory). See artifacts.go.
+	// directory). See package artifact.
 	Content        content.Store
 	ContentReadTTL time.Duration
 	UploadDir      string
@@ -128,8 +129,8 @@ type Server struct {
 	nodeWake      sync.Map   // node ID → *broadcast: new operations for it
 	logs          *broadcast // a log grew
 	metrics       *metrics
-	coord         Coordinator // nil for a single replica
-	artifacts     artifactState
+	coord         Coordinator       // nil for a single replica
+	artifacts     *artifact.Service // Artifacts and content (package artifact)
 	fn            *function.Service // Functions (package function)
 	streams       liveSessions      // nodes_live.go: sessions held here
 
@@ -159,6 +160,8 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		replicaID: httpapi.NewID(""),
 		admin:     &httpapi.Admin{Store: st, Now: cfg.Now},
 	}
+	s.artifacts = artifact.New(artifact.Config{Store: st, Now: s.now, Logger: s.log, Content: cfg.Content,
+		ReadTTL: cfg.ContentReadTTL, UploadDir: cfg.UploadDir})
 	var pub function.Publisher
 	if coord != nil {
 		pub = coord
