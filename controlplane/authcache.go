@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mercator/mercator/controlplane/internal/expiring"
 	"github.com/mercator/mercator/store"
 )
 
@@ -32,7 +33,7 @@ import (
 type authCache struct {
 	mu       sync.Mutex
 	sessions map[string]store.Session // by token hash
-	fences   expiring[uint64]         // by node ID
+	fences   expiring.Map[uint64]     // by node ID
 }
 
 // fenceTTL bounds how long a fencing token read from the store is used: longer
@@ -62,15 +63,15 @@ func (a *authCache) putSession(hash string, s store.Session) {
 // fence returns the node's cached fencing token, if fresh, and the node's
 // generation, which putFence needs.
 func (a *authCache) fence(nodeID string, now time.Time) (uint64, bool, uint64) {
-	return a.fences.get(nodeID, now, fenceTTL)
+	return a.fences.Get(nodeID, now, fenceTTL)
 }
 
 func (a *authCache) putFence(nodeID string, token uint64, gen uint64, now time.Time) {
-	a.fences.put(nodeID, token, gen, now) // not if the node changed while its record was read
+	a.fences.Put(nodeID, token, gen, now) // not if the node changed while its record was read
 }
 
 // forget drops what is cached about the node.
-func (a *authCache) forget(nodeID string) { a.fences.forget(nodeID) }
+func (a *authCache) forget(nodeID string) { a.fences.Forget(nodeID) }
 
 // nodeSession returns the session record of the credential hash and the
 // node's fencing token, from the cache or the store.

@@ -9,14 +9,14 @@ import (
 	"github.com/mercator/mercator/store"
 )
 
-// fnHost is what the control plane lends Functions (function.Host and
-// function.Sealer): the sessions this replica holds, the scheduler's view
-// of the nodes, image pinning, registry credentials and the server's key.
+// fnHost is what the control plane lends Functions (function.Host): the
+// sessions this replica holds, the scheduler's view of the nodes, image
+// pinning and registry credentials. The server's key is serverKey.
 type fnHost struct{ s *Server }
 
 var (
 	_ function.Host   = fnHost{}
-	_ function.Sealer = fnHost{}
+	_ function.Sealer = serverKey{}
 )
 
 func (h fnHost) Send(nodeID string, cmd node.Command) (<-chan struct{}, bool, bool) {
@@ -36,9 +36,5 @@ func (h fnHost) Resolve(ctx context.Context, image string) (string, error) {
 }
 
 func (h fnHost) RegistryAuth(ctx context.Context, image string) string {
-	return h.s.registryAuth(ctx, image)
+	return h.s.registries.Auth(ctx, image)
 }
-
-func (h fnHost) Seal(ad []byte, plain string) ([]byte, error) { return h.s.seal(ad, plain) }
-
-func (h fnHost) Unseal(ad, sealed []byte) (string, error) { return h.s.unseal(ad, sealed) }

@@ -348,7 +348,7 @@ func TestFunctionsAPIShapes(t *testing.T) {
 		}
 		// Sealed at rest bound to its owner and key name (the format
 		// package function seals with, which stored values must keep).
-		if got, err := f.srv.unseal([]byte("mercator secret config\x00app\x00"+a.ID+"\x00TOKEN"), a.SealedConfig["TOKEN"]); err != nil || got != "hunter2" {
+		if got, err := (serverKey{f.srv}).Unseal([]byte("mercator secret config\x00app\x00"+a.ID+"\x00TOKEN"), a.SealedConfig["TOKEN"]); err != nil || got != "hunter2" {
 			t.Errorf("stored secret = %q (%v), want it kept", got, err)
 		}
 		return nil

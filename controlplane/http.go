@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/content"
@@ -43,10 +44,7 @@ func (s *Server) v1Routes() []httpapi.Route {
 		{Pattern: "POST /v1/nodes/{id}/cordon", Handler: s.cordonNode},
 		{Pattern: "POST /v1/nodes/{id}/uncordon", Handler: s.uncordonNode},
 		{Pattern: "POST /v1/nodes/{id}/drain", Handler: s.drainNode},
-		{Pattern: "POST /v1/registries", Handler: s.putRegistry},
-		{Pattern: "GET /v1/registries", Handler: s.listRegistries},
-		{Pattern: "DELETE /v1/registries/{host}", Handler: s.deleteRegistry},
-	}, s.artifacts.Routes()...)
+	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes())...)
 }
 
 // writeAuthError writes a refusal of an API credential on a v1 route.

@@ -199,13 +199,13 @@ func (s *Server) outbound(ctx context.Context, cmd node.Command) node.Command {
 			s.artifacts.Mint(ctx, &l.Artifacts[i].PrepareArtifactCommand)
 		}
 		if l.RegistryAuth == "" {
-			l.RegistryAuth = s.registryAuth(ctx, l.Image)
+			l.RegistryAuth = s.registries.Auth(ctx, l.Image)
 		}
 		cmd.LaunchWorkload = &l
 	case cmd.PrepareImage != nil:
 		c := *cmd.PrepareImage
 		if c.RegistryAuth == "" {
-			c.RegistryAuth = s.registryAuth(ctx, c.Image)
+			c.RegistryAuth = s.registries.Auth(ctx, c.Image)
 		}
 		cmd.PrepareImage = &c
 	}

@@ -3,7 +3,7 @@ package controlplane
 import "github.com/mercator/mercator/controlplane/internal/sealing"
 
 // Sealing (package controlplane/internal/sealing) keeps registry
-// passwords (registries.go) and functions' secret configuration (package
+// passwords (package registry) and functions' secret configuration (package
 // controlplane/function) sealed at rest under Config.RegistryKey.
 
 // RegistryKeySize is the length of the key that seals registry credentials
@@ -18,12 +18,15 @@ func LoadRegistryKey(provided, keyFile string) ([]byte, error) {
 	return sealing.LoadKey(provided, keyFile)
 }
 
-// seal and unseal use the key as it is now (Config.RegistryKey), for
-// registry credentials here and, through fnHost, for functions' secrets.
-func (s *Server) seal(ad []byte, plain string) ([]byte, error) {
-	return sealing.Seal(s.cfg.RegistryKey, ad, plain)
+// serverKey seals with the key as it is now (Config.RegistryKey), for
+// registry credentials (registry.Sealer) and functions' secrets
+// (function.Sealer).
+type serverKey struct{ s *Server }
+
+func (k serverKey) Seal(ad []byte, plain string) ([]byte, error) {
+	return sealing.Seal(k.s.cfg.RegistryKey, ad, plain)
 }
 
-func (s *Server) unseal(ad, sealed []byte) (string, error) {
-	return sealing.Unseal(s.cfg.RegistryKey, ad, sealed)
+func (k serverKey) Unseal(ad, sealed []byte) (string, error) {
+	return sealing.Unseal(k.s.cfg.RegistryKey, ad, sealed)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/mercator/mercator/controlplane/artifact"
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/store"
 )
 
@@ -131,6 +132,7 @@ type Server struct {
 	metrics       *metrics
 	coord         Coordinator       // nil for a single replica
 	artifacts     *artifact.Service // Artifacts and content (package artifact)
+	registries    *registry.Service // registry credentials (package registry)
 	fn            *function.Service // Functions (package function)
 	streams       liveSessions      // nodes_live.go: sessions held here
 
@@ -140,11 +142,10 @@ type Server struct {
 	batching  atomic.Bool
 	outbox    chan string // signal.go: signals for other replicas
 	replicaID string
-	pins      pinCache                 // pins.go
-	auth      authCache                // authcache.go
-	admin     *httpapi.Admin           // API credentials, cached briefly
-	creds     expiring[registryLookup] // registries.go
-	mailboxes sync.Map                 // node ID → *mailbox (mailbox.go)
+	pins      pinCache       // pins.go
+	auth      authCache      // authcache.go
+	admin     *httpapi.Admin // API credentials, cached briefly
+	mailboxes sync.Map       // node ID → *mailbox (mailbox.go)
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.
@@ -162,12 +163,13 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 	}
 	s.artifacts = artifact.New(artifact.Config{Store: st, Now: s.now, Logger: s.log, Content: cfg.Content,
 		ReadTTL: cfg.ContentReadTTL, UploadDir: cfg.UploadDir})
+	s.registries = registry.New(st, s.now, s.log, serverKey{s})
 	var pub function.Publisher
 	if coord != nil {
 		pub = coord
 	}
 	s.fn = function.New(function.Config{Store: st, Now: s.now, Logger: s.log, PublicURL: cfg.PublicURL, ReplicaURL: cfg.ReplicaURL,
-		Registry: s.metrics.registry, Publisher: pub}, fnHost{s}, fnHost{s})
+		Registry: s.metrics.registry, Publisher: pub}, fnHost{s}, serverKey{s})
 	return s
 }
 
@@ -216,6 +218,13 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 }
 
 func (s *Server) now() time.Time { return s.cfg.Now().UTC() }
+
+// RegistryCredentials is what tag resolution at submit asks for a
+// registry's credential (imageref.Resolver.Credentials, with a context);
+// see registry.Service.Credentials.
+func (s *Server) RegistryCredentials(ctx context.Context, host string) (user, password string, ok bool) {
+	return s.registries.Credentials(ctx, host)
+}
 
 func (s *Server) nodeBroadcast(nodeID string) *broadcast {
 	b, _ := s.nodeWake.LoadOrStore(nodeID, newBroadcast())

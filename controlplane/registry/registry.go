@@ -1,18 +1,21 @@
-package controlplane
-
-// This file holds registry credentials: stored sealed, never returned, and
-// handed to a node only inside the one command that pulls with them.
+// Package registry holds the control plane's registry credentials: stored
+// sealed, never returned, and handed to a node only inside the one command
+// that pulls with them.
 //
-// The password is sealed (sealing.go) with the registry host as associated
+// The password is sealed (Sealer, the control plane's key) with the registry host as associated
 // data, so a database copied elsewhere holds nothing usable and a sealed
 // password cannot be moved to another host's record.
 //
 // A stored operation never carries the credential: the launch is stored
 // with an empty RegistryAuth, and the session stream attaches the
-// credential for the image's registry as it sends the command (outbound).
+// credential for the image's registry as it sends the command (Auth, from
+// package controlplane's outbound).
 // The node passes it to the daemon as the X-Registry-Auth header of one pull
 // and keeps it nowhere. Tag resolution at submit uses the same credential
-// (daemon.refResolver).
+// (Credentials, through daemon.refResolver), and so do functions' pulls.
+//
+// Only package controlplane may import it.
+package registry
 
 import (
 	"context"
@@ -20,12 +23,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/expiring"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/sealing"
 	"github.com/mercator/mercator/failure"
@@ -61,7 +66,7 @@ func registryView(c store.RegistryCredential) api.Registry {
 
 // putRegistry stores (or replaces) the credential of a registry host:
 // POST /v1/registries. The answer never holds the password.
-func (s *Server) putRegistry(w http.ResponseWriter, r *http.Request) {
+func (s *Service) putRegistry(w http.ResponseWriter, r *http.Request) {
 	var req api.RegistryCredentialRequest
 	if err := httpapi.Decode(r, httpapi.MaxBody, &req); err != nil {
 		httpapi.WriteError(w, err)
@@ -76,7 +81,7 @@ func (s *Server) putRegistry(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, failure.Invalid("password", "a username and a password (or token) are both required"))
 		return
 	}
-	sealed, err := s.seal(registrySealingData(host), req.Password)
+	sealed, err := s.sealer.Seal(registrySealingData(host), req.Password)
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -98,12 +103,12 @@ func (s *Server) putRegistry(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
-	s.creds.forget(host)
+	s.creds.Forget(host)
 	s.log.Info("registry credential stored", "host", host, "username", req.Username)
 	httpapi.WriteJSON(w, status, registryView(out))
 }
 
-func (s *Server) listRegistries(w http.ResponseWriter, r *http.Request) {
+func (s *Service) listRegistries(w http.ResponseWriter, r *http.Request) {
 	out := api.RegistryList{Registries: []api.Registry{}}
 	err := s.store.View(r.Context(), func(tx store.Tx) error {
 		cs, err := tx.ListRegistryCredentials()
@@ -122,7 +127,7 @@ func (s *Server) listRegistries(w http.ResponseWriter, r *http.Request) {
 
 // deleteRegistry removes a host's credential: DELETE /v1/registries/{host}.
 // It answers with what was removed (without the password).
-func (s *Server) deleteRegistry(w http.ResponseWriter, r *http.Request) {
+func (s *Service) deleteRegistry(w http.ResponseWriter, r *http.Request) {
 	host, err := normalizeRegistryHost(r.PathValue("host"))
 	if err != nil {
 		httpapi.WriteError(w, err)
@@ -140,13 +145,13 @@ func (s *Server) deleteRegistry(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
-	s.creds.forget(host)
+	s.creds.Forget(host)
 	s.log.Info("registry credential removed", "host", host)
 	httpapi.WriteJSON(w, http.StatusOK, registryView(out))
 }
 
 // registryLookup is what the store answered for a registry host: found or
-// not, both cached (Server.creds). Every launch and image command handed to
+// not, both cached (Service.creds). Every launch and image command handed to
 // a node carries its registry's credential when one is stored (outbound),
 // so without the cache a fleet busy with placements read the store once per
 // command, and those reads queued for the store's few connections. A
@@ -163,13 +168,13 @@ const registryCredTTL = 5 * time.Second
 
 // registryCredential returns the username and password stored for host;
 // ok is false when none is (or it cannot be opened, which is logged).
-func (s *Server) registryCredential(ctx context.Context, host string) (user, password string, ok bool) {
+func (s *Service) registryCredential(ctx context.Context, host string) (user, password string, ok bool) {
 	host, err := normalizeRegistryHost(host)
 	if err != nil {
 		return "", "", false
 	}
 	now := time.Now()
-	cached, fresh, gen := s.creds.get(host, now, registryCredTTL)
+	cached, fresh, gen := s.creds.Get(host, now, registryCredTTL)
 	c, found := cached.cred, cached.found
 	if !fresh {
 		err = s.store.View(ctx, func(tx store.Tx) error {
@@ -182,12 +187,12 @@ func (s *Server) registryCredential(ctx context.Context, host string) (user, pas
 			return "", "", false
 		}
 		found = err == nil
-		s.creds.put(host, registryLookup{c, found}, gen, now)
+		s.creds.Put(host, registryLookup{c, found}, gen, now)
 	}
 	if !found {
 		return "", "", false
 	}
-	password, err = s.unseal(registrySealingData(host), c.Sealed)
+	password, err = s.sealer.Unseal(registrySealingData(host), c.Sealed)
 	if errors.Is(err, sealing.ErrUnsealable) {
 		err = fmt.Errorf("the stored credential for %s %w: add it again", host, err)
 	}
@@ -198,9 +203,9 @@ func (s *Server) registryCredential(ctx context.Context, host string) (user, pas
 	return c.Username, password, true
 }
 
-// registryAuth is the Engine API's X-Registry-Auth value for pulling image,
+// Auth is the Engine API's X-Registry-Auth value for pulling image,
 // or "" when no credential is stored for its registry.
-func (s *Server) registryAuth(ctx context.Context, image string) string {
+func (s *Service) Auth(ctx context.Context, image string) string {
 	ref, err := imageref.Parse(image)
 	if err != nil {
 		return ""
@@ -217,8 +222,42 @@ func (s *Server) registryAuth(ctx context.Context, image string) string {
 	return base64.URLEncoding.EncodeToString(raw)
 }
 
-// RegistryCredentials is what tag resolution at submit asks for a
-// registry's credential (imageref.Resolver.Credentials, with a context).
-func (s *Server) RegistryCredentials(ctx context.Context, host string) (user, password string, ok bool) {
+// Credentials is what tag resolution at submit asks for a registry's
+// credential (imageref.Resolver.Credentials, with a context): the username
+// and password stored for host; ok is false when none is (or it cannot be
+// opened, which is logged).
+func (s *Service) Credentials(ctx context.Context, host string) (user, password string, ok bool) {
 	return s.registryCredential(ctx, host)
+}
+
+// Sealer seals and opens values with the control plane's key, bound to
+// additional data ad; Unseal's error wraps sealing.ErrUnsealable for a
+// value that does not open.
+type Sealer interface {
+	Seal(ad []byte, plain string) ([]byte, error)
+	Unseal(ad, sealed []byte) (string, error)
+}
+
+// Service serves the registry credentials. Safe for concurrent use.
+type Service struct {
+	store  store.Store
+	now    func() time.Time
+	log    *slog.Logger
+	sealer Sealer
+	creds  expiring.Map[registryLookup]
+}
+
+// New returns the registry credentials service; now is the clock (UTC).
+func New(st store.Store, now func() time.Time, log *slog.Logger, sealer Sealer) *Service {
+	return &Service{store: st, now: now, log: log, sealer: sealer}
+}
+
+// Routes are the public registry routes, each served behind an API
+// credential.
+func (s *Service) Routes() []httpapi.Route {
+	return []httpapi.Route{
+		{Pattern: "POST /v1/registries", Handler: s.putRegistry},
+		{Pattern: "GET /v1/registries", Handler: s.listRegistries},
+		{Pattern: "DELETE /v1/registries/{host}", Handler: s.deleteRegistry},
+	}
 }
