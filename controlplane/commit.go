@@ -169,7 +169,7 @@ func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
 // (schedState.noteRuns, schedState.patchNodes) and other replicas hear
 // which runs changed. Every write of a run or a node's record in the
 // control plane goes through update (or batch), except liveness flushes
-// (liveness.go), which the copies do not need.
+// (package liveness), which the copies do not need.
 func (s *Server) update(ctx context.Context, fn func(tx store.Tx) error) error {
 	return s.write(ctx, s.store.Update, fn)
 }

@@ -80,7 +80,7 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
-	s.live.report(req.NodeID, now)
+	s.live.Report(req.NodeID, now)
 	s.log.Info("node enrolled", "node", req.NodeID, "fencing_token", out.FencingToken, "agent_version", req.AgentVersion)
 	s.fenceChanged(req.NodeID) // an older session's stream must notice it is fenced
 	s.wakeReconcile()
@@ -101,7 +101,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, c httpapi.NodeCal
 		httpapi.WriteError(w, err)
 		return
 	}
-	s.live.report(c.NodeID, now)
+	s.live.Report(c.NodeID, now)
 	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
@@ -129,7 +129,7 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c httpapi.NodeC
 		httpapi.WriteError(w, fmt.Errorf("streaming unsupported"))
 		return
 	}
-	s.live.report(c.NodeID, s.now())
+	s.live.Report(c.NodeID, s.now())
 	live := s.streams.attach(c.NodeID, c.Session.FencingToken, r) // nodes_live.go: calls go straight down
 	defer s.streams.detach(live)
 	s.fn.NodesChanged() // read the fleet again: a node is back
@@ -236,7 +236,7 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c httpapi.NodeC
 // events applies a batch of node events, each at most once (deduplicated by
 // node and event ID in the same transaction that applies it), and answers
 // with the IDs the control plane now holds. An empty batch is a heartbeat:
-// it is recorded in memory only (liveness.go) and costs no transaction; a
+// it is recorded in memory only (package liveness) and costs no transaction; a
 // batch with events is committed together with concurrent ones (commit.go).
 func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	var batch node.EventBatch
@@ -244,7 +244,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 		httpapi.WriteError(w, err)
 		return
 	}
-	s.live.report(c.NodeID, s.now())
+	s.live.Report(c.NodeID, s.now())
 	if len(batch.Events) == 0 {
 		httpapi.WriteJSON(w, http.StatusOK, node.EventAck{Accepted: []string{}})
 		return

@@ -29,10 +29,10 @@ func ValidateNodeID(id string) error {
 }
 
 // nodeStatus judges a node on the freshest report known, this replica's
-// memory or the record, with the grace liveness.go explains: unreachable
+// memory or the record, with the grace package liveness explains: unreachable
 // only when nothing was heard for Lease + grace.
 func (s *Server) nodeStatus(n store.Node) string {
-	return s.statusSeen(n, s.live.lastSeen(n), s.now())
+	return s.statusSeen(n, s.live.LastSeen(n), s.now())
 }
 
 // statusSeen is nodeStatus with the freshest report known (nil: none)
@@ -41,7 +41,7 @@ func (s *Server) statusSeen(n store.Node, seen *time.Time, now time.Time) string
 	if n.EnrolledAt == nil {
 		return api.NodeInvited
 	}
-	if seen == nil || now.Sub(*seen) > s.cfg.Lease+s.live.grace() {
+	if seen == nil || now.Sub(*seen) > s.cfg.Lease+s.live.Grace() {
 		return api.NodeUnreachable
 	}
 	return api.NodeReady
@@ -58,7 +58,7 @@ func freshest(n store.Node, mem map[string]time.Time) *time.Time {
 }
 
 func (s *Server) nodeView(n store.Node, running []string) api.Node {
-	out := api.Node{ID: n.ID, Status: s.nodeStatus(n), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: s.live.lastSeen(n), Running: running,
+	out := api.Node{ID: n.ID, Status: s.nodeStatus(n), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: s.live.LastSeen(n), Running: running,
 		Cordoned: n.Cordoned || n.Draining, Draining: n.Draining, DrainDeadline: n.DrainDeadline}
 	if n.Facts != nil {
 		data, _ := json.Marshal(n.Facts)

@@ -237,9 +237,9 @@ func (s *Server) reconcile(ctx context.Context) error {
 	// flush period (or when the records changed), not at every pass: a
 	// pass runs at every submission, and judging is O(nodes).
 	st := &s.sched
-	if time.Since(st.viewAt) >= s.live.flush || !sameNodes(nodes, st.viewFrom) {
+	if time.Since(st.viewAt) >= s.live.FlushPeriod() || !sameNodes(nodes, st.viewFrom) {
 		now := s.now()
-		mem := s.live.snapshot()
+		mem := s.live.Snapshot()
 		st.view, st.viewIndex = make([]scheduler.Node, 0, len(nodes)), make(map[string]int, len(nodes))
 		for _, n := range nodes {
 			seen := freshest(n, mem)
@@ -342,7 +342,7 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 		placed = 0
 		// The nodes' records first, once each and in ID order: on
 		// PostgreSQL each read locks its row, and a liveness flush
-		// (liveness.go) writes node rows in ID order too, so the two wait
+		// (package liveness) writes node rows in ID order too, so the two wait
 		// for each other rather than deadlock (which PostgreSQL breaks
 		// only after a second, and which, with the rows taken in plan
 		// order, stalled placements at tens a second behind a long queue).
@@ -463,7 +463,7 @@ func (s *Server) replaceLost(ctx context.Context, lost map[string]time.Time) err
 				if err != nil {
 					return err
 				}
-				if seen := s.live.lastSeen(n); seen != nil && s.nodeStatus(n) == api.NodeUnreachable {
+				if seen := s.live.LastSeen(n); seen != nil && s.nodeStatus(n) == api.NodeUnreachable {
 					t := seen.Add(s.cfg.Lease)
 					since = &t
 				}

@@ -24,7 +24,7 @@ import (
 // It holds two things:
 //
 //   - A copy of the nodes' records, read at most once per liveness flush
-//     period. Liveness is not judged on it alone (see liveness.go), and
+//     period. Liveness is not judged on it alone (see package liveness), and
 //     what else it carries (facts, cordons, drains) changes rarely; a
 //     decision made on a copy that old was already possible when every
 //     pass read the store, since placements are committed after the read.
@@ -202,7 +202,7 @@ func (st *schedState) invalidate() {
 // writes, their liveness flushes included, are read once per flush period.
 func (s *Server) nodeListAge() time.Duration {
 	if s.coord != nil {
-		return s.live.flush
+		return s.live.FlushPeriod()
 	}
 	return time.Minute
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/mercator/mercator/controlplane/artifact"
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/liveness"
 	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/store"
 )
@@ -136,9 +137,9 @@ type Server struct {
 	fn            *function.Service // Functions (package function)
 	streams       liveSessions      // nodes_live.go: sessions held here
 
-	live      *liveness      // liveness.go
-	sched     schedState     // schedstate.go: the reconcile loop's copies
-	batches   chan *batchJob // commit.go: group commit, once Serve runs
+	live      *liveness.Tracker // package liveness
+	sched     schedState        // schedstate.go: the reconcile loop's copies
+	batches   chan *batchJob    // commit.go: group commit, once Serve runs
 	batching  atomic.Bool
 	outbox    chan string // signal.go: signals for other replicas
 	replicaID string
@@ -157,7 +158,7 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		cfg: cfg, store: st, resolver: resolver, log: cfg.Logger,
 		reconcileWake: make(chan struct{}, 1),
 		runs:          newBroadcast(), logs: newBroadcast(), metrics: newMetrics(), coord: coord,
-		live: newLiveness(cfg.Lease), batches: make(chan *batchJob), outbox: make(chan string, 1<<16),
+		live: liveness.New(cfg.Lease), batches: make(chan *batchJob), outbox: make(chan string, 1<<16),
 		replicaID: httpapi.NewID(""),
 		admin:     &httpapi.Admin{Store: st, Now: cfg.Now},
 	}
@@ -190,7 +191,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	errc := make(chan error, 2)
 	var loops sync.WaitGroup
 	loops.Add(2 + s.cfg.WriteConcurrency)
-	go func() { defer loops.Done(); s.flushLoop(ctx) }()
+	go func() {
+		defer loops.Done()
+		s.live.FlushLoop(ctx, liveness.Flusher{Store: s.store, Log: s.log, Lapses: func(n int) { s.metrics.leaseLapses.Add(float64(n)) }})
+	}()
 	go func() { defer loops.Done(); s.publishLoop(ctx) }()
 	for range s.cfg.WriteConcurrency {
 		go func() { defer loops.Done(); s.batchLoop(ctx) }()

@@ -1,18 +1,5 @@
-package controlplane
-
-import (
-	"context"
-	"errors"
-	"hash/fnv"
-	"sort"
-	"sync"
-	"time"
-
-	"github.com/mercator/mercator/failure"
-	"github.com/mercator/mercator/store"
-)
-
-// Liveness: the control plane learns that a node is alive from every call
+// Package liveness is how the control plane knows which nodes are alive.
+// The control plane learns that a node is alive from every call
 // the node makes (heartbeats, event batches, session opens). Writing that
 // to the node's record on every call made each heartbeat a write
 // transaction, and judging it meant decoding every node's record: at ten
@@ -20,7 +7,7 @@ import (
 // second on the store's single writer (SQLite), and most of a core. So:
 //
 //   - Each replica keeps, in memory, the moment it last heard from each
-//     node (liveness.seen). A heartbeat touches only that.
+//     node (Tracker.seen). A heartbeat touches only that.
 //   - Every flush period (livenessFlush: a twentieth of the lease, between
 //     20ms and 1s) the replica writes what it heard since the last flush to
 //     the nodes' records (store.Node.LastSeenAt), in batched transactions
@@ -44,12 +31,30 @@ import (
 // a node whose first report in a flush window came more than a lease after
 // the last one known (this replica's memory or the record) was unreachable
 // in between.
+//
+// Only package controlplane may import it.
+package liveness
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/store"
+)
 
 // livenessChunk bounds the nodes one flush transaction writes, so a flush
 // never holds SQLite's single writer for long.
 const livenessChunk = 500
 
-type liveness struct {
+// Tracker is one replica's memory of when it heard from each node. Safe
+// for concurrent use.
+type Tracker struct {
 	lease time.Duration
 	flush time.Duration
 	// Reports arrive from every node's calls at once; a lock per shard
@@ -72,26 +77,31 @@ type pendingSeen struct {
 	before      time.Time // zero when this replica had heard nothing
 }
 
-func newLiveness(lease time.Duration) *liveness {
+// New returns a tracker for nodes whose lease is lease; its flush period
+// is a twentieth of it, between 20ms and 1s.
+func New(lease time.Duration) *Tracker {
 	flush := min(max(lease/20, 20*time.Millisecond), time.Second)
-	l := &liveness{lease: lease, flush: flush}
+	l := &Tracker{lease: lease, flush: flush}
 	for i := range l.shards {
 		l.shards[i] = livenessShard{seen: map[string]time.Time{}, pending: map[string]pendingSeen{}}
 	}
 	return l
 }
 
-func (l *liveness) shard(nodeID string) *livenessShard {
+func (l *Tracker) shard(nodeID string) *livenessShard {
 	h := fnv.New32a()
 	h.Write([]byte(nodeID))
 	return &l.shards[h.Sum32()%livenessShards]
 }
 
-// grace is how far a judgement of liveness may trail the truth (see above).
-func (l *liveness) grace() time.Duration { return 2 * l.flush }
+// FlushPeriod is how often the tracker writes what it heard to the store.
+func (l *Tracker) FlushPeriod() time.Duration { return l.flush }
 
-// report records that the node was heard from at at.
-func (l *liveness) report(nodeID string, at time.Time) {
+// Grace is how far a judgement of liveness may trail the truth (see above).
+func (l *Tracker) Grace() time.Duration { return 2 * l.flush }
+
+// Report records that the node was heard from at at.
+func (l *Tracker) Report(nodeID string, at time.Time) {
 	sh := l.shard(nodeID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -109,9 +119,9 @@ func (l *liveness) report(nodeID string, at time.Time) {
 	sh.pending[nodeID] = p
 }
 
-// lastSeen is the freshest of this replica's memory and the record's
+// LastSeen is the freshest of this replica's memory and the record's
 // moment; nil when neither knows one.
-func (l *liveness) lastSeen(n store.Node) *time.Time {
+func (l *Tracker) LastSeen(n store.Node) *time.Time {
 	sh := l.shard(n.ID)
 	sh.mu.Lock()
 	mem, ok := sh.seen[n.ID]
@@ -122,9 +132,9 @@ func (l *liveness) lastSeen(n store.Node) *time.Time {
 	return &mem
 }
 
-// snapshot copies this replica's memory of every node, for a pass that
+// Snapshot copies this replica's memory of every node, for a pass that
 // judges the whole fleet (one lock per shard rather than one per node).
-func (l *liveness) snapshot() map[string]time.Time {
+func (l *Tracker) Snapshot() map[string]time.Time {
 	out := map[string]time.Time{}
 	for i := range l.shards {
 		sh := &l.shards[i]
@@ -138,7 +148,7 @@ func (l *liveness) snapshot() map[string]time.Time {
 }
 
 // take hands the pending reports to a flush.
-func (l *liveness) take() map[string]pendingSeen {
+func (l *Tracker) take() map[string]pendingSeen {
 	out := map[string]pendingSeen{}
 	for i := range l.shards {
 		sh := &l.shards[i]
@@ -153,7 +163,7 @@ func (l *liveness) take() map[string]pendingSeen {
 }
 
 // putBack returns reports a flush could not write, for the next one.
-func (l *liveness) putBack(batch map[string]pendingSeen) {
+func (l *Tracker) putBack(batch map[string]pendingSeen) {
 	for id, p := range batch {
 		sh := l.shard(id)
 		sh.mu.Lock()
@@ -174,29 +184,38 @@ func (l *liveness) putBack(batch map[string]pendingSeen) {
 	}
 }
 
-// flushLoop writes liveness to the store every flush period until ctx ends,
+// Flusher is where a tracker writes what it heard: the store, a logger
+// for writes that fail (they are retried at the next flush), and the
+// count of lease lapses found.
+type Flusher struct {
+	Store  store.Store
+	Log    *slog.Logger
+	Lapses func(n int)
+}
+
+// FlushLoop writes liveness to f.Store every flush period until ctx ends,
 // and once more then.
-func (s *Server) flushLoop(ctx context.Context) {
-	t := time.NewTicker(s.live.flush)
+func (l *Tracker) FlushLoop(ctx context.Context, f Flusher) {
+	t := time.NewTicker(l.flush)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			s.flushLiveness(final)
+			l.flushOnce(final, f)
 			cancel()
 			return
 		case <-t.C:
-			s.flushLiveness(ctx)
+			l.flushOnce(ctx, f)
 		}
 	}
 }
 
-// flushLiveness writes the reports heard since the last flush to the nodes'
+// flushOnce writes the reports heard since the last flush to the nodes'
 // records and counts lease lapses. What it cannot write is kept for the
 // next flush.
-func (s *Server) flushLiveness(ctx context.Context) {
-	batch := s.live.take()
+func (l *Tracker) flushOnce(ctx context.Context, f Flusher) {
+	batch := l.take()
 	if len(batch) == 0 {
 		return
 	}
@@ -208,7 +227,7 @@ func (s *Server) flushLiveness(ctx context.Context) {
 	for start := 0; start < len(ids); start += livenessChunk {
 		chunk := ids[start:min(start+livenessChunk, len(ids))]
 		lapses := 0
-		err := s.store.Update(ctx, func(tx store.Tx) error {
+		err := f.Store.Update(ctx, func(tx store.Tx) error {
 			lapses = 0
 			for _, id := range chunk {
 				n, err := tx.GetNode(id)
@@ -223,7 +242,7 @@ func (s *Server) flushLiveness(ctx context.Context) {
 				if n.LastSeenAt != nil && n.LastSeenAt.After(known) {
 					known = *n.LastSeenAt
 				}
-				if !known.IsZero() && p.first.Sub(known) > s.cfg.Lease {
+				if !known.IsZero() && p.first.Sub(known) > l.lease {
 					lapses++
 				}
 				if n.LastSeenAt != nil && !p.last.After(*n.LastSeenAt) {
@@ -242,12 +261,12 @@ func (s *Server) flushLiveness(ctx context.Context) {
 			for _, id := range ids[start:] {
 				rest[id] = batch[id]
 			}
-			s.live.putBack(rest)
+			l.putBack(rest)
 			if ctx.Err() == nil {
-				s.log.Warn("write node liveness; will retry", "nodes", len(rest), "err", err)
+				f.Log.Warn("write node liveness; will retry", "nodes", len(rest), "err", err)
 			}
 			return
 		}
-		s.metrics.leaseLapses.Add(float64(lapses))
+		f.Lapses(lapses)
 	}
 }
