@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -140,37 +141,17 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c httpapi.NodeC
 	defer s.log.Info("session closed", "node", c.NodeID)
 	s.metrics.sessions.Inc()
 	defer s.metrics.sessions.Dec()
-	enc := json.NewEncoder(w)
-	sent := map[string]bool{}
-	mb := s.attachInbox(c.NodeID) // before the first read: nothing falls between
-	defer mb.detach()
+	st := &sessionStream{w: w, flusher: flusher, enc: json.NewEncoder(w), sent: map[string]bool{}, live: live}
+	st.mb = s.attachInbox(c.NodeID) // before the first read: nothing falls between
+	defer st.mb.detach()
 	wake := s.nodeBroadcast(c.NodeID)
-	keep := time.NewTicker(s.cfg.KeepAlive)
-	defer keep.Stop()
-	idle := 0 // keep-alives since the store was last read
+	st.keep = time.NewTicker(s.cfg.KeepAlive)
+	defer st.keep.Stop()
 	sweep := true
 	for {
-		idle = 0
 		woken := wake.Wait()
-		var ops []store.Operation
-		fenced, strays := false, false
-		err := s.store.View(ctx, func(tx store.Tx) error {
-			fence, err := s.fenceOf(tx, c.NodeID)
-			if err != nil {
-				return err
-			}
-			fenced = fence > c.Session.FencingToken
-			if sweep {
-				// The first read also looks for strays (hasStrays), so
-				// a fleet reconnecting costs one read per session.
-				if strays, err = s.hasStrays(tx, c.NodeID); err != nil {
-					return err
-				}
-			}
-			ops, err = tx.PendingOperations(c.NodeID)
-			return err
-		})
-		if err != nil || fenced {
+		ops, strays, ok := s.sessionRead(ctx, c, sweep)
+		if !ok {
 			return
 		}
 		if sweep {
@@ -183,52 +164,106 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c httpapi.NodeC
 			}
 		}
 		for _, op := range ops {
-			if sent[op.ID] {
-				continue
-			}
-			if err := enc.Encode(s.outbound(ctx, op.Command)); err != nil {
+			if !s.sendOnce(ctx, st, op.ID, op.Command) {
 				return
 			}
-			sent[op.ID] = true
 		}
 		flusher.Flush()
-	wait:
+		if !s.sessionWait(ctx, st, woken) {
+			return
+		}
+	}
+}
+
+// sessionStream is one session stream's sending side: what it has sent
+// (each operation once per stream), and where more comes from besides the
+// store (the mailbox, the live session's ephemeral commands).
+type sessionStream struct {
+	w       http.ResponseWriter
+	flusher http.Flusher
+	enc     *json.Encoder
+	sent    map[string]bool // operation IDs
+	mb      *inbox
+	live    *liveSession
+	keep    *time.Ticker
+}
+
+// sendOnce writes operation id's command as it is sent (outbound: reads
+// minted, credentials attached) unless this stream already sent it; false
+// when the stream broke.
+func (s *Server) sendOnce(ctx context.Context, st *sessionStream, id string, cmd node.Command) bool {
+	if st.sent[id] {
+		return true
+	}
+	if err := st.enc.Encode(s.outbound(ctx, cmd)); err != nil {
+		return false
+	}
+	st.sent[id] = true
+	return true
+}
+
+// sessionRead reads the node's pending operations and, on the first read
+// (sweep), whether it runs strays; ok is false when the stream must end
+// (the store failed, or the session is fenced).
+func (s *Server) sessionRead(ctx context.Context, c httpapi.NodeCaller, sweep bool) (ops []store.Operation, strays, ok bool) {
+	fenced := false
+	err := s.store.View(ctx, func(tx store.Tx) error {
+		fence, err := s.fenceOf(tx, c.NodeID)
+		if err != nil {
+			return err
+		}
+		fenced = fence > c.Session.FencingToken
+		if sweep {
+			// The first read also looks for strays (hasStrays), so a
+			// fleet reconnecting costs one read per session.
+			if strays, err = s.hasStrays(tx, c.NodeID); err != nil {
+				return err
+			}
+		}
+		ops, err = tx.PendingOperations(c.NodeID)
+		return err
+	})
+	return ops, strays, err == nil && !fenced
+}
+
+// sessionWait sends what arrives without a store read (operations handed
+// over by the mailbox, ephemeral commands, keep-alives) until the stream
+// should read the store again: true once woken (or after sessionPoll
+// keep-alives, with several replicas), false when the stream ended.
+func (s *Server) sessionWait(ctx context.Context, st *sessionStream, woken <-chan struct{}) bool {
+	idle := 0 // keep-alives since the store was last read
+	for {
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-woken:
-		case <-keep.C:
-			if _, err := w.Write(keepAliveLine); err != nil {
-				return
+			return true
+		case <-st.keep.C:
+			if _, err := st.w.Write(keepAliveLine); err != nil {
+				return false
 			}
-			flusher.Flush()
+			st.flusher.Flush()
 			// A wake is what sends new operations; reading the store
 			// every few keep-alives too covers a wake that was lost (a
 			// signal from another replica dropped), without making ten
 			// thousand idle streams read it every keep-alive. A replica
 			// alone hears every signal from itself, and does not read.
-			if idle++; idle < sessionPoll || s.coord == nil {
-				goto wait
+			if idle++; idle >= sessionPoll && s.coord != nil {
+				return true
 			}
-		case <-mb.notify:
+		case <-st.mb.notify:
 			// Committed here and handed over: no store read follows.
-			for _, cmd := range mb.take() {
-				if sent[cmd.OperationID] {
-					continue
+			for _, cmd := range st.mb.take() {
+				if !s.sendOnce(ctx, st, cmd.OperationID, cmd) {
+					return false
 				}
-				if err := enc.Encode(s.outbound(ctx, cmd)); err != nil {
-					return
-				}
-				sent[cmd.OperationID] = true
 			}
-			flusher.Flush()
-			goto wait
-		case cmd := <-live.cmds:
+			st.flusher.Flush()
+		case cmd := <-st.live.cmds:
 			// An invoke is not an operation: no store read follows it.
-			if live.forward(enc, flusher, cmd) != nil {
-				return
+			if st.live.forward(st.enc, st.flusher, cmd) != nil {
+				return false
 			}
-			goto wait
 		}
 	}
 }
