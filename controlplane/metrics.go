@@ -36,8 +36,8 @@ type metrics struct {
 	// so the sum over replicas is the fleet's.
 	leaseLapses prometheus.Counter
 	// batchSize is how many callers' transactions each group commit
-	// carried (commit.go); signalsDropped, signals for other replicas that
-	// did not fit the queue (signal.go).
+	// carried (store_commit.go); signalsDropped, signals for other replicas that
+	// did not fit the queue (replicas_signal.go).
 	batchSize      prometheus.Histogram
 	signalsDropped prometheus.Counter
 }

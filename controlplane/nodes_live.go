@@ -13,7 +13,7 @@ import (
 // Live sessions: the session streams this replica holds, down which
 // ephemeral commands (a function call's invoke, a call_log question) are
 // handed directly, without the store. Operations, which must survive a
-// restart, go through the store and the mailbox instead (mailbox.go).
+// restart, go through the store and the mailbox instead (nodes_mailbox.go).
 
 // liveSession is a node's session stream held by this replica.
 type liveSession struct {

@@ -6,9 +6,29 @@
 // store.Store, so a restarted control plane loses no run, command or event.
 // Commands reach nodes through the store (pending operations are redelivered
 // on every new session until the node reports their result), which is also
-// what lets several replicas share one PostgreSQL database later.
+// what lets several replicas share one PostgreSQL database (replicas_signal.go
+// says how they wake each other).
 //
-// cmd/mercator (through package cli) and the end-to-end tests import it.
+// It is split by resource, each file or package named for what it owns:
+//
+//   - runs: runs_handlers.go (the /v1/runs API), runs_validate.go,
+//     runs_reconcile.go (placement and recovery, driving the pure
+//     scheduler), runs_schedstate.go (the reconcile loop's copies),
+//     runs_artifacts.go and runs_pins.go (what a run's spec is pinned to);
+//   - nodes: nodes_handlers.go (the /v1/nodes API), nodes_protocol.go
+//     (enroll, renew, events, logs), nodes_session.go (the command stream),
+//     nodes_live.go, nodes_mailbox.go, nodes_auth.go, and the liveness
+//     tracker (internal/liveness);
+//   - artifacts and content: package artifact;
+//   - registry credentials: package registry;
+//   - functions: package function, behind function.Host (functions_host.go);
+//   - plumbing: routes.go (every route, one place), internal/httpapi
+//     (decode, errors, paging, credentials), store_commit.go (group commit),
+//     replicas_signal.go, metrics.go, sealing.go.
+//
+// It imports no store driver and no replica coordinator: the composition
+// root (package daemon) opens those and passes them in. Package daemon, and
+// tests, import it.
 package controlplane
 
 import (
@@ -64,7 +84,7 @@ type Config struct {
 	KeepAlive time.Duration
 	// WriteConcurrency is how many batched write transactions may run at
 	// once (default 1, right for SQLite's single writer; Run sets more for
-	// PostgreSQL). See commit.go.
+	// PostgreSQL). See store_commit.go.
 	WriteConcurrency int
 	// UnencryptedHTTP2 serves plaintext HTTP/2 (prior knowledge) besides
 	// HTTP/1.1: a client that multiplexes many agents' streams over a few
@@ -138,15 +158,15 @@ type Server struct {
 	streams       liveSessions      // nodes_live.go: sessions held here
 
 	live      *liveness.Tracker // package liveness
-	sched     schedState        // schedstate.go: the reconcile loop's copies
-	batches   chan *batchJob    // commit.go: group commit, once Serve runs
+	sched     schedState        // runs_schedstate.go: the reconcile loop's copies
+	batches   chan *batchJob    // store_commit.go: group commit, once Serve runs
 	batching  atomic.Bool
-	outbox    chan string // signal.go: signals for other replicas
+	outbox    chan string // replicas_signal.go: signals for other replicas
 	replicaID string
-	pins      pinCache       // pins.go
-	auth      authCache      // authcache.go
+	pins      pinCache       // runs_pins.go
+	auth      authCache      // nodes_auth.go
 	admin     *httpapi.Admin // API credentials, cached briefly
-	mailboxes sync.Map       // node ID → *mailbox (mailbox.go)
+	mailboxes sync.Map       // node ID → *mailbox (nodes_mailbox.go)
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.

@@ -166,7 +166,7 @@ func EnsureAdminToken(ctx context.Context, st store.Store, dataDir string, now t
 // together itself; what costs is each statement's round trip, which a
 // transaction makes one after the other, and under SERIALIZABLE a longer
 // transaction is a likelier conflict. So replicas on PostgreSQL run
-// transactions side by side rather than batched (controlplane/commit.go): measured with
+// transactions side by side rather than batched (controlplane/store_commit.go): measured with
 // 3,000 simulated nodes placing 20,000 runs, batches of 64 callers gave 176
 // placements/s, of 16 gave 202/s, unbatched 264/s.
 const pgWriteConcurrency, pgWriteBatch = 8, 1

@@ -180,7 +180,7 @@ func (s *Server) signal(topic string) {
 func (s *Server) nodeChanged(nodeID string) { s.signal(topicNode + nodeID) }
 
 // fenceChanged says the node was enrolled again: every replica drops the
-// fencing token it cached (authcache.go) and wakes the node's session
+// fencing token it cached (nodes_auth.go) and wakes the node's session
 // streams, so a superseded one notices it is fenced.
 func (s *Server) fenceChanged(nodeID string) { s.signal(topicFence + nodeID) }
 

@@ -1,9 +1,7 @@
 package controlplane
 
 import (
-	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -81,46 +79,4 @@ func (s *Server) Handler() http.Handler {
 		httpapi.WriteError(w, &failure.Error{Kind: failure.ErrNotFound, Message: fmt.Sprintf("no route %s %s; see /v1/openapi.json", r.Method, r.URL.Path)})
 	})
 	return httpapi.Recoverer(s.log, s.metrics.instrument(mux))
-}
-
-// nodeAuth requires a valid, current session credential and refuses one
-// fenced below the node's token with failure.ErrFenced.
-func (s *Server) nodeAuth(h func(http.ResponseWriter, *http.Request, httpapi.NodeCaller)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := s.authenticateNode(r.Context(), r)
-		if err != nil {
-			s.metrics.refused.WithLabelValues(failure.Code(err)).Inc()
-			httpapi.WriteError(w, err)
-			return
-		}
-		h(w, r, c)
-	})
-}
-
-func (s *Server) authenticateNode(ctx context.Context, r *http.Request) (httpapi.NodeCaller, error) {
-	tok, ok := httpapi.Bearer(r)
-	nodeID := r.Header.Get(capability.HeaderNodeID)
-	if !ok || nodeID == "" {
-		return httpapi.NodeCaller{}, failure.Unauthorized("node calls need `Authorization: Bearer <session token>` and %s", capability.HeaderNodeID)
-	}
-	// The session and the node's fencing token come from authCache when
-	// it has them (see authcache.go).
-	sess, fence, err := s.nodeSession(ctx, httpapi.HashToken(tok), nodeID)
-	if errors.Is(err, failure.ErrNotFound) || (err == nil && sess.NodeID != nodeID) {
-		return httpapi.NodeCaller{}, failure.Unauthorized("session credential not recognised for node %q; enroll again with a new invitation", nodeID)
-	}
-	if err != nil {
-		return httpapi.NodeCaller{}, err
-	}
-	if !sess.ExpiresAt.After(s.now()) {
-		return httpapi.NodeCaller{}, failure.Unauthorized("session credential for node %q expired at %s; the agent was offline past its credential's life: run `mercator node invite %s` and restart the agent with the new token", nodeID, sess.ExpiresAt.Format("2006-01-02T15:04:05Z07:00"), nodeID)
-	}
-	if sess.FencingToken < fence {
-		return httpapi.NodeCaller{}, fencedError(nodeID, fence, sess.FencingToken)
-	}
-	return httpapi.NodeCaller{NodeID: nodeID, Session: sess}, nil
-}
-
-func fencedError(nodeID string, fence, held uint64) error {
-	return failure.Fenced("node %q was enrolled again (fencing token %d); this session holds token %d and may no longer act for it", nodeID, fence, held)
 }

@@ -1,8 +1,6 @@
 package controlplane
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -106,173 +104,11 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, c httpapi.NodeCal
 	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
-// sessionPoll is how many keep-alives a session stream sends between reads
-// of the store when nothing wakes it (30 s at the default keep-alive).
-const sessionPoll = 3
-
-// keepAliveLine is a keep-alive as the stream carries it, encoded once.
-var keepAliveLine = func() []byte {
-	b, err := json.Marshal(node.Command{Kind: node.KindKeepAlive})
-	if err != nil {
-		panic(err)
-	}
-	return append(b, '\n')
-}()
-
-// session streams the node's pending operations as newline-delimited JSON,
-// each once per stream, with keep-alives, until the client goes away or the
-// session is fenced. Every new stream starts by sending everything still
-// pending: that is the redelivery.
-func (s *Server) session(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
-	ctx := r.Context()
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		httpapi.WriteError(w, fmt.Errorf("streaming unsupported"))
-		return
-	}
-	s.live.Report(c.NodeID, s.now())
-	live := s.streams.attach(c.NodeID, c.Session.FencingToken, r) // nodes_live.go: calls go straight down
-	defer s.streams.detach(live)
-	s.fn.NodesChanged() // read the fleet again: a node is back
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
-	s.log.Info("session opened", "node", c.NodeID, "fencing_token", c.Session.FencingToken)
-	defer s.log.Info("session closed", "node", c.NodeID)
-	s.metrics.sessions.Inc()
-	defer s.metrics.sessions.Dec()
-	st := &sessionStream{w: w, flusher: flusher, enc: json.NewEncoder(w), sent: map[string]bool{}, live: live}
-	st.mb = s.attachInbox(c.NodeID) // before the first read: nothing falls between
-	defer st.mb.detach()
-	wake := s.nodeBroadcast(c.NodeID)
-	st.keep = time.NewTicker(s.cfg.KeepAlive)
-	defer st.keep.Stop()
-	sweep := true
-	for {
-		woken := wake.Wait()
-		ops, strays, ok := s.sessionRead(ctx, c, sweep)
-		if !ok {
-			return
-		}
-		if sweep {
-			sweep = false
-			if strays {
-				if err := s.update(ctx, func(tx store.Tx) error { return s.sweepStraysTx(tx, c.NodeID) }); err != nil {
-					return
-				}
-				continue // the stops it issued are pending now: read again
-			}
-		}
-		for _, op := range ops {
-			if !s.sendOnce(ctx, st, op.ID, op.Command) {
-				return
-			}
-		}
-		flusher.Flush()
-		if !s.sessionWait(ctx, st, woken) {
-			return
-		}
-	}
-}
-
-// sessionStream is one session stream's sending side: what it has sent
-// (each operation once per stream), and where more comes from besides the
-// store (the mailbox, the live session's ephemeral commands).
-type sessionStream struct {
-	w       http.ResponseWriter
-	flusher http.Flusher
-	enc     *json.Encoder
-	sent    map[string]bool // operation IDs
-	mb      *inbox
-	live    *liveSession
-	keep    *time.Ticker
-}
-
-// sendOnce writes operation id's command as it is sent (outbound: reads
-// minted, credentials attached) unless this stream already sent it; false
-// when the stream broke.
-func (s *Server) sendOnce(ctx context.Context, st *sessionStream, id string, cmd node.Command) bool {
-	if st.sent[id] {
-		return true
-	}
-	if err := st.enc.Encode(s.outbound(ctx, cmd)); err != nil {
-		return false
-	}
-	st.sent[id] = true
-	return true
-}
-
-// sessionRead reads the node's pending operations and, on the first read
-// (sweep), whether it runs strays; ok is false when the stream must end
-// (the store failed, or the session is fenced).
-func (s *Server) sessionRead(ctx context.Context, c httpapi.NodeCaller, sweep bool) (ops []store.Operation, strays, ok bool) {
-	fenced := false
-	err := s.store.View(ctx, func(tx store.Tx) error {
-		fence, err := s.fenceOf(tx, c.NodeID)
-		if err != nil {
-			return err
-		}
-		fenced = fence > c.Session.FencingToken
-		if sweep {
-			// The first read also looks for strays (hasStrays), so a
-			// fleet reconnecting costs one read per session.
-			if strays, err = s.hasStrays(tx, c.NodeID); err != nil {
-				return err
-			}
-		}
-		ops, err = tx.PendingOperations(c.NodeID)
-		return err
-	})
-	return ops, strays, err == nil && !fenced
-}
-
-// sessionWait sends what arrives without a store read (operations handed
-// over by the mailbox, ephemeral commands, keep-alives) until the stream
-// should read the store again: true once woken (or after sessionPoll
-// keep-alives, with several replicas), false when the stream ended.
-func (s *Server) sessionWait(ctx context.Context, st *sessionStream, woken <-chan struct{}) bool {
-	idle := 0 // keep-alives since the store was last read
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-woken:
-			return true
-		case <-st.keep.C:
-			if _, err := st.w.Write(keepAliveLine); err != nil {
-				return false
-			}
-			st.flusher.Flush()
-			// A wake is what sends new operations; reading the store
-			// every few keep-alives too covers a wake that was lost (a
-			// signal from another replica dropped), without making ten
-			// thousand idle streams read it every keep-alive. A replica
-			// alone hears every signal from itself, and does not read.
-			if idle++; idle >= sessionPoll && s.coord != nil {
-				return true
-			}
-		case <-st.mb.notify:
-			// Committed here and handed over: no store read follows.
-			for _, cmd := range st.mb.take() {
-				if !s.sendOnce(ctx, st, cmd.OperationID, cmd) {
-					return false
-				}
-			}
-			st.flusher.Flush()
-		case cmd := <-st.live.cmds:
-			// An invoke is not an operation: no store read follows it.
-			if st.live.forward(st.enc, st.flusher, cmd) != nil {
-				return false
-			}
-		}
-	}
-}
-
 // events applies a batch of node events, each at most once (deduplicated by
 // node and event ID in the same transaction that applies it), and answers
 // with the IDs the control plane now holds. An empty batch is a heartbeat:
 // it is recorded in memory only (package liveness) and costs no transaction; a
-// batch with events is committed together with concurrent ones (commit.go).
+// batch with events is committed together with concurrent ones (store_commit.go).
 func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	var batch node.EventBatch
 	if err := httpapi.Decode(r, maxLogBody, &batch); err != nil {
@@ -294,7 +130,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 	err := s.batchLocked(r.Context(), func(tx store.Tx) error {
 		accepted, changedRuns, applied, ended = accepted[:0], false, 0, ended[:0]
 		// Fenced again in the transaction that applies the events (with
-		// the cached token when fresh, see authcache.go), so a batch
+		// the cached token when fresh, see nodes_auth.go), so a batch
 		// authenticated before an enrollment that this replica has heard
 		// of is refused.
 		fence, err := s.fenceOf(tx, c.NodeID)

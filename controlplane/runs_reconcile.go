@@ -107,7 +107,7 @@ func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
 		for _, g := range f.Accelerators {
 			sn.GPUs = append(sn.GPUs, scheduler.GPU{UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes})
 		}
-		reserveFunctionShare(&sn, f) // functions_place.go
+		reserveFunctionShare(&sn, f) // functions_share.go
 	}
 	s.artifactFacts(&sn, n.Facts)
 	return sn
