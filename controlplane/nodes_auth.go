@@ -133,7 +133,7 @@ func (s *Server) nodeAuth(h func(http.ResponseWriter, *http.Request, httpapi.Nod
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := s.authenticateNode(r.Context(), r)
 		if err != nil {
-			s.metrics.refused.WithLabelValues(failure.Code(err)).Inc()
+			s.metrics.Refused.WithLabelValues(failure.Code(err)).Inc()
 			httpapi.WriteError(w, err)
 			return
 		}

@@ -169,10 +169,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 		return
 	}
 	for _, status := range ended {
-		s.metrics.terminal.WithLabelValues(status).Inc()
+		s.metrics.Terminal.WithLabelValues(status).Inc()
 	}
-	s.metrics.events.WithLabelValues("applied").Add(float64(applied))
-	s.metrics.events.WithLabelValues("duplicate").Add(float64(len(accepted) - applied))
+	s.metrics.Events.WithLabelValues("applied").Add(float64(applied))
+	s.metrics.Events.WithLabelValues("duplicate").Add(float64(len(accepted) - applied))
 	if changedRuns {
 		s.runsChanged()
 		s.wakeReconcile()

@@ -190,7 +190,7 @@ func TestEventsAppliedOnce(t *testing.T) {
 func counterValue(t *testing.T, f *protoFixture, series string) float64 {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	f.srv.metrics.handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	f.srv.metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	for _, line := range strings.Split(rec.Body.String(), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			var n float64

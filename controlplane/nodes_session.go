@@ -49,8 +49,8 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c httpapi.NodeC
 	flusher.Flush()
 	s.log.Info("session opened", "node", c.NodeID, "fencing_token", c.Session.FencingToken)
 	defer s.log.Info("session closed", "node", c.NodeID)
-	s.metrics.sessions.Inc()
-	defer s.metrics.sessions.Dec()
+	s.metrics.Sessions.Inc()
+	defer s.metrics.Sessions.Dec()
 	st := &sessionStream{w: w, flusher: flusher, enc: json.NewEncoder(w), sent: map[string]bool{}, live: live}
 	st.mb = s.attachInbox(c.NodeID) // before the first read: nothing falls between
 	defer st.mb.detach()

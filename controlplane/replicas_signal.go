@@ -66,7 +66,7 @@ func (s *Server) publish(topic string) {
 	select {
 	case s.outbox <- topic:
 	default:
-		s.metrics.signalsDropped.Inc()
+		s.metrics.SignalsDropped.Inc()
 	}
 }
 

@@ -52,7 +52,7 @@ func writeAuthError(w http.ResponseWriter, _ *http.Request, err error) { httpapi
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Public API.
-	mux.Handle("GET /metrics", s.metrics.handler())
+	mux.Handle("GET /metrics", s.metrics.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -78,5 +78,5 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, &failure.Error{Kind: failure.ErrNotFound, Message: fmt.Sprintf("no route %s %s; see /v1/openapi.json", r.Method, r.URL.Path)})
 	})
-	return httpapi.Recoverer(s.log, s.metrics.instrument(mux))
+	return httpapi.Recoverer(s.log, s.metrics.Instrument(mux))
 }

@@ -27,9 +27,9 @@ func (s *Server) reconcileLoop(ctx context.Context) {
 		// sessions and check again on the next tick.
 		leading := s.leader()
 		if leading {
-			s.metrics.leader.Set(1)
+			s.metrics.Leader.Set(1)
 		} else {
-			s.metrics.leader.Set(0)
+			s.metrics.Leader.Set(0)
 		}
 		if leading && !wasLeading {
 			// What this replica copied while another led may have missed
@@ -283,7 +283,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 		}
 	}
 	if waiting == 0 {
-		s.metrics.pending.Set(0)
+		s.metrics.Pending.Set(0)
 		return nil
 	}
 	if !refreshed {
@@ -314,8 +314,8 @@ func (s *Server) reconcile(ctx context.Context) error {
 	if err := s.commitReasons(ctx, plan.Waiting, pending); err != nil {
 		return err
 	}
-	s.metrics.placements.Add(float64(placed))
-	s.metrics.pending.Set(float64(len(plan.Waiting)))
+	s.metrics.Placements.Add(float64(placed))
+	s.metrics.Pending.Set(float64(len(plan.Waiting)))
 	if placed > 0 {
 		s.log.Info("placed runs", "count", placed, "waiting", len(plan.Waiting))
 		s.runsChanged()

@@ -24,7 +24,8 @@
 //   - functions: package function, behind function.Host (functions_host.go);
 //   - plumbing: routes.go (every route, one place), internal/httpapi
 //     (decode, errors, paging, credentials), store_commit.go (group commit),
-//     replicas_signal.go, metrics.go, sealing.go.
+//     replicas_signal.go, sealing.go, and the Prometheus series
+//     (internal/metrics).
 //
 // It imports no store driver and no replica coordinator: the composition
 // root (package daemon) opens those and passes them in. Package daemon, and
@@ -46,6 +47,7 @@ import (
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/liveness"
+	"github.com/mercator/mercator/controlplane/internal/metrics"
 	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/store"
 )
@@ -150,7 +152,7 @@ type Server struct {
 	runs          *broadcast // a run changed
 	nodeWake      sync.Map   // node ID → *broadcast: new operations for it
 	logs          *broadcast // a log grew
-	metrics       *metrics
+	metrics       *metrics.Set
 	coord         Coordinator       // nil for a single replica
 	artifacts     *artifact.Service // Artifacts and content (package artifact)
 	registries    *registry.Service // registry credentials (package registry)
@@ -177,7 +179,7 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 	s := &Server{
 		cfg: cfg, store: st, resolver: resolver, log: cfg.Logger,
 		reconcileWake: make(chan struct{}, 1),
-		runs:          newBroadcast(), logs: newBroadcast(), metrics: newMetrics(), coord: coord,
+		runs:          newBroadcast(), logs: newBroadcast(), metrics: metrics.New(), coord: coord,
 		live: liveness.New(cfg.Lease), batches: make(chan *batchJob), outbox: make(chan string, 1<<16),
 		replicaID: httpapi.NewID(""),
 		admin:     &httpapi.Admin{Store: st, Now: cfg.Now},
@@ -190,7 +192,7 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		pub = coord
 	}
 	s.fn = function.New(function.Config{Store: st, Now: s.now, Logger: s.log, PublicURL: cfg.PublicURL, ReplicaURL: cfg.ReplicaURL,
-		Registry: s.metrics.registry, Publisher: pub}, fnHost{s}, serverKey{s})
+		Registry: s.metrics.Registry, Publisher: pub}, fnHost{s}, serverKey{s})
 	return s
 }
 
@@ -213,7 +215,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	loops.Add(2 + s.cfg.WriteConcurrency)
 	go func() {
 		defer loops.Done()
-		s.live.FlushLoop(ctx, liveness.Flusher{Store: s.store, Log: s.log, Lapses: func(n int) { s.metrics.leaseLapses.Add(float64(n)) }})
+		s.live.FlushLoop(ctx, liveness.Flusher{Store: s.store, Log: s.log, Lapses: func(n int) { s.metrics.LeaseLapses.Add(float64(n)) }})
 	}()
 	go func() { defer loops.Done(); s.publishLoop(ctx) }()
 	for range s.cfg.WriteConcurrency {

@@ -152,7 +152,7 @@ func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
 		return nil
 	})
 	cancel()
-	s.metrics.batchSize.Observe(float64(len(live)))
+	s.metrics.BatchSize.Observe(float64(len(live)))
 	if err == nil {
 		for _, j := range live {
 			j.done <- nil
