@@ -147,13 +147,13 @@ func artifactDemand(sr *scheduler.Run, spec api.RunSpec) {
 	}
 }
 
-// placeArtifacts adds a run's Artifacts to its launch and issues a
-// prepare_artifact for every one the node does not report holding, ahead of
-// the launch, so the copies begin as soon as the node hears of them. The
-// launch waits for them on the node either way.
-func (s *Server) placeArtifacts(tx store.Tx, nodeID string, run store.Run, launch *capability.LaunchWorkloadCommand) error {
+// placeArtifacts adds a run's Artifacts to its launch and returns a
+// prepare_artifact for every one the node does not report holding, for
+// the caller to issue ahead of the launch, so the copies begin as soon as
+// the node hears of them. The launch waits for them on the node either way.
+func (s *Server) placeArtifacts(tx store.Tx, nodeID string, run store.Run, launch *capability.LaunchWorkloadCommand) ([]node.Command, error) {
 	if len(run.Artifacts) == 0 {
-		return nil
+		return nil, nil
 	}
 	held := map[string]bool{}
 	if n, err := tx.GetNode(nodeID); err == nil && n.Facts != nil {
@@ -161,11 +161,12 @@ func (s *Server) placeArtifacts(tx store.Tx, nodeID string, run store.Run, launc
 			held[a.SHA256] = true
 		}
 	}
+	var prepares []node.Command
 	issued := map[string]bool{}
 	for _, m := range run.Artifacts {
 		v, err := tx.GetArtifact(m.Name, m.Version)
 		if err != nil {
-			return fmt.Errorf("run %s: %w", run.ID, err)
+			return nil, fmt.Errorf("run %s: %w", run.ID, err)
 		}
 		prep := capability.PrepareArtifactCommand{Name: v.Name, Version: v.Version, SHA256: v.SHA256, Size: v.Size, Format: v.Format}
 		launch.Artifacts = append(launch.Artifacts, capability.ArtifactMount{PrepareArtifactCommand: prep, MountPath: m.MountPath})
@@ -174,11 +175,9 @@ func (s *Server) placeArtifacts(tx store.Tx, nodeID string, run store.Run, launc
 		}
 		issued[v.SHA256] = true
 		p := prep
-		if err := s.issue(tx, nodeID, node.Command{Kind: node.KindPrepareArtifact, PrepareArtifact: &p}); err != nil {
-			return err
-		}
+		prepares = append(prepares, node.Command{Kind: node.KindPrepareArtifact, PrepareArtifact: &p})
 	}
-	return nil
+	return prepares, nil
 }
 
 // outbound is a stored command as it is sent: every Artifact read minted

@@ -2,6 +2,8 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -305,11 +307,12 @@ func (s *Server) reconcile(ctx context.Context) error {
 	placed := 0
 	chunk := s.placeChunk()
 	for start := 0; start < len(plan.Placements); start += chunk {
-		n, err := s.commitPlacements(ctx, plan.Placements[start:min(start+chunk, len(plan.Placements))], pending)
+		n, tooOld, err := s.commitPlacements(ctx, plan.Placements[start:min(start+chunk, len(plan.Placements))], pending)
 		placed += n
 		if err != nil {
 			return err
 		}
+		maps.Copy(plan.Waiting, tooOld)
 	}
 	if err := s.commitReasons(ctx, plan.Waiting, pending); err != nil {
 		return err
@@ -325,10 +328,12 @@ func (s *Server) reconcile(ctx context.Context) error {
 
 // commitPlacements commits placements in one transaction, returning how
 // many it made (their launches reach the nodes' sessions as the
-// transaction commits: see runTx). A run that changed since the snapshot is
-// left for the next pass.
-func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Placement, pending map[string]store.Run) (int, error) {
+// transaction commits: see runTx) and, by run ID, why a placement on a
+// node whose agent is too old for its commands was not made. A run that
+// changed since the snapshot is left for the next pass.
+func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Placement, pending map[string]store.Run) (int, map[string]string, error) {
 	placed := 0
+	tooOld := map[string]string{}
 	// Locked (store.UpdateLocked): each run is read by key, checked to be
 	// as the plan saw it, and written back; nodes and artifacts are read by
 	// key.
@@ -347,12 +352,17 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 		// only after a second, and which, with the rows taken in plan
 		// order, stalled placements at tens a second behind a long queue).
 		fences := make(map[string]uint64, len(nodeIDs))
+		versions := make(map[string]int, len(nodeIDs))
+		clear(tooOld)
 		for _, id := range nodeIDs {
 			n, err := tx.GetNode(id)
 			if err != nil {
 				return err
 			}
 			fences[id] = n.FencingToken
+			if n.Facts != nil {
+				versions[id] = n.Facts.CapabilityVersion
+			}
 		}
 		now := s.now()
 		for _, p := range placements {
@@ -370,8 +380,20 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 				CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: p.GPUs,
 				Timeout: time.Duration(run.TimeoutSeconds) * time.Second,
 			}}
-			if err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload); err != nil {
+			prepares, err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
+			if err != nil {
 				return err
+			}
+			// Every command goes only to an agent that speaks it;
+			// otherwise the run waits, and says why.
+			if why := tooOldFor(p.NodeID, versions[p.NodeID], append(prepares, cmd)); why != "" {
+				tooOld[p.RunID] = why
+				continue
+			}
+			for _, prep := range prepares {
+				if _, err := s.issueFenced(tx, p.NodeID, fences[p.NodeID], prep); err != nil {
+					return err
+				}
 			}
 			if _, err := s.issueFenced(tx, p.NodeID, fences[p.NodeID], cmd); err != nil {
 				return err
@@ -384,9 +406,23 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return placed, nil
+	return placed, tooOld, nil
+}
+
+// tooOldFor is why a node whose agent speaks capability version have
+// cannot take cmds (node.RequiredVersion), or "" when it can. Every agent
+// speaks what version 1 defined, whatever its facts say.
+func tooOldFor(nodeID string, have int, cmds []node.Command) string {
+	need := 1
+	for _, c := range cmds {
+		need = max(need, node.RequiredVersion(c))
+	}
+	if need <= 1 || have >= need {
+		return ""
+	}
+	return fmt.Sprintf("waiting: node %s runs an agent of capability version %d; this run needs %d or later (upgrade the agent)", nodeID, have, need)
 }
 
 // commitReasons records why each waiting run waits, writing only the runs

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/node"
 	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 )
@@ -206,7 +207,8 @@ func (s *Service) candidates(ctx context.Context, e *fnEntry) (order []scheduler
 // agent too old to speak the invoke command.
 func fnNodeOf(n store.Node, ready bool) (scheduler.FunctionNode, bool) {
 	f := n.Facts
-	if !ready || n.Cordoned || n.Draining || f == nil || f.Functions == nil || f.CapabilityVersion < 3 {
+	if !ready || n.Cordoned || n.Draining || f == nil || f.Functions == nil ||
+		f.CapabilityVersion < node.RequiredVersion(node.Command{Kind: node.KindInvoke}) {
 		return scheduler.FunctionNode{}, false
 	}
 	out := scheduler.FunctionNode{ID: n.ID, Share: *f.Functions}

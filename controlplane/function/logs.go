@@ -155,7 +155,7 @@ func logNodes(fnID string, nodes []store.Node, ready func(store.Node) bool, need
 		if !ok {
 			continue
 		}
-		if n.Facts.CapabilityVersion < capability.VersionCallLogs {
+		if n.Facts.CapabilityVersion < node.RequiredVersion(node.Command{Kind: node.KindCallLog}) {
 			old++
 			continue
 		}

@@ -39,8 +39,9 @@ type Host interface {
 	// Send hands an ephemeral command (invoke, call_log) down the node's
 	// session held by this replica, setting its fencing token. held is
 	// false when this replica holds no session of the node; sent is false
-	// when the session is backed up or the node's agent is too old for the
-	// command (node.RequiredVersion). lost is closed when the session ends.
+	// when the session is backed up. lost is closed when the session ends.
+	// Callers send only to nodes whose agent speaks the command (placement
+	// checks node.RequiredVersion against the node's facts).
 	Send(nodeID string, cmd node.Command) (lost <-chan struct{}, held, sent bool)
 	// Holds reports whether this replica holds a session of the node.
 	Holds(nodeID string) bool
