@@ -20,10 +20,10 @@ var (
 )
 
 func (h fnHost) Send(nodeID string, cmd node.Command) (<-chan struct{}, bool, bool) {
-	return h.s.streams.send(nodeID, cmd)
+	return h.s.streams.Send(nodeID, cmd)
 }
 
-func (h fnHost) Holds(nodeID string) bool { return h.s.streams.get(nodeID) != nil }
+func (h fnHost) Holds(nodeID string) bool { return h.s.streams.Get(nodeID) != nil }
 
 func (h fnHost) NodeReady(n store.Node) bool { return h.s.nodeStatus(n) == api.NodeReady }
 

@@ -114,7 +114,7 @@ func TestSyncCallLogFromNodes(t *testing.T) {
 	// seen the stream end: asked before that, the node is named as one
 	// whose session ended while it was being asked.)
 	second.stop()
-	for deadline := time.Now().Add(time.Minute); f.srv.streams.get(second.id) != nil; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); f.srv.streams.Get(second.id) != nil; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the control plane still holds the stopped node's session")
 		}

@@ -232,7 +232,7 @@ func (n *fakeNode) start() {
 		n.f.tr.Session(ctx, n.id, n.tok, cmds)
 	}()
 	deadline := time.Now().Add(5 * time.Second)
-	for n.f.srv.streams.get(n.id) == nil {
+	for n.f.srv.streams.Get(n.id) == nil {
 		if time.Now().After(deadline) {
 			n.f.t.Fatalf("node %s's session did not open", n.id)
 		}

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/livesession"
 	"github.com/mercator/mercator/node"
 	"github.com/mercator/mercator/store"
 )
 
 // The session stream: how commands reach a node. Operations come from
 // the store (and, when committed on this replica, the mailbox); ephemeral
-// commands from the live session (nodes_live.go).
+// commands from the live session (package livesession).
 
 // sessionPoll is how many keep-alives a session stream sends between reads
 // of the store when nothing wakes it (30 s at the default keep-alive).
@@ -41,8 +42,8 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c httpapi.NodeC
 		return
 	}
 	s.live.Report(c.NodeID, s.now())
-	live := s.streams.attach(c.NodeID, c.Session.FencingToken, r) // nodes_live.go: calls go straight down
-	defer s.streams.detach(live)
+	live := s.streams.Attach(c.NodeID, c.Session.FencingToken, r) // package livesession: calls go straight down
+	defer s.streams.Detach(live)
 	s.fn.NodesChanged() // read the fleet again: a node is back
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
@@ -94,7 +95,7 @@ type sessionStream struct {
 	enc     *json.Encoder
 	sent    map[string]bool // operation IDs
 	mb      *inbox
-	live    *liveSession
+	live    *livesession.Session
 	keep    *time.Ticker
 }
 
@@ -169,9 +170,9 @@ func (s *Server) sessionWait(ctx context.Context, st *sessionStream, woken <-cha
 				}
 			}
 			st.flusher.Flush()
-		case cmd := <-st.live.cmds:
+		case cmd := <-st.live.Commands:
 			// An invoke is not an operation: no store read follows it.
-			if st.live.forward(st.enc, st.flusher, cmd) != nil {
+			if st.live.Forward(st.enc, st.flusher, cmd) != nil {
 				return false
 			}
 		}

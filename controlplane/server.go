@@ -17,7 +17,7 @@
 //     runs_artifacts.go and runs_pins.go (what a run's spec is pinned to);
 //   - nodes: nodes_handlers.go (the /v1/nodes API), nodes_protocol.go
 //     (enroll, renew, events, logs), nodes_session.go (the command stream),
-//     nodes_live.go, nodes_mailbox.go, nodes_auth.go, and the liveness
+//     nodes_mailbox.go, internal/livesession, nodes_auth.go, and the liveness
 //     tracker (internal/liveness);
 //   - artifacts and content: package artifact;
 //   - registry credentials: package registry;
@@ -47,6 +47,7 @@ import (
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/liveness"
+	"github.com/mercator/mercator/controlplane/internal/livesession"
 	"github.com/mercator/mercator/controlplane/internal/metrics"
 	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/store"
@@ -153,11 +154,11 @@ type Server struct {
 	nodeWake      sync.Map   // node ID → *broadcast: new operations for it
 	logs          *broadcast // a log grew
 	metrics       *metrics.Set
-	coord         Coordinator       // nil for a single replica
-	artifacts     *artifact.Service // Artifacts and content (package artifact)
-	registries    *registry.Service // registry credentials (package registry)
-	fn            *function.Service // Functions (package function)
-	streams       liveSessions      // nodes_live.go: sessions held here
+	coord         Coordinator          // nil for a single replica
+	artifacts     *artifact.Service    // Artifacts and content (package artifact)
+	registries    *registry.Service    // registry credentials (package registry)
+	fn            *function.Service    // Functions (package function)
+	streams       livesession.Registry // sessions held here
 
 	live      *liveness.Tracker // package liveness
 	sched     schedState        // runs_schedstate.go: the reconcile loop's copies
