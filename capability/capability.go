@@ -41,9 +41,18 @@ import (
 // for what each version added.
 const Version = 4
 
-// VersionCallLogs is the first version whose agents answer the call_log
-// command (CallLogCommand).
-const VersionCallLogs = 4
+// The first version of each feature a command may need, from the history
+// above. A control plane sends a command only to a node whose agent is at
+// least at the version the command needs (node.RequiredVersion).
+const (
+	// VersionArtifacts: prepare_artifact through a minted location, and
+	// launch_workload mounting Artifacts.
+	VersionArtifacts = 2
+	// VersionFunctions: the invoke command and the function share.
+	VersionFunctions = 3
+	// VersionCallLogs: the call_log command (CallLogCommand).
+	VersionCallLogs = 4
+)
 
 // Paths of the node protocol, relative to the control plane's base URL. Every
 // one is called by the agent; the control plane never calls a node.

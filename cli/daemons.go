@@ -16,7 +16,7 @@ import (
 )
 
 // This file holds the long-running commands: server, agent and dev. Each is
-// flags and wiring only; the work is in controlplane.Run, nodeagent.Run and
+// flags and wiring only; the work is in daemon.RunServer, nodeagent.Run and
 // devenv.Run, which end-to-end tests call directly.
 
 func init() {
@@ -69,7 +69,7 @@ DATA_DIR/admin-token and prints the path; give it to the CLI with
 			return fmt.Errorf("--registry-key-file: %w", err)
 		}
 	}
-	return controlplane.Run(ctx, controlplane.Options{
+	return daemon.RunServer(ctx, daemon.ServerOptions{
 		DB: *db, Listen: *listen, DataDir: *dataDir, PublicURL: *public, InsecureRegistries: regs,
 		Content: *contentStore, RegistryKey: registryKey,
 		Config: controlplane.Config{Lease: *lease, SessionTTL: *sessionTTL, ReplicaURL: *replicaURL}, Logger: log,

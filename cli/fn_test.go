@@ -11,6 +11,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane"
+	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/store/sqlstore"
 )
 
@@ -31,7 +32,7 @@ func TestAppAndFnCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	tokFile, err := controlplane.EnsureAdminToken(context.Background(), st, dir, time.Now())
+	tokFile, err := daemon.EnsureAdminToken(context.Background(), st, dir, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,8 @@ import (
 	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/content"
+	"github.com/mercator/mercator/controlplane/artifact"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/hashcopy"
 	"github.com/mercator/mercator/node"
@@ -53,9 +55,9 @@ func newArtifactFixture(t *testing.T) *artifactFixture {
 	f := &artifactFixture{st: memstore.New(), clock: &fakeClock{now: time.Now().UTC()}, dataDir: t.TempDir()}
 	f.key = make([]byte, RegistryKeySize)
 	rand.Read(f.key)
-	f.token = "mca_" + randomToken()
+	f.token = "mca_" + httpapi.RandomToken()
 	if err := f.st.Update(context.Background(), func(tx store.Tx) error {
-		return tx.CreateToken(store.Token{Hash: hashToken(f.token), Name: "admin", CreatedAt: f.clock.Now()})
+		return tx.CreateToken(store.Token{Hash: httpapi.HashToken(f.token), Name: "admin", CreatedAt: f.clock.Now()})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +195,7 @@ func TestOutboundMintsReadsAndStoresNone(t *testing.T) {
 		t.Fatal("outbound changed the stored command")
 	}
 	c := sent.PrepareArtifact
-	if c.URL == "" || !c.ExpiresAt.After(f.clock.Now()) || c.ExpiresAt.After(f.clock.Now().Add(DefaultContentReadTTL+time.Second)) {
+	if c.URL == "" || !c.ExpiresAt.After(f.clock.Now()) || c.ExpiresAt.After(f.clock.Now().Add(artifact.DefaultContentReadTTL+time.Second)) {
 		t.Fatalf("minted read %q expiring %s", c.URL, c.ExpiresAt)
 	}
 	resp, err := http.Get(c.URL)
@@ -206,7 +208,7 @@ func TestOutboundMintsReadsAndStoresNone(t *testing.T) {
 		t.Fatalf("GET minted read: %d %q", resp.StatusCode, got)
 	}
 	// The read expires with the server's clock.
-	f.clock.Advance(DefaultContentReadTTL + time.Second)
+	f.clock.Advance(artifact.DefaultContentReadTTL + time.Second)
 	resp, _ = http.Get(c.URL)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 )
 
@@ -41,7 +42,8 @@ func TestSyncCallLogFromNodes(t *testing.T) {
 	n1, n2 := f.startNode("n1", echo), f.startNode("n2", echo)
 	_, fn := f.deploy("app", api.Fn{Name: "echo"})
 	first, second := n1, n2
-	if hrwScore(fn.ID, "n2") > hrwScore(fn.ID, "n1") {
+	// The function's order (scheduler.PlaceFunction) decides who is first.
+	if order := scheduler.PlaceFunction(fn.ID, []scheduler.FunctionNode{{ID: "n1"}, {ID: "n2"}}, scheduler.FunctionNeed{}); order[0].ID == "n2" {
 		first, second = n2, n1
 	}
 	logPath := func(id string) string { return "/v2/fns/" + fn.ID + "/calls/" + id + "/log" }
@@ -112,7 +114,7 @@ func TestSyncCallLogFromNodes(t *testing.T) {
 	// seen the stream end: asked before that, the node is named as one
 	// whose session ended while it was being asked.)
 	second.stop()
-	for deadline := time.Now().Add(time.Minute); f.srv.fn.session(second.id) != nil; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); f.srv.streams.Get(second.id) != nil; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the control plane still holds the stopped node's session")
 		}

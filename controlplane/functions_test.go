@@ -17,8 +17,11 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/controlplane/function"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/node"
 	"github.com/mercator/mercator/nodeagent"
+	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/memstore"
 )
@@ -41,7 +44,10 @@ func (pinResolver) Resolve(_ context.Context, ref string) (string, error) {
 }
 
 type fnFixture struct {
-	t     *testing.T
+	t *testing.T
+	// skew moves the server's clock ahead of the wall clock (nanoseconds):
+	// a test passes the life of the Functions caches without sleeping.
+	skew  atomic.Int64
 	srv   *Server
 	st    store.Store
 	http  *httptest.Server
@@ -52,23 +58,27 @@ type fnFixture struct {
 func newFnFixture(t *testing.T) *fnFixture {
 	st := memstore.New()
 	key := bytes.Repeat([]byte{7}, RegistryKeySize)
-	srv := New(Config{Lease: time.Minute, KeepAlive: 200 * time.Millisecond, RegistryKey: key}, st, pinResolver{}, nil)
-	h := httptest.NewServer(srv.Handler())
-	srv.cfg.PublicURL = h.URL
+	f := &fnFixture{t: t, st: st}
+	h := httptest.NewUnstartedServer(nil) // its URL is the server's public one
+	srv := New(Config{Lease: time.Minute, KeepAlive: 200 * time.Millisecond, RegistryKey: key, PublicURL: "http://" + h.Listener.Addr().String(),
+		Now: func() time.Time { return time.Now().Add(time.Duration(f.skew.Load())) }}, st, pinResolver{}, nil)
+	h.Config.Handler = srv.Handler()
+	h.Start()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := srv.fn.startAsync(ctx)
+	done := srv.fn.StartAsync(ctx)
 	t.Cleanup(func() {
 		cancel()
 		<-done
 		h.Close()
 	})
-	tok := "mca_" + randomToken()
+	tok := "mca_" + httpapi.RandomToken()
 	if err := st.Update(ctx, func(tx store.Tx) error {
-		return tx.CreateToken(store.Token{Hash: hashToken(tok), Name: "admin", CreatedAt: time.Now()})
+		return tx.CreateToken(store.Token{Hash: httpapi.HashToken(tok), Name: "admin", CreatedAt: time.Now()})
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return &fnFixture{t: t, srv: srv, st: st, http: h, token: tok, tr: nodeagent.NewHTTPTransport(h.URL, nil)}
+	f.srv, f.http, f.token, f.tr = srv, h, tok, nodeagent.NewHTTPTransport(h.URL, nil)
+	return f
 }
 
 // do sends an API request and returns the status and body.
@@ -172,12 +182,12 @@ type fakeNode struct {
 func (f *fnFixture) startNode(id string, handle func(n *fakeNode, inv capability.InvokeCommand)) *fakeNode {
 	f.t.Helper()
 	ctx := context.Background()
-	inv := "mci_" + randomToken()
+	inv := "mci_" + httpapi.RandomToken()
 	if err := f.st.Update(ctx, func(tx store.Tx) error {
 		if err := tx.PutNode(store.Node{ID: id, CreatedAt: time.Now()}); err != nil {
 			return err
 		}
-		return tx.CreateInvitation(store.Invitation{TokenHash: hashToken(inv), NodeID: id, CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
+		return tx.CreateInvitation(store.Invitation{TokenHash: httpapi.HashToken(inv), NodeID: id, CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
 	}); err != nil {
 		f.t.Fatal(err)
 	}
@@ -222,7 +232,7 @@ func (n *fakeNode) start() {
 		n.f.tr.Session(ctx, n.id, n.tok, cmds)
 	}()
 	deadline := time.Now().Add(5 * time.Second)
-	for n.f.srv.fn.session(n.id) == nil {
+	for n.f.srv.streams.Get(n.id) == nil {
 		if time.Now().After(deadline) {
 			n.f.t.Fatalf("node %s's session did not open", n.id)
 		}
@@ -336,8 +346,10 @@ func TestFunctionsAPIShapes(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if got, err := f.srv.openSecrets(appSecretOwner(a), a.SealedConfig, a.SecretConfig); err != nil || got["TOKEN"] != "hunter2" {
-			t.Errorf("stored secret = %q (%v), want it kept", got["TOKEN"], err)
+		// Sealed at rest bound to its owner and key name (the format
+		// package function seals with, which stored values must keep).
+		if got, err := (serverKey{f.srv}).Unseal([]byte("mercator secret config\x00app\x00"+a.ID+"\x00TOKEN"), a.SealedConfig["TOKEN"]); err != nil || got != "hunter2" {
+			t.Errorf("stored secret = %q (%v), want it kept", got, err)
 		}
 		return nil
 	})
@@ -502,7 +514,7 @@ func TestInvokeSpillsOnBusy(t *testing.T) {
 	}
 	n1, n2 := f.startNode("n1", handle), f.startNode("n2", handle)
 	_, fn := f.deploy("app", api.Fn{Name: "f"})
-	order := placeFn(fn.ID, []fnNode{{ID: "n1", Share: capability.FunctionCapacity{MemoryBytes: 1 << 30}}, {ID: "n2", Share: capability.FunctionCapacity{MemoryBytes: 1 << 30}}}, fnNeed{MemoryBytes: 128 << 20})
+	order := scheduler.PlaceFunction(fn.ID, []scheduler.FunctionNode{{ID: "n1", Share: capability.FunctionCapacity{MemoryBytes: 1 << 30}}, {ID: "n2", Share: capability.FunctionCapacity{MemoryBytes: 1 << 30}}}, scheduler.FunctionNeed{MemoryBytes: 128 << 20})
 	first, second := n1, n2
 	if order[0].ID == "n2" {
 		first, second = n2, n1
@@ -557,7 +569,7 @@ func TestInvokeStreamsBothWays(t *testing.T) {
 		}
 	})
 	_, fn := f.deploy("app", api.Fn{Name: "f"})
-	big := bytes.Repeat([]byte("x"), inlineBody*3+7)
+	big := bytes.Repeat([]byte("x"), function.InlineBody*3+7)
 	req, _ := http.NewRequest("POST", f.http.URL+"/invoke/"+fn.ID, bytes.NewReader(big))
 	req.Header.Set("Authorization", "Bearer "+f.token)
 	resp, err := http.DefaultClient.Do(req)
@@ -599,7 +611,7 @@ func TestInvokeNodeLost(t *testing.T) {
 	_, slow := f.deploy("app", api.Fn{Name: "slow", Timeout: 1})
 	start = time.Now()
 	status, _, body = f.do("POST", "/invoke/"+slow.ID, "x")
-	if status != 504 || time.Since(start) > 1*time.Second+answerGrace+2*time.Second {
+	if status != 504 || time.Since(start) > 1*time.Second+function.AnswerGrace+2*time.Second {
 		t.Fatalf("call on a silent node = %d %s after %v", status, body, time.Since(start))
 	}
 }

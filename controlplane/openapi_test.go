@@ -30,10 +30,10 @@ func TestOpenAPIDocumentsEveryRouteAndField(t *testing.T) {
 	}
 	served := map[string]bool{}
 	for _, rt := range (&Server{}).publicRoutes() {
-		method, path, _ := strings.Cut(rt.pattern, " ")
+		method, path, _ := strings.Cut(rt.Pattern, " ")
 		served[method+" "+path] = true
 		if _, ok := doc.Paths[path][strings.ToLower(method)]; !ok {
-			t.Errorf("route %s is served but not documented", rt.pattern)
+			t.Errorf("route %s is served but not documented", rt.Pattern)
 		}
 	}
 	for path, ops := range doc.Paths {
@@ -79,7 +79,7 @@ func TestOpenAPIDocumentsEveryRouteAndField(t *testing.T) {
 	check("Invitation", api.Invitation{})
 	check("InvitationRequest", api.InvitationRequest{})
 	check("DrainRequest", api.DrainRequest{})
-	// Functions (functions.go): Fn's shapes and Mercator's additions.
+	// Functions (package function): Fn's shapes and Mercator's additions.
 	for name, v := range map[string]any{"App": api.App{}, "AppList": api.AppList{}, "Fn": api.Fn{}, "FnList": api.FnList{},
 		"Trigger": api.Trigger{}, "TriggerList": api.TriggerList{}, "FnError": api.FnError{}, "FnCall": api.FnCall{},
 		"FnCallList": api.FnCallList{}, "CallLog": api.CallLog{}, "CallLogResponse": api.CallLogResponse{}, "DetachedCall": api.DetachedCall{}} {

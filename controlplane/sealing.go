@@ -1,125 +1,32 @@
 package controlplane
 
-// Sealing: what the control plane must keep but never show is stored
-// sealed with AES-256-GCM under the server's key (Config.RegistryKey): the
-// passwords of registry credentials (registries.go) and the values of apps'
-// and functions' secret configuration (secrets.go). Each value is sealed
-// with associated data naming what it belongs to, so a database copied
-// elsewhere holds nothing usable without the key, a sealed value moved to
-// another record does not open, and a wrong key fails loudly (GCM
-// authenticates) rather than yielding garbage.
-//
-// The key is the operator's (--registry-key-file or MERCATOR_REGISTRY_KEY;
-// the name is older than its second use) or, by default, generated into the
-// data directory on first start (mode 0600).
+import "github.com/mercator/mercator/controlplane/internal/sealing"
 
-import (
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/hex"
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
-
-	"github.com/mercator/mercator/failure"
-)
+// Sealing (package controlplane/internal/sealing) keeps registry
+// passwords (package registry) and functions' secret configuration (package
+// controlplane/function) sealed at rest under Config.RegistryKey.
 
 // RegistryKeySize is the length of the key that seals registry credentials
 // and secret configuration.
-const RegistryKeySize = 32
+const RegistryKeySize = sealing.KeySize
 
 // LoadRegistryKey returns the key that seals registry credentials and
 // secret configuration: provided (64 hex digits, or 44 base64 characters)
 // when not empty, else the key in keyFile, generated there with mode 0600
 // on first start. A key file others can read is refused.
 func LoadRegistryKey(provided, keyFile string) ([]byte, error) {
-	if provided = strings.TrimSpace(provided); provided != "" {
-		return parseKey(provided, "the registry key given")
-	}
-	if fi, err := os.Stat(keyFile); err == nil {
-		if fi.Mode().Perm()&0o077 != 0 {
-			return nil, fmt.Errorf("registry key %s is readable by others (mode %o); run `chmod 600 %s`", keyFile, fi.Mode().Perm(), keyFile)
-		}
-		raw, err := os.ReadFile(keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("registry key: %w", err)
-		}
-		return parseKey(strings.TrimSpace(string(raw)), "registry key "+keyFile)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("registry key: %w", err)
-	}
-	key := make([]byte, RegistryKeySize)
-	if _, err := rand.Read(key); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(filepath.Dir(keyFile), 0o700); err != nil {
-		return nil, err
-	}
-	tmp := keyFile + ".tmp"
-	if err := os.WriteFile(tmp, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
-		return nil, fmt.Errorf("registry key: %w", err)
-	}
-	return key, os.Rename(tmp, keyFile)
+	return sealing.LoadKey(provided, keyFile)
 }
 
-func parseKey(s, what string) ([]byte, error) {
-	if key, err := hex.DecodeString(s); err == nil && len(key) == RegistryKeySize {
-		return key, nil
-	}
-	if key, err := base64.StdEncoding.DecodeString(s); err == nil && len(key) == RegistryKeySize {
-		return key, nil
-	}
-	return nil, fmt.Errorf("%s is not a %d-byte key in hex or base64 (make one with `openssl rand -hex 32`)", what, RegistryKeySize)
+// serverKey seals with the key as it is now (Config.RegistryKey), for
+// registry credentials (registry.Sealer) and functions' secrets
+// (function.Sealer).
+type serverKey struct{ s *Server }
+
+func (k serverKey) Seal(ad []byte, plain string) ([]byte, error) {
+	return sealing.Seal(k.s.cfg.RegistryKey, ad, plain)
 }
 
-// errUnsealable is what unseal returns for a value that does not open: it
-// was sealed under another key, or for another record, or it is damaged.
-// Callers wrap it with what the value is and what to do about it.
-var errUnsealable = errors.New("cannot be opened with this control plane's key (was the key replaced, or the value copied from another record?)")
-
-func (s *Server) aead() (cipher.AEAD, error) {
-	if len(s.cfg.RegistryKey) != RegistryKeySize {
-		return nil, failure.Unavailable("this control plane has no key to seal secrets with (--registry-key-file), so it cannot hold registry credentials or secret configuration")
-	}
-	block, err := aes.NewCipher(s.cfg.RegistryKey)
-	if err != nil {
-		return nil, err
-	}
-	return cipher.NewGCM(block)
-}
-
-// seal returns plain sealed under the server's key and bound to ad: a fresh
-// nonce followed by the ciphertext. It fails with failure.ErrUnavailable
-// when the server has no key.
-func (s *Server) seal(ad []byte, plain string) ([]byte, error) {
-	a, err := s.aead()
-	if err != nil {
-		return nil, err
-	}
-	nonce := make([]byte, a.NonceSize(), a.NonceSize()+len(plain)+a.Overhead())
-	if _, err := rand.Read(nonce); err != nil {
-		return nil, err
-	}
-	return a.Seal(nonce, nonce, []byte(plain), ad), nil
-}
-
-// unseal opens what seal returned for the same ad. A value that does not
-// open is errUnsealable, never a wrong plaintext.
-func (s *Server) unseal(ad, sealed []byte) (string, error) {
-	a, err := s.aead()
-	if err != nil {
-		return "", err
-	}
-	if len(sealed) < a.NonceSize() {
-		return "", errUnsealable
-	}
-	plain, err := a.Open(nil, sealed[:a.NonceSize()], sealed[a.NonceSize():], ad)
-	if err != nil {
-		return "", errUnsealable
-	}
-	return string(plain), nil
+func (k serverKey) Unseal(ad, sealed []byte) (string, error) {
+	return sealing.Unseal(k.s.cfg.RegistryKey, ad, sealed)
 }

@@ -6,30 +6,50 @@
 // store.Store, so a restarted control plane loses no run, command or event.
 // Commands reach nodes through the store (pending operations are redelivered
 // on every new session until the node reports their result), which is also
-// what lets several replicas share one PostgreSQL database later.
+// what lets several replicas share one PostgreSQL database (replicas_signal.go
+// says how they wake each other).
 //
-// cmd/mercator (through package cli) and the end-to-end tests import it.
+// It is split by resource, each file or package named for what it owns:
+//
+//   - runs: runs_handlers.go (the /v1/runs API), runs_validate.go,
+//     runs_reconcile.go (placement and recovery, driving the pure
+//     scheduler), runs_schedstate.go (the reconcile loop's copies),
+//     runs_artifacts.go and runs_pins.go (what a run's spec is pinned to);
+//   - nodes: nodes_handlers.go (the /v1/nodes API), nodes_protocol.go
+//     (enroll, renew, events, logs), nodes_session.go (the command stream),
+//     nodes_mailbox.go, internal/livesession, nodes_auth.go, and the liveness
+//     tracker (internal/liveness);
+//   - artifacts and content: package artifact;
+//   - registry credentials: package registry;
+//   - functions: package function, behind function.Host (functions_host.go);
+//   - plumbing: routes.go (every route, one place), internal/httpapi
+//     (decode, errors, paging, credentials), store_commit.go (group commit),
+//     replicas_signal.go, sealing.go, and the Prometheus series
+//     (internal/metrics).
+//
+// It imports no store driver and no replica coordinator: the composition
+// root (package daemon) opens those and passes them in. Package daemon, and
+// tests, import it.
 package controlplane
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base32"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mercator/mercator/content"
+	"github.com/mercator/mercator/controlplane/artifact"
+	"github.com/mercator/mercator/controlplane/function"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/liveness"
+	"github.com/mercator/mercator/controlplane/internal/livesession"
+	"github.com/mercator/mercator/controlplane/internal/metrics"
+	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/store"
 )
 
@@ -49,7 +69,7 @@ type Config struct {
 	PublicURL string
 	// ReplicaURL is the address agents use to reach this replica itself
 	// rather than any replica behind PublicURL: function calls relayed by
-	// this replica send agents here (invoke.go). Empty means PublicURL,
+	// this replica send agents here (package function). Empty means PublicURL,
 	// which is right for one replica.
 	ReplicaURL string
 	// Lease is how long a node stays ready without reporting (default 30s).
@@ -67,7 +87,7 @@ type Config struct {
 	KeepAlive time.Duration
 	// WriteConcurrency is how many batched write transactions may run at
 	// once (default 1, right for SQLite's single writer; Run sets more for
-	// PostgreSQL). See commit.go.
+	// PostgreSQL). See store_commit.go.
 	WriteConcurrency int
 	// UnencryptedHTTP2 serves plaintext HTTP/2 (prior knowledge) besides
 	// HTTP/1.1: a client that multiplexes many agents' streams over a few
@@ -83,9 +103,9 @@ type Config struct {
 	Now func() time.Time
 	// Content holds Artifact content (package content); nil means this
 	// control plane cannot hold Artifacts. ContentReadTTL is the life of a
-	// minted read (default DefaultContentReadTTL), and UploadDir where
+	// minted read (default artifact.DefaultContentReadTTL), and UploadDir where
 	// uploads in progress are staged (default: under the system's temporary
-	// directory). See artifacts.go.
+	// directory). See package artifact.
 	Content        content.Store
 	ContentReadTTL time.Duration
 	UploadDir      string
@@ -133,21 +153,23 @@ type Server struct {
 	runs          *broadcast // a run changed
 	nodeWake      sync.Map   // node ID → *broadcast: new operations for it
 	logs          *broadcast // a log grew
-	metrics       *metrics
-	coord         Coordinator // nil for a single replica
-	artifacts     artifactState
-	fn            *fnState // Functions (invoke.go)
+	metrics       *metrics.Set
+	coord         Coordinator          // nil for a single replica
+	artifacts     *artifact.Service    // Artifacts and content (package artifact)
+	registries    *registry.Service    // registry credentials (package registry)
+	fn            *function.Service    // Functions (package function)
+	streams       livesession.Registry // sessions held here
 
-	live      *liveness      // liveness.go
-	sched     schedState     // schedstate.go: the reconcile loop's copies
-	batches   chan *batchJob // commit.go: group commit, once Serve runs
+	live      *liveness.Tracker // package liveness
+	sched     schedState        // runs_schedstate.go: the reconcile loop's copies
+	batches   chan *batchJob    // store_commit.go: group commit, once Serve runs
 	batching  atomic.Bool
-	outbox    chan string // signal.go: signals for other replicas
+	outbox    chan string // replicas_signal.go: signals for other replicas
 	replicaID string
-	pins      pinCache                 // pins.go
-	auth      authCache                // authcache.go
-	creds     expiring[registryLookup] // registries.go
-	mailboxes sync.Map                 // node ID → *mailbox (mailbox.go)
+	pins      pinCache       // runs_pins.go
+	auth      authCache      // nodes_auth.go
+	admin     *httpapi.Admin // API credentials, cached briefly
+	mailboxes sync.Map       // node ID → *mailbox (nodes_mailbox.go)
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.
@@ -158,20 +180,29 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 	s := &Server{
 		cfg: cfg, store: st, resolver: resolver, log: cfg.Logger,
 		reconcileWake: make(chan struct{}, 1),
-		runs:          newBroadcast(), logs: newBroadcast(), metrics: newMetrics(), coord: coord,
-		live: newLiveness(cfg.Lease), batches: make(chan *batchJob), outbox: make(chan string, 1<<16),
-		replicaID: newID(""),
+		runs:          newBroadcast(), logs: newBroadcast(), metrics: metrics.New(), coord: coord,
+		live: liveness.New(cfg.Lease), batches: make(chan *batchJob), outbox: make(chan string, 1<<16),
+		replicaID: httpapi.NewID(""),
+		admin:     &httpapi.Admin{Store: st, Now: cfg.Now},
 	}
-	s.fn = newFunctions(s)
+	s.artifacts = artifact.New(artifact.Config{Store: st, Now: s.now, Logger: s.log, Content: cfg.Content,
+		ReadTTL: cfg.ContentReadTTL, UploadDir: cfg.UploadDir})
+	s.registries = registry.New(st, s.now, s.log, serverKey{s})
+	var pub function.Publisher
+	if coord != nil {
+		pub = coord
+	}
+	s.fn = function.New(function.Config{Store: st, Now: s.now, Logger: s.log, PublicURL: cfg.PublicURL, ReplicaURL: cfg.ReplicaURL,
+		Registry: s.metrics.Registry, Publisher: pub}, fnHost{s}, serverKey{s})
 	return s
 }
 
 // Serve serves the API on l and runs the reconcile loop until ctx ends.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	// Secrets an earlier version stored in the clear are sealed before
-	// anything is served (secrets.go); failing that, they keep working
+	// anything is served (package function); failing that, they keep working
 	// in the clear until the next start.
-	if err := s.sealClearSecrets(ctx); err != nil {
+	if err := s.fn.SealClearSecrets(ctx); err != nil {
 		s.log.Error("secret configuration left in the clear", "err", err)
 	}
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
@@ -183,7 +214,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	errc := make(chan error, 2)
 	var loops sync.WaitGroup
 	loops.Add(2 + s.cfg.WriteConcurrency)
-	go func() { defer loops.Done(); s.flushLoop(ctx) }()
+	go func() {
+		defer loops.Done()
+		s.live.FlushLoop(ctx, liveness.Flusher{Store: s.store, Log: s.log, Lapses: func(n int) { s.metrics.LeaseLapses.Add(float64(n)) }})
+	}()
 	go func() { defer loops.Done(); s.publishLoop(ctx) }()
 	for range s.cfg.WriteConcurrency {
 		go func() { defer loops.Done(); s.batchLoop(ctx) }()
@@ -195,7 +229,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	go func() { errc <- srv.Serve(l) }()
 	go func() { s.reconcileLoop(ctx); errc <- nil }()
 	go s.receive(ctx)
-	fnDone := s.fn.startAsync(ctx) // functions_async.go: durable calls
+	fnDone := s.fn.StartAsync(ctx) // durable calls
 	defer func() { <-fnDone }()    // claims handed back before the store closes
 	select {
 	case <-ctx.Done():
@@ -210,36 +244,14 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	return nil
 }
 
-// EnsureAdminToken returns the path of the admin credential file in dataDir,
-// creating the credential (and its hash in the store) on first start. The
-// file is mode 0600; the store keeps only the hash.
-func EnsureAdminToken(ctx context.Context, st store.Store, dataDir string, now time.Time) (path string, err error) {
-	path = filepath.Join(dataDir, "admin-token")
-	if data, err := os.ReadFile(path); err == nil {
-		tok := strings.TrimSpace(string(data))
-		err = st.View(ctx, func(tx store.Tx) error { _, err := tx.GetToken(hashToken(tok)); return err })
-		if err == nil {
-			return path, nil
-		}
-		return "", fmt.Errorf("admin token in %s is not known to this database (was the database replaced?): %w; remove the file to mint a new one", path, err)
-	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return "", err
-	}
-	tok := "mca_" + randomToken()
-	if err := st.Update(ctx, func(tx store.Tx) error {
-		return tx.CreateToken(store.Token{Hash: hashToken(tok), Name: "admin", CreatedAt: now.UTC()})
-	}); err != nil {
-		return "", err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(tok+"\n"), 0o600); err != nil {
-		return "", err
-	}
-	return path, os.Rename(tmp, path)
-}
-
 func (s *Server) now() time.Time { return s.cfg.Now().UTC() }
+
+// RegistryCredentials is what tag resolution at submit asks for a
+// registry's credential (imageref.Resolver.Credentials, with a context);
+// see registry.Service.Credentials.
+func (s *Server) RegistryCredentials(ctx context.Context, host string) (user, password string, ok bool) {
+	return s.registries.Credentials(ctx, host)
+}
 
 func (s *Server) nodeBroadcast(nodeID string) *broadcast {
 	b, _ := s.nodeWake.LoadOrStore(nodeID, newBroadcast())
@@ -268,28 +280,10 @@ func (b *broadcast) Notify() {
 	b.mu.Unlock()
 }
 
-var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+// HashToken is how every credential is stored (httpapi.HashToken): the
+// composition root (package daemon) stores the admin credential's hash
+// with it.
+func HashToken(tok string) string { return httpapi.HashToken(tok) }
 
-// newID returns prefix + 16 random base32 characters (80 bits).
-func newID(prefix string) string {
-	var b [10]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // the kernel's random source failing is not recoverable
-	}
-	return prefix + idEncoding.EncodeToString(b[:])
-}
-
-func randomToken() string {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err)
-	}
-	return idEncoding.EncodeToString(b[:])
-}
-
-// hashToken is how every credential is stored: a leaked database holds no
-// usable token.
-func hashToken(tok string) string {
-	h := sha256.Sum256([]byte(tok))
-	return hex.EncodeToString(h[:])
-}
+// NewAdminToken returns a fresh API credential (prefix mca_).
+func NewAdminToken() string { return "mca_" + httpapi.RandomToken() }

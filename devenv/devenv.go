@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/client"
-	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/devregistry"
 )
@@ -95,7 +94,7 @@ func Run(ctx context.Context, o Options) error {
 	ready := make(chan [2]string, 1)
 	errc := make(chan error, 2)
 	go func() {
-		errc <- controlplane.Run(ctx, controlplane.Options{
+		errc <- daemon.RunServer(ctx, daemon.ServerOptions{
 			DataDir: filepath.Join(o.DataDir, "server"), Listen: o.Listen, Logger: o.Logger.With("component", "server"),
 			Ready: func(url, tokenFile string) { ready <- [2]string{url, tokenFile} },
 		})

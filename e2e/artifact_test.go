@@ -48,7 +48,7 @@ import (
 // changed (mutate).
 type artifactClusterOptions struct {
 	publicURL func() string
-	mutate    func(*controlplane.Options)
+	mutate    func(*daemon.ServerOptions)
 }
 
 // startArtifactCluster is startCluster with control-plane options the
@@ -66,7 +66,7 @@ func startArtifactCluster(t testing.TB, target *atomic.Value, o artifactClusterO
 		t.Fatalf("publish workload image: %v", err)
 	}
 	c.workload = pinned
-	opts := controlplane.Options{
+	opts := daemon.ServerOptions{
 		DataDir: c.dataDir, Listen: "127.0.0.1:0", Logger: testLogger(t).With("c", "server"),
 		Config: controlplane.Config{Lease: lease, KeepAlive: time.Second, ReconcileEvery: lease / 4},
 	}
@@ -84,7 +84,7 @@ func startArtifactCluster(t testing.TB, target *atomic.Value, o artifactClusterO
 		}
 		ready <- [2]string{url, tok}
 	}
-	go func() { done <- controlplane.Run(ctx, opts) }()
+	go func() { done <- daemon.RunServer(ctx, opts) }()
 	select {
 	case r := <-ready:
 		c.url = r[0]
@@ -732,7 +732,7 @@ func TestArtifactS3ContentStore(t *testing.T) {
 	const secret = "control-plane-secret-key"
 	t.Setenv("AWS_ACCESS_KEY_ID", "mercator-test")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", secret)
-	c := startArtifactCluster(t, nil, artifactClusterOptions{mutate: func(o *controlplane.Options) {
+	c := startArtifactCluster(t, nil, artifactClusterOptions{mutate: func(o *daemon.ServerOptions) {
 		o.Content = "s3://artifacts/fleet?endpoint=" + strings.TrimPrefix(bucket, "http://") + "&insecure=true&region=us-east-1"
 	}})
 	var agentLog syncBuffer

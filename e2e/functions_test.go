@@ -487,7 +487,7 @@ func (r *restartable) start() {
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- controlplane.Run(ctx, controlplane.Options{
+		done <- daemon.RunServer(ctx, daemon.ServerOptions{
 			DataDir: r.dataDir, Listen: r.addr, Logger: testLogger(r.t).With("c", "server"),
 			Config: controlplane.Config{Lease: 10 * time.Second, KeepAlive: time.Second, ReconcileEvery: time.Second},
 			Ready:  func(url, tok string) { ready <- tok },

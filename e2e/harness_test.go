@@ -74,7 +74,7 @@ func startClusterWithLease(t testing.TB, lease time.Duration) *cluster {
 	ready := make(chan [2]string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- controlplane.Run(ctx, controlplane.Options{
+		done <- daemon.RunServer(ctx, daemon.ServerOptions{
 			DataDir: c.dataDir, Listen: "127.0.0.1:0", Logger: testLogger(t).With("c", "server"),
 			Config: controlplane.Config{Lease: lease, KeepAlive: time.Second, ReconcileEvery: lease / 4},
 			Ready:  func(url, tok string) { ready <- [2]string{url, tok} },

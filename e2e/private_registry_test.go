@@ -23,7 +23,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/capability"
-	"github.com/mercator/mercator/controlplane"
+	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/testimage"
 	"github.com/mercator/mercator/nodeagent/dockerruntime"
@@ -66,7 +66,7 @@ func TestPrivateRegistry(t *testing.T) {
 	host := startPrivateRegistry(t, user, password)
 
 	var serverLog, agentLog syncBuffer
-	c := startArtifactCluster(t, nil, artifactClusterOptions{mutate: func(o *controlplane.Options) { o.Logger = slogTo(&serverLog) }})
+	c := startArtifactCluster(t, nil, artifactClusterOptions{mutate: func(o *daemon.ServerOptions) { o.Logger = slogTo(&serverLog) }})
 
 	// The workload image, copied into the private registry as a tag.
 	src, err := name.ParseReference(c.workload, name.Insecure)

@@ -70,7 +70,7 @@ func startReplica(t *testing.T, dsn string) *replicaProc {
 	ready := make(chan [2]string, 1)
 	r := &replicaProc{stop: cancel, done: make(chan error, 1)}
 	go func() {
-		r.done <- controlplane.Run(ctx, controlplane.Options{
+		r.done <- daemon.RunServer(ctx, daemon.ServerOptions{
 			DB: dsn, DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: testLogger(t).With("c", "replica"),
 			Config: controlplane.Config{Lease: 5 * time.Second, KeepAlive: 30 * time.Second, ReconcileEvery: 30 * time.Second},
 			Ready:  func(url, tok string) { ready <- [2]string{url, tok} },

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/mercator/mercator/controlplane"
+	"github.com/mercator/mercator/daemon"
 )
 
 // replica is one control-plane replica running in this process.
@@ -35,7 +36,7 @@ type replica struct {
 	metrics map[string]float64 // the last scrape
 }
 
-// startReplica runs controlplane.Run on a listener of its own, with its
+// startReplica runs daemon.RunServer on a listener of its own, with its
 // goroutines labelled component=controlplane for the CPU split.
 func startReplica(ctx context.Context, cfg *Config, dir string, i int, log *slog.Logger) (*replica, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -50,13 +51,13 @@ func startReplica(ctx context.Context, cfg *Config, dir string, i int, log *slog
 		db = "sqlite://" + filepath.Join(dir, "controlplane.db")
 	}
 	ready := make(chan string, 1)
-	opts := controlplane.Options{
+	opts := daemon.ServerOptions{
 		DB: db, DataDir: filepath.Join(dir, fmt.Sprintf("cp-%d", i)), Listener: kl, Logger: log.With("replica", i),
 		Config: controlplane.Config{Lease: cfg.Lease, UnencryptedHTTP2: cfg.HTTP2},
 		Ready:  func(_, tokenFile string) { ready <- tokenFile },
 	}
 	pprof.Do(rctx, pprof.Labels("component", "controlplane"), func(rctx context.Context) {
-		go func() { r.done <- controlplane.Run(rctx, opts) }()
+		go func() { r.done <- daemon.RunServer(rctx, opts) }()
 	})
 	select {
 	case tokenFile := <-ready:

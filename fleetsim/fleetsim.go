@@ -8,7 +8,7 @@
 // (nodeagent.Agent, with its own nodeagent.State in a bbolt file of its own)
 // over the real node protocol (nodeagent.HTTPTransport, HTTP/1.1, one
 // session stream per node on a connection of its own) against real
-// control-plane replicas (controlplane.Run on SQLite, or on PostgreSQL with
+// control-plane replicas (daemon.RunServer on SQLite, or on PostgreSQL with
 // several replicas); submissions go through the public API and are pinned
 // against a real registry on loopback. What is simulated is the container
 // runtime: Runtime pretends to pull and run containers, with configurable

@@ -53,6 +53,30 @@ type Command struct {
 	CallLog         *capability.CallLogCommand         `json:"call_log,omitempty"`
 }
 
+// RequiredVersion is the lowest capability version whose agents can carry
+// out c: capability.VersionArtifacts for prepare_artifact and for a launch
+// that mounts Artifacts, capability.VersionFunctions for invoke,
+// capability.VersionCallLogs for call_log, and 1 (every agent) for the
+// rest. An older agent would fail the command, or take an unknown kind for
+// an operation it must report on, so the control plane sends a command only
+// to a node at this version or later, and a Run whose launch needs more
+// than a node speaks waits, with a reason, rather than go there.
+func RequiredVersion(c Command) int {
+	switch c.Kind {
+	case KindPrepareArtifact:
+		return capability.VersionArtifacts
+	case KindLaunchWorkload:
+		if c.LaunchWorkload != nil && len(c.LaunchWorkload.Artifacts) > 0 {
+			return capability.VersionArtifacts
+		}
+	case KindInvoke:
+		return capability.VersionFunctions
+	case KindCallLog:
+		return capability.VersionCallLogs
+	}
+	return 1
+}
+
 // Result outcomes.
 const (
 	OutcomeOK      = "ok"

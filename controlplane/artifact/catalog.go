@@ -1,0 +1,136 @@
+package artifact
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/content"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/store"
+)
+
+// findVersion returns the version of name whose content is digest, or nil.
+func (s *Service) findVersion(ctx context.Context, name, digest string) (*api.ArtifactVersion, error) {
+	var out *api.ArtifactVersion
+	err := s.store.View(ctx, func(tx store.Tx) error {
+		out = nil
+		vs, err := tx.ListArtifacts(name)
+		for _, v := range vs {
+			if v.SHA256 == digest {
+				out = &v.ArtifactVersion
+			}
+		}
+		return err
+	})
+	return out, err
+}
+
+// addVersion adds the next version of name for content digest, unless a
+// version of name already has that content; created says which.
+func (s *Service) addVersion(ctx context.Context, name, digest string, size int64, format string) (api.ArtifactVersion, bool, error) {
+	var out store.Artifact
+	var created bool
+	var err error
+	for range 3 { // a concurrent push of another content may take the number
+		err = s.store.Update(ctx, func(tx store.Tx) error {
+			created = false
+			vs, err := tx.ListArtifacts(name)
+			if err != nil {
+				return err
+			}
+			seq := 1
+			for _, v := range vs {
+				if v.SHA256 == digest {
+					out = v
+					return nil
+				}
+				seq = max(seq, v.Seq+1)
+			}
+			out = store.Artifact{Seq: seq, ArtifactVersion: api.ArtifactVersion{Name: name, Version: "v" + strconv.Itoa(seq),
+				SHA256: digest, Size: size, Format: format, CreatedAt: s.now()}}
+			created = true
+			return tx.CreateArtifact(out)
+		})
+		if !errors.Is(err, failure.ErrConflict) {
+			break
+		}
+	}
+	return out.ArtifactVersion, created, err
+}
+
+// listArtifacts answers GET /v1/artifacts: every version of every name,
+// ordered by name and then oldest first; ?name= keeps one name.
+func (s *Service) listArtifacts(w http.ResponseWriter, r *http.Request) {
+	s.writeArtifacts(w, r, r.URL.Query().Get("name"), false)
+}
+
+// listArtifactVersions answers GET /v1/artifacts/{name}; an unknown name is
+// not found.
+func (s *Service) listArtifactVersions(w http.ResponseWriter, r *http.Request) {
+	s.writeArtifacts(w, r, r.PathValue("name"), true)
+}
+
+func (s *Service) writeArtifacts(w http.ResponseWriter, r *http.Request, name string, must bool) {
+	out := api.ArtifactList{Artifacts: []api.ArtifactVersion{}}
+	err := s.store.View(r.Context(), func(tx store.Tx) error {
+		vs, err := tx.ListArtifacts(name)
+		out.Artifacts = out.Artifacts[:0]
+		for _, v := range vs {
+			out.Artifacts = append(out.Artifacts, v.ArtifactVersion)
+		}
+		return err
+	})
+	if err == nil && must && len(out.Artifacts) == 0 {
+		err = failure.NotFound("artifact", name)
+	}
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+}
+
+// getArtifactVersion answers GET /v1/artifacts/{name}/versions/{version};
+// the version "latest" is the newest.
+func (s *Service) getArtifactVersion(w http.ResponseWriter, r *http.Request) {
+	var out store.Artifact
+	err := s.store.View(r.Context(), func(tx store.Tx) error {
+		var err error
+		out, err = LookupVersion(tx, r.PathValue("name"), r.PathValue("version"))
+		return err
+	})
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out.ArtifactVersion)
+}
+
+// LookupVersion finds name@version; "" and "latest" are the newest.
+func LookupVersion(tx store.Tx, name, version string) (store.Artifact, error) {
+	if version != "" && version != "latest" {
+		return tx.GetArtifact(name, version)
+	}
+	vs, err := tx.ListArtifacts(name)
+	if err != nil {
+		return store.Artifact{}, err
+	}
+	if len(vs) == 0 {
+		return store.Artifact{}, failure.NotFound("artifact", name)
+	}
+	return vs[len(vs)-1], nil
+}
+
+// ServeContent serves the local content store's signed reads. With another
+// store, content is never served here.
+func (s *Service) ServeContent(w http.ResponseWriter, r *http.Request) {
+	if l, ok := s.cfg.Content.(*content.Local); ok {
+		l.ServeRead(w, r)
+		return
+	}
+	httpapi.WriteError(w, failure.NotFound("content", r.PathValue("digest")))
+}

@@ -1,0 +1,222 @@
+package function
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/store"
+)
+
+// notFoundAs maps a store's not-found to Fn's message for it.
+func notFoundAs(err, as error) error {
+	if errors.Is(err, failure.ErrNotFound) {
+		return as
+	}
+	return err
+}
+
+// Apps.
+
+func validateAppName(name string) error {
+	switch {
+	case name == "":
+		return errFnMissingName
+	case len(name) > api.MaxFnNameLength:
+		return errFnAppTooLongName
+	case !validName(name):
+		return errFnAppInvalidName
+	}
+	return nil
+}
+
+func (s *Service) fnCreateApp(w http.ResponseWriter, r *http.Request) {
+	var in api.App
+	if err := decodeFn(r, &in); err != nil {
+		s.fnFail(w, err)
+		return
+	}
+	if in.ID != "" {
+		s.fnFail(w, errFnAppIDProvided)
+		return
+	}
+	if err := validateAppName(in.Name); err != nil {
+		s.fnFail(w, err)
+		return
+	}
+	ann, err := compactAnnotations(in.Annotations, false)
+	if err == nil {
+		ann, err = mergeAnnotations(nil, ann)
+	}
+	if err != nil {
+		s.fnFail(w, err)
+		return
+	}
+	if err := validSyslogURL(in.SyslogURL); err != nil {
+		s.fnFail(w, err)
+		return
+	}
+	if in.SyslogURL != nil && *in.SyslogURL == "" {
+		in.SyslogURL = nil
+	}
+	config, err := mergeConfig(nil, in.Config)
+	if err != nil {
+		s.fnFail(w, err)
+		return
+	}
+	id := httpapi.NewID("app-")
+	sealed, err := s.mergeSecrets(secretOwner{"app", id}, nil, nil, in.SecretConfig)
+	if err != nil {
+		s.fnFail(w, err)
+		return
+	}
+	now := fnTime(s.now())
+	app := store.App{App: api.App{ID: id, Name: in.Name, Config: config, Annotations: ann,
+		SyslogURL: in.SyslogURL, CreatedAt: now, UpdatedAt: now}, SealedConfig: sealed}
+	err = s.store.Update(r.Context(), func(tx store.Tx) error {
+		if _, err := tx.GetAppByName(app.Name); err == nil {
+			return errFnAppExists
+		}
+		err := tx.CreateApp(app)
+		if errors.Is(err, failure.ErrConflict) {
+			return errFnAppExists
+		}
+		return err
+	})
+	if err != nil {
+		s.fnFail(w, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, s.appView(app))
+}
+
+func (s *Service) fnGetApp(w http.ResponseWriter, r *http.Request) {
+	var app store.App
+	err := s.store.View(r.Context(), func(tx store.Tx) (err error) {
+		app, err = tx.GetApp(r.PathValue("app_id"))
+		return notFoundAs(err, errFnAppNotFound)
+	})
+	if err != nil {
+		s.fnFail(w, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, s.appView(app))
+}
+
+func (s *Service) fnListApps(w http.ResponseWriter, r *http.Request) {
+	after, perPage := httpapi.PageParams(r)
+	var apps []store.App
+	err := s.store.View(r.Context(), func(tx store.Tx) (err error) {
+		apps, err = tx.ListApps(store.ListFnOptions{Name: r.URL.Query().Get("name"), After: after, Limit: perPage})
+		return err
+	})
+	if err != nil {
+		s.fnFail(w, err)
+		return
+	}
+	var out api.AppList
+	out.Items, out.NextCursor = httpapi.ListPage(apps, perPage, s.appView, func(a store.App) string { return a.Name })
+	httpapi.WriteJSON(w, http.StatusOK, out)
+}
+
+func (s *Service) fnUpdateApp(w http.ResponseWriter, r *http.Request) {
+	var patch api.App
+	if err := decodeFn(r, &patch); err != nil {
+		s.fnFail(w, err)
+		return
+	}
+	id := r.PathValue("app_id")
+	if patch.ID != "" && patch.ID != id {
+		s.fnFail(w, errFnAppIDMismatch)
+		return
+	}
+	ann, err := compactAnnotations(patch.Annotations, true)
+	if err != nil {
+		s.fnFail(w, err)
+		return
+	}
+	if err := validSyslogURL(patch.SyslogURL); err != nil {
+		s.fnFail(w, err)
+		return
+	}
+	var app store.App
+	err = s.store.Update(r.Context(), func(tx store.Tx) error {
+		var err error
+		app, err = tx.GetApp(id)
+		if err != nil {
+			return notFoundAs(err, errFnAppNotFound)
+		}
+		if patch.Name != "" && patch.Name != app.Name {
+			return errFnAppNameImmutable
+		}
+		was, _ := json.Marshal(app)
+		if app.Config, err = mergeConfig(app.Config, patch.Config); err != nil {
+			return err
+		}
+		if app.SealedConfig, err = s.mergeSecrets(appSecretOwner(app), app.SealedConfig, app.SecretConfig, patch.SecretConfig); err != nil {
+			return err
+		}
+		app.SecretConfig = nil
+		if app.Annotations, err = mergeAnnotations(app.Annotations, ann); err != nil {
+			return err
+		}
+		if patch.SyslogURL != nil {
+			app.SyslogURL = patch.SyslogURL
+			if *patch.SyslogURL == "" {
+				app.SyslogURL = nil
+			}
+		}
+		if now, _ := json.Marshal(app); !bytes.Equal(was, now) {
+			app.UpdatedAt = fnTime(s.now())
+		}
+		return tx.PutApp(app)
+	})
+	if err != nil {
+		s.fnFail(w, err)
+		return
+	}
+	s.forgetApp(app.ID)
+	httpapi.WriteJSON(w, http.StatusOK, s.appView(app))
+}
+
+// fnDeleteApp deletes an app with its functions and triggers (Fn's
+// datastore removes them too); durable calls stay readable.
+func (s *Service) fnDeleteApp(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("app_id")
+	err := s.store.Update(r.Context(), func(tx store.Tx) error {
+		if _, err := tx.GetApp(id); err != nil {
+			return notFoundAs(err, errFnAppNotFound)
+		}
+		triggers, err := tx.ListTriggers(store.ListFnOptions{AppID: id})
+		if err != nil {
+			return err
+		}
+		for _, t := range triggers {
+			if err := tx.DeleteTrigger(t.ID); err != nil {
+				return err
+			}
+		}
+		fns, err := tx.ListFns(store.ListFnOptions{AppID: id})
+		if err != nil {
+			return err
+		}
+		for _, f := range fns {
+			if err := tx.DeleteFn(f.ID); err != nil {
+				return err
+			}
+		}
+		return tx.DeleteApp(id)
+	})
+	if err != nil {
+		s.fnFail(w, err)
+		return
+	}
+	s.forgetApp(id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Fns.

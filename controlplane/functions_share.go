@@ -1,0 +1,20 @@
+package controlplane
+
+import (
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/scheduler"
+)
+
+// reserveFunctionShare counts the node's function share as used when the
+// scheduler places Runs: the memory, CPU and GPUs an agent set aside for
+// function containers are never promised to a Run as well.
+func reserveFunctionShare(sn *scheduler.Node, f *capability.NodeFacts) {
+	if f.Functions == nil {
+		return
+	}
+	sn.UsedMemory += f.Functions.MemoryBytes
+	sn.UsedCPU += float64(f.Functions.MilliCPUs) / 1000
+	for _, id := range f.Functions.GPUs {
+		sn.UsedGPUs[id] = true
+	}
+}

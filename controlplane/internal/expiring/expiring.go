@@ -1,0 +1,64 @@
+// Package expiring is a small cache of values read from the store, each
+// kept for as long as its reader allows, that a writer of the key can
+// invalidate without a racing reader putting the old value back. Only
+// package controlplane and its subpackages may import it.
+package expiring
+
+import (
+	"sync"
+	"time"
+)
+
+// Map caches values read from the store by key, each for as long as
+// its reader allows, and lets a writer of the key drop it: Get returns the
+// key's generation, Put stores a value only if the generation is unchanged,
+// and Forget bumps it. So a read that raced with a write (read the old
+// record, then the writer forgot the key, then the reader put) cannot put
+// the old value back. The zero value is ready to use.
+//
+// It holds the nodes' fencing tokens (package controlplane) and the
+// registry credentials (package controlplane/registry).
+type Map[V any] struct {
+	mu  sync.Mutex
+	m   map[string]expiringEntry[V]
+	gen map[string]uint64
+}
+
+type expiringEntry[V any] struct {
+	v  V
+	at time.Time
+}
+
+// Get returns key's value and whether it is fresh (put less than maxAge
+// before now), and the key's generation, which Put needs.
+func (c *Map[V]) Get(key string, now time.Time, maxAge time.Duration) (v V, fresh bool, gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[key]
+	return e.v, ok && now.Sub(e.at) < maxAge, c.gen[key]
+}
+
+// Put caches v for key, read at now, unless key was forgotten since its
+// generation gen was read.
+func (c *Map[V]) Put(key string, v V, gen uint64, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen[key] != gen {
+		return
+	}
+	if c.m == nil {
+		c.m = map[string]expiringEntry[V]{}
+	}
+	c.m[key] = expiringEntry[V]{v: v, at: now}
+}
+
+// Forget drops key's value: its record was just changed.
+func (c *Map[V]) Forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, key)
+	if c.gen == nil {
+		c.gen = map[string]uint64{}
+	}
+	c.gen[key]++
+}

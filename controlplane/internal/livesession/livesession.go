@@ -1,0 +1,104 @@
+// Package livesession is the registry of node session streams one
+// control-plane replica holds, down which ephemeral commands (a function
+// call's invoke, a call_log question) are handed directly, without the
+// store. Operations, which must survive a restart, go through the store
+// and the mailbox instead (package controlplane). Only package
+// controlplane may import it.
+package livesession
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/node"
+)
+
+// Session is a node's session stream held by this replica.
+type Session struct {
+	nodeID  string
+	fencing uint64
+	// cmds holds pointers: a slot per queued call costs a word, not a
+	// command (a thousand slots of node.Command were 60 KB a session, the
+	// largest part of a replica's memory at ten thousand nodes).
+	// Commands is what the stream sends besides operations.
+	Commands chan *node.Command
+	done     chan struct{}
+}
+
+// Registry is the latest session of each node held here. The zero value
+// is ready; safe for concurrent use.
+type Registry struct {
+	mu       sync.Mutex
+	sessions map[string]*Session // by node ID, the latest only
+}
+
+// Attach registers a session stream that is about to start. It reads the
+// session request's (empty) body to its end first: only then does the
+// HTTP server watch the connection and cancel the request's context the
+// moment the agent goes away, rather than when the next keep-alive fails
+// to write, and a call in flight on a dead node must fail promptly.
+func (l *Registry) Attach(nodeID string, fencing uint64, r *http.Request) *Session {
+	io.Copy(io.Discard, io.LimitReader(r.Body, httpapi.MaxBody))
+	ls := &Session{nodeID: nodeID, fencing: fencing, Commands: make(chan *node.Command, 1024), done: make(chan struct{})}
+	l.mu.Lock()
+	if l.sessions == nil {
+		l.sessions = map[string]*Session{}
+	}
+	l.sessions[nodeID] = ls
+	l.mu.Unlock()
+	return ls
+}
+
+// Detach unregisters a session whose stream ended; calls sent on it and
+// not answered yet end as node_lost (their lost channel closes).
+func (l *Registry) Detach(ls *Session) {
+	l.mu.Lock()
+	if l.sessions[ls.nodeID] == ls {
+		delete(l.sessions, ls.nodeID)
+	}
+	l.mu.Unlock()
+	close(ls.done)
+}
+
+// Get is the node's session held here, or nil.
+func (l *Registry) Get(nodeID string) *Session {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sessions[nodeID]
+}
+
+// Send hands cmd to the node's session held here, under the session's
+// fencing token. held is false when none is held; sent is false when it is
+// backed up. lost closes when the session ends.
+func (l *Registry) Send(nodeID string, cmd node.Command) (lost <-chan struct{}, held, sent bool) {
+	ls := l.Get(nodeID)
+	if ls == nil {
+		return nil, false, false
+	}
+	cmd.FencingToken = ls.fencing
+	select {
+	case ls.Commands <- &cmd:
+		return ls.done, true, true
+	default:
+		return ls.done, true, false
+	}
+}
+
+// Forward writes cmd to the session stream, with every other command
+// already queued, and flushes once.
+func (ls *Session) Forward(enc *json.Encoder, f http.Flusher, cmd *node.Command) error {
+	for {
+		if err := enc.Encode(cmd); err != nil {
+			return err
+		}
+		select {
+		case cmd = <-ls.Commands:
+		default:
+			f.Flush()
+			return nil
+		}
+	}
+}

@@ -1,0 +1,115 @@
+// Package metrics is the control plane's Prometheus series: one registry
+// per server, so several servers in one process (tests, `mercator dev`) do
+// not collide, and the series are exactly those listed on Set. Only
+// package controlplane and its subpackages may import it.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Set is one server's series and the registry that holds them (Functions
+// register theirs on Registry too).
+type Set struct {
+	Registry *prometheus.Registry
+	// Events counts node events by outcome: "applied" the first time an
+	// (node, event ID) is seen, "duplicate" for every redelivery after.
+	Events *prometheus.CounterVec
+	// Refused counts node-protocol calls refused, by reason ("fenced",
+	// "unauthorized").
+	Refused *prometheus.CounterVec
+	// Placements counts attempts created by the scheduler.
+	Placements prometheus.Counter
+	// Terminal counts runs reaching a terminal status, by status.
+	Terminal *prometheus.CounterVec
+	// Requests and Latency cover the HTTP API, by route pattern and code.
+	Requests *prometheus.CounterVec
+	Latency  *prometheus.HistogramVec
+	// Sessions is the open session streams; Pending, the queued runs at
+	// the last reconcile.
+	Sessions prometheus.Gauge
+	Pending  prometheus.Gauge
+	// Leader is 1 while this replica runs the scheduler.
+	Leader prometheus.Gauge
+	// LeaseLapses counts node reports that arrived more than a lease after
+	// the node's previous one: each is a span in which the node was
+	// unreachable. It is counted by the replica that received the report,
+	// so the sum over replicas is the fleet's.
+	LeaseLapses prometheus.Counter
+	// BatchSize is how many callers' transactions each group commit
+	// carried; SignalsDropped, signals for other replicas that did not fit
+	// the queue.
+	BatchSize      prometheus.Histogram
+	SignalsDropped prometheus.Counter
+}
+
+// New returns a server's series, registered.
+func New() *Set {
+	m := &Set{
+		Registry: prometheus.NewRegistry(),
+		Events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_node_events_total",
+			Help: "Node events received, by outcome: applied (first delivery) or duplicate (redelivery, not applied again)."}, []string{"outcome"}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_node_calls_refused_total",
+			Help: "Node-protocol calls refused, by reason (fenced, unauthorized)."}, []string{"reason"}),
+		Placements: prometheus.NewCounter(prometheus.CounterOpts{Name: "mercator_placements_total", Help: "Attempts created by the scheduler."}),
+		Terminal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_runs_terminal_total",
+			Help: "Runs that reached a terminal status, by status."}, []string{"status"}),
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_http_requests_total",
+			Help: "HTTP requests by route and status code."}, []string{"route", "code"}),
+		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mercator_http_request_seconds",
+			Help: "HTTP request latency by route (streams count until they end).", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)}, []string{"route"}),
+		Sessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mercator_node_sessions", Help: "Open node session streams."}),
+		Pending:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "mercator_runs_pending", Help: "Queued runs at the last reconcile."}),
+		Leader:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "mercator_scheduler_leader", Help: "1 while this replica runs the scheduler, else 0."}),
+		LeaseLapses: prometheus.NewCounter(prometheus.CounterOpts{Name: "mercator_node_lease_lapses_total",
+			Help: "Node reports that came more than a lease after the node's previous report (the node was unreachable in between)."}),
+		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mercator_store_batch_transactions",
+			Help: "Transactions carried by each group commit of two or more.", Buckets: prometheus.ExponentialBuckets(2, 2, 8)}),
+		SignalsDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "mercator_signals_dropped_total",
+			Help: "Signals for other replicas dropped because the queue was full (a delay for whoever waited on them, never a loss of data)."}),
+	}
+	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the registry (GET /metrics).
+func (m *Set) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
+}
+
+// statusRecorder captures the status code a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.code = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Instrument counts and times every request by its route pattern.
+func (m *Set) Instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		route := r.Pattern
+		if route == "" {
+			route = "unmatched"
+		}
+		m.Requests.WithLabelValues(route, http.StatusText(rec.code)).Inc()
+		m.Latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	})
+}

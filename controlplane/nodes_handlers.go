@@ -1,0 +1,231 @@
+package controlplane
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/lifecycle"
+	"github.com/mercator/mercator/store"
+)
+
+// nodeIDPattern: lowercase letters, digits, '-', '_' and '.', starting with a
+// letter or digit, at most 63 characters, so an ID is safe in a container
+// label, a file name and a URL path.
+var nodeIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// ValidateNodeID checks a node ID.
+func ValidateNodeID(id string) error {
+	if !nodeIDPattern.MatchString(id) {
+		return failure.Invalid("node_id", "%q is not a valid node ID: use 1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit (for example gpu-node-01)", id)
+	}
+	return nil
+}
+
+// nodeStatus judges a node on the freshest report known, this replica's
+// memory or the record, with the grace package liveness explains: unreachable
+// only when nothing was heard for Lease + grace.
+func (s *Server) nodeStatus(n store.Node) string {
+	return s.statusSeen(n, s.live.LastSeen(n), s.now())
+}
+
+// statusSeen is nodeStatus with the freshest report known (nil: none)
+// given.
+func (s *Server) statusSeen(n store.Node, seen *time.Time, now time.Time) string {
+	if n.EnrolledAt == nil {
+		return api.NodeInvited
+	}
+	if seen == nil || now.Sub(*seen) > s.cfg.Lease+s.live.Grace() {
+		return api.NodeUnreachable
+	}
+	return api.NodeReady
+}
+
+// freshest is the later of a record's LastSeenAt and this replica's memory
+// (from liveness.snapshot).
+func freshest(n store.Node, mem map[string]time.Time) *time.Time {
+	t, ok := mem[n.ID]
+	if !ok || (n.LastSeenAt != nil && !t.After(*n.LastSeenAt)) {
+		return n.LastSeenAt
+	}
+	return &t
+}
+
+func (s *Server) nodeView(n store.Node, running []string) api.Node {
+	out := api.Node{ID: n.ID, Status: s.nodeStatus(n), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: s.live.LastSeen(n), Running: running,
+		Cordoned: n.Cordoned || n.Draining, Draining: n.Draining, DrainDeadline: n.DrainDeadline}
+	if n.Facts != nil {
+		data, _ := json.Marshal(n.Facts)
+		json.Unmarshal(data, &out.Facts)
+	}
+	return out
+}
+
+// activeByNode lists "RUN/ATTEMPT" of every active attempt, by node; with
+// nodeID, only that node's (read through the store's index of runs by node
+// rather than every active run).
+func activeByNode(tx store.Tx, nodeID string) (map[string][]string, error) {
+	runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: nodeID, Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, r := range runs {
+		if a := lifecycle.Current(&r.Run); a != nil && lifecycle.Active(*a) {
+			out[a.NodeID] = append(out[a.NodeID], fmt.Sprintf("%s/%d", r.ID, a.Number))
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
+	out := api.NodeList{Nodes: []api.Node{}}
+	err := s.store.View(r.Context(), func(tx store.Tx) error {
+		nodes, err := tx.ListNodes()
+		if err != nil {
+			return err
+		}
+		active, err := activeByNode(tx, "")
+		for _, n := range nodes {
+			out.Nodes = append(out.Nodes, s.nodeView(n, active[n.ID]))
+		}
+		return err
+	})
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
+	var out api.Node
+	err := s.store.View(r.Context(), func(tx store.Tx) error {
+		n, err := tx.GetNode(r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		active, err := activeByNode(tx, n.ID)
+		out = s.nodeView(n, active[n.ID])
+		return err
+	})
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+}
+
+// inviteNode creates the node if it is new and a single-use invitation for
+// it. Inviting an enrolled node again is how an agent that lost its
+// credential comes back; the next enrollment fences the old one out.
+func (s *Server) inviteNode(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := ValidateNodeID(id); err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	var req api.InvitationRequest
+	if r.ContentLength != 0 {
+		if err := httpapi.Decode(r, httpapi.MaxBody, &req); err != nil {
+			httpapi.WriteError(w, err)
+			return
+		}
+	}
+	ttl := s.cfg.InvitationTTL
+	if req.TTLSeconds < 0 || req.TTLSeconds > 30*24*3600 {
+		httpapi.WriteError(w, failure.Invalid("ttl_seconds", "must be from 1 to 2592000 (30 days), or 0 for the default"))
+		return
+	}
+	if req.TTLSeconds > 0 {
+		ttl = time.Duration(req.TTLSeconds) * time.Second
+	}
+	now := s.now()
+	tok := "mci_" + httpapi.RandomToken()
+	inv := store.Invitation{TokenHash: httpapi.HashToken(tok), NodeID: id, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	err := s.batch(r.Context(), func(tx store.Tx) error {
+		if _, err := tx.GetNode(id); errors.Is(err, failure.ErrNotFound) {
+			if err := tx.PutNode(store.Node{ID: id, CreatedAt: now}); err != nil {
+				return err
+			}
+		} else if err != nil {
+			return err
+		}
+		return tx.CreateInvitation(inv)
+	})
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	cmd := fmt.Sprintf("mercator agent --control-plane %s --node-id %s --state /var/lib/mercator/agent --token-file TOKEN_FILE  # put the token in TOKEN_FILE (mode 0600) first", s.cfg.PublicURL, id)
+	httpapi.WriteJSON(w, http.StatusCreated, api.Invitation{NodeID: id, Token: tok, ExpiresAt: inv.ExpiresAt, Command: cmd})
+}
+
+// updateNode applies change to a node in one transaction and answers with
+// the node as it then is.
+func (s *Server) updateNode(w http.ResponseWriter, r *http.Request, change func(n *store.Node) error) {
+	var out api.Node
+	err := s.update(r.Context(), func(tx store.Tx) error {
+		n, err := tx.GetNode(r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		if err := change(&n); err != nil {
+			return err
+		}
+		if err := tx.PutNode(n); err != nil {
+			return err
+		}
+		active, err := activeByNode(tx, n.ID)
+		out = s.nodeView(n, active[n.ID])
+		return err
+	})
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	s.wakeReconcile()
+	httpapi.WriteJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) cordonNode(w http.ResponseWriter, r *http.Request) {
+	s.updateNode(w, r, func(n *store.Node) error { n.Cordoned = true; return nil })
+}
+
+// uncordonNode returns a node to service, ending a drain too.
+func (s *Server) uncordonNode(w http.ResponseWriter, r *http.Request) {
+	s.updateNode(w, r, func(n *store.Node) error {
+		n.Cordoned, n.Draining, n.DrainDeadline = false, false, nil
+		return nil
+	})
+}
+
+// drainNode cordons a node and, with a deadline, stops what still runs there
+// when it passes (the reconcile loop does the stopping).
+func (s *Server) drainNode(w http.ResponseWriter, r *http.Request) {
+	var req api.DrainRequest
+	if r.ContentLength != 0 {
+		if err := httpapi.Decode(r, httpapi.MaxBody, &req); err != nil {
+			httpapi.WriteError(w, err)
+			return
+		}
+	}
+	if req.DeadlineSeconds < 0 || req.DeadlineSeconds > 30*24*3600 {
+		httpapi.WriteError(w, failure.Invalid("deadline_seconds", "must be from 0 (no deadline) to 2592000 (30 days)"))
+		return
+	}
+	s.updateNode(w, r, func(n *store.Node) error {
+		n.Draining, n.DrainDeadline = true, nil
+		if req.DeadlineSeconds > 0 {
+			d := s.now().Add(time.Duration(req.DeadlineSeconds) * time.Second)
+			n.DrainDeadline = &d
+		}
+		return nil
+	})
+}

@@ -1,0 +1,356 @@
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/lifecycle"
+	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/store"
+)
+
+// enroll spends a single-use invitation and returns a session credential and
+// a fencing token above any the node held before. Pending operations for the
+// node are re-issued under the new token: they were never acknowledged, the
+// new enrollment is now the only one that may perform them, and the
+// container name derived from run and attempt makes performing one that the
+// old enrollment already started an adoption rather than a duplicate.
+func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
+	var req capability.EnrollmentRequest
+	if err := httpapi.Decode(r, httpapi.MaxBody, &req); err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	if req.Invitation == "" || req.NodeID == "" {
+		httpapi.WriteError(w, failure.Invalid("invitation", "node_id and invitation are required"))
+		return
+	}
+	now := s.now()
+	tok := "mcs_" + httpapi.RandomToken()
+	var out capability.Enrollment
+	err := s.batch(r.Context(), func(tx store.Tx) error {
+		inv, err := tx.GetInvitation(httpapi.HashToken(req.Invitation))
+		if errors.Is(err, failure.ErrNotFound) || (err == nil && inv.NodeID != req.NodeID) {
+			return failure.Unauthorized("invitation not recognised for node %q; create one with `mercator node invite %s`", req.NodeID, req.NodeID)
+		}
+		if err != nil {
+			return err
+		}
+		if inv.SpentAt != nil {
+			return failure.Unauthorized("invitation for node %q was already used at %s; invitations are single-use: create a new one with `mercator node invite %s`", req.NodeID, inv.SpentAt.Format(time.RFC3339), req.NodeID)
+		}
+		if !inv.ExpiresAt.After(now) {
+			return failure.Unauthorized("invitation for node %q expired at %s; create a new one with `mercator node invite %s`", req.NodeID, inv.ExpiresAt.Format(time.RFC3339), req.NodeID)
+		}
+		inv.SpentAt = &now
+		if err := tx.PutInvitation(inv); err != nil {
+			return err
+		}
+		n, err := tx.GetNode(req.NodeID)
+		if err != nil {
+			return err
+		}
+		n.FencingToken++
+		n.EnrolledAt, n.LastSeenAt = &now, &now
+		n.AgentVersion, n.Capability = req.AgentVersion, req.CapabilityVersion
+		if err := tx.PutNode(n); err != nil {
+			return err
+		}
+		ops, err := tx.PendingOperations(n.ID)
+		if err != nil {
+			return err
+		}
+		for _, op := range ops {
+			op.Command.FencingToken = n.FencingToken
+			if err := tx.PutOperation(op); err != nil {
+				return err
+			}
+		}
+		out = capability.Enrollment{NodeID: n.ID, SessionToken: tok, ExpiresAt: now.Add(s.cfg.SessionTTL), FencingToken: n.FencingToken, Lease: s.cfg.Lease}
+		return tx.PutSession(store.Session{TokenHash: httpapi.HashToken(tok), NodeID: n.ID, FencingToken: n.FencingToken, ExpiresAt: out.ExpiresAt, CreatedAt: now})
+	})
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	s.live.Report(req.NodeID, now)
+	s.log.Info("node enrolled", "node", req.NodeID, "fencing_token", out.FencingToken, "agent_version", req.AgentVersion)
+	s.fenceChanged(req.NodeID) // an older session's stream must notice it is fenced
+	s.wakeReconcile()
+	httpapi.WriteJSON(w, http.StatusOK, out)
+}
+
+// renew issues a later credential for the caller's session. The old one
+// stays valid until its own expiry, so a renewal whose answer is lost costs
+// nothing.
+func (s *Server) renew(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
+	now := s.now()
+	tok := "mcs_" + httpapi.RandomToken()
+	out := capability.SessionRenewal{SessionToken: tok, ExpiresAt: now.Add(s.cfg.SessionTTL), FencingToken: c.Session.FencingToken}
+	err := s.batch(r.Context(), func(tx store.Tx) error {
+		return tx.PutSession(store.Session{TokenHash: httpapi.HashToken(tok), NodeID: c.NodeID, FencingToken: c.Session.FencingToken, ExpiresAt: out.ExpiresAt, CreatedAt: now})
+	})
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	s.live.Report(c.NodeID, now)
+	httpapi.WriteJSON(w, http.StatusOK, out)
+}
+
+// events applies a batch of node events, each at most once (deduplicated by
+// node and event ID in the same transaction that applies it), and answers
+// with the IDs the control plane now holds. An empty batch is a heartbeat:
+// it is recorded in memory only (package liveness) and costs no transaction; a
+// batch with events is committed together with concurrent ones (store_commit.go).
+func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
+	var batch node.EventBatch
+	if err := httpapi.Decode(r, maxLogBody, &batch); err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	s.live.Report(c.NodeID, s.now())
+	if len(batch.Events) == 0 {
+		httpapi.WriteJSON(w, http.StatusOK, node.EventAck{Accepted: []string{}})
+		return
+	}
+	accepted := make([]string, 0, len(batch.Events))
+	changedRuns := false
+	applied := 0
+	var ended []string // runs that became terminal, counted once committed
+	// Locked (store.UpdateLocked): applying events reads the node, the
+	// events' runs and operations by key and writes them back; whether an
+	// event is fresh is decided by SeeEvent's insert, not by a read.
+	err := s.batchLocked(r.Context(), func(tx store.Tx) error {
+		accepted, changedRuns, applied, ended = accepted[:0], false, 0, ended[:0]
+		// Fenced again in the transaction that applies the events (with
+		// the cached token when fresh, see nodes_auth.go), so a batch
+		// authenticated before an enrollment that this replica has heard
+		// of is refused.
+		fence, err := s.fenceOf(tx, c.NodeID)
+		if err != nil {
+			return err
+		}
+		if fence > c.Session.FencingToken {
+			return fencedError(c.NodeID, fence, c.Session.FencingToken)
+		}
+		tx = newRunMemo(tx) // events about one run: one read, one write
+		for _, ev := range batch.Events {
+			if ev.ID == "" {
+				return failure.Invalid("events.id", "every event needs an ID")
+			}
+			fresh, err := tx.SeeEvent(c.NodeID, ev.ID, s.now())
+			if err != nil {
+				return err
+			}
+			if fresh {
+				applied++
+				changed, end, err := s.applyEvent(tx, c.NodeID, ev)
+				if end != "" {
+					ended = append(ended, end)
+				}
+				if err != nil {
+					return fmt.Errorf("event %s: %w", ev.ID, err)
+				}
+				changedRuns = changedRuns || changed
+			}
+			accepted = append(accepted, ev.ID)
+		}
+		return tx.(*runMemo).flush()
+	})
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	for _, status := range ended {
+		s.metrics.Terminal.WithLabelValues(status).Inc()
+	}
+	s.metrics.Events.WithLabelValues("applied").Add(float64(applied))
+	s.metrics.Events.WithLabelValues("duplicate").Add(float64(len(accepted) - applied))
+	if changedRuns {
+		s.runsChanged()
+		s.wakeReconcile()
+	}
+	httpapi.WriteJSON(w, http.StatusOK, node.EventAck{Accepted: accepted})
+}
+
+// applyEvent applies one fresh event inside tx and reports whether a run
+// changed and, when a run became terminal, its new status.
+func (s *Server) applyEvent(tx store.Tx, nodeID string, ev node.Event) (changed bool, ended string, err error) {
+	now := s.now()
+	switch ev.Kind {
+	case node.EventFacts:
+		if ev.Facts == nil {
+			return false, "", nil
+		}
+		n, err := tx.GetNode(nodeID)
+		if err != nil {
+			return false, "", err
+		}
+		n.Facts, n.FactsAt = ev.Facts, &now
+		return true, "", tx.PutNode(n) // capacity changed: placements may now fit
+	case node.EventWorkload:
+		o := ev.Workload
+		if o == nil {
+			return false, "", nil
+		}
+		run, err := tx.GetRun(o.RunID)
+		if errors.Is(err, failure.ErrNotFound) {
+			return false, "", nil // not ours (a container from another control plane)
+		}
+		if err != nil {
+			return false, "", err
+		}
+		was := run.Status
+		changed := lifecycle.Observe(&run.Run, nodeID, *o, now)
+		stopped, err := s.stopStrays(tx, &run.Run, nodeID)
+		if err != nil {
+			return false, "", err
+		}
+		if !changed && !stopped {
+			return false, "", nil
+		}
+		return true, endedStatus(was, run.Status), tx.PutRun(run)
+	case node.EventResult:
+		res := ev.Result
+		if res == nil {
+			return false, "", nil
+		}
+		op, err := tx.GetOperation(res.OperationID)
+		if errors.Is(err, failure.ErrNotFound) {
+			return false, "", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		if op.NodeID != nodeID || op.Result != nil {
+			return false, "", nil
+		}
+		op.Result = res
+		if err := tx.PutOperation(op); err != nil {
+			return false, "", err
+		}
+		if res.Outcome == node.OutcomeOK || res.Workload == nil || op.Command.Kind != node.KindLaunchWorkload {
+			return false, "", nil
+		}
+		run, err := tx.GetRun(res.Workload.RunID)
+		if err != nil {
+			return false, "", err
+		}
+		was := run.Status
+		if !lifecycle.LaunchFailed(&run.Run, nodeID, res.Workload.Attempt, "could not start: "+res.Error, now) {
+			return false, "", nil
+		}
+		return true, endedStatus(was, run.Status), tx.PutRun(run)
+	}
+	return false, "", nil // an event kind from a newer agent: held, not applied
+}
+
+// stopStrays issues a stop for every attempt of the run on this node that
+// may still be running but must not (see lifecycle.Strays), and reports
+// whether it issued any. It is called when a node reports on a run, which is
+// when a replaced attempt on a returning node shows itself.
+func (s *Server) stopStrays(tx store.Tx, run *api.Run, nodeID string) (bool, error) {
+	issued := false
+	for _, a := range lifecycle.Strays(run) {
+		if a.NodeID != nodeID {
+			continue
+		}
+		reason := "replaced"
+		if api.Terminal(run.Status) && !a.Replaced {
+			reason = "superseded"
+		}
+		if err := s.issue(tx, nodeID, node.Command{Kind: node.KindStopWorkload, StopWorkload: &capability.StopWorkloadCommand{
+			WorkloadKey: capability.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: reason, GracePeriod: 10 * time.Second}}); err != nil {
+			return false, err
+		}
+		a.StopRequested = true
+		issued = true
+		s.log.Info("stopping stray attempt", "run", run.ID, "attempt", a.Number, "node", nodeID, "reason", reason)
+	}
+	return issued, nil
+}
+
+// sweepStraysTx stops the node's stray attempts when it opens a session. A
+// node returning from a partition or a restart may hold an attempt that was
+// replaced meanwhile and say nothing new about it (its container is running,
+// as it was when last reported), so the control plane cannot wait for an
+// observation to notice it.
+//
+// The session stream looks for strays in its first read (hasStrays) and
+// takes a write transaction (sweepStraysTx) only when there is one: a fleet
+// reconnecting (after a restart of the control plane, or of a replica) must
+// not queue ten thousand empty write transactions on the store's writer.
+func (s *Server) hasStrays(tx store.Tx, nodeID string) (bool, error) {
+	runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: nodeID})
+	for _, run := range runs {
+		for _, a := range lifecycle.Strays(&run.Run) {
+			if a.NodeID == nodeID {
+				return true, err
+			}
+		}
+	}
+	return false, err
+}
+
+func (s *Server) sweepStraysTx(tx store.Tx, nodeID string) error {
+	runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: nodeID})
+	if err != nil {
+		return err
+	}
+	for _, run := range runs {
+		stopped, err := s.stopStrays(tx, &run.Run, nodeID)
+		if err != nil {
+			return err
+		}
+		if stopped {
+			if err := tx.PutRun(run); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// endedStatus is the new status when a run just became terminal, else "".
+func endedStatus(was, now string) string {
+	if !api.Terminal(was) && api.Terminal(now) {
+		return now
+	}
+	return ""
+}
+
+// nodeLogs appends a chunk of a workload's output.
+func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
+	var chunk capability.LogChunk
+	if err := httpapi.Decode(r, maxLogBody, &chunk); err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	var size int64
+	err := s.batch(r.Context(), func(tx store.Tx) error {
+		run, err := tx.GetRun(chunk.RunID)
+		if err != nil {
+			return err
+		}
+		if a := lifecycle.Find(&run.Run, chunk.Attempt); a == nil || a.NodeID != c.NodeID {
+			return failure.Conflict("run %s attempt %d is not on node %s", chunk.RunID, chunk.Attempt, c.NodeID)
+		}
+		size, err = tx.AppendLog(chunk.WorkloadKey, chunk.Offset, chunk.Data)
+		return err
+	})
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	if len(chunk.Data) > 0 {
+		s.logsChanged()
+	}
+	httpapi.WriteJSON(w, http.StatusOK, capability.LogAck{Size: size})
+}

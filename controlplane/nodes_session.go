@@ -1,0 +1,180 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/livesession"
+	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/store"
+)
+
+// The session stream: how commands reach a node. Operations come from
+// the store (and, when committed on this replica, the mailbox); ephemeral
+// commands from the live session (package livesession).
+
+// sessionPoll is how many keep-alives a session stream sends between reads
+// of the store when nothing wakes it (30 s at the default keep-alive).
+const sessionPoll = 3
+
+// keepAliveLine is a keep-alive as the stream carries it, encoded once.
+var keepAliveLine = func() []byte {
+	b, err := json.Marshal(node.Command{Kind: node.KindKeepAlive})
+	if err != nil {
+		panic(err)
+	}
+	return append(b, '\n')
+}()
+
+// session streams the node's pending operations as newline-delimited JSON,
+// each once per stream, with keep-alives, until the client goes away or the
+// session is fenced. Every new stream starts by sending everything still
+// pending: that is the redelivery.
+func (s *Server) session(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
+	ctx := r.Context()
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		httpapi.WriteError(w, fmt.Errorf("streaming unsupported"))
+		return
+	}
+	s.live.Report(c.NodeID, s.now())
+	live := s.streams.Attach(c.NodeID, c.Session.FencingToken, r) // package livesession: calls go straight down
+	defer s.streams.Detach(live)
+	s.fn.NodesChanged() // read the fleet again: a node is back
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+	s.log.Info("session opened", "node", c.NodeID, "fencing_token", c.Session.FencingToken)
+	defer s.log.Info("session closed", "node", c.NodeID)
+	s.metrics.Sessions.Inc()
+	defer s.metrics.Sessions.Dec()
+	st := &sessionStream{w: w, flusher: flusher, enc: json.NewEncoder(w), sent: map[string]bool{}, live: live}
+	st.mb = s.attachInbox(c.NodeID) // before the first read: nothing falls between
+	defer st.mb.detach()
+	wake := s.nodeBroadcast(c.NodeID)
+	st.keep = time.NewTicker(s.cfg.KeepAlive)
+	defer st.keep.Stop()
+	sweep := true
+	for {
+		woken := wake.Wait()
+		ops, strays, ok := s.sessionRead(ctx, c, sweep)
+		if !ok {
+			return
+		}
+		if sweep {
+			sweep = false
+			if strays {
+				if err := s.update(ctx, func(tx store.Tx) error { return s.sweepStraysTx(tx, c.NodeID) }); err != nil {
+					return
+				}
+				continue // the stops it issued are pending now: read again
+			}
+		}
+		for _, op := range ops {
+			if !s.sendOnce(ctx, st, op.ID, op.Command) {
+				return
+			}
+		}
+		flusher.Flush()
+		if !s.sessionWait(ctx, st, woken) {
+			return
+		}
+	}
+}
+
+// sessionStream is one session stream's sending side: what it has sent
+// (each operation once per stream), and where more comes from besides the
+// store (the mailbox, the live session's ephemeral commands).
+type sessionStream struct {
+	w       http.ResponseWriter
+	flusher http.Flusher
+	enc     *json.Encoder
+	sent    map[string]bool // operation IDs
+	mb      *inbox
+	live    *livesession.Session
+	keep    *time.Ticker
+}
+
+// sendOnce writes operation id's command as it is sent (outbound: reads
+// minted, credentials attached) unless this stream already sent it; false
+// when the stream broke.
+func (s *Server) sendOnce(ctx context.Context, st *sessionStream, id string, cmd node.Command) bool {
+	if st.sent[id] {
+		return true
+	}
+	if err := st.enc.Encode(s.outbound(ctx, cmd)); err != nil {
+		return false
+	}
+	st.sent[id] = true
+	return true
+}
+
+// sessionRead reads the node's pending operations and, on the first read
+// (sweep), whether it runs strays; ok is false when the stream must end
+// (the store failed, or the session is fenced).
+func (s *Server) sessionRead(ctx context.Context, c httpapi.NodeCaller, sweep bool) (ops []store.Operation, strays, ok bool) {
+	fenced := false
+	err := s.store.View(ctx, func(tx store.Tx) error {
+		fence, err := s.fenceOf(tx, c.NodeID)
+		if err != nil {
+			return err
+		}
+		fenced = fence > c.Session.FencingToken
+		if sweep {
+			// The first read also looks for strays (hasStrays), so a
+			// fleet reconnecting costs one read per session.
+			if strays, err = s.hasStrays(tx, c.NodeID); err != nil {
+				return err
+			}
+		}
+		ops, err = tx.PendingOperations(c.NodeID)
+		return err
+	})
+	return ops, strays, err == nil && !fenced
+}
+
+// sessionWait sends what arrives without a store read (operations handed
+// over by the mailbox, ephemeral commands, keep-alives) until the stream
+// should read the store again: true once woken (or after sessionPoll
+// keep-alives, with several replicas), false when the stream ended.
+func (s *Server) sessionWait(ctx context.Context, st *sessionStream, woken <-chan struct{}) bool {
+	idle := 0 // keep-alives since the store was last read
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-woken:
+			return true
+		case <-st.keep.C:
+			if _, err := st.w.Write(keepAliveLine); err != nil {
+				return false
+			}
+			st.flusher.Flush()
+			// A wake is what sends new operations; reading the store
+			// every few keep-alives too covers a wake that was lost (a
+			// signal from another replica dropped), without making ten
+			// thousand idle streams read it every keep-alive. A replica
+			// alone hears every signal from itself, and does not read.
+			if idle++; idle >= sessionPoll && s.coord != nil {
+				return true
+			}
+		case <-st.mb.notify:
+			// Committed here and handed over: no store read follows.
+			for _, cmd := range st.mb.take() {
+				if !s.sendOnce(ctx, st, cmd.OperationID, cmd) {
+					return false
+				}
+			}
+			st.flusher.Flush()
+		case cmd := <-st.live.Commands:
+			// An invoke is not an operation: no store read follows it.
+			if st.live.Forward(st.enc, st.flusher, cmd) != nil {
+				return false
+			}
+		}
+	}
+}

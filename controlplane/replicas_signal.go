@@ -1,0 +1,207 @@
+package controlplane
+
+import (
+	"context"
+	"strings"
+)
+
+// Signals wake waiters: a node's session stream (new operations for it),
+// long polls on runs, log followers, and the reconcile loop. With one
+// replica they are in-process broadcasts. With several replicas sharing one
+// database, a change committed on replica A must wake the session stream
+// held by replica B, so every signal is also published through the
+// Coordinator, and signals published by other replicas are delivered
+// locally. Signals carry no data: a woken waiter re-reads the store, which
+// is the only source of truth, so a lost or duplicated signal costs latency
+// at worst (every waiter also polls on a timer).
+//
+// Signals to other replicas leave in batches: publish queues a topic and
+// publishLoop sends everything queued, duplicates dropped, as one
+// notification of several lines (batchPrefix), so that a reconcile pass
+// that places work on ten thousand nodes costs a few notifications rather
+// than ten thousand round trips made while the caller waits. The queue is
+// bounded; a signal that does not fit is dropped, which the paragraph above
+// says is safe. One kind of signal names data: "runs:REPLICA:ID,ID,…" says
+// which runs a replica wrote, so the leader's copy of active attempts
+// (schedState) can read them again; losing one costs a delayed placement
+// until the copy's next rebuild, never an over-committed node.
+
+// Coordinator is what several control-plane replicas share besides the
+// store. Implementations: none (a single process) and package replica
+// (PostgreSQL LISTEN/NOTIFY and an advisory lock).
+type Coordinator interface {
+	// Publish sends a signal to every other replica. It is best-effort.
+	Publish(ctx context.Context, topic string) error
+	// Subscribe delivers signals published by other replicas until ctx ends.
+	Subscribe(ctx context.Context) <-chan string
+	// Leader reports whether this replica currently holds the scheduler's
+	// leadership. Exactly one replica places runs at a time, so two
+	// snapshots of the same capacity never both commit placements onto it.
+	Leader() bool
+}
+
+// Signal topics.
+const (
+	topicRuns      = "runs"
+	topicLogs      = "logs"
+	topicReconcile = "reconcile"
+	topicNode      = "node:"
+	topicFence     = "fence:"
+	topicRunIDs    = "runs:"
+)
+
+// batchPrefix starts a notification that carries several signals, one a
+// line.
+const batchPrefix = "signals\n"
+
+// maxPayload keeps a batch under PostgreSQL's NOTIFY payload limit (8000
+// bytes).
+const maxPayload = 7000
+
+// publish queues a signal for the other replicas.
+func (s *Server) publish(topic string) {
+	if s.coord == nil {
+		return
+	}
+	select {
+	case s.outbox <- topic:
+	default:
+		s.metrics.SignalsDropped.Inc()
+	}
+}
+
+// publishIDs queues a signal naming ids, split to fit notifications.
+func (s *Server) publishIDs(prefix string, ids []string) {
+	head := prefix + s.replicaID + ":"
+	var b strings.Builder
+	for _, id := range ids {
+		if b.Len() > 0 && b.Len()+len(id)+1 > maxPayload-len(batchPrefix)-len(head) {
+			s.publish(head + b.String())
+			b.Reset()
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(id)
+	}
+	if b.Len() > 0 {
+		s.publish(head + b.String())
+	}
+}
+
+// publishLoop sends queued signals in batches until ctx ends.
+func (s *Server) publishLoop(ctx context.Context) {
+	if s.coord == nil {
+		return
+	}
+	for {
+		var first string
+		select {
+		case <-ctx.Done():
+			return
+		case first = <-s.outbox:
+		}
+		seen := map[string]bool{first: true}
+		var b strings.Builder
+		b.WriteString(batchPrefix)
+		b.WriteString(first)
+	more:
+		for {
+			select {
+			case t := <-s.outbox:
+				if seen[t] {
+					continue
+				}
+				if b.Len()+1+len(t) > maxPayload {
+					s.send(b.String())
+					b.Reset()
+					b.WriteString(batchPrefix)
+					b.WriteString(t)
+					clear(seen)
+					seen[t] = true
+					continue
+				}
+				seen[t] = true
+				b.WriteByte('\n')
+				b.WriteString(t)
+			default:
+				break more
+			}
+		}
+		s.send(b.String())
+	}
+}
+
+func (s *Server) send(payload string) {
+	if err := s.coord.Publish(context.Background(), payload); err != nil {
+		s.log.Warn("publish signals to other replicas", "bytes", len(payload), "err", err)
+	}
+}
+
+// deliver applies a signal locally.
+func (s *Server) deliver(topic string) {
+	if rest, ok := strings.CutPrefix(topic, batchPrefix); ok {
+		for _, t := range strings.Split(rest, "\n") {
+			s.deliver(t)
+		}
+		return
+	}
+	switch {
+	case strings.HasPrefix(topic, topicRunIDs):
+		if from, ids := runIDsTopic(topic); from != s.replicaID {
+			s.sched.markDirty(ids)
+		}
+	case topic == topicRuns:
+		s.runs.Notify()
+	case topic == topicLogs:
+		s.logs.Notify()
+	case topic == topicReconcile:
+		select {
+		case s.reconcileWake <- struct{}{}:
+		default:
+		}
+	case strings.HasPrefix(topic, topicNode):
+		s.nodeBroadcast(strings.TrimPrefix(topic, topicNode)).Notify()
+	case strings.HasPrefix(topic, topicFence):
+		id := strings.TrimPrefix(topic, topicFence)
+		s.auth.forget(id) // its fencing token rose
+		s.nodeBroadcast(id).Notify()
+	default:
+		s.fn.Deliver(topic) // a call, or a log question, for a session held here
+	}
+}
+
+func (s *Server) signal(topic string) {
+	s.deliver(topic)
+	s.publish(topic)
+}
+
+// nodeChanged wakes the node's session stream, wherever it is held.
+func (s *Server) nodeChanged(nodeID string) { s.signal(topicNode + nodeID) }
+
+// fenceChanged says the node was enrolled again: every replica drops the
+// fencing token it cached (nodes_auth.go) and wakes the node's session
+// streams, so a superseded one notices it is fenced.
+func (s *Server) fenceChanged(nodeID string) { s.signal(topicFence + nodeID) }
+
+// runsChanged wakes long polls on runs.
+func (s *Server) runsChanged() { s.signal(topicRuns) }
+
+// logsChanged wakes log followers.
+func (s *Server) logsChanged() { s.signal(topicLogs) }
+
+// wakeReconcile asks the scheduler leader to reconcile soon.
+func (s *Server) wakeReconcile() { s.signal(topicReconcile) }
+
+// leader reports whether this replica runs the reconcile loop's decisions.
+func (s *Server) leader() bool { return s.coord == nil || s.coord.Leader() }
+
+// receive delivers other replicas' signals until ctx ends.
+func (s *Server) receive(ctx context.Context) {
+	if s.coord == nil {
+		return
+	}
+	for topic := range s.coord.Subscribe(ctx) {
+		s.deliver(topic)
+	}
+}

@@ -1,0 +1,212 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/content"
+	"github.com/mercator/mercator/controlplane/artifact"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/scheduler"
+	"github.com/mercator/mercator/store"
+)
+
+// A run's Artifacts: checked and pinned at submit, seen by the scheduler
+// (what nodes hold, what runs need), issued to the node as prepare_artifact
+// ahead of the launch, and given a freshly minted read each time a command
+// is sent (outbound). The catalog and the content are package artifact's.
+//
+// Commands carry no minted read in the store. The session stream mints one
+// for every prepare (and every launch's Artifacts) as it sends the command
+// (outbound), so a redelivered command gets a fresh read, and no stored
+// operation holds a credential, however short-lived.
+
+// maxArtifacts bounds the Artifacts of one run.
+const maxArtifacts = 64
+
+// validateArtifactMounts checks a run's Artifacts: names, versions, mount
+// paths (absolute, clean, not /, unique) and floors. Whether each version
+// exists is resolveArtifacts' question.
+func validateArtifactMounts(mounts []api.ArtifactMount) error {
+	if len(mounts) > maxArtifacts {
+		return failure.Invalid("artifacts", "has %d entries; at most %d are accepted", len(mounts), maxArtifacts)
+	}
+	seen := map[string]string{}
+	for i, m := range mounts {
+		field := fmt.Sprintf("artifacts[%d]", i)
+		if err := artifact.ValidName(field+".name", m.Name); err != nil {
+			return err
+		}
+		if m.Version != "" && m.Version != "latest" && !regexp.MustCompile(`^v[1-9][0-9]{0,8}$`).MatchString(m.Version) {
+			return failure.Invalid(field+".version", "%q is not a version: versions are v1, v2, …, or empty for the newest", m.Version)
+		}
+		p := m.MountPath
+		switch {
+		case p == "":
+			return failure.Invalid(field+".mount_path", "is required: where %s appears in the container, for example /data", m.Name)
+		case !strings.HasPrefix(p, "/"):
+			return failure.Invalid(field+".mount_path", "%q must be an absolute path, such as /data", p)
+		case strings.ContainsAny(p, "\x00:,"):
+			return failure.Invalid(field+".mount_path", "%q must not contain NUL, ':' or ','", p)
+		case p == "/" || path.Clean(p) == "/":
+			return failure.Invalid(field+".mount_path", "must not be /: an artifact cannot replace the container's root")
+		case slicesContains(strings.Split(p, "/"), ".."):
+			return failure.Invalid(field+".mount_path", "%q must not contain \"..\"", p)
+		case path.Clean(p) != p:
+			return failure.Invalid(field+".mount_path", "%q is not clean; write %q", p, path.Clean(p))
+		case len(p) > 1024:
+			return failure.Invalid(field+".mount_path", "is longer than 1024 bytes")
+		}
+		if other, dup := seen[p]; dup {
+			return failure.Invalid(field+".mount_path", "%q is also the mount path of %s; every artifact needs its own", p, other)
+		}
+		seen[p] = m.Name
+		if m.MinReadBytesPerSecond < 0 {
+			return failure.Invalid(field+".min_read_bytes_per_second", "must be 0 (no floor) or more, not %d", m.MinReadBytesPerSecond)
+		}
+		if m.SHA256 != "" && !content.ValidDigest(m.SHA256) {
+			return failure.Invalid(field+".sha256", "%q is not a SHA-256 digest", m.SHA256)
+		}
+	}
+	return nil
+}
+
+func slicesContains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// resolveArtifacts pins every Artifact of a run to the exact version it
+// will read: a missing version is refused at submit (the user can fix it),
+// an empty one becomes the newest, and the digest is recorded (and, when
+// the client stated one, checked).
+func (s *Server) resolveArtifacts(ctx context.Context, spec *api.RunSpec) error {
+	if len(spec.Artifacts) == 0 {
+		return nil
+	}
+	spec.Artifacts = append([]api.ArtifactMount(nil), spec.Artifacts...)
+	return s.store.View(ctx, func(tx store.Tx) error {
+		for i := range spec.Artifacts {
+			m := &spec.Artifacts[i]
+			field := fmt.Sprintf("artifacts[%d]", i)
+			v, err := artifact.LookupVersion(tx, m.Name, m.Version)
+			if errors.Is(err, failure.ErrNotFound) {
+				ref := m.Name + "@" + m.Version
+				if m.Version == "" || m.Version == "latest" {
+					ref = m.Name
+				}
+				return failure.Invalid(field, "artifact %s does not exist; push it with `mercator artifact push %s PATH`, or list what exists with `mercator artifact ls`", ref, m.Name)
+			}
+			if err != nil {
+				return err
+			}
+			if m.SHA256 != "" && m.SHA256 != v.SHA256 {
+				return failure.Invalid(field+".sha256", "artifact %s has content %s, not %s", v.Ref(), v.SHA256, m.SHA256)
+			}
+			m.Version, m.SHA256 = v.Version, v.SHA256
+		}
+		return nil
+	})
+}
+
+// artifactFacts is the scheduler's view of a node's Artifacts: the digests
+// it holds, and its link floor (a valid measured reading, else the fleet's
+// assumption).
+func (s *Server) artifactFacts(sn *scheduler.Node, f *capability.NodeFacts) {
+	sn.LinkFloorBPS = scheduler.AssumedLinkBytesPerSecond
+	if f == nil {
+		return
+	}
+	if l := f.Link; l != nil && l.BytesPerSecond > 0 && s.now().Before(l.ValidUntil) {
+		sn.LinkFloorBPS = l.BytesPerSecond
+	}
+	if len(f.Artifacts) > 0 {
+		sn.Artifacts = make(map[string]bool, len(f.Artifacts))
+		for _, a := range f.Artifacts {
+			sn.Artifacts[a.SHA256] = true
+		}
+	}
+}
+
+// artifactDemand is the scheduler's view of a run's Artifacts.
+func artifactDemand(sr *scheduler.Run, spec api.RunSpec) {
+	for _, m := range spec.Artifacts {
+		sr.Artifacts = append(sr.Artifacts, m.SHA256)
+		sr.MinReadBPS = max(sr.MinReadBPS, m.MinReadBytesPerSecond)
+	}
+}
+
+// placeArtifacts adds a run's Artifacts to its launch and returns a
+// prepare_artifact for every one the node does not report holding, for
+// the caller to issue ahead of the launch, so the copies begin as soon as
+// the node hears of them. The launch waits for them on the node either way.
+func (s *Server) placeArtifacts(tx store.Tx, nodeID string, run store.Run, launch *capability.LaunchWorkloadCommand) ([]node.Command, error) {
+	if len(run.Artifacts) == 0 {
+		return nil, nil
+	}
+	held := map[string]bool{}
+	if n, err := tx.GetNode(nodeID); err == nil && n.Facts != nil {
+		for _, a := range n.Facts.Artifacts {
+			held[a.SHA256] = true
+		}
+	}
+	var prepares []node.Command
+	issued := map[string]bool{}
+	for _, m := range run.Artifacts {
+		v, err := tx.GetArtifact(m.Name, m.Version)
+		if err != nil {
+			return nil, fmt.Errorf("run %s: %w", run.ID, err)
+		}
+		prep := capability.PrepareArtifactCommand{Name: v.Name, Version: v.Version, SHA256: v.SHA256, Size: v.Size, Format: v.Format}
+		launch.Artifacts = append(launch.Artifacts, capability.ArtifactMount{PrepareArtifactCommand: prep, MountPath: m.MountPath})
+		if held[v.SHA256] || issued[v.SHA256] {
+			continue
+		}
+		issued[v.SHA256] = true
+		p := prep
+		prepares = append(prepares, node.Command{Kind: node.KindPrepareArtifact, PrepareArtifact: &p})
+	}
+	return prepares, nil
+}
+
+// outbound is a stored command as it is sent: every Artifact read minted
+// now, for this sending, and the image's registry credential attached. The
+// stored command is not changed, so neither ever reaches the database. A
+// read that cannot be minted is sent without one, which the node refuses in
+// Mercator's words rather than fetching anything.
+func (s *Server) outbound(ctx context.Context, cmd node.Command) node.Command {
+	switch {
+	case cmd.PrepareArtifact != nil:
+		c := *cmd.PrepareArtifact
+		s.artifacts.Mint(ctx, &c)
+		cmd.PrepareArtifact = &c
+	case cmd.LaunchWorkload != nil:
+		l := *cmd.LaunchWorkload
+		l.Artifacts = append([]capability.ArtifactMount(nil), l.Artifacts...)
+		for i := range l.Artifacts {
+			s.artifacts.Mint(ctx, &l.Artifacts[i].PrepareArtifactCommand)
+		}
+		if l.RegistryAuth == "" {
+			l.RegistryAuth = s.registries.Auth(ctx, l.Image)
+		}
+		cmd.LaunchWorkload = &l
+	case cmd.PrepareImage != nil:
+		c := *cmd.PrepareImage
+		if c.RegistryAuth == "" {
+			c.RegistryAuth = s.registries.Auth(ctx, c.Image)
+		}
+		cmd.PrepareImage = &c
+	}
+	return cmd
+}

@@ -1,0 +1,414 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/lifecycle"
+	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/store"
+)
+
+// submitRun validates a spec, pins its image, and stores a queued run. A
+// spec that fails validation or pinning creates nothing.
+func (s *Server) submitRun(w http.ResponseWriter, r *http.Request) {
+	var spec api.RunSpec
+	if err := httpapi.Decode(r, httpapi.MaxBody, &spec); err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	run, err := s.admitRun(r.Context(), spec, nil)
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	if err := s.batch(r.Context(), func(tx store.Tx) error { return tx.CreateRun(run) }); err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	s.log.Info("run submitted", "run", run.ID, "image", run.PinnedImage)
+	s.wakeReconcile()
+	httpapi.WriteJSON(w, http.StatusCreated, s.view(run, nil))
+}
+
+// maxBatchBody bounds the body of POST /v1/runs/batch. It is not
+// api.MaxRunBatch times httpapi.MaxBody: that would let one request make the
+// server hold a gigabyte while it decodes. A sweep's specs are alike and
+// small (well under 1 KiB each), so 64 KiB a run on average leaves ample
+// room; a batch of larger specs is refused and must be split.
+const maxBatchBody = api.MaxRunBatch * (64 << 10)
+
+// submitRuns creates a batch of runs (POST /v1/runs/batch), all or none:
+// every spec is admitted as submitRun admits one, in order, and the first
+// that fails refuses the whole batch with its error, its field prefixed
+// with runs[i]. The runs are created in one transaction and the reconcile
+// loop is woken once. The answer lists the runs in the order of the specs.
+func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
+	var req api.RunBatch
+	if err := httpapi.Decode(r, maxBatchBody, &req); err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	switch n := len(req.Runs); {
+	case n == 0:
+		httpapi.WriteError(w, failure.Invalid("runs", "is empty; send at least one run spec"))
+		return
+	case n > api.MaxRunBatch:
+		httpapi.WriteError(w, failure.Invalid("runs", "has %d run specs; a batch takes at most %d, so split it into calls of at most %d", n, api.MaxRunBatch, api.MaxRunBatch))
+		return
+	}
+	runs := make([]store.Run, len(req.Runs))
+	pins := map[string]string{}
+	for i, spec := range req.Runs {
+		run, err := s.admitRun(r.Context(), spec, pins)
+		if err != nil {
+			httpapi.WriteError(w, atBatchIndex(i, err))
+			return
+		}
+		runs[i] = run
+	}
+	err := s.batch(r.Context(), func(tx store.Tx) error {
+		for _, run := range runs {
+			if err := tx.CreateRun(run); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	s.log.Info("runs submitted", "count", len(runs), "first", runs[0].ID, "last", runs[len(runs)-1].ID)
+	s.wakeReconcile()
+	out := api.RunList{Runs: make([]api.Run, len(runs))}
+	for i, run := range runs {
+		out.Runs[i] = s.view(run, nil)
+	}
+	httpapi.WriteJSON(w, http.StatusCreated, out)
+}
+
+// admitRun is what a submission asks of one spec before anything is
+// stored: it validates the spec (ValidateRunSpec), resolves its Artifacts
+// to exact versions and pins its image to a digest, and returns the queued
+// run to create, with a new ID. It stores nothing; an error (of the kind
+// validation or resolution gave) means the spec is refused.
+//
+// pins, when not nil, holds the digests this submission already pinned, by
+// reference, and is added to: a batch of a thousand runs of one tag asks
+// the registry once, and every run of the batch gets the same digest even
+// if the tag moves meanwhile. nil pins each image afresh (pinCache still
+// spares a digest reference the registry).
+func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, pins map[string]string) (store.Run, error) {
+	if err := ValidateRunSpec(&spec); err != nil {
+		return store.Run{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.resolveArtifacts(ctx, &spec); err != nil {
+		return store.Run{}, err
+	}
+	pinned, ok := pins[spec.Image]
+	if !ok {
+		var err error
+		if pinned, err = s.pins.resolve(ctx, s.resolver, spec.Image, s.now()); err != nil {
+			return store.Run{}, err
+		}
+		if pins != nil {
+			pins[spec.Image] = pinned
+		}
+	}
+	now := s.now()
+	return store.Run{Run: api.Run{ID: httpapi.NewID("r-"), RunSpec: spec, PinnedImage: pinned, Status: api.RunQueued,
+		Reason: "waiting for the scheduler", Attempts: []api.Attempt{}, CreatedAt: now, UpdatedAt: now}}, nil
+}
+
+// atBatchIndex names spec i of a batch in err: a *failure.Error's field
+// becomes runs[i].field (runs[i] when it named none), keeping its kind and
+// message, so the client sees the same error shape a single submission
+// gets, with the index in it. Any other error is wrapped with the index.
+func atBatchIndex(i int, err error) error {
+	field := fmt.Sprintf("runs[%d]", i)
+	var fe *failure.Error
+	if !errors.As(err, &fe) {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	if fe.Field != "" {
+		field += "." + fe.Field
+	}
+	return &failure.Error{Kind: fe.Kind, Field: field, Message: fe.Message}
+}
+
+// view is the API's picture of a run: attempts on unreachable nodes show as
+// unknown rather than as what was last heard.
+func (s *Server) view(run store.Run, unreachable map[string]bool) api.Run {
+	out := run.Run
+	// A copy the caller owns, never nil: a queued run shows "attempts": [].
+	out.Attempts = append([]api.Attempt{}, out.Attempts...)
+	for i, a := range out.Attempts {
+		if unreachable[a.NodeID] && lifecycle.Active(a) {
+			out.Attempts[i].Status = api.AttemptUnknown
+		}
+	}
+	return out
+}
+
+// unreachableNodes reports which nodes holding an active attempt of runs
+// are not ready. It reads only those nodes: reading every node for every
+// run shown cost a run view as much as the fleet is large.
+func (s *Server) unreachableNodes(tx store.Tx, runs ...store.Run) (map[string]bool, error) {
+	out := map[string]bool{}
+	checked := map[string]bool{}
+	for _, r := range runs {
+		for _, a := range r.Attempts {
+			if !lifecycle.Active(a) || checked[a.NodeID] {
+				continue
+			}
+			checked[a.NodeID] = true
+			n, err := tx.GetNode(a.NodeID)
+			if errors.Is(err, failure.ErrNotFound) {
+				out[a.NodeID] = true
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			if s.nodeStatus(n) != api.NodeReady {
+				out[n.ID] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) readRun(ctx context.Context, id string) (api.Run, error) {
+	var out api.Run
+	err := s.store.View(ctx, func(tx store.Tx) error {
+		run, err := tx.GetRun(id)
+		if err != nil {
+			return err
+		}
+		down, err := s.unreachableNodes(tx, run)
+		out = s.view(run, down)
+		return err
+	})
+	return out, err
+}
+
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
+	run, err := s.readRun(r.Context(), r.PathValue("id"))
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, run)
+}
+
+var runStatuses = map[string]bool{api.RunQueued: true, api.RunPlaced: true, api.RunPreparing: true, api.RunRunning: true, api.RunSucceeded: true, api.RunFailed: true, api.RunCancelled: true}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	opts := store.ListRunsOptions{Before: q.Get("before"), Limit: 100}
+	if v := q.Get("status"); v != "" {
+		for _, st := range strings.Split(v, ",") {
+			if !runStatuses[st] {
+				httpapi.WriteError(w, failure.Invalid("status", "unknown status %q; use queued, placed, preparing, running, succeeded, failed or cancelled", st))
+				return
+			}
+			opts.Statuses = append(opts.Statuses, st)
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			httpapi.WriteError(w, failure.Invalid("limit", "must be an integer from 1 to 1000"))
+			return
+		}
+		opts.Limit = n
+	}
+	out := api.RunList{Runs: []api.Run{}}
+	err := s.store.View(r.Context(), func(tx store.Tx) error {
+		runs, err := tx.ListRuns(opts)
+		if err != nil {
+			return err
+		}
+		down, err := s.unreachableNodes(tx, runs...)
+		for _, run := range runs {
+			out.Runs = append(out.Runs, s.view(run, down))
+		}
+		return err
+	})
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, out)
+}
+
+// cancelRun requests cancellation: a queued run ends at once; a placed or
+// running one gets a stop operation and ends when its node reports the exit.
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var out store.Run
+	var nodeID string
+	err := s.update(r.Context(), func(tx store.Tx) error {
+		run, err := tx.GetRun(id)
+		if err != nil {
+			return err
+		}
+		nodeID = ""
+		if a := lifecycle.Cancel(&run.Run, s.now()); a != nil {
+			nodeID = a.NodeID
+			a.StopRequested = true
+			if err := s.issue(tx, a.NodeID, node.Command{Kind: node.KindStopWorkload, StopWorkload: &capability.StopWorkloadCommand{
+				WorkloadKey: capability.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "cancelled", GracePeriod: 10 * time.Second}}); err != nil {
+				return err
+			}
+		}
+		out = run
+		return tx.PutRun(run)
+	})
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	if nodeID != "" {
+		s.nodeChanged(nodeID)
+	}
+	s.runsChanged()
+	httpapi.WriteJSON(w, http.StatusOK, s.view(out, nil))
+}
+
+// waitRun answers when the run is terminal or the timeout (default 30s, at
+// most 5m) passed, whichever is first.
+func (s *Server) waitRun(w http.ResponseWriter, r *http.Request) {
+	timeout := 30 * time.Second
+	if v := r.URL.Query().Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > 5*time.Minute {
+			httpapi.WriteError(w, failure.Invalid("timeout", "must be a duration from 0s to 5m, such as 30s"))
+			return
+		}
+		timeout = d
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	id := r.PathValue("id")
+	for {
+		changed := s.runs.Wait()
+		run, err := s.readRun(r.Context(), id)
+		if err != nil {
+			httpapi.WriteError(w, err)
+			return
+		}
+		if api.Terminal(run.Status) {
+			httpapi.WriteJSON(w, http.StatusOK, run)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			httpapi.WriteJSON(w, http.StatusOK, run)
+			return
+		case <-changed:
+		}
+	}
+}
+
+// runLogs streams the latest attempt's output (or ?attempt=N's). With
+// follow, it keeps streaming until the run is terminal and its node has
+// delivered everything it read.
+func (s *Server) runLogs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	follow := q.Get("follow") == "true" || q.Get("follow") == "1"
+	var offset int64
+	if v := q.Get("offset"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			httpapi.WriteError(w, failure.Invalid("offset", "must be a non-negative integer"))
+			return
+		}
+		offset = n
+	}
+	id := r.PathValue("id")
+	run, err := s.readRun(r.Context(), id)
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	attempt := len(run.Attempts)
+	if v := q.Get("attempt"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > len(run.Attempts) {
+			httpapi.WriteError(w, failure.Invalid("attempt", "run %s has attempts 1 to %d", id, len(run.Attempts)))
+			return
+		}
+		attempt = n
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	ctx := r.Context()
+	quiet := 0
+	for {
+		grown := s.logs.Wait()
+		changed := s.runs.Wait()
+		if attempt == 0 { // not placed yet: wait for the first attempt
+			if run, err = s.readRun(ctx, id); err != nil {
+				return
+			}
+			attempt = len(run.Attempts)
+		}
+		var data []byte
+		if attempt > 0 {
+			err := s.store.View(ctx, func(tx store.Tx) error {
+				var err error
+				data, _, err = tx.ReadLog(capability.WorkloadKey{RunID: id, Attempt: attempt}, offset, 1<<20)
+				return err
+			})
+			if err != nil {
+				return
+			}
+		}
+		if len(data) > 0 {
+			if _, err := w.Write(data); err != nil {
+				return
+			}
+			offset += int64(len(data))
+			if flusher != nil {
+				flusher.Flush()
+			}
+			quiet = 0
+			continue
+		}
+		if !follow {
+			return
+		}
+		run, err = s.readRun(ctx, id)
+		if err != nil {
+			return
+		}
+		if api.Terminal(run.Status) && (attempt == len(run.Attempts)) {
+			// The exit is reported after the output the node had read, so a
+			// short grace covers only output still in flight.
+			if quiet++; quiet > 2 {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-grown:
+		case <-changed:
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,622 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/lifecycle"
+	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/scheduler"
+	"github.com/mercator/mercator/store"
+)
+
+// reconcileLoop places pending runs whenever something may have changed (a
+// submission, a finished attempt, new facts) and at least every
+// ReconcileEvery, which is also what notices expired leases.
+func (s *Server) reconcileLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.ReconcileEvery)
+	defer t.Stop()
+	wasLeading := false
+	for {
+		// Only the leader schedules; other replicas serve API calls and
+		// sessions and check again on the next tick.
+		leading := s.leader()
+		if leading {
+			s.metrics.Leader.Set(1)
+		} else {
+			s.metrics.Leader.Set(0)
+		}
+		if leading && !wasLeading {
+			// What this replica copied while another led may have missed
+			// that one's placements: start from the store.
+			s.sched.invalidate()
+			s.sched.forgetNodes()
+		}
+		wasLeading = leading
+		if leading {
+			start := time.Now()
+			if err := s.reconcile(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("reconcile", "err", err)
+			}
+			// Wakes arrive with every submission and every report that
+			// changes a run; spacing passes lets one pass take what a
+			// burst of them brought.
+			if rest := minPass - time.Since(start); rest > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(rest):
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.reconcileWake:
+		}
+	}
+}
+
+// issue stores a command for a node under the node's current fencing token.
+// The caller notifies the node's session after its transaction commits.
+func (s *Server) issue(tx store.Tx, nodeID string, cmd node.Command) error {
+	n, err := tx.GetNode(nodeID)
+	if err != nil {
+		return err
+	}
+	_, err = s.issueFenced(tx, nodeID, n.FencingToken, cmd)
+	return err
+}
+
+// issueFenced is issue with the node's fencing token already read in tx; it
+// returns the command as stored.
+func (s *Server) issueFenced(tx store.Tx, nodeID string, fence uint64, cmd node.Command) (node.Command, error) {
+	cmd.OperationID = httpapi.NewID("op-")
+	cmd.FencingToken = fence
+	cmd.CreatedAt = s.now()
+	return cmd, tx.PutOperation(store.Operation{ID: cmd.OperationID, NodeID: nodeID, CreatedAt: cmd.CreatedAt, Command: cmd})
+}
+
+// schedNode is a node as the scheduler sees it, with the status given,
+// without what its active attempts hold (buildSnapshot adds that).
+func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
+	sn := scheduler.Node{ID: n.ID, Images: map[string]bool{}} // UsedGPUs: set by whoever counts attempts
+	switch status {
+	case api.NodeReady:
+		sn.Ready = true
+		if n.Draining {
+			sn.Ready, sn.NotReadyReason = false, "is draining"
+		}
+		sn.Cordoned = n.Cordoned
+	case api.NodeInvited:
+		sn.NotReadyReason = "has not enrolled yet"
+	default:
+		sn.NotReadyReason = "is unreachable"
+	}
+	if f := n.Facts; f != nil {
+		sn.CPU, sn.MemoryBytes = f.CPUs, f.MemoryBytes
+		for _, img := range f.Images {
+			sn.Images[img] = true
+		}
+		for _, g := range f.Accelerators {
+			sn.GPUs = append(sn.GPUs, scheduler.GPU{UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes})
+		}
+		reserveFunctionShare(&sn, f) // functions_share.go
+	}
+	s.artifactFacts(&sn, n.Facts)
+	return sn
+}
+
+// snapshot builds the scheduler's view from the store alone, as every pass
+// did before the reconcile loop kept copies (schedState); tests compare
+// against it.
+func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run, error) {
+	nodes, err := tx.ListNodes()
+	if err != nil {
+		return scheduler.Snapshot{}, nil, err
+	}
+	active, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
+	if err != nil {
+		return scheduler.Snapshot{}, nil, err
+	}
+	queued, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunQueued}})
+	if err != nil {
+		return scheduler.Snapshot{}, nil, err
+	}
+	snap, pending := s.buildSnapshot(nodes, s.nodeStatus, func(fn func(runUsage)) {
+		for _, r := range active {
+			if u, ok := usageOf(r); ok {
+				fn(u)
+			}
+		}
+	}, queued)
+	return snap, pending, nil
+}
+
+// buildSnapshot builds the scheduler's view: the nodes from their records,
+// what active attempts hold (each calls its argument once per active run),
+// and the queued runs. The reconcile loop passes its copies (schedState).
+func (s *Server) buildSnapshot(nodes []store.Node, status func(store.Node) string, each func(func(runUsage)), queued []store.Run) (scheduler.Snapshot, map[string]store.Run) {
+	view := make([]scheduler.Node, 0, len(nodes))
+	index := make(map[string]int, len(nodes))
+	for _, n := range nodes {
+		index[n.ID] = len(view)
+		view = append(view, s.schedNode(n, status(n)))
+	}
+	return s.withUsage(view, index, each, queued)
+}
+
+// withUsage completes a snapshot: a copy of view (the nodes, indexed by ID
+// in index) with what active attempts hold added, and the queued runs.
+// view is not modified.
+func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each func(func(runUsage)), queued []store.Run) (scheduler.Snapshot, map[string]store.Run) {
+	var snap scheduler.Snapshot
+	snap.Nodes = append([]scheduler.Node(nil), view...)
+	// Every attempt that may still hold resources counts, replaced ones
+	// included: a replaced attempt can be alive on its node.
+	each(func(u runUsage) {
+		for _, a := range u.attempts {
+			i, ok := index[a.node]
+			if !ok {
+				continue
+			}
+			n := &snap.Nodes[i]
+			n.UsedCPU += u.cpu
+			n.UsedMemory += u.mem
+			for _, g := range a.gpus {
+				if n.UsedGPUs == nil {
+					n.UsedGPUs = map[string]bool{}
+				}
+				n.UsedGPUs[g] = true
+			}
+		}
+	})
+	pending := map[string]store.Run{}
+	for i := len(queued) - 1; i >= 0; i-- { // oldest first
+		r := queued[i]
+		if r.Cancel {
+			continue
+		}
+		pending[r.ID] = r
+		sr := scheduler.Run{ID: r.ID, Image: r.PinnedImage, CPU: r.CPU, MemoryBytes: r.MemoryBytes,
+			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes}
+		artifactDemand(&sr, r.RunSpec)
+		snap.Pending = append(snap.Pending, sr)
+	}
+	return snap, pending
+}
+
+// sameNodes reports whether two node lists are the same slice.
+func sameNodes(a, b []store.Node) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// minPass is the least time from the start of one reconcile pass to the
+// start of the next.
+const minPass = 20 * time.Millisecond
+
+// placeChunk bounds the placements (or reasons) one transaction commits: a
+// plan for a hundred thousand runs must not hold SQLite's single writer,
+// which heartbeat-driven work and submissions wait on, for seconds, and
+// the first nodes can start on their work while the rest commits. A
+// hundred holds the writer for about 20 ms on the 2-core machine the fleet
+// simulator ran on (500 held it for ~100 ms, a wait every submission and
+// event batch behind it paid). With several replicas on PostgreSQL the chunk is smaller: a transaction
+// there is serializable, and a long one that reads and writes many runs is
+// likely to conflict with the reports arriving about them, which reruns it
+// whole.
+const placeChunk, placeChunkReplicas = 100, 50
+
+func (s *Server) placeChunk() int {
+	if s.coord != nil {
+		return placeChunkReplicas
+	}
+	return placeChunk
+}
+
+// reconcile deals with lost nodes and passed drain deadlines, runs the
+// scheduler once, and commits its plan: each placement becomes an attempt
+// and a launch operation in the same transaction, and each waiting run gets
+// its reason. A pass with nothing queued, no node lost and no drain due
+// reads only the queue (and, at most once per liveness flush period, the
+// nodes' records).
+func (s *Server) reconcile(ctx context.Context) error {
+	nodes, err := s.nodeList(ctx, s.nodeListAge())
+	if err != nil {
+		return err
+	}
+	lost := map[string]time.Time{} // unreachable node → since when
+	drained := map[string]bool{}   // draining node past its deadline
+	// Statuses, lost nodes and passed drain deadlines are judged once per
+	// flush period (or when the records changed), not at every pass: a
+	// pass runs at every submission, and judging is O(nodes).
+	st := &s.sched
+	if time.Since(st.viewAt) >= s.live.FlushPeriod() || !sameNodes(nodes, st.viewFrom) {
+		now := s.now()
+		mem := s.live.Snapshot()
+		st.view, st.viewIndex = make([]scheduler.Node, 0, len(nodes)), make(map[string]int, len(nodes))
+		for _, n := range nodes {
+			seen := freshest(n, mem)
+			status := s.statusSeen(n, seen, now)
+			st.viewIndex[n.ID] = len(st.view)
+			st.view = append(st.view, s.schedNode(n, status))
+			if n.EnrolledAt != nil && status == api.NodeUnreachable && seen != nil {
+				lost[n.ID] = seen.Add(s.cfg.Lease)
+			}
+			if n.Draining && n.DrainDeadline != nil && !now.Before(*n.DrainDeadline) {
+				drained[n.ID] = true
+			}
+		}
+		st.viewFrom, st.viewAt = nodes, time.Now()
+	}
+	refreshed := false
+	if len(lost) > 0 || len(drained) > 0 {
+		if err := s.refreshUsage(ctx); err != nil {
+			return err
+		}
+		refreshed = true
+		if err := s.replaceLost(ctx, lost); err != nil {
+			return err
+		}
+		if err := s.enforceDrains(ctx, drained); err != nil {
+			return err
+		}
+	}
+	var queued []store.Run
+	if err := s.store.View(ctx, func(tx store.Tx) error {
+		var err error
+		queued, err = tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunQueued}})
+		return err
+	}); err != nil {
+		return err
+	}
+	waiting := 0
+	for _, r := range queued {
+		if !r.Cancel {
+			waiting++
+		}
+	}
+	if waiting == 0 {
+		s.metrics.Pending.Set(0)
+		return nil
+	}
+	if !refreshed {
+		if err := s.refreshUsage(ctx); err != nil {
+			return err
+		}
+	}
+	snap, pending := s.withUsage(st.view, st.viewIndex, func(fn func(runUsage)) {
+		// The sums by node stand for the runs: a pass costs O(nodes).
+		s.sched.eachNode(func(node string, n *nodeUse) {
+			u := runUsage{cpu: n.cpu, mem: n.mem, attempts: []attemptUsage{{node: node}}}
+			for g := range n.gpus {
+				u.attempts[0].gpus = append(u.attempts[0].gpus, g)
+			}
+			fn(u)
+		})
+	}, queued)
+	plan := scheduler.Schedule(snap)
+	placed := 0
+	chunk := s.placeChunk()
+	for start := 0; start < len(plan.Placements); start += chunk {
+		n, tooOld, err := s.commitPlacements(ctx, plan.Placements[start:min(start+chunk, len(plan.Placements))], pending)
+		placed += n
+		if err != nil {
+			return err
+		}
+		maps.Copy(plan.Waiting, tooOld)
+	}
+	if err := s.commitReasons(ctx, plan.Waiting, pending); err != nil {
+		return err
+	}
+	s.metrics.Placements.Add(float64(placed))
+	s.metrics.Pending.Set(float64(len(plan.Waiting)))
+	if placed > 0 {
+		s.log.Info("placed runs", "count", placed, "waiting", len(plan.Waiting))
+		s.runsChanged()
+	}
+	return nil
+}
+
+// commitPlacements commits placements in one transaction, returning how
+// many it made (their launches reach the nodes' sessions as the
+// transaction commits: see runTx) and, by run ID, why a placement on a
+// node whose agent is too old for its commands was not made. A run that
+// changed since the snapshot is left for the next pass.
+func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Placement, pending map[string]store.Run) (int, map[string]string, error) {
+	placed := 0
+	tooOld := map[string]string{}
+	// Locked (store.UpdateLocked): each run is read by key, checked to be
+	// as the plan saw it, and written back; nodes and artifacts are read by
+	// key.
+	nodeIDs := make([]string, 0, len(placements))
+	for _, p := range placements {
+		nodeIDs = append(nodeIDs, p.NodeID)
+	}
+	slices.Sort(nodeIDs)
+	nodeIDs = slices.Compact(nodeIDs)
+	err := s.updateLocked(ctx, func(tx store.Tx) error {
+		placed = 0
+		// The nodes' records first, once each and in ID order: on
+		// PostgreSQL each read locks its row, and a liveness flush
+		// (package liveness) writes node rows in ID order too, so the two wait
+		// for each other rather than deadlock (which PostgreSQL breaks
+		// only after a second, and which, with the rows taken in plan
+		// order, stalled placements at tens a second behind a long queue).
+		fences := make(map[string]uint64, len(nodeIDs))
+		versions := make(map[string]int, len(nodeIDs))
+		clear(tooOld)
+		for _, id := range nodeIDs {
+			n, err := tx.GetNode(id)
+			if err != nil {
+				return err
+			}
+			fences[id] = n.FencingToken
+			if n.Facts != nil {
+				versions[id] = n.Facts.CapabilityVersion
+			}
+		}
+		now := s.now()
+		for _, p := range placements {
+			run, err := tx.GetRun(p.RunID)
+			if err != nil {
+				return err
+			}
+			if run.Status != api.RunQueued || run.Cancel || len(run.Attempts) != len(pending[p.RunID].Attempts) {
+				continue // changed since the snapshot; the next pass sees it
+			}
+			a := lifecycle.Place(&run.Run, p.NodeID, p.GPUs, now)
+			cmd := node.Command{Kind: node.KindLaunchWorkload, LaunchWorkload: &capability.LaunchWorkloadCommand{
+				WorkloadKey: capability.WorkloadKey{RunID: run.ID, Attempt: a.Number},
+				Image:       run.PinnedImage, Command: run.Command, Env: run.Env,
+				CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: p.GPUs,
+				Timeout: time.Duration(run.TimeoutSeconds) * time.Second,
+			}}
+			prepares, err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
+			if err != nil {
+				return err
+			}
+			// Every command goes only to an agent that speaks it;
+			// otherwise the run waits, and says why.
+			if why := tooOldFor(p.NodeID, versions[p.NodeID], append(prepares, cmd)); why != "" {
+				tooOld[p.RunID] = why
+				continue
+			}
+			for _, prep := range prepares {
+				if _, err := s.issueFenced(tx, p.NodeID, fences[p.NodeID], prep); err != nil {
+					return err
+				}
+			}
+			if _, err := s.issueFenced(tx, p.NodeID, fences[p.NodeID], cmd); err != nil {
+				return err
+			}
+			if err := tx.PutRun(run); err != nil {
+				return err
+			}
+			placed++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	return placed, tooOld, nil
+}
+
+// tooOldFor is why a node whose agent speaks capability version have
+// cannot take cmds (node.RequiredVersion), or "" when it can. Every agent
+// speaks what version 1 defined, whatever its facts say.
+func tooOldFor(nodeID string, have int, cmds []node.Command) string {
+	need := 1
+	for _, c := range cmds {
+		need = max(need, node.RequiredVersion(c))
+	}
+	if need <= 1 || have >= need {
+		return ""
+	}
+	return fmt.Sprintf("waiting: node %s runs an agent of capability version %d; this run needs %d or later (upgrade the agent)", nodeID, have, need)
+}
+
+// commitReasons records why each waiting run waits, writing only the runs
+// whose reason changed.
+func (s *Server) commitReasons(ctx context.Context, waiting map[string]string, pending map[string]store.Run) error {
+	var changed []string
+	for id, why := range waiting {
+		if r, ok := pending[id]; !ok || r.Reason != why {
+			changed = append(changed, id)
+		}
+	}
+	sort.Strings(changed)
+	for start := 0; start < len(changed); start += s.placeChunk() {
+		chunk := changed[start:min(start+s.placeChunk(), len(changed))]
+		if err := s.update(ctx, func(tx store.Tx) error {
+			now := s.now()
+			for _, id := range chunk {
+				run, err := tx.GetRun(id)
+				if err != nil {
+					return err
+				}
+				if run.Status != api.RunQueued || run.Reason == waiting[id] {
+					continue
+				}
+				run.Reason, run.UpdatedAt = waiting[id], now
+				if err := tx.PutRun(run); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replaceLost replaces the current attempt of every run whose node has been
+// unreachable (lost: since when) for longer than the run's replace-after
+// (lifecycle.Replace), and withdraws the attempt's launch if the node never
+// received it. The run goes back to the queue in the same transaction, so
+// the scheduling pass that follows places it elsewhere. The runs considered
+// are those whose current attempt the copy of active attempts puts on a
+// lost node; each is read again, and its node judged again, in the
+// transaction.
+func (s *Server) replaceLost(ctx context.Context, lost map[string]time.Time) error {
+	var candidates []string
+	s.sched.eachActive(func(id string, u runUsage) {
+		if _, down := lost[u.current]; down && u.current != "" {
+			candidates = append(candidates, id)
+		}
+	})
+	if len(candidates) == 0 {
+		return nil
+	}
+	sort.Strings(candidates)
+	replaced := 0
+	err := s.update(ctx, func(tx store.Tx) error {
+		replaced = 0
+		now := s.now()
+		judged := map[string]*time.Time{} // node → lost since; nil: not lost
+		for _, id := range candidates {
+			run, err := tx.GetRun(id)
+			if err != nil {
+				return err
+			}
+			a := lifecycle.Current(&run.Run)
+			if a == nil {
+				continue
+			}
+			since, ok := judged[a.NodeID]
+			if !ok {
+				n, err := tx.GetNode(a.NodeID)
+				if err != nil {
+					return err
+				}
+				if seen := s.live.LastSeen(n); seen != nil && s.nodeStatus(n) == api.NodeUnreachable {
+					t := seen.Add(s.cfg.Lease)
+					since = &t
+				}
+				judged[a.NodeID] = since
+			}
+			if since == nil {
+				continue
+			}
+			lostAt := *since
+			after, ok := lifecycle.ReplaceAfter(&run.Run)
+			if !ok || now.Before(lostAt.Add(after)) {
+				continue
+			}
+			if lifecycle.Replace(&run.Run, lostAt, now) == nil {
+				continue
+			}
+			if err := s.withdrawLaunch(tx, a.NodeID, run.ID, a.Number, now); err != nil {
+				return err
+			}
+			if err := tx.PutRun(run); err != nil {
+				return err
+			}
+			replaced++
+			s.log.Warn("replacing attempt on unreachable node", "run", run.ID, "attempt", a.Number, "node", a.NodeID, "unreachable_since", lostAt)
+		}
+		return nil
+	})
+	if replaced > 0 {
+		s.runsChanged()
+	}
+	return err
+}
+
+// withdrawLaunch settles a still-pending launch of the attempt so it is not
+// delivered when the node returns. A launch already delivered is not
+// affected: the node reports the attempt and it is stopped as a stray.
+func (s *Server) withdrawLaunch(tx store.Tx, nodeID, runID string, attempt int, now time.Time) error {
+	ops, err := tx.PendingOperations(nodeID)
+	if err != nil {
+		return err
+	}
+	for _, op := range ops {
+		l := op.Command.LaunchWorkload
+		if l == nil || l.RunID != runID || l.Attempt != attempt {
+			continue
+		}
+		op.Result = &node.Result{OperationID: op.ID, Kind: op.Command.Kind, Outcome: node.OutcomeRefused, At: now,
+			Error: "withdrawn by the control plane: the attempt was replaced while its node was unreachable"}
+		if err := tx.PutOperation(op); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// enforceDrains stops the remaining attempts on every draining node whose
+// deadline has passed, once each (the stop reason is "drained", and a
+// drained attempt fails its run like any stopped attempt, so the run's
+// retry policy can place it elsewhere).
+//
+// drained names the nodes whose deadline the copy of the records shows
+// passed; only those the copy of active attempts shows holding some are
+// visited, and each is read again in the transaction.
+func (s *Server) enforceDrains(ctx context.Context, drained map[string]bool) error {
+	busy := map[string]bool{}
+	s.sched.eachActive(func(_ string, u runUsage) {
+		for _, a := range u.attempts {
+			if drained[a.node] {
+				busy[a.node] = true
+			}
+		}
+	})
+	if len(busy) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(busy))
+	for id := range busy {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var touched []string
+	err := s.update(ctx, func(tx store.Tx) error {
+		touched = touched[:0]
+		now := s.now()
+		for _, id := range ids {
+			n, err := tx.GetNode(id)
+			if err != nil {
+				return err
+			}
+			if !n.Draining || n.DrainDeadline == nil || now.Before(*n.DrainDeadline) {
+				continue
+			}
+			runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: n.ID, Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
+			if err != nil {
+				return err
+			}
+			for _, run := range runs {
+				a := lifecycle.Current(&run.Run)
+				if a == nil || a.NodeID != n.ID || !lifecycle.Active(*a) || a.StopRequested {
+					continue
+				}
+				if err := s.issue(tx, n.ID, node.Command{Kind: node.KindStopWorkload, StopWorkload: &capability.StopWorkloadCommand{
+					WorkloadKey: capability.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "drained", GracePeriod: 10 * time.Second}}); err != nil {
+					return err
+				}
+				a.StopRequested = true
+				if err := tx.PutRun(run); err != nil {
+					return err
+				}
+				touched = append(touched, n.ID)
+				s.log.Info("drain deadline passed; stopping attempt", "node", n.ID, "run", run.ID, "attempt", a.Number)
+			}
+		}
+		return nil
+	})
+	for _, id := range touched {
+		s.nodeChanged(id)
+	}
+	return err
+}

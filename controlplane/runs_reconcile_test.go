@@ -1,0 +1,88 @@
+package controlplane
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/store"
+)
+
+// TestRunWaitsForAnAgentThatSpeaksItsCommands: a run whose launch mounts
+// an Artifact is not placed on a node whose agent is older than
+// capability.VersionArtifacts (node.RequiredVersion): no command reaches
+// that node, and the run waits with a reason that says so. Once the agent
+// speaks the version, the run is placed with its prepare_artifact.
+func TestRunWaitsForAnAgentThatSpeaksItsCommands(t *testing.T) {
+	f := newRunsFixture(t)
+	ctx := context.Background()
+	now := time.Now()
+	putNode := func(version int) {
+		t.Helper()
+		if err := f.srv.update(ctx, func(tx store.Tx) error {
+			return tx.PutNode(store.Node{ID: "old", CreatedAt: now, EnrolledAt: &now, LastSeenAt: &now,
+				Facts: &capability.NodeFacts{CPUs: 16, MemoryBytes: 64 << 30, CapabilityVersion: version}})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	putNode(1)
+	digest := strings.Repeat("ab", 32)
+	if err := f.srv.update(ctx, func(tx store.Tx) error {
+		return tx.CreateArtifact(store.Artifact{Seq: 1, ArtifactVersion: api.ArtifactVersion{Name: "data", Version: "v1", SHA256: digest,
+			Size: 3, Format: api.ArtifactFile, CreatedAt: now}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	spec := specAt(0, "reg/app:1")
+	spec.Artifacts = []api.ArtifactMount{{Name: "data", MountPath: "/data"}}
+	var run api.Run
+	f.want(http.StatusCreated, &run, "POST", "/v1/runs", spec)
+
+	pending := func() []store.Operation {
+		t.Helper()
+		var ops []store.Operation
+		if err := f.srv.store.View(ctx, func(tx store.Tx) error {
+			var err error
+			ops, err = tx.PendingOperations("old")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return ops
+	}
+	if err := f.srv.reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.want(http.StatusOK, &run, "GET", "/v1/runs/"+run.ID, nil)
+	if run.Status != api.RunQueued || !strings.Contains(run.Reason, "capability version 1") || !strings.Contains(run.Reason, "needs 2") {
+		t.Fatalf("run on an agent too old for Artifacts: status %s, reason %q", run.Status, run.Reason)
+	}
+	if ops := pending(); len(ops) != 0 {
+		t.Fatalf("an agent too old for Artifacts was sent %d commands: %+v", len(ops), ops)
+	}
+
+	putNode(capability.Version)
+	if err := f.srv.reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.want(http.StatusOK, &run, "GET", "/v1/runs/"+run.ID, nil)
+	if run.Status != api.RunPlaced {
+		t.Fatalf("run after the agent's upgrade: status %s, reason %q", run.Status, run.Reason)
+	}
+	kinds := map[string]int{}
+	for _, op := range pending() {
+		kinds[op.Command.Kind]++
+		if need := node.RequiredVersion(op.Command); need > capability.Version {
+			t.Errorf("%s needs version %d", op.Command.Kind, need)
+		}
+	}
+	if kinds[node.KindPrepareArtifact] != 1 || kinds[node.KindLaunchWorkload] != 1 {
+		t.Errorf("commands after the upgrade = %v, want one prepare_artifact and one launch", kinds)
+	}
+}
