@@ -169,7 +169,7 @@ type DrainRequest struct {
 }
 
 // NodeFactsDoc is the node's last reported facts, exactly as it reported
-// them (see capability.NodeFacts for field meanings).
+// them (see nodeproto.NodeFacts for field meanings).
 type NodeFactsDoc = map[string]any
 
 // NodeList is the body of GET /v1/nodes.

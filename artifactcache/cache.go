@@ -15,8 +15,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // CopySource names what a node measured when it timed itself reading
@@ -117,7 +117,7 @@ type Cache struct {
 	fetching map[string]*fetchCall // copies in progress, by digest
 	reserved int64                 // bytes promised to copies in progress
 	pins     map[string]int        // launches holding a digest until their container exists
-	readings []capability.LinkReading
+	readings []nodeproto.LinkReading
 }
 
 type heldCopy struct {
@@ -255,14 +255,14 @@ func contentPath(root, digest string) string {
 // evicting the least recently used copies that no container on this node
 // mounts; content that cannot fit is an error saying so, and never a partial
 // copy. The whole copy is timed as one link reading (CopySource).
-func (s *Cache) Prepare(ctx context.Context, command capability.PrepareArtifactCommand) error {
+func (s *Cache) Prepare(ctx context.Context, command nodeproto.PrepareArtifactCommand) error {
 	if err := s.ready(); err != nil {
 		return fmt.Errorf("prepare artifact %s: %w", command.Ref(), err)
 	}
 	return s.prepare(ctx, command)
 }
 
-func (s *Cache) prepare(ctx context.Context, c capability.PrepareArtifactCommand) error {
+func (s *Cache) prepare(ctx context.Context, c nodeproto.PrepareArtifactCommand) error {
 	ref := c.Ref()
 	switch {
 	case !validDigest(c.SHA256):
@@ -368,7 +368,7 @@ func writeSynced(path string, data []byte) error {
 
 // record keeps one timed copy as a link reading, when it was large enough
 // to time a path rather than a round trip.
-func (s *Cache) record(c capability.PrepareArtifactCommand, took time.Duration) {
+func (s *Cache) record(c nodeproto.PrepareArtifactCommand, took time.Duration) {
 	if c.Size < s.opts.MinLinkSample || took <= 0 {
 		return
 	}
@@ -376,7 +376,7 @@ func (s *Cache) record(c capability.PrepareArtifactCommand, took time.Duration) 
 	bps := int64(float64(c.Size) / took.Seconds())
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.readings = append(s.readings, capability.LinkReading{
+	s.readings = append(s.readings, nodeproto.LinkReading{
 		Source: CopySource, BytesPerSecond: bps, Confidence: MeasuredLinkConfidence,
 		Bytes: c.Size, MeasuredAt: now, ValidUntil: now.Add(MeasuredLinkValidity),
 	})
@@ -384,11 +384,11 @@ func (s *Cache) record(c capability.PrepareArtifactCommand, took time.Duration) 
 
 // describe adds the inventory and the link floor to facts: the slowest
 // reading still valid, none when every reading has expired.
-func (s *Cache) describe(facts *capability.NodeFacts) {
+func (s *Cache) describe(facts *nodeproto.NodeFacts) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	var floor *capability.LinkReading
+	var floor *nodeproto.LinkReading
 	kept := s.readings[:0]
 	for _, r := range s.readings {
 		if !now.Before(r.ValidUntil) {
@@ -409,14 +409,14 @@ func (s *Cache) describe(facts *capability.NodeFacts) {
 	sort.Strings(digests)
 	for _, d := range digests {
 		h := s.held[d]
-		facts.Artifacts = append(facts.Artifacts, capability.HeldArtifact{SHA256: d, Size: h.Size, Refs: slices.Clone(h.Refs)})
+		facts.Artifacts = append(facts.Artifacts, nodeproto.HeldArtifact{SHA256: d, Size: h.Size, Refs: slices.Clone(h.Refs)})
 	}
 }
 
 // Describe adds the Artifact inventory and link floor to facts, or a note
 // when the configured root cannot be used. A cache without a root adds
 // nothing: the runtime's facts already say no root is configured.
-func (s *Cache) Describe(facts *capability.NodeFacts) {
+func (s *Cache) Describe(facts *nodeproto.NodeFacts) {
 	if err := s.ready(); err != nil {
 		if s.configured != "" {
 			facts.Notes = append(facts.Notes, fmt.Sprintf("artifacts: %v", err))
@@ -430,7 +430,7 @@ func (s *Cache) Describe(facts *capability.NodeFacts) {
 // way) and pins them: until release is called, once the container exists,
 // no eviction removes them between their preparation and the container that
 // mounts them. A launch without Artifacts holds nothing.
-func (s *Cache) Hold(ctx context.Context, artifacts []capability.ArtifactMount) (release func(), err error) {
+func (s *Cache) Hold(ctx context.Context, artifacts []nodeproto.ArtifactMount) (release func(), err error) {
 	if len(artifacts) == 0 {
 		return func() {}, nil
 	}

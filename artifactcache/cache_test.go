@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 func hexDigest(b []byte) string {
@@ -60,11 +60,11 @@ func newContentServer(t *testing.T) *contentServer {
 	return cs
 }
 
-func (cs *contentServer) add(name string, blob []byte, format string) capability.PrepareArtifactCommand {
+func (cs *contentServer) add(name string, blob []byte, format string) nodeproto.PrepareArtifactCommand {
 	cs.mu.Lock()
 	cs.blobs[name] = blob
 	cs.mu.Unlock()
-	return capability.PrepareArtifactCommand{Name: name, Version: "v1", SHA256: hexDigest(blob), Size: int64(len(blob)), Format: format,
+	return nodeproto.PrepareArtifactCommand{Name: name, Version: "v1", SHA256: hexDigest(blob), Size: int64(len(blob)), Format: format,
 		URL: cs.URL + "/" + name + "?sig=secret-signature", ExpiresAt: time.Now().Add(time.Hour)}
 }
 
@@ -108,7 +108,7 @@ func TestPrepareFetchesVerifiesAndPublishes(t *testing.T) {
 	if err := s.prepare(context.Background(), unminted); err != nil || cs.requests.Load() != 1 {
 		t.Fatalf("prepare of held content without a read: %v, %d requests", err, cs.requests.Load())
 	}
-	var facts capability.NodeFacts
+	var facts nodeproto.NodeFacts
 	s.describe(&facts)
 	if len(facts.Artifacts) != 1 || facts.Artifacts[0].SHA256 != cmd.SHA256 || strings.Join(facts.Artifacts[0].Refs, ",") != "alias@v1,data@v1" {
 		t.Errorf("inventory = %+v", facts.Artifacts)
@@ -122,7 +122,7 @@ func TestPrepareFetchesVerifiesAndPublishes(t *testing.T) {
 	if err := s2.init(root); err != nil {
 		t.Fatal(err)
 	}
-	var after capability.NodeFacts
+	var after nodeproto.NodeFacts
 	s2.describe(&after)
 	if len(after.Artifacts) != 1 || after.Link != nil {
 		t.Errorf("after restart: inventory %+v, link %+v", after.Artifacts, after.Link)
@@ -255,7 +255,7 @@ func TestConcurrentPreparesShareOneCopy(t *testing.T) {
 	if n := cs.requests.Load(); n != 1 {
 		t.Errorf("%d fetches for 5 concurrent prepares, want 1", n)
 	}
-	var facts capability.NodeFacts
+	var facts nodeproto.NodeFacts
 	s.describe(&facts)
 	if len(facts.Artifacts) != 1 || len(facts.Artifacts[0].Refs) != 5 {
 		t.Errorf("inventory = %+v, want one copy with five references", facts.Artifacts)
@@ -264,7 +264,7 @@ func TestConcurrentPreparesShareOneCopy(t *testing.T) {
 
 func TestBudgetEvictsLeastRecentlyUsedNotInUse(t *testing.T) {
 	cs := newContentServer(t)
-	mk := func(name string) capability.PrepareArtifactCommand {
+	mk := func(name string) nodeproto.PrepareArtifactCommand {
 		return cs.add(name, bytes.Repeat([]byte(name[:1]), 1000), "file")
 	}
 	a, b, c, d := mk("a"), mk("b"), mk("c"), mk("d")
@@ -272,11 +272,11 @@ func TestBudgetEvictsLeastRecentlyUsedNotInUse(t *testing.T) {
 	clock := func() time.Time { return now }
 	inUse := map[string]bool{}
 	s, root := newTestStore(t, Options{Budget: 2500, Now: clock}, inUse)
-	prep := func(cmd capability.PrepareArtifactCommand) error {
+	prep := func(cmd nodeproto.PrepareArtifactCommand) error {
 		now = now.Add(time.Minute)
 		return s.prepare(context.Background(), cmd)
 	}
-	for _, cmd := range []capability.PrepareArtifactCommand{a, b} {
+	for _, cmd := range []nodeproto.PrepareArtifactCommand{a, b} {
 		if err := prep(cmd); err != nil {
 			t.Fatal(err)
 		}
@@ -288,7 +288,7 @@ func TestBudgetEvictsLeastRecentlyUsedNotInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := func() string {
-		var facts capability.NodeFacts
+		var facts nodeproto.NodeFacts
 		s.describe(&facts)
 		var names []string
 		for _, h := range facts.Artifacts {
@@ -407,12 +407,12 @@ func TestTarVersions(t *testing.T) {
 func TestLinkFloorIsTheSlowestValidReading(t *testing.T) {
 	now := time.Now()
 	s, _ := newTestStore(t, Options{Now: func() time.Time { return now }}, nil)
-	big := capability.PrepareArtifactCommand{Size: 100 << 20}
+	big := nodeproto.PrepareArtifactCommand{Size: 100 << 20}
 	s.record(big, time.Second) // 100 MiB/s, at t0
 	now = now.Add(10 * time.Minute)
-	s.record(big, time.Second/4)                                          // 400 MiB/s
-	s.record(capability.PrepareArtifactCommand{Size: 1 << 20}, time.Hour) // too small to count
-	var facts capability.NodeFacts
+	s.record(big, time.Second/4)                                         // 400 MiB/s
+	s.record(nodeproto.PrepareArtifactCommand{Size: 1 << 20}, time.Hour) // too small to count
+	var facts nodeproto.NodeFacts
 	s.describe(&facts)
 	if facts.Link == nil || facts.Link.BytesPerSecond != 100<<20 {
 		t.Fatalf("floor = %+v, want the 100 MiB/s reading", facts.Link)
@@ -420,13 +420,13 @@ func TestLinkFloorIsTheSlowestValidReading(t *testing.T) {
 	// The slow reading expires an hour after it was taken; the fast one
 	// stands until its own hour is over.
 	now = now.Add(MeasuredLinkValidity - 5*time.Minute)
-	facts = capability.NodeFacts{}
+	facts = nodeproto.NodeFacts{}
 	s.describe(&facts)
 	if facts.Link == nil || facts.Link.BytesPerSecond != 400<<20 {
 		t.Fatalf("floor after the slow reading expired = %+v, want the 400 MiB/s reading", facts.Link)
 	}
 	now = now.Add(10 * time.Minute)
-	facts = capability.NodeFacts{}
+	facts = nodeproto.NodeFacts{}
 	s.describe(&facts)
 	if facts.Link != nil {
 		t.Fatalf("floor after every reading expired = %+v, want none", facts.Link)

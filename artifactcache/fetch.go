@@ -14,14 +14,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/hostfacts"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // fetch makes room, copies, verifies and publishes one version, retrying
 // content that arrived wrong.
-func (s *Cache) fetch(ctx context.Context, c capability.PrepareArtifactCommand) error {
+func (s *Cache) fetch(ctx context.Context, c nodeproto.PrepareArtifactCommand) error {
 	ref := c.Ref()
 	if err := s.reserve(ctx, c); err != nil {
 		return err
@@ -63,7 +63,7 @@ func (r *retryable) Unwrap() error { return r.err }
 // reserve makes room for c: within the budget, and on the disk. It evicts
 // least recently used copies that no container mounts and no launch holds,
 // and fails, evicting nothing more, when that is not enough.
-func (s *Cache) reserve(ctx context.Context, c capability.PrepareArtifactCommand) error {
+func (s *Cache) reserve(ctx context.Context, c nodeproto.PrepareArtifactCommand) error {
 	inUse, err := s.inUse(ctx)
 	if err != nil {
 		return fmt.Errorf("prepare artifact %s: cannot tell which copies running work uses, so none is evicted: %w", c.Ref(), err)
@@ -133,7 +133,7 @@ func (s *Cache) evict(digest string) error {
 
 // copyOnce fetches the content into a directory under tmp and publishes it
 // when its length and digest are right.
-func (s *Cache) copyOnce(ctx context.Context, c capability.PrepareArtifactCommand) (err error) {
+func (s *Cache) copyOnce(ctx context.Context, c nodeproto.PrepareArtifactCommand) (err error) {
 	ref := c.Ref()
 	stage, err := os.MkdirTemp(filepath.Join(s.root, "tmp"), c.SHA256[:12]+"-")
 	if err != nil {

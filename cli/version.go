@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
-	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Version is this build's version. Release builds set it with
@@ -77,7 +77,7 @@ contact the control plane.`)
 	if len(pos) > 0 {
 		return usagef("unexpected argument %q", pos[0])
 	}
-	vi := versionInfo{Version: buildVersion(), CapabilityVersion: capability.Version,
+	vi := versionInfo{Version: buildVersion(), CapabilityVersion: nodeproto.Version,
 		Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if *output == "json" {
 		return inv.writeJSON(vi)

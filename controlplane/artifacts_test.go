@@ -25,14 +25,14 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/controlplane/artifact"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/hashcopy"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
+
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/memstore"
 )
@@ -188,8 +188,8 @@ func TestOutboundMintsReadsAndStoresNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prep := capability.PrepareArtifactCommand{Name: "data", Version: v.Version, SHA256: v.SHA256, Size: v.Size, Format: v.Format}
-	stored := node.Command{Kind: node.KindPrepareArtifact, PrepareArtifact: &prep}
+	prep := nodeproto.PrepareArtifactCommand{Name: "data", Version: v.Version, SHA256: v.SHA256, Size: v.Size, Format: v.Format}
+	stored := nodeproto.Command{Kind: nodeproto.KindPrepareArtifact, PrepareArtifact: &prep}
 	sent := f.srv.outbound(context.Background(), stored)
 	if stored.PrepareArtifact.URL != "" {
 		t.Fatal("outbound changed the stored command")
@@ -215,8 +215,8 @@ func TestOutboundMintsReadsAndStoresNone(t *testing.T) {
 		t.Errorf("expired read = %d", resp.StatusCode)
 	}
 	// A launch's Artifacts are minted too.
-	launch := node.Command{Kind: node.KindLaunchWorkload, LaunchWorkload: &capability.LaunchWorkloadCommand{Image: "127.0.0.1:5/x@sha256:" + strings.Repeat("a", 64),
-		Artifacts: []capability.ArtifactMount{{PrepareArtifactCommand: prep, MountPath: "/d"}}}}
+	launch := nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{Image: "127.0.0.1:5/x@sha256:" + strings.Repeat("a", 64),
+		Artifacts: []nodeproto.ArtifactMount{{PrepareArtifactCommand: prep, MountPath: "/d"}}}}
 	out := f.srv.outbound(context.Background(), launch)
 	if out.LaunchWorkload.Artifacts[0].URL == "" || launch.LaunchWorkload.Artifacts[0].URL != "" {
 		t.Error("launch artifacts were not minted, or the stored launch was changed")
@@ -242,7 +242,7 @@ func TestRegistryCredentialsAreSealedAndNeverReturned(t *testing.T) {
 	}
 	// Sent with the launch that needs it, and only then.
 	image := "registry.example:5000/team/app@sha256:" + strings.Repeat("b", 64)
-	launch := node.Command{Kind: node.KindLaunchWorkload, LaunchWorkload: &capability.LaunchWorkloadCommand{Image: image}}
+	launch := nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{Image: image}}
 	out := f.srv.outbound(ctx, launch)
 	raw, err := base64.URLEncoding.DecodeString(out.LaunchWorkload.RegistryAuth)
 	var auth map[string]string
@@ -252,7 +252,7 @@ func TestRegistryCredentialsAreSealedAndNeverReturned(t *testing.T) {
 	if launch.LaunchWorkload.RegistryAuth != "" {
 		t.Error("outbound wrote the credential into the stored command")
 	}
-	other := node.Command{Kind: node.KindLaunchWorkload, LaunchWorkload: &capability.LaunchWorkloadCommand{Image: "ghcr.io/x/y@sha256:" + strings.Repeat("c", 64)}}
+	other := nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{Image: "ghcr.io/x/y@sha256:" + strings.Repeat("c", 64)}}
 	if a := f.srv.outbound(ctx, other).LaunchWorkload.RegistryAuth; a != "" {
 		t.Errorf("a launch from another registry got a credential: %q", a)
 	}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/function"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
 
@@ -19,7 +19,7 @@ var (
 	_ function.Sealer = serverKey{}
 )
 
-func (h fnHost) Send(nodeID string, cmd node.Command) (<-chan struct{}, bool, bool) {
+func (h fnHost) Send(nodeID string, cmd nodeproto.Command) (<-chan struct{}, bool, bool) {
 	return h.s.streams.Send(nodeID, cmd)
 }
 

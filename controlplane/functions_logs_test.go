@@ -9,24 +9,24 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 )
 
 // answerLog answers a call_log command as an agent does: the log the node
 // keeps, or that it keeps none.
-func (n *fakeNode) answerLog(q capability.CallLogCommand) {
+func (n *fakeNode) answerLog(q nodeproto.CallLogCommand) {
 	text, held := n.logs.Load(q.CallID)
 	body := ""
 	if held {
 		body = text.(string)
 	}
-	req, _ := http.NewRequest("POST", q.URL+capability.PathCallLogs+q.Request, strings.NewReader(body))
-	req.Header.Set(capability.HeaderNodeID, n.id)
+	req, _ := http.NewRequest("POST", q.URL+nodeproto.PathCallLogs+q.Request, strings.NewReader(body))
+	req.Header.Set(nodeproto.HeaderNodeID, n.id)
 	req.Header.Set("Authorization", "Bearer "+n.tok)
 	if !held {
-		req.Header.Set(capability.HeaderCallLogUnknown, "not here")
+		req.Header.Set(nodeproto.HeaderCallLogUnknown, "not here")
 	}
 	if resp, err := http.DefaultClient.Do(req); err == nil {
 		resp.Body.Close()
@@ -102,13 +102,13 @@ func TestSyncCallLogFromNodes(t *testing.T) {
 	}
 
 	// An agent too old for the command is not asked, and the 404 says so.
-	setNode(second.id, func(n *store.Node) { n.Facts.CapabilityVersion = capability.VersionCallLogs - 1 })
+	setNode(second.id, func(n *store.Node) { n.Facts.CapabilityVersion = nodeproto.VersionCallLogs - 1 })
 	before = asked()
 	f.wantFnError(404, "1 nodes run an agent older than capability version 4", "GET", logPath("call-spilled"), nil)
 	if got := asked(); got[1] != before[1] {
 		t.Errorf("the old agent was asked: %v after %v", got, before)
 	}
-	setNode(second.id, func(n *store.Node) { n.Facts.CapabilityVersion = capability.Version })
+	setNode(second.id, func(n *store.Node) { n.Facts.CapabilityVersion = nodeproto.Version })
 
 	// A node whose session is gone is named. (Once the control plane has
 	// seen the stream end: asked before that, the node is named as one

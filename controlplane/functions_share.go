@@ -1,14 +1,14 @@
 package controlplane
 
 import (
-	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/scheduler"
 )
 
 // reserveFunctionShare counts the node's function share as used when the
 // scheduler places Runs: the memory, CPU and GPUs an agent set aside for
 // function containers are never promised to a Run as well.
-func reserveFunctionShare(sn *scheduler.Node, f *capability.NodeFacts) {
+func reserveFunctionShare(sn *scheduler.Node, f *nodeproto.NodeFacts) {
 	if f.Functions == nil {
 		return
 	}

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
+
 	"github.com/mercator/mercator/nodeagent"
 	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
@@ -171,7 +171,7 @@ type fakeNode struct {
 	tok    string
 	cancel context.CancelFunc
 	done   chan struct{}
-	handle func(n *fakeNode, inv capability.InvokeCommand)
+	handle func(n *fakeNode, inv nodeproto.InvokeCommand)
 	got    atomic.Int64
 	// logs are the call logs the node keeps, by call ID, and asked
 	// counts the call_log commands it got (functions_logs_test.go).
@@ -179,7 +179,7 @@ type fakeNode struct {
 	asked atomic.Int64
 }
 
-func (f *fnFixture) startNode(id string, handle func(n *fakeNode, inv capability.InvokeCommand)) *fakeNode {
+func (f *fnFixture) startNode(id string, handle func(n *fakeNode, inv nodeproto.InvokeCommand)) *fakeNode {
 	f.t.Helper()
 	ctx := context.Background()
 	inv := "mci_" + httpapi.RandomToken()
@@ -191,13 +191,13 @@ func (f *fnFixture) startNode(id string, handle func(n *fakeNode, inv capability
 	}); err != nil {
 		f.t.Fatal(err)
 	}
-	e, err := f.tr.Enroll(ctx, capability.EnrollmentRequest{NodeID: id, Invitation: inv, CapabilityVersion: capability.Version})
+	e, err := f.tr.Enroll(ctx, nodeproto.EnrollmentRequest{NodeID: id, Invitation: inv, CapabilityVersion: nodeproto.Version})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	facts := capability.NodeFacts{CapabilityVersion: capability.Version, CPUs: 4, MemoryBytes: 8 << 30,
-		Functions: &capability.FunctionCapacity{MemoryBytes: 2 << 30, MilliCPUs: 1000}}
-	if _, err := f.tr.SendEvents(ctx, id, e.SessionToken, []node.Event{{ID: "facts-1", Kind: node.EventFacts, At: time.Now(), Facts: &facts}}); err != nil {
+	facts := nodeproto.NodeFacts{CapabilityVersion: nodeproto.Version, CPUs: 4, MemoryBytes: 8 << 30,
+		Functions: &nodeproto.FunctionCapacity{MemoryBytes: 2 << 30, MilliCPUs: 1000}}
+	if _, err := f.tr.SendEvents(ctx, id, e.SessionToken, []nodeproto.Event{{ID: "facts-1", Kind: nodeproto.EventFacts, At: time.Now(), Facts: &facts}}); err != nil {
 		f.t.Fatal(err)
 	}
 	n := &fakeNode{f: f, id: id, tok: e.SessionToken, handle: handle, done: make(chan struct{})}
@@ -209,18 +209,18 @@ func (f *fnFixture) startNode(id string, handle func(n *fakeNode, inv capability
 func (n *fakeNode) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel, n.done = cancel, make(chan struct{})
-	cmds := make(chan node.Command)
+	cmds := make(chan nodeproto.Command)
 	go func() {
 		defer close(n.done)
 		go func() {
 			for {
 				select {
 				case cmd := <-cmds:
-					if cmd.Kind == node.KindInvoke {
+					if cmd.Kind == nodeproto.KindInvoke {
 						n.got.Add(1)
 						go n.handle(n, *cmd.Invoke)
 					}
-					if cmd.Kind == node.KindCallLog {
+					if cmd.Kind == nodeproto.KindCallLog {
 						n.asked.Add(1)
 						go n.answerLog(*cmd.CallLog)
 					}
@@ -246,20 +246,20 @@ func (n *fakeNode) stop() {
 	<-n.done
 }
 
-func (n *fakeNode) request(method string, inv capability.InvokeCommand, suffix string, body io.Reader) *http.Request {
-	req, _ := http.NewRequest(method, inv.URL+capability.PathCalls+inv.Rendezvous+suffix, body)
-	req.Header.Set(capability.HeaderNodeID, n.id)
+func (n *fakeNode) request(method string, inv nodeproto.InvokeCommand, suffix string, body io.Reader) *http.Request {
+	req, _ := http.NewRequest(method, inv.URL+nodeproto.PathCalls+inv.Rendezvous+suffix, body)
+	req.Header.Set(nodeproto.HeaderNodeID, n.id)
 	req.Header.Set("Authorization", "Bearer "+n.tok)
 	return req
 }
 
 // answer posts a whole response.
-func (n *fakeNode) answer(inv capability.InvokeCommand, status int, header http.Header, body string) int {
+func (n *fakeNode) answer(inv nodeproto.InvokeCommand, status int, header http.Header, body string) int {
 	req := n.request("POST", inv, "/response", strings.NewReader(body))
-	req.Header.Set(capability.HeaderCallStatus, strconv.Itoa(status))
+	req.Header.Set(nodeproto.HeaderCallStatus, strconv.Itoa(status))
 	for k, vs := range header {
 		for _, v := range vs {
-			req.Header.Add(capability.HeaderCallHeader+k, v)
+			req.Header.Add(nodeproto.HeaderCallHeader+k, v)
 		}
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -271,9 +271,9 @@ func (n *fakeNode) answer(inv capability.InvokeCommand, status int, header http.
 }
 
 // fail posts an error answer.
-func (n *fakeNode) fail(inv capability.InvokeCommand, kind, message string) int {
+func (n *fakeNode) fail(inv nodeproto.InvokeCommand, kind, message string) int {
 	req := n.request("POST", inv, "/response", strings.NewReader(message))
-	req.Header.Set(capability.HeaderCallError, kind)
+	req.Header.Set(nodeproto.HeaderCallError, kind)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0
@@ -283,7 +283,7 @@ func (n *fakeNode) fail(inv capability.InvokeCommand, kind, message string) int 
 }
 
 // requestBody reads the call's body: inline, or streamed.
-func (n *fakeNode) requestBody(inv capability.InvokeCommand) []byte {
+func (n *fakeNode) requestBody(inv nodeproto.InvokeCommand) []byte {
 	if inv.BodyInline {
 		return inv.Body
 	}
@@ -297,7 +297,7 @@ func (n *fakeNode) requestBody(inv capability.InvokeCommand) []byte {
 }
 
 // echo answers with the request's body and a view of what it received.
-func echo(n *fakeNode, inv capability.InvokeCommand) {
+func echo(n *fakeNode, inv nodeproto.InvokeCommand) {
 	body := n.requestBody(inv)
 	h := http.Header{"Content-Type": {"text/plain"}, "X-Node": {n.id}, "X-Call": {inv.CallID},
 		"X-Method": inv.Header["Fn-Http-Method"], "X-Url": inv.Header["Fn-Http-Request-Url"], "X-Agent": inv.Header["Fn-Http-H-User-Agent"],
@@ -481,7 +481,7 @@ func TestInvokeThroughNode(t *testing.T) {
 func TestInvokeErrorsMapToFn(t *testing.T) {
 	f := newFnFixture(t)
 	var kind atomic.Value
-	f.startNode("n1", func(n *fakeNode, inv capability.InvokeCommand) { n.fail(inv, kind.Load().(string), "detail") })
+	f.startNode("n1", func(n *fakeNode, inv nodeproto.InvokeCommand) { n.fail(inv, kind.Load().(string), "detail") })
 	_, fn := f.deploy("app", api.Fn{Name: "f"})
 	for k, want := range map[string]int{"function_failed": 502, "timeout": 504, "container_init_timeout": 504, "request_too_big": 413, "busy": 503, "out_of_memory": 502} {
 		kind.Store(k)
@@ -505,7 +505,7 @@ func TestInvokeErrorsMapToFn(t *testing.T) {
 func TestInvokeSpillsOnBusy(t *testing.T) {
 	f := newFnFixture(t)
 	var busy sync.Map
-	handle := func(n *fakeNode, inv capability.InvokeCommand) {
+	handle := func(n *fakeNode, inv nodeproto.InvokeCommand) {
 		if _, ok := busy.Load(n.id); ok {
 			n.fail(inv, "busy", "full")
 			return
@@ -514,7 +514,7 @@ func TestInvokeSpillsOnBusy(t *testing.T) {
 	}
 	n1, n2 := f.startNode("n1", handle), f.startNode("n2", handle)
 	_, fn := f.deploy("app", api.Fn{Name: "f"})
-	order := scheduler.PlaceFunction(fn.ID, []scheduler.FunctionNode{{ID: "n1", Share: capability.FunctionCapacity{MemoryBytes: 1 << 30}}, {ID: "n2", Share: capability.FunctionCapacity{MemoryBytes: 1 << 30}}}, scheduler.FunctionNeed{MemoryBytes: 128 << 20})
+	order := scheduler.PlaceFunction(fn.ID, []scheduler.FunctionNode{{ID: "n1", Share: nodeproto.FunctionCapacity{MemoryBytes: 1 << 30}}, {ID: "n2", Share: nodeproto.FunctionCapacity{MemoryBytes: 1 << 30}}}, scheduler.FunctionNeed{MemoryBytes: 128 << 20})
 	first, second := n1, n2
 	if order[0].ID == "n2" {
 		first, second = n2, n1
@@ -542,7 +542,7 @@ func TestInvokeSpillsOnBusy(t *testing.T) {
 func TestInvokeStreamsBothWays(t *testing.T) {
 	f := newFnFixture(t)
 	firstChunkSeen := make(chan struct{})
-	f.startNode("n1", func(n *fakeNode, inv capability.InvokeCommand) {
+	f.startNode("n1", func(n *fakeNode, inv nodeproto.InvokeCommand) {
 		if inv.BodyInline {
 			n.fail(inv, "invalid", "a large body came inline")
 			return
@@ -562,7 +562,7 @@ func TestInvokeStreamsBothWays(t *testing.T) {
 			pw.Close()
 		}()
 		req := n.request("POST", inv, "/response", pr)
-		req.Header.Set(capability.HeaderCallStatus, "200")
+		req.Header.Set(nodeproto.HeaderCallStatus, "200")
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
@@ -595,7 +595,7 @@ func TestInvokeStreamsBothWays(t *testing.T) {
 func TestInvokeNodeLost(t *testing.T) {
 	f := newFnFixture(t)
 	received := make(chan struct{}, 1)
-	n1 := f.startNode("n1", func(n *fakeNode, inv capability.InvokeCommand) { received <- struct{}{} })
+	n1 := f.startNode("n1", func(n *fakeNode, inv nodeproto.InvokeCommand) { received <- struct{}{} })
 	_, fn := f.deploy("app", api.Fn{Name: "f", Timeout: 30})
 	go func() {
 		<-received
@@ -607,7 +607,7 @@ func TestInvokeNodeLost(t *testing.T) {
 		t.Fatalf("call on a lost node = %d %s after %v", status, body, time.Since(start))
 	}
 
-	f.startNode("n2", func(n *fakeNode, inv capability.InvokeCommand) {}) // never answers
+	f.startNode("n2", func(n *fakeNode, inv nodeproto.InvokeCommand) {}) // never answers
 	_, slow := f.deploy("app", api.Fn{Name: "slow", Timeout: 1})
 	start = time.Now()
 	status, _, body = f.do("POST", "/invoke/"+slow.ID, "x")
@@ -624,7 +624,7 @@ func TestDurableCallDeliveredAgainAfterNodeLoss(t *testing.T) {
 	var n1 *fakeNode
 	lost := make(chan string, 1)
 	var seen sync.Map
-	handler := func(n *fakeNode, inv capability.InvokeCommand) {
+	handler := func(n *fakeNode, inv nodeproto.InvokeCommand) {
 		seen.Store(n.id, inv.CallID)
 		if n == n1 {
 			lost <- inv.CallID
@@ -729,7 +729,7 @@ func TestFunctionShareReservedFromRuns(t *testing.T) {
 // whichever is sooner.
 func TestInvokeDeadlineEndToEnd(t *testing.T) {
 	f := newFnFixture(t)
-	f.startNode("n1", func(n *fakeNode, inv capability.InvokeCommand) {
+	f.startNode("n1", func(n *fakeNode, inv nodeproto.InvokeCommand) {
 		n.answer(inv, 200, http.Header{"X-Timeout": {strconv.FormatInt(inv.Timeout.Milliseconds(), 10)}}, "")
 	})
 	_, fn := f.deploy("app", api.Fn{Name: "f", Timeout: 20})

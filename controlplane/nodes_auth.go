@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/controlplane/internal/expiring"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
 
@@ -143,9 +143,9 @@ func (s *Server) nodeAuth(h func(http.ResponseWriter, *http.Request, httpapi.Nod
 
 func (s *Server) authenticateNode(ctx context.Context, r *http.Request) (httpapi.NodeCaller, error) {
 	tok, ok := httpapi.Bearer(r)
-	nodeID := r.Header.Get(capability.HeaderNodeID)
+	nodeID := r.Header.Get(nodeproto.HeaderNodeID)
 	if !ok || nodeID == "" {
-		return httpapi.NodeCaller{}, failure.Unauthorized("node calls need `Authorization: Bearer <session token>` and %s", capability.HeaderNodeID)
+		return httpapi.NodeCaller{}, failure.Unauthorized("node calls need `Authorization: Bearer <session token>` and %s", nodeproto.HeaderNodeID)
 	}
 	// The session and the node's fencing token come from authCache when
 	// it has them (see nodes_auth.go).

@@ -3,7 +3,7 @@ package controlplane
 import (
 	"sync"
 
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // A node's session stream learns of new operations by reading the store
@@ -26,7 +26,7 @@ type mailbox struct {
 // inbox is one session stream's share of its node's mailbox.
 type inbox struct {
 	mu     sync.Mutex
-	cmds   []node.Command
+	cmds   []nodeproto.Command
 	notify chan struct{}
 	node   *mailbox
 }
@@ -50,7 +50,7 @@ func (in *inbox) detach() {
 }
 
 // take returns the commands waiting.
-func (in *inbox) take() []node.Command {
+func (in *inbox) take() []nodeproto.Command {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	cmds := in.cmds
@@ -60,7 +60,7 @@ func (in *inbox) take() []node.Command {
 
 // deliverLocal hands committed commands to the node's session streams
 // attached here, and reports whether there was one.
-func (s *Server) deliverLocal(nodeID string, cmds []node.Command) bool {
+func (s *Server) deliverLocal(nodeID string, cmds []nodeproto.Command) bool {
 	v, ok := s.mailboxes.Load(nodeID)
 	if !ok {
 		return false

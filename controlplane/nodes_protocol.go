@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
+
 	"github.com/mercator/mercator/store"
 )
 
@@ -22,7 +22,7 @@ import (
 // container name derived from run and attempt makes performing one that the
 // old enrollment already started an adoption rather than a duplicate.
 func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
-	var req capability.EnrollmentRequest
+	var req nodeproto.EnrollmentRequest
 	if err := httpapi.Decode(r, httpapi.MaxBody, &req); err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -33,7 +33,7 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.now()
 	tok := "mcs_" + httpapi.RandomToken()
-	var out capability.Enrollment
+	var out nodeproto.Enrollment
 	err := s.batch(r.Context(), func(tx store.Tx) error {
 		inv, err := tx.GetInvitation(httpapi.HashToken(req.Invitation))
 		if errors.Is(err, failure.ErrNotFound) || (err == nil && inv.NodeID != req.NodeID) {
@@ -72,7 +72,7 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 				return err
 			}
 		}
-		out = capability.Enrollment{NodeID: n.ID, SessionToken: tok, ExpiresAt: now.Add(s.cfg.SessionTTL), FencingToken: n.FencingToken, Lease: s.cfg.Lease}
+		out = nodeproto.Enrollment{NodeID: n.ID, SessionToken: tok, ExpiresAt: now.Add(s.cfg.SessionTTL), FencingToken: n.FencingToken, Lease: s.cfg.Lease}
 		return tx.PutSession(store.Session{TokenHash: httpapi.HashToken(tok), NodeID: n.ID, FencingToken: n.FencingToken, ExpiresAt: out.ExpiresAt, CreatedAt: now})
 	})
 	if err != nil {
@@ -92,7 +92,7 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	now := s.now()
 	tok := "mcs_" + httpapi.RandomToken()
-	out := capability.SessionRenewal{SessionToken: tok, ExpiresAt: now.Add(s.cfg.SessionTTL), FencingToken: c.Session.FencingToken}
+	out := nodeproto.SessionRenewal{SessionToken: tok, ExpiresAt: now.Add(s.cfg.SessionTTL), FencingToken: c.Session.FencingToken}
 	err := s.batch(r.Context(), func(tx store.Tx) error {
 		return tx.PutSession(store.Session{TokenHash: httpapi.HashToken(tok), NodeID: c.NodeID, FencingToken: c.Session.FencingToken, ExpiresAt: out.ExpiresAt, CreatedAt: now})
 	})
@@ -110,14 +110,14 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, c httpapi.NodeCal
 // it is recorded in memory only (package liveness) and costs no transaction; a
 // batch with events is committed together with concurrent ones (store_commit.go).
 func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
-	var batch node.EventBatch
+	var batch nodeproto.EventBatch
 	if err := httpapi.Decode(r, maxLogBody, &batch); err != nil {
 		httpapi.WriteError(w, err)
 		return
 	}
 	s.live.Report(c.NodeID, s.now())
 	if len(batch.Events) == 0 {
-		httpapi.WriteJSON(w, http.StatusOK, node.EventAck{Accepted: []string{}})
+		httpapi.WriteJSON(w, http.StatusOK, nodeproto.EventAck{Accepted: []string{}})
 		return
 	}
 	accepted := make([]string, 0, len(batch.Events))
@@ -177,15 +177,15 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 		s.runsChanged()
 		s.wakeReconcile()
 	}
-	httpapi.WriteJSON(w, http.StatusOK, node.EventAck{Accepted: accepted})
+	httpapi.WriteJSON(w, http.StatusOK, nodeproto.EventAck{Accepted: accepted})
 }
 
 // applyEvent applies one fresh event inside tx and reports whether a run
 // changed and, when a run became terminal, its new status.
-func (s *Server) applyEvent(tx store.Tx, nodeID string, ev node.Event) (changed bool, ended string, err error) {
+func (s *Server) applyEvent(tx store.Tx, nodeID string, ev nodeproto.Event) (changed bool, ended string, err error) {
 	now := s.now()
 	switch ev.Kind {
-	case node.EventFacts:
+	case nodeproto.EventFacts:
 		if ev.Facts == nil {
 			return false, "", nil
 		}
@@ -195,7 +195,7 @@ func (s *Server) applyEvent(tx store.Tx, nodeID string, ev node.Event) (changed 
 		}
 		n.Facts, n.FactsAt = ev.Facts, &now
 		return true, "", tx.PutNode(n) // capacity changed: placements may now fit
-	case node.EventWorkload:
+	case nodeproto.EventWorkload:
 		o := ev.Workload
 		if o == nil {
 			return false, "", nil
@@ -217,7 +217,7 @@ func (s *Server) applyEvent(tx store.Tx, nodeID string, ev node.Event) (changed 
 			return false, "", nil
 		}
 		return true, endedStatus(was, run.Status), tx.PutRun(run)
-	case node.EventResult:
+	case nodeproto.EventResult:
 		res := ev.Result
 		if res == nil {
 			return false, "", nil
@@ -236,7 +236,7 @@ func (s *Server) applyEvent(tx store.Tx, nodeID string, ev node.Event) (changed 
 		if err := tx.PutOperation(op); err != nil {
 			return false, "", err
 		}
-		if res.Outcome == node.OutcomeOK || res.Workload == nil || op.Command.Kind != node.KindLaunchWorkload {
+		if res.Outcome == nodeproto.OutcomeOK || res.Workload == nil || op.Command.Kind != nodeproto.KindLaunchWorkload {
 			return false, "", nil
 		}
 		run, err := tx.GetRun(res.Workload.RunID)
@@ -266,8 +266,8 @@ func (s *Server) stopStrays(tx store.Tx, run *api.Run, nodeID string) (bool, err
 		if api.Terminal(run.Status) && !a.Replaced {
 			reason = "superseded"
 		}
-		if err := s.issue(tx, nodeID, node.Command{Kind: node.KindStopWorkload, StopWorkload: &capability.StopWorkloadCommand{
-			WorkloadKey: capability.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: reason, GracePeriod: 10 * time.Second}}); err != nil {
+		if err := s.issue(tx, nodeID, nodeproto.Command{Kind: nodeproto.KindStopWorkload, StopWorkload: &nodeproto.StopWorkloadCommand{
+			WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: reason, GracePeriod: 10 * time.Second}}); err != nil {
 			return false, err
 		}
 		a.StopRequested = true
@@ -328,7 +328,7 @@ func endedStatus(was, now string) string {
 
 // nodeLogs appends a chunk of a workload's output.
 func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
-	var chunk capability.LogChunk
+	var chunk nodeproto.LogChunk
 	if err := httpapi.Decode(r, maxLogBody, &chunk); err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -352,5 +352,5 @@ func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c httpapi.Node
 	if len(chunk.Data) > 0 {
 		s.logsChanged()
 	}
-	httpapi.WriteJSON(w, http.StatusOK, capability.LogAck{Size: size})
+	httpapi.WriteJSON(w, http.StatusOK, nodeproto.LogAck{Size: size})
 }

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
+
 	"github.com/mercator/mercator/nodeagent"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/memstore"
@@ -72,8 +72,8 @@ func (f *protoFixture) invite(t *testing.T, nodeID string) string {
 	return tok
 }
 
-func (f *protoFixture) enroll(t *testing.T, nodeID, inv string) capability.Enrollment {
-	e, err := f.tr.Enroll(context.Background(), capability.EnrollmentRequest{NodeID: nodeID, Invitation: inv, CapabilityVersion: capability.Version})
+func (f *protoFixture) enroll(t *testing.T, nodeID, inv string) nodeproto.Enrollment {
+	e, err := f.tr.Enroll(context.Background(), nodeproto.EnrollmentRequest{NodeID: nodeID, Invitation: inv, CapabilityVersion: nodeproto.Version})
 	if err != nil {
 		t.Fatalf("enroll: %v", err)
 	}
@@ -88,11 +88,11 @@ func TestEnrollmentRaisesFencingAndFencesOldSession(t *testing.T) {
 		t.Fatalf("fencing token %d after %d", second.FencingToken, first.FencingToken)
 	}
 	ctx := context.Background()
-	_, err := f.tr.SendEvents(ctx, "n1", first.SessionToken, []node.Event{{ID: "x-1", Kind: node.EventFacts, Facts: &capability.NodeFacts{CPUs: 1}}})
+	_, err := f.tr.SendEvents(ctx, "n1", first.SessionToken, []nodeproto.Event{{ID: "x-1", Kind: nodeproto.EventFacts, Facts: &nodeproto.NodeFacts{CPUs: 1}}})
 	if !errors.Is(err, failure.ErrFenced) {
 		t.Fatalf("old session's events: %v, want fenced", err)
 	}
-	if err := f.tr.Session(ctx, "n1", first.SessionToken, make(chan node.Command)); !errors.Is(err, failure.ErrFenced) {
+	if err := f.tr.Session(ctx, "n1", first.SessionToken, make(chan nodeproto.Command)); !errors.Is(err, failure.ErrFenced) {
 		t.Fatalf("old session's stream: %v, want fenced", err)
 	}
 	if _, err := f.tr.RenewSession(ctx, "n1", first.SessionToken); !errors.Is(err, failure.ErrFenced) {
@@ -115,16 +115,16 @@ func TestInvitationSpentAndExpired(t *testing.T) {
 	f := newProtoFixture(t)
 	inv := f.invite(t, "n1")
 	f.enroll(t, "n1", inv)
-	_, err := f.tr.Enroll(context.Background(), capability.EnrollmentRequest{NodeID: "n1", Invitation: inv})
+	_, err := f.tr.Enroll(context.Background(), nodeproto.EnrollmentRequest{NodeID: "n1", Invitation: inv})
 	if !errors.Is(err, failure.ErrUnauthorized) || !strings.Contains(err.Error(), "already used") {
 		t.Fatalf("second use: %v", err)
 	}
 	late := f.invite(t, "n2")
 	f.clock.Advance(2 * time.Hour)
-	if _, err := f.tr.Enroll(context.Background(), capability.EnrollmentRequest{NodeID: "n2", Invitation: late}); !errors.Is(err, failure.ErrUnauthorized) || !strings.Contains(err.Error(), "expired") {
+	if _, err := f.tr.Enroll(context.Background(), nodeproto.EnrollmentRequest{NodeID: "n2", Invitation: late}); !errors.Is(err, failure.ErrUnauthorized) || !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("expired invitation: %v", err)
 	}
-	if _, err := f.tr.Enroll(context.Background(), capability.EnrollmentRequest{NodeID: "n3", Invitation: inv}); !errors.Is(err, failure.ErrUnauthorized) {
+	if _, err := f.tr.Enroll(context.Background(), nodeproto.EnrollmentRequest{NodeID: "n3", Invitation: inv}); !errors.Is(err, failure.ErrUnauthorized) {
 		t.Fatalf("invitation for another node: %v", err)
 	}
 }
@@ -164,10 +164,10 @@ func TestEventsAppliedOnce(t *testing.T) {
 		return tx.PutRun(r)
 	})
 	code := 1
-	exited := node.Event{ID: "inc-0000000000000001", Kind: node.EventWorkload, Workload: &capability.WorkloadObservation{
-		WorkloadKey: capability.WorkloadKey{RunID: "r1", Attempt: 1}, Phase: capability.PhaseExited, ExitCode: &code, StartedAt: &now, FinishedAt: &now}}
+	exited := nodeproto.Event{ID: "inc-0000000000000001", Kind: nodeproto.EventWorkload, Workload: &nodeproto.WorkloadObservation{
+		WorkloadKey: nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}, Phase: nodeproto.PhaseExited, ExitCode: &code, StartedAt: &now, FinishedAt: &now}}
 	for i := 0; i < 5; i++ {
-		acked, err := f.tr.SendEvents(ctx, "n1", e.SessionToken, []node.Event{exited})
+		acked, err := f.tr.SendEvents(ctx, "n1", e.SessionToken, []nodeproto.Event{exited})
 		if err != nil || len(acked) != 1 || acked[0] != exited.ID {
 			t.Fatalf("delivery %d: %v %v", i, err, acked)
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/livesession"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
 
@@ -23,7 +23,7 @@ const sessionPoll = 3
 
 // keepAliveLine is a keep-alive as the stream carries it, encoded once.
 var keepAliveLine = func() []byte {
-	b, err := json.Marshal(node.Command{Kind: node.KindKeepAlive})
+	b, err := json.Marshal(nodeproto.Command{Kind: nodeproto.KindKeepAlive})
 	if err != nil {
 		panic(err)
 	}
@@ -102,7 +102,7 @@ type sessionStream struct {
 // sendOnce writes operation id's command as it is sent (outbound: reads
 // minted, credentials attached) unless this stream already sent it; false
 // when the stream broke.
-func (s *Server) sendOnce(ctx context.Context, st *sessionStream, id string, cmd node.Command) bool {
+func (s *Server) sendOnce(ctx context.Context, st *sessionStream, id string, cmd nodeproto.Command) bool {
 	if st.sent[id] {
 		return true
 	}

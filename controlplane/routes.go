@@ -6,11 +6,11 @@ import (
 	"net/http"
 	"slices"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 //go:embed openapi.json
@@ -65,11 +65,11 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle(rt.Pattern, s.admin.Require(rt.Handler, function.WriteAuthError))
 	}
 	// Node protocol.
-	mux.HandleFunc("POST "+capability.PathEnroll, s.enroll)
-	mux.Handle("POST "+capability.PathRenew, s.nodeAuth(s.renew))
-	mux.Handle("POST "+capability.PathSession, s.nodeAuth(s.session))
-	mux.Handle("POST "+capability.PathEvents, s.nodeAuth(s.events))
-	mux.Handle("POST "+capability.PathLogs, s.nodeAuth(s.nodeLogs))
+	mux.HandleFunc("POST "+nodeproto.PathEnroll, s.enroll)
+	mux.Handle("POST "+nodeproto.PathRenew, s.nodeAuth(s.renew))
+	mux.Handle("POST "+nodeproto.PathSession, s.nodeAuth(s.session))
+	mux.Handle("POST "+nodeproto.PathEvents, s.nodeAuth(s.events))
+	mux.Handle("POST "+nodeproto.PathLogs, s.nodeAuth(s.nodeLogs))
 	for _, rt := range s.fn.NodeRoutes() { // the calls paths, call_log answers
 		mux.Handle(rt.Pattern, s.nodeAuth(rt.Handler))
 	}

@@ -9,11 +9,11 @@ import (
 	"strings"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/controlplane/artifact"
 	"github.com/mercator/mercator/failure"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
+
 	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 )
@@ -123,7 +123,7 @@ func (s *Server) resolveArtifacts(ctx context.Context, spec *api.RunSpec) error 
 // artifactFacts is the scheduler's view of a node's Artifacts: the digests
 // it holds, and its link floor (a valid measured reading, else the fleet's
 // assumption).
-func (s *Server) artifactFacts(sn *scheduler.Node, f *capability.NodeFacts) {
+func (s *Server) artifactFacts(sn *scheduler.Node, f *nodeproto.NodeFacts) {
 	sn.LinkFloorBPS = scheduler.AssumedLinkBytesPerSecond
 	if f == nil {
 		return
@@ -151,7 +151,7 @@ func artifactDemand(sr *scheduler.Run, spec api.RunSpec) {
 // prepare_artifact for every one the node does not report holding, for
 // the caller to issue ahead of the launch, so the copies begin as soon as
 // the node hears of them. The launch waits for them on the node either way.
-func (s *Server) placeArtifacts(tx store.Tx, nodeID string, run store.Run, launch *capability.LaunchWorkloadCommand) ([]node.Command, error) {
+func (s *Server) placeArtifacts(tx store.Tx, nodeID string, run store.Run, launch *nodeproto.LaunchWorkloadCommand) ([]nodeproto.Command, error) {
 	if len(run.Artifacts) == 0 {
 		return nil, nil
 	}
@@ -161,21 +161,21 @@ func (s *Server) placeArtifacts(tx store.Tx, nodeID string, run store.Run, launc
 			held[a.SHA256] = true
 		}
 	}
-	var prepares []node.Command
+	var prepares []nodeproto.Command
 	issued := map[string]bool{}
 	for _, m := range run.Artifacts {
 		v, err := tx.GetArtifact(m.Name, m.Version)
 		if err != nil {
 			return nil, fmt.Errorf("run %s: %w", run.ID, err)
 		}
-		prep := capability.PrepareArtifactCommand{Name: v.Name, Version: v.Version, SHA256: v.SHA256, Size: v.Size, Format: v.Format}
-		launch.Artifacts = append(launch.Artifacts, capability.ArtifactMount{PrepareArtifactCommand: prep, MountPath: m.MountPath})
+		prep := nodeproto.PrepareArtifactCommand{Name: v.Name, Version: v.Version, SHA256: v.SHA256, Size: v.Size, Format: v.Format}
+		launch.Artifacts = append(launch.Artifacts, nodeproto.ArtifactMount{PrepareArtifactCommand: prep, MountPath: m.MountPath})
 		if held[v.SHA256] || issued[v.SHA256] {
 			continue
 		}
 		issued[v.SHA256] = true
 		p := prep
-		prepares = append(prepares, node.Command{Kind: node.KindPrepareArtifact, PrepareArtifact: &p})
+		prepares = append(prepares, nodeproto.Command{Kind: nodeproto.KindPrepareArtifact, PrepareArtifact: &p})
 	}
 	return prepares, nil
 }
@@ -185,7 +185,7 @@ func (s *Server) placeArtifacts(tx store.Tx, nodeID string, run store.Run, launc
 // stored command is not changed, so neither ever reaches the database. A
 // read that cannot be minted is sent without one, which the node refuses in
 // Mercator's words rather than fetching anything.
-func (s *Server) outbound(ctx context.Context, cmd node.Command) node.Command {
+func (s *Server) outbound(ctx context.Context, cmd nodeproto.Command) nodeproto.Command {
 	switch {
 	case cmd.PrepareArtifact != nil:
 		c := *cmd.PrepareArtifact
@@ -193,7 +193,7 @@ func (s *Server) outbound(ctx context.Context, cmd node.Command) node.Command {
 		cmd.PrepareArtifact = &c
 	case cmd.LaunchWorkload != nil:
 		l := *cmd.LaunchWorkload
-		l.Artifacts = append([]capability.ArtifactMount(nil), l.Artifacts...)
+		l.Artifacts = append([]nodeproto.ArtifactMount(nil), l.Artifacts...)
 		for i := range l.Artifacts {
 			s.artifacts.Mint(ctx, &l.Artifacts[i].PrepareArtifactCommand)
 		}

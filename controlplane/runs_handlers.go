@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
+
 	"github.com/mercator/mercator/store"
 )
 
@@ -269,8 +269,8 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
 		if a := lifecycle.Cancel(&run.Run, s.now()); a != nil {
 			nodeID = a.NodeID
 			a.StopRequested = true
-			if err := s.issue(tx, a.NodeID, node.Command{Kind: node.KindStopWorkload, StopWorkload: &capability.StopWorkloadCommand{
-				WorkloadKey: capability.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "cancelled", GracePeriod: 10 * time.Second}}); err != nil {
+			if err := s.issue(tx, a.NodeID, nodeproto.Command{Kind: nodeproto.KindStopWorkload, StopWorkload: &nodeproto.StopWorkloadCommand{
+				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "cancelled", GracePeriod: 10 * time.Second}}); err != nil {
 				return err
 			}
 		}
@@ -371,7 +371,7 @@ func (s *Server) runLogs(w http.ResponseWriter, r *http.Request) {
 		if attempt > 0 {
 			err := s.store.View(ctx, func(tx store.Tx) error {
 				var err error
-				data, _, err = tx.ReadLog(capability.WorkloadKey{RunID: id, Attempt: attempt}, offset, 1<<20)
+				data, _, err = tx.ReadLog(nodeproto.WorkloadKey{RunID: id, Attempt: attempt}, offset, 1<<20)
 				return err
 			})
 			if err != nil {

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/memstore"
 )
@@ -85,7 +85,7 @@ func (f *runsFixture) addNodes(n int) {
 	for i := range n {
 		err := f.srv.update(context.Background(), func(tx store.Tx) error {
 			return tx.PutNode(store.Node{ID: fmt.Sprintf("n%d", i), CreatedAt: now, EnrolledAt: &now, LastSeenAt: &now,
-				Facts: &capability.NodeFacts{CPUs: 16, MemoryBytes: 64 << 30}})
+				Facts: &nodeproto.NodeFacts{CPUs: 16, MemoryBytes: 64 << 30}})
 		})
 		if err != nil {
 			f.t.Fatal(err)

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/lifecycle"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
+
 	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 )
@@ -67,7 +67,7 @@ func (s *Server) reconcileLoop(ctx context.Context) {
 
 // issue stores a command for a node under the node's current fencing token.
 // The caller notifies the node's session after its transaction commits.
-func (s *Server) issue(tx store.Tx, nodeID string, cmd node.Command) error {
+func (s *Server) issue(tx store.Tx, nodeID string, cmd nodeproto.Command) error {
 	n, err := tx.GetNode(nodeID)
 	if err != nil {
 		return err
@@ -78,7 +78,7 @@ func (s *Server) issue(tx store.Tx, nodeID string, cmd node.Command) error {
 
 // issueFenced is issue with the node's fencing token already read in tx; it
 // returns the command as stored.
-func (s *Server) issueFenced(tx store.Tx, nodeID string, fence uint64, cmd node.Command) (node.Command, error) {
+func (s *Server) issueFenced(tx store.Tx, nodeID string, fence uint64, cmd nodeproto.Command) (nodeproto.Command, error) {
 	cmd.OperationID = httpapi.NewID("op-")
 	cmd.FencingToken = fence
 	cmd.CreatedAt = s.now()
@@ -374,8 +374,8 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 				continue // changed since the snapshot; the next pass sees it
 			}
 			a := lifecycle.Place(&run.Run, p.NodeID, p.GPUs, now)
-			cmd := node.Command{Kind: node.KindLaunchWorkload, LaunchWorkload: &capability.LaunchWorkloadCommand{
-				WorkloadKey: capability.WorkloadKey{RunID: run.ID, Attempt: a.Number},
+			cmd := nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{
+				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number},
 				Image:       run.PinnedImage, Command: run.Command, Env: run.Env,
 				CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: p.GPUs,
 				Timeout: time.Duration(run.TimeoutSeconds) * time.Second,
@@ -412,12 +412,12 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 }
 
 // tooOldFor is why a node whose agent speaks capability version have
-// cannot take cmds (node.RequiredVersion), or "" when it can. Every agent
+// cannot take cmds (nodeproto.RequiredVersion), or "" when it can. Every agent
 // speaks what version 1 defined, whatever its facts say.
-func tooOldFor(nodeID string, have int, cmds []node.Command) string {
+func tooOldFor(nodeID string, have int, cmds []nodeproto.Command) string {
 	need := 1
 	for _, c := range cmds {
-		need = max(need, node.RequiredVersion(c))
+		need = max(need, nodeproto.RequiredVersion(c))
 	}
 	if need <= 1 || have >= need {
 		return ""
@@ -546,7 +546,7 @@ func (s *Server) withdrawLaunch(tx store.Tx, nodeID, runID string, attempt int, 
 		if l == nil || l.RunID != runID || l.Attempt != attempt {
 			continue
 		}
-		op.Result = &node.Result{OperationID: op.ID, Kind: op.Command.Kind, Outcome: node.OutcomeRefused, At: now,
+		op.Result = &nodeproto.Result{OperationID: op.ID, Kind: op.Command.Kind, Outcome: nodeproto.OutcomeRefused, At: now,
 			Error: "withdrawn by the control plane: the attempt was replaced while its node was unreachable"}
 		if err := tx.PutOperation(op); err != nil {
 			return err
@@ -601,8 +601,8 @@ func (s *Server) enforceDrains(ctx context.Context, drained map[string]bool) err
 				if a == nil || a.NodeID != n.ID || !lifecycle.Active(*a) || a.StopRequested {
 					continue
 				}
-				if err := s.issue(tx, n.ID, node.Command{Kind: node.KindStopWorkload, StopWorkload: &capability.StopWorkloadCommand{
-					WorkloadKey: capability.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "drained", GracePeriod: 10 * time.Second}}); err != nil {
+				if err := s.issue(tx, n.ID, nodeproto.Command{Kind: nodeproto.KindStopWorkload, StopWorkload: &nodeproto.StopWorkloadCommand{
+					WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "drained", GracePeriod: 10 * time.Second}}); err != nil {
 					return err
 				}
 				a.StopRequested = true

@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
+
 	"github.com/mercator/mercator/store"
 )
 
 // TestRunWaitsForAnAgentThatSpeaksItsCommands: a run whose launch mounts
 // an Artifact is not placed on a node whose agent is older than
-// capability.VersionArtifacts (node.RequiredVersion): no command reaches
+// nodeproto.VersionArtifacts (nodeproto.RequiredVersion): no command reaches
 // that node, and the run waits with a reason that says so. Once the agent
 // speaks the version, the run is placed with its prepare_artifact.
 func TestRunWaitsForAnAgentThatSpeaksItsCommands(t *testing.T) {
@@ -26,7 +26,7 @@ func TestRunWaitsForAnAgentThatSpeaksItsCommands(t *testing.T) {
 		t.Helper()
 		if err := f.srv.update(ctx, func(tx store.Tx) error {
 			return tx.PutNode(store.Node{ID: "old", CreatedAt: now, EnrolledAt: &now, LastSeenAt: &now,
-				Facts: &capability.NodeFacts{CPUs: 16, MemoryBytes: 64 << 30, CapabilityVersion: version}})
+				Facts: &nodeproto.NodeFacts{CPUs: 16, MemoryBytes: 64 << 30, CapabilityVersion: version}})
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +67,7 @@ func TestRunWaitsForAnAgentThatSpeaksItsCommands(t *testing.T) {
 		t.Fatalf("an agent too old for Artifacts was sent %d commands: %+v", len(ops), ops)
 	}
 
-	putNode(capability.Version)
+	putNode(nodeproto.Version)
 	if err := f.srv.reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -78,11 +78,11 @@ func TestRunWaitsForAnAgentThatSpeaksItsCommands(t *testing.T) {
 	kinds := map[string]int{}
 	for _, op := range pending() {
 		kinds[op.Command.Kind]++
-		if need := node.RequiredVersion(op.Command); need > capability.Version {
+		if need := nodeproto.RequiredVersion(op.Command); need > nodeproto.Version {
 			t.Errorf("%s needs version %d", op.Command.Kind, need)
 		}
 	}
-	if kinds[node.KindPrepareArtifact] != 1 || kinds[node.KindLaunchWorkload] != 1 {
+	if kinds[nodeproto.KindPrepareArtifact] != 1 || kinds[nodeproto.KindLaunchWorkload] != 1 {
 		t.Errorf("commands after the upgrade = %v, want one prepare_artifact and one launch", kinds)
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/lifecycle"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/memstore"
@@ -29,8 +29,8 @@ func TestSchedStateMatchesStore(t *testing.T) {
 	srv := New(Config{Now: func() time.Time { return now }}, st, nil, nil)
 	for i := range 4 {
 		id := fmt.Sprintf("n%d", i)
-		facts := &capability.NodeFacts{CPUs: 16, MemoryBytes: 64 << 30,
-			Accelerators: []capability.Accelerator{{UUID: id + "-g0", Model: "H100", MemoryBytes: 80 << 30}, {UUID: id + "-g1", Model: "H100", MemoryBytes: 80 << 30}}}
+		facts := &nodeproto.NodeFacts{CPUs: 16, MemoryBytes: 64 << 30,
+			Accelerators: []nodeproto.Accelerator{{UUID: id + "-g0", Model: "H100", MemoryBytes: 80 << 30}, {UUID: id + "-g1", Model: "H100", MemoryBytes: 80 << 30}}}
 		if err := srv.update(ctx, func(tx store.Tx) error {
 			return tx.PutNode(store.Node{ID: id, CreatedAt: now, EnrolledAt: &now, LastSeenAt: &now, Facts: facts})
 		}); err != nil {
@@ -114,12 +114,12 @@ func TestSchedStateMatchesStore(t *testing.T) {
 	change("c", func(r *api.Run) { lifecycle.Place(r, "n1", []string{"n1-g1", "n0-g0"}, now) })
 	check("placed")
 	change("a", func(r *api.Run) {
-		lifecycle.Observe(r, "n0", capability.WorkloadObservation{WorkloadKey: capability.WorkloadKey{RunID: "a", Attempt: 1}, Phase: capability.PhaseRunning, StartedAt: &now}, now)
+		lifecycle.Observe(r, "n0", nodeproto.WorkloadObservation{WorkloadKey: nodeproto.WorkloadKey{RunID: "a", Attempt: 1}, Phase: nodeproto.PhaseRunning, StartedAt: &now}, now)
 	})
 	check("running")
 	exit := 0
 	change("b", func(r *api.Run) {
-		lifecycle.Observe(r, "n1", capability.WorkloadObservation{WorkloadKey: capability.WorkloadKey{RunID: "b", Attempt: 1}, Phase: capability.PhaseExited, ExitCode: &exit, StartedAt: &now, FinishedAt: &now}, now)
+		lifecycle.Observe(r, "n1", nodeproto.WorkloadObservation{WorkloadKey: nodeproto.WorkloadKey{RunID: "b", Attempt: 1}, Phase: nodeproto.PhaseExited, ExitCode: &exit, StartedAt: &now, FinishedAt: &now}, now)
 	})
 	check("b exited")
 	change("c", func(r *api.Run) { lifecycle.Replace(r, now.Add(-time.Minute), now) })

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
 
@@ -205,7 +205,7 @@ func (s *Server) write(ctx context.Context, run func(context.Context, func(store
 // on this replica, which send them without reading the store
 // (deliverLocal), and has streams elsewhere read it; with no stream here,
 // it wakes the node's streams wherever they are.
-func (s *Server) handOver(nodeID string, cmds []node.Command) {
+func (s *Server) handOver(nodeID string, cmds []nodeproto.Command) {
 	if s.deliverLocal(nodeID, cmds) {
 		s.publish(topicNode + nodeID)
 	} else {
@@ -222,7 +222,7 @@ type runTx struct {
 	store.Tx
 	runs  map[string]store.Run
 	nodes map[string]store.Node
-	cmds  map[string][]node.Command // by node
+	cmds  map[string][]nodeproto.Command // by node
 }
 
 func (t *runTx) PutOperation(op store.Operation) error {
@@ -231,7 +231,7 @@ func (t *runTx) PutOperation(op store.Operation) error {
 	}
 	if op.Result == nil {
 		if t.cmds == nil {
-			t.cmds = map[string][]node.Command{}
+			t.cmds = map[string][]nodeproto.Command{}
 		}
 		t.cmds[op.NodeID] = append(t.cmds[op.NodeID], op.Command)
 	}

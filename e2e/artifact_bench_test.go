@@ -21,9 +21,9 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/nodeagent/dockerruntime"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // benchEnv turns the Artifact copy benchmark on; MERCATOR_ARTIFACT_BENCH_BYTES
@@ -159,7 +159,7 @@ func TestArtifactCopyBenchmark(t *testing.T) {
 		t.Fatalf("run = %s %s %s", done.Status, done.Reason, attemptErrors(done))
 	}
 	runWall := time.Since(start)
-	var link *capability.LinkReading
+	var link *nodeproto.LinkReading
 	c.waitFor("the node's link reading", func() bool { link = nodeFacts(t, c, nodeID).Link; return link != nil })
 
 	// And the runtime alone, into a fresh root on the same disk.
@@ -170,7 +170,7 @@ func TestArtifactCopyBenchmark(t *testing.T) {
 	defer rt.Close()
 	u, exp := mint()
 	prepareRate := timeRate(size, profiled(t, "prepare", func() {
-		if err := rt.PrepareArtifact(context.Background(), capability.PrepareArtifactCommand{Name: "bench", Version: pushed.Version,
+		if err := rt.PrepareArtifact(context.Background(), nodeproto.PrepareArtifactCommand{Name: "bench", Version: pushed.Version,
 			SHA256: digest, Size: size, URL: u, ExpiresAt: exp}); err != nil {
 			t.Fatal(err)
 		}

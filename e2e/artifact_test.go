@@ -30,7 +30,6 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/artifactcache"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/cli"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/content"
@@ -41,6 +40,7 @@ import (
 	"github.com/mercator/mercator/internal/registrytest"
 	"github.com/mercator/mercator/internal/testimage"
 	"github.com/mercator/mercator/nodeagent/dockerruntime"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // artifactCluster is a cluster whose control plane can be configured:
@@ -247,7 +247,7 @@ func TestArtifactPushMountRead(t *testing.T) {
 
 	// The node's facts: both versions held, and the 12 MiB copy as its
 	// link reading.
-	var facts capability.NodeFacts
+	var facts nodeproto.NodeFacts
 	c.waitFor("facts listing both artifacts", func() bool {
 		facts = nodeFacts(t, c, nodeID)
 		return len(facts.Artifacts) == 2 && facts.Link != nil
@@ -371,7 +371,7 @@ func (c *cluster) logsHaving(id, want string) string {
 	}
 }
 
-func nodeFacts(t testing.TB, c *cluster, nodeID string) capability.NodeFacts {
+func nodeFacts(t testing.TB, c *cluster, nodeID string) nodeproto.NodeFacts {
 	t.Helper()
 	resp, err := http.NewRequestWithContext(c.ctx, http.MethodGet, c.url+"/v1/nodes/"+nodeID, nil)
 	if err != nil {
@@ -384,7 +384,7 @@ func nodeFacts(t testing.TB, c *cluster, nodeID string) capability.NodeFacts {
 	}
 	defer r.Body.Close()
 	var n struct {
-		Facts capability.NodeFacts `json:"facts"`
+		Facts nodeproto.NodeFacts `json:"facts"`
 	}
 	decodeJSON(t, r, &n)
 	return n.Facts
@@ -541,7 +541,7 @@ func TestArtifactReadsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Close()
-	cmd := capability.PrepareArtifactCommand{Name: "data", Version: v.Version, SHA256: v.SHA256, Size: v.Size, Format: v.Format}
+	cmd := nodeproto.PrepareArtifactCommand{Name: "data", Version: v.Version, SHA256: v.SHA256, Size: v.Size, Format: v.Format}
 
 	err = rt.PrepareArtifact(c.ctx, cmd)
 	if !errors.Is(err, failure.ErrInvalid) || !strings.Contains(err.Error(), "no minted read") {
@@ -687,7 +687,7 @@ func TestArtifactFullDisk(t *testing.T) {
 		io.Copy(f, io.LimitReader(zeroReader{}, 8<<20)) // until the disk is full
 		f.Close()
 	}()
-	err = rt.PrepareArtifact(context.Background(), capability.PrepareArtifactCommand{Name: "data", Version: "v1", SHA256: digest,
+	err = rt.PrepareArtifact(context.Background(), nodeproto.PrepareArtifactCommand{Name: "data", Version: "v1", SHA256: digest,
 		Size: int64(len(data)), URL: srv + "/x", ExpiresAt: time.Now().Add(time.Minute)})
 	if !errors.Is(err, failure.ErrConflict) || !strings.Contains(err.Error(), "disk holding the artifact root is full") {
 		t.Fatalf("copy onto a full disk: %v", err)

@@ -15,8 +15,8 @@ import (
 	dockerclient "github.com/docker/docker/client"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/daemon"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // gpuMachine is the fake machine the GPU tests stand in: eight H100s as the
@@ -90,20 +90,20 @@ func (c *cluster) startAgentWith(nodeID string, configure func(*daemon.AgentOpti
 // startGPUAgent starts an agent standing in the 8×H100 machine and waits
 // until the control plane holds its facts with the eight GPUs. It returns
 // the node's ID and the GPUs as the fixture lists them.
-func (c *cluster) startGPUAgent(t *testing.T) (string, []capability.Accelerator) {
+func (c *cluster) startGPUAgent(t *testing.T) (string, []nodeproto.Accelerator) {
 	t.Helper()
 	nodeID := c.startAgentWith("gpu", func(o *daemon.AgentOptions) {
 		o.AcceleratorTool = filepath.Join(repoRoot(t), "testdata", "gpu", gpuMachine, "nvidia-smi")
 		o.KernelReports = fakeKernelReports(t, gpuMachine)
 	})
-	var facts capability.NodeFacts
+	var facts nodeproto.NodeFacts
 	c.waitFor("node "+nodeID+" ready with facts", func() bool {
 		n, err := c.client.GetNode(c.ctx, nodeID)
 		if err != nil || n.Status != "ready" || n.Facts == nil {
 			return false
 		}
 		raw, _ := json.Marshal(n.Facts)
-		facts = capability.NodeFacts{}
+		facts = nodeproto.NodeFacts{}
 		return json.Unmarshal(raw, &facts) == nil
 	})
 	if len(facts.Accelerators) != 8 {
@@ -144,7 +144,7 @@ func disjoint(a, b []string) bool {
 	return true
 }
 
-func uuidsOf(gpus []capability.Accelerator) []string {
+func uuidsOf(gpus []nodeproto.Accelerator) []string {
 	var uuids []string
 	for _, g := range gpus {
 		uuids = append(uuids, g.UUID)

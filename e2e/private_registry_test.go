@@ -22,11 +22,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/testimage"
 	"github.com/mercator/mercator/nodeagent/dockerruntime"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // startPrivateRegistry runs an OCI registry on loopback that answers only
@@ -126,7 +126,7 @@ func TestPrivateRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Close()
-	err = rt.PrepareImage(c.ctx, capability.PrepareImageCommand{Image: pinned})
+	err = rt.PrepareImage(c.ctx, nodeproto.PrepareImageCommand{Image: pinned})
 	if !errors.Is(err, failure.ErrUnauthorized) {
 		t.Errorf("a pull without the credential: %v, want ErrUnauthorized", err)
 	}

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/nodeagent"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // fleetSpec is what runs a group of simulated agents: the whole fleet in
@@ -81,7 +81,7 @@ func runAgents(ctx context.Context, spec fleetSpec, sink sink, log slog.Handler)
 		release := func() { once.Do(func() { <-sem }) }
 		base := "http://" + replicaHost(n%len(spec.Replicas))
 		rt := NewRuntime(id, RuntimeConfig{CPUs: spec.NodeCPUs, MemoryBytes: spec.NodeMemory, StartTime: spec.StartTime, RunTime: spec.RunTime},
-			func(key capability.WorkloadKey, at time.Time) { sink.launched(n, key, at) })
+			func(key nodeproto.WorkloadKey, at time.Time) { sink.launched(n, key, at) })
 		tr := &simTransport{inner: nodeagent.NewHTTPTransport(base, hc), sink: sink, n: n, release: release}
 		agent := nodeagent.New(nodeagent.Identity{ControlPlaneURL: base, NodeID: id, EnrollmentToken: spec.Tokens[i], AgentVersion: "fleetsim"},
 			rt, tr, states[i], nodeagent.WithHeartbeat(spec.Heartbeat), nodeagent.WithObserveInterval(spec.ObserveEvery),

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Report is what a simulation measured. Durations are in milliseconds
@@ -185,7 +185,7 @@ func (s *sim) reportRuns(rep *Report, h *holdState) {
 		if firstSubmit.IsZero() || rr.submitted.Before(firstSubmit) {
 			firstSubmit = rr.submitted
 		}
-		if rec.launches.Count(capability.WorkloadKey{RunID: id, Attempt: 1}) == 0 && rr.received.IsZero() {
+		if rec.launches.Count(nodeproto.WorkloadKey{RunID: id, Attempt: 1}) == 0 && rr.received.IsZero() {
 			rep.LaunchesMissing++
 		}
 		if rr.running.IsZero() {

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // RuntimeConfig is what a simulated machine pretends to be and how its
@@ -38,16 +38,16 @@ type RuntimeConfig struct {
 type Runtime struct {
 	nodeID   string
 	cfg      RuntimeConfig
-	onLaunch func(capability.WorkloadKey, time.Time)
+	onLaunch func(nodeproto.WorkloadKey, time.Time)
 
 	mu        sync.Mutex
 	images    map[string]bool
-	workloads map[capability.WorkloadKey]*workload
+	workloads map[nodeproto.WorkloadKey]*workload
 	changes   chan struct{}
 }
 
 type workload struct {
-	key      capability.WorkloadKey
+	key      nodeproto.WorkloadKey
 	id       string
 	image    string
 	timeout  time.Duration
@@ -58,17 +58,17 @@ type workload struct {
 
 // NewRuntime returns a simulated machine called nodeID. onLaunch, when not
 // nil, is called at every LaunchWorkload, adoptions included.
-func NewRuntime(nodeID string, cfg RuntimeConfig, onLaunch func(key capability.WorkloadKey, at time.Time)) *Runtime {
+func NewRuntime(nodeID string, cfg RuntimeConfig, onLaunch func(key nodeproto.WorkloadKey, at time.Time)) *Runtime {
 	return &Runtime{nodeID: nodeID, cfg: cfg, onLaunch: onLaunch,
-		images: map[string]bool{}, workloads: map[capability.WorkloadKey]*workload{},
+		images: map[string]bool{}, workloads: map[nodeproto.WorkloadKey]*workload{},
 		changes: make(chan struct{}, 1)}
 }
 
 // Facts implements nodeagent.Runtime.
-func (r *Runtime) Facts(ctx context.Context) (capability.NodeFacts, error) {
+func (r *Runtime) Facts(ctx context.Context) (nodeproto.NodeFacts, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	f := capability.NodeFacts{Hostname: r.nodeID, OS: "linux", Arch: "amd64", CPUs: r.cfg.CPUs, MemoryBytes: r.cfg.MemoryBytes,
+	f := nodeproto.NodeFacts{Hostname: r.nodeID, OS: "linux", Arch: "amd64", CPUs: r.cfg.CPUs, MemoryBytes: r.cfg.MemoryBytes,
 		DiskFreeBytes: 1 << 40, RuntimeName: "fleetsim", RuntimeVersion: "1", RuntimeAPIVersion: "1",
 		Notes: []string{"simulated by fleetsim: no container runs here"}}
 	for img := range r.images {
@@ -79,7 +79,7 @@ func (r *Runtime) Facts(ctx context.Context) (capability.NodeFacts, error) {
 }
 
 // PrepareImage implements nodeagent.Runtime: the image is held at once.
-func (r *Runtime) PrepareImage(ctx context.Context, c capability.PrepareImageCommand) error {
+func (r *Runtime) PrepareImage(ctx context.Context, c nodeproto.PrepareImageCommand) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.images[c.Image] = true
@@ -88,7 +88,7 @@ func (r *Runtime) PrepareImage(ctx context.Context, c capability.PrepareImageCom
 
 // PrepareArtifact implements nodeagent.Runtime: the simulation holds no
 // artifacts.
-func (r *Runtime) PrepareArtifact(ctx context.Context, c capability.PrepareArtifactCommand) error {
+func (r *Runtime) PrepareArtifact(ctx context.Context, c nodeproto.PrepareArtifactCommand) error {
 	return failure.Invalid("prepare_artifact", "the fleet simulator does not simulate artifacts")
 }
 
@@ -96,7 +96,7 @@ func (r *Runtime) PrepareArtifact(ctx context.Context, c capability.PrepareArtif
 // runtime already holds adopts it, as the Docker runtime adopts the
 // container its name identifies; onLaunch still hears of it, which is how
 // the simulator catches a command performed twice.
-func (r *Runtime) LaunchWorkload(ctx context.Context, c capability.LaunchWorkloadCommand) error {
+func (r *Runtime) LaunchWorkload(ctx context.Context, c nodeproto.LaunchWorkloadCommand) error {
 	if r.onLaunch != nil {
 		r.onLaunch(c.WorkloadKey, time.Now())
 	}
@@ -133,7 +133,7 @@ func (r *Runtime) LaunchWorkload(ctx context.Context, c capability.LaunchWorkloa
 
 // StopWorkload implements nodeagent.Runtime: the container exits at once
 // with 137, as one killed would; stopping one that is gone succeeds.
-func (r *Runtime) StopWorkload(ctx context.Context, c capability.StopWorkloadCommand) error {
+func (r *Runtime) StopWorkload(ctx context.Context, c nodeproto.StopWorkloadCommand) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w, ok := r.workloads[c.WorkloadKey]
@@ -147,19 +147,19 @@ func (r *Runtime) StopWorkload(ctx context.Context, c capability.StopWorkloadCom
 }
 
 // Observe implements nodeagent.Runtime.
-func (r *Runtime) Observe(ctx context.Context) ([]capability.WorkloadObservation, error) {
+func (r *Runtime) Observe(ctx context.Context) ([]nodeproto.WorkloadObservation, error) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]capability.WorkloadObservation, 0, len(r.workloads))
+	out := make([]nodeproto.WorkloadObservation, 0, len(r.workloads))
 	for _, w := range r.workloads {
-		o := capability.WorkloadObservation{WorkloadKey: w.key, ContainerID: w.id, Image: w.image, Timeout: w.timeout}
+		o := nodeproto.WorkloadObservation{WorkloadKey: w.key, ContainerID: w.id, Image: w.image, Timeout: w.timeout}
 		switch {
 		case w.finished.IsZero() || now.Before(w.finished):
-			o.Phase = capability.PhaseRunning
+			o.Phase = nodeproto.PhaseRunning
 			o.StartedAt = &w.started
 		default:
-			o.Phase = capability.PhaseExited
+			o.Phase = nodeproto.PhaseExited
 			code := w.exit
 			o.ExitCode, o.StartedAt, o.FinishedAt = &code, &w.started, &w.finished
 		}
@@ -183,16 +183,16 @@ func (r *Runtime) changed() {
 // exactly once. Safe for concurrent use.
 type Launches struct {
 	mu     sync.Mutex
-	counts map[capability.WorkloadKey]int
-	at     map[capability.WorkloadKey]time.Time
+	counts map[nodeproto.WorkloadKey]int
+	at     map[nodeproto.WorkloadKey]time.Time
 }
 
 // NewLaunches returns an empty recorder.
 func NewLaunches() *Launches {
-	return &Launches{counts: map[capability.WorkloadKey]int{}, at: map[capability.WorkloadKey]time.Time{}}
+	return &Launches{counts: map[nodeproto.WorkloadKey]int{}, at: map[nodeproto.WorkloadKey]time.Time{}}
 }
 
-func (l *Launches) launched(key capability.WorkloadKey, at time.Time) {
+func (l *Launches) launched(key nodeproto.WorkloadKey, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.counts[key]++
@@ -202,7 +202,7 @@ func (l *Launches) launched(key capability.WorkloadKey, at time.Time) {
 }
 
 // Count is how often the attempt was launched.
-func (l *Launches) Count(key capability.WorkloadKey) int {
+func (l *Launches) Count(key nodeproto.WorkloadKey) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.counts[key]

@@ -18,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/internal/cputime"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Shards: a process may hold only so many open files (here the hard limit
@@ -168,7 +168,7 @@ func (s *lineSink) eventsHeld(n, count int) { s.write(shardRecord{K: "ev", N: n,
 func (s *lineSink) running(n int, runID string, at time.Time) {
 	s.write(shardRecord{K: "run", N: n, Run: runID, T: at.UnixNano()})
 }
-func (s *lineSink) launched(n int, key capability.WorkloadKey, at time.Time) {
+func (s *lineSink) launched(n int, key nodeproto.WorkloadKey, at time.Time) {
 	s.write(shardRecord{K: "lau", N: n, Run: key.RunID, A: key.Attempt, T: at.UnixNano()})
 }
 func (s *lineSink) agentStopped(n int, err error) {
@@ -249,7 +249,7 @@ func (p *shardProc) dispatch(r shardRecord, rec *recorder) {
 	case "run":
 		rec.running(r.N, r.Run, at)
 	case "lau":
-		rec.launched(r.N, capability.WorkloadKey{RunID: r.Run, Attempt: r.A}, at)
+		rec.launched(r.N, nodeproto.WorkloadKey{RunID: r.Run, Attempt: r.A}, at)
 	case "stop":
 		rec.agentStopped(r.N, errors.New(r.Err))
 	case "end":

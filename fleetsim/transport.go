@@ -15,8 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mercator/mercator/capability"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
+
 	"github.com/mercator/mercator/nodeagent"
 )
 
@@ -111,7 +111,7 @@ type observer struct {
 }
 
 func (o *observer) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Path != capability.PathSession {
+	if req.URL.Path != nodeproto.PathSession {
 		resp, err := o.base.RoundTrip(req)
 		if err == nil && resp.StatusCode == http.StatusBadRequest && o.bad.Add(1) <= 5 {
 			// A node call refused as malformed is a simulator or protocol
@@ -132,7 +132,7 @@ func (o *observer) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
 	resp, err := o.base.RoundTrip(req)
 	if err == nil && resp.StatusCode == http.StatusOK {
-		if n, ok := o.index[req.Header.Get(capability.HeaderNodeID)]; ok {
+		if n, ok := o.index[req.Header.Get(nodeproto.HeaderNodeID)]; ok {
 			o.sink.sessionOpened(n, replica, time.Now())
 		}
 	}
@@ -156,7 +156,7 @@ type sink interface {
 	// running is the control plane's acknowledgement of the run's running
 	// observation.
 	running(n int, runID string, at time.Time)
-	launched(n int, key capability.WorkloadKey, at time.Time)
+	launched(n int, key nodeproto.WorkloadKey, at time.Time)
 	agentStopped(n int, err error)
 }
 
@@ -172,7 +172,7 @@ type simTransport struct {
 	release func()
 }
 
-func (t *simTransport) Enroll(ctx context.Context, r capability.EnrollmentRequest) (capability.Enrollment, error) {
+func (t *simTransport) Enroll(ctx context.Context, r nodeproto.EnrollmentRequest) (nodeproto.Enrollment, error) {
 	e, err := t.inner.Enroll(ctx, r)
 	if err == nil {
 		t.sink.enrolled(t.n, time.Now())
@@ -181,12 +181,12 @@ func (t *simTransport) Enroll(ctx context.Context, r capability.EnrollmentReques
 	return e, err
 }
 
-func (t *simTransport) RenewSession(ctx context.Context, nodeID, tok string) (capability.SessionRenewal, error) {
+func (t *simTransport) RenewSession(ctx context.Context, nodeID, tok string) (nodeproto.SessionRenewal, error) {
 	return t.inner.RenewSession(ctx, nodeID, tok)
 }
 
-func (t *simTransport) Session(ctx context.Context, nodeID, tok string, commands chan<- node.Command) error {
-	mid := make(chan node.Command)
+func (t *simTransport) Session(ctx context.Context, nodeID, tok string, commands chan<- nodeproto.Command) error {
+	mid := make(chan nodeproto.Command)
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -215,7 +215,7 @@ func (t *simTransport) Session(ctx context.Context, nodeID, tok string, commands
 	return err
 }
 
-func (t *simTransport) SendEvents(ctx context.Context, nodeID, tok string, events []node.Event) ([]string, error) {
+func (t *simTransport) SendEvents(ctx context.Context, nodeID, tok string, events []nodeproto.Event) ([]string, error) {
 	accepted, err := t.inner.SendEvents(ctx, nodeID, tok, events)
 	now := time.Now()
 	switch {
@@ -230,7 +230,7 @@ func (t *simTransport) SendEvents(ctx context.Context, nodeID, tok string, event
 			held[id] = true
 		}
 		for _, ev := range events {
-			if o := ev.Workload; o != nil && o.Phase == capability.PhaseRunning && held[ev.ID] {
+			if o := ev.Workload; o != nil && o.Phase == nodeproto.PhaseRunning && held[ev.ID] {
 				t.sink.running(t.n, o.RunID, now)
 			}
 		}
@@ -238,7 +238,7 @@ func (t *simTransport) SendEvents(ctx context.Context, nodeID, tok string, event
 	return accepted, err
 }
 
-func (t *simTransport) SendLogs(ctx context.Context, nodeID, tok string, chunk capability.LogChunk) (capability.LogAck, error) {
+func (t *simTransport) SendLogs(ctx context.Context, nodeID, tok string, chunk nodeproto.LogChunk) (nodeproto.LogAck, error) {
 	return t.inner.SendLogs(ctx, nodeID, tok, chunk)
 }
 
@@ -422,7 +422,7 @@ func (r *recorder) running(n int, runID string, at time.Time) {
 	}
 }
 
-func (r *recorder) launched(n int, key capability.WorkloadKey, at time.Time) {
+func (r *recorder) launched(n int, key nodeproto.WorkloadKey, at time.Time) {
 	r.launches.launched(key, at)
 }
 

@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // AcceleratorVendorNVIDIA is the Vendor of every accelerator this node
@@ -101,7 +101,7 @@ type acceleratorProbe struct {
 // name on PATH, or "" for DefaultAcceleratorTool); kernelReports is the
 // root of the kernel's reports ("" is /proc). The error is ctx ending and
 // nothing else.
-func Accelerators(ctx context.Context, tool, kernelReports string) ([]capability.Accelerator, []string, error) {
+func Accelerators(ctx context.Context, tool, kernelReports string) ([]nodeproto.Accelerator, []string, error) {
 	return acceleratorProbe{tool: tool, kernelReports: kernelReports}.read(ctx)
 }
 
@@ -131,7 +131,7 @@ func ContainerHook() string { return acceleratorProbe{}.findHook() }
 // field for it. Its absence is a Note, not a failure, since the devices are
 // no less usable for it. The error is the caller's context ending, and
 // nothing else.
-func (probe acceleratorProbe) read(ctx context.Context) ([]capability.Accelerator, []string, error) {
+func (probe acceleratorProbe) read(ctx context.Context) ([]nodeproto.Accelerator, []string, error) {
 	var notes []string
 	note := func(format string, args ...any) { notes = append(notes, fmt.Sprintf(format, args...)) }
 
@@ -382,8 +382,8 @@ var driverVersionPattern = regexp.MustCompile(`^[0-9]+(\.[0-9]+)+$`)
 // or UUID cannot be scheduled and refuses the whole answer. Any other line
 // that does not hold exactly those fields, or a UUID listed twice, refuses
 // the whole answer too: the error names the line.
-func parseNVIDIAQuery(out []byte) ([]capability.Accelerator, error) {
-	var gpus []capability.Accelerator
+func parseNVIDIAQuery(out []byte) ([]nodeproto.Accelerator, error) {
+	var gpus []nodeproto.Accelerator
 	seen := map[string]bool{}
 	for i, line := range strings.Split(string(out), "\n") {
 		line = strings.TrimRight(line, "\r")
@@ -401,7 +401,7 @@ func parseNVIDIAQuery(out []byte) ([]capability.Accelerator, error) {
 			fields[j] = strings.TrimSpace(fields[j])
 		}
 		name, uuid, memory, driver, bus := fields[0], fields[1], fields[2], fields[3], fields[4]
-		gpu := capability.Accelerator{Vendor: AcceleratorVendorNVIDIA, Model: name, UUID: uuid}
+		gpu := nodeproto.Accelerator{Vendor: AcceleratorVendorNVIDIA, Model: name, UUID: uuid}
 		switch {
 		case name == "" || unstated(name) || strings.IndexFunc(name, func(r rune) bool { return r < ' ' || r == 0xfffd }) >= 0:
 			return nil, bad("no readable GPU name")
@@ -466,7 +466,7 @@ func moduleVersion(report []byte) string {
 }
 
 // describeGPUs summarises a list for a Note: "8 × NVIDIA H100 80GB HBM3".
-func describeGPUs(gpus []capability.Accelerator) string {
+func describeGPUs(gpus []nodeproto.Accelerator) string {
 	var parts []string
 	count := map[string]int{}
 	for _, gpu := range gpus {

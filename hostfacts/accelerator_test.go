@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // gpuFixtures is testdata/gpu at the module root: one directory per fake
@@ -60,7 +60,7 @@ func (m fakeMachine) probe(t *testing.T) acceleratorProbe {
 	return probe
 }
 
-func readQueryFixture(t *testing.T, machine string) []capability.Accelerator {
+func readQueryFixture(t *testing.T, machine string) []nodeproto.Accelerator {
 	t.Helper()
 	out, err := os.ReadFile(filepath.Join(gpuFixtures(t), machine, "query.csv"))
 	if err != nil {
@@ -235,7 +235,7 @@ func TestParseNVIDIAQuery(t *testing.T) {
 	if err != nil || len(good) != 1 {
 		t.Fatalf("parse = %+v, %v", good, err)
 	}
-	want := capability.Accelerator{Vendor: "nvidia", Model: "NVIDIA H100 80GB HBM3", UUID: uuid, MemoryBytes: 81559 << 20, DriverVersion: "550.54.15", PCIBusID: "00000000:18:00.0"}
+	want := nodeproto.Accelerator{Vendor: "nvidia", Model: "NVIDIA H100 80GB HBM3", UUID: uuid, MemoryBytes: 81559 << 20, DriverVersion: "550.54.15", PCIBusID: "00000000:18:00.0"}
 	if good[0] != want {
 		t.Errorf("parse = %+v, want %+v", good[0], want)
 	}

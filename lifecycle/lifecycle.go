@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Active reports whether an attempt still holds (or may hold) resources on
@@ -63,7 +63,7 @@ func Place(r *api.Run, nodeID string, gpus []string, now time.Time) api.Attempt 
 // the run changed. An observation from a node that does not hold the attempt
 // changes nothing, and one for an attempt already settled only fills in
 // moments that were missing.
-func Observe(r *api.Run, nodeID string, o capability.WorkloadObservation, now time.Time) bool {
+func Observe(r *api.Run, nodeID string, o nodeproto.WorkloadObservation, now time.Time) bool {
 	a := Find(r, o.Attempt)
 	if a == nil || a.NodeID != nodeID {
 		return false
@@ -75,20 +75,20 @@ func Observe(r *api.Run, nodeID string, o capability.WorkloadObservation, now ti
 	if o.StartedAt != nil {
 		a.StartedAt = o.StartedAt
 	}
-	if o.FinishedAt != nil && o.Phase == capability.PhaseExited {
+	if o.FinishedAt != nil && o.Phase == nodeproto.PhaseExited {
 		a.FinishedAt = o.FinishedAt
 	}
 	if !Active(*a) && a.Status != api.AttemptUnknown {
 		return changed(before, r, a, now)
 	}
 	switch o.Phase {
-	case capability.PhasePreparing, capability.PhaseCreated:
+	case nodeproto.PhasePreparing, nodeproto.PhaseCreated:
 		if a.Status == api.AttemptPlaced || a.Status == api.AttemptUnknown {
 			a.Status = api.AttemptPreparing
 		}
-	case capability.PhaseRunning:
+	case nodeproto.PhaseRunning:
 		a.Status = api.AttemptRunning
-	case capability.PhaseExited:
+	case nodeproto.PhaseExited:
 		code := 0
 		if o.ExitCode != nil {
 			code = *o.ExitCode
@@ -105,7 +105,7 @@ func Observe(r *api.Run, nodeID string, o capability.WorkloadObservation, now ti
 			a.Status = api.AttemptFailed
 			a.Error = exitError(r, code, o)
 		}
-	case capability.PhaseFailed, capability.PhaseMissing:
+	case nodeproto.PhaseFailed, nodeproto.PhaseMissing:
 		a.Status = api.AttemptFailed
 		a.Error = o.Error
 		if a.FinishedAt == nil {
@@ -158,7 +158,7 @@ func sameInt(x, y *int) bool { return x == y || (x != nil && y != nil && *x == *
 
 func sameTime(x, y *time.Time) bool { return x == y || (x != nil && y != nil && x.Equal(*y)) }
 
-func exitError(r *api.Run, code int, o capability.WorkloadObservation) string {
+func exitError(r *api.Run, code int, o nodeproto.WorkloadObservation) string {
 	switch {
 	case o.StopReason == "timeout":
 		return fmt.Sprintf("timed out after %s and was stopped", (time.Duration(r.TimeoutSeconds) * time.Second).String())

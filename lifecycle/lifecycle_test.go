@@ -6,15 +6,15 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func obs(attempt int, phase string, code *int) capability.WorkloadObservation {
+func obs(attempt int, phase string, code *int) nodeproto.WorkloadObservation {
 	started := t0.Add(time.Second)
-	o := capability.WorkloadObservation{WorkloadKey: capability.WorkloadKey{RunID: "r", Attempt: attempt}, ContainerID: "c", Phase: phase, StartedAt: &started}
-	if phase == capability.PhaseExited {
+	o := nodeproto.WorkloadObservation{WorkloadKey: nodeproto.WorkloadKey{RunID: "r", Attempt: attempt}, ContainerID: "c", Phase: phase, StartedAt: &started}
+	if phase == nodeproto.PhaseExited {
 		fin := t0.Add(2 * time.Second)
 		o.FinishedAt, o.ExitCode = &fin, code
 	}
@@ -33,19 +33,19 @@ func TestHappyPath(t *testing.T) {
 	if r.Status != api.RunPlaced {
 		t.Fatal(r.Status)
 	}
-	Observe(r, "n1", obs(1, capability.PhasePreparing, nil), t0)
+	Observe(r, "n1", obs(1, nodeproto.PhasePreparing, nil), t0)
 	if r.Status != api.RunPreparing {
 		t.Fatal(r.Status)
 	}
-	Observe(r, "n1", obs(1, capability.PhaseRunning, nil), t0)
+	Observe(r, "n1", obs(1, nodeproto.PhaseRunning, nil), t0)
 	if r.Status != api.RunRunning || r.Attempts[0].StartedAt == nil {
 		t.Fatalf("%s %+v", r.Status, r.Attempts[0])
 	}
-	if !Observe(r, "n1", obs(1, capability.PhaseExited, ptr(0)), t0) || r.Status != api.RunSucceeded || *r.ExitCode != 0 || r.FinishedAt == nil {
+	if !Observe(r, "n1", obs(1, nodeproto.PhaseExited, ptr(0)), t0) || r.Status != api.RunSucceeded || *r.ExitCode != 0 || r.FinishedAt == nil {
 		t.Fatalf("%+v", r)
 	}
 	// A redelivered or late observation changes nothing.
-	if Observe(r, "n1", obs(1, capability.PhaseRunning, nil), t0) || r.Status != api.RunSucceeded {
+	if Observe(r, "n1", obs(1, nodeproto.PhaseRunning, nil), t0) || r.Status != api.RunSucceeded {
 		t.Fatalf("late observation moved an ended run: %s", r.Status)
 	}
 }
@@ -53,7 +53,7 @@ func TestHappyPath(t *testing.T) {
 func TestObservationFromAnotherNodeIgnored(t *testing.T) {
 	r := newRun(0)
 	Place(r, "n1", nil, t0)
-	if Observe(r, "n2", obs(1, capability.PhaseExited, ptr(1)), t0) || r.Status != api.RunPlaced {
+	if Observe(r, "n2", obs(1, nodeproto.PhaseExited, ptr(1)), t0) || r.Status != api.RunPlaced {
 		t.Fatalf("foreign observation applied: %s", r.Status)
 	}
 }
@@ -61,12 +61,12 @@ func TestObservationFromAnotherNodeIgnored(t *testing.T) {
 func TestRetriesThenFails(t *testing.T) {
 	r := newRun(1)
 	Place(r, "n1", nil, t0)
-	Observe(r, "n1", obs(1, capability.PhaseExited, ptr(3)), t0)
+	Observe(r, "n1", obs(1, nodeproto.PhaseExited, ptr(3)), t0)
 	if r.Status != api.RunQueued || !strings.Contains(r.Reason, "retrying") {
 		t.Fatalf("%s %q", r.Status, r.Reason)
 	}
 	Place(r, "n2", nil, t0)
-	Observe(r, "n2", obs(2, capability.PhaseExited, ptr(4)), t0)
+	Observe(r, "n2", obs(2, nodeproto.PhaseExited, ptr(4)), t0)
 	if r.Status != api.RunFailed || *r.ExitCode != 4 || !strings.Contains(r.Reason, "attempt 2 exited with code 4") {
 		t.Fatalf("%s %v %q", r.Status, r.ExitCode, r.Reason)
 	}
@@ -76,7 +76,7 @@ func TestTimeoutIsNotRetried(t *testing.T) {
 	r := newRun(3)
 	r.TimeoutSeconds = 5
 	Place(r, "n1", nil, t0)
-	o := obs(1, capability.PhaseExited, ptr(0))
+	o := obs(1, nodeproto.PhaseExited, ptr(0))
 	o.StopReason = "timeout"
 	Observe(r, "n1", o, t0)
 	if r.Status != api.RunFailed || !strings.Contains(r.Reason, "timed out after 5s") {
@@ -99,14 +99,14 @@ func TestCancel(t *testing.T) {
 	}
 	r = newRun(5)
 	Place(r, "n1", nil, t0)
-	Observe(r, "n1", obs(1, capability.PhaseRunning, nil), t0)
+	Observe(r, "n1", obs(1, nodeproto.PhaseRunning, nil), t0)
 	if a := Cancel(r, t0); a == nil || a.Number != 1 {
 		t.Fatal("running run: no attempt to stop")
 	}
 	if r.Status != api.RunRunning {
 		t.Fatal("cancel must wait for the node's report")
 	}
-	o := obs(1, capability.PhaseExited, ptr(143))
+	o := obs(1, nodeproto.PhaseExited, ptr(143))
 	o.StopReason = "cancelled"
 	Observe(r, "n1", o, t0)
 	if r.Status != api.RunCancelled || len(r.Attempts) != 1 {
@@ -117,7 +117,7 @@ func TestCancel(t *testing.T) {
 func TestReplaceAndStrays(t *testing.T) {
 	r := newRun(0)
 	Place(r, "n1", nil, t0)
-	Observe(r, "n1", obs(1, capability.PhaseRunning, nil), t0)
+	Observe(r, "n1", obs(1, nodeproto.PhaseRunning, nil), t0)
 	if d, ok := ReplaceAfter(r); !ok || d != DefaultReplaceAfter {
 		t.Fatal("default replace-after")
 	}
@@ -129,13 +129,13 @@ func TestReplaceAndStrays(t *testing.T) {
 		t.Fatal("replaced twice")
 	}
 	Place(r, "n2", nil, t0)
-	Observe(r, "n2", obs(2, capability.PhaseRunning, nil), t0)
+	Observe(r, "n2", obs(2, nodeproto.PhaseRunning, nil), t0)
 	strays := Strays(r)
 	if len(strays) != 1 || strays[0].Number != 1 {
 		t.Fatalf("strays = %+v, want attempt 1", strays)
 	}
 	// The old node comes back: its attempt exits; the run is not affected.
-	Observe(r, "n1", obs(1, capability.PhaseExited, ptr(137)), t0)
+	Observe(r, "n1", obs(1, nodeproto.PhaseExited, ptr(137)), t0)
 	if r.Status != api.RunRunning || r.Attempts[0].Status != api.AttemptFailed {
 		t.Fatalf("old attempt's exit moved the run: %s %s", r.Status, r.Attempts[0].Status)
 	}

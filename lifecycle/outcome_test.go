@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // TestSameAttemptSeesEveryField: sameAttempt compares field by field, so a
@@ -52,10 +52,10 @@ func TestObserveSameObservationChangesNothing(t *testing.T) {
 	placed := time.Unix(100, 0)
 	r := &api.Run{ID: "r1", Status: api.RunQueued}
 	Place(r, "n1", nil, placed)
-	obs := func() capability.WorkloadObservation {
+	obs := func() nodeproto.WorkloadObservation {
 		started := time.Unix(101, 0)
-		return capability.WorkloadObservation{WorkloadKey: capability.WorkloadKey{RunID: "r1", Attempt: 1},
-			ContainerID: "c1", Phase: capability.PhaseRunning, StartedAt: &started}
+		return nodeproto.WorkloadObservation{WorkloadKey: nodeproto.WorkloadKey{RunID: "r1", Attempt: 1},
+			ContainerID: "c1", Phase: nodeproto.PhaseRunning, StartedAt: &started}
 	}
 	if !Observe(r, "n1", obs(), time.Unix(102, 0)) {
 		t.Fatal("the first running observation changed nothing")

@@ -10,9 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Identity is the immutable material a machine was bootstrapped with. The
@@ -56,8 +55,8 @@ type Agent struct {
 
 	mu       sync.Mutex
 	keyLocks map[string]*sync.Mutex
-	shipping map[capability.WorkloadKey]chan struct{}
-	shipped  map[capability.WorkloadKey]bool
+	shipping map[nodeproto.WorkloadKey]chan struct{}
+	shipped  map[nodeproto.WorkloadKey]bool
 	fatal    chan error
 
 	functions *agentFunctions // nil without WithFunctions; see functions.go
@@ -95,7 +94,7 @@ func New(identity Identity, runtime Runtime, transport Transport, state *State, 
 		preparingAfter: defaultPreparingAfter, flushLinger: defaultFlushLinger,
 		flush: make(chan struct{}, 1), observeCh: make(chan struct{}, 1),
 		keyLocks: map[string]*sync.Mutex{},
-		shipping: map[capability.WorkloadKey]chan struct{}{}, shipped: map[capability.WorkloadKey]bool{},
+		shipping: map[nodeproto.WorkloadKey]chan struct{}{}, shipped: map[nodeproto.WorkloadKey]bool{},
 		fatal: make(chan error, 1),
 	}
 	for _, o := range options {
@@ -152,9 +151,9 @@ func (a *Agent) ensureSession(ctx context.Context) error {
 	}
 	backoff := a.backoff
 	for {
-		enr, err := a.transport.Enroll(ctx, capability.EnrollmentRequest{
+		enr, err := a.transport.Enroll(ctx, nodeproto.EnrollmentRequest{
 			NodeID: a.identity.NodeID, Invitation: a.identity.EnrollmentToken,
-			AgentVersion: a.identity.AgentVersion, CapabilityVersion: capability.Version,
+			AgentVersion: a.identity.AgentVersion, CapabilityVersion: nodeproto.Version,
 		})
 		if err == nil {
 			if err := a.state.Enrolled(a.identity.NodeID, enr); err != nil {
@@ -205,7 +204,7 @@ func (a *Agent) handleTransportError(what string, err error) {
 func (a *Agent) sessionLoop(ctx context.Context) {
 	backoff := a.backoff
 	for ctx.Err() == nil {
-		commands := make(chan node.Command)
+		commands := make(chan nodeproto.Command)
 		done := make(chan error, 1)
 		nodeID, tok := a.creds()
 		started := a.now()
@@ -342,7 +341,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 // factsLoop reads the node's facts once per heartbeat period and spools them
 // when they changed since they were last reported.
 func (a *Agent) factsLoop(ctx context.Context) {
-	var last *capability.NodeFacts
+	var last *nodeproto.NodeFacts
 	for {
 		facts, err := a.runtime.Facts(ctx)
 		if err != nil {
@@ -352,11 +351,11 @@ func (a *Agent) factsLoop(ctx context.Context) {
 			a.logger.Warn("read facts", "err", err)
 		} else {
 			facts.AgentVersion = a.identity.AgentVersion
-			facts.CapabilityVersion = capability.Version
+			facts.CapabilityVersion = nodeproto.Version
 			facts.Functions = a.functionFacts()
 			if last == nil || !reflect.DeepEqual(*last, facts) {
 				if id, err := a.state.NextEventID(); err == nil {
-					if err := a.state.Spool(node.Event{ID: id, Kind: node.EventFacts, At: a.now().UTC(), Facts: &facts}); err == nil {
+					if err := a.state.Spool(nodeproto.Event{ID: id, Kind: nodeproto.EventFacts, At: a.now().UTC(), Facts: &facts}); err == nil {
 						last = &facts
 						a.wakeFlush()
 					}

@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // memRuntime is an in-memory Runtime: launches create "containers" that
@@ -22,19 +21,19 @@ import (
 // exactly-once tests check.
 type memRuntime struct {
 	mu        sync.Mutex
-	launches  map[capability.WorkloadKey]int
-	running   map[capability.WorkloadKey]capability.WorkloadObservation
+	launches  map[nodeproto.WorkloadKey]int
+	running   map[nodeproto.WorkloadKey]nodeproto.WorkloadObservation
 	failPulls int // the next failPulls PrepareImage calls fail as unavailable
 }
 
 func newMemRuntime() *memRuntime {
-	return &memRuntime{launches: map[capability.WorkloadKey]int{}, running: map[capability.WorkloadKey]capability.WorkloadObservation{}}
+	return &memRuntime{launches: map[nodeproto.WorkloadKey]int{}, running: map[nodeproto.WorkloadKey]nodeproto.WorkloadObservation{}}
 }
 
-func (m *memRuntime) Facts(context.Context) (capability.NodeFacts, error) {
-	return capability.NodeFacts{CPUs: 4, MemoryBytes: 8 << 30}, nil
+func (m *memRuntime) Facts(context.Context) (nodeproto.NodeFacts, error) {
+	return nodeproto.NodeFacts{CPUs: 4, MemoryBytes: 8 << 30}, nil
 }
-func (m *memRuntime) PrepareImage(context.Context, capability.PrepareImageCommand) error {
+func (m *memRuntime) PrepareImage(context.Context, nodeproto.PrepareImageCommand) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.failPulls > 0 {
@@ -43,10 +42,10 @@ func (m *memRuntime) PrepareImage(context.Context, capability.PrepareImageComman
 	}
 	return nil
 }
-func (m *memRuntime) PrepareArtifact(context.Context, capability.PrepareArtifactCommand) error {
+func (m *memRuntime) PrepareArtifact(context.Context, nodeproto.PrepareArtifactCommand) error {
 	return nil
 }
-func (m *memRuntime) LaunchWorkload(_ context.Context, c capability.LaunchWorkloadCommand) error {
+func (m *memRuntime) LaunchWorkload(_ context.Context, c nodeproto.LaunchWorkloadCommand) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.running[c.WorkloadKey]; ok {
@@ -54,23 +53,23 @@ func (m *memRuntime) LaunchWorkload(_ context.Context, c capability.LaunchWorklo
 	}
 	m.launches[c.WorkloadKey]++
 	now := time.Now()
-	m.running[c.WorkloadKey] = capability.WorkloadObservation{WorkloadKey: c.WorkloadKey, ContainerID: "c-" + c.RunID, Phase: capability.PhaseRunning, StartedAt: &now}
+	m.running[c.WorkloadKey] = nodeproto.WorkloadObservation{WorkloadKey: c.WorkloadKey, ContainerID: "c-" + c.RunID, Phase: nodeproto.PhaseRunning, StartedAt: &now}
 	return nil
 }
-func (m *memRuntime) StopWorkload(_ context.Context, c capability.StopWorkloadCommand) error {
+func (m *memRuntime) StopWorkload(_ context.Context, c nodeproto.StopWorkloadCommand) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if o, ok := m.running[c.WorkloadKey]; ok && o.Phase == capability.PhaseRunning {
+	if o, ok := m.running[c.WorkloadKey]; ok && o.Phase == nodeproto.PhaseRunning {
 		now, code := time.Now(), 143
-		o.Phase, o.FinishedAt, o.ExitCode = capability.PhaseExited, &now, &code
+		o.Phase, o.FinishedAt, o.ExitCode = nodeproto.PhaseExited, &now, &code
 		m.running[c.WorkloadKey] = o
 	}
 	return nil
 }
-func (m *memRuntime) Observe(context.Context) ([]capability.WorkloadObservation, error) {
+func (m *memRuntime) Observe(context.Context) ([]nodeproto.WorkloadObservation, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []capability.WorkloadObservation
+	var out []nodeproto.WorkloadObservation
 	for _, o := range m.running {
 		out = append(out, o)
 	}
@@ -80,19 +79,19 @@ func (m *memRuntime) Observe(context.Context) ([]capability.WorkloadObservation,
 // chanTransport hands the agent the commands a test pushes and records the
 // events it delivers.
 type chanTransport struct {
-	commands chan node.Command
+	commands chan nodeproto.Command
 	mu       sync.Mutex
-	events   []node.Event
+	events   []nodeproto.Event
 	offline  bool
 }
 
-func (c *chanTransport) Enroll(context.Context, capability.EnrollmentRequest) (capability.Enrollment, error) {
-	return capability.Enrollment{SessionToken: "s", ExpiresAt: time.Now().Add(time.Hour), FencingToken: 5}, nil
+func (c *chanTransport) Enroll(context.Context, nodeproto.EnrollmentRequest) (nodeproto.Enrollment, error) {
+	return nodeproto.Enrollment{SessionToken: "s", ExpiresAt: time.Now().Add(time.Hour), FencingToken: 5}, nil
 }
-func (c *chanTransport) RenewSession(context.Context, string, string) (capability.SessionRenewal, error) {
-	return capability.SessionRenewal{SessionToken: "s2", ExpiresAt: time.Now().Add(time.Hour), FencingToken: 5}, nil
+func (c *chanTransport) RenewSession(context.Context, string, string) (nodeproto.SessionRenewal, error) {
+	return nodeproto.SessionRenewal{SessionToken: "s2", ExpiresAt: time.Now().Add(time.Hour), FencingToken: 5}, nil
 }
-func (c *chanTransport) Session(ctx context.Context, _, _ string, out chan<- node.Command) error {
+func (c *chanTransport) Session(ctx context.Context, _, _ string, out chan<- nodeproto.Command) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -102,7 +101,7 @@ func (c *chanTransport) Session(ctx context.Context, _, _ string, out chan<- nod
 		}
 	}
 }
-func (c *chanTransport) SendEvents(_ context.Context, _, _ string, evs []node.Event) ([]string, error) {
+func (c *chanTransport) SendEvents(_ context.Context, _, _ string, evs []nodeproto.Event) ([]string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.offline {
@@ -115,16 +114,16 @@ func (c *chanTransport) SendEvents(_ context.Context, _, _ string, evs []node.Ev
 	}
 	return ids, nil
 }
-func (c *chanTransport) SendLogs(context.Context, string, string, capability.LogChunk) (capability.LogAck, error) {
-	return capability.LogAck{}, nil
+func (c *chanTransport) SendLogs(context.Context, string, string, nodeproto.LogChunk) (nodeproto.LogAck, error) {
+	return nodeproto.LogAck{}, nil
 }
 
-func (c *chanTransport) results(op string) []node.Event {
+func (c *chanTransport) results(op string) []nodeproto.Event {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []node.Event
+	var out []nodeproto.Event
 	for _, e := range c.events {
-		if e.Kind == node.EventResult && e.Result.OperationID == op {
+		if e.Kind == nodeproto.EventResult && e.Result.OperationID == op {
 			out = append(out, e)
 		}
 	}
@@ -132,11 +131,11 @@ func (c *chanTransport) results(op string) []node.Event {
 }
 
 // exitReported says whether an exit of key was delivered.
-func (c *chanTransport) exitReported(key capability.WorkloadKey) bool {
+func (c *chanTransport) exitReported(key nodeproto.WorkloadKey) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, e := range c.events {
-		if e.Kind == node.EventWorkload && e.Workload.WorkloadKey == key && e.Workload.Phase == capability.PhaseExited {
+		if e.Kind == nodeproto.EventWorkload && e.Workload.WorkloadKey == key && e.Workload.Phase == nodeproto.PhaseExited {
 			return true
 		}
 	}
@@ -173,16 +172,16 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func launch(op string, fence uint64) node.Command {
-	return node.Command{OperationID: op, FencingToken: fence, Kind: node.KindLaunchWorkload,
-		LaunchWorkload: &capability.LaunchWorkloadCommand{WorkloadKey: capability.WorkloadKey{RunID: "r-" + op, Attempt: 1}, Image: "x@sha256:0"}}
+func launch(op string, fence uint64) nodeproto.Command {
+	return nodeproto.Command{OperationID: op, FencingToken: fence, Kind: nodeproto.KindLaunchWorkload,
+		LaunchWorkload: &nodeproto.LaunchWorkloadCommand{WorkloadKey: nodeproto.WorkloadKey{RunID: "r-" + op, Attempt: 1}, Image: "x@sha256:0"}}
 }
 
 // TestRedeliveredLaunchStartsOneContainer: the same command delivered many
 // times, across an agent restart, launches once and is answered with the
 // same result event each time.
 func TestRedeliveredLaunchStartsOneContainer(t *testing.T) {
-	rt, tr, dir := newMemRuntime(), &chanTransport{commands: make(chan node.Command)}, t.TempDir()
+	rt, tr, dir := newMemRuntime(), &chanTransport{commands: make(chan nodeproto.Command)}, t.TempDir()
 	stop := startTestAgent(t, rt, tr, dir)
 	cmd := launch("op1", 5)
 	for i := 0; i < 5; i++ {
@@ -196,7 +195,7 @@ func TestRedeliveredLaunchStartsOneContainer(t *testing.T) {
 	waitUntil(t, "an answer after restart", func() bool { return len(tr.results("op1")) >= 6 })
 	res := tr.results("op1")
 	for _, e := range res {
-		if e.ID != res[0].ID || e.Result.Outcome != node.OutcomeOK {
+		if e.ID != res[0].ID || e.Result.Outcome != nodeproto.OutcomeOK {
 			t.Fatalf("answers differ: %+v vs %+v", e, res[0])
 		}
 	}
@@ -213,7 +212,7 @@ type gatedPrepare struct {
 	gate chan struct{}
 }
 
-func (g *gatedPrepare) PrepareImage(ctx context.Context, c capability.PrepareImageCommand) error {
+func (g *gatedPrepare) PrepareImage(ctx context.Context, c nodeproto.PrepareImageCommand) error {
 	if strings.Contains(c.Image, g.run) {
 		select {
 		case <-g.gate:
@@ -232,9 +231,9 @@ func (c *chanTransport) phases(run string) []string {
 	var out []string
 	for _, e := range c.events {
 		switch {
-		case e.Kind == node.EventWorkload && e.Workload.RunID == run:
+		case e.Kind == nodeproto.EventWorkload && e.Workload.RunID == run:
 			out = append(out, string(e.Workload.Phase))
-		case e.Kind == node.EventResult && e.Result.Workload != nil && e.Result.Workload.RunID == run:
+		case e.Kind == nodeproto.EventResult && e.Result.Workload != nil && e.Result.Workload.RunID == run:
 			out = append(out, "result")
 		}
 	}
@@ -247,7 +246,7 @@ func (c *chanTransport) phases(run string) []string {
 // first, and its result and running observation come after.
 func TestPreparingReportedOnlyForSlowLaunches(t *testing.T) {
 	rt := &gatedPrepare{memRuntime: newMemRuntime(), run: "slow", gate: make(chan struct{})}
-	tr := &chanTransport{commands: make(chan node.Command)}
+	tr := &chanTransport{commands: make(chan nodeproto.Command)}
 	stop := startTestAgent(t, rt, tr, t.TempDir(), func(a *Agent) { a.preparingAfter = 50 * time.Millisecond })
 	defer stop()
 
@@ -278,13 +277,13 @@ func TestPreparingReportedOnlyForSlowLaunches(t *testing.T) {
 // TestFencedCommandRefused: a command fenced below the node's token is
 // refused, in a result that says so, and not performed.
 func TestFencedCommandRefused(t *testing.T) {
-	rt, tr := newMemRuntime(), &chanTransport{commands: make(chan node.Command)}
+	rt, tr := newMemRuntime(), &chanTransport{commands: make(chan nodeproto.Command)}
 	defer startTestAgent(t, rt, tr, t.TempDir())()
 	cmd := launch("old", 4) // the node holds token 5
 	tr.commands <- cmd
 	waitUntil(t, "a refusal", func() bool { return len(tr.results("old")) == 1 })
 	r := tr.results("old")[0].Result
-	if r.Outcome != node.OutcomeRefused || r.Error == "" {
+	if r.Outcome != nodeproto.OutcomeRefused || r.Error == "" {
 		t.Fatalf("result %+v, want refused with a reason", r)
 	}
 	if rt.launches[cmd.LaunchWorkload.WorkloadKey] != 0 {
@@ -295,7 +294,7 @@ func TestFencedCommandRefused(t *testing.T) {
 // TestSpoolSurvivesPartition: what is observed while the control plane is
 // unreachable is delivered afterwards, with the IDs it was minted with.
 func TestSpoolSurvivesPartition(t *testing.T) {
-	rt, tr := newMemRuntime(), &chanTransport{commands: make(chan node.Command), offline: true}
+	rt, tr := newMemRuntime(), &chanTransport{commands: make(chan nodeproto.Command), offline: true}
 	defer startTestAgent(t, rt, tr, t.TempDir())()
 	tr.commands <- launch("op1", 5)
 	time.Sleep(100 * time.Millisecond)
@@ -310,7 +309,7 @@ func TestSpoolSurvivesPartition(t *testing.T) {
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
 		for _, e := range tr.events {
-			if e.Kind == node.EventWorkload && e.Workload.Phase == capability.PhaseRunning {
+			if e.Kind == nodeproto.EventWorkload && e.Workload.Phase == nodeproto.PhaseRunning {
 				return true
 			}
 		}
@@ -321,12 +320,12 @@ func TestSpoolSurvivesPartition(t *testing.T) {
 // TestUnavailableRuntimeIsRetried: a launch that meets a restarting daemon
 // is retried, not reported as the run's failure.
 func TestUnavailableRuntimeIsRetried(t *testing.T) {
-	rt, tr := newMemRuntime(), &chanTransport{commands: make(chan node.Command)}
+	rt, tr := newMemRuntime(), &chanTransport{commands: make(chan nodeproto.Command)}
 	rt.failPulls = 2
 	defer startTestAgent(t, rt, tr, t.TempDir())()
 	tr.commands <- launch("op1", 5)
 	waitUntil(t, "a result", func() bool { return len(tr.results("op1")) == 1 })
-	if r := tr.results("op1")[0].Result; r.Outcome != node.OutcomeOK {
+	if r := tr.results("op1")[0].Result; r.Outcome != nodeproto.OutcomeOK {
 		t.Fatalf("result %+v, want ok after retries", r)
 	}
 }
@@ -341,32 +340,32 @@ type startLaterRuntime struct {
 	output string
 }
 
-func (m *startLaterRuntime) LaunchWorkload(ctx context.Context, c capability.LaunchWorkloadCommand) error {
+func (m *startLaterRuntime) LaunchWorkload(ctx context.Context, c nodeproto.LaunchWorkloadCommand) error {
 	if err := m.memRuntime.LaunchWorkload(ctx, c); err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o := m.running[c.WorkloadKey]
-	o.Phase, o.StartedAt = capability.PhaseCreated, nil
+	o.Phase, o.StartedAt = nodeproto.PhaseCreated, nil
 	m.running[c.WorkloadKey] = o
 	return nil
 }
 
 // runToExit moves key from created through running to exited.
-func (m *startLaterRuntime) runToExit(key capability.WorkloadKey) {
+func (m *startLaterRuntime) runToExit(key nodeproto.WorkloadKey) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o := m.running[key]
 	now, code := time.Now(), 0
-	o.Phase, o.StartedAt, o.FinishedAt, o.ExitCode = capability.PhaseExited, &now, &now, &code
+	o.Phase, o.StartedAt, o.FinishedAt, o.ExitCode = nodeproto.PhaseExited, &now, &now, &code
 	m.running[key] = o
 }
 
-func (m *startLaterRuntime) Logs(_ context.Context, key capability.WorkloadKey, _ bool) (io.ReadCloser, error) {
+func (m *startLaterRuntime) Logs(_ context.Context, key nodeproto.WorkloadKey, _ bool) (io.ReadCloser, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.running[key].Phase == capability.PhaseCreated {
+	if m.running[key].Phase == nodeproto.PhaseCreated {
 		return io.NopCloser(strings.NewReader("")), nil
 	}
 	return io.NopCloser(strings.NewReader(m.output)), nil
@@ -376,20 +375,20 @@ func (m *startLaterRuntime) Logs(_ context.Context, key capability.WorkloadKey, 
 type logTransport struct {
 	*chanTransport
 	logMu sync.Mutex
-	logs  map[capability.WorkloadKey]string
+	logs  map[nodeproto.WorkloadKey]string
 }
 
-func (l *logTransport) SendLogs(_ context.Context, _, _ string, c capability.LogChunk) (capability.LogAck, error) {
+func (l *logTransport) SendLogs(_ context.Context, _, _ string, c nodeproto.LogChunk) (nodeproto.LogAck, error) {
 	l.logMu.Lock()
 	defer l.logMu.Unlock()
 	have := l.logs[c.WorkloadKey]
 	if c.Offset == int64(len(have)) {
 		l.logs[c.WorkloadKey] = have + string(c.Data)
 	}
-	return capability.LogAck{}, nil
+	return nodeproto.LogAck{}, nil
 }
 
-func (l *logTransport) shipped(key capability.WorkloadKey) string {
+func (l *logTransport) shipped(key nodeproto.WorkloadKey) string {
 	l.logMu.Lock()
 	defer l.logMu.Unlock()
 	return l.logs[key]
@@ -400,7 +399,7 @@ func (l *logTransport) shipped(key capability.WorkloadKey) string {
 // it runs, and before its exit is reported.
 func TestLogsOfAWorkloadObservedBeforeItStarted(t *testing.T) {
 	rt := &startLaterRuntime{memRuntime: newMemRuntime(), output: "hello from the workload\n"}
-	tr := &logTransport{chanTransport: &chanTransport{commands: make(chan node.Command, 4)}, logs: map[capability.WorkloadKey]string{}}
+	tr := &logTransport{chanTransport: &chanTransport{commands: make(chan nodeproto.Command, 4)}, logs: map[nodeproto.WorkloadKey]string{}}
 	stop := startTestAgent(t, rt, tr, t.TempDir())
 	defer stop()
 	cmd := launch("op1", 5)

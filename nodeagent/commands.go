@@ -7,9 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // A command's path through the agent, all of it in this file but the
@@ -21,11 +20,11 @@ import (
 
 // dispatch routes one command from the session. It never blocks the
 // session: operations run on their own goroutine.
-func (a *Agent) dispatch(ctx context.Context, cmd node.Command) {
+func (a *Agent) dispatch(ctx context.Context, cmd nodeproto.Command) {
 	switch cmd.Kind {
-	case node.KindInvoke:
+	case nodeproto.KindInvoke:
 		a.invoke(ctx, cmd) // hands the call to a worker
-	case node.KindCallLog:
+	case nodeproto.KindCallLog:
 		go a.answerCallLog(ctx, cmd)
 	default:
 		go a.handle(ctx, cmd)
@@ -36,7 +35,7 @@ func (a *Agent) dispatch(ctx context.Context, cmd node.Command) {
 // with the very result event it had, one fenced below this node's token is
 // refused, and any other is applied (apply) and its result recorded as
 // applied and spooled in one transaction, before anything reports it.
-func (a *Agent) handle(ctx context.Context, cmd node.Command) {
+func (a *Agent) handle(ctx context.Context, cmd nodeproto.Command) {
 	unlock := a.lockKey(commandKey(cmd))
 	defer unlock()
 	if ev, ok := a.state.AppliedResult(cmd.OperationID); ok {
@@ -47,18 +46,18 @@ func (a *Agent) handle(ctx context.Context, cmd node.Command) {
 		a.wakeFlush()
 		return
 	}
-	result := node.Result{OperationID: cmd.OperationID, FencingToken: cmd.FencingToken, Kind: cmd.Kind}
+	result := nodeproto.Result{OperationID: cmd.OperationID, FencingToken: cmd.FencingToken, Kind: cmd.Kind}
 	if held := a.state.FencingToken(); cmd.FencingToken < held {
-		result.Outcome = node.OutcomeRefused
+		result.Outcome = nodeproto.OutcomeRefused
 		result.Error = fmt.Sprintf("command fenced at token %d, below this node's token %d: it was issued to an enrollment that has been superseded", cmd.FencingToken, held)
 	} else if err := a.applyRetrying(ctx, cmd, &result); err != nil {
 		if ctx.Err() != nil {
 			return // shutting down: the command will be redelivered
 		}
-		result.Outcome = node.OutcomeFailed
+		result.Outcome = nodeproto.OutcomeFailed
 		result.Error = err.Error()
 	} else {
-		result.Outcome = node.OutcomeOK
+		result.Outcome = nodeproto.OutcomeOK
 	}
 	result.At = a.now().UTC()
 	id, err := a.state.NextEventID()
@@ -66,7 +65,7 @@ func (a *Agent) handle(ctx context.Context, cmd node.Command) {
 		a.logger.Error("mint event ID", "err", err)
 		return
 	}
-	if err := a.state.MarkApplied(cmd.OperationID, node.Event{ID: id, Kind: node.EventResult, At: result.At, Result: &result}); err != nil {
+	if err := a.state.MarkApplied(cmd.OperationID, nodeproto.Event{ID: id, Kind: nodeproto.EventResult, At: result.At, Result: &result}); err != nil {
 		a.logger.Error("record applied operation", "op", cmd.OperationID, "err", err)
 		return
 	}
@@ -86,7 +85,7 @@ const unavailableRetry = time.Minute
 // unreachable) rather than reporting a transient outage as the run's
 // failure. Operations are idempotent on the runtime side (a launch adopts the
 // container a previous try created), so retrying is safe.
-func (a *Agent) applyRetrying(ctx context.Context, cmd node.Command, result *node.Result) error {
+func (a *Agent) applyRetrying(ctx context.Context, cmd nodeproto.Command, result *nodeproto.Result) error {
 	deadline := a.now().Add(unavailableRetry)
 	backoff := 250 * time.Millisecond
 	for {
@@ -104,26 +103,26 @@ func (a *Agent) applyRetrying(ctx context.Context, cmd node.Command, result *nod
 
 // apply performs one operation on the runtime. A launch runs its prestart
 // steps (launch.go); the others are one runtime call each.
-func (a *Agent) apply(ctx context.Context, cmd node.Command, result *node.Result) error {
+func (a *Agent) apply(ctx context.Context, cmd nodeproto.Command, result *nodeproto.Result) error {
 	switch cmd.Kind {
-	case node.KindPrepareImage:
+	case nodeproto.KindPrepareImage:
 		if cmd.PrepareImage == nil {
 			return failure.Invalid("prepare_image", "command carries no payload")
 		}
 		return a.runtime.PrepareImage(ctx, *cmd.PrepareImage)
-	case node.KindPrepareArtifact:
+	case nodeproto.KindPrepareArtifact:
 		if cmd.PrepareArtifact == nil {
 			return failure.Invalid("prepare_artifact", "command carries no payload")
 		}
 		return a.runtime.PrepareArtifact(ctx, *cmd.PrepareArtifact)
-	case node.KindLaunchWorkload:
+	case nodeproto.KindLaunchWorkload:
 		l := cmd.LaunchWorkload
 		if l == nil {
 			return failure.Invalid("launch_workload", "command carries no payload")
 		}
 		result.Workload = &l.WorkloadKey
 		return a.launch(ctx, *l)
-	case node.KindStopWorkload:
+	case nodeproto.KindStopWorkload:
 		s := cmd.StopWorkload
 		if s == nil {
 			return failure.Invalid("stop_workload", "command carries no payload")
@@ -136,7 +135,7 @@ func (a *Agent) apply(ctx context.Context, cmd node.Command, result *node.Result
 		}
 		return a.runtime.StopWorkload(ctx, *s)
 	}
-	return failure.Invalid("kind", "unknown command kind %q (this agent speaks capability version %d)", cmd.Kind, capability.Version)
+	return failure.Invalid("kind", "unknown command kind %q (this agent speaks capability version %d)", cmd.Kind, nodeproto.Version)
 }
 
 // lockKey serializes operations on one workload (a launch and its stop) while
@@ -153,7 +152,7 @@ func (a *Agent) lockKey(key string) func() {
 	return l.Unlock
 }
 
-func commandKey(cmd node.Command) string {
+func commandKey(cmd nodeproto.Command) string {
 	switch {
 	case cmd.LaunchWorkload != nil:
 		return fmt.Sprintf("w/%s/%d", cmd.LaunchWorkload.RunID, cmd.LaunchWorkload.Attempt)

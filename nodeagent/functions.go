@@ -16,15 +16,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/fnagent"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Functions on the node: the agent serves invoke commands through one
 // fnagent.Engine. The agent never listens, so a call's bodies travel over
 // requests the agent opens to the control-plane replica holding the caller
-// (see capability.PathCalls): the request body is read from it only when
+// (see nodeproto.PathCalls): the request body is read from it only when
 // the function reads it, and the response is posted as it is written, as
 // one streamed request body, never buffered whole.
 //
@@ -35,7 +34,7 @@ import (
 //
 // Runs and functions share the machine. The agent sets a fixed share aside
 // for function containers (FunctionShare) and says so in its facts
-// (capability.NodeFacts.Functions); the control plane places calls only
+// (nodeproto.NodeFacts.Functions); the control plane places calls only
 // where the share can hold the function, and the scheduler counts the share
 // as used when it places Runs. Function containers carry dockerengine.LabelFn
 // and never LabelRun, so Observe, which lists only containers with
@@ -90,17 +89,17 @@ func WithFunctions(engine *fnagent.Engine, share FunctionShare) Option {
 }
 
 // functionFacts is the share and its containers, for the node's facts.
-func (a *Agent) functionFacts() *capability.FunctionCapacity {
+func (a *Agent) functionFacts() *nodeproto.FunctionCapacity {
 	f := a.functions
 	if f == nil {
 		return nil
 	}
-	fc := &capability.FunctionCapacity{MemoryBytes: f.share.MemoryBytes, MilliCPUs: f.share.MilliCPUs, GPUs: append([]string(nil), f.share.GPUs...)}
-	byFn := map[string]*capability.FunctionContainers{}
+	fc := &nodeproto.FunctionCapacity{MemoryBytes: f.share.MemoryBytes, MilliCPUs: f.share.MilliCPUs, GPUs: append([]string(nil), f.share.GPUs...)}
+	byFn := map[string]*nodeproto.FunctionContainers{}
 	for _, p := range f.engine.Stats() {
 		c := byFn[p.FnID]
 		if c == nil {
-			c = &capability.FunctionContainers{FnID: p.FnID}
+			c = &nodeproto.FunctionContainers{FnID: p.FnID}
 			byFn[p.FnID] = c
 		}
 		c.Idle += p.Idle
@@ -141,7 +140,7 @@ const recentDeliveries = 4096
 // session loop calls it inline (a goroutine per call cost the agent
 // measurable CPU per call). The worker returns once the call's outcome was
 // posted (or could not be).
-func (a *Agent) invoke(ctx context.Context, cmd node.Command) {
+func (a *Agent) invoke(ctx context.Context, cmd nodeproto.Command) {
 	inv := cmd.Invoke
 	if inv == nil || inv.Rendezvous == "" || inv.URL == "" {
 		a.logger.Warn("invoke command without a rendezvous; ignoring it")
@@ -200,13 +199,13 @@ func (f *agentFunctions) worker(job func()) {
 const workerIdle = 10 * time.Second
 
 // nodeRequest is a request to a calls path, authenticated as this node.
-func (a *Agent) nodeRequest(ctx context.Context, method string, inv capability.InvokeCommand, suffix string, body io.Reader) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(inv.URL, "/")+capability.PathCalls+inv.Rendezvous+suffix, body)
+func (a *Agent) nodeRequest(ctx context.Context, method string, inv nodeproto.InvokeCommand, suffix string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(inv.URL, "/")+nodeproto.PathCalls+inv.Rendezvous+suffix, body)
 	if err != nil {
 		return nil, err
 	}
 	nodeID, tok := a.creds()
-	req.Header.Set(capability.HeaderNodeID, nodeID)
+	req.Header.Set(nodeproto.HeaderNodeID, nodeID)
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("User-Agent", "mercator-agent")
 	return req, nil
@@ -214,7 +213,7 @@ func (a *Agent) nodeRequest(ctx context.Context, method string, inv capability.I
 
 // fetchCommand reads the whole command of a rendezvous whose session
 // carried a reference only.
-func (f *agentFunctions) fetchCommand(ctx context.Context, a *Agent, inv capability.InvokeCommand) (capability.InvokeCommand, error) {
+func (f *agentFunctions) fetchCommand(ctx context.Context, a *Agent, inv nodeproto.InvokeCommand) (nodeproto.InvokeCommand, error) {
 	req, err := a.nodeRequest(ctx, http.MethodGet, inv, "", nil)
 	if err != nil {
 		return inv, err
@@ -227,7 +226,7 @@ func (f *agentFunctions) fetchCommand(ctx context.Context, a *Agent, inv capabil
 	if resp.StatusCode != http.StatusOK {
 		return inv, decodeError(resp)
 	}
-	var full capability.InvokeCommand
+	var full nodeproto.InvokeCommand
 	if err := json.NewDecoder(resp.Body).Decode(&full); err != nil {
 		return inv, fmt.Errorf("decode invoke command: %w", err)
 	}
@@ -239,12 +238,12 @@ func (f *agentFunctions) fetchCommand(ctx context.Context, a *Agent, inv capabil
 
 // postError reports a call that ended before any of its response was
 // written.
-func (f *agentFunctions) postError(ctx context.Context, a *Agent, inv capability.InvokeCommand, kind fnagent.Kind, message string) {
+func (f *agentFunctions) postError(ctx context.Context, a *Agent, inv nodeproto.InvokeCommand, kind fnagent.Kind, message string) {
 	req, err := a.nodeRequest(ctx, http.MethodPost, inv, "/response", strings.NewReader(message))
 	if err != nil {
 		return
 	}
-	req.Header.Set(capability.HeaderCallError, string(kind))
+	req.Header.Set(nodeproto.HeaderCallError, string(kind))
 	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
 	resp, err := f.client.Do(req)
 	if err != nil {
@@ -256,7 +255,7 @@ func (f *agentFunctions) postError(ctx context.Context, a *Agent, inv capability
 }
 
 // functionConfig is the engine's configuration for spec.
-func functionConfig(spec capability.FunctionSpec) fnagent.FunctionConfig {
+func functionConfig(spec nodeproto.FunctionSpec) fnagent.FunctionConfig {
 	return fnagent.FunctionConfig{
 		ID: spec.ID, AppID: spec.AppID, Name: spec.Name, AppName: spec.AppName,
 		Image: spec.Image, RegistryAuth: spec.RegistryAuth,
@@ -267,7 +266,7 @@ func functionConfig(spec capability.FunctionSpec) fnagent.FunctionConfig {
 }
 
 // serve runs the call through the engine and posts its outcome.
-func (f *agentFunctions) serve(ctx context.Context, a *Agent, inv capability.InvokeCommand) {
+func (f *agentFunctions) serve(ctx context.Context, a *Agent, inv nodeproto.InvokeCommand) {
 	var body io.Reader
 	var lazy *lazyBody
 	switch {
@@ -310,7 +309,7 @@ func (f *agentFunctions) serve(ctx context.Context, a *Agent, inv capability.Inv
 }
 
 // openRequestBody streams the caller's request body from the control plane.
-func (f *agentFunctions) openRequestBody(ctx context.Context, a *Agent, inv capability.InvokeCommand) (io.ReadCloser, error) {
+func (f *agentFunctions) openRequestBody(ctx context.Context, a *Agent, inv nodeproto.InvokeCommand) (io.ReadCloser, error) {
 	req, err := a.nodeRequest(ctx, http.MethodGet, inv, "/request", nil)
 	if err != nil {
 		return nil, err
@@ -332,7 +331,7 @@ func (f *agentFunctions) openRequestBody(ctx context.Context, a *Agent, inv capa
 const logSettle = 250 * time.Millisecond
 
 // postLog sends the call's output as the node kept it.
-func (f *agentFunctions) postLog(ctx context.Context, a *Agent, inv capability.InvokeCommand) {
+func (f *agentFunctions) postLog(ctx context.Context, a *Agent, inv nodeproto.InvokeCommand) {
 	if !sleep(ctx, logSettle) {
 		return
 	}
@@ -409,7 +408,7 @@ type callWriter struct {
 	ctx    context.Context
 	a      *Agent
 	f      *agentFunctions
-	inv    capability.InvokeCommand
+	inv    nodeproto.InvokeCommand
 	header http.Header
 
 	mu        sync.Mutex
@@ -459,10 +458,10 @@ func (w *callWriter) newResponse(body io.Reader) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set(capability.HeaderCallStatus, strconv.Itoa(w.status))
+	req.Header.Set(nodeproto.HeaderCallStatus, strconv.Itoa(w.status))
 	for k, vs := range w.header {
 		for _, v := range vs {
-			req.Header.Add(capability.HeaderCallHeader+k, v)
+			req.Header.Add(nodeproto.HeaderCallHeader+k, v)
 		}
 	}
 	return req, nil
@@ -481,7 +480,7 @@ func (w *callWriter) streamLocked() {
 		return
 	}
 	req.ContentLength = -1
-	req.Trailer = http.Header{capability.HeaderCallError: nil, capability.HeaderCallMessage: nil}
+	req.Trailer = http.Header{nodeproto.HeaderCallError: nil, nodeproto.HeaderCallMessage: nil}
 	w.req = req
 	go func() {
 		err := w.f.post(req)
@@ -559,8 +558,8 @@ func (w *callWriter) finish(err error) {
 		// has written the request's head (and read Trailer's keys) and
 		// setting the values cannot race with it.
 		_, _ = w.pw.Write(nil)
-		w.req.Trailer.Set(capability.HeaderCallError, string(errKind(err)))
-		w.req.Trailer.Set(capability.HeaderCallMessage, sanitizeTrailer(err.Error()))
+		w.req.Trailer.Set(nodeproto.HeaderCallError, string(errKind(err)))
+		w.req.Trailer.Set(nodeproto.HeaderCallMessage, sanitizeTrailer(err.Error()))
 	}
 	w.pw.Close()
 	if perr := <-w.posted; perr != nil && !errors.Is(perr, context.Canceled) {

@@ -8,14 +8,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mercator/mercator/capability"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Call logs on request: the control plane asks for the log the engine
-// keeps of one call (capability.CallLogCommand) when someone reads a
+// keeps of one call (nodeproto.CallLogCommand) when someone reads a
 // synchronous call's log, and the agent answers with its own request to
-// the asking replica (capability.PathCallLogs). Nothing is stored or
+// the asking replica (nodeproto.PathCallLogs). Nothing is stored or
 // spooled: an answer lost on the way is the control plane's to give up
 // on, and the reader may ask again.
 
@@ -28,7 +27,7 @@ const callLogAnswerTimeout = 30 * time.Second
 // without functions keeps none; a command fenced below this node's token
 // is answered the same way, with that reason, since its asker is a
 // superseded enrollment's).
-func (a *Agent) answerCallLog(ctx context.Context, cmd node.Command) {
+func (a *Agent) answerCallLog(ctx context.Context, cmd nodeproto.Command) {
 	q := cmd.CallLog
 	if q == nil || q.Request == "" || q.URL == "" {
 		a.logger.Warn("call_log command without a request or a URL; ignoring it")
@@ -49,18 +48,18 @@ func (a *Agent) answerCallLog(ctx context.Context, cmd node.Command) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, callLogAnswerTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(q.URL, "/")+capability.PathCallLogs+q.Request, strings.NewReader(text))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(q.URL, "/")+nodeproto.PathCallLogs+q.Request, strings.NewReader(text))
 	if err != nil {
 		a.logger.Warn("call_log command with a bad URL", "url", q.URL, "err", err)
 		return
 	}
 	nodeID, tok := a.creds()
-	req.Header.Set(capability.HeaderNodeID, nodeID)
+	req.Header.Set(nodeproto.HeaderNodeID, nodeID)
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("User-Agent", "mercator-agent")
 	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
 	if unknown != "" {
-		req.Header.Set(capability.HeaderCallLogUnknown, unknown)
+		req.Header.Set(nodeproto.HeaderCallLogUnknown, unknown)
 	}
 	client := http.DefaultClient
 	if a.functions != nil {

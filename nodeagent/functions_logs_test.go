@@ -7,8 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/mercator/mercator/capability"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // TestCallLogCommandAnswered: a call_log command is answered over the
@@ -23,7 +22,7 @@ func TestCallLogCommandAnswered(t *testing.T) {
 	var answers []answer
 	cp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		answers = append(answers, answer{r.Method + " " + r.URL.Path, r.Header.Get(capability.HeaderNodeID), r.Header.Get("Authorization"), r.Header.Get(capability.HeaderCallLogUnknown)})
+		answers = append(answers, answer{r.Method + " " + r.URL.Path, r.Header.Get(nodeproto.HeaderNodeID), r.Header.Get("Authorization"), r.Header.Get(nodeproto.HeaderCallLogUnknown)})
 		mu.Unlock()
 	}))
 	defer cp.Close()
@@ -33,11 +32,11 @@ func TestCallLogCommandAnswered(t *testing.T) {
 		return append([]answer(nil), answers...)
 	}
 
-	rt, tr := newMemRuntime(), &chanTransport{commands: make(chan node.Command)}
+	rt, tr := newMemRuntime(), &chanTransport{commands: make(chan nodeproto.Command)}
 	defer startTestAgent(t, rt, tr, t.TempDir())()
 	ask := func(fence uint64, request string) {
-		tr.commands <- node.Command{Kind: node.KindCallLog, FencingToken: fence,
-			CallLog: &capability.CallLogCommand{CallID: "call-1", Request: request, URL: cp.URL}}
+		tr.commands <- nodeproto.Command{Kind: nodeproto.KindCallLog, FencingToken: fence,
+			CallLog: &nodeproto.CallLogCommand{CallID: "call-1", Request: request, URL: cp.URL}}
 	}
 	ask(5, "lq-current")
 	waitUntil(t, "an answer", func() bool { return len(got()) == 1 })
@@ -45,11 +44,11 @@ func TestCallLogCommandAnswered(t *testing.T) {
 	waitUntil(t, "a second answer", func() bool { return len(got()) == 2 })
 
 	a := got()
-	if a[0].path != "POST "+capability.PathCallLogs+"lq-current" || a[0].node != "n1" || !strings.HasPrefix(a[0].auth, "Bearer ") ||
+	if a[0].path != "POST "+nodeproto.PathCallLogs+"lq-current" || a[0].node != "n1" || !strings.HasPrefix(a[0].auth, "Bearer ") ||
 		a[0].unknown != "this agent runs no functions" {
 		t.Errorf("answer = %+v", a[0])
 	}
-	if a[1].path != "POST "+capability.PathCallLogs+"lq-fenced" || !strings.Contains(a[1].unknown, "fenced at token 4") {
+	if a[1].path != "POST "+nodeproto.PathCallLogs+"lq-fenced" || !strings.Contains(a[1].unknown, "fenced at token 4") {
 		t.Errorf("answer to a fenced command = %+v", a[1])
 	}
 	if r := tr.results(""); len(r) != 0 {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // prestartStep is one stage of a launch, run in order by launch the way
@@ -18,7 +18,7 @@ import (
 // launch's redelivery finds it there. Steps are stateless and safe for
 // concurrent launches.
 type prestartStep interface {
-	run(ctx context.Context, rt Runtime, l capability.LaunchWorkloadCommand) error
+	run(ctx context.Context, rt Runtime, l nodeproto.LaunchWorkloadCommand) error
 }
 
 // launchSteps is every launch's steps, in order.
@@ -26,8 +26,8 @@ var launchSteps = []prestartStep{imageStep{}, artifactsStep{}, containerStep{}}
 
 // launch runs the prestart steps of one launch. A launch that takes longer
 // than preparingAfter (a pull, a copy) is reported as preparing meanwhile.
-func (a *Agent) launch(ctx context.Context, l capability.LaunchWorkloadCommand) error {
-	defer a.reportPreparingAfter(capability.WorkloadObservation{WorkloadKey: l.WorkloadKey, Image: l.Image, Phase: capability.PhasePreparing, Timeout: l.Timeout})()
+func (a *Agent) launch(ctx context.Context, l nodeproto.LaunchWorkloadCommand) error {
+	defer a.reportPreparingAfter(nodeproto.WorkloadObservation{WorkloadKey: l.WorkloadKey, Image: l.Image, Phase: nodeproto.PhasePreparing, Timeout: l.Timeout})()
 	for _, step := range launchSteps {
 		if err := step.run(ctx, a.runtime, l); err != nil {
 			return err
@@ -49,7 +49,7 @@ const defaultPreparingAfter = time.Second
 // has taken preparingAfter, unless the workload was reported on meanwhile.
 // The returned func cancels the report, or waits for one under way, so a
 // result spooled after it is spooled after the preparing report too.
-func (a *Agent) reportPreparingAfter(o capability.WorkloadObservation) (cancel func()) {
+func (a *Agent) reportPreparingAfter(o nodeproto.WorkloadObservation) (cancel func()) {
 	done := make(chan struct{})
 	t := time.AfterFunc(a.preparingAfter, func() {
 		defer close(done)

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // recordingRuntime is a memRuntime that records the calls a launch makes,
@@ -24,22 +24,22 @@ func (r *recordingRuntime) call(what string) error {
 	return r.fail[what]
 }
 
-func (r *recordingRuntime) PrepareImage(_ context.Context, c capability.PrepareImageCommand) error {
+func (r *recordingRuntime) PrepareImage(_ context.Context, c nodeproto.PrepareImageCommand) error {
 	return r.call("image " + c.Image)
 }
 
-func (r *recordingRuntime) PrepareArtifact(_ context.Context, c capability.PrepareArtifactCommand) error {
+func (r *recordingRuntime) PrepareArtifact(_ context.Context, c nodeproto.PrepareArtifactCommand) error {
 	return r.call("artifact " + c.SHA256)
 }
 
-func (r *recordingRuntime) LaunchWorkload(ctx context.Context, c capability.LaunchWorkloadCommand) error {
+func (r *recordingRuntime) LaunchWorkload(ctx context.Context, c nodeproto.LaunchWorkloadCommand) error {
 	if err := r.call("container " + c.RunID); err != nil {
 		return err
 	}
 	return r.memRuntime.LaunchWorkload(ctx, c)
 }
 
-func runSteps(rt Runtime, l capability.LaunchWorkloadCommand) error {
+func runSteps(rt Runtime, l nodeproto.LaunchWorkloadCommand) error {
 	for _, step := range launchSteps {
 		if err := step.run(context.Background(), rt, l); err != nil {
 			return err
@@ -49,11 +49,11 @@ func runSteps(rt Runtime, l capability.LaunchWorkloadCommand) error {
 }
 
 func TestLaunchStepsRunInOrderImageOnce(t *testing.T) {
-	mount := func(digest, at string) capability.ArtifactMount {
-		return capability.ArtifactMount{PrepareArtifactCommand: capability.PrepareArtifactCommand{Name: "d", Version: "v1", SHA256: digest}, MountPath: at}
+	mount := func(digest, at string) nodeproto.ArtifactMount {
+		return nodeproto.ArtifactMount{PrepareArtifactCommand: nodeproto.PrepareArtifactCommand{Name: "d", Version: "v1", SHA256: digest}, MountPath: at}
 	}
-	l := capability.LaunchWorkloadCommand{WorkloadKey: capability.WorkloadKey{RunID: "r1", Attempt: 1}, Image: "img@sha256:1",
-		Artifacts: []capability.ArtifactMount{mount("b", "/b"), mount("a", "/a"), mount("b", "/b2")}}
+	l := nodeproto.LaunchWorkloadCommand{WorkloadKey: nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}, Image: "img@sha256:1",
+		Artifacts: []nodeproto.ArtifactMount{mount("b", "/b"), mount("a", "/a"), mount("b", "/b2")}}
 	rt := &recordingRuntime{memRuntime: newMemRuntime()}
 	if err := runSteps(rt, l); err != nil {
 		t.Fatal(err)
@@ -65,8 +65,8 @@ func TestLaunchStepsRunInOrderImageOnce(t *testing.T) {
 }
 
 func TestLaunchStepFailureStopsTheLaunch(t *testing.T) {
-	l := capability.LaunchWorkloadCommand{WorkloadKey: capability.WorkloadKey{RunID: "r1", Attempt: 1}, Image: "img@sha256:1",
-		Artifacts: []capability.ArtifactMount{{PrepareArtifactCommand: capability.PrepareArtifactCommand{SHA256: "a"}, MountPath: "/a"}}}
+	l := nodeproto.LaunchWorkloadCommand{WorkloadKey: nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}, Image: "img@sha256:1",
+		Artifacts: []nodeproto.ArtifactMount{{PrepareArtifactCommand: nodeproto.PrepareArtifactCommand{SHA256: "a"}, MountPath: "/a"}}}
 	for _, tc := range []struct {
 		fail, wantPrefix string
 		wantCalls        int

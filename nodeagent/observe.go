@@ -7,19 +7,18 @@ import (
 	"io"
 	"time"
 
-	"github.com/mercator/mercator/capability"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // spoolWorkload owes the control plane an observation if it says something
 // new.
-func (a *Agent) spoolWorkload(o capability.WorkloadObservation) {
+func (a *Agent) spoolWorkload(o nodeproto.WorkloadObservation) {
 	a.spoolObservation(o, false)
 }
 
 // spoolObservation spools o if it says something new, or, when onlyFirst,
 // only if nothing at all was reported about its workload yet.
-func (a *Agent) spoolObservation(o capability.WorkloadObservation, onlyFirst bool) {
+func (a *Agent) spoolObservation(o nodeproto.WorkloadObservation, onlyFirst bool) {
 	if !a.state.WorkloadChanged(o) {
 		return
 	}
@@ -28,7 +27,7 @@ func (a *Agent) spoolObservation(o capability.WorkloadObservation, onlyFirst boo
 		a.logger.Error("mint event ID", "err", err)
 		return
 	}
-	spooled, err := a.state.SpoolWorkload(node.Event{ID: id, Kind: node.EventWorkload, At: a.now().UTC(), Workload: &o}, o, onlyFirst)
+	spooled, err := a.state.SpoolWorkload(nodeproto.Event{ID: id, Kind: nodeproto.EventWorkload, At: a.now().UTC(), Workload: &o}, o, onlyFirst)
 	if err != nil {
 		a.logger.Error("spool observation", "err", err)
 		return
@@ -82,15 +81,15 @@ func (a *Agent) observeOnce(ctx context.Context) {
 		}
 		return
 	}
-	seen := map[capability.WorkloadKey]bool{}
+	seen := map[nodeproto.WorkloadKey]bool{}
 	for _, o := range obs {
 		seen[o.WorkloadKey] = true
 		o.StopReason = a.state.StopReason(o.WorkloadKey)
-		if o.Phase == capability.PhaseRunning && o.Timeout > 0 && o.StartedAt != nil && !a.now().Before(o.StartedAt.Add(o.Timeout)) && o.StopReason == "" {
+		if o.Phase == nodeproto.PhaseRunning && o.Timeout > 0 && o.StartedAt != nil && !a.now().Before(o.StartedAt.Add(o.Timeout)) && o.StopReason == "" {
 			a.enforceTimeout(ctx, o)
 		}
 		shipped := a.shipLogs(ctx, o)
-		if o.Phase == capability.PhaseExited && shipped != nil && a.state.WorkloadChanged(o) {
+		if o.Phase == nodeproto.PhaseExited && shipped != nil && a.state.WorkloadChanged(o) {
 			// Report the exit after the output it produced, so a client that
 			// reads the logs of an ended run reads them whole. The wait is
 			// bounded: a control plane that cannot take logs must not delay
@@ -107,18 +106,18 @@ func (a *Agent) observeOnce(ctx context.Context) {
 	// A workload the control plane was told about that the daemon no longer
 	// knows: say so once, unless its end was already reported.
 	for _, told := range a.state.Told() {
-		if seen[told.WorkloadKey] || told.Phase == capability.PhasePreparing {
+		if seen[told.WorkloadKey] || told.Phase == nodeproto.PhasePreparing {
 			continue
 		}
-		if told.Phase == capability.PhaseExited || told.Phase == capability.PhaseMissing || told.Phase == capability.PhaseFailed {
+		if told.Phase == nodeproto.PhaseExited || told.Phase == nodeproto.PhaseMissing || told.Phase == nodeproto.PhaseFailed {
 			continue
 		}
-		a.spoolWorkload(capability.WorkloadObservation{WorkloadKey: told.WorkloadKey, ContainerID: told.ContainerID, Phase: capability.PhaseMissing,
+		a.spoolWorkload(nodeproto.WorkloadObservation{WorkloadKey: told.WorkloadKey, ContainerID: told.ContainerID, Phase: nodeproto.PhaseMissing,
 			Error: "the container is gone from the daemon without a recorded exit (removed by hand, or the daemon lost it)"})
 	}
 }
 
-func (a *Agent) enforceTimeout(ctx context.Context, o capability.WorkloadObservation) {
+func (a *Agent) enforceTimeout(ctx context.Context, o nodeproto.WorkloadObservation) {
 	if err := a.state.RecordStop(o.WorkloadKey, "timeout"); err != nil {
 		a.logger.Error("record timeout", "err", err)
 		return
@@ -127,7 +126,7 @@ func (a *Agent) enforceTimeout(ctx context.Context, o capability.WorkloadObserva
 	go func() {
 		unlock := a.lockKey(fmt.Sprintf("w/%s/%d", o.RunID, o.Attempt))
 		defer unlock()
-		if err := a.runtime.StopWorkload(ctx, capability.StopWorkloadCommand{WorkloadKey: o.WorkloadKey, Reason: "timeout", GracePeriod: 10 * time.Second}); err != nil {
+		if err := a.runtime.StopWorkload(ctx, nodeproto.StopWorkloadCommand{WorkloadKey: o.WorkloadKey, Reason: "timeout", GracePeriod: 10 * time.Second}); err != nil {
 			a.logger.Warn("stop timed-out workload", "err", err)
 		}
 		a.wakeObserve()
@@ -137,9 +136,9 @@ func (a *Agent) enforceTimeout(ctx context.Context, o capability.WorkloadObserva
 // shipLogs starts one shipper per workload whose output is not yet all
 // delivered, and returns a channel closed when that shipper ends (nil when
 // there is nothing to ship).
-func (a *Agent) shipLogs(ctx context.Context, o capability.WorkloadObservation) <-chan struct{} {
+func (a *Agent) shipLogs(ctx context.Context, o nodeproto.WorkloadObservation) <-chan struct{} {
 	src, ok := a.runtime.(LogSource)
-	if !ok || o.ContainerID == "" || (o.Phase != capability.PhaseRunning && o.Phase != capability.PhaseExited) {
+	if !ok || o.ContainerID == "" || (o.Phase != nodeproto.PhaseRunning && o.Phase != nodeproto.PhaseExited) {
 		// A container not yet started has no output to follow (and the
 		// daemon would end the stream at once, as if it had exited).
 		return nil
@@ -171,7 +170,7 @@ func (a *Agent) shipLogs(ctx context.Context, o capability.WorkloadObservation) 
 // the control plane acknowledges holding. It returns true once the stream
 // ended (the container exited) and everything was delivered; false means
 // the next observation should try again.
-func (a *Agent) shipLogsOnce(ctx context.Context, src LogSource, key capability.WorkloadKey) bool {
+func (a *Agent) shipLogsOnce(ctx context.Context, src LogSource, key nodeproto.WorkloadKey) bool {
 	rc, err := src.Logs(ctx, key, true)
 	if err != nil {
 		return false
@@ -183,7 +182,7 @@ func (a *Agent) shipLogsOnce(ctx context.Context, src LogSource, key capability.
 		n, rerr := io.ReadAtLeast(rc, buf, 1)
 		if n > 0 {
 			nodeID, tok := a.creds()
-			ack, err := a.transport.SendLogs(ctx, nodeID, tok, capability.LogChunk{WorkloadKey: key, Offset: offset, Data: buf[:n]})
+			ack, err := a.transport.SendLogs(ctx, nodeID, tok, nodeproto.LogChunk{WorkloadKey: key, Offset: offset, Data: buf[:n]})
 			if err != nil {
 				return false
 			}

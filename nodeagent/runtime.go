@@ -4,7 +4,7 @@ import (
 	"context"
 	"io"
 
-	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Runtime is the container runtime the agent drives. It is deliberately
@@ -17,20 +17,20 @@ import (
 type Runtime interface {
 	// Facts reports the host, accelerators, driver, runtime, disk, and exact
 	// content inventory this machine holds.
-	Facts(ctx context.Context) (capability.NodeFacts, error)
-	PrepareImage(ctx context.Context, command capability.PrepareImageCommand) error
-	PrepareArtifact(ctx context.Context, command capability.PrepareArtifactCommand) error
+	Facts(ctx context.Context) (nodeproto.NodeFacts, error)
+	PrepareImage(ctx context.Context, command nodeproto.PrepareImageCommand) error
+	PrepareArtifact(ctx context.Context, command nodeproto.PrepareArtifactCommand) error
 	// LaunchWorkload starts the container and returns once it is created. The
 	// agent observes its lifecycle separately, so a launch that returns does
 	// not claim the workload succeeded. The agent calls it last, after
 	// PrepareImage and PrepareArtifact for the launch (its prestart steps,
 	// launch.go), so it should find both held; one that finds either gone
 	// (evicted, removed by hand) prepares it again rather than fail.
-	LaunchWorkload(ctx context.Context, command capability.LaunchWorkloadCommand) error
-	StopWorkload(ctx context.Context, command capability.StopWorkloadCommand) error
+	LaunchWorkload(ctx context.Context, command nodeproto.LaunchWorkloadCommand) error
+	StopWorkload(ctx context.Context, command nodeproto.StopWorkloadCommand) error
 	// Observe reports every workload this runtime currently knows about,
 	// including recently exited ones the agent has not yet reported.
-	Observe(ctx context.Context) ([]capability.WorkloadObservation, error)
+	Observe(ctx context.Context) ([]nodeproto.WorkloadObservation, error)
 }
 
 // LogSource is the optional part of a Runtime that can read a workload's
@@ -51,7 +51,7 @@ type LogSource interface {
 	// The caller owns the returned reader and must Close it; closing it
 	// early releases the runtime's side. A workload this runtime does not
 	// know is an error matching failure.ErrNotFound.
-	Logs(ctx context.Context, key capability.WorkloadKey, follow bool) (io.ReadCloser, error)
+	Logs(ctx context.Context, key nodeproto.WorkloadKey, follow bool) (io.ReadCloser, error)
 }
 
 // ChangeSource is an optional Runtime extension: a signal that something

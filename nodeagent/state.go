@@ -18,8 +18,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/mercator/mercator/capability"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // eventIDBlock is how many event IDs one durable write reserves. NextEventID
@@ -69,7 +68,7 @@ type State struct {
 	fencing     uint64
 	session     storedSession
 	hasSession  bool
-	told        map[capability.WorkloadKey]capability.WorkloadObservation
+	told        map[nodeproto.WorkloadKey]nodeproto.WorkloadObservation
 	// In memory beside the file, so the hot paths need not read it:
 	// unacked maps the result event of every applied operation whose
 	// result is not acknowledged yet to the operation (Acknowledge marks
@@ -86,7 +85,7 @@ type State struct {
 	// acknowledged entries were last pruned (see Acknowledge). Under
 	// ackMu, not mu: the writes that carry them are made with mu held.
 	ackMu     sync.Mutex
-	owed      map[uint64]node.Event
+	owed      map[uint64]nodeproto.Event
 	acks      map[uint64]bool
 	ackOps    map[string]ackedResult // by operation
 	ackSince  time.Time              // when the oldest of acks arrived
@@ -108,9 +107,9 @@ type ackedResult struct {
 }
 
 type appliedEntry struct {
-	AppliedAt time.Time  `json:"applied_at"`
-	Result    node.Event `json:"result"`
-	AckedAt   *time.Time `json:"acked_at,omitempty"` // only in entries written before bucketAcked
+	AppliedAt time.Time       `json:"applied_at"`
+	Result    nodeproto.Event `json:"result"`
+	AckedAt   *time.Time      `json:"acked_at,omitempty"` // only in entries written before bucketAcked
 }
 
 // StateOption changes how OpenState opens the state file.
@@ -144,8 +143,8 @@ func OpenState(dir string, options ...StateOption) (*State, error) {
 		return nil, fmt.Errorf("open agent state %s (is another agent using this --state directory?): %w", path, err)
 	}
 	db.MaxBatchDelay = batchDelay
-	s := &State{db: db, now: time.Now, told: map[capability.WorkloadKey]capability.WorkloadObservation{},
-		unacked: map[string]string{}, stops: map[string]string{}, owed: map[uint64]node.Event{}}
+	s := &State{db: db, now: time.Now, told: map[nodeproto.WorkloadKey]nodeproto.WorkloadObservation{},
+		unacked: map[string]string{}, stops: map[string]string{}, owed: map[uint64]nodeproto.Event{}}
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("read agent state %s: %w", path, err)
@@ -184,7 +183,7 @@ func (s *State) load() error {
 			s.hasSession = s.session.Token != ""
 		}
 		if err := tx.Bucket(bucketSpool).ForEach(func(k, v []byte) error {
-			var e node.Event
+			var e nodeproto.Event
 			if err := json.Unmarshal(v, &e); err != nil {
 				return fmt.Errorf("spooled event %x: %w", k, err)
 			}
@@ -210,7 +209,7 @@ func (s *State) load() error {
 			return err
 		}
 		return tx.Bucket(bucketWorkloads).ForEach(func(_, v []byte) error {
-			var o capability.WorkloadObservation
+			var o nodeproto.WorkloadObservation
 			if err := json.Unmarshal(v, &o); err != nil {
 				return fmt.Errorf("workload record: %w", err)
 			}
@@ -277,7 +276,7 @@ func eventSeq(id string) (uint64, error) {
 // Enrolled records a fresh enrollment. A new fencing token means the control
 // plane has superseded whatever this agent was doing, so the applied-operation
 // memory stays and the session is replaced.
-func (s *State) Enrolled(nodeID string, e capability.Enrollment) error {
+func (s *State) Enrolled(nodeID string, e nodeproto.Enrollment) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess := storedSession{Token: e.SessionToken, ExpiresAt: e.ExpiresAt}
@@ -303,7 +302,7 @@ func (s *State) Enrolled(nodeID string, e capability.Enrollment) error {
 // other field is: what this agent believes about itself is what the control
 // plane last told it. The new credential is durable before this returns, so
 // the agent never uses a credential it could forget.
-func (s *State) Renewed(r capability.SessionRenewal) error {
+func (s *State) Renewed(r nodeproto.SessionRenewal) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess := storedSession{Token: r.SessionToken, ExpiresAt: r.ExpiresAt}
@@ -361,7 +360,7 @@ func (s *State) Applied(operationID string) bool {
 // AppliedResult returns the result event recorded when the operation was
 // applied, so a redelivered command is answered with the very same event
 // (same ID, same outcome) instead of being performed again.
-func (s *State) AppliedResult(operationID string) (node.Event, bool) {
+func (s *State) AppliedResult(operationID string) (nodeproto.Event, bool) {
 	var e appliedEntry
 	var ok bool
 	s.db.View(func(tx *bolt.Tx) error {
@@ -380,7 +379,7 @@ func (s *State) AppliedResult(operationID string) (node.Event, bool) {
 // itself refuses (the container name is derived from the run and attempt); a
 // crash after it costs a duplicate acknowledgement, never a duplicate
 // container.
-func (s *State) MarkApplied(operationID string, result node.Event) error {
+func (s *State) MarkApplied(operationID string, result nodeproto.Event) error {
 	seq, err := eventSeq(result.ID)
 	if err != nil {
 		return err
@@ -406,7 +405,7 @@ func (s *State) MarkApplied(operationID string, result node.Event) error {
 
 // Spool holds an event the control plane is owed until Acknowledge removes
 // it. It keeps its ID, so replaying it after a reconnection changes nothing.
-func (s *State) Spool(event node.Event) error {
+func (s *State) Spool(event nodeproto.Event) error {
 	seq, err := eventSeq(event.ID)
 	if err != nil {
 		return err
@@ -426,7 +425,7 @@ func (s *State) Spool(event node.Event) error {
 }
 
 // owe adds a spooled event, written, to what Spooled returns.
-func (s *State) owe(seq uint64, e node.Event) {
+func (s *State) owe(seq uint64, e nodeproto.Event) {
 	s.ackMu.Lock()
 	s.owed[seq] = e
 	s.ackMu.Unlock()
@@ -440,14 +439,14 @@ func (s *State) SpoolVersion() uint64 { return s.spoolVersion.Load() }
 
 // Spooled returns up to max spooled events (0 means all) in the order they
 // were minted.
-func (s *State) Spooled(max int) ([]node.Event, error) {
+func (s *State) Spooled(max int) ([]nodeproto.Event, error) {
 	s.ackMu.Lock()
 	defer s.ackMu.Unlock()
 	seqs := slices.Sorted(maps.Keys(s.owed))
 	if max > 0 && len(seqs) > max {
 		seqs = seqs[:max]
 	}
-	out := make([]node.Event, len(seqs))
+	out := make([]nodeproto.Event, len(seqs))
 	for i, seq := range seqs {
 		out[i] = s.owed[seq]
 	}
@@ -675,7 +674,7 @@ func (s *State) AppliedCount() int {
 
 // WorkloadChanged reports whether this observation says something the
 // control plane has not already been told.
-func (s *State) WorkloadChanged(o capability.WorkloadObservation) bool {
+func (s *State) WorkloadChanged(o nodeproto.WorkloadObservation) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	prev, ok := s.told[o.WorkloadKey]
@@ -686,7 +685,7 @@ func (s *State) WorkloadChanged(o capability.WorkloadObservation) bool {
 // as told (RecordWorkload) in one durable transaction: one fsync for what
 // were two. With onlyFirst it does so only if nothing was told about the
 // workload yet, and reports whether it spooled.
-func (s *State) SpoolWorkload(event node.Event, o capability.WorkloadObservation, onlyFirst bool) (bool, error) {
+func (s *State) SpoolWorkload(event nodeproto.Event, o nodeproto.WorkloadObservation, onlyFirst bool) (bool, error) {
 	seq, err := eventSeq(event.ID)
 	if err != nil {
 		return false, err
@@ -711,7 +710,7 @@ func (s *State) SpoolWorkload(event node.Event, o capability.WorkloadObservation
 
 // RecordWorkload remembers what the control plane was told, so an unchanged
 // phase is not repeated on every tick, across restarts too.
-func (s *State) RecordWorkload(o capability.WorkloadObservation) error {
+func (s *State) RecordWorkload(o nodeproto.WorkloadObservation) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.update(func(tx *bolt.Tx) error {
@@ -724,10 +723,10 @@ func (s *State) RecordWorkload(o capability.WorkloadObservation) error {
 }
 
 // Told returns every observation the control plane was last told.
-func (s *State) Told() []capability.WorkloadObservation {
+func (s *State) Told() []nodeproto.WorkloadObservation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]capability.WorkloadObservation, 0, len(s.told))
+	out := make([]nodeproto.WorkloadObservation, 0, len(s.told))
 	for _, o := range s.told {
 		out = append(out, o)
 	}
@@ -737,7 +736,7 @@ func (s *State) Told() []capability.WorkloadObservation {
 // RecordStop remembers why the agent stopped a workload (a timeout, a
 // cancellation), durably, so observations made after a restart still carry
 // the reason; the daemon itself only knows that a signal arrived.
-func (s *State) RecordStop(key capability.WorkloadKey, reason string) error {
+func (s *State) RecordStop(key nodeproto.WorkloadKey, reason string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := workloadKeyBytes(key)
@@ -762,13 +761,13 @@ func (s *State) RecordStop(key capability.WorkloadKey, reason string) error {
 
 // StopReason returns the reason RecordStop recorded, or "". It reads the
 // copy held in memory: observations ask for every workload on every pass.
-func (s *State) StopReason(key capability.WorkloadKey) string {
+func (s *State) StopReason(key nodeproto.WorkloadKey) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stops[string(workloadKeyBytes(key))]
 }
 
-func workloadKeyBytes(k capability.WorkloadKey) []byte {
+func workloadKeyBytes(k nodeproto.WorkloadKey) []byte {
 	return []byte(k.RunID + "/" + strconv.Itoa(k.Attempt))
 }
 

@@ -28,9 +28,9 @@ import (
 //	└── <operation ID>          uint: Unix nanoseconds its result was
 //	                            acknowledged
 //	spool
-//	└── <event sequence>        JSON node.Event owed to the control plane
+//	└── <event sequence>        JSON nodeproto.Event owed to the control plane
 //	workloads
-//	└── <run ID>/<attempt>      JSON capability.WorkloadObservation: what the
+//	└── <run ID>/<attempt>      JSON nodeproto.WorkloadObservation: what the
 //	                            control plane was last told of the workload
 //	stops
 //	└── <run ID>/<attempt>      why a stop was asked for ("cancelled",

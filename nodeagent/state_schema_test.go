@@ -9,8 +9,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/mercator/mercator/capability"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 func TestStateSchemaVersionIsTheMigrationCount(t *testing.T) {
@@ -22,14 +21,14 @@ func TestStateSchemaVersionIsTheMigrationCount(t *testing.T) {
 // writeUnversionedState writes a state file the way the agent did before
 // the file had a schema version: the six buckets, an enrollment, an applied
 // operation and a spooled event, and no schema_version key.
-func writeUnversionedState(t *testing.T, dir string) node.Event {
+func writeUnversionedState(t *testing.T, dir string) nodeproto.Event {
 	t.Helper()
 	db, err := bolt.Open(filepath.Join(dir, "agent.db"), 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	ev := node.Event{ID: "abc123-0000000000000001", Kind: node.EventResult, Result: &node.Result{OperationID: "op-1", Outcome: node.OutcomeOK}}
+	ev := nodeproto.Event{ID: "abc123-0000000000000001", Kind: nodeproto.EventResult, Result: &nodeproto.Result{OperationID: "op-1", Outcome: nodeproto.OutcomeOK}}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range []string{"meta", "applied", "spool", "workloads", "stops", "acked"} {
 			if _, err := tx.CreateBucket([]byte(name)); err != nil {
@@ -52,7 +51,7 @@ func writeUnversionedState(t *testing.T, dir string) node.Event {
 		if err := tx.Bucket([]byte("spool")).Put(putUint(1), spooled); err != nil {
 			return err
 		}
-		stop := capability.WorkloadKey{RunID: "r", Attempt: 1}
+		stop := nodeproto.WorkloadKey{RunID: "r", Attempt: 1}
 		return tx.Bucket([]byte("stops")).Put(workloadKeyBytes(stop), []byte("timeout"))
 	})
 	if err != nil {
@@ -89,7 +88,7 @@ func TestStateWrittenBeforeVersionsOpensAndIsStamped(t *testing.T) {
 	if got, err := s.Spooled(10); err != nil || len(got) != 1 || got[0].ID != ev.ID {
 		t.Errorf("spool = %+v, %v; want the old file's event", got, err)
 	}
-	if r := s.StopReason(capability.WorkloadKey{RunID: "r", Attempt: 1}); r != "timeout" {
+	if r := s.StopReason(nodeproto.WorkloadKey{RunID: "r", Attempt: 1}); r != "timeout" {
 		t.Errorf("stop reason = %q, want the old file's", r)
 	}
 	if err := s.Close(); err != nil {

@@ -4,8 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mercator/mercator/capability"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 func openTestState(t *testing.T, dir string) *State {
@@ -17,27 +16,27 @@ func openTestState(t *testing.T, dir string) *State {
 	return s
 }
 
-func resultEvent(t *testing.T, s *State, op string) node.Event {
+func resultEvent(t *testing.T, s *State, op string) nodeproto.Event {
 	t.Helper()
 	id, err := s.NextEventID()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return node.Event{ID: id, Kind: node.EventResult, Result: &node.Result{OperationID: op, Outcome: node.OutcomeOK}}
+	return nodeproto.Event{ID: id, Kind: nodeproto.EventResult, Result: &nodeproto.Result{OperationID: op, Outcome: nodeproto.OutcomeOK}}
 }
 
 func TestStateDurableAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
 	s := openTestState(t, dir)
 	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-	if err := s.Enrolled("n1", capability.Enrollment{SessionToken: "tok", ExpiresAt: exp, FencingToken: 7}); err != nil {
+	if err := s.Enrolled("n1", nodeproto.Enrollment{SessionToken: "tok", ExpiresAt: exp, FencingToken: 7}); err != nil {
 		t.Fatal(err)
 	}
 	ev := resultEvent(t, s, "op-1")
 	if err := s.MarkApplied("op-1", ev); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordStop(capability.WorkloadKey{RunID: "r", Attempt: 1}, "timeout"); err != nil {
+	if err := s.RecordStop(nodeproto.WorkloadKey{RunID: "r", Attempt: 1}, "timeout"); err != nil {
 		t.Fatal(err)
 	}
 	last, _ := s.NextEventID()
@@ -61,7 +60,7 @@ func TestStateDurableAcrossReopen(t *testing.T) {
 	if len(spooled) != 1 || spooled[0].ID != ev.ID {
 		t.Fatalf("spool after reopen = %+v", spooled)
 	}
-	if s.StopReason(capability.WorkloadKey{RunID: "r", Attempt: 1}) != "timeout" {
+	if s.StopReason(nodeproto.WorkloadKey{RunID: "r", Attempt: 1}) != "timeout" {
 		t.Fatal("stop reason lost")
 	}
 	next, _ := s.NextEventID()
@@ -86,7 +85,7 @@ func TestStateSpoolOrderAndAcknowledge(t *testing.T) {
 	}
 	// Spool out of order; the spool returns minting order.
 	for _, i := range []int{5, 1, 2000, 3} {
-		if err := s.Spool(node.Event{ID: ids[i], Kind: node.EventFacts}); err != nil {
+		if err := s.Spool(nodeproto.Event{ID: ids[i], Kind: nodeproto.EventFacts}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,7 +100,7 @@ func TestStateSpoolOrderAndAcknowledge(t *testing.T) {
 		t.Fatalf("Spooled(2) returned %d", len(got))
 	}
 	// Spooling the same event twice keeps one copy.
-	s.Spool(node.Event{ID: ids[3], Kind: node.EventFacts})
+	s.Spool(nodeproto.Event{ID: ids[3], Kind: nodeproto.EventFacts})
 	if s.SpoolDepth() != 4 {
 		t.Fatalf("depth %d, want 4", s.SpoolDepth())
 	}
@@ -122,10 +121,10 @@ func TestStateSpoolOrderAndAcknowledge(t *testing.T) {
 func TestStateAcknowledgementsWrittenLazily(t *testing.T) {
 	dir := t.TempDir()
 	s := openTestState(t, dir)
-	ev := make([]node.Event, 3)
+	ev := make([]nodeproto.Event, 3)
 	for i := range ev {
 		id, _ := s.NextEventID()
-		ev[i] = node.Event{ID: id, Kind: node.EventFacts}
+		ev[i] = nodeproto.Event{ID: id, Kind: nodeproto.EventFacts}
 		if err := s.Spool(ev[i]); err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +148,7 @@ func TestStateAcknowledgementsWrittenLazily(t *testing.T) {
 	if err := s.Acknowledge([]string{ev[0].ID}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordStop(capability.WorkloadKey{RunID: "r", Attempt: 1}, "timeout"); err != nil {
+	if err := s.RecordStop(nodeproto.WorkloadKey{RunID: "r", Attempt: 1}, "timeout"); err != nil {
 		t.Fatal(err)
 	}
 	s.db.Close()
@@ -209,7 +208,7 @@ func TestStateWorkloadChanged(t *testing.T) {
 	dir := t.TempDir()
 	s := openTestState(t, dir)
 	started := time.Now().UTC()
-	o := capability.WorkloadObservation{WorkloadKey: capability.WorkloadKey{RunID: "r", Attempt: 1}, Phase: capability.PhaseRunning, StartedAt: &started}
+	o := nodeproto.WorkloadObservation{WorkloadKey: nodeproto.WorkloadKey{RunID: "r", Attempt: 1}, Phase: nodeproto.PhaseRunning, StartedAt: &started}
 	if !s.WorkloadChanged(o) {
 		t.Fatal("new workload not reported as changed")
 	}
@@ -224,7 +223,7 @@ func TestStateWorkloadChanged(t *testing.T) {
 		t.Fatal("unchanged workload reported again after restart")
 	}
 	code := 0
-	o.Phase, o.ExitCode = capability.PhaseExited, &code
+	o.Phase, o.ExitCode = nodeproto.PhaseExited, &code
 	if !s.WorkloadChanged(o) {
 		t.Fatal("exit not reported")
 	}

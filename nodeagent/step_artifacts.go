@@ -3,7 +3,7 @@ package nodeagent
 import (
 	"context"
 
-	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // artifactsStep makes the runtime hold every Artifact the launch mounts,
@@ -12,7 +12,7 @@ import (
 // launch without Artifacts asks nothing.
 type artifactsStep struct{}
 
-func (artifactsStep) run(ctx context.Context, rt Runtime, l capability.LaunchWorkloadCommand) error {
+func (artifactsStep) run(ctx context.Context, rt Runtime, l nodeproto.LaunchWorkloadCommand) error {
 	seen := map[string]bool{}
 	for _, a := range l.Artifacts {
 		if seen[a.SHA256] {

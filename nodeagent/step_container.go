@@ -3,7 +3,7 @@ package nodeagent
 import (
 	"context"
 
-	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // containerStep creates and starts the workload's container, or adopts the
@@ -12,6 +12,6 @@ import (
 // how it runs.
 type containerStep struct{}
 
-func (containerStep) run(ctx context.Context, rt Runtime, l capability.LaunchWorkloadCommand) error {
+func (containerStep) run(ctx context.Context, rt Runtime, l nodeproto.LaunchWorkloadCommand) error {
 	return rt.LaunchWorkload(ctx, l)
 }

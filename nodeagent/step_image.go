@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // imageStep makes the runtime hold the launch's image, pulling it by its
@@ -12,8 +12,8 @@ import (
 // one place a launch prepares its image: the container step finds it held.
 type imageStep struct{}
 
-func (imageStep) run(ctx context.Context, rt Runtime, l capability.LaunchWorkloadCommand) error {
-	if err := rt.PrepareImage(ctx, capability.PrepareImageCommand{Image: l.Image, RegistryAuth: l.RegistryAuth}); err != nil {
+func (imageStep) run(ctx context.Context, rt Runtime, l nodeproto.LaunchWorkloadCommand) error {
+	if err := rt.PrepareImage(ctx, nodeproto.PrepareImageCommand{Image: l.Image, RegistryAuth: l.RegistryAuth}); err != nil {
 		return fmt.Errorf("prepare image: %w", err)
 	}
 	return nil

@@ -13,9 +13,8 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Transport is the agent's outbound connection to the control plane.
@@ -29,20 +28,20 @@ import (
 // from the offset the control plane acknowledges).
 type Transport interface {
 	// Enroll spends the single-use invitation.
-	Enroll(ctx context.Context, request capability.EnrollmentRequest) (capability.Enrollment, error)
+	Enroll(ctx context.Context, request nodeproto.EnrollmentRequest) (nodeproto.Enrollment, error)
 	// RenewSession takes a later credential using the one the agent holds. It
 	// is separate from Enroll because the material is separate: enrolling
 	// spends the single-use invitation the machine was bootstrapped with, and
 	// renewing spends nothing.
-	RenewSession(ctx context.Context, nodeID, sessionToken string) (capability.SessionRenewal, error)
+	RenewSession(ctx context.Context, nodeID, sessionToken string) (nodeproto.SessionRenewal, error)
 	// Session opens the command stream and sends each command to commands. It
 	// returns when the connection ends; the agent reconnects.
-	Session(ctx context.Context, nodeID, sessionToken string, commands chan<- node.Command) error
+	Session(ctx context.Context, nodeID, sessionToken string, commands chan<- nodeproto.Command) error
 	// SendEvents delivers a batch and returns the IDs the control plane now
 	// holds. An empty batch is a liveness report.
-	SendEvents(ctx context.Context, nodeID, sessionToken string, events []node.Event) ([]string, error)
+	SendEvents(ctx context.Context, nodeID, sessionToken string, events []nodeproto.Event) ([]string, error)
 	// SendLogs delivers a piece of a workload's output.
-	SendLogs(ctx context.Context, nodeID, sessionToken string, chunk capability.LogChunk) (capability.LogAck, error)
+	SendLogs(ctx context.Context, nodeID, sessionToken string, chunk nodeproto.LogChunk) (nodeproto.LogAck, error)
 }
 
 // sessionIdle is how long a session stream may stay silent before the agent
@@ -53,7 +52,7 @@ const sessionIdle = 30 * time.Second
 
 // keepAliveJSON is a keep-alive as this version's control plane encodes it;
 // a line that differs is decoded and judged by its kind.
-var keepAliveJSON, _ = json.Marshal(node.Command{Kind: node.KindKeepAlive})
+var keepAliveJSON, _ = json.Marshal(nodeproto.Command{Kind: nodeproto.KindKeepAlive})
 
 // HTTPTransport reaches the control plane over the node protocol. Every call
 // is outbound: the agent opens the session and posts what it owes, and
@@ -74,41 +73,41 @@ func NewHTTPTransport(baseURL string, client *http.Client) *HTTPTransport {
 }
 
 // Enroll implements Transport.
-func (t *HTTPTransport) Enroll(ctx context.Context, request capability.EnrollmentRequest) (capability.Enrollment, error) {
-	var out capability.Enrollment
-	err := t.call(ctx, capability.PathEnroll, "", "", request, &out)
+func (t *HTTPTransport) Enroll(ctx context.Context, request nodeproto.EnrollmentRequest) (nodeproto.Enrollment, error) {
+	var out nodeproto.Enrollment
+	err := t.call(ctx, nodeproto.PathEnroll, "", "", request, &out)
 	return out, err
 }
 
 // RenewSession takes a later credential using the one this agent still
 // holds. It is what keeps a machine reachable past the life of the
 // invitation it joined with.
-func (t *HTTPTransport) RenewSession(ctx context.Context, nodeID, sessionToken string) (capability.SessionRenewal, error) {
-	var out capability.SessionRenewal
-	err := t.call(ctx, capability.PathRenew, nodeID, sessionToken, struct{}{}, &out)
+func (t *HTTPTransport) RenewSession(ctx context.Context, nodeID, sessionToken string) (nodeproto.SessionRenewal, error) {
+	var out nodeproto.SessionRenewal
+	err := t.call(ctx, nodeproto.PathRenew, nodeID, sessionToken, struct{}{}, &out)
 	return out, err
 }
 
 // SendEvents implements Transport.
-func (t *HTTPTransport) SendEvents(ctx context.Context, nodeID, sessionToken string, events []node.Event) ([]string, error) {
+func (t *HTTPTransport) SendEvents(ctx context.Context, nodeID, sessionToken string, events []nodeproto.Event) ([]string, error) {
 	if events == nil {
-		events = []node.Event{}
+		events = []nodeproto.Event{}
 	}
-	var ack node.EventAck
-	err := t.call(ctx, capability.PathEvents, nodeID, sessionToken, node.EventBatch{Events: events}, &ack)
+	var ack nodeproto.EventAck
+	err := t.call(ctx, nodeproto.PathEvents, nodeID, sessionToken, nodeproto.EventBatch{Events: events}, &ack)
 	return ack.Accepted, err
 }
 
 // SendLogs implements Transport.
-func (t *HTTPTransport) SendLogs(ctx context.Context, nodeID, sessionToken string, chunk capability.LogChunk) (capability.LogAck, error) {
-	var ack capability.LogAck
-	err := t.call(ctx, capability.PathLogs, nodeID, sessionToken, chunk, &ack)
+func (t *HTTPTransport) SendLogs(ctx context.Context, nodeID, sessionToken string, chunk nodeproto.LogChunk) (nodeproto.LogAck, error) {
+	var ack nodeproto.LogAck
+	err := t.call(ctx, nodeproto.PathLogs, nodeID, sessionToken, chunk, &ack)
 	return ack, err
 }
 
 // Session implements Transport: one POST whose response is a stream of
 // newline-delimited JSON commands.
-func (t *HTTPTransport) Session(ctx context.Context, nodeID, sessionToken string, commands chan<- node.Command) error {
+func (t *HTTPTransport) Session(ctx context.Context, nodeID, sessionToken string, commands chan<- nodeproto.Command) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// A watchdog cancels the call if nothing, not even a keep-alive,
@@ -133,7 +132,7 @@ func (t *HTTPTransport) Session(ctx context.Context, nodeID, sessionToken string
 			}
 		}
 	}()
-	req, err := t.request(ctx, capability.PathSession, nodeID, sessionToken, struct{}{})
+	req, err := t.request(ctx, nodeproto.PathSession, nodeID, sessionToken, struct{}{})
 	if err != nil {
 		return err
 	}
@@ -163,11 +162,11 @@ func (t *HTTPTransport) Session(ctx context.Context, nodeID, sessionToken string
 		if bytes.Equal(line, keepAliveJSON) {
 			continue // most of what an idle stream carries: not decoded
 		}
-		var cmd node.Command
+		var cmd nodeproto.Command
 		if err := json.Unmarshal(line, &cmd); err != nil {
 			return fmt.Errorf("session stream: malformed command: %w", err)
 		}
-		if cmd.Kind == node.KindKeepAlive {
+		if cmd.Kind == nodeproto.KindKeepAlive {
 			continue
 		}
 		select {
@@ -194,7 +193,7 @@ func (t *HTTPTransport) request(ctx context.Context, path, nodeID, token string,
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "mercator-agent")
 	if nodeID != "" {
-		req.Header.Set(capability.HeaderNodeID, nodeID)
+		req.Header.Set(nodeproto.HeaderNodeID, nodeID)
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Placement of function calls: pure logic, apart from the I/O that gathers
@@ -27,7 +27,7 @@ import (
 // share (what its agent set aside for function containers).
 type FunctionNode struct {
 	ID        string
-	Share     capability.FunctionCapacity
+	Share     nodeproto.FunctionCapacity
 	GPUModels []string // the models of the share's GPUs, in Share.GPUs order
 }
 

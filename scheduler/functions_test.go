@@ -5,11 +5,11 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/mercator/mercator/capability"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 func shareNode(id string, mem int64, gpuModels ...string) FunctionNode {
-	n := FunctionNode{ID: id, Share: capability.FunctionCapacity{MemoryBytes: mem, MilliCPUs: 2000}, GPUModels: gpuModels}
+	n := FunctionNode{ID: id, Share: nodeproto.FunctionCapacity{MemoryBytes: mem, MilliCPUs: 2000}, GPUModels: gpuModels}
 	for i := range gpuModels {
 		n.Share.GPUs = append(n.Share.GPUs, fmt.Sprintf("GPU-%s-%d", id, i))
 	}

@@ -26,8 +26,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Store is the control plane's durable state.
@@ -103,10 +102,10 @@ type Tx interface {
 	// AppendLog adds data at offset to an attempt's log and returns the log's
 	// size afterwards. Bytes before the current size are ignored (already
 	// held); a gap (offset beyond the size) is appended as if contiguous.
-	AppendLog(key capability.WorkloadKey, offset int64, data []byte) (size int64, err error)
+	AppendLog(key nodeproto.WorkloadKey, offset int64, data []byte) (size int64, err error)
 	// ReadLog returns up to max bytes of an attempt's log from offset, and the
 	// log's size. A log nobody wrote is empty, not an error.
-	ReadLog(key capability.WorkloadKey, offset int64, max int) (data []byte, size int64, err error)
+	ReadLog(key nodeproto.WorkloadKey, offset int64, max int) (data []byte, size int64, err error)
 
 	// CreateToken stores an API credential; ErrConflict if the hash exists.
 	CreateToken(t Token) error
@@ -141,15 +140,15 @@ type Tx interface {
 
 // Node is one machine. FencingToken rises with every enrollment.
 type Node struct {
-	ID           string                `json:"id"`
-	FencingToken uint64                `json:"fencing_token"`
-	CreatedAt    time.Time             `json:"created_at"`
-	EnrolledAt   *time.Time            `json:"enrolled_at,omitempty"`
-	LastSeenAt   *time.Time            `json:"last_seen_at,omitempty"`
-	Facts        *capability.NodeFacts `json:"facts,omitempty"`
-	FactsAt      *time.Time            `json:"facts_at,omitempty"`
-	AgentVersion string                `json:"agent_version,omitempty"`
-	Capability   int                   `json:"capability_version,omitempty"`
+	ID           string               `json:"id"`
+	FencingToken uint64               `json:"fencing_token"`
+	CreatedAt    time.Time            `json:"created_at"`
+	EnrolledAt   *time.Time           `json:"enrolled_at,omitempty"`
+	LastSeenAt   *time.Time           `json:"last_seen_at,omitempty"`
+	Facts        *nodeproto.NodeFacts `json:"facts,omitempty"`
+	FactsAt      *time.Time           `json:"facts_at,omitempty"`
+	AgentVersion string               `json:"agent_version,omitempty"`
+	Capability   int                  `json:"capability_version,omitempty"`
 	// Cordoned nodes take no new work; their running work continues.
 	Cordoned bool `json:"cordoned,omitempty"`
 	// Draining nodes are cordoned and, once DrainDeadline passes (when
@@ -200,11 +199,11 @@ type ListRunsOptions struct {
 // Operation is one command for one node, kept until the node reports its
 // result, and redelivered on every new session until then.
 type Operation struct {
-	ID        string       `json:"id"`
-	NodeID    string       `json:"node_id"`
-	CreatedAt time.Time    `json:"created_at"`
-	Command   node.Command `json:"command"`
-	Result    *node.Result `json:"result,omitempty"`
+	ID        string            `json:"id"`
+	NodeID    string            `json:"node_id"`
+	CreatedAt time.Time         `json:"created_at"`
+	Command   nodeproto.Command `json:"command"`
+	Result    *nodeproto.Result `json:"result,omitempty"`
 }
 
 // Artifact is one immutable version in the Artifact catalog. Its content

@@ -34,9 +34,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
 
@@ -91,7 +91,7 @@ func (s *Service) Routes() []httpapi.Route {
 // sending. A read that cannot be minted leaves the command without one
 // (logged), which the node refuses in Mercator's words rather than
 // fetching anything.
-func (s *Service) Mint(ctx context.Context, c *capability.PrepareArtifactCommand) {
+func (s *Service) Mint(ctx context.Context, c *nodeproto.PrepareArtifactCommand) {
 	cs, err := s.contentStore()
 	if err == nil {
 		c.URL, c.ExpiresAt, err = cs.ReadURL(ctx, c.SHA256, s.readTTL())

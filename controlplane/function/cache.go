@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
+
 	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 )
@@ -18,7 +18,7 @@ import (
 type fnEntry struct {
 	fn   store.Fn
 	app  store.App
-	spec capability.FunctionSpec
+	spec nodeproto.FunctionSpec
 	need scheduler.FunctionNeed
 	at   time.Time
 }
@@ -26,7 +26,7 @@ type fnEntry struct {
 // newFnEntry is f's entry, with config the containers' environment
 // (Service.functionEnv, which opens the secrets).
 func newFnEntry(f store.Fn, app store.App, config map[string]string, at time.Time) *fnEntry {
-	spec := capability.FunctionSpec{
+	spec := nodeproto.FunctionSpec{
 		ID: f.ID, AppID: f.AppID, Name: f.Name, AppName: app.Name, Image: f.PinnedImage,
 		MemoryMB: int64(f.Memory), MilliCPUs: int64(math.Round(f.CPU * 1000)), GPUs: f.GPUs, Config: config,
 		Timeout: time.Duration(f.Timeout) * time.Second, IdleTimeout: time.Duration(f.IdleTimeout) * time.Second,
@@ -208,7 +208,7 @@ func (s *Service) candidates(ctx context.Context, e *fnEntry) (order []scheduler
 func fnNodeOf(n store.Node, ready bool) (scheduler.FunctionNode, bool) {
 	f := n.Facts
 	if !ready || n.Cordoned || n.Draining || f == nil || f.Functions == nil ||
-		f.CapabilityVersion < node.RequiredVersion(node.Command{Kind: node.KindInvoke}) {
+		f.CapabilityVersion < nodeproto.RequiredVersion(nodeproto.Command{Kind: nodeproto.KindInvoke}) {
 		return scheduler.FunctionNode{}, false
 	}
 	out := scheduler.FunctionNode{ID: n.ID, Share: *f.Functions}

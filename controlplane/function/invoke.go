@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
+
 	"github.com/mercator/mercator/scheduler"
 )
 
@@ -26,7 +26,7 @@ import (
 // reaches the node over its own session stream, which the agent opened:
 // the invoke command carries the call's ID, the function's configuration
 // and the address of this replica, and the agent answers with requests of
-// its own to the calls paths (capability.PathCalls). Here those requests
+// its own to the calls paths (nodeproto.PathCalls). Here those requests
 // meet the caller's at a rendezvous, an in-memory record keyed by an ID
 // minted per attempt, and the bodies are piped between them without being
 // held whole: the agent reads the caller's body as the function reads it,
@@ -87,11 +87,11 @@ const (
 const topicInvoke = "invoke:"
 
 type publishedInvoke struct {
-	NodeID string                   `json:"node_id"`
-	Cmd    capability.InvokeCommand `json:"cmd"`
+	NodeID string                  `json:"node_id"`
+	Cmd    nodeproto.InvokeCommand `json:"cmd"`
 }
 
-func (s *Service) publish(nodeID string, ref capability.InvokeCommand) error {
+func (s *Service) publish(nodeID string, ref nodeproto.InvokeCommand) error {
 	raw, err := json.Marshal(publishedInvoke{NodeID: nodeID, Cmd: ref})
 	if err != nil {
 		return err
@@ -109,7 +109,7 @@ func (s *Service) deliverPublished(topic string) {
 	if err := json.Unmarshal([]byte(strings.TrimPrefix(topic, topicInvoke)), &p); err != nil {
 		return
 	}
-	s.host.Send(p.NodeID, node.Command{Kind: node.KindInvoke, Invoke: &p.Cmd})
+	s.host.Send(p.NodeID, nodeproto.Command{Kind: nodeproto.KindInvoke, Invoke: &p.Cmd})
 }
 
 // Dispatch.
@@ -197,7 +197,7 @@ func (s *Service) attempt(ctx context.Context, c *fnCall, n scheduler.FunctionNo
 		return callOutcome{kind: kindTimeout, message: "the call's deadline passed before a node took it", nodeID: n.ID}
 	}
 	spec := c.entry.spec
-	cmd := capability.InvokeCommand{
+	cmd := nodeproto.InvokeCommand{
 		CallID: c.id, Rendezvous: httpapi.NewID("rv-"), URL: s.replicaURL(), Function: &spec,
 		Header: c.header, ContentLength: c.length, Timeout: remaining, NoWait: !last, Logs: c.logs,
 	}
@@ -216,14 +216,14 @@ func (s *Service) attempt(ctx context.Context, c *fnCall, n scheduler.FunctionNo
 
 	var pickup <-chan time.Time
 	var sessionDone <-chan struct{}
-	lost, held, sent := s.host.Send(n.ID, node.Command{Kind: node.KindInvoke, Invoke: &cmd})
+	lost, held, sent := s.host.Send(n.ID, nodeproto.Command{Kind: nodeproto.KindInvoke, Invoke: &cmd})
 	if held {
 		if !sent {
 			return callOutcome{kind: kindBusy, message: "the node's session is backed up", nodeID: n.ID, retryable: true}
 		}
 		sessionDone = lost
 	} else if s.pub != nil {
-		if err := s.publish(n.ID, capability.InvokeCommand{CallID: cmd.CallID, Rendezvous: cmd.Rendezvous, URL: cmd.URL,
+		if err := s.publish(n.ID, nodeproto.InvokeCommand{CallID: cmd.CallID, Rendezvous: cmd.Rendezvous, URL: cmd.URL,
 			ContentLength: cmd.ContentLength, Timeout: cmd.Timeout, NoWait: cmd.NoWait, Logs: cmd.Logs}); err != nil {
 			return callOutcome{kind: kindUnreachable, message: "publish to the node's replica: " + err.Error(), nodeID: n.ID, retryable: true}
 		}
@@ -319,8 +319,8 @@ func (s *Service) relay(c *fnCall, rv *rendezvous) callOutcome {
 			}
 		}
 		if rerr == io.EOF {
-			if kind := a.trailer().Get(capability.HeaderCallError); kind != "" {
-				out.kind, out.message = kind, a.trailer().Get(capability.HeaderCallMessage)
+			if kind := a.trailer().Get(nodeproto.HeaderCallError); kind != "" {
+				out.kind, out.message = kind, a.trailer().Get(nodeproto.HeaderCallMessage)
 			}
 			break
 		}

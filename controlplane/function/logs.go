@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
+
 	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 )
@@ -37,7 +37,7 @@ import (
 //
 // Cordoned and draining nodes take no calls but are asked: they keep the
 // logs of the calls they ran. Nodes whose agent is older than
-// capability.VersionCallLogs are not asked (they would take the unknown
+// nodeproto.VersionCallLogs are not asked (they would take the unknown
 // command for an operation), and the answer says so when they were
 // skipped.
 //
@@ -45,7 +45,7 @@ import (
 // handed to the node's session when this replica holds it, or published
 // through the Coordinator to the replica that does (the command is small,
 // so it travels whole). The agent answers with its own request to this
-// replica (capability.PathCallLogs), which meets the question here by its
+// replica (nodeproto.PathCallLogs), which meets the question here by its
 // ID, in Service.logAsks.
 
 const (
@@ -134,7 +134,7 @@ func errNoCallLog(asked, old int, silent []string) error {
 		msg += "; no answer from " + strings.Join(silent, ", ")
 	}
 	if old > 0 {
-		msg += fmt.Sprintf("; %d nodes run an agent older than capability version %d, which cannot be asked", old, capability.VersionCallLogs)
+		msg += fmt.Sprintf("; %d nodes run an agent older than capability version %d, which cannot be asked", old, nodeproto.VersionCallLogs)
 	}
 	return fnError(http.StatusNotFound, "%s", msg)
 }
@@ -155,7 +155,7 @@ func logNodes(fnID string, nodes []store.Node, ready func(store.Node) bool, need
 		if !ok {
 			continue
 		}
-		if n.Facts.CapabilityVersion < node.RequiredVersion(node.Command{Kind: node.KindCallLog}) {
+		if n.Facts.CapabilityVersion < nodeproto.RequiredVersion(nodeproto.Command{Kind: nodeproto.KindCallLog}) {
 			old++
 			continue
 		}
@@ -208,10 +208,10 @@ func (s *Service) askAll(ctx context.Context, nodes []scheduler.FunctionNode, ca
 // logAskTimeout.
 func (s *Service) ask(ctx context.Context, nodeID, callID string) logAnswer {
 	q := &logAsk{nodeID: nodeID, answer: make(chan logAnswer, 1)}
-	cmd := capability.CallLogCommand{CallID: callID, Request: httpapi.NewID("lq-"), URL: s.replicaURL()}
+	cmd := nodeproto.CallLogCommand{CallID: callID, Request: httpapi.NewID("lq-"), URL: s.replicaURL()}
 	s.logAsks.Store(cmd.Request, q)
 	defer s.logAsks.Delete(cmd.Request)
-	lost, held, sent := s.host.Send(nodeID, node.Command{Kind: node.KindCallLog, CallLog: &cmd})
+	lost, held, sent := s.host.Send(nodeID, nodeproto.Command{Kind: nodeproto.KindCallLog, CallLog: &cmd})
 	if held {
 		if !sent {
 			return logAnswer{nodeID: nodeID, silent: "its session is backed up"}
@@ -246,8 +246,8 @@ func (s *Service) ask(ctx context.Context, nodeID, callID string) logAnswer {
 const topicCallLog = "call_log:"
 
 type publishedCallLog struct {
-	NodeID string                    `json:"node_id"`
-	Cmd    capability.CallLogCommand `json:"cmd"`
+	NodeID string                   `json:"node_id"`
+	Cmd    nodeproto.CallLogCommand `json:"cmd"`
 }
 
 // deliverCallLog hands a call_log command another replica published to
@@ -261,7 +261,7 @@ func (s *Service) deliverCallLog(topic string) {
 		return
 	}
 	// Backed up or not held: the asker gives up after logAskTimeout.
-	s.host.Send(p.NodeID, node.Command{Kind: node.KindCallLog, CallLog: &p.Cmd})
+	s.host.Send(p.NodeID, nodeproto.Command{Kind: nodeproto.KindCallLog, CallLog: &p.Cmd})
 }
 
 // callLogAnswer takes a node's answer to a call_log command.
@@ -282,7 +282,7 @@ func (s *Service) callLogAnswer(w http.ResponseWriter, r *http.Request, c httpap
 		return
 	}
 	a := logAnswer{nodeID: c.NodeID, held: true, text: string(text)}
-	if why := r.Header.Get(capability.HeaderCallLogUnknown); why != "" {
+	if why := r.Header.Get(nodeproto.HeaderCallLogUnknown); why != "" {
 		a = logAnswer{nodeID: c.NodeID}
 	}
 	select {

@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Rendezvous.
@@ -20,8 +20,8 @@ import (
 type rendezvous struct {
 	id     string
 	nodeID string
-	cmd    capability.InvokeCommand // the whole command
-	body   io.Reader                // what GET …/request streams; nil when inline or empty
+	cmd    nodeproto.InvokeCommand // the whole command
+	body   io.Reader               // what GET …/request streams; nil when inline or empty
 
 	taken   atomic.Bool // the agent began reading the body
 	fetched atomic.Bool // the agent fetched the command
@@ -151,7 +151,7 @@ func (s *Service) callResponse(w http.ResponseWriter, r *http.Request, c httpapi
 		return
 	}
 	rv.fetched.Store(true)
-	if kind := r.Header.Get(capability.HeaderCallError); kind != "" {
+	if kind := r.Header.Get(nodeproto.HeaderCallError); kind != "" {
 		msg, _ := io.ReadAll(io.LimitReader(r.Body, 64<<10))
 		if !rv.deliver(&callAnswer{kind: kind, message: string(msg)}) {
 			httpapi.WriteJSON(w, http.StatusGone, api.ErrorOf(failure.Conflict("call attempt %s is over", rv.id)))
@@ -160,14 +160,14 @@ func (s *Service) callResponse(w http.ResponseWriter, r *http.Request, c httpapi
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	status, err := strconv.Atoi(r.Header.Get(capability.HeaderCallStatus))
+	status, err := strconv.Atoi(r.Header.Get(nodeproto.HeaderCallStatus))
 	if err != nil || status < 100 || status > 999 {
-		httpapi.WriteError(w, failure.Invalid(capability.HeaderCallStatus, "%q is not an HTTP status", r.Header.Get(capability.HeaderCallStatus)))
+		httpapi.WriteError(w, failure.Invalid(nodeproto.HeaderCallStatus, "%q is not an HTTP status", r.Header.Get(nodeproto.HeaderCallStatus)))
 		return
 	}
 	header := http.Header{}
 	for k, vs := range r.Header {
-		if name, ok := strings.CutPrefix(k, capability.HeaderCallHeader); ok && name != "" {
+		if name, ok := strings.CutPrefix(k, nodeproto.HeaderCallHeader); ok && name != "" {
 			header[http.CanonicalHeaderKey(name)] = vs
 		}
 	}

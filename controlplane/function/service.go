@@ -26,9 +26,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
+
 	"github.com/mercator/mercator/store"
 )
 
@@ -41,8 +41,8 @@ type Host interface {
 	// false when this replica holds no session of the node; sent is false
 	// when the session is backed up. lost is closed when the session ends.
 	// Callers send only to nodes whose agent speaks the command (placement
-	// checks node.RequiredVersion against the node's facts).
-	Send(nodeID string, cmd node.Command) (lost <-chan struct{}, held, sent bool)
+	// checks nodeproto.RequiredVersion against the node's facts).
+	Send(nodeID string, cmd nodeproto.Command) (lost <-chan struct{}, held, sent bool)
 	// Holds reports whether this replica holds a session of the node.
 	Holds(nodeID string) bool
 	// NodeReady reports whether the node is ready (enrolled, reporting
@@ -163,10 +163,10 @@ func (s *Service) Deliver(topic string) bool {
 // session credential.
 func (s *Service) NodeRoutes() []httpapi.NodeRoute {
 	return []httpapi.NodeRoute{
-		{Pattern: "GET " + capability.PathCalls + "{id}", Handler: s.callCommand},
-		{Pattern: "GET " + capability.PathCalls + "{id}/request", Handler: s.callRequestBody},
-		{Pattern: "POST " + capability.PathCalls + "{id}/response", Handler: s.callResponse},
-		{Pattern: "POST " + capability.PathCalls + "{id}/log", Handler: s.callLog},
-		{Pattern: "POST " + capability.PathCallLogs + "{id}", Handler: s.callLogAnswer},
+		{Pattern: "GET " + nodeproto.PathCalls + "{id}", Handler: s.callCommand},
+		{Pattern: "GET " + nodeproto.PathCalls + "{id}/request", Handler: s.callRequestBody},
+		{Pattern: "POST " + nodeproto.PathCalls + "{id}/response", Handler: s.callResponse},
+		{Pattern: "POST " + nodeproto.PathCalls + "{id}/log", Handler: s.callLog},
+		{Pattern: "POST " + nodeproto.PathCallLogs + "{id}", Handler: s.callLogAnswer},
 	}
 }

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/internal/faultproxy"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
+
 	"github.com/mercator/mercator/nodeagent"
 )
 
@@ -151,12 +151,12 @@ func TestRedeliveryStorm(t *testing.T) {
 	var cuts atomic.Int64
 	heartbeat := []byte(`"events":[]`)
 	a.wire.setFilter(func(p []byte) faultproxy.Verdict {
-		if storming.Load() && bytes.HasPrefix(p, []byte("POST "+capability.PathEvents)) && !bytes.Contains(p, heartbeat) {
+		if storming.Load() && bytes.HasPrefix(p, []byte("POST "+nodeproto.PathEvents)) && !bytes.Contains(p, heartbeat) {
 			return faultproxy.Close
 		}
 		return faultproxy.Forward
 	})
-	a.wire.setOnCommand(func(conn uint64, cmd node.Command) {
+	a.wire.setOnCommand(func(conn uint64, cmd nodeproto.Command) {
 		if storming.Load() && a.proxy.CloseConn(conn) {
 			cuts.Add(1)
 		}
@@ -213,7 +213,7 @@ func TestRedeliveryStorm(t *testing.T) {
 		}
 	}
 	c.sum.fault(fmt.Sprintf("  command deliveries: %d operations, %d deliveries, at most %d of one", len(d), total, most), total)
-	for _, k := range []string{node.KindLaunchWorkload, node.KindStopWorkload} {
+	for _, k := range []string{nodeproto.KindLaunchWorkload, nodeproto.KindStopWorkload} {
 		c.sum.fault("  operations delivered more than once: "+k, redelivered[k])
 	}
 	if minDeliveries() < want {
@@ -392,7 +392,7 @@ func TestFencedAgentIsRefused(t *testing.T) {
 	c.sum.fault("node enrolled again while its old agent ran", 1)
 	var fencedAt time.Time
 	for _, ex := range fresh.wire.exchangesWithToken("") {
-		if ex.path == capability.PathEnroll && ex.status == http.StatusOK {
+		if ex.path == nodeproto.PathEnroll && ex.status == http.StatusOK {
 			fencedAt = ex.respAt
 		}
 	}
@@ -419,14 +419,14 @@ func TestFencedAgentIsRefused(t *testing.T) {
 		what, path string
 		body       any
 	}{
-		{"heartbeat", capability.PathEvents, node.EventBatch{Events: []node.Event{}}},
-		{"observation of run " + runs[0].ID + " exiting 99", capability.PathEvents, node.EventBatch{Events: []node.Event{{
-			ID: "forged-0000000000000001", Kind: node.EventWorkload, At: time.Now().UTC(),
-			Workload: &capability.WorkloadObservation{WorkloadKey: capability.WorkloadKey{RunID: runs[0].ID, Attempt: 1},
-				Phase: capability.PhaseExited, ExitCode: &exit99, StartedAt: ptr(time.Now().UTC()), FinishedAt: ptr(time.Now().UTC())}}}}},
-		{"renewal", capability.PathRenew, struct{}{}},
-		{"session", capability.PathSession, struct{}{}},
-		{"logs", capability.PathLogs, capability.LogChunk{WorkloadKey: capability.WorkloadKey{RunID: runs[0].ID, Attempt: 1}, Data: []byte("forged\n")}},
+		{"heartbeat", nodeproto.PathEvents, nodeproto.EventBatch{Events: []nodeproto.Event{}}},
+		{"observation of run " + runs[0].ID + " exiting 99", nodeproto.PathEvents, nodeproto.EventBatch{Events: []nodeproto.Event{{
+			ID: "forged-0000000000000001", Kind: nodeproto.EventWorkload, At: time.Now().UTC(),
+			Workload: &nodeproto.WorkloadObservation{WorkloadKey: nodeproto.WorkloadKey{RunID: runs[0].ID, Attempt: 1},
+				Phase: nodeproto.PhaseExited, ExitCode: &exit99, StartedAt: ptr(time.Now().UTC()), FinishedAt: ptr(time.Now().UTC())}}}}},
+		{"renewal", nodeproto.PathRenew, struct{}{}},
+		{"session", nodeproto.PathSession, struct{}{}},
+		{"logs", nodeproto.PathLogs, nodeproto.LogChunk{WorkloadKey: nodeproto.WorkloadKey{RunID: runs[0].ID, Attempt: 1}, Data: []byte("forged\n")}},
 	}
 	for _, f := range forged {
 		status, code := c.nodeCall(old.node, oldToken, f.path, f.body)
@@ -481,7 +481,7 @@ func (c *cluster) nodeCall(nodeID, token, path string, body any) (int, string) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.url+path, bytes.NewReader(data))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set(capability.HeaderNodeID, nodeID)
+	req.Header.Set(nodeproto.HeaderNodeID, nodeID)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		c.t.Fatalf("%s: %v", path, err)

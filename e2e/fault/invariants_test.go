@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // summary is what one test did and found: the faults it injected, by kind,
@@ -260,7 +260,7 @@ func (c *cluster) checkEvents() {
 			switch {
 			case a.fenced:
 				s.fencedOwed++
-			case e.Kind == node.EventFacts:
+			case e.Kind == nodeproto.EventFacts:
 				s.spoolFacts++ // a heartbeat's facts minted in the last moment
 			default:
 				what := e.Kind

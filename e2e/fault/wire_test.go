@@ -10,9 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/internal/faultproxy"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // wire is a faultproxy.Tap that parses the node protocol between one
@@ -38,7 +37,7 @@ type wire struct {
 	filter func(p []byte) faultproxy.Verdict
 	// onCommand, when set, is called (on a parser goroutine) for each
 	// command seen going down a session stream.
-	onCommand func(conn uint64, cmd node.Command)
+	onCommand func(conn uint64, cmd nodeproto.Command)
 }
 
 type wireConn struct {
@@ -65,7 +64,7 @@ type exchange struct {
 type wireCommand struct {
 	at   time.Time
 	conn uint64
-	cmd  node.Command
+	cmd  nodeproto.Command
 }
 
 func newWire() *wire { return &wire{conns: map[uint64]*wireConn{}} }
@@ -76,7 +75,7 @@ func (w *wire) setFilter(f func(p []byte) faultproxy.Verdict) {
 	w.mu.Unlock()
 }
 
-func (w *wire) setOnCommand(f func(conn uint64, cmd node.Command)) {
+func (w *wire) setOnCommand(f func(conn uint64, cmd nodeproto.Command)) {
 	w.mu.Lock()
 	w.onCommand = f
 	w.mu.Unlock()
@@ -156,8 +155,8 @@ func (w *wire) parseRequests(id uint64, c *wireConn) {
 		ex.token, _ = strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
 		body, err := io.ReadAll(req.Body)
 		ex.complete = err == nil
-		if ex.complete && ex.path == capability.PathEvents {
-			var batch node.EventBatch
+		if ex.complete && ex.path == nodeproto.PathEvents {
+			var batch nodeproto.EventBatch
 			if json.Unmarshal(body, &batch) == nil {
 				ex.kinds = map[string]string{}
 				ex.results = map[string]string{}
@@ -199,7 +198,7 @@ func (w *wire) parseResponses(id uint64, c *wireConn) {
 		w.mu.Lock()
 		ex.status, ex.respAt = resp.StatusCode, c.down.timeAt(pos)
 		w.mu.Unlock()
-		if ex.path == capability.PathSession && resp.StatusCode == http.StatusOK {
+		if ex.path == nodeproto.PathSession && resp.StatusCode == http.StatusOK {
 			w.mu.Lock()
 			w.sessions = append(w.sessions, ex.respAt)
 			w.mu.Unlock()
@@ -207,8 +206,8 @@ func (w *wire) parseResponses(id uint64, c *wireConn) {
 			s.Buffer(make([]byte, 64<<10), 16<<20)
 			for s.Scan() {
 				line := bytes.TrimSpace(s.Bytes())
-				var cmd node.Command
-				if len(line) == 0 || json.Unmarshal(line, &cmd) != nil || cmd.Kind == node.KindKeepAlive {
+				var cmd nodeproto.Command
+				if len(line) == 0 || json.Unmarshal(line, &cmd) != nil || cmd.Kind == nodeproto.KindKeepAlive {
 					continue
 				}
 				w.mu.Lock()
@@ -225,8 +224,8 @@ func (w *wire) parseResponses(id uint64, c *wireConn) {
 		if err != nil {
 			return
 		}
-		if ex.path == capability.PathEvents && resp.StatusCode == http.StatusOK {
-			var ack node.EventAck
+		if ex.path == nodeproto.PathEvents && resp.StatusCode == http.StatusOK {
+			var ack nodeproto.EventAck
 			if json.Unmarshal(body, &ack) == nil {
 				w.mu.Lock()
 				ex.acked = ack.Accepted
@@ -248,7 +247,7 @@ func (w *wire) events() eventAccount {
 	defer w.mu.Unlock()
 	a := eventAccount{forwarded: map[string]string{}, acked: map[string]bool{}, results: map[string]string{}}
 	for _, ex := range w.exchanges {
-		if !ex.complete || ex.path != capability.PathEvents {
+		if !ex.complete || ex.path != nodeproto.PathEvents {
 			continue
 		}
 		for _, id := range ex.events {
@@ -326,7 +325,7 @@ func (w *wire) connsByUse() (session, idle []uint64) {
 		ex := last[id]
 		switch {
 		case ex == nil:
-		case ex.path == capability.PathSession && ex.status == http.StatusOK:
+		case ex.path == nodeproto.PathSession && ex.status == http.StatusOK:
 			session = append(session, id)
 		case ex.status != 0 && ex.complete:
 			idle = append(idle, id)

@@ -8,8 +8,8 @@ import (
 	"github.com/docker/docker/api/types/filters"
 
 	"github.com/mercator/mercator/artifactcache"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/dockerengine"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // WithArtifactOptions sets how Artifact copies are kept (see
@@ -48,6 +48,6 @@ func (docker *Runtime) artifactsInUse(ctx context.Context) (map[string]bool, err
 // through the location the control plane minted for this one fetch and
 // nowhere else; a command without one is refused. See
 // artifactcache.Cache.Prepare for the whole contract.
-func (docker *Runtime) PrepareArtifact(ctx context.Context, command capability.PrepareArtifactCommand) error {
+func (docker *Runtime) PrepareArtifact(ctx context.Context, command nodeproto.PrepareArtifactCommand) error {
 	return docker.artifacts.Prepare(ctx, command)
 }

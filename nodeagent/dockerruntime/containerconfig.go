@@ -11,9 +11,9 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // containerConfig is the container one launch asks the daemon for, built
@@ -37,7 +37,7 @@ import (
 // Nothing is set for a zero CPU, memory or GPU list: the container gets the
 // machine. A command that cannot make a container is failure.ErrInvalid,
 // naming the field.
-func containerConfig(command capability.LaunchWorkloadCommand, nodeID string, artifactPath func(digest string) string) (*container.Config, *container.HostConfig, error) {
+func containerConfig(command nodeproto.LaunchWorkloadCommand, nodeID string, artifactPath func(digest string) string) (*container.Config, *container.HostConfig, error) {
 	if err := checkLaunch(command); err != nil {
 		return nil, nil, err
 	}
@@ -85,7 +85,7 @@ func containerConfig(command capability.LaunchWorkloadCommand, nodeID string, ar
 }
 
 // checkLaunch refuses the fields no container can be made from.
-func checkLaunch(command capability.LaunchWorkloadCommand) error {
+func checkLaunch(command nodeproto.LaunchWorkloadCommand) error {
 	switch {
 	case command.RunID == "":
 		return failure.Invalid("run_id", "a launch needs a run ID")
@@ -119,7 +119,7 @@ func containerEnv(vars map[string]string) ([]string, error) {
 // artifactMounts is one read-only bind mount per Artifact, in the command's
 // order, and the distinct digests they mount, in first-mention order. A
 // mount path must be absolute, clean, not / and unique within the launch.
-func artifactMounts(artifacts []capability.ArtifactMount, artifactPath func(digest string) string) ([]mount.Mount, []string, error) {
+func artifactMounts(artifacts []nodeproto.ArtifactMount, artifactPath func(digest string) string) ([]mount.Mount, []string, error) {
 	var mounts []mount.Mount
 	var digests []string
 	seen, targets := map[string]bool{}, map[string]bool{}

@@ -16,19 +16,19 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // heldAt is the artifact path function of a node keeping copies under /a.
 func heldAt(digest string) string { return "/a/sha256/" + digest + "/content" }
 
 func TestContainerConfig(t *testing.T) {
-	key := capability.WorkloadKey{RunID: "r1", Attempt: 2}
+	key := nodeproto.WorkloadKey{RunID: "r1", Attempt: 2}
 	d1, d2 := strings.Repeat("1", 64), strings.Repeat("2", 64)
-	artifact := func(digest, at string) capability.ArtifactMount {
-		return capability.ArtifactMount{PrepareArtifactCommand: capability.PrepareArtifactCommand{Name: "data", Version: "v1", SHA256: digest}, MountPath: at}
+	artifact := func(digest, at string) nodeproto.ArtifactMount {
+		return nodeproto.ArtifactMount{PrepareArtifactCommand: nodeproto.PrepareArtifactCommand{Name: "data", Version: "v1", SHA256: digest}, MountPath: at}
 	}
 	baseLabels := func(extra ...string) map[string]string {
 		labels := map[string]string{dockerengine.LabelRun: "r1", dockerengine.LabelAttempt: "2", dockerengine.LabelTimeout: "0", dockerengine.LabelImage: fakeImage}
@@ -39,40 +39,40 @@ func TestContainerConfig(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		launch capability.LaunchWorkloadCommand
+		launch nodeproto.LaunchWorkloadCommand
 		nodeID string
 		config container.Config
 		host   container.HostConfig
 	}{{
 		name:   "bare: the image, the command as arguments, no limits",
-		launch: capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Command: []string{"train", "--fast"}},
+		launch: nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Command: []string{"train", "--fast"}},
 		config: container.Config{Image: fakeImage, Cmd: []string{"train", "--fast"}, Labels: baseLabels()},
 	}, {
 		name:   "node label, timeout in nanoseconds, environment sorted",
 		nodeID: "n1",
-		launch: capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Timeout: 90 * time.Second,
+		launch: nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Timeout: 90 * time.Second,
 			Env: map[string]string{"B": "2", "A": "1", "EMPTY": ""}},
 		config: container.Config{Image: fakeImage, Env: []string{"A=1", "B=2", "EMPTY="},
 			Labels: baseLabels(dockerengine.LabelNode, "n1", dockerengine.LabelTimeout, fmt.Sprint(int64(90*time.Second)))},
 	}, {
 		name:   "a negative timeout is none",
-		launch: capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Timeout: -time.Second},
+		launch: nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Timeout: -time.Second},
 		config: container.Config{Image: fakeImage, Labels: baseLabels()},
 	}, {
 		name:   "CPU as a quota, memory as a hard limit with swap",
-		launch: capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, CPU: 1.5, MemoryBytes: 64 << 20},
+		launch: nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, CPU: 1.5, MemoryBytes: 64 << 20},
 		config: container.Config{Image: fakeImage, Labels: baseLabels()},
 		host:   container.HostConfig{Resources: container.Resources{NanoCPUs: 15e8, Memory: 64 << 20, MemorySwap: 64 << 20}},
 	}, {
 		name:   "GPUs by UUID to the NVIDIA runtime",
-		launch: capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, GPUs: []string{"GPU-b", "GPU-a"}},
+		launch: nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, GPUs: []string{"GPU-b", "GPU-a"}},
 		config: container.Config{Image: fakeImage, Labels: baseLabels()},
 		host: container.HostConfig{Resources: container.Resources{DeviceRequests: []container.DeviceRequest{{
 			Driver: "nvidia", DeviceIDs: []string{"GPU-b", "GPU-a"}, Capabilities: [][]string{{"gpu"}}}}}},
 	}, {
 		name: "Artifacts mounted read-only, each digest named once",
-		launch: capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage,
-			Artifacts: []capability.ArtifactMount{artifact(d2, "/data"), artifact(d1, "/weights"), artifact(d2, "/data2")}},
+		launch: nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage,
+			Artifacts: []nodeproto.ArtifactMount{artifact(d2, "/data"), artifact(d1, "/weights"), artifact(d2, "/data2")}},
 		config: container.Config{Image: fakeImage, Labels: baseLabels(dockerengine.LabelArtifacts, d2+","+d1)},
 		host: container.HostConfig{Mounts: []mount.Mount{
 			{Type: mount.TypeBind, Source: heldAt(d2), Target: "/data", ReadOnly: true},
@@ -96,33 +96,33 @@ func TestContainerConfig(t *testing.T) {
 }
 
 func TestContainerConfigRefuses(t *testing.T) {
-	key := capability.WorkloadKey{RunID: "r1", Attempt: 1}
+	key := nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}
 	digest := strings.Repeat("a", 64)
-	mountAt := func(paths ...string) []capability.ArtifactMount {
-		var m []capability.ArtifactMount
+	mountAt := func(paths ...string) []nodeproto.ArtifactMount {
+		var m []nodeproto.ArtifactMount
 		for _, p := range paths {
-			m = append(m, capability.ArtifactMount{PrepareArtifactCommand: capability.PrepareArtifactCommand{Name: "data", Version: "v1", SHA256: digest}, MountPath: p})
+			m = append(m, nodeproto.ArtifactMount{PrepareArtifactCommand: nodeproto.PrepareArtifactCommand{Name: "data", Version: "v1", SHA256: digest}, MountPath: p})
 		}
 		return m
 	}
 	for _, tc := range []struct {
 		name   string
-		launch capability.LaunchWorkloadCommand
+		launch nodeproto.LaunchWorkloadCommand
 		field  string
 	}{
-		{"no run ID", capability.LaunchWorkloadCommand{Image: fakeImage}, "run_id"},
-		{"negative attempt", capability.LaunchWorkloadCommand{WorkloadKey: capability.WorkloadKey{RunID: "r1", Attempt: -1}, Image: fakeImage}, "attempt"},
-		{"negative CPU", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, CPU: -1}, "cpu"},
-		{"CPU not a number", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, CPU: math.NaN()}, "cpu"},
-		{"infinite CPU", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, CPU: math.Inf(1)}, "cpu"},
-		{"negative memory", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, MemoryBytes: -1}, "memory_bytes"},
-		{"image by tag", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: "registry.test/team/job:latest"}, "image"},
-		{"env name with =", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Env: map[string]string{"A=B": "1"}}, "env"},
-		{"empty env name", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Env: map[string]string{"": "1"}}, "env"},
-		{"relative mount path", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Artifacts: mountAt("data")}, "artifacts"},
-		{"mount at /", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Artifacts: mountAt("/")}, "artifacts"},
-		{"unclean mount path", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Artifacts: mountAt("/data/../etc")}, "artifacts"},
-		{"two mounts at one path", capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Artifacts: mountAt("/data", "/data")}, "artifacts"},
+		{"no run ID", nodeproto.LaunchWorkloadCommand{Image: fakeImage}, "run_id"},
+		{"negative attempt", nodeproto.LaunchWorkloadCommand{WorkloadKey: nodeproto.WorkloadKey{RunID: "r1", Attempt: -1}, Image: fakeImage}, "attempt"},
+		{"negative CPU", nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, CPU: -1}, "cpu"},
+		{"CPU not a number", nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, CPU: math.NaN()}, "cpu"},
+		{"infinite CPU", nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, CPU: math.Inf(1)}, "cpu"},
+		{"negative memory", nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, MemoryBytes: -1}, "memory_bytes"},
+		{"image by tag", nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: "registry.test/team/job:latest"}, "image"},
+		{"env name with =", nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Env: map[string]string{"A=B": "1"}}, "env"},
+		{"empty env name", nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Env: map[string]string{"": "1"}}, "env"},
+		{"relative mount path", nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Artifacts: mountAt("data")}, "artifacts"},
+		{"mount at /", nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Artifacts: mountAt("/")}, "artifacts"},
+		{"unclean mount path", nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Artifacts: mountAt("/data/../etc")}, "artifacts"},
+		{"two mounts at one path", nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Artifacts: mountAt("/data", "/data")}, "artifacts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := containerConfig(tc.launch, "n1", heldAt)
@@ -138,8 +138,8 @@ func TestContainerConfigRefuses(t *testing.T) {
 // the image, so the launch goes straight to the create; only a create that
 // finds the image missing pulls it, once, and creates again.
 func TestLaunchOfAHeldImageAsksNothingOfIt(t *testing.T) {
-	key := capability.WorkloadKey{RunID: "r1", Attempt: 1}
-	launch := capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Command: []string{"train"}}
+	key := nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}
+	launch := nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Command: []string{"train"}}
 	held := &fakeDocker{
 		containerCreate: func(*container.Config, *container.HostConfig, string) (container.CreateResponse, error) {
 			return container.CreateResponse{ID: "c1"}, nil

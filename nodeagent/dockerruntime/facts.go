@@ -11,8 +11,8 @@ import (
 
 	"github.com/docker/docker/api/types/image"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/hostfacts"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Facts reports what this machine measured about itself: host name, OS and
@@ -30,12 +30,12 @@ import (
 // loaded and the container runtime can hand them to a container; otherwise
 // none, with a Note saying why (hostfacts.Accelerators). AgentVersion is the agent's
 // to fill.
-func (docker *Runtime) Facts(ctx context.Context) (capability.NodeFacts, error) {
-	facts := capability.NodeFacts{
+func (docker *Runtime) Facts(ctx context.Context) (nodeproto.NodeFacts, error) {
+	facts := nodeproto.NodeFacts{
 		OS:                runtime.GOOS,
 		Arch:              runtime.GOARCH,
 		RuntimeName:       "docker",
-		CapabilityVersion: capability.Version,
+		CapabilityVersion: nodeproto.Version,
 	}
 	note := func(format string, args ...any) { facts.Notes = append(facts.Notes, fmt.Sprintf(format, args...)) }
 
@@ -57,7 +57,7 @@ func (docker *Runtime) Facts(ctx context.Context) (capability.NodeFacts, error) 
 
 	accelerators, accelNotes, err := hostfacts.Accelerators(ctx, docker.acceleratorTool, procRoot)
 	if err != nil {
-		return capability.NodeFacts{}, err
+		return nodeproto.NodeFacts{}, err
 	}
 	facts.Accelerators = accelerators
 	facts.Notes = append(facts.Notes, accelNotes...)
@@ -75,14 +75,14 @@ func (docker *Runtime) Facts(ctx context.Context) (capability.NodeFacts, error) 
 		facts.RuntimeAPIVersion = version.APIVersion
 	} else {
 		if ctx.Err() != nil {
-			return capability.NodeFacts{}, ctx.Err()
+			return nodeproto.NodeFacts{}, ctx.Err()
 		}
 		note("docker daemon version: %v", err)
 	}
 	images, err := docker.api.ImageList(ctx, image.ListOptions{})
 	if err != nil {
 		if ctx.Err() != nil {
-			return capability.NodeFacts{}, ctx.Err()
+			return nodeproto.NodeFacts{}, ctx.Err()
 		}
 		note("docker images: %v", err)
 	}

@@ -9,9 +9,9 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/distribution/reference"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // PrepareImage pulls an image by its exact manifest digest. A tag is never
@@ -37,7 +37,7 @@ import (
 // every caller waiting on it has given up. A registry's refusal comes back
 // naming the image and saying why ("manifest unknown" matches
 // failure.ErrNotFound, a denied credential failure.ErrUnauthorized).
-func (docker *Runtime) PrepareImage(ctx context.Context, command capability.PrepareImageCommand) error {
+func (docker *Runtime) PrepareImage(ctx context.Context, command nodeproto.PrepareImageCommand) error {
 	ref, err := pinnedImage(command.Image)
 	if err != nil {
 		return err

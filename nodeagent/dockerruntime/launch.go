@@ -11,9 +11,9 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // LaunchWorkload starts one container and returns once it is running. The
@@ -46,7 +46,7 @@ import (
 // unexecutable program matches failure.ErrInvalid, because retrying the
 // same command cannot succeed. The container is left in place, and Observe
 // reports it failed.
-func (docker *Runtime) LaunchWorkload(ctx context.Context, command capability.LaunchWorkloadCommand) error {
+func (docker *Runtime) LaunchWorkload(ctx context.Context, command nodeproto.LaunchWorkloadCommand) error {
 	config, hostConfig, err := containerConfig(command, docker.nodeID, docker.artifacts.Path)
 	if err != nil {
 		return err
@@ -63,7 +63,7 @@ func (docker *Runtime) LaunchWorkload(ctx context.Context, command capability.La
 // already carries its name and labels. Two rounds at most: a conflicting
 // container removed between the create and the adoption's inspect frees the
 // name for one more create. An image the daemon lacks is pulled once.
-func (docker *Runtime) create(ctx context.Context, command capability.LaunchWorkloadCommand, config *container.Config, hostConfig *container.HostConfig) error {
+func (docker *Runtime) create(ctx context.Context, command nodeproto.LaunchWorkloadCommand, config *container.Config, hostConfig *container.HostConfig) error {
 	name := ContainerName(command.WorkloadKey)
 	pulled, recreated := false, false
 	for {
@@ -75,7 +75,7 @@ func (docker *Runtime) create(ctx context.Context, command capability.LaunchWork
 			// The daemon lost the image since the image step, or nobody
 			// prepared it: pull it and create again.
 			pulled = true
-			if err := docker.PrepareImage(ctx, capability.PrepareImageCommand{Image: config.Image, RegistryAuth: command.RegistryAuth}); err != nil {
+			if err := docker.PrepareImage(ctx, nodeproto.PrepareImageCommand{Image: config.Image, RegistryAuth: command.RegistryAuth}); err != nil {
 				return err
 			}
 			continue
@@ -132,7 +132,7 @@ func (docker *Runtime) start(ctx context.Context, name, id string) error {
 // A container under the attempt's name that is not this attempt on this node
 // (by its labels) is refused with failure.ErrConflict and left alone.
 // Reason is not the runtime's business; the agent remembers it.
-func (docker *Runtime) StopWorkload(ctx context.Context, command capability.StopWorkloadCommand) error {
+func (docker *Runtime) StopWorkload(ctx context.Context, command nodeproto.StopWorkloadCommand) error {
 	name := ContainerName(command.WorkloadKey)
 	info, err := docker.api.ContainerInspect(ctx, name)
 	if cerrdefs.IsNotFound(err) {
@@ -192,7 +192,7 @@ func isNotRunning(err error) bool {
 
 // owns reports whether a container carries this attempt's labels and this
 // runtime's node label.
-func (docker *Runtime) owns(info container.InspectResponse, key capability.WorkloadKey) bool {
+func (docker *Runtime) owns(info container.InspectResponse, key nodeproto.WorkloadKey) bool {
 	labels := containerLabels(info)
 	if labels == nil {
 		return false

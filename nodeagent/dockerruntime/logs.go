@@ -9,8 +9,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Logs returns one attempt's stdout and stderr as one stream, demultiplexed
@@ -18,7 +18,7 @@ import (
 // LogSource for the contract. A container that is not this attempt on this
 // node is failure.ErrNotFound, like a missing one: it is not this runtime's
 // to read.
-func (docker *Runtime) Logs(ctx context.Context, key capability.WorkloadKey, follow bool) (io.ReadCloser, error) {
+func (docker *Runtime) Logs(ctx context.Context, key nodeproto.WorkloadKey, follow bool) (io.ReadCloser, error) {
 	name := ContainerName(key)
 	info, err := docker.api.ContainerInspect(ctx, name)
 	if cerrdefs.IsNotFound(err) {

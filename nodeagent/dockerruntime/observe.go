@@ -14,8 +14,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/dockerengine"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Observe reports every Mercator container this daemon knows about, running
@@ -62,7 +62,7 @@ import (
 // nothing, while a partial one would report an exit with no code.
 //
 // The result is sorted by run and attempt; the caller owns it.
-func (docker *Runtime) Observe(ctx context.Context) ([]capability.WorkloadObservation, error) {
+func (docker *Runtime) Observe(ctx context.Context) ([]nodeproto.WorkloadObservation, error) {
 	filter := filters.NewArgs()
 	if docker.nodeID != "" {
 		filter.Add("label", dockerengine.LabelNode+"="+docker.nodeID)
@@ -77,7 +77,7 @@ func (docker *Runtime) Observe(ctx context.Context) ([]capability.WorkloadObserv
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
-		observation capability.WorkloadObservation
+		observation nodeproto.WorkloadObservation
 		ok          bool
 		err         error
 	}
@@ -116,7 +116,7 @@ func (docker *Runtime) Observe(ctx context.Context) ([]capability.WorkloadObserv
 	}
 	wg.Wait()
 
-	observations := make([]capability.WorkloadObservation, 0, len(list))
+	observations := make([]nodeproto.WorkloadObservation, 0, len(list))
 	var firstErr error
 	for _, r := range results {
 		if r.err != nil && (firstErr == nil || errors.Is(firstErr, context.Canceled)) {
@@ -142,49 +142,49 @@ func (docker *Runtime) Observe(ctx context.Context) ([]capability.WorkloadObserv
 }
 
 // workloadKey reads the attempt a container belongs to from its labels.
-func workloadKey(labels map[string]string) (capability.WorkloadKey, bool) {
+func workloadKey(labels map[string]string) (nodeproto.WorkloadKey, bool) {
 	run, ok := labels[dockerengine.LabelRun]
 	if !ok || run == "" {
-		return capability.WorkloadKey{}, false
+		return nodeproto.WorkloadKey{}, false
 	}
 	attempt, err := strconv.Atoi(labels[dockerengine.LabelAttempt])
 	if err != nil {
-		return capability.WorkloadKey{}, false
+		return nodeproto.WorkloadKey{}, false
 	}
-	return capability.WorkloadKey{RunID: run, Attempt: attempt}, true
+	return nodeproto.WorkloadKey{RunID: run, Attempt: attempt}, true
 }
 
 // observation maps one inspected container. ok is false for a container
 // that is not Mercator's after all (its labels do not parse, or it belongs
 // to another node).
-func (docker *Runtime) observation(info container.InspectResponse) (capability.WorkloadObservation, bool, error) {
+func (docker *Runtime) observation(info container.InspectResponse) (nodeproto.WorkloadObservation, bool, error) {
 	labels := containerLabels(info)
 	key, ok := workloadKey(labels)
 	if !ok || info.ContainerJSONBase == nil || info.State == nil || labels[dockerengine.LabelNode] != docker.nodeID && docker.nodeID != "" {
-		return capability.WorkloadObservation{}, false, nil
+		return nodeproto.WorkloadObservation{}, false, nil
 	}
 	var timeout time.Duration
 	if raw, ok := labels[dockerengine.LabelTimeout]; ok {
 		ns, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil || ns < 0 {
-			return capability.WorkloadObservation{}, false, nil
+			return nodeproto.WorkloadObservation{}, false, nil
 		}
 		timeout = time.Duration(ns)
 	}
 	name := strings.TrimPrefix(info.Name, "/")
 	startedAt, err := daemonTime(info.State.StartedAt)
 	if err != nil {
-		return capability.WorkloadObservation{}, false, fmt.Errorf("container %s: the daemon's StartedAt %q: %w", name, info.State.StartedAt, err)
+		return nodeproto.WorkloadObservation{}, false, fmt.Errorf("container %s: the daemon's StartedAt %q: %w", name, info.State.StartedAt, err)
 	}
 	finishedAt, err := daemonTime(info.State.FinishedAt)
 	if err != nil {
-		return capability.WorkloadObservation{}, false, fmt.Errorf("container %s: the daemon's FinishedAt %q: %w", name, info.State.FinishedAt, err)
+		return nodeproto.WorkloadObservation{}, false, fmt.Errorf("container %s: the daemon's FinishedAt %q: %w", name, info.State.FinishedAt, err)
 	}
 	image := labels[dockerengine.LabelImage]
 	if image == "" && info.Config != nil {
 		image = info.Config.Image
 	}
-	o := capability.WorkloadObservation{
+	o := nodeproto.WorkloadObservation{
 		WorkloadKey: key,
 		ContainerID: info.ID,
 		Image:       image,
@@ -195,9 +195,9 @@ func (docker *Runtime) observation(info container.InspectResponse) (capability.W
 	state := info.State
 	switch state.Status {
 	case container.StateRunning, container.StatePaused, container.StateRestarting:
-		o.Phase = capability.PhaseRunning
+		o.Phase = nodeproto.PhaseRunning
 	case container.StateExited, container.StateRemoving:
-		o.Phase = capability.PhaseExited
+		o.Phase = nodeproto.PhaseExited
 		code := state.ExitCode
 		o.ExitCode = &code
 		o.FinishedAt = finishedAt
@@ -212,23 +212,23 @@ func (docker *Runtime) observation(info container.InspectResponse) (capability.W
 			o.StartedAt = &clamped
 		}
 	case container.StateCreated:
-		o.Phase = capability.PhaseCreated
+		o.Phase = nodeproto.PhaseCreated
 		if state.Error != "" {
 			// A start that failed leaves the container "created" with the
 			// runtime's error; it will never run unless started again.
-			o.Phase = capability.PhaseFailed
+			o.Phase = nodeproto.PhaseFailed
 			o.Error = state.Error
 			o.FinishedAt = finishedAt
 		}
 	case container.StateDead:
-		o.Phase = capability.PhaseFailed
+		o.Phase = nodeproto.PhaseFailed
 		o.Error = "the daemon marked the container dead"
 		if state.Error != "" {
 			o.Error += ": " + state.Error
 		}
 		o.FinishedAt = finishedAt
 	default:
-		o.Phase = capability.PhaseFailed
+		o.Phase = nodeproto.PhaseFailed
 		o.Error = fmt.Sprintf("the daemon reports an unknown state %q", state.Status)
 	}
 	return o, true, nil

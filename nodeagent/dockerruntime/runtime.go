@@ -13,9 +13,9 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/mercator/mercator/artifactcache"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // defaultStopGrace is the grace period of a stop that states none; it is
@@ -199,7 +199,7 @@ func (docker *Runtime) Close() error { return docker.api.Close() }
 // still get different names. The name is what makes the daemon refuse a
 // second container for the same attempt, so it must be a function of the
 // attempt alone.
-func ContainerName(key capability.WorkloadKey) string {
+func ContainerName(key nodeproto.WorkloadKey) string {
 	run, safe := dockerengine.SafeName(key.RunID, 0)
 	if !safe {
 		sum := sha256.Sum256([]byte(key.RunID))

@@ -25,12 +25,12 @@ import (
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/registrytest"
 	"github.com/mercator/mercator/internal/testimage"
 	"github.com/mercator/mercator/nodeagent/runtimetest"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // The tests in this file that need Docker use the real daemon and fail,
@@ -127,7 +127,7 @@ func TestDockerPrepareImagePullsByDigest(t *testing.T) {
 	if slices.Contains(before.Images, image) {
 		t.Fatalf("the daemon holds %s before any pull; the test would prove nothing", image)
 	}
-	if err := rt.PrepareImage(ctx, capability.PrepareImageCommand{Image: image, RegistryAuth: "e30="}); err != nil {
+	if err := rt.PrepareImage(ctx, nodeproto.PrepareImageCommand{Image: image, RegistryAuth: "e30="}); err != nil {
 		t.Fatalf("PrepareImage(%s): %v", image, err)
 	}
 	after, err := rt.Facts(ctx)
@@ -145,7 +145,7 @@ func TestDockerPrepareImageUnknownDigest(t *testing.T) {
 	rt, _ := newTestDocker(t)
 	repo, _, _ := strings.Cut(image, "@")
 	missing := repo + "@sha256:" + strings.Repeat("0", 64)
-	err := rt.PrepareImage(context.Background(), capability.PrepareImageCommand{Image: missing})
+	err := rt.PrepareImage(context.Background(), nodeproto.PrepareImageCommand{Image: missing})
 	if err == nil {
 		t.Fatalf("PrepareImage(%s) of a digest the registry lacks succeeded", missing)
 	}
@@ -159,14 +159,14 @@ func TestDockerLaunchMissingExecutable(t *testing.T) {
 	t.Parallel()
 	image := publishImage(t, testimage.Hello)
 	rt, _ := newTestDocker(t)
-	key := capability.WorkloadKey{RunID: runtimetest.RunID(t), Attempt: 1}
-	err := rt.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: image, Command: []string{"/nope"}})
+	key := nodeproto.WorkloadKey{RunID: runtimetest.RunID(t), Attempt: 1}
+	err := rt.LaunchWorkload(context.Background(), nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: image, Command: []string{"/nope"}})
 	want := fmt.Sprintf("start container %s: executable %q not found in image", ContainerName(key), "/nope")
 	if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, failure.ErrInvalid) {
 		t.Fatalf("LaunchWorkload of a missing program = %v, want an invalid error containing %q", err, want)
 	}
 	t.Logf("error as reported: %v", err)
-	o := runtimetest.WaitForPhase(t, rt, key, capability.PhaseFailed)
+	o := runtimetest.WaitForPhase(t, rt, key, nodeproto.PhaseFailed)
 	if o.Error == "" || o.ExitCode != nil {
 		t.Errorf("observation of a container that never started = %+v, want an Error and no exit code", o)
 	}
@@ -176,11 +176,11 @@ func TestDockerHelloExample(t *testing.T) {
 	t.Parallel()
 	image := publishImage(t, testimage.Hello)
 	rt, _ := newTestDocker(t)
-	key := capability.WorkloadKey{RunID: runtimetest.RunID(t), Attempt: 1}
-	if err := rt.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: image, Command: []string{"/hello", "mercator"}}); err != nil {
+	key := nodeproto.WorkloadKey{RunID: runtimetest.RunID(t), Attempt: 1}
+	if err := rt.LaunchWorkload(context.Background(), nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: image, Command: []string{"/hello", "mercator"}}); err != nil {
 		t.Fatalf("LaunchWorkload: %v", err)
 	}
-	o := runtimetest.WaitForPhase(t, rt, key, capability.PhaseExited)
+	o := runtimetest.WaitForPhase(t, rt, key, nodeproto.PhaseExited)
 	if o.ExitCode == nil || *o.ExitCode != 0 {
 		t.Errorf("hello exited %v, want 0", derefInt(o.ExitCode))
 	}
@@ -193,11 +193,11 @@ func TestDockerLogs(t *testing.T) {
 	t.Parallel()
 	image := publishImage(t, testimage.Workload)
 	rt, _ := newTestDocker(t)
-	key := capability.WorkloadKey{RunID: runtimetest.RunID(t), Attempt: 1}
-	if err := rt.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: image, Command: []string{"lines", "3"}}); err != nil {
+	key := nodeproto.WorkloadKey{RunID: runtimetest.RunID(t), Attempt: 1}
+	if err := rt.LaunchWorkload(context.Background(), nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: image, Command: []string{"lines", "3"}}); err != nil {
 		t.Fatalf("LaunchWorkload: %v", err)
 	}
-	runtimetest.WaitForPhase(t, rt, key, capability.PhaseExited)
+	runtimetest.WaitForPhase(t, rt, key, nodeproto.PhaseExited)
 	// The daemon reads stdout and stderr through separate pipes, so the
 	// order between the two streams is the order it read them in, not the
 	// order the program wrote them; within each stream the order holds.
@@ -214,11 +214,11 @@ func TestDockerLogsFollowRunning(t *testing.T) {
 	t.Parallel()
 	image := publishImage(t, testimage.Workload)
 	rt, _ := newTestDocker(t)
-	key := capability.WorkloadKey{RunID: runtimetest.RunID(t), Attempt: 1}
-	if err := rt.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: image, Command: []string{"sleep", "120"}}); err != nil {
+	key := nodeproto.WorkloadKey{RunID: runtimetest.RunID(t), Attempt: 1}
+	if err := rt.LaunchWorkload(context.Background(), nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: image, Command: []string{"sleep", "120"}}); err != nil {
 		t.Fatalf("LaunchWorkload: %v", err)
 	}
-	runtimetest.WaitForPhase(t, rt, key, capability.PhaseRunning)
+	runtimetest.WaitForPhase(t, rt, key, nodeproto.PhaseRunning)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rc, err := rt.Logs(ctx, key, true)
@@ -230,7 +230,7 @@ func TestDockerLogsFollowRunning(t *testing.T) {
 	if _, err := io.ReadFull(rc, buf); err != nil || string(buf) != "sleeping\n" {
 		t.Fatalf("first bytes of a followed log = %q, %v; want %q", buf, err, "sleeping\n")
 	}
-	if err := rt.StopWorkload(ctx, capability.StopWorkloadCommand{WorkloadKey: key, GracePeriod: 10 * time.Second}); err != nil {
+	if err := rt.StopWorkload(ctx, nodeproto.StopWorkloadCommand{WorkloadKey: key, GracePeriod: 10 * time.Second}); err != nil {
 		t.Fatalf("StopWorkload: %v", err)
 	}
 	rest, err := io.ReadAll(rc)
@@ -248,17 +248,17 @@ func TestDockerNodeLabelsSeparateRuntimes(t *testing.T) {
 	a, nodeA := newTestDocker(t)
 	b, _ := newTestDocker(t)
 	runID := runtimetest.RunID(t)
-	keyA := capability.WorkloadKey{RunID: runID + "-a", Attempt: 1}
-	keyB := capability.WorkloadKey{RunID: runID + "-b", Attempt: 1}
-	if err := a.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: keyA, Image: image, Command: []string{"echo", "a"}}); err != nil {
+	keyA := nodeproto.WorkloadKey{RunID: runID + "-a", Attempt: 1}
+	keyB := nodeproto.WorkloadKey{RunID: runID + "-b", Attempt: 1}
+	if err := a.LaunchWorkload(context.Background(), nodeproto.LaunchWorkloadCommand{WorkloadKey: keyA, Image: image, Command: []string{"echo", "a"}}); err != nil {
 		t.Fatalf("launch on a: %v", err)
 	}
-	if err := b.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: keyB, Image: image, Command: []string{"echo", "b"}}); err != nil {
+	if err := b.LaunchWorkload(context.Background(), nodeproto.LaunchWorkloadCommand{WorkloadKey: keyB, Image: image, Command: []string{"echo", "b"}}); err != nil {
 		t.Fatalf("launch on b: %v", err)
 	}
-	runtimetest.WaitForPhase(t, a, keyA, capability.PhaseExited)
-	runtimetest.WaitForPhase(t, b, keyB, capability.PhaseExited)
-	for rt, want := range map[*Runtime]capability.WorkloadKey{a: keyA, b: keyB} {
+	runtimetest.WaitForPhase(t, a, keyA, nodeproto.PhaseExited)
+	runtimetest.WaitForPhase(t, b, keyB, nodeproto.PhaseExited)
+	for rt, want := range map[*Runtime]nodeproto.WorkloadKey{a: keyA, b: keyB} {
 		observations, err := rt.Observe(context.Background())
 		if err != nil {
 			t.Fatalf("Observe: %v", err)
@@ -269,13 +269,13 @@ func TestDockerNodeLabelsSeparateRuntimes(t *testing.T) {
 	}
 	// The other node's container under this attempt's name is not b's to
 	// touch.
-	if err := b.StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: keyA}); !errors.Is(err, failure.ErrConflict) {
+	if err := b.StopWorkload(context.Background(), nodeproto.StopWorkloadCommand{WorkloadKey: keyA}); !errors.Is(err, failure.ErrConflict) {
 		t.Errorf("b stopping a's container = %v, want failure.ErrConflict", err)
 	}
 	if _, err := b.Logs(context.Background(), keyA, false); !errors.Is(err, failure.ErrNotFound) {
 		t.Errorf("b reading a's logs = %v, want failure.ErrNotFound", err)
 	}
-	err := b.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: keyA, Image: image, Command: []string{"echo", "a"}})
+	err := b.LaunchWorkload(context.Background(), nodeproto.LaunchWorkloadCommand{WorkloadKey: keyA, Image: image, Command: []string{"echo", "a"}})
 	if !errors.Is(err, failure.ErrConflict) {
 		t.Errorf("b launching a's attempt on the shared daemon = %v, want failure.ErrConflict", err)
 	}
@@ -287,8 +287,8 @@ func TestDockerLaunchAsksForTheResources(t *testing.T) {
 	image := publishImage(t, testimage.Workload)
 	rt, nodeID := newTestDocker(t)
 	cli := dockerClient(t)
-	key := capability.WorkloadKey{RunID: runtimetest.RunID(t), Attempt: 4}
-	launch := capability.LaunchWorkloadCommand{
+	key := nodeproto.WorkloadKey{RunID: runtimetest.RunID(t), Attempt: 4}
+	launch := nodeproto.LaunchWorkloadCommand{
 		WorkloadKey: key, Image: image, Command: []string{"echo", "hi"},
 		Env: map[string]string{"B": "2", "A": "1"}, CPU: 0.5, MemoryBytes: 64 << 20, Timeout: 90 * time.Second,
 	}
@@ -523,7 +523,7 @@ func daemonConflict(name string) error {
 const fakeImage = "registry.test/team/job@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
 // fakeContainer is an inspected container with Mercator's labels.
-func fakeContainer(id string, key capability.WorkloadKey, nodeID, status string) container.InspectResponse {
+func fakeContainer(id string, key nodeproto.WorkloadKey, nodeID, status string) container.InspectResponse {
 	labels := map[string]string{dockerengine.LabelRun: key.RunID, dockerengine.LabelAttempt: fmt.Sprint(key.Attempt), dockerengine.LabelImage: fakeImage, dockerengine.LabelTimeout: "0"}
 	if nodeID != "" {
 		labels[dockerengine.LabelNode] = nodeID
@@ -569,18 +569,18 @@ func TestPinnedImage(t *testing.T) {
 
 func TestContainerName(t *testing.T) {
 	for _, tc := range []struct {
-		key  capability.WorkloadKey
+		key  nodeproto.WorkloadKey
 		want string
 	}{
-		{capability.WorkloadKey{RunID: "r1", Attempt: 1}, "mercator-r1-1"},
-		{capability.WorkloadKey{RunID: "run_2.x-Y", Attempt: 12}, "mercator-run_2.x-Y-12"},
+		{nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}, "mercator-r1-1"},
+		{nodeproto.WorkloadKey{RunID: "run_2.x-Y", Attempt: 12}, "mercator-run_2.x-Y-12"},
 	} {
 		if got := ContainerName(tc.key); got != tc.want {
 			t.Errorf("ContainerName(%v) = %q, want %q", tc.key, got, tc.want)
 		}
 	}
-	a := ContainerName(capability.WorkloadKey{RunID: "a/b", Attempt: 1})
-	b := ContainerName(capability.WorkloadKey{RunID: "a b", Attempt: 1})
+	a := ContainerName(nodeproto.WorkloadKey{RunID: "a/b", Attempt: 1})
+	b := ContainerName(nodeproto.WorkloadKey{RunID: "a b", Attempt: 1})
 	if a == b || !strings.HasPrefix(a, "mercator-a-b-") {
 		t.Errorf("run IDs differing only in unsafe characters got %q and %q; want distinct safe names", a, b)
 	}
@@ -604,7 +604,7 @@ func TestDockerPullStreamErrorIsSurfaced(t *testing.T) {
 		},
 	}
 	rt := newRuntime(fake)
-	err := rt.PrepareImage(context.Background(), capability.PrepareImageCommand{Image: fakeImage, RegistryAuth: secret})
+	err := rt.PrepareImage(context.Background(), nodeproto.PrepareImageCommand{Image: fakeImage, RegistryAuth: secret})
 	if err == nil {
 		t.Fatal("PrepareImage succeeded although the pull stream reported an error")
 	}
@@ -623,7 +623,7 @@ func TestDockerPullRefusedByDaemon(t *testing.T) {
 			return nil, fmt.Errorf("Error response from daemon: Get \"https://registry.test/v2/\": unauthorized: authentication required: %w", cerrdefs.ErrUnauthenticated)
 		},
 	}
-	err := newRuntime(fake).PrepareImage(context.Background(), capability.PrepareImageCommand{Image: fakeImage})
+	err := newRuntime(fake).PrepareImage(context.Background(), nodeproto.PrepareImageCommand{Image: fakeImage})
 	if !errors.Is(err, failure.ErrUnauthorized) || !strings.Contains(err.Error(), fakeImage) {
 		t.Errorf("PrepareImage = %v (kind %s), want an unauthorized error naming the image", err, failure.Code(err))
 	}
@@ -631,7 +631,7 @@ func TestDockerPullRefusedByDaemon(t *testing.T) {
 
 func TestDockerPrepareImageAlreadyPresent(t *testing.T) {
 	fake := &fakeDocker{imageInspect: func(string) (image.InspectResponse, error) { return image.InspectResponse{ID: "sha256:abc"}, nil }}
-	if err := newRuntime(fake).PrepareImage(context.Background(), capability.PrepareImageCommand{Image: fakeImage}); err != nil {
+	if err := newRuntime(fake).PrepareImage(context.Background(), nodeproto.PrepareImageCommand{Image: fakeImage}); err != nil {
 		t.Fatalf("PrepareImage of a held image: %v", err)
 	}
 	if n := fake.count("ImagePull"); n != 0 {
@@ -661,12 +661,12 @@ func TestDockerConcurrentPullsCoalesce(t *testing.T) {
 	const callers = 5
 	errs := make(chan error, callers)
 	go func() {
-		errs <- rt.PrepareImage(context.Background(), capability.PrepareImageCommand{Image: fakeImage})
+		errs <- rt.PrepareImage(context.Background(), nodeproto.PrepareImageCommand{Image: fakeImage})
 	}()
 	<-started
 	for i := 1; i < callers; i++ {
 		go func() {
-			errs <- rt.PrepareImage(context.Background(), capability.PrepareImageCommand{Image: fakeImage})
+			errs <- rt.PrepareImage(context.Background(), nodeproto.PrepareImageCommand{Image: fakeImage})
 		}()
 	}
 	// Every later caller has found the image missing and joined the pull
@@ -698,7 +698,7 @@ func TestDockerAbandonedPullIsCancelled(t *testing.T) {
 	rt := newRuntime(fake)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	err := rt.PrepareImage(ctx, capability.PrepareImageCommand{Image: fakeImage})
+	err := rt.PrepareImage(ctx, nodeproto.PrepareImageCommand{Image: fakeImage})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("PrepareImage whose caller gave up = %v, want its context's error", err)
 	}
@@ -723,8 +723,8 @@ func launchFake(existing container.InspectResponse) *fakeDocker {
 }
 
 func TestDockerLaunchAdoptsOnNameConflict(t *testing.T) {
-	key := capability.WorkloadKey{RunID: "r1", Attempt: 2}
-	launch := capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Command: []string{"train"}}
+	key := nodeproto.WorkloadKey{RunID: "r1", Attempt: 2}
+	launch := nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Command: []string{"train"}}
 	for _, tc := range []struct {
 		name      string
 		existing  container.InspectResponse
@@ -734,7 +734,7 @@ func TestDockerLaunchAdoptsOnNameConflict(t *testing.T) {
 		{"created is started", fakeContainer("c-created", key, "n1", container.StateCreated), 1, nil},
 		{"running is left alone", fakeContainer("c-running", key, "n1", container.StateRunning), 0, nil},
 		{"exited is never started again", fakeContainer("c-exited", key, "n1", container.StateExited), 0, nil},
-		{"another attempt's container is refused", fakeContainer("c-other", capability.WorkloadKey{RunID: "r1", Attempt: 3}, "n1", container.StateCreated), 0, failure.ErrConflict},
+		{"another attempt's container is refused", fakeContainer("c-other", nodeproto.WorkloadKey{RunID: "r1", Attempt: 3}, "n1", container.StateCreated), 0, failure.ErrConflict},
 		{"another node's container is refused", fakeContainer("c-node", key, "n2", container.StateCreated), 0, failure.ErrConflict},
 		{"an unlabelled container is refused", container.InspectResponse{ContainerJSONBase: &container.ContainerJSONBase{ID: "c-foreign", State: &container.State{Status: container.StateCreated}}, Config: &container.Config{}}, 0, failure.ErrConflict},
 	} {
@@ -755,7 +755,7 @@ func TestDockerLaunchAdoptsOnNameConflict(t *testing.T) {
 }
 
 func TestDockerLaunchStartFailureSaysWhat(t *testing.T) {
-	key := capability.WorkloadKey{RunID: "r1", Attempt: 1}
+	key := nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}
 	daemonSays := `Error response from daemon: failed to create shim: OCI runtime create failed: runc create failed: unable to start container process: exec: "/nope": stat /nope: no such file or directory: unknown`
 	fake := &fakeDocker{
 		imageInspect: func(string) (image.InspectResponse, error) { return image.InspectResponse{ID: "sha256:abc"}, nil },
@@ -764,7 +764,7 @@ func TestDockerLaunchStartFailureSaysWhat(t *testing.T) {
 		},
 		containerStart: func(string) error { return errors.New(daemonSays) },
 	}
-	err := newRuntime(fake).LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Command: []string{"/nope"}})
+	err := newRuntime(fake).LaunchWorkload(context.Background(), nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Command: []string{"/nope"}})
 	want := `start container mercator-r1-1: executable "/nope" not found in image`
 	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), daemonSays) || !errors.Is(err, failure.ErrInvalid) {
 		t.Errorf("LaunchWorkload = %v, want an invalid error starting %q and keeping the daemon's words", err, want)
@@ -773,8 +773,8 @@ func TestDockerLaunchStartFailureSaysWhat(t *testing.T) {
 
 func TestDockerLaunchRefusesUnpinnedImage(t *testing.T) {
 	fake := &fakeDocker{}
-	err := newRuntime(fake).LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{
-		WorkloadKey: capability.WorkloadKey{RunID: "r1", Attempt: 1}, Image: "registry.test/team/job:latest"})
+	err := newRuntime(fake).LaunchWorkload(context.Background(), nodeproto.LaunchWorkloadCommand{
+		WorkloadKey: nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}, Image: "registry.test/team/job:latest"})
 	if !errors.Is(err, failure.ErrInvalid) {
 		t.Errorf("LaunchWorkload by tag = %v, want failure.ErrInvalid", err)
 	}
@@ -803,8 +803,8 @@ func observeFake(containers ...container.InspectResponse) *fakeDocker {
 }
 
 func TestDockerObserveFailsOnUnreadableMoment(t *testing.T) {
-	good := fakeContainer("c1", capability.WorkloadKey{RunID: "r1", Attempt: 1}, "", container.StateRunning)
-	badKey := capability.WorkloadKey{RunID: "r2", Attempt: 1}
+	good := fakeContainer("c1", nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}, "", container.StateRunning)
+	badKey := nodeproto.WorkloadKey{RunID: "r2", Attempt: 1}
 	bad := fakeContainer("c2", badKey, "", container.StateRunning)
 	bad.State.StartedAt = "yesterday at noon"
 	observations, err := newRuntime(observeFake(good, bad)).Observe(context.Background())
@@ -817,10 +817,10 @@ func TestDockerObserveFailsOnUnreadableMoment(t *testing.T) {
 }
 
 func TestDockerObserveSkipsVanishedContainer(t *testing.T) {
-	stays := fakeContainer("c1", capability.WorkloadKey{RunID: "r1", Attempt: 1}, "", container.StateExited)
+	stays := fakeContainer("c1", nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}, "", container.StateExited)
 	stays.State.ExitCode = 3
 	stays.State.FinishedAt = "2026-01-02T03:04:06Z"
-	gone := fakeContainer("c2", capability.WorkloadKey{RunID: "r2", Attempt: 1}, "", container.StateRunning)
+	gone := fakeContainer("c2", nodeproto.WorkloadKey{RunID: "r2", Attempt: 1}, "", container.StateRunning)
 	fake := observeFake(stays, gone)
 	inspect := fake.containerInspect
 	fake.containerInspect = func(ctx context.Context, id string) (container.InspectResponse, error) {
@@ -839,7 +839,7 @@ func TestDockerObserveSkipsVanishedContainer(t *testing.T) {
 	o := observations[0]
 	started := time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC)
 	finished := time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC)
-	if o.WorkloadKey != (capability.WorkloadKey{RunID: "r1", Attempt: 1}) || o.ContainerID != "c1" || o.Phase != capability.PhaseExited ||
+	if o.WorkloadKey != (nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}) || o.ContainerID != "c1" || o.Phase != nodeproto.PhaseExited ||
 		o.ExitCode == nil || *o.ExitCode != 3 || o.StartedAt == nil || !o.StartedAt.Equal(started) ||
 		o.FinishedAt == nil || !o.FinishedAt.Equal(finished) || o.Image != fakeImage {
 		t.Errorf("Observe = %+v", o)
@@ -847,7 +847,7 @@ func TestDockerObserveSkipsVanishedContainer(t *testing.T) {
 }
 
 func TestDockerObservePhases(t *testing.T) {
-	key := func(run string) capability.WorkloadKey { return capability.WorkloadKey{RunID: run, Attempt: 1} }
+	key := func(run string) nodeproto.WorkloadKey { return nodeproto.WorkloadKey{RunID: run, Attempt: 1} }
 	created := fakeContainer("c-created", key("created"), "", container.StateCreated)
 	created.State.StartedAt = "0001-01-01T00:00:00Z"
 	failedStart := fakeContainer("c-failed", key("failed"), "", container.StateCreated)
@@ -868,36 +868,36 @@ func TestDockerObservePhases(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Observe: %v", err)
 	}
-	got := map[string]capability.WorkloadObservation{}
+	got := map[string]nodeproto.WorkloadObservation{}
 	for _, o := range observations {
 		got[o.RunID] = o
 	}
 	if len(got) != 6 {
 		t.Errorf("Observe reported %d containers, want 6 (the unparseable one skipped): %+v", len(got), observations)
 	}
-	if o := got["created"]; o.Phase != capability.PhaseCreated || o.StartedAt != nil || o.ExitCode != nil {
+	if o := got["created"]; o.Phase != nodeproto.PhaseCreated || o.StartedAt != nil || o.ExitCode != nil {
 		t.Errorf("created = %+v", o)
 	}
-	if o := got["failed"]; o.Phase != capability.PhaseFailed || o.Error != failedStart.State.Error || o.ExitCode != nil {
+	if o := got["failed"]; o.Phase != nodeproto.PhaseFailed || o.Error != failedStart.State.Error || o.ExitCode != nil {
 		t.Errorf("failed start = %+v", o)
 	}
-	if o := got["paused"]; o.Phase != capability.PhaseRunning || o.FinishedAt != nil {
+	if o := got["paused"]; o.Phase != nodeproto.PhaseRunning || o.FinishedAt != nil {
 		t.Errorf("paused = %+v", o)
 	}
-	if o := got["dead"]; o.Phase != capability.PhaseFailed || o.Error == "" {
+	if o := got["dead"]; o.Phase != nodeproto.PhaseFailed || o.Error == "" {
 		t.Errorf("dead = %+v", o)
 	}
 	if o := got["quick"]; o.StartedAt == nil || o.FinishedAt == nil || !o.StartedAt.Equal(*o.FinishedAt) ||
 		o.FinishedAt.Format(time.RFC3339Nano) != quick.State.FinishedAt {
 		t.Errorf("a container the daemon says finished before it started = %+v; want the finish moment as both (moby/moby#45445)", o)
 	}
-	if o := got["oom"]; o.Phase != capability.PhaseExited || !o.OOMKilled || derefInt(o.ExitCode) != 137 || o.Timeout != 5*time.Second {
+	if o := got["oom"]; o.Phase != nodeproto.PhaseExited || !o.OOMKilled || derefInt(o.ExitCode) != 137 || o.Timeout != 5*time.Second {
 		t.Errorf("oom = %+v", o)
 	}
 }
 
 func TestDockerObserveFailsWhenInspectFails(t *testing.T) {
-	fake := observeFake(fakeContainer("c1", capability.WorkloadKey{RunID: "r1", Attempt: 1}, "", container.StateExited))
+	fake := observeFake(fakeContainer("c1", nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}, "", container.StateExited))
 	fake.containerInspect = func(context.Context, string) (container.InspectResponse, error) {
 		return container.InspectResponse{}, errors.New("Error response from daemon: i/o timeout")
 	}
@@ -921,18 +921,18 @@ func TestDockerObserveFiltersByNode(t *testing.T) {
 }
 
 func TestDockerStopIsIdempotentAndLabelBound(t *testing.T) {
-	key := capability.WorkloadKey{RunID: "r1", Attempt: 1}
+	key := nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}
 	missing := &fakeDocker{containerInspect: func(context.Context, string) (container.InspectResponse, error) {
 		return container.InspectResponse{}, daemonNotFound("container")
 	}}
-	if err := newRuntime(missing).StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key}); err != nil {
+	if err := newRuntime(missing).StopWorkload(context.Background(), nodeproto.StopWorkloadCommand{WorkloadKey: key}); err != nil {
 		t.Errorf("StopWorkload of a missing container = %v, want nil", err)
 	}
 
 	foreign := fakeContainer("c1", key, "", container.StateRunning)
 	delete(foreign.Config.Labels, dockerengine.LabelRun)
 	fake := &fakeDocker{containerInspect: func(context.Context, string) (container.InspectResponse, error) { return foreign, nil }}
-	if err := newRuntime(fake).StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key}); !errors.Is(err, failure.ErrConflict) {
+	if err := newRuntime(fake).StopWorkload(context.Background(), nodeproto.StopWorkloadCommand{WorkloadKey: key}); !errors.Is(err, failure.ErrConflict) {
 		t.Errorf("StopWorkload of an unlabelled container = %v, want failure.ErrConflict", err)
 	}
 	if fake.count("ContainerStop")+fake.count("ContainerKill") != 0 {
@@ -954,7 +954,7 @@ func TestDockerStopIsIdempotentAndLabelBound(t *testing.T) {
 			return nil
 		},
 	}
-	if err := newRuntime(stubborn).StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key, GracePeriod: 2500 * time.Millisecond}); err != nil {
+	if err := newRuntime(stubborn).StopWorkload(context.Background(), nodeproto.StopWorkloadCommand{WorkloadKey: key, GracePeriod: 2500 * time.Millisecond}); err != nil {
 		t.Errorf("StopWorkload = %v, want the kill to finish the job", err)
 	}
 	if timeout != 3 {
@@ -1012,7 +1012,7 @@ func TestDockerFactsImagesAreDigests(t *testing.T) {
 }
 
 func TestDockerLogsDemultiplexes(t *testing.T) {
-	key := capability.WorkloadKey{RunID: "r1", Attempt: 1}
+	key := nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}
 	frame := func(stream byte, s string) string {
 		n := len(s)
 		return string([]byte{stream, 0, 0, 0, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}) + s
@@ -1058,7 +1058,7 @@ func (r *failingReader) Read([]byte) (int, error) { return 0, r.err }
 // that has not started with an empty stream that ends at once, which would
 // read as "exited with no output". The runtime says "not yet" instead.
 func TestDockerLogsFollowNotStarted(t *testing.T) {
-	key := capability.WorkloadKey{RunID: "r1", Attempt: 1}
+	key := nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}
 	asked := 0
 	fake := &fakeDocker{
 		containerInspect: func(context.Context, string) (container.InspectResponse, error) {
@@ -1086,8 +1086,8 @@ func TestDockerLogsFollowNotStarted(t *testing.T) {
 // (they carry dockerengine.LabelFn and no dockerengine.LabelRun), so the control plane never
 // sees an attempt that is not one.
 func TestObserveIgnoresFunctionContainers(t *testing.T) {
-	run := fakeContainer("run-c", capability.WorkloadKey{RunID: "r1", Attempt: 1}, "n1", container.StateRunning)
-	fn := fakeContainer("fn-c", capability.WorkloadKey{}, "n1", container.StateRunning)
+	run := fakeContainer("run-c", nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}, "n1", container.StateRunning)
+	fn := fakeContainer("fn-c", nodeproto.WorkloadKey{}, "n1", container.StateRunning)
 	fn.Config.Labels = map[string]string{dockerengine.LabelFn: "fn-1", dockerengine.LabelApp: "app-1", dockerengine.LabelNode: "n1", dockerengine.LabelPool: "p"}
 	obs, err := newRuntime(observeFake(run, fn), WithNodeLabel("n1")).Observe(context.Background())
 	if err != nil {

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeagent"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Harness is what the Runtime conformance suite needs of one
@@ -69,7 +69,7 @@ func prepareImageRefusesUnpinned(t *testing.T, h Harness) {
 		repo + "@sha256:1234",
 		"",
 	} {
-		err := h.Runtime.PrepareImage(context.Background(), capability.PrepareImageCommand{Image: ref})
+		err := h.Runtime.PrepareImage(context.Background(), nodeproto.PrepareImageCommand{Image: ref})
 		if !errors.Is(err, failure.ErrInvalid) {
 			t.Errorf("PrepareImage(%q) = %v, want an error matching failure.ErrInvalid", ref, err)
 		}
@@ -78,19 +78,19 @@ func prepareImageRefusesUnpinned(t *testing.T, h Harness) {
 
 func prepareImageIsIdempotent(t *testing.T, h Harness) {
 	for i := 0; i < 2; i++ {
-		if err := h.Runtime.PrepareImage(context.Background(), capability.PrepareImageCommand{Image: h.Image}); err != nil {
+		if err := h.Runtime.PrepareImage(context.Background(), nodeproto.PrepareImageCommand{Image: h.Image}); err != nil {
 			t.Fatalf("PrepareImage #%d: %v", i+1, err)
 		}
 	}
 }
 
 func launchReportsExitWithDaemonMoments(t *testing.T, h Harness) {
-	key := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
-	launch := capability.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"exit", "3"}, Timeout: time.Hour}
+	key := nodeproto.WorkloadKey{RunID: RunID(t), Attempt: 1}
+	launch := nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"exit", "3"}, Timeout: time.Hour}
 	if err := h.Runtime.LaunchWorkload(context.Background(), launch); err != nil {
 		t.Fatalf("LaunchWorkload: %v", err)
 	}
-	o := WaitForPhase(t, h.Runtime, key, capability.PhaseExited)
+	o := WaitForPhase(t, h.Runtime, key, nodeproto.PhaseExited)
 	if o.ExitCode == nil || *o.ExitCode != 3 {
 		t.Errorf("ExitCode = %v, want 3", derefInt(o.ExitCode))
 	}
@@ -106,19 +106,19 @@ func launchReportsExitWithDaemonMoments(t *testing.T, h Harness) {
 }
 
 func redeliveredLaunchStartsNothing(t *testing.T, h Harness) {
-	running := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
-	exited := capability.WorkloadKey{RunID: running.RunID, Attempt: 2}
-	sleep := capability.LaunchWorkloadCommand{WorkloadKey: running, Image: h.Image, Command: []string{"sleep", "60"}}
-	echo := capability.LaunchWorkloadCommand{WorkloadKey: exited, Image: h.Image, Command: []string{"echo", "once"}}
-	for _, launch := range []capability.LaunchWorkloadCommand{sleep, echo} {
+	running := nodeproto.WorkloadKey{RunID: RunID(t), Attempt: 1}
+	exited := nodeproto.WorkloadKey{RunID: running.RunID, Attempt: 2}
+	sleep := nodeproto.LaunchWorkloadCommand{WorkloadKey: running, Image: h.Image, Command: []string{"sleep", "60"}}
+	echo := nodeproto.LaunchWorkloadCommand{WorkloadKey: exited, Image: h.Image, Command: []string{"echo", "once"}}
+	for _, launch := range []nodeproto.LaunchWorkloadCommand{sleep, echo} {
 		if err := h.Runtime.LaunchWorkload(context.Background(), launch); err != nil {
 			t.Fatalf("LaunchWorkload(%v): %v", launch.WorkloadKey, err)
 		}
 	}
-	first := WaitForPhase(t, h.Runtime, running, capability.PhaseRunning)
-	done := WaitForPhase(t, h.Runtime, exited, capability.PhaseExited)
+	first := WaitForPhase(t, h.Runtime, running, nodeproto.PhaseRunning)
+	done := WaitForPhase(t, h.Runtime, exited, nodeproto.PhaseExited)
 
-	for _, launch := range []capability.LaunchWorkloadCommand{sleep, echo} {
+	for _, launch := range []nodeproto.LaunchWorkloadCommand{sleep, echo} {
 		if err := h.Runtime.LaunchWorkload(context.Background(), launch); err != nil {
 			t.Fatalf("redelivered LaunchWorkload(%v) = %v, want success", launch.WorkloadKey, err)
 		}
@@ -133,7 +133,7 @@ func redeliveredLaunchStartsNothing(t *testing.T, h Harness) {
 	for _, o := range observations {
 		switch o.WorkloadKey {
 		case running:
-			if o.ContainerID != first.ContainerID || o.Phase != capability.PhaseRunning || !o.StartedAt.Equal(*first.StartedAt) {
+			if o.ContainerID != first.ContainerID || o.Phase != nodeproto.PhaseRunning || !o.StartedAt.Equal(*first.StartedAt) {
 				t.Errorf("after redelivery %v = %+v, want the first container still running", running, o)
 			}
 		case exited:
@@ -147,7 +147,7 @@ func redeliveredLaunchStartsNothing(t *testing.T, h Harness) {
 }
 
 func stopOfUnknownWorkloadSucceeds(t *testing.T, h Harness) {
-	stop := capability.StopWorkloadCommand{WorkloadKey: capability.WorkloadKey{RunID: RunID(t), Attempt: 7}}
+	stop := nodeproto.StopWorkloadCommand{WorkloadKey: nodeproto.WorkloadKey{RunID: RunID(t), Attempt: 7}}
 	for i := 0; i < 2; i++ {
 		if err := h.Runtime.StopWorkload(context.Background(), stop); err != nil {
 			t.Fatalf("StopWorkload #%d of a workload never launched = %v, want nil", i+1, err)
@@ -156,42 +156,42 @@ func stopOfUnknownWorkloadSucceeds(t *testing.T, h Harness) {
 }
 
 func stopEndsWithinGrace(t *testing.T, h Harness) {
-	key := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
-	if err := h.Runtime.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"sleep", "120"}}); err != nil {
+	key := nodeproto.WorkloadKey{RunID: RunID(t), Attempt: 1}
+	if err := h.Runtime.LaunchWorkload(context.Background(), nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"sleep", "120"}}); err != nil {
 		t.Fatalf("LaunchWorkload: %v", err)
 	}
-	WaitForPhase(t, h.Runtime, key, capability.PhaseRunning)
+	WaitForPhase(t, h.Runtime, key, nodeproto.PhaseRunning)
 	const grace = 20 * time.Second
 	began := time.Now()
-	if err := h.Runtime.StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key, Reason: "cancelled", GracePeriod: grace}); err != nil {
+	if err := h.Runtime.StopWorkload(context.Background(), nodeproto.StopWorkloadCommand{WorkloadKey: key, Reason: "cancelled", GracePeriod: grace}); err != nil {
 		t.Fatalf("StopWorkload: %v", err)
 	}
 	if took := time.Since(began); took >= grace {
 		t.Errorf("StopWorkload of a workload that exits on SIGTERM took %v, want well inside the %v grace", took, grace)
 	}
-	o := WaitForPhase(t, h.Runtime, key, capability.PhaseExited)
+	o := WaitForPhase(t, h.Runtime, key, nodeproto.PhaseExited)
 	if o.ExitCode == nil || *o.ExitCode != 0 {
 		t.Errorf("ExitCode = %v, want 0 (the workload exits cleanly on SIGTERM)", derefInt(o.ExitCode))
 	}
-	if err := h.Runtime.StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key}); err != nil {
+	if err := h.Runtime.StopWorkload(context.Background(), nodeproto.StopWorkloadCommand{WorkloadKey: key}); err != nil {
 		t.Errorf("second StopWorkload = %v, want nil", err)
 	}
 }
 
 func stopKillsAfterGrace(t *testing.T, h Harness) {
-	key := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
-	if err := h.Runtime.LaunchWorkload(context.Background(), capability.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"ignore-term", "120"}}); err != nil {
+	key := nodeproto.WorkloadKey{RunID: RunID(t), Attempt: 1}
+	if err := h.Runtime.LaunchWorkload(context.Background(), nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"ignore-term", "120"}}); err != nil {
 		t.Fatalf("LaunchWorkload: %v", err)
 	}
-	WaitForPhase(t, h.Runtime, key, capability.PhaseRunning)
+	WaitForPhase(t, h.Runtime, key, nodeproto.PhaseRunning)
 	began := time.Now()
-	if err := h.Runtime.StopWorkload(context.Background(), capability.StopWorkloadCommand{WorkloadKey: key, GracePeriod: time.Second}); err != nil {
+	if err := h.Runtime.StopWorkload(context.Background(), nodeproto.StopWorkloadCommand{WorkloadKey: key, GracePeriod: time.Second}); err != nil {
 		t.Fatalf("StopWorkload: %v", err)
 	}
 	if took := time.Since(began); took < time.Second || took > 30*time.Second {
 		t.Errorf("StopWorkload of a workload ignoring SIGTERM took %v, want the 1s grace and then a kill", took)
 	}
-	o := WaitForPhase(t, h.Runtime, key, capability.PhaseExited)
+	o := WaitForPhase(t, h.Runtime, key, nodeproto.PhaseExited)
 	if o.ExitCode == nil || *o.ExitCode != 137 {
 		t.Errorf("ExitCode = %v, want 137 (SIGKILL)", derefInt(o.ExitCode))
 	}
@@ -202,16 +202,16 @@ func environmentAndLogs(t *testing.T, h Harness) {
 	if !ok {
 		t.Skip("this runtime is not a LogSource")
 	}
-	key := capability.WorkloadKey{RunID: RunID(t), Attempt: 1}
-	launch := capability.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"env", "GREETING"}, Env: map[string]string{"GREETING": "hello from env"}}
+	key := nodeproto.WorkloadKey{RunID: RunID(t), Attempt: 1}
+	launch := nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"env", "GREETING"}, Env: map[string]string{"GREETING": "hello from env"}}
 	if err := h.Runtime.LaunchWorkload(context.Background(), launch); err != nil {
 		t.Fatalf("LaunchWorkload: %v", err)
 	}
-	WaitForPhase(t, h.Runtime, key, capability.PhaseExited)
+	WaitForPhase(t, h.Runtime, key, nodeproto.PhaseExited)
 	if got := ReadLogs(t, logs, key, true); got != "hello from env\n" {
 		t.Errorf("Logs = %q, want %q", got, "hello from env\n")
 	}
-	_, err := logs.Logs(context.Background(), capability.WorkloadKey{RunID: RunID(t), Attempt: 9}, false)
+	_, err := logs.Logs(context.Background(), nodeproto.WorkloadKey{RunID: RunID(t), Attempt: 9}, false)
 	if !errors.Is(err, failure.ErrNotFound) {
 		t.Errorf("Logs of a workload never launched = %v, want failure.ErrNotFound", err)
 	}
@@ -219,10 +219,10 @@ func environmentAndLogs(t *testing.T, h Harness) {
 
 // WaitForPhase polls Observe until key is in phase, failing the test after
 // a minute (a generous bound for a daemon under a parallel test load).
-func WaitForPhase(t *testing.T, rt nodeagent.Runtime, key capability.WorkloadKey, phase string) capability.WorkloadObservation {
+func WaitForPhase(t *testing.T, rt nodeagent.Runtime, key nodeproto.WorkloadKey, phase string) nodeproto.WorkloadObservation {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	var last []capability.WorkloadObservation
+	var last []nodeproto.WorkloadObservation
 	for time.Now().Before(deadline) {
 		observations, err := rt.Observe(context.Background())
 		if err != nil {
@@ -237,11 +237,11 @@ func WaitForPhase(t *testing.T, rt nodeagent.Runtime, key capability.WorkloadKey
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("%v did not reach phase %q; last observations %+v", key, phase, last)
-	return capability.WorkloadObservation{}
+	return nodeproto.WorkloadObservation{}
 }
 
 // ReadLogs reads a workload's whole combined output.
-func ReadLogs(t *testing.T, logs nodeagent.LogSource, key capability.WorkloadKey, follow bool) string {
+func ReadLogs(t *testing.T, logs nodeagent.LogSource, key nodeproto.WorkloadKey, follow bool) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -22,8 +22,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/internal/record"
 )
@@ -64,7 +64,7 @@ func New() *Store {
 		registries:  map[string][]byte{},
 		functions:   newFunctionTables(),
 		events:      map[eventKey]time.Time{},
-		logs:        map[capability.WorkloadKey][]byte{},
+		logs:        map[nodeproto.WorkloadKey][]byte{},
 	}}
 }
 
@@ -83,7 +83,7 @@ type state struct {
 	registries  map[string][]byte
 	functions   functionTables
 	events      map[eventKey]time.Time
-	logs        map[capability.WorkloadKey][]byte
+	logs        map[nodeproto.WorkloadKey][]byte
 }
 
 type eventKey struct{ node, event string }
@@ -423,7 +423,7 @@ func (t *tx) SeeEvent(nodeID, eventID string, at time.Time) (bool, error) {
 	return true, nil
 }
 
-func (t *tx) AppendLog(key capability.WorkloadKey, offset int64, data []byte) (int64, error) {
+func (t *tx) AppendLog(key nodeproto.WorkloadKey, offset int64, data []byte) (int64, error) {
 	if err := record.LogKey(key, offset); err != nil {
 		return 0, err
 	}
@@ -442,7 +442,7 @@ func (t *tx) AppendLog(key capability.WorkloadKey, offset int64, data []byte) (i
 	return int64(len(log)), nil
 }
 
-func (t *tx) ReadLog(key capability.WorkloadKey, offset int64, max int) ([]byte, int64, error) {
+func (t *tx) ReadLog(key nodeproto.WorkloadKey, offset int64, max int) ([]byte, int64, error) {
 	if err := record.LogKey(key, offset); err != nil {
 		return nil, 0, err
 	}

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/storetest"
 )
@@ -401,7 +401,7 @@ func TestUniqueViolationIsConflict(t *testing.T) {
 // what the log lacked, as one row, so an append costs the chunk, not the log.
 func TestLogStoresOnlyNewBytes(t *testing.T) {
 	s, _ := openTemp(t)
-	k := capability.WorkloadKey{RunID: "run-1", Attempt: 1}
+	k := nodeproto.WorkloadKey{RunID: "run-1", Attempt: 1}
 	err := s.Update(t.Context(), func(tx store.Tx) error {
 		for _, c := range []struct {
 			off  int64

@@ -11,8 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/internal/record"
 )
@@ -522,12 +522,12 @@ func (t *txn) SeeEvent(nodeID, eventID string, at time.Time) (bool, error) {
 	return n == 1, nil
 }
 
-func logID(key capability.WorkloadKey) string {
+func logID(key nodeproto.WorkloadKey) string {
 	return key.RunID + "/" + strconv.Itoa(key.Attempt)
 }
 
 // logSize is the end of the log's last chunk, 0 for a log without chunks.
-func (t *txn) logSize(key capability.WorkloadKey) (int64, error) {
+func (t *txn) logSize(key nodeproto.WorkloadKey) (int64, error) {
 	if _, bad := t.unstorable([]any{key.RunID}); bad {
 		return 0, nil
 	}
@@ -544,7 +544,7 @@ func (t *txn) logSize(key capability.WorkloadKey) (int64, error) {
 	return size, nil
 }
 
-func (t *txn) AppendLog(key capability.WorkloadKey, offset int64, data []byte) (int64, error) {
+func (t *txn) AppendLog(key nodeproto.WorkloadKey, offset int64, data []byte) (int64, error) {
 	if err := record.LogKey(key, offset); err != nil {
 		return 0, err
 	}
@@ -568,7 +568,7 @@ func (t *txn) AppendLog(key capability.WorkloadKey, offset int64, data []byte) (
 	return end, nil
 }
 
-func (t *txn) ReadLog(key capability.WorkloadKey, offset int64, max int) ([]byte, int64, error) {
+func (t *txn) ReadLog(key nodeproto.WorkloadKey, offset int64, max int) ([]byte, int64, error) {
 	if err := record.LogKey(key, offset); err != nil {
 		return nil, 0, err
 	}

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/failure"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
 
@@ -127,7 +127,7 @@ func testOperations(t *testing.T, s store.Store) {
 		must(t, tx.PutOperation(sampleOperation("op-tie-a", "node-a", at(time.Second))))
 		must(t, tx.PutOperation(sampleOperation("op-b", "node-b", at(0))))
 		done := sampleOperation("op-done", "node-a", at(-time.Second))
-		done.Result = &node.Result{OperationID: "op-done", FencingToken: 4, Kind: node.KindLaunchWorkload, Outcome: node.OutcomeOK, At: at(time.Second)}
+		done.Result = &nodeproto.Result{OperationID: "op-done", FencingToken: 4, Kind: nodeproto.KindLaunchWorkload, Outcome: nodeproto.OutcomeOK, At: at(time.Second)}
 		return tx.PutOperation(done)
 	})
 	view(t, s, func(tx store.Tx) error {
@@ -139,7 +139,7 @@ func testOperations(t *testing.T, s store.Store) {
 		wantIDs(t, "pending node-b", opIDs(must1[[]store.Operation](t)(tx.PendingOperations("node-b"))), []string{"op-b"})
 		wantIDs(t, "pending node-z", opIDs(must1[[]store.Operation](t)(tx.PendingOperations("node-z"))), []string{})
 		got1 := must1[store.Operation](t)(tx.GetOperation("op-done"))
-		if got1.Result == nil || got1.Result.Outcome != node.OutcomeOK {
+		if got1.Result == nil || got1.Result.Outcome != nodeproto.OutcomeOK {
 			t.Errorf("GetOperation op-done result = %+v", got1.Result)
 		}
 		return nil
@@ -148,7 +148,7 @@ func testOperations(t *testing.T, s store.Store) {
 	var withResult store.Operation
 	update(t, s, func(tx store.Tx) error {
 		op := must1[store.Operation](t)(tx.GetOperation("op-tie-a"))
-		op.Result = &node.Result{OperationID: op.ID, Kind: op.Command.Kind, Outcome: node.OutcomeFailed, Error: "no such image", At: at(time.Minute)}
+		op.Result = &nodeproto.Result{OperationID: op.ID, Kind: op.Command.Kind, Outcome: nodeproto.OutcomeFailed, Error: "no such image", At: at(time.Minute)}
 		withResult = op
 		return tx.PutOperation(op)
 	})

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
 
@@ -208,9 +208,9 @@ func testListRunsPages(t *testing.T, s store.Store) {
 }
 
 func testLog(t *testing.T, s store.Store) {
-	k1 := capability.WorkloadKey{RunID: "run-1", Attempt: 1}
-	k2 := capability.WorkloadKey{RunID: "run-1", Attempt: 2}
-	appendLog := func(tx store.Tx, k capability.WorkloadKey, off int64, data string, want int64) {
+	k1 := nodeproto.WorkloadKey{RunID: "run-1", Attempt: 1}
+	k2 := nodeproto.WorkloadKey{RunID: "run-1", Attempt: 2}
+	appendLog := func(tx store.Tx, k nodeproto.WorkloadKey, off int64, data string, want int64) {
 		t.Helper()
 		size, err := tx.AppendLog(k, off, []byte(data))
 		if err != nil {
@@ -220,7 +220,7 @@ func testLog(t *testing.T, s store.Store) {
 			t.Errorf("AppendLog(%v, %d, %q) size = %d, want %d", k, off, data, size, want)
 		}
 	}
-	readLog := func(tx store.Tx, k capability.WorkloadKey, off int64, max int, want string, wantSize int64) {
+	readLog := func(tx store.Tx, k nodeproto.WorkloadKey, off int64, max int, want string, wantSize int64) {
 		t.Helper()
 		data, size, err := tx.ReadLog(k, off, max)
 		if err != nil {
@@ -260,8 +260,8 @@ func testLog(t *testing.T, s store.Store) {
 		readLog(tx, k1, 50, 10, "", 13)
 		readLog(tx, k1, 0, 0, "", 13)
 		readLog(tx, k2, 0, 100, "second try", 10)
-		readLog(tx, capability.WorkloadKey{RunID: "run-1", Attempt: 3}, 0, 100, "", 0)
-		readLog(tx, capability.WorkloadKey{RunID: "run-2", Attempt: 1}, 0, 100, "", 0)
+		readLog(tx, nodeproto.WorkloadKey{RunID: "run-1", Attempt: 3}, 0, 100, "", 0)
+		readLog(tx, nodeproto.WorkloadKey{RunID: "run-2", Attempt: 1}, 0, 100, "", 0)
 		return nil
 	})
 }
@@ -270,7 +270,7 @@ func testLog(t *testing.T, s store.Store) {
 // and compares the log, and random reads of it, with a model.
 func testLogModel(t *testing.T, s store.Store) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	k := capability.WorkloadKey{RunID: "run-model", Attempt: 1}
+	k := nodeproto.WorkloadKey{RunID: "run-model", Attempt: 1}
 	var model []byte
 	src := make([]byte, 4096)
 	for i := range src {

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
+
 	"github.com/mercator/mercator/store"
 )
 
@@ -145,21 +145,21 @@ func sampleNode(id string) store.Node {
 		CreatedAt:    at(0),
 		EnrolledAt:   ptr(at(time.Minute)),
 		LastSeenAt:   ptr(at(2 * time.Minute)),
-		Facts: &capability.NodeFacts{
+		Facts: &nodeproto.NodeFacts{
 			Hostname:    "host-" + id,
 			OS:          "linux",
 			Arch:        "amd64",
 			CPUs:        16,
 			MemoryBytes: 64 << 30,
 			Images:      []string{"registry.local/a@sha256:0a"},
-			Accelerators: []capability.Accelerator{
+			Accelerators: []nodeproto.Accelerator{
 				{Vendor: "nvidia", Model: "H100", UUID: "GPU-" + id + "-0", MemoryBytes: 80 << 30},
 			},
 			Notes: []string{"measured"},
 		},
 		FactsAt:      ptr(at(2 * time.Minute)),
 		AgentVersion: "1.0.0",
-		Capability:   capability.Version,
+		Capability:   nodeproto.Version,
 	}
 }
 
@@ -210,12 +210,12 @@ func sampleOperation(id, nodeID string, created time.Time) store.Operation {
 		ID:        id,
 		NodeID:    nodeID,
 		CreatedAt: created,
-		Command: node.Command{
+		Command: nodeproto.Command{
 			OperationID:  id,
 			FencingToken: 4,
-			Kind:         node.KindLaunchWorkload,
-			LaunchWorkload: &capability.LaunchWorkloadCommand{
-				WorkloadKey: capability.WorkloadKey{RunID: "run-" + id, Attempt: 1},
+			Kind:         nodeproto.KindLaunchWorkload,
+			LaunchWorkload: &nodeproto.LaunchWorkloadCommand{
+				WorkloadKey: nodeproto.WorkloadKey{RunID: "run-" + id, Attempt: 1},
 				Image:       "registry.local/train@sha256:0b",
 				Command:     []string{"python", "train.py"},
 				Env:         map[string]string{"K": "V"},

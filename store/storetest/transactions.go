@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
+
 	"github.com/mercator/mercator/store"
 )
 
@@ -34,9 +34,9 @@ func testInvalidKeys(t *testing.T, s store.Store) {
 		invalid("CreateToken", tx.CreateToken(sampleToken("")))
 		_, err := tx.SeeEvent("node-a", "", at(0))
 		invalid("SeeEvent", err)
-		_, err = tx.AppendLog(capability.WorkloadKey{RunID: "r", Attempt: 1}, -1, []byte("x"))
+		_, err = tx.AppendLog(nodeproto.WorkloadKey{RunID: "r", Attempt: 1}, -1, []byte("x"))
 		invalid("AppendLog negative offset", err)
-		_, _, err = tx.ReadLog(capability.WorkloadKey{RunID: "r", Attempt: 1}, 0, -1)
+		_, _, err = tx.ReadLog(nodeproto.WorkloadKey{RunID: "r", Attempt: 1}, 0, -1)
 		invalid("ReadLog negative max", err)
 		_, err = tx.GetNode("")
 		wantKind(t, err, failure.ErrNotFound, "")
@@ -46,7 +46,7 @@ func testInvalidKeys(t *testing.T, s store.Store) {
 
 // testCopiesIn: mutating a record after storing it changes nothing stored.
 func testCopiesIn(t *testing.T, s store.Store) {
-	k := capability.WorkloadKey{RunID: "run-1", Attempt: 1}
+	k := nodeproto.WorkloadKey{RunID: "run-1", Attempt: 1}
 	update(t, s, func(tx store.Tx) error {
 		n := sampleNode("node-a")
 		r := sampleRun("run-1", at(0), api.RunRunning, "node-a")
@@ -89,7 +89,7 @@ func testCopiesIn(t *testing.T, s store.Store) {
 
 // testCopiesOut: mutating a returned record changes nothing stored.
 func testCopiesOut(t *testing.T, s store.Store) {
-	k := capability.WorkloadKey{RunID: "run-1", Attempt: 1}
+	k := nodeproto.WorkloadKey{RunID: "run-1", Attempt: 1}
 	update(t, s, func(tx store.Tx) error {
 		must(t, tx.PutNode(sampleNode("node-a")))
 		must(t, tx.CreateRun(sampleRun("run-1", at(0), api.RunRunning, "node-a")))
@@ -178,7 +178,7 @@ func testReadYourWrites(t *testing.T, s store.Store) {
 
 // testRollback: when fn fails, nothing it did is kept, replacements included.
 func testRollback(t *testing.T, s store.Store) {
-	k := capability.WorkloadKey{RunID: "run-1", Attempt: 1}
+	k := nodeproto.WorkloadKey{RunID: "run-1", Attempt: 1}
 	update(t, s, func(tx store.Tx) error {
 		must(t, tx.PutNode(sampleNode("node-a")))
 		must(t, tx.CreateRun(sampleRun("run-1", at(0), api.RunRunning, "node-a")))
@@ -201,7 +201,7 @@ func testRollback(t *testing.T, s store.Store) {
 		must(t, tx.PutOperation(sampleOperation("op-1", "node-a", at(0))))
 		must1[bool](t)(tx.SeeEvent("node-a", "000001", at(0)))
 		must1[int64](t)(tx.AppendLog(k, 4, []byte(" and lost")))
-		must1[int64](t)(tx.AppendLog(capability.WorkloadKey{RunID: "run-2", Attempt: 1}, 0, []byte("lost")))
+		must1[int64](t)(tx.AppendLog(nodeproto.WorkloadKey{RunID: "run-2", Attempt: 1}, 0, []byte("lost")))
 		must(t, tx.CreateToken(sampleToken("tok-1")))
 		return fmt.Errorf("fn failed: %w", errBoom)
 	})
@@ -230,7 +230,7 @@ func testRollback(t *testing.T, s store.Store) {
 		if string(data) != "kept" || size != 4 {
 			t.Errorf("log = %q (size %d), want %q", data, size, "kept")
 		}
-		_, size, err = tx.ReadLog(capability.WorkloadKey{RunID: "run-2", Attempt: 1}, 0, 100)
+		_, size, err = tx.ReadLog(nodeproto.WorkloadKey{RunID: "run-2", Attempt: 1}, 0, 100)
 		must(t, err)
 		if size != 0 {
 			t.Errorf("rolled-back log has size %d", size)
@@ -295,7 +295,7 @@ func testViewIsReadOnly(t *testing.T, s store.Store) {
 		if _, err := tx.SeeEvent("node-a", "1", at(0)); err == nil {
 			t.Error("SeeEvent inside View succeeded")
 		}
-		if _, err := tx.AppendLog(capability.WorkloadKey{RunID: "run-1"}, 0, []byte("x")); err == nil {
+		if _, err := tx.AppendLog(nodeproto.WorkloadKey{RunID: "run-1"}, 0, []byte("x")); err == nil {
 			t.Error("AppendLog inside View succeeded")
 		}
 		return nil
@@ -587,11 +587,11 @@ func (h *harness) testPersistence(t *testing.T) {
 		t.Skip("the implementation is not durable (Options.Reopen is nil)")
 	}
 	s, closeNow := h.start(t)
-	k := capability.WorkloadKey{RunID: "run-1", Attempt: 1}
+	k := nodeproto.WorkloadKey{RunID: "run-1", Attempt: 1}
 	spent := sampleInvitation("inv-1", "node-a")
 	spent.SpentAt = ptr(at(time.Minute))
 	done := sampleOperation("op-done", "node-a", at(0))
-	done.Result = &node.Result{OperationID: "op-done", Kind: node.KindLaunchWorkload, Outcome: node.OutcomeOK, At: at(time.Second)}
+	done.Result = &nodeproto.Result{OperationID: "op-done", Kind: nodeproto.KindLaunchWorkload, Outcome: nodeproto.OutcomeOK, At: at(time.Second)}
 	update(t, s, func(tx store.Tx) error {
 		must(t, tx.PutNode(sampleNode("node-a")))
 		must(t, tx.CreateInvitation(sampleInvitation("inv-1", "node-a")))

@@ -13,7 +13,7 @@ import (
 	"sync"
 
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
-	"github.com/mercator/mercator/node"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Session is a node's session stream held by this replica.
@@ -21,10 +21,10 @@ type Session struct {
 	nodeID  string
 	fencing uint64
 	// cmds holds pointers: a slot per queued call costs a word, not a
-	// command (a thousand slots of node.Command were 60 KB a session, the
+	// command (a thousand slots of nodeproto.Command were 60 KB a session, the
 	// largest part of a replica's memory at ten thousand nodes).
 	// Commands is what the stream sends besides operations.
-	Commands chan *node.Command
+	Commands chan *nodeproto.Command
 	done     chan struct{}
 }
 
@@ -42,7 +42,7 @@ type Registry struct {
 // to write, and a call in flight on a dead node must fail promptly.
 func (l *Registry) Attach(nodeID string, fencing uint64, r *http.Request) *Session {
 	io.Copy(io.Discard, io.LimitReader(r.Body, httpapi.MaxBody))
-	ls := &Session{nodeID: nodeID, fencing: fencing, Commands: make(chan *node.Command, 1024), done: make(chan struct{})}
+	ls := &Session{nodeID: nodeID, fencing: fencing, Commands: make(chan *nodeproto.Command, 1024), done: make(chan struct{})}
 	l.mu.Lock()
 	if l.sessions == nil {
 		l.sessions = map[string]*Session{}
@@ -73,7 +73,7 @@ func (l *Registry) Get(nodeID string) *Session {
 // Send hands cmd to the node's session held here, under the session's
 // fencing token. held is false when none is held; sent is false when it is
 // backed up. lost closes when the session ends.
-func (l *Registry) Send(nodeID string, cmd node.Command) (lost <-chan struct{}, held, sent bool) {
+func (l *Registry) Send(nodeID string, cmd nodeproto.Command) (lost <-chan struct{}, held, sent bool) {
 	ls := l.Get(nodeID)
 	if ls == nil {
 		return nil, false, false
@@ -89,7 +89,7 @@ func (l *Registry) Send(nodeID string, cmd node.Command) (lost <-chan struct{}, 
 
 // Forward writes cmd to the session stream, with every other command
 // already queued, and flushes once.
-func (ls *Session) Forward(enc *json.Encoder, f http.Flusher, cmd *node.Command) error {
+func (ls *Session) Forward(enc *json.Encoder, f http.Flusher, cmd *nodeproto.Command) error {
 	for {
 		if err := enc.Encode(cmd); err != nil {
 			return err

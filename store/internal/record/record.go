@@ -13,8 +13,8 @@ package record
 import (
 	"slices"
 
-	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
 
@@ -81,7 +81,7 @@ func Event(nodeID, eventID string) error {
 }
 
 // LogKey checks the key and offset of AppendLog and ReadLog.
-func LogKey(key capability.WorkloadKey, offset int64) error {
+func LogKey(key nodeproto.WorkloadKey, offset int64) error {
 	if err := required("run_id", key.RunID); err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func LogKey(key capability.WorkloadKey, offset int64) error {
 }
 
 // ReadMax checks the max argument of ReadLog.
-func ReadMax(key capability.WorkloadKey, max int) error {
+func ReadMax(key nodeproto.WorkloadKey, max int) error {
 	if max < 0 {
 		return failure.Invalid("max", "log read of run %q attempt %d asks for %d bytes", key.RunID, key.Attempt, max)
 	}

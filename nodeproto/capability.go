@@ -1,8 +1,15 @@
-// Package capability is the contract between the control plane and the node
-// agent: the capability version, the enrollment and renewal exchanges, the
-// commands the control plane sends, and the facts and observations a node
-// reports. Both sides import it; it imports nothing of Mercator's but the
-// failure kinds, so changing it is changing the wire protocol.
+// Package nodeproto is the node protocol: the contract between the control
+// plane and the node agent. It holds the capability version and its dated
+// history, the enrollment and renewal exchanges, the envelopes (a Command the
+// control plane sends down a node's session, an Event a node reports, the
+// Result of one operation; envelope.go), their payloads (the commands, and
+// the facts and observations a node reports), and the functions path
+// (functions.go). Both sides import it, and it imports nothing of
+// Mercator's, so changing it is changing the wire protocol: a field renamed
+// here is a field an agent already in the fleet no longer understands.
+//
+// It was two packages (capability for the payloads, node for the
+// envelopes) under names that did not say they were one protocol.
 //
 // # Capability version
 //
@@ -31,7 +38,7 @@
 //     answers over its own request to PathCallLogs. A control plane asks
 //     only agents at VersionCallLogs or later: an older one would take the
 //     unknown command for an operation.
-package capability
+package nodeproto
 
 import (
 	"time"
@@ -43,7 +50,7 @@ const Version = 4
 
 // The first version of each feature a command may need, from the history
 // above. A control plane sends a command only to a node whose agent is at
-// least at the version the command needs (node.RequiredVersion).
+// least at the version the command needs (RequiredVersion).
 const (
 	// VersionArtifacts: prepare_artifact through a minted location, and
 	// launch_workload mounting Artifacts.
@@ -61,7 +68,6 @@ const (
 	PathRenew   = "/v1/node/renew"
 	PathSession = "/v1/node/session"
 	PathEvents  = "/v1/node/events"
-	PathResults = "/v1/node/results"
 	PathLogs    = "/v1/node/logs"
 )
 

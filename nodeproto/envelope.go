@@ -1,13 +1,10 @@
-// Package node holds the envelopes of the node protocol: a Command the
-// control plane sends down a node's session, an Event a node reports, and
-// the Result of one operation. The payloads are the types of package
-// capability. Both the agent and the control plane import it.
-package node
+package nodeproto
+
+// This file holds the envelopes: a Command the control plane sends down a
+// node's session, an Event a node reports, and the Result of one operation.
 
 import (
 	"time"
-
-	"github.com/mercator/mercator/capability"
 )
 
 // Command kinds.
@@ -16,13 +13,13 @@ const (
 	KindPrepareArtifact = "prepare_artifact"
 	KindLaunchWorkload  = "launch_workload"
 	KindStopWorkload    = "stop_workload"
-	// KindInvoke is one function call (capability.InvokeCommand). It is
+	// KindInvoke is one function call (InvokeCommand). It is
 	// ephemeral: never stored, never redelivered, no result event; the
 	// call's outcome travels over the agent's own requests to the calls
 	// paths. It carries no OperationID.
 	KindInvoke = "invoke"
 	// KindCallLog asks for the log a node keeps of one call
-	// (capability.CallLogCommand, capability version 4). Ephemeral like
+	// (CallLogCommand, capability version 4). Ephemeral like
 	// KindInvoke: no OperationID, the answer travels over the agent's own
 	// request.
 	KindCallLog = "call_log"
@@ -41,22 +38,22 @@ const (
 // what lets a node, or the fleet simulator, measure how long a command took
 // to arrive.
 type Command struct {
-	OperationID     string                             `json:"operation_id,omitempty"`
-	FencingToken    uint64                             `json:"fencing_token,omitempty"`
-	Kind            string                             `json:"kind"`
-	CreatedAt       time.Time                          `json:"created_at,omitzero"`
-	PrepareImage    *capability.PrepareImageCommand    `json:"prepare_image,omitempty"`
-	PrepareArtifact *capability.PrepareArtifactCommand `json:"prepare_artifact,omitempty"`
-	LaunchWorkload  *capability.LaunchWorkloadCommand  `json:"launch_workload,omitempty"`
-	StopWorkload    *capability.StopWorkloadCommand    `json:"stop_workload,omitempty"`
-	Invoke          *capability.InvokeCommand          `json:"invoke,omitempty"`
-	CallLog         *capability.CallLogCommand         `json:"call_log,omitempty"`
+	OperationID     string                  `json:"operation_id,omitempty"`
+	FencingToken    uint64                  `json:"fencing_token,omitempty"`
+	Kind            string                  `json:"kind"`
+	CreatedAt       time.Time               `json:"created_at,omitzero"`
+	PrepareImage    *PrepareImageCommand    `json:"prepare_image,omitempty"`
+	PrepareArtifact *PrepareArtifactCommand `json:"prepare_artifact,omitempty"`
+	LaunchWorkload  *LaunchWorkloadCommand  `json:"launch_workload,omitempty"`
+	StopWorkload    *StopWorkloadCommand    `json:"stop_workload,omitempty"`
+	Invoke          *InvokeCommand          `json:"invoke,omitempty"`
+	CallLog         *CallLogCommand         `json:"call_log,omitempty"`
 }
 
 // RequiredVersion is the lowest capability version whose agents can carry
-// out c: capability.VersionArtifacts for prepare_artifact and for a launch
-// that mounts Artifacts, capability.VersionFunctions for invoke,
-// capability.VersionCallLogs for call_log, and 1 (every agent) for the
+// out c: VersionArtifacts for prepare_artifact and for a launch
+// that mounts Artifacts, VersionFunctions for invoke,
+// VersionCallLogs for call_log, and 1 (every agent) for the
 // rest. An older agent would fail the command, or take an unknown kind for
 // an operation it must report on, so the control plane sends a command only
 // to a node at this version or later, and a Run whose launch needs more
@@ -64,15 +61,15 @@ type Command struct {
 func RequiredVersion(c Command) int {
 	switch c.Kind {
 	case KindPrepareArtifact:
-		return capability.VersionArtifacts
+		return VersionArtifacts
 	case KindLaunchWorkload:
 		if c.LaunchWorkload != nil && len(c.LaunchWorkload.Artifacts) > 0 {
-			return capability.VersionArtifacts
+			return VersionArtifacts
 		}
 	case KindInvoke:
-		return capability.VersionFunctions
+		return VersionFunctions
 	case KindCallLog:
-		return capability.VersionCallLogs
+		return VersionCallLogs
 	}
 	return 1
 }
@@ -93,7 +90,7 @@ type Result struct {
 	Error        string    `json:"error,omitempty"`
 	At           time.Time `json:"at"`
 	// Workload is set for launch and stop results.
-	Workload *capability.WorkloadKey `json:"workload,omitempty"`
+	Workload *WorkloadKey `json:"workload,omitempty"`
 }
 
 // Event kinds.
@@ -107,12 +104,12 @@ const (
 // (State.NextEventID): stable across redeliveries and monotonic within one
 // state file, so the control plane deduplicates by (node, ID).
 type Event struct {
-	ID       string                          `json:"id"`
-	Kind     string                          `json:"kind"`
-	At       time.Time                       `json:"at"`
-	Workload *capability.WorkloadObservation `json:"workload,omitempty"`
-	Facts    *capability.NodeFacts           `json:"facts,omitempty"`
-	Result   *Result                         `json:"result,omitempty"`
+	ID       string               `json:"id"`
+	Kind     string               `json:"kind"`
+	At       time.Time            `json:"at"`
+	Workload *WorkloadObservation `json:"workload,omitempty"`
+	Facts    *NodeFacts           `json:"facts,omitempty"`
+	Result   *Result              `json:"result,omitempty"`
 }
 
 // EventBatch is the body of an events call.

@@ -1,0 +1,32 @@
+package nodeproto
+
+import (
+	"testing"
+)
+
+func TestRequiredVersion(t *testing.T) {
+	withArtifact := &LaunchWorkloadCommand{Artifacts: []ArtifactMount{{MountPath: "/data"}}}
+	for _, tc := range []struct {
+		name string
+		cmd  Command
+		want int
+	}{
+		{"prepare_image", Command{Kind: KindPrepareImage, PrepareImage: &PrepareImageCommand{}}, 1},
+		{"launch without Artifacts", Command{Kind: KindLaunchWorkload, LaunchWorkload: &LaunchWorkloadCommand{}}, 1},
+		{"launch with Artifacts", Command{Kind: KindLaunchWorkload, LaunchWorkload: withArtifact}, VersionArtifacts},
+		{"prepare_artifact", Command{Kind: KindPrepareArtifact, PrepareArtifact: &PrepareArtifactCommand{}}, VersionArtifacts},
+		{"stop_workload", Command{Kind: KindStopWorkload, StopWorkload: &StopWorkloadCommand{}}, 1},
+		{"invoke", Command{Kind: KindInvoke, Invoke: &InvokeCommand{}}, VersionFunctions},
+		{"call_log", Command{Kind: KindCallLog, CallLog: &CallLogCommand{}}, VersionCallLogs},
+		{"keep_alive", Command{Kind: KindKeepAlive}, 1},
+	} {
+		if got := RequiredVersion(tc.cmd); got != tc.want {
+			t.Errorf("%s: RequiredVersion = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	// The history's numbers, which stored facts and running agents rely on.
+	if VersionArtifacts != 2 || VersionFunctions != 3 || VersionCallLogs != 4 || Version < VersionCallLogs {
+		t.Errorf("capability versions moved: artifacts %d, functions %d, call logs %d, this build %d",
+			VersionArtifacts, VersionFunctions, VersionCallLogs, Version)
+	}
+}
