@@ -198,3 +198,22 @@ func sortedKeys[V any](m map[string]V) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+// TestReadmeNamesEveryPackage fails when a package is missing from the
+// README's ownership table, so that the map a new engineer reads first
+// cannot fall behind the tree (it once left out five packages).
+func TestReadmeNamesEveryPackage(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range sortedDirs(parsePackages(t)) {
+		name := dir
+		if dir == "." {
+			name = "mercator"
+		}
+		if !strings.Contains(string(readme), "`"+name+"`") {
+			t.Errorf("README.md's package table does not name `%s`: add a line saying what it owns", name)
+		}
+	}
+}

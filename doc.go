@@ -15,22 +15,26 @@
 //   - scheduler: where pending runs go (snapshot in, plan out).
 //   - store: the control plane's durable state, as an interface
 //     (store.Store) with its records; storetest is its conformance suite.
-//   - controlplane and its subpackages: the public API's handlers, the
-//     node protocol's server side, the reconcile loop, Artifacts and
-//     content, and the Functions API (controlplane/function), over the
-//     HTTP plumbing in controlplane/internal/httpapi.
-//   - nodeproto (today capability and node): the node protocol, the
-//     contract between the control plane and the node agent.
-//   - nodeagent: the node agent's logic, over a narrow Runtime.
+//   - controlplane and its subpackages, one per resource: runs, nodes and
+//     the reconcile loop in controlplane itself; the Artifact catalog in
+//     controlplane/artifact; registry credentials in controlplane/registry;
+//     the Functions API in controlplane/function; over the HTTP plumbing
+//     in controlplane/internal/httpapi.
+//   - nodeproto: the node protocol, the contract between the control plane
+//     and the node agent.
+//   - nodeagent: the node agent's logic, prestart steps over a narrow
+//     Runtime.
 //
 // The adapters, which the domain never imports:
 //
 //   - store/sqlstore (SQLite and PostgreSQL) and store/memstore (the fake).
 //   - replica: replicas sharing one PostgreSQL database.
 //   - content: where Artifact bytes live (a directory or S3).
-//   - dockerengine: the one Docker adapter, for the agent and fnagent.
-//   - artifactcache, hostfacts, machine: a node's Artifact copies, its
-//     GPUs and capacity, its cgroup limits.
+//   - dockerengine: the one Docker adapter, for the agent and fnagent;
+//     nodeagent/dockerruntime is the agent's Runtime on it, and
+//     nodeagent/runtimetest the conformance suite every Runtime passes.
+//   - artifactcache, hostfacts: a node's Artifact copies; its GPUs,
+//     capacity and cgroup limits.
 //   - fnagent: the node-side Functions engine.
 //
 // The composition root, daemon, wires stores, replicas, content stores,
