@@ -279,33 +279,6 @@ func TestRegistryCredentialsAreSealedAndNeverReturned(t *testing.T) {
 	}
 }
 
-func TestValidateArtifactMounts(t *testing.T) {
-	ok := []api.ArtifactMount{{Name: "data", Version: "v3", MountPath: "/data"}, {Name: "w", MountPath: "/models/w.bin", MinReadBytesPerSecond: 5e8}}
-	if err := validateArtifactMounts(ok); err != nil {
-		t.Fatal(err)
-	}
-	for what, m := range map[string]api.ArtifactMount{
-		"relative":     {Name: "d", MountPath: "data"},
-		"root":         {Name: "d", MountPath: "/"},
-		"dot-dot":      {Name: "d", MountPath: "/a/../etc"},
-		"unclean":      {Name: "d", MountPath: "/a//b"},
-		"empty":        {Name: "d"},
-		"bad name":     {Name: "a@b", MountPath: "/d"},
-		"bad version":  {Name: "d", Version: "3", MountPath: "/d"},
-		"colon":        {Name: "d", MountPath: "/a:b"},
-		"negative":     {Name: "d", MountPath: "/d", MinReadBytesPerSecond: -1},
-		"short digest": {Name: "d", MountPath: "/d", SHA256: "abc"},
-	} {
-		if err := validateArtifactMounts([]api.ArtifactMount{m}); !errors.Is(err, failure.ErrInvalid) {
-			t.Errorf("%s: %v, want invalid", what, err)
-		}
-	}
-	dup := []api.ArtifactMount{{Name: "a", MountPath: "/d"}, {Name: "b", MountPath: "/d"}}
-	if err := validateArtifactMounts(dup); !errors.Is(err, failure.ErrInvalid) || !strings.Contains(err.Error(), "mount_path") {
-		t.Errorf("duplicate mount path: %v", err)
-	}
-}
-
 // putCounter counts the content bytes the server is sent (PUT bodies).
 type putCounter struct{ bytes atomic.Int64 }
 

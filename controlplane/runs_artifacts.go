@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
-	"regexp"
-	"strings"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/controlplane/artifact"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
@@ -27,65 +23,6 @@ import (
 // for every prepare (and every launch's Artifacts) as it sends the command
 // (outbound), so a redelivered command gets a fresh read, and no stored
 // operation holds a credential, however short-lived.
-
-// maxArtifacts bounds the Artifacts of one run.
-const maxArtifacts = 64
-
-// validateArtifactMounts checks a run's Artifacts: names, versions, mount
-// paths (absolute, clean, not /, unique) and floors. Whether each version
-// exists is resolveArtifacts' question.
-func validateArtifactMounts(mounts []api.ArtifactMount) error {
-	if len(mounts) > maxArtifacts {
-		return failure.Invalid("artifacts", "has %d entries; at most %d are accepted", len(mounts), maxArtifacts)
-	}
-	seen := map[string]string{}
-	for i, m := range mounts {
-		field := fmt.Sprintf("artifacts[%d]", i)
-		if err := artifact.ValidName(field+".name", m.Name); err != nil {
-			return err
-		}
-		if m.Version != "" && m.Version != "latest" && !regexp.MustCompile(`^v[1-9][0-9]{0,8}$`).MatchString(m.Version) {
-			return failure.Invalid(field+".version", "%q is not a version: versions are v1, v2, …, or empty for the newest", m.Version)
-		}
-		p := m.MountPath
-		switch {
-		case p == "":
-			return failure.Invalid(field+".mount_path", "is required: where %s appears in the container, for example /data", m.Name)
-		case !strings.HasPrefix(p, "/"):
-			return failure.Invalid(field+".mount_path", "%q must be an absolute path, such as /data", p)
-		case strings.ContainsAny(p, "\x00:,"):
-			return failure.Invalid(field+".mount_path", "%q must not contain NUL, ':' or ','", p)
-		case p == "/" || path.Clean(p) == "/":
-			return failure.Invalid(field+".mount_path", "must not be /: an artifact cannot replace the container's root")
-		case slicesContains(strings.Split(p, "/"), ".."):
-			return failure.Invalid(field+".mount_path", "%q must not contain \"..\"", p)
-		case path.Clean(p) != p:
-			return failure.Invalid(field+".mount_path", "%q is not clean; write %q", p, path.Clean(p))
-		case len(p) > 1024:
-			return failure.Invalid(field+".mount_path", "is longer than 1024 bytes")
-		}
-		if other, dup := seen[p]; dup {
-			return failure.Invalid(field+".mount_path", "%q is also the mount path of %s; every artifact needs its own", p, other)
-		}
-		seen[p] = m.Name
-		if m.MinReadBytesPerSecond < 0 {
-			return failure.Invalid(field+".min_read_bytes_per_second", "must be 0 (no floor) or more, not %d", m.MinReadBytesPerSecond)
-		}
-		if m.SHA256 != "" && !content.ValidDigest(m.SHA256) {
-			return failure.Invalid(field+".sha256", "%q is not a SHA-256 digest", m.SHA256)
-		}
-	}
-	return nil
-}
-
-func slicesContains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
 
 // resolveArtifacts pins every Artifact of a run to the exact version it
 // will read: a missing version is refused at submit (the user can fix it),

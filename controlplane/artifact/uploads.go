@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,16 +33,6 @@ const DefaultContentReadTTL = 15 * time.Minute
 // uploadTTL is how long an upload that is not committed is kept after it
 // was last written to.
 const uploadTTL = 24 * time.Hour
-
-var artifactName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
-// ValidName checks an Artifact name; field names it in the error.
-func ValidName(field, name string) error {
-	if !artifactName.MatchString(name) {
-		return failure.Invalid(field, "%q is not an artifact name: use letters, digits, '.', '_' and '-', starting with a letter or digit, at most 128 characters", name)
-	}
-	return nil
-}
 
 // upload is one upload in progress. Its mutex is held by the request
 // writing to it; a second writer is refused rather than queued.
@@ -100,7 +89,7 @@ func (s *Service) readTTL() time.Duration {
 // send.
 func (s *Service) createUpload(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if err := ValidName("name", name); err != nil {
+	if err := api.ValidateArtifactName("name", name); err != nil {
 		httpapi.WriteError(w, err)
 		return
 	}
