@@ -113,6 +113,15 @@ type Config struct {
 	// configuration at rest (RegistryKeySize bytes, AES-256-GCM); nil
 	// means neither can be stored. See sealing.go.
 	RegistryKey []byte
+	// MetricsPublic serves /metrics without a credential; otherwise it
+	// needs a reader's.
+	MetricsPublic bool
+	// AuditRetention is how long audit entries are kept (default 30 days),
+	// AuditMaxRows how many at most (default 1,000,000); both are applied
+	// every AuditPruneEvery (default 10 minutes).
+	AuditRetention  time.Duration
+	AuditMaxRows    int
+	AuditPruneEvery time.Duration
 }
 
 func (c *Config) defaults() {
@@ -133,6 +142,15 @@ func (c *Config) defaults() {
 	}
 	if c.WriteConcurrency == 0 {
 		c.WriteConcurrency = 1
+	}
+	if c.AuditRetention == 0 {
+		c.AuditRetention = 30 * 24 * time.Hour
+	}
+	if c.AuditMaxRows == 0 {
+		c.AuditMaxRows = 1_000_000
+	}
+	if c.AuditPruneEvery == 0 {
+		c.AuditPruneEvery = 10 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -166,10 +184,11 @@ type Server struct {
 	batching  atomic.Bool
 	outbox    chan string // replicas_signal.go: signals for other replicas
 	replicaID string
-	pins      pinCache       // runs_pins.go
-	auth      authCache      // nodes_auth.go
-	admin     *httpapi.Admin // API credentials, cached briefly
-	mailboxes sync.Map       // node ID → *mailbox (nodes_mailbox.go)
+	pins      pinCache         // runs_pins.go
+	auth      authCache        // nodes_auth.go
+	tokens    *httpapi.Tokens  // API credentials, cached briefly (access_handlers.go)
+	audit     *httpapi.Auditor // the audit log's queue
+	mailboxes sync.Map         // node ID → *mailbox (nodes_mailbox.go)
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.
@@ -183,8 +202,10 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		runs:          newBroadcast(), logs: newBroadcast(), metrics: metrics.New(), coord: coord,
 		live: liveness.New(cfg.Lease), batches: make(chan *batchJob), outbox: make(chan string, 1<<16),
 		replicaID: httpapi.NewID(""),
-		admin:     &httpapi.Admin{Store: st, Now: cfg.Now},
+		tokens:    &httpapi.Tokens{Store: st, Now: cfg.Now},
 	}
+	s.audit = &httpapi.Auditor{Store: st, Now: s.now, Log: s.log, Dropped: s.metrics.AuditDropped.Inc,
+		Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows, PruneEvery: cfg.AuditPruneEvery}
 	s.artifacts = artifact.New(artifact.Config{Store: st, Now: s.now, Logger: s.log, Content: cfg.Content,
 		ReadTTL: cfg.ContentReadTTL, UploadDir: cfg.UploadDir})
 	s.registries = registry.New(st, s.now, s.log, serverKey{s})
@@ -213,7 +234,8 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 	errc := make(chan error, 2)
 	var loops sync.WaitGroup
-	loops.Add(2 + s.cfg.WriteConcurrency)
+	loops.Add(3 + s.cfg.WriteConcurrency)
+	go func() { defer loops.Done(); s.audit.Run(ctx) }()
 	go func() {
 		defer loops.Done()
 		s.live.FlushLoop(ctx, liveness.Flusher{Store: s.store, Log: s.log, Lapses: func(n int) { s.metrics.LeaseLapses.Add(float64(n)) }})

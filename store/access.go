@@ -30,8 +30,9 @@ type AccessTx interface {
 }
 
 // Token is an API credential, stored by hash only. Retention: a token lives
-// until `mercator token rm`, or until the control plane's pruning deletes
-// it a while after ExpiresAt.
+// until `mercator token rm`; past ExpiresAt it is refused, and listed as
+// expired until removed (the admin decides, so a name is never reused
+// behind their back).
 type Token struct {
 	Hash string `json:"hash"`
 	Name string `json:"name"`
