@@ -27,6 +27,30 @@ func init() {
 	registerSub("node", nodeSummary, &command{name: "invitations", summary: "List a node's invitations", run: nodeInvitations})
 }
 
+// connect parses args for a client command taking want positional
+// arguments (named what in messages; none when what is ""), and returns
+// them with a client.
+func (inv *invocation) connect(fs *flagSet, g *clientFlags, args []string, what string) (*client.Client, string, error) {
+	pos, err := fs.parse(args)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := g.check(); err != nil {
+		return nil, "", err
+	}
+	arg := ""
+	if what != "" {
+		arg, err = oneArg(pos, what)
+	} else if len(pos) > 0 {
+		err = usagef("unexpected argument %q", pos[0])
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := inv.client(g)
+	return c, arg, err
+}
+
 // parseSpan reads a duration that may count days ("30d") as well as
 // Go's units ("12h", "90m").
 func parseSpan(s string) (time.Duration, error) {
@@ -48,7 +72,7 @@ func parseSpan(s string) (time.Duration, error) {
 type spanFlag struct{ d *time.Duration }
 
 func (f spanFlag) String() string {
-	if f.d == nil || *f.d == 0 {
+	if f.d == nil {
 		return ""
 	}
 	return f.d.String()
@@ -80,23 +104,12 @@ The control plane keeps only the secret's hash. Remove it with
 	app := fs.String("app", "", "the `app` an invoker may call (role invoker only)")
 	var expires time.Duration
 	fs.Var(spanFlag{&expires}, "expires", "the credential's `life`, e.g. 30d or 12h (default: it never expires)")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	name, err := oneArg(pos, "NAME")
+	c, name, err := inv.connect(fs, g, args, "NAME")
 	if err != nil {
 		return err
 	}
 	if *role == "" {
 		return usagef("--role is required: reader, submitter, operator, admin, or invoker with --app")
-	}
-	c, err := inv.client(g)
-	if err != nil {
-		return err
 	}
 	out, err := c.CreateToken(ctx, api.TokenRequest{Name: name, Role: *role, App: *app, ExpiresSeconds: int64(expires.Round(time.Second) / time.Second)})
 	if err != nil {
@@ -119,17 +132,7 @@ List the named API credentials: name, role (and an invoker's app), when
 each was created, last used (recorded at most once a minute) and expires.
 Never their secrets.`)
 	g := fs.clientFlags(true)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
-	}
-	c, err := inv.client(g)
+	c, _, err := inv.connect(fs, g, args, "")
 	if err != nil {
 		return err
 	}
@@ -144,32 +147,16 @@ Never their secrets.`)
 	fmt.Fprintln(tw, "NAME\tROLE\tAPP\tCREATED\tLAST USED\tEXPIRES")
 	for _, t := range list.Tokens {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Role, orDash(t.App), formatTime(&t.CreatedAt),
-			orNever(inv.durationSince(t.LastUsedAt), t.LastUsedAt), formatTime(t.ExpiresAt))
+			inv.durationSince(t.LastUsedAt), formatTime(t.ExpiresAt))
 	}
 	return tw.Flush()
-}
-
-func orNever(s string, t *time.Time) string {
-	if t == nil {
-		return "never"
-	}
-	return s
 }
 
 func tokenRemove(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("[flags] NAME", `
 Remove a named credential: every replica refuses it from the next call.
 The last admin credential cannot be removed; create another first.`)
-	g := fs.clientFlags(false)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	name, err := oneArg(pos, "NAME")
-	if err != nil {
-		return err
-	}
-	c, err := inv.client(g)
+	c, name, err := inv.connect(fs, fs.clientFlags(false), args, "NAME")
 	if err != nil {
 		return err
 	}
@@ -191,17 +178,7 @@ not recorded one by one; their refusals are. Admin only.`)
 	fs.Var(spanFlag{&since}, "since", "only entries of the last `span`, e.g. 1h or 7d")
 	who := fs.String("who", "", "only entries of this `name` (a token's name, or node:ID)")
 	limit := fs.Int("limit", 1000, "at most `N` entries (up to 10000)")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
-	}
-	c, err := inv.client(g)
+	c, _, err := inv.connect(fs, g, args, "")
 	if err != nil {
 		return err
 	}
@@ -226,36 +203,11 @@ not recorded one by one; their refusals are. Admin only.`)
 }
 
 func nodeRemove(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] NODE_ID", `
+	return nodeAction(ctx, inv, args, `
 Remove a node: its sessions and unused invitations end at once, it is
 fenced (its agent stops, saying this command removed it), and its work is
 treated as on an unreachable node (replaced after its replace_after).
-`+"`mercator node invite NODE_ID`"+` brings it back.`)
-	g := fs.clientFlags(true)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	id, err := oneArg(pos, "NODE_ID")
-	if err != nil {
-		return err
-	}
-	c, err := inv.client(g)
-	if err != nil {
-		return err
-	}
-	n, err := c.RemoveNode(ctx, id)
-	if err != nil {
-		return err
-	}
-	if g.json() {
-		return inv.writeJSON(n)
-	}
-	_, err = fmt.Fprintf(inv.stdout, "node %s removed: its credentials are void and its agent stops\n", n.ID)
-	return err
+`+"`mercator node invite NODE_ID`"+` brings it back.`, nil, func(c *client.Client, id string) (api.Node, error) { return c.RemoveNode(ctx, id) })
 }
 
 func nodeInvitations(ctx context.Context, inv *invocation, args []string) error {
@@ -263,18 +215,7 @@ func nodeInvitations(ctx context.Context, inv *invocation, args []string) error 
 List a node's invitations, oldest first: unused, spent or expired. Never
 their tokens. A new `+"`mercator node invite`"+` revokes the older unused ones.`)
 	g := fs.clientFlags(true)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	id, err := oneArg(pos, "NODE_ID")
-	if err != nil {
-		return err
-	}
-	c, err := inv.client(g)
+	c, id, err := inv.connect(fs, g, args, "NODE_ID")
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/access"
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
@@ -320,7 +321,7 @@ func TestInviteRevokesOlderUnusedInvitations(t *testing.T) {
 }
 
 // TestRenewalRetiresTheCredentialItReplaces: after renewals from one
-// session, only the caller's credential (for renewOverlap) and the newest
+// session, only the caller's credential (for access.RenewOverlap) and the newest
 // are valid.
 func TestRenewalRetiresTheCredentialItReplaces(t *testing.T) {
 	f := newFnFixture(t)
@@ -346,7 +347,7 @@ func TestRenewalRetiresTheCredentialItReplaces(t *testing.T) {
 	if _, err := f.tr.SendEvents(ctx, "n3", e.SessionToken, nil); err != nil {
 		t.Errorf("the renewing credential within the overlap: %v", err)
 	}
-	f.skew.Store(int64(renewOverlap + time.Second))
+	f.skew.Store(int64(access.RenewOverlap + time.Second))
 	if _, err := f.tr.SendEvents(ctx, "n3", e.SessionToken, nil); !errors.Is(err, failure.ErrUnauthorized) {
 		t.Errorf("the renewing credential after the overlap: %v, want refused", err)
 	}

@@ -6,109 +6,24 @@ import (
 	"errors"
 	"github.com/mercator/mercator/api"
 	"net/http"
-	"sync"
-	"time"
 
-	"github.com/mercator/mercator/controlplane/internal/expiring"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/nodeauth"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
 
-// Every node call (a heartbeat every few seconds from every node) is
-// authenticated: its session credential must exist, be unexpired, and hold
-// the node's current fencing token. Reading the session and the node from
-// the store for each call was, at ten thousand nodes, a thousand read
-// transactions a second queueing for the store's connections. authCache
-// keeps both:
-//
-//   - Session records, by credential hash. A record changes only when a
-//     renewal retires it (its expiry shortened) or `mercator node rm`
-//     deletes it, and both send the node's "fence:ID" signal, which drops
-//     the node's cached sessions on every replica; its expiry is checked
-//     at every use. Only credentials the store holds are kept.
-//   - Each node's fencing token and whether it was removed, for fenceTTL
-//     at most, and dropped as soon as this replica hears the node was
-//     enrolled again, renewed or removed (the "fence:ID" signal, sent
-//     wherever those commit). A generation per node keeps a read that
-//     raced with the drop from putting the old token back.
-//
-// What the cache can therefore miss is an enrollment on another replica
-// whose signal has not arrived, for at most fenceTTL. Every decision that
-// matters is fenced again where it is made: a batch of events re-reads the
-// node's token in the transaction that applies it; a session stream checks
-// it (fenceOf) whenever it wakes, and an enrollment wakes it.
-type authCache struct {
-	mu       sync.Mutex
-	sessions map[string]store.Session // by token hash
-	byNode   map[string][]string      // node ID → hashes in sessions
-	fences   expiring.Map[nodeFence]  // by node ID
-}
-
-// nodeFence is what authCache keeps of a node record.
-type nodeFence struct {
-	token   uint64
-	removed bool // `mercator node rm`
-}
-
-// fenceTTL bounds how long a fencing token read from the store is used: longer
-// than a heartbeat, or every heartbeat would read it again.
-const fenceTTL = time.Minute
-
-// maxCachedSessions bounds the session records kept; past it the cache
-// starts over (a few reads, then it is warm again).
-const maxCachedSessions = 1 << 18
-
-func (a *authCache) session(hash string) (store.Session, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	s, ok := a.sessions[hash]
-	return s, ok
-}
-
-func (a *authCache) putSession(hash string, s store.Session) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.sessions == nil || len(a.sessions) >= maxCachedSessions {
-		a.sessions, a.byNode = map[string]store.Session{}, map[string][]string{}
-	}
-	a.sessions[hash] = s
-	a.byNode[s.NodeID] = append(a.byNode[s.NodeID], hash)
-}
-
-// fence returns the node's cached fencing token, if fresh, and the node's
-// generation, which putFence needs.
-func (a *authCache) fence(nodeID string, now time.Time) (nodeFence, bool, uint64) {
-	return a.fences.Get(nodeID, now, fenceTTL)
-}
-
-func (a *authCache) putFence(nodeID string, f nodeFence, gen uint64, now time.Time) {
-	a.fences.Put(nodeID, f, gen, now) // not if the node changed while its record was read
-}
-
-// forget drops what is cached about the node: its fence and its sessions.
-func (a *authCache) forget(nodeID string) {
-	a.fences.Forget(nodeID)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, h := range a.byNode[nodeID] {
-		delete(a.sessions, h)
-	}
-	delete(a.byNode, nodeID)
-}
-
-func fenceOfNode(n store.Node) nodeFence {
-	return nodeFence{token: n.FencingToken, removed: n.RemovedAt != nil}
-}
+// Every node call is authenticated from the cache in internal/nodeauth
+// (what it keeps, and why, is said there).
 
 // nodeSession returns the session record of the credential hash and the
 // node's fencing token, from the cache or the store.
-func (s *Server) nodeSession(ctx context.Context, hash, nodeID string) (store.Session, nodeFence, error) {
+func (s *Server) nodeSession(ctx context.Context, hash, nodeID string) (store.Session, nodeauth.Fence, error) {
 	now := s.now()
-	sess, haveSession := s.auth.session(hash)
-	fence, haveFence, gen := s.auth.fence(nodeID, now)
-	if haveFence && fence.removed {
+	sess, haveSession := s.auth.Session(hash)
+	fence, haveFence, gen := s.auth.Fence(nodeID, now)
+	if haveFence && fence.Removed {
 		return store.Session{}, fence, removedError(nodeID)
 	}
 	if haveSession && haveFence {
@@ -119,7 +34,7 @@ func (s *Server) nodeSession(ctx context.Context, hash, nodeID string) (store.Se
 		if err != nil {
 			return err
 		}
-		if fence = fenceOfNode(n); fence.removed {
+		if fence = nodeauth.FenceOf(n); fence.Removed {
 			return removedError(nodeID) // its sessions are gone too
 		}
 		if !haveSession {
@@ -127,16 +42,16 @@ func (s *Server) nodeSession(ctx context.Context, hash, nodeID string) (store.Se
 		}
 		return err
 	})
-	if fence.removed {
-		s.auth.putFence(nodeID, fence, gen, now)
+	if fence.Removed {
+		s.auth.PutFence(nodeID, fence, gen, now)
 	}
 	if err != nil {
 		return store.Session{}, fence, err
 	}
 	if !haveSession {
-		s.auth.putSession(hash, sess)
+		s.auth.PutSession(hash, sess)
 	}
-	s.auth.putFence(nodeID, fence, gen, now)
+	s.auth.PutFence(nodeID, fence, gen, now)
 	return sess, fence, nil
 }
 
@@ -151,15 +66,15 @@ func removedError(nodeID string) error {
 // in tx (and cached).
 func (s *Server) fenceOf(tx store.Tx, nodeID string) (uint64, error) {
 	now := s.now()
-	fence, fresh, gen := s.auth.fence(nodeID, now)
+	fence, fresh, gen := s.auth.Fence(nodeID, now)
 	if fresh {
-		return fence.token, nil
+		return fence.Token, nil
 	}
 	n, err := tx.GetNode(nodeID)
 	if err != nil {
 		return 0, err
 	}
-	s.auth.putFence(nodeID, fenceOfNode(n), gen, now)
+	s.auth.PutFence(nodeID, nodeauth.FenceOf(n), gen, now)
 	return n.FencingToken, nil
 }
 
@@ -184,10 +99,10 @@ func (s *Server) authenticateNode(ctx context.Context, r *http.Request) (httpapi
 	if !ok || nodeID == "" {
 		return httpapi.NodeCaller{}, failure.Unauthorized("node calls need `Authorization: Bearer <session token>` and %s", nodeproto.HeaderNodeID)
 	}
-	// The session and the node's fencing token come from authCache when
+	// The session and the node's fencing token come from the nodeauth cache when
 	// it has them (see nodes_auth.go).
 	sess, f, err := s.nodeSession(ctx, httpapi.HashToken(tok), nodeID)
-	fence := f.token
+	fence := f.Token
 	if errors.Is(err, failure.ErrNotFound) || (err == nil && sess.NodeID != nodeID) {
 		return httpapi.NodeCaller{}, failure.Unauthorized("session credential not recognised for node %q; enroll again with a new invitation", nodeID)
 	}

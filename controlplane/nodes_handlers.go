@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/access"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
@@ -165,7 +166,7 @@ func (s *Server) inviteNode(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		if err := revokeUnused(tx, id, ""); err != nil {
+		if err := access.RevokeUnused(tx, id, ""); err != nil {
 			return err
 		}
 		return tx.CreateInvitation(inv)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/access"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
@@ -88,15 +89,15 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 }
 
 // renew issues a later credential for the caller's session and retires the
-// one it replaces (retireSessions): the caller's stays valid for
-// renewOverlap, so a renewal whose answer is lost can be retried with it,
+// one it replaces (access.RetireSessions): the caller's stays valid for
+// access.RenewOverlap, so a renewal whose answer is lost can be retried with it,
 // and every older one of the node's is deleted.
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	now := s.now()
 	tok := "mcs_" + httpapi.RandomToken()
 	out := nodeproto.SessionRenewal{SessionToken: tok, ExpiresAt: now.Add(s.cfg.SessionTTL), FencingToken: c.Session.FencingToken}
 	renewed := store.Session{TokenHash: httpapi.HashToken(tok), NodeID: c.NodeID, FencingToken: c.Session.FencingToken, ExpiresAt: out.ExpiresAt, CreatedAt: now}
-	err := s.batch(r.Context(), func(tx store.Tx) error { return retireSessions(tx, c.Session, renewed, now) })
+	err := s.batch(r.Context(), func(tx store.Tx) error { return access.RetireSessions(tx, c.Session, renewed, now) })
 	if err != nil {
 		s.auditNode(r, c.NodeID, api.StatusOf(err))
 		httpapi.WriteError(w, err)

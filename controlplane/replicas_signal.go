@@ -167,7 +167,7 @@ func (s *Server) deliver(topic string) {
 		s.tokens.Forget(strings.TrimPrefix(topic, topicToken)) // removed: refuse it at once
 	case strings.HasPrefix(topic, topicFence):
 		id := strings.TrimPrefix(topic, topicFence)
-		s.auth.forget(id) // its fencing token rose
+		s.auth.Forget(id) // its fencing token rose
 		s.nodeBroadcast(id).Notify()
 	default:
 		s.fn.Deliver(topic) // a call, or a log question, for a session held here

@@ -33,12 +33,12 @@ var (
 	trigger = httpapi.Access{Role: httpapi.RoleSubmitter, Invoker: true, Public: true}
 )
 
-// access is who may call every public route, declared once, here: a route
+// routeAccess is who may call every public route, declared once, here: a route
 // missing from it is not served (publicRoutes panics), and openapi.json
 // states each as x-mercator-role (with x-mercator-invoker and
 // x-mercator-public), which TestOpenAPIDocumentsEveryRouteAndField checks
 // and the role-matrix test drives.
-var access = map[string]httpapi.Access{
+var routeAccess = map[string]httpapi.Access{
 	"POST /v1/runs":                               submitter,
 	"POST /v1/runs/batch":                         submitter,
 	"GET /v1/runs":                                reader,
@@ -104,7 +104,7 @@ var access = map[string]httpapi.Access{
 func (s *Server) publicRoutes() []httpapi.Route {
 	routes := append(s.v1Routes(), s.fn.Routes()...)
 	for i := range routes {
-		a, ok := access[routes[i].Pattern]
+		a, ok := routeAccess[routes[i].Pattern]
 		if !ok {
 			panic("controlplane: route " + routes[i].Pattern + " has no entry in the access table (routes.go)")
 		}
@@ -127,15 +127,10 @@ func (s *Server) v1Routes() []httpapi.Route {
 		{Pattern: "GET /v1/nodes/{id}", Handler: s.getNode},
 		{Pattern: "DELETE /v1/nodes/{id}", Handler: s.removeNode},
 		{Pattern: "POST /v1/nodes/{id}/invitations", Handler: s.inviteNode},
-		{Pattern: "GET /v1/nodes/{id}/invitations", Handler: s.listInvitations},
 		{Pattern: "POST /v1/nodes/{id}/cordon", Handler: s.cordonNode},
 		{Pattern: "POST /v1/nodes/{id}/uncordon", Handler: s.uncordonNode},
 		{Pattern: "POST /v1/nodes/{id}/drain", Handler: s.drainNode},
-		{Pattern: "POST /v1/tokens", Handler: s.createToken},
-		{Pattern: "GET /v1/tokens", Handler: s.listTokens},
-		{Pattern: "DELETE /v1/tokens/{name}", Handler: s.removeToken},
-		{Pattern: "GET /v1/audit", Handler: s.listAudit},
-	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes())...)
+	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes(), s.access.Routes())...)
 }
 
 // writeAuthError writes a refusal of an API credential on a v1 route.

@@ -21,6 +21,9 @@
 //     tracker (internal/liveness);
 //   - artifacts and content: package artifact;
 //   - registry credentials: package registry;
+//   - named API credentials with roles, the audit log, node revocation:
+//     routes.go (who may call what), package access, internal/httpapi
+//     (the credential cache and the audit queue), nodes_revoke.go;
 //   - functions: package function, behind function.Host (functions_host.go);
 //   - plumbing: routes.go (every route, one place), internal/httpapi
 //     (decode, errors, paging, credentials), store_commit.go (group commit),
@@ -43,12 +46,14 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/content"
+	"github.com/mercator/mercator/controlplane/access"
 	"github.com/mercator/mercator/controlplane/artifact"
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/liveness"
 	"github.com/mercator/mercator/controlplane/internal/livesession"
 	"github.com/mercator/mercator/controlplane/internal/metrics"
+	"github.com/mercator/mercator/controlplane/internal/nodeauth"
 	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/store"
 )
@@ -175,6 +180,7 @@ type Server struct {
 	coord         Coordinator          // nil for a single replica
 	artifacts     *artifact.Service    // Artifacts and content (package artifact)
 	registries    *registry.Service    // registry credentials (package registry)
+	access        *access.Service      // named tokens, the audit log, invitations (package access)
 	fn            *function.Service    // Functions (package function)
 	streams       livesession.Registry // sessions held here
 
@@ -185,7 +191,7 @@ type Server struct {
 	outbox    chan string // replicas_signal.go: signals for other replicas
 	replicaID string
 	pins      pinCache         // runs_pins.go
-	auth      authCache        // nodes_auth.go
+	auth      nodeauth.Cache   // nodes_auth.go, internal/nodeauth
 	tokens    *httpapi.Tokens  // API credentials, cached briefly (access_handlers.go)
 	audit     *httpapi.Auditor // the audit log's queue
 	mailboxes sync.Map         // node ID → *mailbox (nodes_mailbox.go)
@@ -209,6 +215,7 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 	s.artifacts = artifact.New(artifact.Config{Store: st, Now: s.now, Logger: s.log, Content: cfg.Content,
 		ReadTTL: cfg.ContentReadTTL, UploadDir: cfg.UploadDir})
 	s.registries = registry.New(st, s.now, s.log, serverKey{s})
+	s.access = access.New(st, s.now, s.tokenRemoved)
 	var pub function.Publisher
 	if coord != nil {
 		pub = coord
@@ -308,4 +315,4 @@ func (b *broadcast) Notify() {
 func HashToken(tok string) string { return httpapi.HashToken(tok) }
 
 // NewAdminToken returns a fresh API credential (prefix mca_).
-func NewAdminToken() string { return "mca_" + httpapi.RandomToken() }
+func NewAdminToken() string { return access.NewSecret() }

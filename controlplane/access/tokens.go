@@ -1,8 +1,18 @@
-package controlplane
+// Package access holds who may call the control plane, beyond the
+// per-request check every route gets (internal/httpapi's Tokens and the
+// access table in package controlplane's routes.go): the admin's routes for
+// named API credentials (/v1/tokens) and the audit log (/v1/audit), the
+// listing of a node's invitations, and the store rules that revoke node
+// credentials: a new invitation voids the unused ones (RevokeUnused), and a
+// renewal retires the session credential it replaces (RetireSessions).
+//
+// Only package controlplane may import it.
+package access
 
 import (
 	"errors"
 	"net/http"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -12,9 +22,41 @@ import (
 	"github.com/mercator/mercator/store"
 )
 
-// Named API credentials (/v1/tokens) and the audit log (/v1/audit): the
-// admin's routes. Who may call what is declared in routes.go; the tokens'
-// cache and the audit queue are in internal/httpapi.
+// Service serves the access routes.
+type Service struct {
+	store   store.Store
+	now     func() time.Time
+	removed func(hash string)
+}
+
+// New returns the access routes' service. removed is told the hash of every
+// token removed here, to be refused at once on every replica.
+func New(st store.Store, now func() time.Time, removed func(hash string)) *Service {
+	return &Service{store: st, now: now, removed: removed}
+}
+
+// Routes are the access routes, each served behind an API credential.
+func (s *Service) Routes() []httpapi.Route {
+	return []httpapi.Route{
+		{Pattern: "GET /v1/nodes/{id}/invitations", Handler: s.listInvitations},
+		{Pattern: "POST /v1/tokens", Handler: s.createToken},
+		{Pattern: "GET /v1/tokens", Handler: s.listTokens},
+		{Pattern: "DELETE /v1/tokens/{name}", Handler: s.removeToken},
+		{Pattern: "GET /v1/audit", Handler: s.listAudit},
+	}
+}
+
+// NewSecret returns a fresh API credential (prefix mca_).
+func NewSecret() string { return "mca_" + httpapi.RandomToken() }
+
+// namePattern is a token's name: as a node ID, safe in a URL path and a
+// table cell.
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// RenewOverlap is how long the credential a renewal replaces stays valid:
+// enough for calls already in flight with it, so that at most two of a
+// node's session credentials are ever valid, and the older only briefly.
+const RenewOverlap = time.Minute
 
 // maxTokenLife bounds --expires: ten years, past which "never" is the
 // honest answer.
@@ -26,7 +68,7 @@ func tokenView(t store.Token) api.Token {
 
 // createToken mints a named credential with a role and shows its secret,
 // once.
-func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
+func (s *Service) createToken(w http.ResponseWriter, r *http.Request) {
 	var req api.TokenRequest
 	if err := httpapi.Decode(r, httpapi.MaxBody, &req); err != nil {
 		httpapi.WriteError(w, err)
@@ -35,7 +77,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 	role, err := httpapi.ParseRole(req.Role)
 	switch {
 	case err != nil:
-	case !nodeIDPattern.MatchString(req.Name):
+	case !namePattern.MatchString(req.Name):
 		err = failure.Invalid("name", "%q is not a valid token name: use 1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit", req.Name)
 	case role == httpapi.RoleInvoker && req.App == "":
 		err = failure.Invalid("app", "an invoker key needs the app it may call (--app APP)")
@@ -49,7 +91,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.now()
-	secret := NewAdminToken()
+	secret := NewSecret()
 	t := store.Token{Hash: httpapi.HashToken(secret), Name: req.Name, Role: string(role), App: req.App, CreatedAt: now}
 	if req.ExpiresSeconds > 0 {
 		exp := now.Add(time.Duration(req.ExpiresSeconds) * time.Second)
@@ -86,7 +128,7 @@ func tokenNamed(tx store.Tx, name string) (store.Token, error) {
 	return store.Token{}, failure.NotFound("token", name)
 }
 
-func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
+func (s *Service) listTokens(w http.ResponseWriter, r *http.Request) {
 	out := api.TokenList{Tokens: []api.Token{}}
 	err := s.store.View(r.Context(), func(tx store.Tx) error {
 		toks, err := tx.ListTokens()
@@ -106,7 +148,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request) {
 // one forgets it now, the others when the signal arrives (and within the
 // cache's one second if it is lost). The last admin credential is kept,
 // or nobody could manage tokens again.
-func (s *Server) removeToken(w http.ResponseWriter, r *http.Request) {
+func (s *Service) removeToken(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	var gone store.Token
 	err := s.store.Update(r.Context(), func(tx store.Tx) error {
@@ -136,13 +178,13 @@ func (s *Server) removeToken(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
-	s.tokenRemoved(gone.Hash)
+	s.removed(gone.Hash)
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // listAudit answers the audit log, newest first: ?since=RFC3339, ?who=NAME,
 // ?limit=N (default 1000, at most 10000).
-func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
+func (s *Service) listAudit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	opts := store.ListAuditOptions{Who: q.Get("who"), Limit: 1000}
 	if v := q.Get("since"); v != "" {
