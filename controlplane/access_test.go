@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"sort"
@@ -17,6 +18,7 @@ import (
 	"github.com/mercator/mercator/controlplane/access"
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeagent"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
@@ -422,5 +424,55 @@ func TestAuditLog(t *testing.T) {
 	_, _, raw = f.do("GET", "/v1/audit?who=ci", nil)
 	if json.Unmarshal(raw, &list); len(list.Entries) != 1 {
 		t.Errorf("audit ?who=ci = %s", raw)
+	}
+}
+
+// idleRuntime is a node with nothing on it: enough for an agent that only
+// holds its session.
+type idleRuntime struct{}
+
+func (idleRuntime) Facts(context.Context) (nodeproto.NodeFacts, error) {
+	return nodeproto.NodeFacts{CapabilityVersion: nodeproto.Version, CPUs: 1, MemoryBytes: 1 << 30}, nil
+}
+func (idleRuntime) PrepareImage(context.Context, nodeproto.PrepareImageCommand) error { return nil }
+func (idleRuntime) PrepareArtifact(context.Context, nodeproto.PrepareArtifactCommand) error {
+	return nil
+}
+func (idleRuntime) LaunchWorkload(context.Context, nodeproto.LaunchWorkloadCommand) error { return nil }
+func (idleRuntime) StopWorkload(context.Context, nodeproto.StopWorkloadCommand) error     { return nil }
+func (idleRuntime) Observe(context.Context) ([]nodeproto.WorkloadObservation, error)      { return nil, nil }
+
+// TestAgentStopsOnNodeRemove: a real agent, enrolled with its invitation
+// alone, stops (rather than retrying) once `node rm` removes its node, with
+// an error naming the command.
+func TestAgentStopsOnNodeRemove(t *testing.T) {
+	f := newFnFixture(t)
+	var inv api.Invitation
+	f.want(201, &inv, "POST", "/v1/nodes/n9/invitations", nil)
+	state, err := nodeagent.OpenState(t.TempDir(), nodeagent.WithoutFsync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer state.Close()
+	agent := nodeagent.New(nodeagent.Identity{ControlPlaneURL: f.http.URL, NodeID: "n9", EnrollmentToken: inv.Token}, idleRuntime{},
+		f.tr, state, nodeagent.WithHeartbeat(50*time.Millisecond), nodeagent.WithReconnectBackoff(20*time.Millisecond),
+		nodeagent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	stopped := make(chan error, 1)
+	go func() { stopped <- agent.Run(context.Background()) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for f.srv.streams.Get("n9") == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent's session did not open")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.want(200, nil, "DELETE", "/v1/nodes/n9", nil)
+	select {
+	case err := <-stopped:
+		if !errors.Is(err, failure.ErrFenced) || !strings.Contains(err.Error(), "mercator node rm n9") {
+			t.Errorf("the agent stopped with %v, want a fencing refusal naming `mercator node rm n9`", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the agent of a removed node is still running")
 	}
 }
