@@ -260,3 +260,26 @@ func TestAuditRecordsMutationsAndRefusals(t *testing.T) {
 		t.Errorf("dropped %d, want 3", dropped)
 	}
 }
+
+// BenchmarkRequireAndAudit is what every public call pays for its
+// credential and the audit wrapper: a cached token, a role check, and (for
+// an invocation) no audit entry.
+func BenchmarkRequireAndAudit(b *testing.B) {
+	st := memstore.New()
+	now := time.Now()
+	a := &Tokens{Store: st, Now: time.Now}
+	tok := "mca_" + RandomToken()
+	st.Update(context.Background(), func(tx store.Tx) error {
+		return tx.CreateToken(store.Token{Hash: HashToken(tok), Name: "ci", Role: string(RoleSubmitter), CreatedAt: now, LastUsedAt: &now})
+	})
+	aud := &Auditor{Store: st, Now: time.Now, Log: slog.New(slog.DiscardHandler)}
+	route := Route{Pattern: "POST /invoke/{fn_id}", Access: Access{Role: RoleSubmitter, Invoker: true}}
+	h := aud.Wrap(a.Require(route, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), func(w http.ResponseWriter, r *http.Request, err error) {}), true)
+	r := httptest.NewRequest("POST", "/invoke/fn-1", nil)
+	r.Header.Set("Authorization", "Bearer "+tok)
+	w := httptest.NewRecorder()
+	b.ReportAllocs()
+	for b.Loop() {
+		h.ServeHTTP(w, r)
+	}
+}
