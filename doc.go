@@ -18,8 +18,10 @@
 //   - controlplane and its subpackages, one per resource: runs, nodes and
 //     the reconcile loop in controlplane itself; the Artifact catalog in
 //     controlplane/artifact; registry credentials in controlplane/registry;
-//     the Functions API in controlplane/function; over the HTTP plumbing
-//     in controlplane/internal/httpapi.
+//     named API credentials, the audit log and invitations in
+//     controlplane/access; the Functions API in controlplane/function; over
+//     the HTTP plumbing in controlplane/internal/httpapi (which also checks
+//     every route's role).
 //   - nodeproto: the node protocol, the contract between the control plane
 //     and the node agent.
 //   - nodeagent: the node agent's logic, prestart steps over a narrow

@@ -159,6 +159,10 @@ type Node struct {
 	Cordoned      bool       `json:"cordoned"`
 	Draining      bool       `json:"draining"`
 	DrainDeadline *time.Time `json:"drain_deadline,omitempty"`
+	// RemovedAt is when `mercator node rm` removed the node: its
+	// credentials are void and its work is treated as on an unreachable
+	// node (its status is unreachable).
+	RemovedAt *time.Time `json:"removed_at,omitempty"`
 }
 
 // DrainRequest is the body of POST /v1/nodes/{id}/drain.

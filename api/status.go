@@ -18,6 +18,8 @@ func StatusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, failure.ErrUnauthorized):
 		return http.StatusUnauthorized
+	case errors.Is(err, failure.ErrForbidden):
+		return http.StatusForbidden
 	case errors.Is(err, failure.ErrFenced):
 		return http.StatusConflict
 	case errors.Is(err, failure.ErrUnavailable):
@@ -49,8 +51,10 @@ func FailureOf(status int, body ErrorBody) error {
 			kind = failure.ErrConflict
 		case http.StatusBadRequest:
 			kind = failure.ErrInvalid
-		case http.StatusUnauthorized, http.StatusForbidden:
+		case http.StatusUnauthorized:
 			kind = failure.ErrUnauthorized
+		case http.StatusForbidden:
+			kind = failure.ErrForbidden
 		case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
 			kind = failure.ErrUnavailable
 		default:

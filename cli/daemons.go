@@ -36,9 +36,10 @@ func (inv *invocation) logger(level string) (*slog.Logger, error) {
 func runServer(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("[flags]", `Run the control plane: the public API, the node protocol and the scheduler.
 
-On first start it creates an admin credential, writes it (mode 0600) to
-DATA_DIR/admin-token and prints the path; give it to the CLI with
---token-file or MERCATOR_TOKEN.`)
+On first start it creates an admin credential, the named token "admin",
+writes it (mode 0600) to DATA_DIR/admin-token and prints the path; give it
+to the CLI with --token-file or MERCATOR_TOKEN, and make narrower ones with
+`+"`mercator token create`"+`.`)
 	db := fs.String("db", "", "store `URL`: sqlite://PATH or postgres://USER:PASSWORD@HOST/DB (default sqlite://DATA_DIR/mercator.db)")
 	listen := fs.String("listen", "127.0.0.1:7070", "`address` to serve on")
 	dataDir := fs.String("data-dir", "/var/lib/mercator/server", "`directory` for the admin credential and the default database")
@@ -50,6 +51,9 @@ DATA_DIR/admin-token and prints the path; give it to the CLI with
 	contentStore := fs.String("content", "local", "Artifact content store: local (under DATA_DIR, signed URLs) or `s3://BUCKET/PREFIX?endpoint=HOST:PORT` (credential from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
 	registryKeyFile := fs.String("registry-key-file", "", "`file` holding the 32-byte key (hex) that seals registry credentials and secret configuration (default: $MERCATOR_REGISTRY_KEY, else DATA_DIR/registry-key, generated on first start)")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
+	metricsPublic := fs.Bool("metrics-public", false, "serve /metrics without a credential (default: a reader's is needed)")
+	auditRetention := 30 * 24 * time.Hour
+	fs.Var(spanFlag{&auditRetention}, "audit-retention", "how long audit entries are kept, e.g. 30d (the log also keeps at most 1,000,000)")
 	if pos, err := fs.parse(args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -72,8 +76,12 @@ DATA_DIR/admin-token and prints the path; give it to the CLI with
 	return daemon.RunServer(ctx, daemon.ServerOptions{
 		DB: *db, Listen: *listen, DataDir: *dataDir, PublicURL: *public, InsecureRegistries: regs,
 		Content: *contentStore, RegistryKey: registryKey,
-		Config: controlplane.Config{Lease: *lease, SessionTTL: *sessionTTL, ReplicaURL: *replicaURL}, Logger: log,
+		Config: controlplane.Config{Lease: *lease, SessionTTL: *sessionTTL, ReplicaURL: *replicaURL,
+			MetricsPublic: *metricsPublic, AuditRetention: auditRetention}, Logger: log,
 		Ready: func(url, tokenFile string) {
+			if tokenFile == "" {
+				tokenFile = "(removed with `mercator token rm`; use another admin credential)"
+			}
 			fmt.Fprintf(inv.stderr, "control plane at %s\nadmin credential in %s\n", url, tokenFile)
 		},
 	})

@@ -36,23 +36,12 @@ The token is a secret until it is spent or expires. -o json prints the
 invitation object (node_id, token, expires_at, command).`)
 	g := fs.clientFlags(true)
 	ttl := fs.Duration("ttl", 0, "how long the invitation may be spent, e.g. 24h (0: the server's default, 24h)")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	id, err := oneArg(pos, "NODE_ID")
+	c, id, err := inv.connect(fs, g, args, "NODE_ID")
 	if err != nil {
 		return err
 	}
 	if *ttl < 0 {
 		return usagef("--ttl must not be negative, got %s", *ttl)
-	}
-	c, err := inv.client(g)
-	if err != nil {
-		return err
 	}
 	invitation, err := c.InviteNode(ctx, id, *ttl)
 	if err != nil {
@@ -77,17 +66,7 @@ func nodeList(ctx context.Context, inv *invocation, args []string) error {
 List the nodes the control plane knows: invited, ready (enrolled and
 inside their lease) and unreachable (past their lease).`)
 	g := fs.clientFlags(true)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
-	}
-	c, err := inv.client(g)
+	c, _, err := inv.connect(fs, g, args, "")
 	if err != nil {
 		return err
 	}
@@ -116,18 +95,7 @@ them: CPUs, memory, free disk, the container runtime and its version, the
 images it holds, its accelerators, and any notes about what it could not
 measure.`)
 	g := fs.clientFlags(true)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	id, err := oneArg(pos, "NODE_ID")
-	if err != nil {
-		return err
-	}
-	c, err := inv.client(g)
+	c, id, err := inv.connect(fs, g, args, "NODE_ID")
 	if err != nil {
 		return err
 	}
@@ -300,18 +268,7 @@ func nodeAction(ctx context.Context, inv *invocation, args []string, help string
 	if extra != nil {
 		extra(fs)
 	}
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	id, err := oneArg(pos, "NODE_ID")
-	if err != nil {
-		return err
-	}
-	c, err := inv.client(g)
+	c, id, err := inv.connect(fs, g, args, "NODE_ID")
 	if err != nil {
 		return err
 	}
@@ -324,6 +281,8 @@ func nodeAction(ctx context.Context, inv *invocation, args []string, help string
 	}
 	state := "in service"
 	switch {
+	case n.RemovedAt != nil:
+		state = "removed: its credentials are void, its agent stops, and its work is treated as on an unreachable node"
 	case n.Draining && n.DrainDeadline != nil:
 		state = "draining; remaining work stops at " + n.DrainDeadline.Format(time.RFC3339)
 	case n.Draining:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/access"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
@@ -38,6 +39,9 @@ func (s *Server) nodeStatus(n store.Node) string {
 // statusSeen is nodeStatus with the freshest report known (nil: none)
 // given.
 func (s *Server) statusSeen(n store.Node, seen *time.Time, now time.Time) string {
+	if n.RemovedAt != nil {
+		return api.NodeUnreachable // `mercator node rm`: at once, whatever was heard
+	}
 	if n.EnrolledAt == nil {
 		return api.NodeInvited
 	}
@@ -59,7 +63,7 @@ func freshest(n store.Node, mem map[string]time.Time) *time.Time {
 
 func (s *Server) nodeView(n store.Node, running []string) api.Node {
 	out := api.Node{ID: n.ID, Status: s.nodeStatus(n), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: s.live.LastSeen(n), Running: running,
-		Cordoned: n.Cordoned || n.Draining, Draining: n.Draining, DrainDeadline: n.DrainDeadline}
+		Cordoned: n.Cordoned || n.Draining, Draining: n.Draining, DrainDeadline: n.DrainDeadline, RemovedAt: n.RemovedAt}
 	if n.Facts != nil {
 		data, _ := json.Marshal(n.Facts)
 		json.Unmarshal(data, &out.Facts)
@@ -123,8 +127,10 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 }
 
 // inviteNode creates the node if it is new and a single-use invitation for
-// it. Inviting an enrolled node again is how an agent that lost its
-// credential comes back; the next enrollment fences the old one out.
+// it, revoking the node's older unused invitations (so a forgotten one
+// cannot enroll later and cut the node off). Inviting an enrolled node
+// again is how an agent that lost its credential comes back, and a removed
+// one is brought back; the next enrollment fences the old one out.
 func (s *Server) inviteNode(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := ValidateNodeID(id); err != nil {
@@ -150,11 +156,17 @@ func (s *Server) inviteNode(w http.ResponseWriter, r *http.Request) {
 	tok := "mci_" + httpapi.RandomToken()
 	inv := store.Invitation{TokenHash: httpapi.HashToken(tok), NodeID: id, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	err := s.batch(r.Context(), func(tx store.Tx) error {
-		if _, err := tx.GetNode(id); errors.Is(err, failure.ErrNotFound) {
-			if err := tx.PutNode(store.Node{ID: id, CreatedAt: now}); err != nil {
-				return err
-			}
-		} else if err != nil {
+		n, err := tx.GetNode(id)
+		if errors.Is(err, failure.ErrNotFound) {
+			n, err = store.Node{ID: id, CreatedAt: now}, tx.PutNode(store.Node{ID: id, CreatedAt: now})
+		} else if err == nil && n.RemovedAt != nil {
+			n.RemovedAt = nil // brought back (see removeNode)
+			err = tx.PutNode(n)
+		}
+		if err != nil {
+			return err
+		}
+		if err := access.RevokeUnused(tx, id, ""); err != nil {
 			return err
 		}
 		return tx.CreateInvitation(inv)

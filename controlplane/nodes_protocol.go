@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/access"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
@@ -31,6 +32,7 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, failure.Invalid("invitation", "node_id and invitation are required"))
 		return
 	}
+	httpapi.NoteWho(r.Context(), "node:"+req.NodeID, "node")
 	now := s.now()
 	tok := "mcs_" + httpapi.RandomToken()
 	var out nodeproto.Enrollment
@@ -86,20 +88,23 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
-// renew issues a later credential for the caller's session. The old one
-// stays valid until its own expiry, so a renewal whose answer is lost costs
-// nothing.
+// renew issues a later credential for the caller's session and retires the
+// one it replaces (access.RetireSessions): the caller's stays valid for
+// access.RenewOverlap, so a renewal whose answer is lost can be retried with it,
+// and every older one of the node's is deleted.
 func (s *Server) renew(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	now := s.now()
 	tok := "mcs_" + httpapi.RandomToken()
 	out := nodeproto.SessionRenewal{SessionToken: tok, ExpiresAt: now.Add(s.cfg.SessionTTL), FencingToken: c.Session.FencingToken}
-	err := s.batch(r.Context(), func(tx store.Tx) error {
-		return tx.PutSession(store.Session{TokenHash: httpapi.HashToken(tok), NodeID: c.NodeID, FencingToken: c.Session.FencingToken, ExpiresAt: out.ExpiresAt, CreatedAt: now})
-	})
+	renewed := store.Session{TokenHash: httpapi.HashToken(tok), NodeID: c.NodeID, FencingToken: c.Session.FencingToken, ExpiresAt: out.ExpiresAt, CreatedAt: now}
+	err := s.batch(r.Context(), func(tx store.Tx) error { return access.RetireSessions(tx, c.Session, renewed, now) })
 	if err != nil {
+		s.auditNode(r, c.NodeID, api.StatusOf(err))
 		httpapi.WriteError(w, err)
 		return
 	}
+	s.auditNode(r, c.NodeID, http.StatusOK)
+	s.fenceChanged(c.NodeID) // every replica drops the node's cached sessions
 	s.live.Report(c.NodeID, now)
 	httpapi.WriteJSON(w, http.StatusOK, out)
 }

@@ -32,8 +32,19 @@ func TestOpenAPIDocumentsEveryRouteAndField(t *testing.T) {
 	for _, rt := range (&Server{}).publicRoutes() {
 		method, path, _ := strings.Cut(rt.Pattern, " ")
 		served[method+" "+path] = true
-		if _, ok := doc.Paths[path][strings.ToLower(method)]; !ok {
+		op, ok := doc.Paths[path][strings.ToLower(method)]
+		if !ok {
 			t.Errorf("route %s is served but not documented", rt.Pattern)
+			continue
+		}
+		// The role the access table declares (routes.go) is the one the
+		// document states.
+		fields, _ := op.(map[string]any)
+		invoker, _ := fields["x-mercator-invoker"].(bool)
+		public, _ := fields["x-mercator-public"].(bool)
+		if fields["x-mercator-role"] != string(rt.Access.Role) || invoker != rt.Access.Invoker || public != rt.Access.Public {
+			t.Errorf("route %s: the document states role %v, invoker %v, public %v; routes.go declares %+v",
+				rt.Pattern, fields["x-mercator-role"], invoker, public, rt.Access)
 		}
 	}
 	for path, ops := range doc.Paths {
@@ -94,6 +105,14 @@ func TestOpenAPIDocumentsEveryRouteAndField(t *testing.T) {
 	check("RegistryCredentialRequest", api.RegistryCredentialRequest{})
 	check("Registry", api.Registry{})
 	check("RegistryList", api.RegistryList{})
+	check("TokenRequest", api.TokenRequest{})
+	check("Token", api.Token{})
+	check("TokenCreated", api.TokenCreated{})
+	check("TokenList", api.TokenList{})
+	check("AuditEntry", api.AuditEntry{})
+	check("AuditList", api.AuditList{})
+	check("InvitationInfo", api.InvitationInfo{})
+	check("InvitationList", api.InvitationList{})
 }
 
 func walkJSONFields(t reflect.Type, fn func(string)) {

@@ -48,6 +48,7 @@ const (
 	topicNode      = "node:"
 	topicFence     = "fence:"
 	topicRunIDs    = "runs:"
+	topicToken     = "token:"
 )
 
 // batchPrefix starts a notification that carries several signals, one a
@@ -162,9 +163,11 @@ func (s *Server) deliver(topic string) {
 		}
 	case strings.HasPrefix(topic, topicNode):
 		s.nodeBroadcast(strings.TrimPrefix(topic, topicNode)).Notify()
+	case strings.HasPrefix(topic, topicToken):
+		s.tokens.Forget(strings.TrimPrefix(topic, topicToken)) // removed: refuse it at once
 	case strings.HasPrefix(topic, topicFence):
 		id := strings.TrimPrefix(topic, topicFence)
-		s.auth.forget(id) // its fencing token rose
+		s.auth.Forget(id) // its fencing token rose
 		s.nodeBroadcast(id).Notify()
 	default:
 		s.fn.Deliver(topic) // a call, or a log question, for a session held here
@@ -179,10 +182,14 @@ func (s *Server) signal(topic string) {
 // nodeChanged wakes the node's session stream, wherever it is held.
 func (s *Server) nodeChanged(nodeID string) { s.signal(topicNode + nodeID) }
 
-// fenceChanged says the node was enrolled again: every replica drops the
-// fencing token it cached (nodes_auth.go) and wakes the node's session
-// streams, so a superseded one notices it is fenced.
+// fenceChanged says the node was enrolled again, renewed or removed: every
+// replica drops the fencing token and the sessions it cached
+// (nodes_auth.go) and wakes the node's session streams, so a superseded
+// one notices it is fenced.
 func (s *Server) fenceChanged(nodeID string) { s.signal(topicFence + nodeID) }
+
+// tokenRemoved makes every replica forget the API credential of that hash.
+func (s *Server) tokenRemoved(hash string) { s.signal(topicToken + hash) }
 
 // runsChanged wakes long polls on runs.
 func (s *Server) runsChanged() { s.signal(topicRuns) }

@@ -19,11 +19,98 @@ var openAPI []byte
 // maxLogBody bounds one log chunk from an agent.
 const maxLogBody = 8 << 20
 
-// publicRoutes is the public API, every route behind an API credential:
-// Mercator's own (v1Routes) and the Fn-compatible ones (package function).
-// openapi.json documents exactly these (a test checks it).
+// The roles, as the access table spells them.
+var (
+	reader    = httpapi.Access{Role: httpapi.RoleReader}
+	submitter = httpapi.Access{Role: httpapi.RoleSubmitter}
+	operator  = httpapi.Access{Role: httpapi.RoleOperator}
+	admin     = httpapi.Access{Role: httpapi.RoleAdmin}
+	// invoke: submitter, or an invoker key of the app the call addresses
+	// (package function confines it, httpapi.ConfineToApp).
+	invoke = httpapi.Access{Role: httpapi.RoleSubmitter, Invoker: true}
+	// trigger: invoke, and a caller without a credential when the trigger
+	// is public (the function.PublicAnnotation annotation).
+	trigger = httpapi.Access{Role: httpapi.RoleSubmitter, Invoker: true, Public: true}
+)
+
+// routeAccess is who may call every public route, declared once, here: a route
+// missing from it is not served (publicRoutes panics), and openapi.json
+// states each as x-mercator-role (with x-mercator-invoker and
+// x-mercator-public), which TestOpenAPIDocumentsEveryRouteAndField checks
+// and the role-matrix test drives.
+var routeAccess = map[string]httpapi.Access{
+	"POST /v1/runs":                               submitter,
+	"POST /v1/runs/batch":                         submitter,
+	"GET /v1/runs":                                reader,
+	"GET /v1/runs/{id}":                           reader,
+	"POST /v1/runs/{id}/cancel":                   submitter,
+	"GET /v1/runs/{id}/wait":                      reader,
+	"GET /v1/runs/{id}/logs":                      reader,
+	"GET /v1/nodes":                               reader,
+	"GET /v1/nodes/{id}":                          reader,
+	"DELETE /v1/nodes/{id}":                       operator,
+	"POST /v1/nodes/{id}/invitations":             operator,
+	"GET /v1/nodes/{id}/invitations":              operator,
+	"POST /v1/nodes/{id}/cordon":                  operator,
+	"POST /v1/nodes/{id}/uncordon":                operator,
+	"POST /v1/nodes/{id}/drain":                   operator,
+	"POST /v1/tokens":                             admin,
+	"GET /v1/tokens":                              admin,
+	"DELETE /v1/tokens/{name}":                    admin,
+	"GET /v1/audit":                               admin,
+	"POST /v1/artifacts/{name}/uploads":           submitter,
+	"GET /v1/uploads/{id}":                        reader,
+	"PUT /v1/uploads/{id}":                        submitter,
+	"POST /v1/uploads/{id}/commit":                submitter,
+	"GET /v1/artifacts":                           reader,
+	"GET /v1/artifacts/{name}":                    reader,
+	"GET /v1/artifacts/{name}/versions/{version}": reader,
+	"POST /v1/registries":                         operator,
+	"GET /v1/registries":                          reader,
+	"DELETE /v1/registries/{host}":                operator,
+	"GET /v2/apps":                                reader,
+	"POST /v2/apps":                               operator,
+	"GET /v2/apps/{app_id}":                       reader,
+	"PUT /v2/apps/{app_id}":                       operator,
+	"DELETE /v2/apps/{app_id}":                    operator,
+	"GET /v2/fns":                                 reader,
+	"POST /v2/fns":                                operator,
+	"GET /v2/fns/{fn_id}":                         reader,
+	"PUT /v2/fns/{fn_id}":                         operator,
+	"DELETE /v2/fns/{fn_id}":                      operator,
+	"GET /v2/fns/{fn_id}/calls":                   reader,
+	"GET /v2/fns/{fn_id}/calls/{call_id}":         reader,
+	"GET /v2/fns/{fn_id}/calls/{call_id}/log":     reader,
+	"GET /v2/fns/{fn_id}/calls/{call_id}/result":  reader,
+	"GET /v2/triggers":                            reader,
+	"POST /v2/triggers":                           operator,
+	"GET /v2/triggers/{trigger_id}":               reader,
+	"PUT /v2/triggers/{trigger_id}":               operator,
+	"DELETE /v2/triggers/{trigger_id}":            operator,
+	"POST /invoke/{fn_id}":                        invoke,
+	"POST /invoke/{fn_id}/async":                  invoke,
+	"GET /t/{app_name}/{source...}":               trigger,
+	"POST /t/{app_name}/{source...}":              trigger,
+	"PUT /t/{app_name}/{source...}":               trigger,
+	"PATCH /t/{app_name}/{source...}":             trigger,
+	"DELETE /t/{app_name}/{source...}":            trigger,
+	"OPTIONS /t/{app_name}/{source...}":           trigger,
+}
+
+// publicRoutes is the public API, every route behind an API credential
+// with the access the table above gives it: Mercator's own (v1Routes) and
+// the Fn-compatible ones (package function). openapi.json documents
+// exactly these (a test checks it).
 func (s *Server) publicRoutes() []httpapi.Route {
-	return append(s.v1Routes(), s.fn.Routes()...)
+	routes := append(s.v1Routes(), s.fn.Routes()...)
+	for i := range routes {
+		a, ok := routeAccess[routes[i].Pattern]
+		if !ok {
+			panic("controlplane: route " + routes[i].Pattern + " has no entry in the access table (routes.go)")
+		}
+		routes[i].Access = a
+	}
+	return routes
 }
 
 // v1Routes is Mercator's own API, whose errors take api.Error's shape.
@@ -38,11 +125,12 @@ func (s *Server) v1Routes() []httpapi.Route {
 		{Pattern: "GET /v1/runs/{id}/logs", Handler: s.runLogs},
 		{Pattern: "GET /v1/nodes", Handler: s.listNodes},
 		{Pattern: "GET /v1/nodes/{id}", Handler: s.getNode},
+		{Pattern: "DELETE /v1/nodes/{id}", Handler: s.removeNode},
 		{Pattern: "POST /v1/nodes/{id}/invitations", Handler: s.inviteNode},
 		{Pattern: "POST /v1/nodes/{id}/cordon", Handler: s.cordonNode},
 		{Pattern: "POST /v1/nodes/{id}/uncordon", Handler: s.uncordonNode},
 		{Pattern: "POST /v1/nodes/{id}/drain", Handler: s.drainNode},
-	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes())...)
+	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes(), s.access.Routes())...)
 }
 
 // writeAuthError writes a refusal of an API credential on a v1 route.
@@ -51,21 +139,34 @@ func writeAuthError(w http.ResponseWriter, _ *http.Request, err error) { httpapi
 // Handler returns the HTTP handler for the public API and the node protocol.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	// Public API.
-	mux.Handle("GET /metrics", s.metrics.Handler())
+	// Public API. /metrics needs a reader credential unless the server was
+	// started with MetricsPublic.
+	metricsHandler := s.metrics.Handler()
+	if !s.cfg.MetricsPublic {
+		metricsHandler = s.audit.Wrap(s.tokens.Require(httpapi.Route{Pattern: "GET /metrics", Access: reader}, metricsHandler, writeAuthError), false)
+	}
+	mux.Handle("GET /metrics", metricsHandler)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(openAPI)
 	})
+	v1 := map[string]bool{}
 	for _, rt := range s.v1Routes() {
-		mux.Handle(rt.Pattern, s.admin.Require(rt.Handler, writeAuthError))
+		v1[rt.Pattern] = true
 	}
-	for _, rt := range s.fn.Routes() {
-		mux.Handle(rt.Pattern, s.admin.Require(rt.Handler, function.WriteAuthError))
+	for _, rt := range s.publicRoutes() {
+		fail := function.WriteAuthError
+		if v1[rt.Pattern] {
+			fail = writeAuthError
+		}
+		// Invocations are not audited call by call (httpapi/audit.go);
+		// their refusals are.
+		mux.Handle(rt.Pattern, s.audit.Wrap(s.tokens.Require(rt, http.HandlerFunc(rt.Handler), fail), rt.Access.Invoker))
 	}
-	// Node protocol.
-	mux.HandleFunc("POST "+nodeproto.PathEnroll, s.enroll)
+	// Node protocol. Enrollment and renewal are audited; the hot calls
+	// (events, logs, the session stream) only when refused (nodeAuth).
+	mux.Handle("POST "+nodeproto.PathEnroll, s.audit.Wrap(http.HandlerFunc(s.enroll), false))
 	mux.Handle("POST "+nodeproto.PathRenew, s.nodeAuth(s.renew))
 	mux.Handle("POST "+nodeproto.PathSession, s.nodeAuth(s.session))
 	mux.Handle("POST "+nodeproto.PathEvents, s.nodeAuth(s.events))

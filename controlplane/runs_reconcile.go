@@ -85,6 +85,20 @@ func (s *Server) issueFenced(tx store.Tx, nodeID string, fence uint64, cmd nodep
 	return cmd, tx.PutOperation(store.Operation{ID: cmd.OperationID, NodeID: nodeID, CreatedAt: cmd.CreatedAt, Command: cmd})
 }
 
+// lostSince is when a node's work became lost, or nil while it is not: a
+// node removed by `mercator node rm` since its removal, an unreachable one
+// since its lease ran out.
+func lostSince(n store.Node, status string, seen *time.Time, lease time.Duration) *time.Time {
+	switch {
+	case n.RemovedAt != nil:
+		return n.RemovedAt
+	case n.EnrolledAt != nil && status == api.NodeUnreachable && seen != nil:
+		t := seen.Add(lease)
+		return &t
+	}
+	return nil
+}
+
 // schedNode is a node as the scheduler sees it, with the status given,
 // without what its active attempts hold (buildSnapshot adds that).
 func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
@@ -248,8 +262,8 @@ func (s *Server) reconcile(ctx context.Context) error {
 			status := s.statusSeen(n, seen, now)
 			st.viewIndex[n.ID] = len(st.view)
 			st.view = append(st.view, s.schedNode(n, status))
-			if n.EnrolledAt != nil && status == api.NodeUnreachable && seen != nil {
-				lost[n.ID] = seen.Add(s.cfg.Lease)
+			if since := lostSince(n, status, seen, s.cfg.Lease); since != nil {
+				lost[n.ID] = *since
 			}
 			if n.Draining && n.DrainDeadline != nil && !now.Before(*n.DrainDeadline) {
 				drained[n.ID] = true
@@ -499,10 +513,7 @@ func (s *Server) replaceLost(ctx context.Context, lost map[string]time.Time) err
 				if err != nil {
 					return err
 				}
-				if seen := s.live.LastSeen(n); seen != nil && s.nodeStatus(n) == api.NodeUnreachable {
-					t := seen.Add(s.cfg.Lease)
-					since = &t
-				}
+				since = lostSince(n, s.nodeStatus(n), s.live.LastSeen(n), s.cfg.Lease)
 				judged[a.NodeID] = since
 			}
 			if since == nil {

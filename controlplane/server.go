@@ -21,6 +21,9 @@
 //     tracker (internal/liveness);
 //   - artifacts and content: package artifact;
 //   - registry credentials: package registry;
+//   - named API credentials with roles, the audit log, node revocation:
+//     routes.go (who may call what), package access, internal/httpapi
+//     (the credential cache and the audit queue), nodes_revoke.go;
 //   - functions: package function, behind function.Host (functions_host.go);
 //   - plumbing: routes.go (every route, one place), internal/httpapi
 //     (decode, errors, paging, credentials), store_commit.go (group commit),
@@ -43,12 +46,14 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/content"
+	"github.com/mercator/mercator/controlplane/access"
 	"github.com/mercator/mercator/controlplane/artifact"
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/liveness"
 	"github.com/mercator/mercator/controlplane/internal/livesession"
 	"github.com/mercator/mercator/controlplane/internal/metrics"
+	"github.com/mercator/mercator/controlplane/internal/nodeauth"
 	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/store"
 )
@@ -113,6 +118,15 @@ type Config struct {
 	// configuration at rest (RegistryKeySize bytes, AES-256-GCM); nil
 	// means neither can be stored. See sealing.go.
 	RegistryKey []byte
+	// MetricsPublic serves /metrics without a credential; otherwise it
+	// needs a reader's.
+	MetricsPublic bool
+	// AuditRetention is how long audit entries are kept (default 30 days),
+	// AuditMaxRows how many at most (default 1,000,000); both are applied
+	// every AuditPruneEvery (default 10 minutes).
+	AuditRetention  time.Duration
+	AuditMaxRows    int
+	AuditPruneEvery time.Duration
 }
 
 func (c *Config) defaults() {
@@ -133,6 +147,15 @@ func (c *Config) defaults() {
 	}
 	if c.WriteConcurrency == 0 {
 		c.WriteConcurrency = 1
+	}
+	if c.AuditRetention == 0 {
+		c.AuditRetention = 30 * 24 * time.Hour
+	}
+	if c.AuditMaxRows == 0 {
+		c.AuditMaxRows = 1_000_000
+	}
+	if c.AuditPruneEvery == 0 {
+		c.AuditPruneEvery = 10 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -157,6 +180,7 @@ type Server struct {
 	coord         Coordinator          // nil for a single replica
 	artifacts     *artifact.Service    // Artifacts and content (package artifact)
 	registries    *registry.Service    // registry credentials (package registry)
+	access        *access.Service      // named tokens, the audit log, invitations (package access)
 	fn            *function.Service    // Functions (package function)
 	streams       livesession.Registry // sessions held here
 
@@ -166,10 +190,11 @@ type Server struct {
 	batching  atomic.Bool
 	outbox    chan string // replicas_signal.go: signals for other replicas
 	replicaID string
-	pins      pinCache       // runs_pins.go
-	auth      authCache      // nodes_auth.go
-	admin     *httpapi.Admin // API credentials, cached briefly
-	mailboxes sync.Map       // node ID → *mailbox (nodes_mailbox.go)
+	pins      pinCache         // runs_pins.go
+	auth      nodeauth.Cache   // nodes_auth.go, internal/nodeauth
+	tokens    *httpapi.Tokens  // API credentials, cached briefly (access_handlers.go)
+	audit     *httpapi.Auditor // the audit log's queue
+	mailboxes sync.Map         // node ID → *mailbox (nodes_mailbox.go)
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.
@@ -183,11 +208,14 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		runs:          newBroadcast(), logs: newBroadcast(), metrics: metrics.New(), coord: coord,
 		live: liveness.New(cfg.Lease), batches: make(chan *batchJob), outbox: make(chan string, 1<<16),
 		replicaID: httpapi.NewID(""),
-		admin:     &httpapi.Admin{Store: st, Now: cfg.Now},
+		tokens:    &httpapi.Tokens{Store: st, Now: cfg.Now},
 	}
+	s.audit = &httpapi.Auditor{Store: st, Now: s.now, Log: s.log, Dropped: s.metrics.AuditDropped.Inc,
+		Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows, PruneEvery: cfg.AuditPruneEvery}
 	s.artifacts = artifact.New(artifact.Config{Store: st, Now: s.now, Logger: s.log, Content: cfg.Content,
 		ReadTTL: cfg.ContentReadTTL, UploadDir: cfg.UploadDir})
 	s.registries = registry.New(st, s.now, s.log, serverKey{s})
+	s.access = access.New(st, s.now, s.tokenRemoved)
 	var pub function.Publisher
 	if coord != nil {
 		pub = coord
@@ -213,7 +241,8 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 	errc := make(chan error, 2)
 	var loops sync.WaitGroup
-	loops.Add(2 + s.cfg.WriteConcurrency)
+	loops.Add(3 + s.cfg.WriteConcurrency)
+	go func() { defer loops.Done(); s.audit.Run(ctx) }()
 	go func() {
 		defer loops.Done()
 		s.live.FlushLoop(ctx, liveness.Flusher{Store: s.store, Log: s.log, Lapses: func(n int) { s.metrics.LeaseLapses.Add(float64(n)) }})
@@ -286,4 +315,4 @@ func (b *broadcast) Notify() {
 func HashToken(tok string) string { return httpapi.HashToken(tok) }
 
 // NewAdminToken returns a fresh API credential (prefix mca_).
-func NewAdminToken() string { return "mca_" + httpapi.RandomToken() }
+func NewAdminToken() string { return access.NewSecret() }

@@ -50,7 +50,8 @@ type ServerOptions struct {
 	Config      controlplane.Config
 	Logger      *slog.Logger
 	// Ready, when set, is called once the server accepts connections, with
-	// its URL and the path of the admin credential file.
+	// its URL and the path of the admin credential file ("" when that
+	// credential was removed with `mercator token rm`).
 	Ready func(url, tokenFile string)
 }
 
@@ -134,24 +135,60 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 }
 
 // EnsureAdminToken returns the path of the admin credential file in dataDir,
-// creating the credential (and its hash in the store) on first start. The
-// file is mode 0600; the store keeps only the hash.
+// creating the credential on this data directory's first start: a named
+// token with the admin role, "admin" (or "admin-N" when a replica sharing
+// the database took that name), listed by `mercator token ls` and
+// removable with `mercator token rm` like any other once another admin
+// exists. The file is mode 0600; the store keeps only the hash. A file
+// whose token was removed stays removed: the path returned is then "" and
+// nothing is minted; a file whose token the store never held (the
+// database was replaced) is an error.
 func EnsureAdminToken(ctx context.Context, st store.Store, dataDir string, now time.Time) (path string, err error) {
 	path = filepath.Join(dataDir, "admin-token")
 	if data, err := os.ReadFile(path); err == nil {
 		tok := strings.TrimSpace(string(data))
-		err = st.View(ctx, func(tx store.Tx) error { _, err := tx.GetToken(controlplane.HashToken(tok)); return err })
-		if err == nil {
+		var admins int
+		err = st.View(ctx, func(tx store.Tx) error {
+			if _, err := tx.GetToken(controlplane.HashToken(tok)); err == nil {
+				admins = -1
+				return nil
+			}
+			toks, err := tx.ListTokens()
+			for _, t := range toks {
+				if t.Role == "" || t.Role == "admin" {
+					admins++
+				}
+			}
+			return err
+		})
+		switch {
+		case err != nil:
+			return "", err
+		case admins < 0:
 			return path, nil
+		case admins > 0:
+			return "", nil // removed with `mercator token rm`; other admins remain
 		}
-		return "", fmt.Errorf("admin token in %s is not known to this database (was the database replaced?): %w; remove the file to mint a new one", path, err)
+		return "", fmt.Errorf("admin token in %s is not known to this database (was the database replaced?); remove the file to mint a new one", path)
 	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return "", err
 	}
 	tok := controlplane.NewAdminToken()
 	if err := st.Update(ctx, func(tx store.Tx) error {
-		return tx.CreateToken(store.Token{Hash: controlplane.HashToken(tok), Name: "admin", CreatedAt: now.UTC()})
+		toks, err := tx.ListTokens()
+		if err != nil {
+			return err
+		}
+		taken := map[string]bool{}
+		for _, t := range toks {
+			taken[t.Name] = true
+		}
+		name := "admin"
+		for n := 2; taken[name]; n++ {
+			name = fmt.Sprintf("admin-%d", n)
+		}
+		return tx.CreateToken(store.Token{Hash: controlplane.HashToken(tok), Name: name, Role: "admin", CreatedAt: now.UTC()})
 	}); err != nil {
 		return "", err
 	}

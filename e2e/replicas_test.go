@@ -93,7 +93,12 @@ func startReplica(t *testing.T, dsn string) *replicaProc {
 
 // leaderGauge reads mercator_scheduler_leader from a replica's metrics.
 func leaderGauge(t *testing.T, r *replicaProc) string {
-	resp, err := http.Get(r.url + "/metrics")
+	req, err := http.NewRequest(http.MethodGet, r.url+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+r.token) // /metrics needs a reader's credential
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

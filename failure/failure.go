@@ -1,5 +1,6 @@
 // Package failure defines the small set of error kinds every Mercator package
-// uses: not found, conflict, invalid, unauthorized, fenced and unavailable.
+// uses: not found, conflict, invalid, unauthorized, forbidden, fenced and
+// unavailable.
 //
 // Errors are wrapped with %w and the identifiers involved, and checked with
 // errors.Is against the sentinel kinds below. The translation to HTTP status
@@ -26,6 +27,10 @@ var (
 	ErrInvalid = errors.New("invalid")
 	// ErrUnauthorized: no credential, a wrong one, or an expired one.
 	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden: a valid credential whose role does not allow the
+	// request. Distinct from ErrUnauthorized: another credential, not a
+	// fresh copy of this one, is the remedy.
+	ErrForbidden = errors.New("forbidden")
 	// ErrFenced: the caller holds a fencing token that a later enrollment of
 	// the same node has superseded. It is distinct from ErrUnauthorized so an
 	// agent can tell "you were replaced" from "your credential is wrong".
@@ -74,6 +79,11 @@ func Unauthorized(format string, args ...any) error {
 	return &Error{Kind: ErrUnauthorized, Message: fmt.Sprintf(format, args...)}
 }
 
+// Forbidden reports a credential whose role does not allow the request.
+func Forbidden(format string, args ...any) error {
+	return &Error{Kind: ErrForbidden, Message: fmt.Sprintf(format, args...)}
+}
+
 // Fenced reports a superseded fencing token.
 func Fenced(format string, args ...any) error {
 	return &Error{Kind: ErrFenced, Message: fmt.Sprintf(format, args...)}
@@ -85,7 +95,8 @@ func Unavailable(format string, args ...any) error {
 }
 
 // Code is the stable, machine-readable name of err's kind, as the API
-// reports it: "not_found", "conflict", "invalid", "unauthorized", "fenced",
+// reports it: "not_found", "conflict", "invalid", "unauthorized",
+// "forbidden", "fenced",
 // "unavailable", or "internal" for anything else.
 func Code(err error) string {
 	switch {
@@ -97,6 +108,8 @@ func Code(err error) string {
 		return "invalid"
 	case errors.Is(err, ErrUnauthorized):
 		return "unauthorized"
+	case errors.Is(err, ErrForbidden):
+		return "forbidden"
 	case errors.Is(err, ErrFenced):
 		return "fenced"
 	case errors.Is(err, ErrUnavailable):
@@ -117,6 +130,8 @@ func FromCode(code string) error {
 		return ErrInvalid
 	case "unauthorized":
 		return ErrUnauthorized
+	case "forbidden":
+		return ErrForbidden
 	case "fenced":
 		return ErrFenced
 	case "unavailable":

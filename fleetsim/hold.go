@@ -206,7 +206,7 @@ func (s *sim) scrapeAll(ctx context.Context) {
 		if r.killed.Load() {
 			continue
 		}
-		m, err := scrape(ctx, s.metricsClient, r.url+"/metrics")
+		m, err := scrape(ctx, s.metricsClient, r.url+"/metrics", r.token)
 		if err == nil {
 			r.mu.Lock()
 			r.metrics = m

@@ -94,13 +94,14 @@ func raiseOpenFileLimit(want uint64) (uint64, error) {
 
 // scrape reads the named series (name or name{labels} exactly as the text
 // exposition writes them) from a Prometheus endpoint.
-func scrape(ctx context.Context, hc *http.Client, url string) (map[string]float64, error) {
+func scrape(ctx context.Context, hc *http.Client, url, token string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
+	req.Header.Set("Authorization", "Bearer "+token) // /metrics needs a reader's credential
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err

@@ -72,6 +72,11 @@ type Tx interface {
 	GetInvitation(tokenHash string) (Invitation, error)
 	// PutInvitation replaces an existing invitation (to mark it spent).
 	PutInvitation(inv Invitation) error
+	// ListInvitations returns a node's invitations, oldest first (by
+	// CreatedAt, then hash). Empty, not an error, when there are none.
+	ListInvitations(nodeID string) ([]Invitation, error)
+	// DeleteInvitation removes an invitation; ErrNotFound if there is none.
+	DeleteInvitation(tokenHash string) error
 
 	// PutSession creates or replaces a session credential.
 	PutSession(s Session) error
@@ -107,9 +112,8 @@ type Tx interface {
 	// log's size. A log nobody wrote is empty, not an error.
 	ReadLog(key nodeproto.WorkloadKey, offset int64, max int) (data []byte, size int64, err error)
 
-	// CreateToken stores an API credential; ErrConflict if the hash exists.
-	CreateToken(t Token) error
-	GetToken(hash string) (Token, error)
+	// Tokens and the audit log (access.go).
+	AccessTx
 
 	// CreateArtifact adds a version to the Artifact catalog; ErrConflict
 	// if the name already has that version. Versions are immutable: there
@@ -155,6 +159,10 @@ type Node struct {
 	// set), have their remaining attempts stopped.
 	Draining      bool       `json:"draining,omitempty"`
 	DrainDeadline *time.Time `json:"drain_deadline,omitempty"`
+	// RemovedAt is set by `mercator node rm`: the node's credentials are
+	// void, it takes no work, and its work is treated as on an unreachable
+	// node. A new invitation clears it.
+	RemovedAt *time.Time `json:"removed_at,omitempty"`
 }
 
 // Invitation is a single-use enrollment credential, stored by hash only.
@@ -228,11 +236,4 @@ type RegistryCredential struct {
 	Sealed    []byte    `json:"sealed"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
-}
-
-// Token is an API credential (an admin token), stored by hash only.
-type Token struct {
-	Hash      string    `json:"hash"`
-	Name      string    `json:"name"`
-	CreatedAt time.Time `json:"created_at"`
 }

@@ -80,16 +80,23 @@ func (s *Service) lookupFn(ctx context.Context, id string) (*fnEntry, error) {
 
 type triggerEntry struct {
 	appID, fnID string
+	public      bool // PublicAnnotation: callable without a credential
 	at          time.Time
 }
 
-// lookupTrigger finds the function an HTTP trigger of the app names.
-func (s *Service) lookupTrigger(ctx context.Context, appName, source string) (*fnEntry, error) {
+// PublicAnnotation, set to true on an HTTP trigger, lets callers without a
+// credential call it (off by default; httpapi.ConfineToApp).
+const PublicAnnotation = "mercator.dev/public"
+
+// lookupTrigger finds the function an HTTP trigger of the app names, and
+// whether the trigger is public.
+func (s *Service) lookupTrigger(ctx context.Context, appName, source string) (*fnEntry, bool, error) {
 	key := appName + "\x00" + source
 	now := s.now()
 	if v, ok := s.triggers.Load(key); ok {
 		if t := v.(*triggerEntry); now.Sub(t.at) < cacheTTL {
-			return s.lookupFn(ctx, t.fnID)
+			e, err := s.lookupFn(ctx, t.fnID)
+			return e, t.public, err
 		}
 	}
 	var t triggerEntry
@@ -102,14 +109,15 @@ func (s *Service) lookupTrigger(ctx context.Context, appName, source string) (*f
 		if err != nil {
 			return notFoundAs(err, errTriggerNotFound)
 		}
-		t = triggerEntry{appID: app.ID, fnID: tr.FnID, at: now}
+		t = triggerEntry{appID: app.ID, fnID: tr.FnID, public: string(tr.Annotations[PublicAnnotation]) == "true", at: now}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	s.triggers.Store(key, &t)
-	return s.lookupFn(ctx, t.fnID)
+	e, err := s.lookupFn(ctx, t.fnID)
+	return e, t.public, err
 }
 
 // forgetFn and forgetApp drop cached entries this replica just changed.

@@ -412,7 +412,7 @@ func callStatus(kind string) (int, string) {
 }
 
 func (s *Service) fnInvoke(w http.ResponseWriter, r *http.Request) {
-	e, err := s.lookupFn(r.Context(), r.PathValue("fn_id"))
+	e, err := s.lookupInvoked(r)
 	if err != nil {
 		s.fnFail(w, err)
 		return
@@ -424,9 +424,22 @@ func (s *Service) fnInvoke(w http.ResponseWriter, r *http.Request) {
 	s.invokeSync(w, r, e, invokeHeader(r))
 }
 
+// lookupInvoked is the function /invoke/{fn_id} names, refused to an
+// invoker key of another app (httpapi.ConfineToApp).
+func (s *Service) lookupInvoked(r *http.Request) (*fnEntry, error) {
+	e, err := s.lookupFn(r.Context(), r.PathValue("fn_id"))
+	if err != nil {
+		return nil, err
+	}
+	if err := httpapi.ConfineToApp(r.Context(), e.app.Name, false, "invoke functions"); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
 // fnInvokeAsync (Mercator) is the detached invoke at a path of its own.
 func (s *Service) fnInvokeAsync(w http.ResponseWriter, r *http.Request) {
-	e, err := s.lookupFn(r.Context(), r.PathValue("fn_id"))
+	e, err := s.lookupInvoked(r)
 	if err != nil {
 		s.fnFail(w, err)
 		return
@@ -438,7 +451,12 @@ func (s *Service) fnInvokeAsync(w http.ResponseWriter, r *http.Request) {
 // that source (Fn's "/" for an empty one).
 func (s *Service) fnTrigger(w http.ResponseWriter, r *http.Request) {
 	source := "/" + r.PathValue("source")
-	e, err := s.lookupTrigger(r.Context(), r.PathValue("app_name"), source)
+	e, public, err := s.lookupTrigger(r.Context(), r.PathValue("app_name"), source)
+	if err == nil {
+		// An invoker key calls its own app's triggers only; a caller
+		// without a credential, public triggers only.
+		err = httpapi.ConfineToApp(r.Context(), e.app.Name, public, "call triggers")
+	}
 	if err != nil {
 		s.fnFail(w, err)
 		return

@@ -211,7 +211,12 @@ func (c *cluster) killServer() {
 // scrape reads the control plane's Prometheus series.
 func (c *cluster) scrape(timeout time.Duration) (map[string]float64, error) {
 	hc := &http.Client{Timeout: timeout}
-	resp, err := hc.Get(c.url + "/metrics")
+	req, err := http.NewRequest(http.MethodGet, c.url+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token) // /metrics needs a reader's credential
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}

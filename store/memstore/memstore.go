@@ -60,6 +60,7 @@ func New() *Store {
 		runs:        map[string][]byte{},
 		operations:  map[string][]byte{},
 		tokens:      map[string][]byte{},
+		audit:       map[string][]byte{},
 		artifacts:   map[string][]byte{},
 		registries:  map[string][]byte{},
 		functions:   newFunctionTables(),
@@ -79,6 +80,7 @@ type state struct {
 	runs        map[string][]byte
 	operations  map[string][]byte
 	tokens      map[string][]byte
+	audit       map[string][]byte // by entry ID
 	artifacts   map[string][]byte // by record.ArtifactKey
 	registries  map[string][]byte
 	functions   functionTables
@@ -212,6 +214,24 @@ func get[T any](t *tx, m map[string][]byte, what, id string) (T, error) {
 	return decode[T](what, id, b)
 }
 
+// list decodes the records of m that keep accepts, in no order.
+func list[T any](t *tx, m map[string][]byte, what string, keep func(T) bool) ([]T, error) {
+	if err := t.readable(); err != nil {
+		return nil, err
+	}
+	out := []T{}
+	for id, b := range m {
+		v, err := decode[T](what, id, b)
+		if err != nil {
+			return nil, err
+		}
+		if keep(v) {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
 // put stores v under id in the named table. mode says what must hold first.
 func put(t *tx, name string, m *map[string][]byte, what, id string, v any, mode putMode) error {
 	if err := t.writable(); err != nil {
@@ -283,6 +303,16 @@ func (t *tx) PutInvitation(inv store.Invitation) error {
 		return err
 	}
 	return put(t, "invitations", &t.st.invitations, "invitation", inv.TokenHash, inv, replace)
+}
+
+func (t *tx) ListInvitations(nodeID string) ([]store.Invitation, error) {
+	invs, err := list(t, t.st.invitations, "invitation", func(inv store.Invitation) bool { return inv.NodeID == nodeID })
+	record.SortInvitations(invs)
+	return invs, err
+}
+
+func (t *tx) DeleteInvitation(tokenHash string) error {
+	return remove(t, "invitations", &t.st.invitations, "invitation", tokenHash)
 }
 
 func (t *tx) PutSession(s store.Session) error {
@@ -459,17 +489,6 @@ func (t *tx) ReadLog(key nodeproto.WorkloadKey, offset int64, max int) ([]byte, 
 	}
 	end := min(size, offset+int64(max))
 	return slices.Clone(log[offset:end]), size, nil
-}
-
-func (t *tx) CreateToken(tok store.Token) error {
-	if err := record.Token(tok); err != nil {
-		return err
-	}
-	return put(t, "tokens", &t.st.tokens, "token", tok.Hash, tok, create)
-}
-
-func (t *tx) GetToken(hash string) (store.Token, error) {
-	return get[store.Token](t, t.st.tokens, "token", hash)
 }
 
 func (t *tx) CreateArtifact(a store.Artifact) error {

@@ -384,14 +384,19 @@ func (t *txn) DueCalls(now time.Time, limit int) ([]store.Call, error) {
 }
 
 // deleteByID removes the row of table with id; ErrNotFound if none.
-func (t *txn) deleteByID(table, what, id string) error {
+func (t *txn) deleteByID(table, what, id string) error { return t.deleteByKey(table, "id", what, id) }
+
+// deleteByKey removes the row of table whose column is key; ErrNotFound if
+// none.
+func (t *txn) deleteByKey(table, column, what, key string) error {
+	id := key
 	if err := t.writable(); err != nil {
 		return err
 	}
 	if _, bad := t.unstorable([]any{id}); bad {
 		return failure.NotFound(what, id)
 	}
-	n, err := t.affected("delete", what, id, `DELETE FROM `+table+` WHERE id = $1`, id)
+	n, err := t.affected("delete", what, id, `DELETE FROM `+table+` WHERE `+column+` = $1`, id)
 	if err != nil {
 		return err
 	}

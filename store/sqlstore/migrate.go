@@ -127,6 +127,11 @@ var migrations = []migration{
 		name:    "functions: apps, fns, triggers, durable calls",
 		stmts:   functionsMigration, // in functions.go
 	},
+	{
+		version: 4,
+		name:    "audit log",
+		stmts:   accessMigration, // in access.go
+	},
 }
 
 // migrate brings db's schema up to the last of ms, in one write

@@ -297,6 +297,17 @@ func (t *txn) PutInvitation(inv store.Invitation) error {
 		inv.TokenHash, inv.NodeID, doc)
 }
 
+func (t *txn) ListInvitations(nodeID string) ([]store.Invitation, error) {
+	invs, err := listDocs[store.Invitation](t, "invitation",
+		`SELECT token_hash, doc FROM invitations WHERE node_id = $1`, nodeID)
+	record.SortInvitations(invs)
+	return invs, err
+}
+
+func (t *txn) DeleteInvitation(tokenHash string) error {
+	return t.deleteByKey("invitations", "token_hash", "invitation", tokenHash)
+}
+
 func (t *txn) PutSession(s store.Session) error {
 	if err := record.Session(s); err != nil {
 		return err
@@ -617,23 +628,4 @@ func (t *txn) ReadLog(key nodeproto.WorkloadKey, offset int64, max int) ([]byte,
 			logID(key), len(out), offset, end-offset)
 	}
 	return out, size, nil
-}
-
-func (t *txn) CreateToken(tok store.Token) error {
-	if err := record.Token(tok); err != nil {
-		return err
-	}
-	if err := t.writable(); err != nil {
-		return err
-	}
-	doc, err := encode("token", tok.Hash, tok)
-	if err != nil {
-		return err
-	}
-	return t.create("token", tok.Hash,
-		`INSERT INTO tokens (hash, doc) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING`, tok.Hash, doc)
-}
-
-func (t *txn) GetToken(hash string) (store.Token, error) {
-	return getDoc[store.Token](t, "token", hash, `SELECT doc FROM tokens WHERE hash = $1`, hash)
 }

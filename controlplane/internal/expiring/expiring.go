@@ -16,8 +16,8 @@ import (
 // record, then the writer forgot the key, then the reader put) cannot put
 // the old value back. The zero value is ready to use.
 //
-// It holds the nodes' fencing tokens (package controlplane) and the
-// registry credentials (package controlplane/registry).
+// It holds the nodes' fencing tokens (package controlplane/internal/
+// nodeauth) and the registry credentials (package controlplane/registry).
 type Map[V any] struct {
 	mu  sync.Mutex
 	m   map[string]expiringEntry[V]

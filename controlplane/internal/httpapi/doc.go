@@ -3,9 +3,9 @@
 // decoding a JSON body within a size limit, writing a JSON answer, writing
 // an error (failure kinds become HTTP status here and in api.StatusOf, and
 // nowhere else), Fn's paging parameters, API credentials (hashing, minting,
-// and the brief cache of admin tokens every public route checks), the
-// identity of the node a node-protocol call comes from, and recovering a
-// handler's panic as a 500.
+// roles, and the brief cache of named tokens every public route checks,
+// access.go), the audit log's queue (audit.go), the identity of the node a
+// node-protocol call comes from, and recovering a handler's panic as a 500.
 //
 // It knows no resource. Only package controlplane and its subpackages may
 // import it (it is internal to controlplane).

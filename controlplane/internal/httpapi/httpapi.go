@@ -19,11 +19,14 @@ import (
 // POST /v1/runs/batch's (its own limit, in package controlplane).
 const MaxBody = 1 << 20
 
-// Route is one public route: a ServeMux pattern and its handler. Every
-// route is served behind an API credential (Admin).
+// Route is one public route: a ServeMux pattern, its handler, and who may
+// call it. Every route is served behind an API credential (Tokens.Require).
+// The packages that serve routes leave Role empty: package controlplane
+// declares every route's role in one table, next to the route table.
 type Route struct {
 	Pattern string
 	Handler func(http.ResponseWriter, *http.Request)
+	Access  Access
 }
 
 // NodeCaller is the node a node-protocol request comes from, as its session

@@ -45,6 +45,9 @@ type Set struct {
 	// the queue.
 	BatchSize      prometheus.Histogram
 	SignalsDropped prometheus.Counter
+	// AuditDropped counts audit entries dropped because the audit queue
+	// was full (package httpapi's Auditor).
+	AuditDropped prometheus.Counter
 }
 
 // New returns a server's series, registered.
@@ -71,8 +74,10 @@ func New() *Set {
 			Help: "Transactions carried by each group commit of two or more.", Buckets: prometheus.ExponentialBuckets(2, 2, 8)}),
 		SignalsDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "mercator_signals_dropped_total",
 			Help: "Signals for other replicas dropped because the queue was full (a delay for whoever waited on them, never a loss of data)."}),
+		AuditDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "mercator_audit_dropped_total",
+			Help: "Audit entries dropped because the audit queue was full."}),
 	}
-	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped,
+	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -12,6 +12,7 @@ package record
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
@@ -54,6 +55,11 @@ func Operation(op store.Operation) error {
 // Token checks that t can be stored: it needs a hash.
 func Token(t store.Token) error {
 	return required("hash", t.Hash)
+}
+
+// AuditEntry checks that e can be stored: it needs an ID.
+func AuditEntry(e store.AuditEntry) error {
+	return required("id", e.ID)
 }
 
 // Artifact checks that a can be stored: it needs a name and a version.
@@ -132,4 +138,34 @@ func required(field, v string) error {
 		return failure.Invalid(field, "%s is required", field)
 	}
 	return nil
+}
+
+// SortInvitations orders a node's invitations as ListInvitations returns
+// them: oldest first, then by hash.
+func SortInvitations(invs []store.Invitation) {
+	slices.SortFunc(invs, func(a, b store.Invitation) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.TokenHash, b.TokenHash)
+	})
+}
+
+// SortTokens orders tokens as ListTokens returns them: by name, then hash.
+func SortTokens(toks []store.Token) {
+	slices.SortFunc(toks, func(a, b store.Token) int {
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Hash, b.Hash)
+	})
+}
+
+// AuditNewer orders audit entries as ListAudit returns them: newest first
+// (by At, then ID).
+func AuditNewer(a, b store.AuditEntry) int {
+	if c := b.At.Compare(a.At); c != 0 {
+		return c
+	}
+	return strings.Compare(b.ID, a.ID)
 }

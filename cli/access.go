@@ -1,0 +1,235 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/client"
+)
+
+// This file holds `mercator token …` (named API credentials with roles),
+// `mercator audit ls`, and the node commands that revoke: `node rm` and
+// `node invitations`.
+
+const tokenSummary = "Create, list and remove named API credentials with roles"
+
+func init() {
+	registerSub("token", tokenSummary, &command{name: "create", summary: "Create a named credential with a role; prints its secret once", run: tokenCreate})
+	registerSub("token", tokenSummary, &command{name: "ls", summary: "List named credentials (never their secrets)", run: tokenList})
+	registerSub("token", tokenSummary, &command{name: "rm", summary: "Remove a named credential; refused at once everywhere", run: tokenRemove})
+	registerSub("audit", "Read the audit log", &command{name: "ls", summary: "List audit entries, newest first", run: auditList})
+	registerSub("node", nodeSummary, &command{name: "rm", summary: "Remove a node: end its credentials at once and stop its agent", run: nodeRemove})
+	registerSub("node", nodeSummary, &command{name: "invitations", summary: "List a node's invitations", run: nodeInvitations})
+}
+
+// connect parses args for a client command taking want positional
+// arguments (named what in messages; none when what is ""), and returns
+// them with a client.
+func (inv *invocation) connect(fs *flagSet, g *clientFlags, args []string, what string) (*client.Client, string, error) {
+	pos, err := fs.parse(args)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := g.check(); err != nil {
+		return nil, "", err
+	}
+	arg := ""
+	if what != "" {
+		arg, err = oneArg(pos, what)
+	} else if len(pos) > 0 {
+		err = usagef("unexpected argument %q", pos[0])
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := inv.client(g)
+	return c, arg, err
+}
+
+// parseSpan reads a duration that may count days ("30d") as well as
+// Go's units ("12h", "90m").
+func parseSpan(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("%q is not a number of days", s)
+		}
+		return time.Duration(n * float64(24*time.Hour)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (e.g. 30d, 12h, 90m)", s)
+	}
+	return d, nil
+}
+
+// spanFlag is a flag.Value of parseSpan's durations.
+type spanFlag struct{ d *time.Duration }
+
+func (f spanFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f spanFlag) Set(s string) error {
+	d, err := parseSpan(s)
+	if err == nil {
+		*f.d = d
+	}
+	return err
+}
+
+func tokenCreate(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags] NAME --role ROLE", `
+Create a named API credential and print its secret, once, alone on stdout
+(-o json: {"name": …, "token": …}). The roles:
+
+  reader     every GET except secrets
+  submitter  reader + runs, Artifact pushes, function invocation
+  operator   submitter + nodes, invitations, registries, apps, fns, triggers
+  admin      everything, tokens and the audit log included
+  invoker    with --app APP: that app's functions and triggers, nothing else
+
+The control plane keeps only the secret's hash. Remove it with
+`+"`mercator token rm NAME`"+`.`)
+	g := fs.clientFlags(true)
+	role := fs.String("role", "", "the credential's `role`: reader, submitter, operator, admin or invoker (required)")
+	app := fs.String("app", "", "the `app` an invoker may call (role invoker only)")
+	var expires time.Duration
+	fs.Var(spanFlag{&expires}, "expires", "the credential's `life`, e.g. 30d or 12h (default: it never expires)")
+	c, name, err := inv.connect(fs, g, args, "NAME")
+	if err != nil {
+		return err
+	}
+	if *role == "" {
+		return usagef("--role is required: reader, submitter, operator, admin, or invoker with --app")
+	}
+	out, err := c.CreateToken(ctx, api.TokenRequest{Name: name, Role: *role, App: *app, ExpiresSeconds: int64(expires.Round(time.Second) / time.Second)})
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(struct {
+			Name  string `json:"name"`
+			Token string `json:"token"`
+		}{out.Name, out.Secret})
+	}
+	fmt.Fprintf(inv.stderr, "token %s (%s) created; its secret is shown only now:\n", out.Name, out.Role)
+	_, err = fmt.Fprintln(inv.stdout, out.Secret)
+	return err
+}
+
+func tokenList(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags]", `
+List the named API credentials: name, role (and an invoker's app), when
+each was created, last used (recorded at most once a minute) and expires.
+Never their secrets.`)
+	g := fs.clientFlags(true)
+	c, _, err := inv.connect(fs, g, args, "")
+	if err != nil {
+		return err
+	}
+	list, err := c.ListTokens(ctx)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(list)
+	}
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tROLE\tAPP\tCREATED\tLAST USED\tEXPIRES")
+	for _, t := range list.Tokens {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Role, orDash(t.App), formatTime(&t.CreatedAt),
+			inv.durationSince(t.LastUsedAt), formatTime(t.ExpiresAt))
+	}
+	return tw.Flush()
+}
+
+func tokenRemove(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags] NAME", `
+Remove a named credential: every replica refuses it from the next call.
+The last admin credential cannot be removed; create another first.`)
+	c, name, err := inv.connect(fs, fs.clientFlags(false), args, "NAME")
+	if err != nil {
+		return err
+	}
+	if err := c.RemoveToken(ctx, name); err != nil {
+		return err
+	}
+	fmt.Fprintf(inv.stderr, "token %s removed\n", name)
+	return nil
+}
+
+func auditList(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags]", `
+List the audit log, newest first: every mutating call and every refused
+credential, with when, who (a token's name, or node:ID), from where, what
+(method, route, object) and the answer's status. Function invocations are
+not recorded one by one; their refusals are. Admin only.`)
+	g := fs.clientFlags(true)
+	var since time.Duration
+	fs.Var(spanFlag{&since}, "since", "only entries of the last `span`, e.g. 1h or 7d")
+	who := fs.String("who", "", "only entries of this `name` (a token's name, or node:ID)")
+	limit := fs.Int("limit", 1000, "at most `N` entries (up to 10000)")
+	c, _, err := inv.connect(fs, g, args, "")
+	if err != nil {
+		return err
+	}
+	opts := client.AuditOptions{Who: *who, Limit: *limit}
+	if since > 0 {
+		opts.Since = inv.now().Add(-since)
+	}
+	list, err := c.ListAudit(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(list)
+	}
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tWHO\tROLE\tFROM\tROUTE\tOBJECT\tSTATUS")
+	for _, e := range list.Entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", formatTime(&e.At), orDash(e.Who), orDash(e.Role), orDash(e.Remote),
+			e.Route, orDash(e.Object), e.Status)
+	}
+	return tw.Flush()
+}
+
+func nodeRemove(ctx context.Context, inv *invocation, args []string) error {
+	return nodeAction(ctx, inv, args, `
+Remove a node: its sessions and unused invitations end at once, it is
+fenced (its agent stops, saying this command removed it), and its work is
+treated as on an unreachable node (replaced after its replace_after).
+`+"`mercator node invite NODE_ID`"+` brings it back.`, nil, func(c *client.Client, id string) (api.Node, error) { return c.RemoveNode(ctx, id) })
+}
+
+func nodeInvitations(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags] NODE_ID", `
+List a node's invitations, oldest first: unused, spent or expired. Never
+their tokens. A new `+"`mercator node invite`"+` revokes the older unused ones.`)
+	g := fs.clientFlags(true)
+	c, id, err := inv.connect(fs, g, args, "NODE_ID")
+	if err != nil {
+		return err
+	}
+	list, err := c.ListInvitations(ctx, id)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(list)
+	}
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tCREATED\tEXPIRES\tSPENT")
+	for _, i := range list.Invitations {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.ID, i.Status, formatTime(&i.CreatedAt), formatTime(&i.ExpiresAt), formatTime(i.SpentAt))
+	}
+	return tw.Flush()
+}
