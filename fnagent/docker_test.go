@@ -46,14 +46,24 @@ var registry struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	// A cleanup that fails fails the run: the images and the registry
+	// are left on a daemon others share.
+	cleanupFailed := func(err error) {
+		fmt.Fprintln(os.Stderr, "fnagent tests' cleanup:", err)
+		code = 1
+	}
 	if registry.closeFn != nil {
-		registry.closeFn()
+		if err := registry.closeFn(); err != nil {
+			cleanupFailed(err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	for _, ref := range registry.refs {
-		testimage.Untag(ctx, ref)
+		if err := testimage.Untag(ctx, ref); err != nil {
+			cleanupFailed(err)
+		}
 	}
+	cancel()
 	os.Exit(code)
 }
 
@@ -148,7 +158,9 @@ func newTestEngine(t *testing.T, configure func(*Config)) *testEngine {
 		}
 		left := te.containers()
 		for _, c := range left {
-			cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+			if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil {
+				t.Errorf("removing %s: %v", c.ID, err)
+			}
 		}
 		if len(left) > 0 {
 			t.Errorf("Close left %d containers behind", len(left))

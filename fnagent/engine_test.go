@@ -136,7 +136,9 @@ func TestPauseUnpauseAndIdleRemoval(t *testing.T) {
 		t.Fatalf("call after pause went to %s; want the paused %s", r.report.ContainerID, id)
 	}
 	var out struct{ Calls int }
-	json.Unmarshal(r.rec.Body.Bytes(), &out)
+	if err := json.Unmarshal(r.rec.Body.Bytes(), &out); err != nil {
+		t.Fatalf("response %q: %v", r.rec.Body.Bytes(), err)
+	}
 	if out.Calls != 2 {
 		t.Fatalf("the unpaused process served %d calls; want 2", out.Calls)
 	}
@@ -403,7 +405,9 @@ func TestBusyWithoutWaiting(t *testing.T) {
 		// next function evicts it (covered by its own test), so let it go.
 		for _, c := range te.containers() {
 			if c.Labels[dockerengine.LabelFn] == fn.ID {
-				te.cli.ContainerRemove(context.Background(), c.ID, containerRemoveForce)
+				if err := te.cli.ContainerRemove(context.Background(), c.ID, containerRemoveForce); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		eventually(t, 10*time.Second, "removed container noticed", func() bool {
