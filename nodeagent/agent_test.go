@@ -17,8 +17,12 @@ import (
 )
 
 // memRuntime is an in-memory Runtime: launches create "containers" that
-// run until stopped. It counts launches per workload, which is what the
-// exactly-once tests check.
+// run until stopped. Its daemon half refuses a second container of one
+// name, as Docker's does, and the runtime half adopts the one the name
+// identifies, as the Docker runtime does; launches counts every create
+// the runtime asked of the daemon, adopted duplicates included, which is
+// what the exactly-once tests check (a count of containers could never
+// exceed 1, and the check could not fail).
 type memRuntime struct {
 	mu        sync.Mutex
 	launches  map[nodeproto.WorkloadKey]int
@@ -48,10 +52,27 @@ func (m *memRuntime) PrepareArtifact(context.Context, nodeproto.PrepareArtifactC
 func (m *memRuntime) LaunchWorkload(_ context.Context, c nodeproto.LaunchWorkloadCommand) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.running[c.WorkloadKey]; ok {
-		return nil // adopt, as the daemon's name conflict makes the Docker runtime do
+	// A name conflict is adopted, as the Docker runtime adopts it.
+	if err := m.create(c); err != nil && !errors.Is(err, failure.ErrConflict) {
+		return err
 	}
+	return nil
+}
+
+// creates is how many creates of key the runtime asked of the daemon.
+func (m *memRuntime) creates(key nodeproto.WorkloadKey) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.launches[key]
+}
+
+// create is the daemon's half of a launch: every call is counted, and a
+// second container under one name is refused. Called with mu held.
+func (m *memRuntime) create(c nodeproto.LaunchWorkloadCommand) error {
 	m.launches[c.WorkloadKey]++
+	if _, ok := m.running[c.WorkloadKey]; ok {
+		return failure.Conflict("container name %s-%d is already in use", c.RunID, c.Attempt)
+	}
 	now := time.Now()
 	m.running[c.WorkloadKey] = nodeproto.WorkloadObservation{WorkloadKey: c.WorkloadKey, ContainerID: "c-" + c.RunID, Phase: nodeproto.PhaseRunning, StartedAt: &now}
 	return nil
@@ -199,8 +220,8 @@ func TestRedeliveredLaunchStartsOneContainer(t *testing.T) {
 			t.Fatalf("answers differ: %+v vs %+v", e, res[0])
 		}
 	}
-	if n := rt.launches[cmd.LaunchWorkload.WorkloadKey]; n != 1 {
-		t.Fatalf("%d launches, want 1", n)
+	if n := rt.creates(cmd.LaunchWorkload.WorkloadKey); n != 1 {
+		t.Fatalf("%d creates asked of the daemon, want 1", n)
 	}
 }
 
@@ -286,7 +307,7 @@ func TestFencedCommandRefused(t *testing.T) {
 	if r.Outcome != nodeproto.OutcomeRefused || r.Error == "" {
 		t.Fatalf("result %+v, want refused with a reason", r)
 	}
-	if rt.launches[cmd.LaunchWorkload.WorkloadKey] != 0 {
+	if rt.creates(cmd.LaunchWorkload.WorkloadKey) != 0 {
 		t.Fatal("fenced command was performed")
 	}
 }
