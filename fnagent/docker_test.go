@@ -1,6 +1,7 @@
 package fnagent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -255,12 +256,13 @@ func (te *testEngine) mustCall(fn FunctionConfig, test, body string) result {
 	return r
 }
 
-// timedRecorder is an httptest.ResponseRecorder that notes when the first
-// body bytes arrived and whether anything was written at all.
+// timedRecorder is an httptest.ResponseRecorder that notes when and what
+// the first body write was, and whether anything was written at all.
 type timedRecorder struct {
 	*httptest.ResponseRecorder
 	mu         sync.Mutex
 	firstWrite time.Time
+	firstBytes []byte
 	wrote      bool
 }
 
@@ -278,7 +280,7 @@ func (r *timedRecorder) WriteHeader(code int) {
 func (r *timedRecorder) Write(p []byte) (int, error) {
 	r.mu.Lock()
 	if r.firstWrite.IsZero() {
-		r.firstWrite = time.Now()
+		r.firstWrite, r.firstBytes = time.Now(), bytes.Clone(p)
 	}
 	r.wrote = true
 	r.mu.Unlock()
