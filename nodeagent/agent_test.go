@@ -13,89 +13,9 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeagent/runtimesim"
 	"github.com/mercator/mercator/nodeproto"
 )
-
-// memRuntime is an in-memory Runtime: launches create "containers" that
-// run until stopped. Its daemon half refuses a second container of one
-// name, as Docker's does, and the runtime half adopts the one the name
-// identifies, as the Docker runtime does; launches counts every create
-// the runtime asked of the daemon, adopted duplicates included, which is
-// what the exactly-once tests check (a count of containers could never
-// exceed 1, and the check could not fail).
-type memRuntime struct {
-	mu        sync.Mutex
-	launches  map[nodeproto.WorkloadKey]int
-	running   map[nodeproto.WorkloadKey]nodeproto.WorkloadObservation
-	failPulls int // the next failPulls PrepareImage calls fail as unavailable
-}
-
-func newMemRuntime() *memRuntime {
-	return &memRuntime{launches: map[nodeproto.WorkloadKey]int{}, running: map[nodeproto.WorkloadKey]nodeproto.WorkloadObservation{}}
-}
-
-func (m *memRuntime) Facts(context.Context) (nodeproto.NodeFacts, error) {
-	return nodeproto.NodeFacts{CPUs: 4, MemoryBytes: 8 << 30}, nil
-}
-func (m *memRuntime) PrepareImage(context.Context, nodeproto.PrepareImageCommand) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.failPulls > 0 {
-		m.failPulls--
-		return failure.Unavailable("daemon restarting")
-	}
-	return nil
-}
-func (m *memRuntime) PrepareArtifact(context.Context, nodeproto.PrepareArtifactCommand) error {
-	return nil
-}
-func (m *memRuntime) LaunchWorkload(_ context.Context, c nodeproto.LaunchWorkloadCommand) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	// A name conflict is adopted, as the Docker runtime adopts it.
-	if err := m.create(c); err != nil && !errors.Is(err, failure.ErrConflict) {
-		return err
-	}
-	return nil
-}
-
-// creates is how many creates of key the runtime asked of the daemon.
-func (m *memRuntime) creates(key nodeproto.WorkloadKey) int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.launches[key]
-}
-
-// create is the daemon's half of a launch: every call is counted, and a
-// second container under one name is refused. Called with mu held.
-func (m *memRuntime) create(c nodeproto.LaunchWorkloadCommand) error {
-	m.launches[c.WorkloadKey]++
-	if _, ok := m.running[c.WorkloadKey]; ok {
-		return failure.Conflict("container name %s-%d is already in use", c.RunID, c.Attempt)
-	}
-	now := time.Now()
-	m.running[c.WorkloadKey] = nodeproto.WorkloadObservation{WorkloadKey: c.WorkloadKey, ContainerID: "c-" + c.RunID, Phase: nodeproto.PhaseRunning, StartedAt: &now}
-	return nil
-}
-func (m *memRuntime) StopWorkload(_ context.Context, c nodeproto.StopWorkloadCommand) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if o, ok := m.running[c.WorkloadKey]; ok && o.Phase == nodeproto.PhaseRunning {
-		now, code := time.Now(), 143
-		o.Phase, o.FinishedAt, o.ExitCode = nodeproto.PhaseExited, &now, &code
-		m.running[c.WorkloadKey] = o
-	}
-	return nil
-}
-func (m *memRuntime) Observe(context.Context) ([]nodeproto.WorkloadObservation, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []nodeproto.WorkloadObservation
-	for _, o := range m.running {
-		out = append(out, o)
-	}
-	return out, nil
-}
 
 // chanTransport hands the agent the commands a test pushes and records the
 // events it delivers.
@@ -195,7 +115,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 
 func launch(op string, fence uint64) nodeproto.Command {
 	return nodeproto.Command{OperationID: op, FencingToken: fence, Kind: nodeproto.KindLaunchWorkload,
-		LaunchWorkload: &nodeproto.LaunchWorkloadCommand{WorkloadKey: nodeproto.WorkloadKey{RunID: "r-" + op, Attempt: 1}, Image: "x@sha256:0"}}
+		LaunchWorkload: &nodeproto.LaunchWorkloadCommand{WorkloadKey: nodeproto.WorkloadKey{RunID: "r-" + op, Attempt: 1}, Image: pinnedImage("x")}}
 }
 
 // TestRedeliveredLaunchStartsOneContainer: the same command delivered many
@@ -272,7 +192,7 @@ func TestPreparingReportedOnlyForSlowLaunches(t *testing.T) {
 	defer stop()
 
 	fast, slow := launch("fast", 5), launch("slow", 5)
-	slow.LaunchWorkload.Image = "slow@sha256:0"
+	slow.LaunchWorkload.Image = pinnedImage("slow")
 	tr.commands <- fast
 	// The result and the running observation are independent facts (the
 	// observation may even be made first); what must not be there is a
@@ -367,9 +287,7 @@ func (m *startLaterRuntime) LaunchWorkload(ctx context.Context, c nodeproto.Laun
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	o := m.running[c.WorkloadKey]
-	o.Phase, o.StartedAt = nodeproto.PhaseCreated, nil
-	m.running[c.WorkloadKey] = o
+	m.workloads[c.WorkloadKey].created = true
 	return nil
 }
 
@@ -377,16 +295,14 @@ func (m *startLaterRuntime) LaunchWorkload(ctx context.Context, c nodeproto.Laun
 func (m *startLaterRuntime) runToExit(key nodeproto.WorkloadKey) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	o := m.running[key]
-	now, code := time.Now(), 0
-	o.Phase, o.StartedAt, o.FinishedAt, o.ExitCode = nodeproto.PhaseExited, &now, &now, &code
-	m.running[key] = o
+	w := m.workloads[key]
+	w.created, w.c = false, runtimesim.Container{Program: runtimesim.Program{Known: true}, Started: time.Now()}
 }
 
 func (m *startLaterRuntime) Logs(_ context.Context, key nodeproto.WorkloadKey, _ bool) (io.ReadCloser, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.running[key].Phase == nodeproto.PhaseCreated {
+	if m.workloads[key].created {
 		return io.NopCloser(strings.NewReader("")), nil
 	}
 	return io.NopCloser(strings.NewReader(m.output)), nil
