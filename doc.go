@@ -34,7 +34,8 @@
 //   - content: where Artifact bytes live (a directory or S3).
 //   - dockerengine: the one Docker adapter, for the agent and fnagent;
 //     nodeagent/dockerruntime is the agent's Runtime on it, and
-//     nodeagent/runtimetest the conformance suite every Runtime passes.
+//     nodeagent/runtimetest the conformance suite every Runtime passes,
+//     fakes included (nodeagent/runtimesim is what the fakes share).
 //   - artifactcache, hostfacts: a node's Artifact copies; its GPUs,
 //     capacity and cgroup limits.
 //   - fnagent: the node-side Functions engine.

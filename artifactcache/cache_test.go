@@ -68,6 +68,17 @@ func (cs *contentServer) add(name string, blob []byte, format string) nodeproto.
 		URL: cs.URL + "/" + name + "?sig=secret-signature", ExpiresAt: time.Now().Add(time.Hour)}
 }
 
+// tmpEntries lists the cache's tmp directory, failing the test on an
+// error (a missing directory lists as empty).
+func tmpEntries(t *testing.T, root string) []os.DirEntry {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(root, "tmp"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return entries
+}
+
 func newTestStore(t *testing.T, opts Options, inUse map[string]bool) (*Cache, string) {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "artifacts")
@@ -93,7 +104,7 @@ func TestPrepareFetchesVerifiesAndPublishes(t *testing.T) {
 	if err != nil || !bytes.Equal(got, blob) {
 		t.Fatalf("published copy: %d bytes, %v; want the blob", len(got), err)
 	}
-	if entries, _ := os.ReadDir(filepath.Join(root, "tmp")); len(entries) != 0 {
+	if entries := tmpEntries(t, root); len(entries) != 0 {
 		t.Errorf("tmp holds %d entries after a copy", len(entries))
 	}
 	// Held: a second prepare, under another name, fetches nothing.
@@ -170,8 +181,8 @@ func TestPrepareRetriesCorruptContent(t *testing.T) {
 	if cs.requests.Load() != 2 {
 		t.Errorf("%d requests, want 2 (the corrupt one and its retry)", cs.requests.Load())
 	}
-	if got, _ := os.ReadFile(filepath.Join(root, "sha256", cmd.SHA256, "content")); !bytes.Equal(got, blob) {
-		t.Error("the published copy is not the content")
+	if got, err := os.ReadFile(filepath.Join(root, "sha256", cmd.SHA256, "content")); err != nil || !bytes.Equal(got, blob) {
+		t.Errorf("the published copy is not the content (%v)", err)
 	}
 
 	// Always wrong (too long, then truncated, then flipped): refused after
@@ -205,7 +216,7 @@ func TestPrepareRetriesCorruptContent(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "sha256", cmd2.SHA256)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a copy of corrupt content was published (%v)", err)
 	}
-	if entries, _ := os.ReadDir(filepath.Join(root, "tmp")); len(entries) != 0 {
+	if entries := tmpEntries(t, root); len(entries) != 0 {
 		t.Errorf("tmp holds %d entries after failed copies", len(entries))
 	}
 }
@@ -308,7 +319,7 @@ func TestBudgetEvictsLeastRecentlyUsedNotInUse(t *testing.T) {
 	if got := held(); !sameSet(got, "a,c") {
 		t.Errorf("held %s after a refused copy, want a and c", got)
 	}
-	if entries, _ := os.ReadDir(filepath.Join(root, "tmp")); len(entries) != 0 {
+	if entries := tmpEntries(t, root); len(entries) != 0 {
 		t.Errorf("tmp holds %d entries", len(entries))
 	}
 	// A launch's pin protects as well as a container.
@@ -361,10 +372,14 @@ func tarOf(t *testing.T, entries ...*tar.Header) []byte {
 			t.Fatal(err)
 		}
 		if h.Typeflag == tar.TypeReg {
-			tw.Write(bytes.Repeat([]byte("t"), int(h.Size)))
+			if _, err := tw.Write(bytes.Repeat([]byte("t"), int(h.Size))); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	tw.Close()
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
 	return buf.Bytes()
 }
 

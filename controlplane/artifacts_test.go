@@ -87,14 +87,20 @@ func (f *artifactFixture) start(t *testing.T) {
 
 func (f *artifactFixture) call(t *testing.T, method, path string, body io.Reader) (int, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest(method, f.http.URL+path, body)
+	req, err := http.NewRequest(method, f.http.URL+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
 	req.Header.Set("Authorization", "Bearer "+f.token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return resp.StatusCode, b
 }
 
@@ -163,14 +169,16 @@ func TestUploadResumesAcrossRestartAndVerifies(t *testing.T) {
 	if !errors.Is(err, failure.ErrInvalid) || !strings.Contains(err.Error(), "hash to") {
 		t.Errorf("mismatched digest: %v", err)
 	}
-	list, _ := f.client.ListArtifacts(context.Background(), "data")
-	if len(list.Artifacts) != 2 {
-		t.Errorf("versions of data = %+v, want 2", list.Artifacts)
+	list, err := f.client.ListArtifacts(context.Background(), "data")
+	if err != nil || len(list.Artifacts) != 2 {
+		t.Errorf("versions of data = %+v, %v, want 2", list.Artifacts, err)
 	}
 	// More bytes than declared are refused.
 	up = api.Upload{}
 	_, body = f.call(t, "POST", "/v1/artifacts/x/uploads", strings.NewReader(`{"size":3}`))
-	json.Unmarshal(body, &up)
+	if err := json.Unmarshal(body, &up); err != nil {
+		t.Fatalf("upload: %v: %s", err, body)
+	}
 	if code, body := f.call(t, "PUT", "/v1/uploads/"+up.ID+"?offset=0", strings.NewReader("four")); code != http.StatusBadRequest {
 		t.Errorf("oversized body: %d %s", code, body)
 	}
@@ -202,14 +210,16 @@ func TestOutboundMintsReadsAndStoresNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _ := io.ReadAll(resp.Body)
+	got, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || !bytes.Equal(got, data) {
-		t.Fatalf("GET minted read: %d %q", resp.StatusCode, got)
+	if err != nil || resp.StatusCode != 200 || !bytes.Equal(got, data) {
+		t.Fatalf("GET minted read: %d %q %v", resp.StatusCode, got, err)
 	}
 	// The read expires with the server's clock.
 	f.clock.Advance(artifact.DefaultContentReadTTL + time.Second)
-	resp, _ = http.Get(c.URL)
+	if resp, err = http.Get(c.URL); err != nil {
+		t.Fatal(err)
+	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("expired read = %d", resp.StatusCode)
@@ -236,7 +246,7 @@ func TestRegistryCredentialsAreSealedAndNeverReturned(t *testing.T) {
 		t.Fatalf("list: %s", body)
 	}
 	var stored store.RegistryCredential
-	f.st.View(ctx, func(tx store.Tx) error { stored, err = tx.GetRegistryCredential("registry.example:5000"); return err })
+	err = f.st.View(ctx, func(tx store.Tx) error { stored, err = tx.GetRegistryCredential("registry.example:5000"); return err })
 	if err != nil || bytes.Contains(stored.Sealed, []byte(password)) || len(stored.Sealed) == 0 {
 		t.Fatalf("stored credential: %+v, %v", stored, err)
 	}
@@ -348,9 +358,9 @@ func TestStreamedPushIsVerifiedAtTheCommit(t *testing.T) {
 	if err != nil || alias.Ref() != "alias@v1" || alias.SHA256 != v.SHA256 {
 		t.Fatalf("alias = %+v, %v", alias, err)
 	}
-	list, _ := f.client.ListArtifacts(ctx, "data")
-	if len(list.Artifacts) != 2 {
-		t.Errorf("versions of data = %+v, want 2", list.Artifacts)
+	list, err := f.client.ListArtifacts(ctx, "data")
+	if err != nil || len(list.Artifacts) != 2 {
+		t.Errorf("versions of data = %+v, %v, want 2", list.Artifacts, err)
 	}
 
 	// Empty content is content too.
@@ -451,7 +461,9 @@ func TestCommitRefusesAMismatchedClientDigest(t *testing.T) {
 	other := []byte("other bytes, an older client")
 	var up2 api.Upload
 	_, got = f.call(t, "POST", "/v1/artifacts/data/uploads", strings.NewReader(fmt.Sprintf(`{"size":%d}`, len(other))))
-	json.Unmarshal(got, &up2)
+	if err := json.Unmarshal(got, &up2); err != nil {
+		t.Fatalf("upload: %v: %s", err, got)
+	}
 	f.call(t, "PUT", "/v1/uploads/"+up2.ID+"?offset=0", bytes.NewReader(other))
 	code, got = f.call(t, "POST", "/v1/uploads/"+up2.ID+"/commit", strings.NewReader(`{"sha256":"`+digestHex(other)+`"}`))
 	if code != http.StatusCreated || json.Unmarshal(got, &v) != nil || v.Ref() != "data@v2" || v.SHA256 != digestHex(other) {
@@ -614,14 +626,20 @@ func TestFilePushSendsTheFile(t *testing.T) {
 
 	// Changed (grown) after the first send broke: refused when resumed.
 	cuts.Store(0)
-	p3, _ := writeFile("c.bin", 9<<20)
+	p3, _ := writeFile("c.bin", 9<<20) // its bytes change below
 	f.wrap = func(next http.Handler) http.Handler {
 		cut := cutFirstPut(2<<20, &cuts)(next)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			cut.ServeHTTP(w, r)
 			if r.Method == http.MethodPut && cuts.Load() == 1 {
-				fh, _ := os.OpenFile(p3, os.O_APPEND|os.O_WRONLY, 0)
-				fh.Write([]byte("more"))
+				fh, err := os.OpenFile(p3, os.O_APPEND|os.O_WRONLY, 0)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := fh.Write([]byte("more")); err != nil {
+					t.Error(err)
+				}
 				fh.Close()
 			}
 		})

@@ -31,13 +31,19 @@ func TestSecretConfigSealed(t *testing.T) {
 			return err
 		}
 		a, err := tx.GetApp(app.ID)
+		if err != nil {
+			return err
+		}
 		for _, rec := range []any{stored, a} {
-			raw, _ := json.Marshal(rec)
+			raw, err := json.Marshal(rec)
+			if err != nil {
+				return err
+			}
 			if bytes.Contains(raw, []byte("s3cret-value")) || bytes.Contains(raw, []byte("app-secret")) {
 				t.Errorf("a stored record holds a secret in the clear: %s", raw)
 			}
 		}
-		return err
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)

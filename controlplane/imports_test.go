@@ -34,7 +34,10 @@ func TestNoAdapterImports(t *testing.T) {
 			return err
 		}
 		for _, imp := range f.Imports {
-			p, _ := strconv.Unquote(imp.Path.Value)
+			p, err := strconv.Unquote(imp.Path.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, bad := range forbidden {
 				if p == bad || strings.HasPrefix(p, bad+"/") || (strings.HasSuffix(bad, "/") && strings.HasPrefix(p, bad)) {
 					t.Errorf("%s imports %s: the control plane must not import adapters (wire them in package daemon)", path, p)

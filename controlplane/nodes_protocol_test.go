@@ -102,13 +102,18 @@ func TestEnrollmentRaisesFencingAndFencesOldSession(t *testing.T) {
 		t.Fatalf("current session: %v", err)
 	}
 	// Nothing the fenced session sent was applied.
-	f.st.View(ctx, func(tx store.Tx) error {
-		n, _ := tx.GetNode("n1")
+	if err := f.st.View(ctx, func(tx store.Tx) error {
+		n, err := tx.GetNode("n1")
+		if err != nil {
+			return err
+		}
 		if n.Facts != nil {
 			t.Error("facts from a fenced session were applied")
 		}
 		return nil
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestInvitationSpentAndExpired(t *testing.T) {
@@ -154,15 +159,22 @@ func TestEventsAppliedOnce(t *testing.T) {
 	ctx := context.Background()
 	now := f.clock.Now()
 	run := store.Run{Run: api.Run{ID: "r1", Status: api.RunQueued, CreatedAt: now}}
-	f.st.Update(ctx, func(tx store.Tx) error { return tx.CreateRun(run) })
+	if err := f.st.Update(ctx, func(tx store.Tx) error { return tx.CreateRun(run) }); err != nil {
+		t.Fatal(err)
+	}
 	// Place it by hand so observations apply.
-	f.st.Update(ctx, func(tx store.Tx) error {
-		r, _ := tx.GetRun("r1")
+	if err := f.st.Update(ctx, func(tx store.Tx) error {
+		r, err := tx.GetRun("r1")
+		if err != nil {
+			return err
+		}
 		r.Attempts = []api.Attempt{{Number: 1, NodeID: "n1", Status: api.AttemptRunning, PlacedAt: now}}
 		r.Status = api.RunRunning
 		r.Retries = 5
 		return tx.PutRun(r)
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	code := 1
 	exited := nodeproto.Event{ID: "inc-0000000000000001", Kind: nodeproto.EventWorkload, Workload: &nodeproto.WorkloadObservation{
 		WorkloadKey: nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}, Phase: nodeproto.PhaseExited, ExitCode: &code, StartedAt: &now, FinishedAt: &now}}
@@ -173,7 +185,13 @@ func TestEventsAppliedOnce(t *testing.T) {
 		}
 	}
 	var r store.Run
-	f.st.View(ctx, func(tx store.Tx) error { r, _ = tx.GetRun("r1"); return nil })
+	if err := f.st.View(ctx, func(tx store.Tx) error {
+		var err error
+		r, err = tx.GetRun("r1")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	// Applied once: one failed attempt, the run queued for its first retry
 	// (five applications would not change this, so count the series too).
 	if r.Status != api.RunQueued || len(r.Attempts) != 1 {

@@ -247,8 +247,8 @@ func TestSubmitRunsBatchSize(t *testing.T) {
 	for i := range full.Runs {
 		full.Runs[i].Env["PAD"] = strings.Repeat("x", 2<<10)
 	}
-	if raw, _ := json.Marshal(full); len(raw) <= httpapi.MaxBody {
-		t.Fatalf("the full batch's body is %d bytes, not over httpapi.MaxBody: the test proves nothing", len(raw))
+	if raw, err := json.Marshal(full); err != nil || len(raw) <= httpapi.MaxBody {
+		t.Fatalf("the full batch's body is %d bytes (%v), not over httpapi.MaxBody: the test proves nothing", len(raw), err)
 	}
 	var got api.RunList
 	f.want(http.StatusCreated, &got, "POST", "/v1/runs/batch", full)

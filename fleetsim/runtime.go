@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeagent/runtimesim"
 	"github.com/mercator/mercator/nodeproto"
 )
 
@@ -22,13 +23,17 @@ type RuntimeConfig struct {
 	// the daemon created and started the container.
 	StartTime time.Duration
 	// RunTime is how long a container runs before it exits with code 0;
-	// zero means it runs until stopped.
+	// zero means it runs until stopped. A stop ends it at once with 137.
+	// A command of the test workload image ("exit 3", "sleep 60"; see
+	// package runtimesim) behaves as that program instead, which is how
+	// this runtime passes the conformance suite the Docker runtime passes.
 	RunTime time.Duration
 }
 
 // Runtime is an in-memory nodeagent.Runtime: it pretends to pull images and
 // run containers, with the start and run times of its RuntimeConfig, and
-// tells its onLaunch callback about every launch it performs. It also
+// tells its onLaunch callback about every launch it performs. It refuses
+// what the Docker runtime refuses: an image not pinned by digest. It also
 // implements nodeagent.ChangeSource, so the agent observes a container's
 // start and exit the moment they happen, as it does with Docker's event
 // stream. It keeps every workload it ever launched, exited ones included
@@ -47,13 +52,11 @@ type Runtime struct {
 }
 
 type workload struct {
-	key      nodeproto.WorkloadKey
-	id       string
-	image    string
-	timeout  time.Duration
-	started  time.Time // when it started running
-	finished time.Time // zero while it runs
-	exit     int
+	key     nodeproto.WorkloadKey
+	id      string
+	image   string
+	timeout time.Duration
+	c       runtimesim.Container
 }
 
 // NewRuntime returns a simulated machine called nodeID. onLaunch, when not
@@ -78,8 +81,12 @@ func (r *Runtime) Facts(ctx context.Context) (nodeproto.NodeFacts, error) {
 	return f, nil
 }
 
-// PrepareImage implements nodeagent.Runtime: the image is held at once.
+// PrepareImage implements nodeagent.Runtime: a pinned image is held at
+// once.
 func (r *Runtime) PrepareImage(ctx context.Context, c nodeproto.PrepareImageCommand) error {
+	if err := runtimesim.CheckPinned(c.Image); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.images[c.Image] = true
@@ -97,6 +104,9 @@ func (r *Runtime) PrepareArtifact(ctx context.Context, c nodeproto.PrepareArtifa
 // container its name identifies; onLaunch still hears of it, which is how
 // the simulator catches a command performed twice.
 func (r *Runtime) LaunchWorkload(ctx context.Context, c nodeproto.LaunchWorkloadCommand) error {
+	if err := runtimesim.CheckPinned(c.Image); err != nil {
+		return err
+	}
 	if r.onLaunch != nil {
 		r.onLaunch(c.WorkloadKey, time.Now())
 	}
@@ -121,27 +131,60 @@ func (r *Runtime) LaunchWorkload(ctx context.Context, c nodeproto.LaunchWorkload
 	if _, ok := r.workloads[c.WorkloadKey]; ok {
 		return nil
 	}
-	w := &workload{key: c.WorkloadKey, id: fmt.Sprintf("sim-%s-%d", c.RunID, c.Attempt), image: c.Image, timeout: c.Timeout, started: now}
+	p := runtimesim.Parse(c.Command, c.Env)
+	if !p.Known {
+		p = runtimesim.Program{Known: true, RunFor: runtimesim.Forever, TermExit: runtimesim.KilledExit}
+		if r.cfg.RunTime > 0 {
+			p.RunFor = r.cfg.RunTime
+		}
+	}
+	w := &workload{key: c.WorkloadKey, id: fmt.Sprintf("sim-%s-%d", c.RunID, c.Attempt), image: c.Image, timeout: c.Timeout,
+		c: runtimesim.Container{Program: p, Started: now}}
 	r.workloads[c.WorkloadKey] = w
 	go r.changed()
-	if r.cfg.RunTime > 0 {
-		w.finished = now.Add(r.cfg.RunTime)
-		time.AfterFunc(r.cfg.RunTime, r.changed)
+	if p.RunFor != runtimesim.Forever {
+		time.AfterFunc(p.RunFor, r.changed)
 	}
 	return nil
 }
 
-// StopWorkload implements nodeagent.Runtime: the container exits at once
-// with 137, as one killed would; stopping one that is gone succeeds.
+// StopWorkload implements nodeagent.Runtime: the simulated container
+// exits at once with 137, as one killed would, and a program of the test
+// workload as it does at SIGTERM (one that ignores it is killed after the
+// grace period, 10 s when none is given, as the Docker runtime's default);
+// stopping one that is gone succeeds.
 func (r *Runtime) StopWorkload(ctx context.Context, c nodeproto.StopWorkloadCommand) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	w, ok := r.workloads[c.WorkloadKey]
 	now := time.Now()
-	if !ok || (!w.finished.IsZero() && !now.Before(w.finished)) {
+	r.mu.Lock()
+	w, ok := r.workloads[c.WorkloadKey]
+	if !ok {
+		r.mu.Unlock()
 		return nil
 	}
-	w.finished, w.exit = now, 137
+	if exited, _, _ := w.c.State(now); exited {
+		r.mu.Unlock()
+		return nil
+	}
+	if w.c.Term(now) {
+		r.mu.Unlock()
+		go r.changed()
+		return nil
+	}
+	r.mu.Unlock()
+	grace := c.GracePeriod
+	if grace <= 0 {
+		grace = 10 * time.Second
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	r.mu.Lock()
+	w.c.Kill(time.Now())
+	r.mu.Unlock()
 	go r.changed()
 	return nil
 }
@@ -153,15 +196,10 @@ func (r *Runtime) Observe(ctx context.Context) ([]nodeproto.WorkloadObservation,
 	defer r.mu.Unlock()
 	out := make([]nodeproto.WorkloadObservation, 0, len(r.workloads))
 	for _, w := range r.workloads {
-		o := nodeproto.WorkloadObservation{WorkloadKey: w.key, ContainerID: w.id, Image: w.image, Timeout: w.timeout}
-		switch {
-		case w.finished.IsZero() || now.Before(w.finished):
-			o.Phase = nodeproto.PhaseRunning
-			o.StartedAt = &w.started
-		default:
-			o.Phase = nodeproto.PhaseExited
-			code := w.exit
-			o.ExitCode, o.StartedAt, o.FinishedAt = &code, &w.started, &w.finished
+		o := nodeproto.WorkloadObservation{WorkloadKey: w.key, ContainerID: w.id, Image: w.image, Timeout: w.timeout,
+			Phase: nodeproto.PhaseRunning, StartedAt: &w.c.Started}
+		if exited, finished, code := w.c.State(now); exited {
+			o.Phase, o.ExitCode, o.FinishedAt = nodeproto.PhaseExited, &code, &finished
 		}
 		out = append(out, o)
 	}

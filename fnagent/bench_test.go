@@ -158,13 +158,18 @@ func TestNodeBench(t *testing.T) {
 			t.Fatalf("cold call %d: %v (cold %v)", i, r.err, r.report.Cold)
 		}
 		coldEng = append(coldEng, r.took)
-		te.cli.ContainerRemove(ctx, r.report.ContainerID, containerRemoveForce)
+		if err := te.cli.ContainerRemove(ctx, r.report.ContainerID, containerRemoveForce); err != nil {
+			t.Fatalf("remove the cold container: %v", err)
+		}
 
 		coldCLI = append(coldCLI, benchDockerRunCLI(t, te, cfn, i))
 		coldAPI = append(coldAPI, benchDockerRunAPI(t, te, cfn, i))
 	}
 
-	load, _ := os.ReadFile("/proc/loadavg")
+	load, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		load = []byte("unknown: " + err.Error())
+	}
 	var b strings.Builder
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/1e6) }
 	ratio := func(a, b time.Duration) string { return fmt.Sprintf("%.2f×", float64(a)/float64(b)) }
@@ -391,9 +396,17 @@ func benchRun(t *testing.T, workers, perWorker int, containers func() []string, 
 			var wg sync.WaitGroup
 			for w := 0; w < workers; w++ {
 				wg.Add(1)
-				go func() { defer wg.Done(); _ = call(w, -1-i) }()
+				go func() {
+					defer wg.Done()
+					if err := call(w, -1-i); err != nil {
+						t.Errorf("warm-up call: %v", err)
+					}
+				}()
 			}
 			wg.Wait()
+			if t.Failed() {
+				t.FailNow()
+			}
 		}
 	}
 	warm(50)
@@ -504,7 +517,9 @@ func benchDockerRunCLI(t *testing.T, te *testEngine, fn FunctionConfig, i int) t
 	}
 	benchWaitSocket(t, dir, 15*time.Second)
 	took := time.Since(start)
-	te.cli.ContainerRemove(context.Background(), strings.TrimSpace(string(out)), containerRemoveForce)
+	if err := te.cli.ContainerRemove(context.Background(), strings.TrimSpace(string(out)), containerRemoveForce); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
 	return took
 }
 
@@ -531,6 +546,8 @@ func benchDockerRunAPI(t *testing.T, te *testEngine, fn FunctionConfig, i int) t
 	}
 	benchWaitSocket(t, dir, 15*time.Second)
 	took := time.Since(start)
-	te.cli.ContainerRemove(ctx, created.ID, containerRemoveForce)
+	if err := te.cli.ContainerRemove(ctx, created.ID, containerRemoveForce); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
 	return took
 }

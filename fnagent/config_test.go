@@ -124,8 +124,8 @@ func TestConfigCache(t *testing.T) {
 		}
 	}
 	fn.Config["A"] = "changed by the caller later"
-	if got, _, _ := c.normalize(FunctionConfig{ID: "f", Image: "r/fn@" + testDigest, Config: map[string]string{"A": "1"}}); got.Config["A"] != "1" {
-		t.Fatalf("the cache shares the caller's map: %v", got.Config)
+	if got, _, err := c.normalize(FunctionConfig{ID: "f", Image: "r/fn@" + testDigest, Config: map[string]string{"A": "1"}}); err != nil || got.Config["A"] != "1" {
+		t.Fatalf("the cache shares the caller's map: %v, %v", got.Config, err)
 	}
 	for i := 0; i < 2; i++ {
 		if _, _, err := c.normalize(FunctionConfig{ID: "f", Image: "r/fn:latest"}); !errors.Is(err, failure.ErrInvalid) {

@@ -1,6 +1,7 @@
 package fnagent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -46,14 +47,24 @@ var registry struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	// A cleanup that fails fails the run: the images and the registry
+	// are left on a daemon others share.
+	cleanupFailed := func(err error) {
+		fmt.Fprintln(os.Stderr, "fnagent tests' cleanup:", err)
+		code = 1
+	}
 	if registry.closeFn != nil {
-		registry.closeFn()
+		if err := registry.closeFn(); err != nil {
+			cleanupFailed(err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	for _, ref := range registry.refs {
-		testimage.Untag(ctx, ref)
+		if err := testimage.Untag(ctx, ref); err != nil {
+			cleanupFailed(err)
+		}
 	}
+	cancel()
 	os.Exit(code)
 }
 
@@ -148,7 +159,9 @@ func newTestEngine(t *testing.T, configure func(*Config)) *testEngine {
 		}
 		left := te.containers()
 		for _, c := range left {
-			cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+			if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil {
+				t.Errorf("removing %s: %v", c.ID, err)
+			}
 		}
 		if len(left) > 0 {
 			t.Errorf("Close left %d containers behind", len(left))
@@ -243,12 +256,13 @@ func (te *testEngine) mustCall(fn FunctionConfig, test, body string) result {
 	return r
 }
 
-// timedRecorder is an httptest.ResponseRecorder that notes when the first
-// body bytes arrived and whether anything was written at all.
+// timedRecorder is an httptest.ResponseRecorder that notes when and what
+// the first body write was, and whether anything was written at all.
 type timedRecorder struct {
 	*httptest.ResponseRecorder
 	mu         sync.Mutex
 	firstWrite time.Time
+	firstBytes []byte
 	wrote      bool
 }
 
@@ -266,7 +280,7 @@ func (r *timedRecorder) WriteHeader(code int) {
 func (r *timedRecorder) Write(p []byte) (int, error) {
 	r.mu.Lock()
 	if r.firstWrite.IsZero() {
-		r.firstWrite = time.Now()
+		r.firstWrite, r.firstBytes = time.Now(), bytes.Clone(p)
 	}
 	r.wrote = true
 	r.mu.Unlock()

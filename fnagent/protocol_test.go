@@ -27,7 +27,11 @@ func listenIn(t *testing.T, dir, name string, h http.HandlerFunc) {
 }
 
 func TestDialSocketFollowsPhonyLinksInsideTheDirectoryOnly(t *testing.T) {
-	ok := func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }
+	ok := func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.WriteString(w, "ok"); err != nil {
+			t.Error(err)
+		}
+	}
 	cases := []struct {
 		name   string
 		setup  func(dir string) error
@@ -90,7 +94,9 @@ func TestWaitForSocket(t *testing.T) {
 	go func() {
 		time.Sleep(30 * time.Millisecond)
 		listenIn(t, dir, "phonylsnr.sock", func(w http.ResponseWriter, r *http.Request) {})
-		os.Symlink("phonylsnr.sock", filepath.Join(dir, socketName))
+		if err := os.Symlink("phonylsnr.sock", filepath.Join(dir, socketName)); err != nil {
+			t.Error(err)
+		}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -212,7 +218,9 @@ func TestContainerEnv(t *testing.T) {
 
 func TestInMemoryLen(t *testing.T) {
 	partly := strings.NewReader("abcdef")
-	partly.Read(make([]byte, 2))
+	if _, err := partly.Read(make([]byte, 2)); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		r    io.Reader
 		n    int64

@@ -17,13 +17,23 @@ func TestSlotQueueServesIdleLIFO(t *testing.T) {
 		}
 	}
 	q.put("b")
-	got, _, _ := q.acquire(false)
+	got, _ := mustAcquire(t, q, false)
 	if got != "b" {
 		t.Fatalf("after put(b), acquire = %q; want the most recently used b", got)
 	}
 	if idle := q.idleSlots(); len(idle) != 1 || idle[0].slot != "a" {
 		t.Fatalf("idle = %v; want only a, the least recently used, left to age out", idle)
 	}
+}
+
+// mustAcquire acquires from q, failing the test on an error.
+func mustAcquire[S comparable](t *testing.T, q *slotQueue[S], noWait bool) (S, *slotWaiter[S]) {
+	t.Helper()
+	slot, w, err := q.acquire(noWait)
+	if err != nil {
+		t.Fatalf("acquire(%v): %v", noWait, err)
+	}
+	return slot, w
 }
 
 // seedIdle puts slots on the idle stack the way launches with nobody
@@ -42,8 +52,8 @@ func TestSlotQueueWaitersFIFOAndLaunchOnlyWhenNeeded(t *testing.T) {
 	if q.claimLaunch() {
 		t.Fatal("claimLaunch with nobody waiting")
 	}
-	_, w1, _ := q.acquire(false)
-	_, w2, _ := q.acquire(false)
+	_, w1 := mustAcquire(t, q, false)
+	_, w2 := mustAcquire(t, q, false)
 	if !q.claimLaunch() || !q.claimLaunch() {
 		t.Fatal("two waiters and no launch in flight: want two launches")
 	}
@@ -71,11 +81,11 @@ func TestSlotQueueWaitersFIFOAndLaunchOnlyWhenNeeded(t *testing.T) {
 
 func TestSlotQueueMaxConcurrency(t *testing.T) {
 	q := newSlotQueue[string](1, nil)
-	_, w, _ := q.acquire(false)
+	_, w := mustAcquire(t, q, false)
 	if !q.claimLaunch() {
 		t.Fatal("want a launch below max")
 	}
-	_, w2, _ := q.acquire(false)
+	_, w2 := mustAcquire(t, q, false)
 	if q.claimLaunch() {
 		t.Fatal("a second launch at max 1")
 	}
@@ -92,7 +102,7 @@ func TestSlotQueueMaxConcurrency(t *testing.T) {
 
 func TestSlotQueueTargetedLaunch(t *testing.T) {
 	q := newSlotQueue[string](0, nil)
-	_, old, _ := q.acquire(false) // waits with no launch (say capacity was short)
+	_, old := mustAcquire(t, q, false) // waits with no launch (say capacity was short)
 	_, mine, err := q.acquire(true)
 	if err != nil || mine == nil || !mine.targeted {
 		t.Fatalf("NoWait acquire = %v, %v", mine, err)
@@ -109,7 +119,7 @@ func TestSlotQueueTargetedLaunch(t *testing.T) {
 	default:
 	}
 	// A targeted launch whose caller left goes to whoever waits.
-	_, gone, _ := q.acquire(true)
+	_, gone := mustAcquire(t, q, true)
 	q.cancel(gone)
 	q.launched("m", gone)
 	if g := <-old.ch; g.slot != "m" {
@@ -120,8 +130,8 @@ func TestSlotQueueTargetedLaunch(t *testing.T) {
 func TestSlotQueueLaunchFailure(t *testing.T) {
 	boom := errors.New("boom")
 	q := newSlotQueue[string](0, nil)
-	_, w1, _ := q.acquire(false)
-	_, w2, _ := q.acquire(false)
+	_, w1 := mustAcquire(t, q, false)
+	_, w2 := mustAcquire(t, q, false)
 	q.claimLaunch()
 	q.claimLaunch()
 	// First failure: two waiters, one launch left: the longest waiter
@@ -133,7 +143,7 @@ func TestSlotQueueLaunchFailure(t *testing.T) {
 		t.Fatalf("w1 got %+v", g)
 	}
 	// Add a waiter; now two wait and one launch is in flight.
-	_, w3, _ := q.acquire(false)
+	_, w3 := mustAcquire(t, q, false)
 	q.claimLaunch()
 	// w2 and w3 wait on two launches; one fails: w2 gets it.
 	q.launchFailed(boom, nil)
@@ -147,7 +157,7 @@ func TestSlotQueueLaunchFailure(t *testing.T) {
 		t.Fatal("failure delivered with nobody waiting")
 	}
 	// A targeted failure goes to its target.
-	_, t1, _ := q.acquire(true)
+	_, t1 := mustAcquire(t, q, true)
 	q.launchFailed(boom, t1)
 	if g := <-t1.ch; !errors.Is(g.err, boom) {
 		t.Fatalf("target got %+v", g)
@@ -159,7 +169,7 @@ func TestSlotQueueLaunchFailure(t *testing.T) {
 
 func TestSlotQueueCancelAfterGrantReturnsSlot(t *testing.T) {
 	q := newSlotQueue[string](0, nil)
-	_, w, _ := q.acquire(false)
+	_, w := mustAcquire(t, q, false)
 	q.claimLaunch()
 	q.launched("a", nil)
 	got, ok := q.cancel(w)
@@ -179,7 +189,7 @@ func TestSlotQueueIdlePeriods(t *testing.T) {
 	if !q.isIdle("a", seq1) {
 		t.Fatal("a not idle")
 	}
-	q.acquire(false)
+	mustAcquire(t, q, false)
 	_, seq2 := q.put("a")
 	if q.isIdle("a", seq1) || q.removeIdle("a", seq1) {
 		t.Fatal("a timer of an earlier idle period must not act")

@@ -13,68 +13,9 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeagent/runtimesim"
 	"github.com/mercator/mercator/nodeproto"
 )
-
-// memRuntime is an in-memory Runtime: launches create "containers" that
-// run until stopped. It counts launches per workload, which is what the
-// exactly-once tests check.
-type memRuntime struct {
-	mu        sync.Mutex
-	launches  map[nodeproto.WorkloadKey]int
-	running   map[nodeproto.WorkloadKey]nodeproto.WorkloadObservation
-	failPulls int // the next failPulls PrepareImage calls fail as unavailable
-}
-
-func newMemRuntime() *memRuntime {
-	return &memRuntime{launches: map[nodeproto.WorkloadKey]int{}, running: map[nodeproto.WorkloadKey]nodeproto.WorkloadObservation{}}
-}
-
-func (m *memRuntime) Facts(context.Context) (nodeproto.NodeFacts, error) {
-	return nodeproto.NodeFacts{CPUs: 4, MemoryBytes: 8 << 30}, nil
-}
-func (m *memRuntime) PrepareImage(context.Context, nodeproto.PrepareImageCommand) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.failPulls > 0 {
-		m.failPulls--
-		return failure.Unavailable("daemon restarting")
-	}
-	return nil
-}
-func (m *memRuntime) PrepareArtifact(context.Context, nodeproto.PrepareArtifactCommand) error {
-	return nil
-}
-func (m *memRuntime) LaunchWorkload(_ context.Context, c nodeproto.LaunchWorkloadCommand) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.running[c.WorkloadKey]; ok {
-		return nil // adopt, as the daemon's name conflict makes the Docker runtime do
-	}
-	m.launches[c.WorkloadKey]++
-	now := time.Now()
-	m.running[c.WorkloadKey] = nodeproto.WorkloadObservation{WorkloadKey: c.WorkloadKey, ContainerID: "c-" + c.RunID, Phase: nodeproto.PhaseRunning, StartedAt: &now}
-	return nil
-}
-func (m *memRuntime) StopWorkload(_ context.Context, c nodeproto.StopWorkloadCommand) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if o, ok := m.running[c.WorkloadKey]; ok && o.Phase == nodeproto.PhaseRunning {
-		now, code := time.Now(), 143
-		o.Phase, o.FinishedAt, o.ExitCode = nodeproto.PhaseExited, &now, &code
-		m.running[c.WorkloadKey] = o
-	}
-	return nil
-}
-func (m *memRuntime) Observe(context.Context) ([]nodeproto.WorkloadObservation, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []nodeproto.WorkloadObservation
-	for _, o := range m.running {
-		out = append(out, o)
-	}
-	return out, nil
-}
 
 // chanTransport hands the agent the commands a test pushes and records the
 // events it delivers.
@@ -174,7 +115,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 
 func launch(op string, fence uint64) nodeproto.Command {
 	return nodeproto.Command{OperationID: op, FencingToken: fence, Kind: nodeproto.KindLaunchWorkload,
-		LaunchWorkload: &nodeproto.LaunchWorkloadCommand{WorkloadKey: nodeproto.WorkloadKey{RunID: "r-" + op, Attempt: 1}, Image: "x@sha256:0"}}
+		LaunchWorkload: &nodeproto.LaunchWorkloadCommand{WorkloadKey: nodeproto.WorkloadKey{RunID: "r-" + op, Attempt: 1}, Image: pinnedImage("x")}}
 }
 
 // TestRedeliveredLaunchStartsOneContainer: the same command delivered many
@@ -199,8 +140,8 @@ func TestRedeliveredLaunchStartsOneContainer(t *testing.T) {
 			t.Fatalf("answers differ: %+v vs %+v", e, res[0])
 		}
 	}
-	if n := rt.launches[cmd.LaunchWorkload.WorkloadKey]; n != 1 {
-		t.Fatalf("%d launches, want 1", n)
+	if n := rt.creates(cmd.LaunchWorkload.WorkloadKey); n != 1 {
+		t.Fatalf("%d creates asked of the daemon, want 1", n)
 	}
 }
 
@@ -251,7 +192,7 @@ func TestPreparingReportedOnlyForSlowLaunches(t *testing.T) {
 	defer stop()
 
 	fast, slow := launch("fast", 5), launch("slow", 5)
-	slow.LaunchWorkload.Image = "slow@sha256:0"
+	slow.LaunchWorkload.Image = pinnedImage("slow")
 	tr.commands <- fast
 	// The result and the running observation are independent facts (the
 	// observation may even be made first); what must not be there is a
@@ -286,7 +227,7 @@ func TestFencedCommandRefused(t *testing.T) {
 	if r.Outcome != nodeproto.OutcomeRefused || r.Error == "" {
 		t.Fatalf("result %+v, want refused with a reason", r)
 	}
-	if rt.launches[cmd.LaunchWorkload.WorkloadKey] != 0 {
+	if rt.creates(cmd.LaunchWorkload.WorkloadKey) != 0 {
 		t.Fatal("fenced command was performed")
 	}
 }
@@ -346,9 +287,7 @@ func (m *startLaterRuntime) LaunchWorkload(ctx context.Context, c nodeproto.Laun
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	o := m.running[c.WorkloadKey]
-	o.Phase, o.StartedAt = nodeproto.PhaseCreated, nil
-	m.running[c.WorkloadKey] = o
+	m.workloads[c.WorkloadKey].created = true
 	return nil
 }
 
@@ -356,16 +295,14 @@ func (m *startLaterRuntime) LaunchWorkload(ctx context.Context, c nodeproto.Laun
 func (m *startLaterRuntime) runToExit(key nodeproto.WorkloadKey) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	o := m.running[key]
-	now, code := time.Now(), 0
-	o.Phase, o.StartedAt, o.FinishedAt, o.ExitCode = nodeproto.PhaseExited, &now, &now, &code
-	m.running[key] = o
+	w := m.workloads[key]
+	w.created, w.c = false, runtimesim.Container{Program: runtimesim.Program{Known: true}, Started: time.Now()}
 }
 
 func (m *startLaterRuntime) Logs(_ context.Context, key nodeproto.WorkloadKey, _ bool) (io.ReadCloser, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.running[key].Phase == nodeproto.PhaseCreated {
+	if m.workloads[key].created {
 		return io.NopCloser(strings.NewReader("")), nil
 	}
 	return io.NopCloser(strings.NewReader(m.output)), nil

@@ -34,7 +34,10 @@ func TestNodeagentKnowsNoContainerRuntime(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, imp := range f.Imports {
-			path, _ := strconv.Unquote(imp.Path.Value)
+			path, err := strconv.Unquote(imp.Path.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, bad := range forbidden {
 				if strings.HasPrefix(path, bad) {
 					t.Errorf("%s imports %s; nodeagent must reach containers only through Runtime", name, path)

@@ -52,26 +52,26 @@ func TestLaunchStepsRunInOrderImageOnce(t *testing.T) {
 	mount := func(digest, at string) nodeproto.ArtifactMount {
 		return nodeproto.ArtifactMount{PrepareArtifactCommand: nodeproto.PrepareArtifactCommand{Name: "d", Version: "v1", SHA256: digest}, MountPath: at}
 	}
-	l := nodeproto.LaunchWorkloadCommand{WorkloadKey: nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}, Image: "img@sha256:1",
+	l := nodeproto.LaunchWorkloadCommand{WorkloadKey: nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}, Image: pinnedImage("img"),
 		Artifacts: []nodeproto.ArtifactMount{mount("b", "/b"), mount("a", "/a"), mount("b", "/b2")}}
 	rt := &recordingRuntime{memRuntime: newMemRuntime()}
 	if err := runSteps(rt, l); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"image img@sha256:1", "artifact b", "artifact a", "container r1"}
+	want := []string{"image " + pinnedImage("img"), "artifact b", "artifact a", "container r1"}
 	if !slices.Equal(rt.calls, want) {
 		t.Errorf("calls = %q, want %q: the image once, each Artifact version once, then the container", rt.calls, want)
 	}
 }
 
 func TestLaunchStepFailureStopsTheLaunch(t *testing.T) {
-	l := nodeproto.LaunchWorkloadCommand{WorkloadKey: nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}, Image: "img@sha256:1",
+	l := nodeproto.LaunchWorkloadCommand{WorkloadKey: nodeproto.WorkloadKey{RunID: "r1", Attempt: 1}, Image: pinnedImage("img"),
 		Artifacts: []nodeproto.ArtifactMount{{PrepareArtifactCommand: nodeproto.PrepareArtifactCommand{SHA256: "a"}, MountPath: "/a"}}}
 	for _, tc := range []struct {
 		fail, wantPrefix string
 		wantCalls        int
 	}{
-		{"image img@sha256:1", "prepare image: ", 1},
+		{"image " + pinnedImage("img"), "prepare image: ", 1},
 		{"artifact a", "", 2},
 		{"container r1", "", 3},
 	} {

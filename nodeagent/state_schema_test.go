@@ -36,18 +36,27 @@ func writeUnversionedState(t *testing.T, dir string) nodeproto.Event {
 			}
 		}
 		meta := tx.Bucket([]byte("meta"))
-		session, _ := json.Marshal(storedSession{Token: "tok", ExpiresAt: time.Now().Add(time.Hour).UTC()})
+		session, err := json.Marshal(storedSession{Token: "tok", ExpiresAt: time.Now().Add(time.Hour).UTC()})
+		if err != nil {
+			return err
+		}
 		for k, v := range map[string][]byte{"incarnation": []byte("abc123"), "event_ceiling": putUint(1024), "fencing_token": putUint(7),
 			"session": session, "node_id": []byte("n1")} {
 			if err := meta.Put([]byte(k), v); err != nil {
 				return err
 			}
 		}
-		applied, _ := json.Marshal(appliedEntry{AppliedAt: time.Now().UTC(), Result: ev})
+		applied, err := json.Marshal(appliedEntry{AppliedAt: time.Now().UTC(), Result: ev})
+		if err != nil {
+			return err
+		}
 		if err := tx.Bucket([]byte("applied")).Put([]byte("op-1"), applied); err != nil {
 			return err
 		}
-		spooled, _ := json.Marshal(ev)
+		spooled, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
 		if err := tx.Bucket([]byte("spool")).Put(putUint(1), spooled); err != nil {
 			return err
 		}
@@ -68,10 +77,12 @@ func schemaVersionIn(t *testing.T, dir string) uint64 {
 	}
 	defer db.Close()
 	var v uint64
-	db.View(func(tx *bolt.Tx) error {
+	if err := db.View(func(tx *bolt.Tx) error {
 		v = getUint(tx.Bucket(bucketMeta).Get(keySchemaVersion))
 		return nil
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	return v
 }
 

@@ -16,13 +16,29 @@ func openTestState(t *testing.T, dir string) *State {
 	return s
 }
 
-func resultEvent(t *testing.T, s *State, op string) nodeproto.Event {
+// nextEventID mints an event ID, failing the test on an error.
+func nextEventID(t *testing.T, s *State) string {
 	t.Helper()
 	id, err := s.NextEventID()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return nodeproto.Event{ID: id, Kind: nodeproto.EventResult, Result: &nodeproto.Result{OperationID: op, Outcome: nodeproto.OutcomeOK}}
+	return id
+}
+
+// spooled reads up to max spooled events (0: all), failing the test on an error.
+func spooled(t *testing.T, s *State, max int) []nodeproto.Event {
+	t.Helper()
+	got, err := s.Spooled(max)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func resultEvent(t *testing.T, s *State, op string) nodeproto.Event {
+	t.Helper()
+	return nodeproto.Event{ID: nextEventID(t, s), Kind: nodeproto.EventResult, Result: &nodeproto.Result{OperationID: op, Outcome: nodeproto.OutcomeOK}}
 }
 
 func TestStateDurableAcrossReopen(t *testing.T) {
@@ -39,8 +55,10 @@ func TestStateDurableAcrossReopen(t *testing.T) {
 	if err := s.RecordStop(nodeproto.WorkloadKey{RunID: "r", Attempt: 1}, "timeout"); err != nil {
 		t.Fatal(err)
 	}
-	last, _ := s.NextEventID()
-	s.Close()
+	last := nextEventID(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
 
 	s = openTestState(t, dir)
 	defer s.Close()
@@ -53,17 +71,17 @@ func TestStateDurableAcrossReopen(t *testing.T) {
 	if !s.Applied("op-1") || s.Applied("op-2") {
 		t.Fatal("applied memory lost or invented")
 	}
-	if got, _ := s.AppliedResult("op-1"); got.ID != ev.ID {
+	if got, ok := s.AppliedResult("op-1"); !ok || got.ID != ev.ID {
 		t.Fatalf("applied result ID %q, want %q", got.ID, ev.ID)
 	}
-	spooled, _ := s.Spooled(0)
-	if len(spooled) != 1 || spooled[0].ID != ev.ID {
-		t.Fatalf("spool after reopen = %+v", spooled)
+	inSpool := spooled(t, s, 0)
+	if len(inSpool) != 1 || inSpool[0].ID != ev.ID {
+		t.Fatalf("spool after reopen = %+v", inSpool)
 	}
 	if s.StopReason(nodeproto.WorkloadKey{RunID: "r", Attempt: 1}) != "timeout" {
 		t.Fatal("stop reason lost")
 	}
-	next, _ := s.NextEventID()
+	next := nextEventID(t, s)
 	if next <= last {
 		t.Fatalf("event IDs not monotonic across reopen: %q after %q", next, last)
 	}
@@ -89,25 +107,27 @@ func TestStateSpoolOrderAndAcknowledge(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, _ := s.Spooled(0)
+	got := spooled(t, s, 0)
 	want := []string{ids[1], ids[3], ids[5], ids[2000]}
 	for i := range want {
 		if got[i].ID != want[i] {
 			t.Fatalf("spool order %v, want %v", got, want)
 		}
 	}
-	if got, _ := s.Spooled(2); len(got) != 2 {
+	if got := spooled(t, s, 2); len(got) != 2 {
 		t.Fatalf("Spooled(2) returned %d", len(got))
 	}
 	// Spooling the same event twice keeps one copy.
-	s.Spool(nodeproto.Event{ID: ids[3], Kind: nodeproto.EventFacts})
+	if err := s.Spool(nodeproto.Event{ID: ids[3], Kind: nodeproto.EventFacts}); err != nil {
+		t.Fatal(err)
+	}
 	if s.SpoolDepth() != 4 {
 		t.Fatalf("depth %d, want 4", s.SpoolDepth())
 	}
 	if err := s.Acknowledge([]string{ids[1], ids[5]}); err != nil {
 		t.Fatal(err)
 	}
-	got, _ = s.Spooled(0)
+	got = spooled(t, s, 0)
 	if len(got) != 2 || got[0].ID != ids[3] || got[1].ID != ids[2000] {
 		t.Fatalf("after ack: %+v", got)
 	}
@@ -123,7 +143,7 @@ func TestStateAcknowledgementsWrittenLazily(t *testing.T) {
 	s := openTestState(t, dir)
 	ev := make([]nodeproto.Event, 3)
 	for i := range ev {
-		id, _ := s.NextEventID()
+		id := nextEventID(t, s)
 		ev[i] = nodeproto.Event{ID: id, Kind: nodeproto.EventFacts}
 		if err := s.Spool(ev[i]); err != nil {
 			t.Fatal(err)
@@ -132,7 +152,7 @@ func TestStateAcknowledgementsWrittenLazily(t *testing.T) {
 	if err := s.Acknowledge([]string{ev[0].ID, ev[1].ID}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.Spooled(0); len(got) != 1 || got[0].ID != ev[2].ID {
+	if got := spooled(t, s, 0); len(got) != 1 || got[0].ID != ev[2].ID {
 		t.Fatalf("after ack, spooled %+v, want only %s", got, ev[2].ID)
 	}
 	if s.SpoolDepth() != 1 {
@@ -141,7 +161,7 @@ func TestStateAcknowledgementsWrittenLazily(t *testing.T) {
 	// A crash now (the file closed without State.Close): both come back.
 	s.db.Close()
 	s = openTestState(t, dir)
-	if got, _ := s.Spooled(0); len(got) != 3 {
+	if got := spooled(t, s, 0); len(got) != 3 {
 		t.Fatalf("after a crash, spooled %d events, want all 3 again", len(got))
 	}
 	// Acknowledged, then written by the next write of any kind.
@@ -153,7 +173,7 @@ func TestStateAcknowledgementsWrittenLazily(t *testing.T) {
 	}
 	s.db.Close()
 	s = openTestState(t, dir)
-	if got, _ := s.Spooled(0); len(got) != 2 || got[0].ID != ev[1].ID {
+	if got := spooled(t, s, 0); len(got) != 2 || got[0].ID != ev[1].ID {
 		t.Fatalf("after a write and a crash, spooled %+v, want %s and %s", got, ev[1].ID, ev[2].ID)
 	}
 	// Acknowledged, then spooled again (a redelivered command's result):
@@ -169,7 +189,7 @@ func TestStateAcknowledgementsWrittenLazily(t *testing.T) {
 	}
 	s = openTestState(t, dir)
 	defer s.Close()
-	if got, _ := s.Spooled(0); len(got) != 1 || got[0].ID != ev[1].ID {
+	if got := spooled(t, s, 0); len(got) != 1 || got[0].ID != ev[1].ID {
 		t.Fatalf("after Close, spooled %+v, want only %s", got, ev[1].ID)
 	}
 }
@@ -182,14 +202,20 @@ func TestStateAppliedMemoryBounded(t *testing.T) {
 	now := time.Now()
 	s.now = func() time.Time { return now }
 	evA, evB := resultEvent(t, s, "a"), resultEvent(t, s, "b")
-	s.MarkApplied("a", evA)
-	s.MarkApplied("b", evB)
+	if err := s.MarkApplied("a", evA); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkApplied("b", evB); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Acknowledge([]string{evA.ID}); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(AppliedRetention + time.Minute)
 	other := resultEvent(t, s, "c")
-	s.MarkApplied("c", other)
+	if err := s.MarkApplied("c", other); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Acknowledge([]string{other.ID}); err != nil {
 		t.Fatal(err)
 	}
@@ -212,11 +238,15 @@ func TestStateWorkloadChanged(t *testing.T) {
 	if !s.WorkloadChanged(o) {
 		t.Fatal("new workload not reported as changed")
 	}
-	s.RecordWorkload(o)
+	if err := s.RecordWorkload(o); err != nil {
+		t.Fatal(err)
+	}
 	if s.WorkloadChanged(o) {
 		t.Fatal("unchanged workload reported again")
 	}
-	s.Close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
 	s = openTestState(t, dir)
 	defer s.Close()
 	if s.WorkloadChanged(o) {

@@ -329,7 +329,10 @@ func TestDockerFacts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Facts: %v", err)
 	}
-	host, _ := os.Hostname()
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if facts.Hostname != host || facts.OS != runtime.GOOS || facts.Arch != runtime.GOARCH {
 		t.Errorf("host = %q %s/%s, want %q %s/%s", facts.Hostname, facts.OS, facts.Arch, host, runtime.GOOS, runtime.GOARCH)
 	}

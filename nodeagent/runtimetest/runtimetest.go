@@ -46,6 +46,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	}{
 		{"PrepareImageRefusesUnpinned", prepareImageRefusesUnpinned},
 		{"PrepareImageIsIdempotent", prepareImageIsIdempotent},
+		{"LaunchRefusesUnpinned", launchRefusesUnpinned},
 		{"LaunchReportsExitWithDaemonMoments", launchReportsExitWithDaemonMoments},
 		{"RedeliveredLaunchStartsNothing", redeliveredLaunchStartsNothing},
 		{"StopOfUnknownWorkloadSucceeds", stopOfUnknownWorkloadSucceeds},
@@ -60,19 +61,38 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	}
 }
 
+// unpinned is references to h's image that a node refuses: by tag, by a
+// tag beside the digest, by a malformed digest, and none at all.
+func unpinned(h Harness) []string {
+	repo, digest, _ := strings.Cut(h.Image, "@")
+	return []string{repo, repo + ":latest", repo + ":latest@" + digest, repo + "@sha256:1234", ""}
+}
+
 func prepareImageRefusesUnpinned(t *testing.T, h Harness) {
-	repo, _, _ := strings.Cut(h.Image, "@")
-	for _, ref := range []string{
-		repo,
-		repo + ":latest",
-		repo + ":latest@" + strings.SplitN(h.Image, "@", 2)[1],
-		repo + "@sha256:1234",
-		"",
-	} {
+	for _, ref := range unpinned(h) {
 		err := h.Runtime.PrepareImage(context.Background(), nodeproto.PrepareImageCommand{Image: ref})
 		if !errors.Is(err, failure.ErrInvalid) {
 			t.Errorf("PrepareImage(%q) = %v, want an error matching failure.ErrInvalid", ref, err)
 		}
+	}
+}
+
+// launchRefusesUnpinned: a launch is refused as its image's prepare is,
+// and leaves nothing behind for Observe to report.
+func launchRefusesUnpinned(t *testing.T, h Harness) {
+	for i, ref := range unpinned(h) {
+		key := nodeproto.WorkloadKey{RunID: RunID(t), Attempt: i + 1}
+		err := h.Runtime.LaunchWorkload(context.Background(), nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: ref, Command: []string{"exit", "0"}})
+		if !errors.Is(err, failure.ErrInvalid) {
+			t.Errorf("LaunchWorkload with image %q = %v, want an error matching failure.ErrInvalid", ref, err)
+		}
+	}
+	observations, err := h.Runtime.Observe(context.Background())
+	if err != nil {
+		t.Fatalf("Observe: %v", err)
+	}
+	if len(observations) != 0 {
+		t.Errorf("Observe after refused launches = %+v, want nothing", observations)
 	}
 }
 

@@ -189,12 +189,12 @@ func TestPostgresGivesUp(t *testing.T) {
 	defer cancel()
 	calls = 0
 	start := time.Now()
-	_ = s.Update(short, func(store.Tx) error {
+	err = s.Update(short, func(store.Tx) error {
 		calls++
 		return &pgconn.PgError{Code: pgDeadlockDetected}
 	})
-	if calls >= postgresMaxAttempts || time.Since(start) > 5*time.Second || calls == 0 {
-		t.Errorf("Update with a 200ms context ran fn %d times over %v", calls, time.Since(start))
+	if err == nil || calls >= postgresMaxAttempts || time.Since(start) > 5*time.Second || calls == 0 {
+		t.Errorf("Update with a 200ms context ran fn %d times over %v and returned %v", calls, time.Since(start), err)
 	}
 }
 
