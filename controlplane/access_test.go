@@ -33,7 +33,10 @@ func callAs(t *testing.T, f *fnFixture, tok, method, path string, body any) (int
 	case string:
 		r = strings.NewReader(b)
 	default:
-		raw, _ := json.Marshal(b)
+		raw, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
 		r = bytes.NewReader(raw)
 	}
 	req, err := http.NewRequest(method, f.http.URL+path, r)
@@ -48,8 +51,20 @@ func callAs(t *testing.T, f *fnFixture, tok, method, path string, body any) (int
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading the answer: %v", method, path, err)
+	}
 	return resp.StatusCode, data
+}
+
+// decodeJSON decodes data into v, failing the test when it is not JSON of
+// that shape.
+func decodeJSON(t *testing.T, data []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatalf("decoding %s: %v", data, err)
+	}
 }
 
 // mintToken creates a named token through the API, as the admin.
@@ -104,7 +119,7 @@ func TestRoleMatrixFromServedOpenAPI(t *testing.T) {
 				Invoker bool   `json:"x-mercator-invoker"`
 				Public  bool   `json:"x-mercator-public"`
 			}
-			json.Unmarshal(raw, &op)
+			decodeJSON(t, raw, &op)
 			if rank[op.Role] == 0 {
 				t.Errorf("%s %s: x-mercator-role %q is not a role", method, path, op.Role)
 				continue
@@ -127,8 +142,8 @@ func TestRoleMatrixFromServedOpenAPI(t *testing.T) {
 					// the Fn-compatible routes.
 					var e api.Error
 					var fe api.FnError
-					json.Unmarshal(data, &e)
-					json.Unmarshal(data, &fe)
+					decodeJSON(t, data, &e)
+					decodeJSON(t, data, &fe)
 					want := role + " may not " + m + " " + path + "; it needs " + op.Role
 					if strings.HasPrefix(path, "/v1/") && (e.Error.Code != "forbidden" || e.Error.Message != want) ||
 						!strings.HasPrefix(path, "/v1/") && fe.Message != want {
@@ -207,7 +222,7 @@ func TestTokenLifecycle(t *testing.T) {
 	f.want(400, nil, "POST", "/v1/tokens", api.TokenRequest{Name: "x", Role: "reader", App: "a"})
 	var list api.TokenList
 	_, _, raw := f.do("GET", "/v1/tokens", nil)
-	json.Unmarshal(raw, &list)
+	decodeJSON(t, raw, &list)
 	if len(list.Tokens) != 2 || list.Tokens[0].Name != "admin" || list.Tokens[0].Role != "admin" || list.Tokens[1].Name != "ci" || list.Tokens[1].ExpiresAt == nil {
 		t.Errorf("token ls = %s", raw)
 	}
@@ -267,6 +282,7 @@ func TestNodeRemoveFencesItsAgent(t *testing.T) {
 	var spare api.Invitation
 	f.want(201, &spare, "POST", "/v1/nodes/n1/invitations", nil)
 	var node api.Node
+	n.endExpected.Store(true)
 	f.want(200, &node, "DELETE", "/v1/nodes/n1", nil)
 	if node.RemovedAt == nil || node.Status != api.NodeUnreachable {
 		t.Errorf("removed node = %+v", node)
@@ -305,7 +321,7 @@ func TestInviteRevokesOlderUnusedInvitations(t *testing.T) {
 	f.want(201, &fresh, "POST", "/v1/nodes/n2/invitations", nil)
 	var list api.InvitationList
 	_, _, raw := f.do("GET", "/v1/nodes/n2/invitations", nil)
-	json.Unmarshal(raw, &list)
+	decodeJSON(t, raw, &list)
 	if len(list.Invitations) != 1 || list.Invitations[0].Status != "unused" || bytes.Contains(raw, []byte(fresh.Token)) {
 		t.Errorf("invitations = %s", raw)
 	}
@@ -317,7 +333,7 @@ func TestInviteRevokesOlderUnusedInvitations(t *testing.T) {
 		t.Errorf("the newest invitation: %v", err)
 	}
 	_, _, raw = f.do("GET", "/v1/nodes/n2/invitations", nil)
-	if json.Unmarshal(raw, &list); len(list.Invitations) != 1 || list.Invitations[0].Status != "spent" {
+	if decodeJSON(t, raw, &list); len(list.Invitations) != 1 || list.Invitations[0].Status != "spent" {
 		t.Errorf("invitations after enrollment = %s", raw)
 	}
 }
@@ -388,7 +404,7 @@ func TestAuditLog(t *testing.T) {
 	<-done
 	var list api.AuditList
 	_, _, raw := f.do("GET", "/v1/audit", nil)
-	json.Unmarshal(raw, &list)
+	decodeJSON(t, raw, &list)
 	seen := map[string]api.AuditEntry{}
 	for _, e := range list.Entries {
 		seen[e.Route+" "+e.Who] = e
@@ -422,7 +438,7 @@ func TestAuditLog(t *testing.T) {
 		t.Errorf("the audit log holds a secret: %s", raw)
 	}
 	_, _, raw = f.do("GET", "/v1/audit?who=ci", nil)
-	if json.Unmarshal(raw, &list); len(list.Entries) != 1 {
+	if decodeJSON(t, raw, &list); len(list.Entries) != 1 {
 		t.Errorf("audit ?who=ci = %s", raw)
 	}
 }
