@@ -190,7 +190,9 @@ func (a *Agent) creds() (string, string) {
 func (a *Agent) handleTransportError(what string, err error) {
 	switch {
 	case errors.Is(err, failure.ErrFenced):
-		a.logger.Error("superseded by a later enrollment of this node; stopping", "during", what, "err", err)
+		// The control plane's message says why: a later enrollment of this
+		// node, or `mercator node rm` (which names itself).
+		a.logger.Error("fenced by the control plane; stopping", "during", what, "err", err)
 		a.stop(fmt.Errorf("%s: %w", what, err))
 	case errors.Is(err, failure.ErrUnauthorized):
 		a.logger.Error("session credential refused", "during", what, "err", err)
