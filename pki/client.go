@@ -1,0 +1,194 @@
+package pki
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+)
+
+// MismatchError is a server whose certificate chain does not lead to the
+// CA the client trusts. It names both sides, so an operator can tell a
+// man in the middle (or a mistyped address) from a CA that changed.
+type MismatchError struct {
+	Server    string   // host:port
+	Expected  string   // the pinned CA's fingerprint, or "" for a CA file's
+	Presented []string // fingerprints of the chain the server presented, leaf first
+	Reason    error
+}
+
+func (e *MismatchError) Error() string {
+	want := "the trusted CA"
+	if e.Expected != "" {
+		want = "CA sha256:" + e.Expected
+	}
+	return fmt.Sprintf("refusing %s: its certificate chain does not lead to %s (presented, leaf first: sha256:%s): %v; no credential was sent",
+		e.Server, want, strings.Join(e.Presented, ", sha256:"), e.Reason)
+}
+
+// ClientTLSConfig verifies a server against exactly roots (with its host
+// name), not the system's CAs, and resumes TLS sessions so reconnects cost
+// an abbreviated handshake. A failure is a *MismatchError. With no roots it
+// returns nil: the system's CAs, for an operator's public certificate.
+func ClientTLSConfig(roots []*x509.Certificate) *tls.Config {
+	if len(roots) == 0 {
+		return nil
+	}
+	pool := x509.NewCertPool()
+	expected := ""
+	for _, c := range roots {
+		pool.AddCert(c)
+	}
+	if len(roots) == 1 {
+		expected = Fingerprint(roots[0])
+	}
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		ClientSessionCache: tls.NewLRUClientSessionCache(64),
+		// Verification is VerifyConnection's, against pool only, so that
+		// its error can say what was expected and what came.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return verifyChain(cs, pool, expected)
+		},
+	}
+}
+
+func verifyChain(cs tls.ConnectionState, roots *x509.CertPool, expected string) error {
+	if len(cs.PeerCertificates) == 0 {
+		return &MismatchError{Server: cs.ServerName, Expected: expected, Reason: errors.New("no certificate")}
+	}
+	inter := x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: cs.ServerName})
+	if err != nil {
+		return &MismatchError{Server: cs.ServerName, Expected: expected, Presented: fingerprints(cs.PeerCertificates), Reason: err}
+	}
+	return nil
+}
+
+func fingerprints(certs []*x509.Certificate) []string {
+	out := make([]string, len(certs))
+	for i, c := range certs {
+		out[i] = Fingerprint(c)
+	}
+	return out
+}
+
+// FetchCA connects to the server at baseURL (https://HOST:PORT), finds the
+// certificate of its chain whose fingerprint is fingerprint, and checks
+// that the server's certificate is valid for HOST under it. Only a TLS
+// handshake happens: no request, so no credential, reaches a server that
+// fails. This is how an agent holding an invitation, or `mercator context
+// add --ca-fingerprint`, comes to trust exactly its control plane.
+func FetchCA(ctx context.Context, baseURL, fingerprint string) (*x509.Certificate, error) {
+	fp, err := NormalizeFingerprint(fingerprint)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("%q: the CA is fetched over https://HOST:PORT", baseURL)
+	}
+	host, addr := u.Hostname(), u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(host, "443")
+	}
+	var found *x509.Certificate
+	d := tls.Dialer{Config: &tls.Config{
+		ServerName:         host,
+		InsecureSkipVerify: true, // checked below against the fingerprint
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			for _, c := range cs.PeerCertificates {
+				if Fingerprint(c) == fp {
+					found = c
+				}
+			}
+			if found == nil {
+				return &MismatchError{Server: addr, Expected: fp, Presented: fingerprints(cs.PeerCertificates),
+					Reason: errors.New("no certificate of the chain has the fingerprint the invitation pins")}
+			}
+			pool := x509.NewCertPool()
+			pool.AddCert(found)
+			return verifyChain(cs, pool, fp)
+		},
+	}}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		var me *MismatchError
+		if errors.As(err, &me) {
+			return nil, me
+		}
+		return nil, fmt.Errorf("fetch the CA from %s: %w", addr, err)
+	}
+	conn.Close()
+	return found, nil
+}
+
+// IsLoopback reports whether host (a name or an address, without a port)
+// is this machine: "localhost" or a loopback address. Plain HTTP is
+// allowed only there.
+func IsLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// CheckPlaintext refuses an http:// URL whose host is not loopback: over
+// the network, plaintext would carry credentials and secrets in clear.
+func CheckPlaintext(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return err
+	}
+	if u.Scheme == "http" && !IsLoopback(u.Hostname()) {
+		return fmt.Errorf("refusing plain http:// to %s: it is not loopback, and plaintext would carry credentials in clear; use https://", u.Host)
+	}
+	return nil
+}
+
+func ecKeyPEM(k *ecdsa.PrivateKey) ([]byte, error) {
+	der, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
+}
+
+// joinPrefix starts an invitation that pins its control plane's CA:
+// "mi1.<CA fingerprint>.<secret>", as k3s join tokens carry their CA's hash,
+// so an agent given only the invitation trusts exactly that control plane.
+const joinPrefix = "mi1."
+
+// JoinToken is the invitation secret with the CA's fingerprint in front of
+// it; with no fingerprint (a plain-HTTP server on loopback) it is the
+// secret alone. The whole string is the credential the server hashes.
+func JoinToken(fingerprint, secret string) string {
+	if fingerprint == "" {
+		return secret
+	}
+	return joinPrefix + fingerprint + "." + secret
+}
+
+// JoinFingerprint is the CA fingerprint an invitation pins, or "" for a
+// plain one.
+func JoinFingerprint(token string) (string, error) {
+	if !strings.HasPrefix(token, joinPrefix) {
+		return "", nil
+	}
+	fp, _, ok := strings.Cut(strings.TrimPrefix(token, joinPrefix), ".")
+	if !ok {
+		return "", errors.New("malformed invitation: want mi1.<CA fingerprint>.<secret>")
+	}
+	return NormalizeFingerprint(fp)
+}
