@@ -40,7 +40,24 @@ func ClientTLSConfig(roots []*x509.Certificate) *tls.Config {
 	if len(roots) == 0 {
 		return nil
 	}
-	pool := x509.NewCertPool()
+	return clientConfig(x509.NewCertPool(), roots)
+}
+
+// ClientTLSConfigWithSystem is ClientTLSConfig trusting the system's CAs
+// besides roots: for content an agent may read from the control plane or
+// from an object store with a public certificate.
+func ClientTLSConfigWithSystem(roots []*x509.Certificate) *tls.Config {
+	if len(roots) == 0 {
+		return nil
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	return clientConfig(pool, roots)
+}
+
+func clientConfig(pool *x509.CertPool, roots []*x509.Certificate) *tls.Config {
 	expected := ""
 	for _, c := range roots {
 		pool.AddCert(c)

@@ -73,6 +73,20 @@ func NewCA(name string, now time.Time, validity time.Duration) (*CA, error) {
 	return &CA{Cert: cert, Key: key}, nil
 }
 
+// Write saves the CA: its key (mode 0600) first, then its certificate,
+// each atomically. Key first, because a certificate without its key would
+// be a CA nobody can issue from, and the next start would make another.
+func (ca *CA) Write(certPath, keyPath string) error {
+	keyPEM, err := ecKeyPEM(ca.Key)
+	if err != nil {
+		return err
+	}
+	if err := WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
+		return err
+	}
+	return WriteFileAtomic(certPath, CertPEM(ca.Cert), 0o644)
+}
+
 // Issue signs a server certificate for hosts (DNS names or IP addresses)
 // with a fresh P-256 key, valid from now for validity (never past the CA's
 // own end). It returns the certificate chain (leaf, then the CA) and the

@@ -130,16 +130,7 @@ func (s *Server) ownCA() (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	keyPEM, err := ecKeyPEM(ca.Key)
-	if err != nil {
-		return nil, err
-	}
-	// The key first: a ca.pem without its key would be a CA nobody can
-	// issue from, and the next start would make another.
-	if err := WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
-		return nil, err
-	}
-	if err := WriteFileAtomic(certPath, CertPEM(ca.Cert), 0o644); err != nil {
+	if err := ca.Write(certPath, keyPath); err != nil {
 		return nil, err
 	}
 	s.o.Logger.Info("created the control plane's CA", "file", certPath, "sha256", Fingerprint(ca.Cert))
