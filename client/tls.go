@@ -39,14 +39,15 @@ func HTTPClient(caFile string) (*http.Client, error) {
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	if caFile != "" {
-		certs, err := pki.ReadCertsFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("CA file: %w", err)
-		}
-		tr.TLSClientConfig = pki.ClientTLSConfig(certs)
+	if caFile == "" {
+		return &http.Client{Transport: tr}, nil
 	}
-	return &http.Client{Transport: tr}, nil
+	certs, err := pki.ReadCertsFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("CA file: %w", err)
+	}
+	tr.TLSClientConfig = pki.ClientTLSConfig(certs)
+	return &http.Client{Transport: pki.Explaining(tr, certs)}, nil
 }
 
 // FetchCA fetches from the server at addr (https://HOST:PORT) the CA

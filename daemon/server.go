@@ -81,6 +81,10 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	if !strings.HasPrefix(o.DB, "sqlite://") && !strings.HasPrefix(o.DB, "postgres://") && !strings.HasPrefix(o.DB, "postgresql://") {
 		return fmt.Errorf("--db %q: want sqlite://PATH or postgres://USER:PASSWORD@HOST/DB", sqlstore.Redacted(o.DB))
 	}
+	postgres := !strings.HasPrefix(o.DB, "sqlite://")
+	if postgres && !o.InsecureHTTP && o.TLS.CertFile == "" && o.TLS.CACertFile == "" {
+		return errNoSharedCA
+	}
 	st, err := sqlstore.Open(ctx, o.DB) // dispatches on the scheme
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", sqlstore.Redacted(o.DB), err)
@@ -96,7 +100,6 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 			return fmt.Errorf("listen on %s: %w", o.Listen, err)
 		}
 	}
-	postgres := !strings.HasPrefix(o.DB, "sqlite://")
 	url := "http://" + l.Addr().String()
 	var certs *pki.Server
 	if o.InsecureHTTP {
@@ -105,7 +108,7 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 			return err
 		}
 	} else {
-		if certs, err = serverTLS(o, l, postgres); err != nil {
+		if certs, err = serverTLS(o, l); err != nil {
 			l.Close()
 			return fmt.Errorf("TLS: %w", err)
 		}

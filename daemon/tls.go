@@ -32,18 +32,19 @@ type TLSOptions struct {
 // clients pin.
 func CAFile(dataDir string) string { return filepath.Join(dataDir, pki.CAFileName) }
 
+// errNoSharedCA refuses a server on PostgreSQL (one of several replicas)
+// that was given neither the deployment's CA nor its certificate: replicas
+// each creating their own CA would hand out invitations that pin one
+// replica's CA only, and agents would refuse the others.
+var errNoSharedCA = errors.New("replicas sharing PostgreSQL must share one CA: give every replica the same --tls-ca-cert and --tls-ca-key " +
+	"(create them once with `mercator ca create DIR`), or the same --tls-cert and --tls-key")
+
 // serverTLS sets up the certificate a server with options o serves on l,
 // covering loopback, the listen address, the public and replica URLs' hosts
 // and, when listening on every interface, this machine's name and
-// addresses. A server on PostgreSQL (one of several replicas) must be given
-// the deployment's CA or certificate: replicas each creating their own CA
-// would hand agents invitations that pin one replica's CA only.
-func serverTLS(o ServerOptions, l net.Listener, postgres bool) (*pki.Server, error) {
+// addresses.
+func serverTLS(o ServerOptions, l net.Listener) (*pki.Server, error) {
 	t := o.TLS
-	if postgres && t.CertFile == "" && t.CACertFile == "" {
-		return nil, errors.New("replicas sharing PostgreSQL must share one CA: give every replica the same --tls-ca-cert and --tls-ca-key " +
-			"(create them once with `mercator ca create DIR`), or the same --tls-cert and --tls-key")
-	}
 	return pki.OpenServer(pki.ServerOptions{
 		DataDir: o.DataDir, CertFile: t.CertFile, KeyFile: t.KeyFile, CACertFile: t.CACertFile, CAKeyFile: t.CAKeyFile,
 		Hosts: certHosts(l.Addr(), o.PublicURL, o.Config.ReplicaURL), Validity: t.Validity, CheckEvery: t.CheckEvery,
@@ -175,14 +176,14 @@ func fetchCA(ctx context.Context, o AgentOptions, fingerprint string) (*x509.Cer
 // connection is verified against roots, kept alive between calls, and a
 // reconnect resumes the TLS session rather than doing a full handshake.
 func agentHTTPClient(roots []*x509.Certificate) *http.Client {
-	return &http.Client{Transport: &http.Transport{
+	return &http.Client{Transport: pki.Explaining(&http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		TLSClientConfig:     pki.ClientTLSConfig(roots),
 		TLSHandshakeTimeout: 10 * time.Second,
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
-	}}
+	}, roots)}
 }
 
 // logTLS logs where the CA clients pin is and its fingerprint.
@@ -197,7 +198,7 @@ func contentClient(roots []*x509.Certificate) *http.Client {
 	if len(roots) == 0 {
 		return nil
 	}
-	return &http.Client{Transport: &http.Transport{
+	return &http.Client{Transport: pki.Explaining(&http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		TLSClientConfig:       pki.ClientTLSConfigWithSystem(roots),
@@ -205,5 +206,5 @@ func contentClient(roots []*x509.Certificate) *http.Client {
 		ResponseHeaderTimeout: 30 * time.Second,
 		MaxIdleConns:          100,
 		IdleConnTimeout:       90 * time.Second,
-	}}
+	}, roots)}
 }

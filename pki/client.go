@@ -9,33 +9,39 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 )
 
 // MismatchError is a server whose certificate chain does not lead to the
-// CA the client trusts. It names both sides, so an operator can tell a
-// man in the middle (or a mistyped address) from a CA that changed.
+// CA the client trusts, or does not name the server's host. It names both
+// sides, so an operator can tell a man in the middle (or a mistyped
+// address) from a CA that changed.
 type MismatchError struct {
 	Server    string   // host:port
-	Expected  string   // the pinned CA's fingerprint, or "" for a CA file's
+	Expected  string   // the pinned CA's fingerprint, or "" for several CAs
 	Presented []string // fingerprints of the chain the server presented, leaf first
 	Reason    error
 }
 
 func (e *MismatchError) Error() string {
-	want := "the trusted CA"
+	want := "the trusted CAs"
 	if e.Expected != "" {
 		want = "CA sha256:" + e.Expected
 	}
-	return fmt.Sprintf("refusing %s: its certificate chain does not lead to %s (presented, leaf first: sha256:%s): %v; no credential was sent",
+	return fmt.Sprintf("refusing %s: its certificate is not one %s issued for it (presented, leaf first: sha256:%s): %v; no credential was sent",
 		e.Server, want, strings.Join(e.Presented, ", sha256:"), e.Reason)
 }
 
+func (e *MismatchError) Unwrap() error { return e.Reason }
+
 // ClientTLSConfig verifies a server against exactly roots (with its host
-// name), not the system's CAs, and resumes TLS sessions so reconnects cost
-// an abbreviated handshake. A failure is a *MismatchError. With no roots it
+// name, as Go's TLS client does), not the system's CAs, and resumes TLS
+// sessions so reconnects cost an abbreviated handshake. A refused server
+// fails the handshake, before any request is written. With no roots it
 // returns nil: the system's CAs, for an operator's public certificate.
+// Wrap the transport with Explaining for errors naming the fingerprints.
 func ClientTLSConfig(roots []*x509.Certificate) *tls.Config {
 	if len(roots) == 0 {
 		return nil
@@ -58,36 +64,56 @@ func ClientTLSConfigWithSystem(roots []*x509.Certificate) *tls.Config {
 }
 
 func clientConfig(pool *x509.CertPool, roots []*x509.Certificate) *tls.Config {
-	expected := ""
 	for _, c := range roots {
 		pool.AddCert(c)
 	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ClientSessionCache: tls.NewLRUClientSessionCache(64)}
+}
+
+// Explaining wraps rt so that a server refused by certificate verification
+// fails with a *MismatchError naming the fingerprint expected (that of the
+// only root, if roots has one) and those presented.
+func Explaining(rt http.RoundTripper, roots []*x509.Certificate) http.RoundTripper {
+	e := &explaining{rt: rt}
 	if len(roots) == 1 {
-		expected = Fingerprint(roots[0])
+		e.expected = Fingerprint(roots[0])
 	}
-	return &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		ClientSessionCache: tls.NewLRUClientSessionCache(64),
-		// Verification is VerifyConnection's, against pool only, so that
-		// its error can say what was expected and what came.
-		InsecureSkipVerify: true,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyChain(cs, pool, expected)
-		},
+	return e
+}
+
+type explaining struct {
+	rt       http.RoundTripper
+	expected string
+}
+
+func (e *explaining) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := e.rt.RoundTrip(req)
+	var cve *tls.CertificateVerificationError
+	if err != nil && errors.As(err, &cve) {
+		err = &MismatchError{Server: req.URL.Host, Expected: e.expected, Presented: fingerprints(cve.UnverifiedCertificates), Reason: cve.Err}
+	}
+	return resp, err
+}
+
+// CloseIdleConnections closes the wrapped transport's idle connections.
+func (e *explaining) CloseIdleConnections() {
+	if c, ok := e.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
 	}
 }
 
-func verifyChain(cs tls.ConnectionState, roots *x509.CertPool, expected string) error {
+// verifyChain checks the presented chain against roots for host.
+func verifyChain(cs tls.ConnectionState, roots *x509.CertPool, expected, server, host string) error {
 	if len(cs.PeerCertificates) == 0 {
-		return &MismatchError{Server: cs.ServerName, Expected: expected, Reason: errors.New("no certificate")}
+		return &MismatchError{Server: server, Expected: expected, Reason: errors.New("no certificate")}
 	}
 	inter := x509.NewCertPool()
 	for _, c := range cs.PeerCertificates[1:] {
 		inter.AddCert(c)
 	}
-	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: cs.ServerName})
+	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: host})
 	if err != nil {
-		return &MismatchError{Server: cs.ServerName, Expected: expected, Presented: fingerprints(cs.PeerCertificates), Reason: err}
+		return &MismatchError{Server: server, Expected: expected, Presented: fingerprints(cs.PeerCertificates), Reason: err}
 	}
 	return nil
 }
@@ -135,7 +161,7 @@ func FetchCA(ctx context.Context, baseURL, fingerprint string) (*x509.Certificat
 			}
 			pool := x509.NewCertPool()
 			pool.AddCert(found)
-			return verifyChain(cs, pool, fp)
+			return verifyChain(cs, pool, fp, addr, host)
 		},
 	}}
 	conn, err := d.DialContext(ctx, "tcp", addr)

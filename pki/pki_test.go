@@ -50,9 +50,15 @@ func serve(t *testing.T, s *Server) string {
 
 func tlsListener(l net.Listener, s *Server) net.Listener { return tls.NewListener(l, s.TLSConfig()) }
 
-func get(t *testing.T, cfg *tls.Config, url string) error {
+// get makes one request to url with a fresh connection, trusting roots;
+// served, when not nil, is told the leaf certificate the server presented.
+func get(t *testing.T, roots []*x509.Certificate, url string, served func(*x509.Certificate)) error {
 	t.Helper()
-	c := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
+	cfg := ClientTLSConfig(roots)
+	if served != nil {
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error { served(cs.PeerCertificates[0]); return nil }
+	}
+	c := &http.Client{Transport: Explaining(&http.Transport{TLSClientConfig: cfg}, roots)}
 	defer c.CloseIdleConnections()
 	resp, err := c.Get(url)
 	if err != nil {
@@ -104,14 +110,16 @@ func TestOwnCAIsKeptAcrossRestartsWithPrivateKeys(t *testing.T) {
 }
 
 func TestRenewalWithoutRestart(t *testing.T) {
-	clock := &fakeClock{t: time.Now()}
+	// The clock starts in the past, so that once moved into the renewal
+	// window it is the real time the client verifies with.
+	clock := &fakeClock{t: time.Now().Add(-2*time.Hour - time.Minute)}
 	s, err := OpenServer(ServerOptions{DataDir: t.TempDir(), Hosts: []string{"127.0.0.1"}, Validity: 3 * time.Hour, Now: clock.Now, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	url := serve(t, s)
-	cfg := ClientTLSConfig([]*x509.Certificate{s.CA()})
-	if err := get(t, cfg, url); err != nil {
+	roots := []*x509.Certificate{s.CA()}
+	if err := get(t, roots, url, nil); err != nil {
 		t.Fatal(err)
 	}
 	first := s.Leaf()
@@ -127,9 +135,7 @@ func TestRenewalWithoutRestart(t *testing.T) {
 		t.Fatalf("not renewed: %v then %v", first.NotAfter, second.NotAfter)
 	}
 	var served *x509.Certificate
-	cfg.ClientSessionCache = nil // a full handshake: a resumed session reports the first one's certificate
-	cfg.VerifyConnection = func(cs tls.ConnectionState) error { served = cs.PeerCertificates[0]; return nil }
-	if err := get(t, cfg, url); err != nil {
+	if err := get(t, roots, url, func(c *x509.Certificate) { served = c }); err != nil {
 		t.Fatal(err)
 	}
 	if served.SerialNumber.Cmp(second.SerialNumber) != 0 {
@@ -240,12 +246,12 @@ func TestFetchCAPinsByFingerprintAndRefusesAnother(t *testing.T) {
 		t.Fatalf("want a mismatch naming both fingerprints, got %v", err)
 	}
 	// A client trusting the other CA refuses the server, naming both.
-	err = get(t, ClientTLSConfig([]*x509.Certificate{other.Cert}), url)
+	err = get(t, []*x509.Certificate{other.Cert}, url, nil)
 	if !errors.As(err, &me) || !strings.Contains(err.Error(), Fingerprint(other.Cert)) || !strings.Contains(err.Error(), s.Fingerprint()) {
 		t.Fatalf("want a mismatch naming both fingerprints, got %v", err)
 	}
 	// The right CA, but the wrong name: refused too.
-	if err := get(t, ClientTLSConfig([]*x509.Certificate{s.CA()}), strings.Replace(url, "127.0.0.1", "localhost", 1)); !errors.As(err, &me) {
+	if err := get(t, []*x509.Certificate{s.CA()}, strings.Replace(url, "127.0.0.1", "localhost", 1), nil); !errors.As(err, &me) {
 		t.Fatalf("a certificate not naming the host was accepted: %v", err)
 	}
 }
@@ -273,5 +279,23 @@ func TestJoinTokensAndPlaintext(t *testing.T) {
 	}
 	if _, err := NormalizeFingerprint("sha256:" + strings.ToUpper(strings.Repeat("ab:", 32))); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAnIPAddressIsCheckedToo: the right CA, but a certificate for another
+// address, is refused by the client and by FetchCA (Go leaves an IP out of
+// the SNI, so the check must not rely on the handshake's server name).
+func TestAnIPAddressIsCheckedToo(t *testing.T) {
+	s, err := OpenServer(ServerOptions{DataDir: t.TempDir(), Hosts: []string{"10.1.1.1"}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serve(t, s)
+	var me *MismatchError
+	if err := get(t, []*x509.Certificate{s.CA()}, url, nil); !errors.As(err, &me) {
+		t.Fatalf("a certificate for 10.1.1.1 was accepted at 127.0.0.1: %v", err)
+	}
+	if _, err := FetchCA(context.Background(), url, s.Fingerprint()); !errors.As(err, &me) {
+		t.Fatalf("FetchCA accepted a certificate for 10.1.1.1 at 127.0.0.1: %v", err)
 	}
 }
