@@ -52,7 +52,7 @@ or the same --tls-cert and --tls-key. Plain HTTP only with --insecure-http,
 on a loopback address.`)
 	db := fs.String("db", "", "store `URL`: sqlite://PATH or postgres://USER:PASSWORD@HOST/DB (default sqlite://DATA_DIR/mercator.db)")
 	listen := fs.String("listen", "127.0.0.1:7070", "`address` to serve on")
-	dataDir := fs.String("data-dir", "/var/lib/mercator/server", "`directory` for the admin credential and the default database")
+	dataDir := fs.String("data-dir", "/var/lib/mercator/server", "`directory` for the admin credential, the CA and its keys, and the default database")
 	public := fs.String("public-url", "", "`URL` agents and clients use to reach this server (default https://LISTEN); its host is in the server's certificate")
 	replicaURL := fs.String("replica-url", "", "`URL` agents use to reach this replica itself, for the function calls it relays, when several replicas share --public-url (default --public-url)")
 	lease := fs.Duration("lease", 30*time.Second, "how long a node stays ready without reporting")
