@@ -22,7 +22,7 @@ type AgentOptions struct {
 	ControlPlaneURL string
 	NodeID          string
 	// StateDir holds the agent's state file (credential, applied
-	// operations, spool).
+	// operations, spool) and control-plane-ca.pem, the CA it pinned.
 	StateDir string
 	// Invitation is the single-use token; needed only for the first
 	// enrollment (or after a credential was lost).

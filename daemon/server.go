@@ -33,7 +33,9 @@ type ServerOptions struct {
 	// abruptly, with every connection it accepted, to kill a replica the
 	// way a crash would.
 	Listener net.Listener
-	// DataDir holds the admin credential and, by default, the database.
+	// DataDir holds the admin credential, the CA (ca.pem; its key too when
+	// the server made it), the issued certificate and, by default, the
+	// database.
 	DataDir string
 	// PublicURL is how agents and clients reach this server (default
 	// https://LISTEN-ADDRESS).
