@@ -299,3 +299,31 @@ func TestAnIPAddressIsCheckedToo(t *testing.T) {
 		t.Fatalf("FetchCA accepted a certificate for 10.1.1.1 at 127.0.0.1: %v", err)
 	}
 }
+
+// TestReconnectsResumeTheSession: a client's second connection resumes the
+// first one's TLS session (an abbreviated handshake: no certificate chain
+// sent or verified again), which is what keeps a fleet-wide reconnect from
+// becoming a storm of full handshakes.
+func TestReconnectsResumeTheSession(t *testing.T) {
+	s, err := OpenServer(ServerOptions{DataDir: t.TempDir(), Hosts: []string{"127.0.0.1"}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serve(t, s)
+	roots := []*x509.Certificate{s.CA()}
+	cfg := ClientTLSConfig(roots)
+	var resumed []bool
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error { resumed = append(resumed, cs.DidResume); return nil }
+	c := &http.Client{Transport: Explaining(&http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}, roots)}
+	for range 3 {
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if len(resumed) != 3 || resumed[0] || !resumed[1] || !resumed[2] {
+		t.Fatalf("want a full handshake, then two resumed sessions; got DidResume %v", resumed)
+	}
+}
