@@ -44,7 +44,9 @@
 // the control plane, the agent and the function engine from
 // configuration; cli (the one `mercator` binary, cmd/mercator), devenv
 // (`mercator dev`) and fleetsim (the fleet simulator) call it. client is
-// the Go client of the public API. imageref parses and pins image
+// the Go client of the public API. pki is TLS: the server's own CA, its
+// certificate renewed without a restart, fingerprints, and pinning a server
+// by its CA (daemon, client and the agent's wiring use it). imageref parses and pins image
 // references; devregistry is `mercator dev`'s registry; internal/... are
 // small helpers with one job each (bytesize, cputime, directio,
 // faultproxy, hashcopy, registrytest, testimage). e2e and e2e/fault are

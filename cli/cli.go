@@ -37,7 +37,7 @@
 //
 // # Conventions
 //
-// Client commands take --addr, --token-file and, where they print an object,
+// Client commands take --addr, --token-file, --ca-file and, where they print an object,
 // -o/--output table|json. JSON output is the API object exactly as package
 // api defines it, indented, so scripts can rely on its field names. Data goes
 // to stdout and everything for a person (progress, summaries, errors) to
@@ -357,6 +357,7 @@ func (f *flagSet) printHelp(w io.Writer) {
 type clientFlags struct {
 	addr      string
 	tokenFile string
+	caFile    string
 	output    string // "table" or "json"; "" when the command prints no object
 }
 
@@ -366,6 +367,7 @@ func (f *flagSet) clientFlags(withOutput bool) *clientFlags {
 	g := &clientFlags{}
 	f.StringVar(&g.addr, "addr", "", "control plane `URL` (default: $MERCATOR_ADDR, then the context file of `mercator dev`)")
 	f.StringVar(&g.tokenFile, "token-file", "", "read the bearer token from `file` (default: $MERCATOR_TOKEN, then the context file)")
+	f.StringVar(&g.caFile, "ca-file", "", "verify the server with the CA certificate in `file` (default: $MERCATOR_CA_FILE, then the context's CA, else the system's CAs)")
 	if withOutput {
 		f.StringVar(&g.output, "output", "table", "output `format`: table or json")
 		f.aliasShort("o", "output")
@@ -387,11 +389,11 @@ func (g *clientFlags) json() bool { return g.output == "json" }
 // client builds the API client from the flags, the environment and the
 // context file (see client.LoadConfigOverrides for the precedence).
 func (inv *invocation) client(g *clientFlags) (*client.Client, error) {
-	cfg, err := client.LoadConfigOverrides(inv.env, client.Overrides{Addr: g.addr, TokenFile: g.tokenFile})
+	cfg, err := client.LoadConfigOverrides(inv.env, client.Overrides{Addr: g.addr, TokenFile: g.tokenFile, CAFile: g.caFile})
 	if err != nil {
 		return nil, err
 	}
-	return client.New(cfg.Addr, cfg.Token, nil), nil
+	return client.NewFromConfig(cfg)
 }
 
 // writeJSON prints v indented, as `-o json` promises.

@@ -39,17 +39,33 @@ func runServer(ctx context.Context, inv *invocation, args []string) error {
 On first start it creates an admin credential, the named token "admin",
 writes it (mode 0600) to DATA_DIR/admin-token and prints the path; give it
 to the CLI with --token-file or MERCATOR_TOKEN, and make narrower ones with
-`+"`mercator token create`"+`.`)
+`+"`mercator token create`"+`.
+
+It serves HTTPS. Without --tls-cert it creates its own CA on first start
+(DATA_DIR/ca.pem, key DATA_DIR/ca-key.pem) and a certificate for the listen
+address, loopback and the --public-url host, renewed well before it expires
+without a restart; it prints the CA's path and SHA-256 fingerprint.
+Invitations carry that fingerprint, so agents need no CA file; give the CLI
+the CA with `+"`mercator context add … --ca-file DATA_DIR/ca.pem`"+` or
+--ca-fingerprint. Replicas sharing PostgreSQL share one CA: give every
+replica the same --tls-ca-cert and --tls-ca-key (`+"`mercator ca create DIR`"+`),
+or the same --tls-cert and --tls-key. Plain HTTP only with --insecure-http,
+on a loopback address.`)
 	db := fs.String("db", "", "store `URL`: sqlite://PATH or postgres://USER:PASSWORD@HOST/DB (default sqlite://DATA_DIR/mercator.db)")
 	listen := fs.String("listen", "127.0.0.1:7070", "`address` to serve on")
-	dataDir := fs.String("data-dir", "/var/lib/mercator/server", "`directory` for the admin credential and the default database")
-	public := fs.String("public-url", "", "`URL` agents and clients use to reach this server (default http://LISTEN)")
+	dataDir := fs.String("data-dir", "/var/lib/mercator/server", "`directory` for the admin credential, the CA and its keys, and the default database")
+	public := fs.String("public-url", "", "`URL` agents and clients use to reach this server (default https://LISTEN); its host is in the server's certificate")
 	replicaURL := fs.String("replica-url", "", "`URL` agents use to reach this replica itself, for the function calls it relays, when several replicas share --public-url (default --public-url)")
 	lease := fs.Duration("lease", 30*time.Second, "how long a node stays ready without reporting")
 	sessionTTL := fs.Duration("session-ttl", 24*time.Hour, "life of a node's session credential; agents renew it after two thirds")
 	insecure := fs.String("insecure-registries", "", "comma-separated `hosts` reached over plain HTTP when pinning images (loopback always is)")
 	contentStore := fs.String("content", "local", "Artifact content store: local (under DATA_DIR, signed URLs) or `s3://BUCKET/PREFIX?endpoint=HOST:PORT` (credential from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
 	registryKeyFile := fs.String("registry-key-file", "", "`file` holding the 32-byte key (hex) that seals registry credentials and secret configuration (default: $MERCATOR_REGISTRY_KEY, else DATA_DIR/registry-key, generated on first start)")
+	tlsCert := fs.String("tls-cert", "", "`file` of the server's certificate chain (PEM), instead of one from the server's own CA; re-read when it changes")
+	tlsKey := fs.String("tls-key", "", "`file` of the private key of --tls-cert")
+	tlsCACert := fs.String("tls-ca-cert", "", "`file` of a CA certificate: with --tls-ca-key, the CA the server issues its certificate from (the same for every replica); with --tls-cert, the CA clients pin")
+	tlsCAKey := fs.String("tls-ca-key", "", "`file` of the private key of --tls-ca-cert")
+	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP instead of HTTPS; refused unless --listen is a loopback address")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
 	metricsPublic := fs.Bool("metrics-public", false, "serve /metrics without a credential (default: a reader's is needed)")
 	auditRetention := 30 * 24 * time.Hour
@@ -75,7 +91,8 @@ to the CLI with --token-file or MERCATOR_TOKEN, and make narrower ones with
 	}
 	return daemon.RunServer(ctx, daemon.ServerOptions{
 		DB: *db, Listen: *listen, DataDir: *dataDir, PublicURL: *public, InsecureRegistries: regs,
-		Content: *contentStore, RegistryKey: registryKey,
+		Content: *contentStore, RegistryKey: registryKey, InsecureHTTP: *insecureHTTP,
+		TLS: daemon.TLSOptions{CertFile: *tlsCert, KeyFile: *tlsKey, CACertFile: *tlsCACert, CAKeyFile: *tlsCAKey},
 		Config: controlplane.Config{Lease: *lease, SessionTTL: *sessionTTL, ReplicaURL: *replicaURL,
 			MetricsPublic: *metricsPublic, AuditRetention: auditRetention}, Logger: log,
 		Ready: func(url, tokenFile string) {
@@ -83,6 +100,9 @@ to the CLI with --token-file or MERCATOR_TOKEN, and make narrower ones with
 				tokenFile = "(removed with `mercator token rm`; use another admin credential)"
 			}
 			fmt.Fprintf(inv.stderr, "control plane at %s\nadmin credential in %s\n", url, tokenFile)
+			if strings.HasPrefix(url, "https://") {
+				printCA(inv, daemon.CAFile(*dataDir))
+			}
 		},
 	})
 }
@@ -92,8 +112,16 @@ func runAgent(ctx context.Context, inv *invocation, args []string) error {
 the work placed on this machine through the local Docker daemon.
 
 The first start needs a single-use invitation (--token-file) from
-`+"`mercator node invite NODE_ID`"+`; later starts resume the session kept in --state.`)
-	cp := fs.String("control-plane", "", "control plane `URL`")
+`+"`mercator node invite NODE_ID`"+`; later starts resume the session kept in --state.
+
+The invitation carries the SHA-256 fingerprint of the control plane's CA:
+the agent fetches the server's chain, pins the CA with that fingerprint
+(kept in --state, so restarts trust it too) and refuses, before sending any
+credential, a server whose chain does not lead to it. --ca-file replaces
+the pin for an operator's own PKI. Plain http:// is refused unless the
+control plane is on loopback.`)
+	cp := fs.String("control-plane", "", "control plane `URL` (https://HOST:PORT)")
+	caFile := fs.String("ca-file", "", "`file` of the CA certificate(s) the control plane's chain must lead to (default: the CA the invitation pins)")
 	nodeID := fs.String("node-id", "", "this machine's node `ID`, as invited")
 	stateDir := fs.String("state", "/var/lib/mercator/agent", "`directory` for the agent's durable state")
 	tokenFile := fs.String("token-file", "", "`file` holding the invitation (mode 0600); needed for the first enrollment")
@@ -138,7 +166,7 @@ The first start needs a single-use invitation (--token-file) from
 	}
 	return daemon.RunAgent(ctx, daemon.AgentOptions{
 		Functions:       fnOpts,
-		ControlPlaneURL: *cp, NodeID: *nodeID, StateDir: *stateDir, Invitation: invitation, DockerHost: *dockerHost,
+		ControlPlaneURL: *cp, NodeID: *nodeID, StateDir: *stateDir, Invitation: invitation, CAFile: *caFile, DockerHost: *dockerHost,
 		ArtifactRoot: *artifactRoot, ArtifactBudget: budget, AcceleratorTool: *accelTool, KernelReports: *kernel, Heartbeat: *heartbeat, Logger: log,
 	})
 }
@@ -148,8 +176,9 @@ func runDev(ctx context.Context, inv *invocation, args []string) error {
 SQLite, one local agent driving the local Docker daemon, and an OCI registry
 on loopback that keeps what is pushed to it across restarts.
 
-It writes the server's address and admin credential to the CLI's context
-file, so other terminals need no flags. Stop it with Ctrl-C.`)
+It serves HTTPS with its own CA and writes the server's address, admin
+credential and CA to the CLI's context "dev" (and makes it current), so
+other terminals need no flags. Stop it with Ctrl-C.`)
 	dataDir := fs.String("data-dir", devenv.DefaultDataDir(inv.env), "`directory` for the database, registry storage and agent state")
 	listen := fs.String("listen", "127.0.0.1:7070", "control plane `address`")
 	registry := fs.String("registry", "127.0.0.1:5000", "registry `address` on loopback, or off")

@@ -13,7 +13,8 @@
 // context's own error (errors.Is(err, context.Canceled) holds).
 //
 // The CLI (package cli) and end-to-end tests import this package; it imports
-// only api and failure of Mercator's, so it is safe for third-party programs.
+// only api, failure and pki (standard library only) of Mercator's, so it is
+// safe for third-party programs.
 package client
 
 import (

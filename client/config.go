@@ -1,10 +1,7 @@
 package client
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,9 +17,12 @@ const (
 	EnvToken = "MERCATOR_TOKEN"
 	// EnvConfig names the context file, overriding the XDG location.
 	EnvConfig = "MERCATOR_CONFIG"
+	// EnvCAFile names a file of the CA certificate(s) the server's chain
+	// must lead to, overriding the context's.
+	EnvCAFile = "MERCATOR_CA_FILE"
 	// DefaultAddr is where `mercator dev` listens; it is the address when a
 	// token is configured but no address is.
-	DefaultAddr = "http://127.0.0.1:7070"
+	DefaultAddr = "https://127.0.0.1:7070"
 )
 
 // Config is where the control plane is and the credential to call it with:
@@ -32,25 +32,18 @@ type Config struct {
 	Addr string
 	// Token is the bearer token, never empty in a Config LoadConfig returns.
 	Token string
+	// CAFile, when set, holds the CA certificate(s) the server's chain must
+	// lead to (see NewFromConfig); empty means the system's CAs.
+	CAFile string
 }
 
-// ContextFile is the JSON file `mercator dev` writes so that client commands
-// on the same machine find the control plane it started without flags. It
-// names the token's file rather than holding the token, so the secret stays
-// in one file whose lifetime the server owns.
-type ContextFile struct {
-	// Addr is the control plane's base URL.
-	Addr string `json:"addr"`
-	// TokenFile is the path of a file holding the admin bearer token. A
-	// relative path is relative to the context file's directory.
-	TokenFile string `json:"token_file"`
-}
-
-// Overrides are values a caller was given explicitly (the CLI's --addr and
-// --token-file flags). A non-empty field beats every other source.
+// Overrides are values a caller was given explicitly (the CLI's --addr,
+// --token-file and --ca-file flags). A non-empty field beats every other
+// source.
 type Overrides struct {
 	Addr      string
 	TokenFile string
+	CAFile    string
 }
 
 // ContextPath is where the context file is: $MERCATOR_CONFIG if set, else
@@ -70,12 +63,13 @@ func ContextPath(env func(string) string) string {
 	return ""
 }
 
-// LoadConfig resolves the address and token for client commands from the
-// environment. Each of the two is taken from the first source that has it:
+// LoadConfig resolves the address, token and CA for client commands from
+// the environment. Each is taken from the first source that has it:
 //
-//  1. MERCATOR_ADDR and MERCATOR_TOKEN;
-//  2. the context file at ContextPath(env), as `mercator dev` writes it (its
-//     token_file is read);
+//  1. MERCATOR_ADDR, MERCATOR_TOKEN and MERCATOR_CA_FILE;
+//  2. the current context of the context file at ContextPath(env), as
+//     `mercator dev` and `mercator context add` write it (its token_file is
+//     read);
 //  3. for the address only, DefaultAddr.
 //
 // A missing context file is not an error; a malformed one, or a token file
@@ -87,9 +81,9 @@ func LoadConfig(env func(string) string) (Config, error) {
 
 // LoadConfigOverrides is LoadConfig with explicit values that beat the
 // environment and the context file: o.Addr for the address, the contents of
-// o.TokenFile for the token.
+// o.TokenFile for the token, o.CAFile for the CA.
 func LoadConfigOverrides(env func(string) string, o Overrides) (Config, error) {
-	cfg := Config{Addr: o.Addr, Token: ""}
+	cfg := Config{Addr: o.Addr, Token: "", CAFile: o.CAFile}
 	if o.TokenFile != "" {
 		tok, err := readToken(o.TokenFile)
 		if err != nil {
@@ -103,27 +97,13 @@ func LoadConfigOverrides(env func(string) string, o Overrides) (Config, error) {
 	if cfg.Token == "" {
 		cfg.Token = strings.TrimSpace(env(EnvToken))
 	}
+	if cfg.CAFile == "" {
+		cfg.CAFile = strings.TrimSpace(env(EnvCAFile))
+	}
 	path := ContextPath(env)
-	if (cfg.Addr == "" || cfg.Token == "") && path != "" {
-		cf, found, err := readContext(path)
-		if err != nil {
+	if (cfg.Addr == "" || cfg.Token == "" || cfg.CAFile == "") && path != "" {
+		if err := fillFromContext(&cfg, path); err != nil {
 			return Config{}, err
-		}
-		if found {
-			if cfg.Addr == "" {
-				cfg.Addr = strings.TrimSpace(cf.Addr)
-			}
-			if cfg.Token == "" && cf.TokenFile != "" {
-				tf := cf.TokenFile
-				if !filepath.IsAbs(tf) {
-					tf = filepath.Join(filepath.Dir(path), tf)
-				}
-				tok, err := readToken(tf)
-				if err != nil {
-					return Config{}, fmt.Errorf("context file %s: %w", path, err)
-				}
-				cfg.Token = tok
-			}
 		}
 	}
 	if cfg.Addr == "" {
@@ -151,22 +131,6 @@ func (e *credentialError) Error() string {
 
 func (e *credentialError) Unwrap() error { return failure.ErrUnauthorized }
 
-// readContext reads a context file; found is false when it does not exist.
-func readContext(path string) (ContextFile, bool, error) {
-	raw, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return ContextFile{}, false, nil
-	}
-	if err != nil {
-		return ContextFile{}, false, fmt.Errorf("reading context file: %w", err)
-	}
-	var cf ContextFile
-	if err := json.Unmarshal(raw, &cf); err != nil {
-		return ContextFile{}, false, fmt.Errorf("context file %s is not valid JSON: %w (remove it or run `mercator dev` again)", path, err)
-	}
-	return cf, true, nil
-}
-
 // readToken reads a token file, trimming surrounding whitespace (files end
 // with a newline); an empty file is an error.
 func readToken(path string) (string, error) {
@@ -179,49 +143,4 @@ func readToken(path string) (string, error) {
 		return "", fmt.Errorf("token file %s is empty", path)
 	}
 	return tok, nil
-}
-
-// WriteContext writes ctx to path as `mercator dev` does: the directories
-// are created (0700), the file is replaced atomically (written to a
-// temporary file in the same directory, synced, renamed) so a reader never
-// sees half a file, and its mode is 0600 because it points at a credential.
-func WriteContext(path string, ctx ContextFile) error {
-	raw, err := json.MarshalIndent(ctx, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encoding context file: %w", err)
-	}
-	raw = append(raw, '\n')
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("writing context file: %w", err)
-	}
-	f, err := os.CreateTemp(dir, ".context-*.tmp")
-	if err != nil {
-		return fmt.Errorf("writing context file: %w", err)
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(0o600); err != nil {
-		return fmt.Errorf("writing context file: %w", err)
-	}
-	if _, err := f.Write(raw); err != nil {
-		return fmt.Errorf("writing context file: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("writing context file: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing context file: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("writing context file: %w", err)
-	}
-	ok = true
-	return nil
 }

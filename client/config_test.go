@@ -193,3 +193,52 @@ func TestWriteContext(t *testing.T) {
 		t.Errorf("leftover files: %v", entries)
 	}
 }
+
+func TestNamedContexts(t *testing.T) {
+	dir := t.TempDir()
+	p := devContext(t, dir, "http://127.0.0.1:7171", "legacy-token") // the single-context form
+	prodToken := filepath.Join(dir, "prod-token")
+	if err := os.WriteFile(prodToken, []byte("prod-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := SaveContext(p, "prod", Context{Addr: "https://cp.example:7443", TokenFile: prodToken, CAFile: "prod-ca.pem"}, true); err != nil {
+		t.Fatal(err)
+	}
+	env := envOf(map[string]string{"MERCATOR_CONFIG": p})
+	cfg, err := LoadConfig(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Addr != "https://cp.example:7443" || cfg.Token != "prod-token" || cfg.CAFile != filepath.Join(dir, "mercator", "prod-ca.pem") {
+		t.Fatalf("current context prod: got %+v", cfg)
+	}
+	if err := UseContext(p, "default"); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = LoadConfig(env); err != nil || cfg.Addr != "http://127.0.0.1:7171" || cfg.Token != "legacy-token" || cfg.CAFile != "" {
+		t.Fatalf("the single-context form kept as context default: got %+v, %v", cfg, err)
+	}
+	if err := UseContext(p, "nope"); err == nil || !strings.Contains(err.Error(), "default, prod") {
+		t.Fatalf("use of an unknown context: %v", err)
+	}
+	// MERCATOR_CA_FILE beats the context's CA.
+	if err := UseContext(p, "prod"); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = LoadConfig(envOf(map[string]string{"MERCATOR_CONFIG": p, "MERCATOR_CA_FILE": "/env-ca.pem"}))
+	if err != nil || cfg.CAFile != "/env-ca.pem" {
+		t.Fatalf("MERCATOR_CA_FILE: got %+v, %v", cfg, err)
+	}
+}
+
+func TestNewFromConfigRefusesPlaintextOffLoopback(t *testing.T) {
+	if _, err := NewFromConfig(Config{Addr: "http://cp.example:7070", Token: "t"}); err == nil || !strings.Contains(err.Error(), "refusing plain http://") {
+		t.Fatalf("want plaintext to another host refused, got %v", err)
+	}
+	if _, err := NewFromConfig(Config{Addr: "http://127.0.0.1:7070", Token: "t"}); err != nil {
+		t.Fatalf("loopback: %v", err)
+	}
+	if _, err := NewFromConfig(Config{Addr: "https://cp.example", Token: "t", CAFile: filepath.Join(t.TempDir(), "missing.pem")}); err == nil {
+		t.Fatal("a missing CA file was accepted")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
+	"github.com/mercator/mercator/pki"
 	"github.com/mercator/mercator/store"
 )
 
@@ -153,7 +154,9 @@ func (s *Server) inviteNode(w http.ResponseWriter, r *http.Request) {
 		ttl = time.Duration(req.TTLSeconds) * time.Second
 	}
 	now := s.now()
-	tok := "mci_" + httpapi.RandomToken()
+	// The CA fingerprint in front lets an agent given only this token trust
+	// exactly this control plane (pki.JoinToken).
+	tok := pki.JoinToken(s.cfg.CAFingerprint, "mci_"+httpapi.RandomToken())
 	inv := store.Invitation{TokenHash: httpapi.HashToken(tok), NodeID: id, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	err := s.batch(r.Context(), func(tx store.Tx) error {
 		n, err := tx.GetNode(id)

@@ -72,6 +72,10 @@ type Config struct {
 	// PublicURL is the address agents and clients use to reach this server;
 	// it appears in the agent command lines invitations print.
 	PublicURL string
+	// CAFingerprint is the SHA-256 fingerprint of the CA agents pin; every
+	// invitation carries it, so an agent needs nothing else to trust this
+	// control plane. Empty (plain HTTP on loopback) leaves invitations plain.
+	CAFingerprint string
 	// ReplicaURL is the address agents use to reach this replica itself
 	// rather than any replica behind PublicURL: function calls relayed by
 	// this replica send agents here (package function). Empty means PublicURL,

@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/mercator/mercator/fnagent"
 	"github.com/mercator/mercator/nodeagent"
 	"github.com/mercator/mercator/nodeagent/dockerruntime"
+	"github.com/mercator/mercator/pki"
 )
 
 // AgentOptions is what `mercator agent` is started with.
@@ -19,11 +22,15 @@ type AgentOptions struct {
 	ControlPlaneURL string
 	NodeID          string
 	// StateDir holds the agent's state file (credential, applied
-	// operations, spool).
+	// operations, spool) and control-plane-ca.pem, the CA it pinned.
 	StateDir string
 	// Invitation is the single-use token; needed only for the first
 	// enrollment (or after a credential was lost).
 	Invitation string
+	// CAFile holds the CA certificate(s) the control plane's chain must
+	// lead to, for an operator's own PKI. Without it the agent pins the CA
+	// its invitation names (and keeps it in StateDir).
+	CAFile string
 	// DockerHost is the daemon to drive ("" = DOCKER_HOST or the local socket).
 	DockerHost string
 	// ArtifactRoot is where Artifact copies are kept (default
@@ -55,7 +62,16 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	case o.StateDir == "":
 		return fmt.Errorf("--state DIR is required")
 	}
-	rt, err := agentRuntime(o)
+	// Trust first: a control plane that cannot be trusted is refused
+	// before anything, credentials included, is sent to it.
+	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+		return err
+	}
+	roots, err := agentTrust(ctx, o)
+	if err != nil {
+		return err
+	}
+	rt, err := agentRuntime(o, roots)
 	if err != nil {
 		return fmt.Errorf("docker runtime: %w", err)
 	}
@@ -70,7 +86,8 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		return err
 	}
 	defer state.Close()
-	aopts := []nodeagent.Option{nodeagent.WithLogger(o.Logger)}
+	hc := agentHTTPClient(roots)
+	aopts := []nodeagent.Option{nodeagent.WithLogger(o.Logger), nodeagent.WithTLS(pki.ClientTLSConfig(roots))}
 	if o.Heartbeat > 0 {
 		aopts = append(aopts, nodeagent.WithHeartbeat(o.Heartbeat))
 	}
@@ -81,19 +98,21 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	defer stopFunctions()
 	aopts = append(aopts, fnOpts...)
 	agent := nodeagent.New(nodeagent.Identity{ControlPlaneURL: o.ControlPlaneURL, NodeID: o.NodeID, EnrollmentToken: o.Invitation, AgentVersion: nodeagent.Version},
-		rt, nodeagent.NewHTTPTransport(o.ControlPlaneURL, nil), state, aopts...)
+		rt, nodeagent.NewHTTPTransport(o.ControlPlaneURL, hc), state, aopts...)
 	return agent.Run(ctx)
 }
 
 // agentRuntime is the Docker runtime the options describe, labelling its
 // containers with the node's ID.
-func agentRuntime(o AgentOptions) (*dockerruntime.Runtime, error) {
+// Artifact content is read from the control plane's signed URLs (its CA
+// in roots) or from an object store's (the system's CAs).
+func agentRuntime(o AgentOptions, roots []*x509.Certificate) (*dockerruntime.Runtime, error) {
 	ropts := []dockerruntime.Option{dockerruntime.WithNodeLabel(o.NodeID)}
 	if o.ArtifactRoot == "" {
 		o.ArtifactRoot = filepath.Join(o.StateDir, "artifacts")
 	}
 	ropts = append(ropts, dockerruntime.WithArtifactRoot(o.ArtifactRoot),
-		dockerruntime.WithArtifactOptions(artifactcache.Options{Budget: o.ArtifactBudget, Logger: o.Logger.With("component", "artifacts")}))
+		dockerruntime.WithArtifactOptions(artifactcache.Options{Budget: o.ArtifactBudget, Logger: o.Logger.With("component", "artifacts"), Client: contentClient(roots)}))
 	if o.AcceleratorTool != "" {
 		ropts = append(ropts, dockerruntime.WithAcceleratorTool(o.AcceleratorTool))
 	}

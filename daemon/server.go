@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/imageref"
+	"github.com/mercator/mercator/pki"
 	"github.com/mercator/mercator/replica"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/sqlstore"
@@ -31,11 +33,19 @@ type ServerOptions struct {
 	// abruptly, with every connection it accepted, to kill a replica the
 	// way a crash would.
 	Listener net.Listener
-	// DataDir holds the admin credential and, by default, the database.
+	// DataDir holds the admin credential, the CA (ca.pem; its key too when
+	// the server made it), the issued certificate and, by default, the
+	// database.
 	DataDir string
 	// PublicURL is how agents and clients reach this server (default
-	// http://LISTEN-ADDRESS).
+	// https://LISTEN-ADDRESS).
 	PublicURL string
+	// InsecureHTTP serves plain HTTP instead of HTTPS; it is refused unless
+	// the listen address is loopback (tests, the fleet simulator).
+	InsecureHTTP bool
+	// TLS is where the certificate comes from; the zero value is the
+	// server's own CA under DataDir.
+	TLS TLSOptions
 	// InsecureRegistries are further registries reached over plain HTTP
 	// when pinning images (loopback registries always are).
 	InsecureRegistries []string
@@ -51,7 +61,8 @@ type ServerOptions struct {
 	Logger      *slog.Logger
 	// Ready, when set, is called once the server accepts connections, with
 	// its URL and the path of the admin credential file ("" when that
-	// credential was removed with `mercator token rm`).
+	// credential was removed with `mercator token rm`). Over HTTPS the CA
+	// clients pin is in CAFile(DataDir).
 	Ready func(url, tokenFile string)
 }
 
@@ -73,6 +84,10 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	if !strings.HasPrefix(o.DB, "sqlite://") && !strings.HasPrefix(o.DB, "postgres://") && !strings.HasPrefix(o.DB, "postgresql://") {
 		return fmt.Errorf("--db %q: want sqlite://PATH or postgres://USER:PASSWORD@HOST/DB", sqlstore.Redacted(o.DB))
 	}
+	postgres := !strings.HasPrefix(o.DB, "sqlite://")
+	if postgres && !o.InsecureHTTP && o.TLS.CertFile == "" && o.TLS.CACertFile == "" {
+		return errNoSharedCA
+	}
 	st, err := sqlstore.Open(ctx, o.DB) // dispatches on the scheme
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", sqlstore.Redacted(o.DB), err)
@@ -89,10 +104,28 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 		}
 	}
 	url := "http://" + l.Addr().String()
+	var certs *pki.Server
+	if o.InsecureHTTP {
+		if err := checkInsecureListen(l.Addr()); err != nil {
+			l.Close()
+			return err
+		}
+	} else {
+		if certs, err = serverTLS(o, l); err != nil {
+			l.Close()
+			return fmt.Errorf("TLS: %w", err)
+		}
+		go certs.Run(ctx)
+		l = tls.NewListener(l, certs.TLSConfig())
+		url = "https://" + l.Addr().String()
+	}
 	cfg := o.Config
 	cfg.Logger = o.Logger
 	if cfg.PublicURL = o.PublicURL; cfg.PublicURL == "" {
 		cfg.PublicURL = url
+	}
+	if certs != nil {
+		cfg.CAFingerprint = certs.Fingerprint()
 	}
 	if cfg.Content == nil {
 		if cfg.Content, err = content.Open(content.Options{Spec: o.Content, DataDir: o.DataDir, PublicURL: cfg.PublicURL, Now: cfg.Now}); err != nil {
@@ -108,7 +141,7 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 		}
 	}
 	var coord controlplane.Coordinator
-	if !strings.HasPrefix(o.DB, "sqlite://") {
+	if postgres {
 		// Replicas may share a PostgreSQL store: coordinate with them.
 		rc, err := replica.Open(ctx, o.DB, sqlstore.Redacted(o.DB), o.Logger.With("component", "replica"))
 		if err != nil {
@@ -128,6 +161,9 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	resolver.creds = srv.RegistryCredentials
 	o.Logger.Info("control plane listening", "url", url, "db", sqlstore.Redacted(o.DB), "admin_token_file", tokenFile,
 		"content", cfg.Content.Describe())
+	if certs != nil {
+		logTLS(o.Logger, certs)
+	}
 	if o.Ready != nil {
 		o.Ready(url, tokenFile)
 	}

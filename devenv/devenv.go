@@ -1,7 +1,8 @@
 // Package devenv is `mercator dev`: a control plane on SQLite, one local
 // agent, and an OCI registry on loopback, in one process with embedded
-// defaults, for a laptop or a single box. It leaves the server's address and
-// admin credential where the CLI looks by default, so a second terminal
+// defaults, for a laptop or a single box. The control plane serves HTTPS with
+// its own CA, like `mercator server`; dev leaves the server's address, admin
+// credential and CA where the CLI looks by default, so a second terminal
 // needs no flags.
 //
 // Package cli imports it; so may end-to-end tests.
@@ -35,8 +36,9 @@ type Options struct {
 	Registry string
 	// NodeID is the local agent's node (default "local").
 	NodeID string
-	// ContextPath is where the CLI's context file is written (default
-	// client.ContextPath).
+	// ContextPath is where the CLI's context file is; dev saves its
+	// context "dev" there (address, admin credential, CA) and makes it the
+	// current one.
 	ContextPath string
 	Logger      *slog.Logger
 	// Out receives the human summary of where everything is.
@@ -91,11 +93,12 @@ func Run(ctx context.Context, o Options) error {
 		registryAddr = reg.Addr()
 	}
 
+	serverDir := filepath.Join(o.DataDir, "server")
 	ready := make(chan [2]string, 1)
 	errc := make(chan error, 2)
 	go func() {
 		errc <- daemon.RunServer(ctx, daemon.ServerOptions{
-			DataDir: filepath.Join(o.DataDir, "server"), Listen: o.Listen, Logger: o.Logger.With("component", "server"),
+			DataDir: serverDir, Listen: o.Listen, Logger: o.Logger.With("component", "server"),
 			Ready: func(url, tokenFile string) { ready <- [2]string{url, tokenFile} },
 		})
 	}()
@@ -112,7 +115,11 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	admin := client.New(url, string(trimNewline(tokenData)), nil)
+	caFile := daemon.CAFile(serverDir)
+	admin, err := client.NewFromConfig(client.Config{Addr: url, Token: string(trimNewline(tokenData)), CAFile: caFile})
+	if err != nil {
+		return err
+	}
 	invCtx, invCancel := context.WithTimeout(ctx, 10*time.Second)
 	inv, err := admin.InviteNode(invCtx, o.NodeID, 0)
 	invCancel()
@@ -120,7 +127,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("invite the local node: %w", err)
 	}
 	if o.ContextPath != "" {
-		if err := client.WriteContext(o.ContextPath, client.ContextFile{Addr: url, TokenFile: tokenFile}); err != nil {
+		if err := client.SaveContext(o.ContextPath, "dev", client.Context{Addr: url, TokenFile: tokenFile, CAFile: caFile}, true); err != nil {
 			return fmt.Errorf("write the CLI context file: %w", err)
 		}
 	}
@@ -130,8 +137,8 @@ func Run(ctx context.Context, o Options) error {
 			Invitation: inv.Token, ArtifactRoot: filepath.Join(o.DataDir, "artifacts"), Logger: o.Logger.With("component", "agent"),
 		})
 	}()
-	fmt.Fprintf(o.Out, "mercator dev is up\n  control plane  %s\n  admin token    %s\n  registry       %s\n  node           %s (local Docker)\n  data           %s\n",
-		url, tokenFile, orNone(registryAddr), o.NodeID, o.DataDir)
+	fmt.Fprintf(o.Out, "mercator dev is up\n  control plane  %s\n  admin token    %s\n  CA             %s\n  registry       %s\n  node           %s (local Docker)\n  data           %s\n",
+		url, tokenFile, caFile, orNone(registryAddr), o.NodeID, o.DataDir)
 	if o.ContextPath != "" {
 		fmt.Fprintf(o.Out, "  CLI context    %s (other terminals need no flags)\n", o.ContextPath)
 	}

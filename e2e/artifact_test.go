@@ -67,7 +67,7 @@ func startArtifactCluster(t testing.TB, target *atomic.Value, o artifactClusterO
 	}
 	c.workload = pinned
 	opts := daemon.ServerOptions{
-		DataDir: c.dataDir, Listen: "127.0.0.1:0", Logger: testLogger(t).With("c", "server"),
+		DataDir: c.dataDir, Listen: "127.0.0.1:0", Logger: testLogger(t).With("c", "server"), InsecureHTTP: true,
 		Config: controlplane.Config{Lease: lease, KeepAlive: time.Second, ReconcileEvery: lease / 4},
 	}
 	if o.publicURL != nil {

@@ -83,7 +83,7 @@ func TestFunctionBench(t *testing.T) {
 		agentPID, agentNode = agent.cmd.Process.Pid, agent.nodeID
 	}
 	_, fn := c.deployHello("bench", api.Fn{Image: image, IdleTimeout: 120})
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true, TLSClientConfig: c.tlsConfig()}}
 	url := c.url + "/invoke/" + fn.ID
 	through := func() error {
 		req, _ := http.NewRequestWithContext(c.ctx, http.MethodPost, url, strings.NewReader(body))

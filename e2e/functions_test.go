@@ -488,7 +488,7 @@ func (r *restartable) start() {
 	done := make(chan error, 1)
 	go func() {
 		done <- daemon.RunServer(ctx, daemon.ServerOptions{
-			DataDir: r.dataDir, Listen: r.addr, Logger: testLogger(r.t).With("c", "server"),
+			DataDir: r.dataDir, Listen: r.addr, Logger: testLogger(r.t).With("c", "server"), InsecureHTTP: true,
 			Config: controlplane.Config{Lease: 10 * time.Second, KeepAlive: time.Second, ReconcileEvery: time.Second},
 			Ready:  func(url, tok string) { ready <- tok },
 		})

@@ -60,8 +60,17 @@ var (
 // startCluster starts a registry, a control plane and no agents.
 func startCluster(t testing.TB) *cluster { return startClusterWithLease(t, 10*time.Second) }
 
-// startClusterWithLease is startCluster with the nodes' lease given.
+// startClusterWithLease is startCluster with the nodes' lease given. It
+// serves plain HTTP on loopback, or HTTPS with its own CA when
+// MERCATOR_E2E_TLS is set (for benchmarks over TLS; tests that send their
+// own requests expect plain HTTP).
 func startClusterWithLease(t testing.TB, lease time.Duration) *cluster {
+	return startClusterWith(t, lease, nil)
+}
+
+// startClusterWith is startClusterWithLease with the server's options
+// changed by configure (tls_test.go serves HTTPS through it).
+func startClusterWith(t testing.TB, lease time.Duration, configure func(*daemon.ServerOptions)) *cluster {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &cluster{t: t, ctx: ctx, dataDir: t.TempDir(), agents: map[string]context.CancelFunc{}, stopped: map[string]chan struct{}{}, lease: lease}
@@ -73,13 +82,15 @@ func startClusterWithLease(t testing.TB, lease time.Duration) *cluster {
 	c.workload = pinned
 	ready := make(chan [2]string, 1)
 	done := make(chan error, 1)
-	go func() {
-		done <- daemon.RunServer(ctx, daemon.ServerOptions{
-			DataDir: c.dataDir, Listen: "127.0.0.1:0", Logger: testLogger(t).With("c", "server"),
-			Config: controlplane.Config{Lease: lease, KeepAlive: time.Second, ReconcileEvery: lease / 4},
-			Ready:  func(url, tok string) { ready <- [2]string{url, tok} },
-		})
-	}()
+	opts := daemon.ServerOptions{
+		DataDir: c.dataDir, Listen: "127.0.0.1:0", Logger: testLogger(t).With("c", "server"), InsecureHTTP: os.Getenv("MERCATOR_E2E_TLS") == "",
+		Config: controlplane.Config{Lease: lease, KeepAlive: time.Second, ReconcileEvery: lease / 4},
+		Ready:  func(url, tok string) { ready <- [2]string{url, tok} },
+	}
+	if configure != nil {
+		configure(&opts)
+	}
+	go func() { done <- daemon.RunServer(ctx, opts) }()
 	select {
 	case r := <-ready:
 		c.url = r[0]
@@ -91,7 +102,7 @@ func startClusterWithLease(t testing.TB, lease time.Duration) *cluster {
 	case err := <-done:
 		t.Fatalf("control plane did not start: %v", err)
 	}
-	c.client = client.New(c.url, c.token, nil)
+	c.client = c.apiClient(c.token) // tls_test.go
 	c.stop = func() {
 		for _, stop := range c.agents {
 			stop()

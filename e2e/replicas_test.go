@@ -71,7 +71,7 @@ func startReplica(t *testing.T, dsn string) *replicaProc {
 	r := &replicaProc{stop: cancel, done: make(chan error, 1)}
 	go func() {
 		r.done <- daemon.RunServer(ctx, daemon.ServerOptions{
-			DB: dsn, DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: testLogger(t).With("c", "replica"),
+			DB: dsn, DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: testLogger(t).With("c", "replica"), InsecureHTTP: true,
 			Config: controlplane.Config{Lease: 5 * time.Second, KeepAlive: 30 * time.Second, ReconcileEvery: 30 * time.Second},
 			Ready:  func(url, tok string) { ready <- [2]string{url, tok} },
 		})

@@ -52,7 +52,7 @@ func startReplica(ctx context.Context, cfg *Config, dir string, i int, log *slog
 	}
 	ready := make(chan string, 1)
 	opts := daemon.ServerOptions{
-		DB: db, DataDir: filepath.Join(dir, fmt.Sprintf("cp-%d", i)), Listener: kl, Logger: log.With("replica", i),
+		DB: db, DataDir: filepath.Join(dir, fmt.Sprintf("cp-%d", i)), Listener: kl, Logger: log.With("replica", i), InsecureHTTP: true,
 		Config: controlplane.Config{Lease: cfg.Lease, UnencryptedHTTP2: cfg.HTTP2},
 		Ready:  func(_, tokenFile string) { ready <- tokenFile },
 	}

@@ -2,10 +2,12 @@ package nodeagent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"reflect"
 	"sync"
 	"time"
@@ -60,6 +62,7 @@ type Agent struct {
 	fatal    chan error
 
 	functions *agentFunctions // nil without WithFunctions; see functions.go
+	tls       *tls.Config     // nil without WithTLS; see transport.go
 }
 
 // Option configures an Agent.
@@ -99,6 +102,9 @@ func New(identity Identity, runtime Runtime, transport Transport, state *State, 
 	}
 	for _, o := range options {
 		o(a)
+	}
+	if a.functions != nil && a.tls != nil {
+		a.functions.client.Transport.(*http.Transport).TLSClientConfig = a.tls
 	}
 	return a
 }

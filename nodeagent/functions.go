@@ -148,7 +148,7 @@ func (a *Agent) invoke(ctx context.Context, cmd nodeproto.Command) {
 	}
 	f := a.functions
 	if f == nil {
-		go (&agentFunctions{client: http.DefaultClient}).postError(ctx, a, *inv, fnagent.KindInvalid, "this agent runs no functions (it was started without them)")
+		go (&agentFunctions{client: a.controlPlaneClient()}).postError(ctx, a, *inv, fnagent.KindInvalid, "this agent runs no functions (it was started without them)")
 		return
 	}
 	if !f.firstDelivery(inv.Rendezvous) {

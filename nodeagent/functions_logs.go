@@ -61,7 +61,7 @@ func (a *Agent) answerCallLog(ctx context.Context, cmd nodeproto.Command) {
 	if unknown != "" {
 		req.Header.Set(nodeproto.HeaderCallLogUnknown, unknown)
 	}
-	client := http.DefaultClient
+	client := a.controlPlaneClient()
 	if a.functions != nil {
 		client = a.functions.client
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,6 +61,21 @@ var keepAliveJSON, _ = json.Marshal(nodeproto.Command{Kind: nodeproto.KindKeepAl
 type HTTPTransport struct {
 	base   string
 	client *http.Client
+}
+
+// WithTLS makes the agent's calls to the control plane outside its
+// Transport (function results, call logs) verify the server with cfg, the
+// configuration the Transport's client uses. Nil leaves the defaults
+// (plain HTTP on loopback, or the system's CAs).
+func WithTLS(cfg *tls.Config) Option { return func(a *Agent) { a.tls = cfg } }
+
+// controlPlaneClient is the client for calls outside the Transport when no
+// function engine's client is configured.
+func (a *Agent) controlPlaneClient() *http.Client {
+	if a.tls == nil {
+		return http.DefaultClient
+	}
+	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: a.tls}}
 }
 
 // NewHTTPTransport returns a transport to the control plane at baseURL. A nil

@@ -172,7 +172,7 @@ func (c *cluster) startServer() {
 	c.t.Helper()
 	c.server = startProc(c.t, "server", c.serverLog, nil, "server",
 		"--listen", c.listen, "--data-dir", filepath.Join(c.dir, "server"),
-		"--lease", c.lease.String(), "--log-level", "debug")
+		"--lease", c.lease.String(), "--log-level", "debug", "--insecure-http")
 	c.incarnations = append(c.incarnations, incarnation{start: time.Now()})
 	c.url = "http://" + c.listen
 	deadline := time.Now().Add(60 * time.Second)
