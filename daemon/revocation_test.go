@@ -63,7 +63,9 @@ func startReplica(t *testing.T, dsn string) (string, string) {
 	ready := make(chan [2]string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- RunServer(ctx, ServerOptions{DB: dsn, DataDir: t.TempDir(), Listen: "127.0.0.1:0",
+		// Plain HTTP on loopback: this test is about revocation; replicas
+		// over TLS need a shared CA, which e2e/tls_test.go covers.
+		done <- RunServer(ctx, ServerOptions{DB: dsn, DataDir: t.TempDir(), Listen: "127.0.0.1:0", InsecureHTTP: true,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			// Long idle periods: only the replicas' signals, or the token
 			// cache's one-second life, can make revocation quick.
@@ -79,6 +81,7 @@ func startReplica(t *testing.T, dsn string) (string, string) {
 		}
 		return rd[0], strings.TrimSpace(string(data))
 	case err := <-done:
+		done <- err // for the cleanup's receive
 		t.Fatalf("replica did not start: %v", err)
 	}
 	return "", ""
