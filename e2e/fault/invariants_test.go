@@ -28,6 +28,7 @@ type summary struct {
 	staleChecked   bool
 	staleRefused   int
 	multiple       []string // attempts with more than one container
+	blind          []string // what the daemon shows but the wire tap never parsed
 
 	// event accounting
 	forwarded, acked, rows, applied, duplicates int
@@ -95,6 +96,9 @@ func (c *cluster) finish() {
 	}
 	for _, v := range s.stale {
 		c.t.Errorf("stale-token report accepted: %s", v)
+	}
+	for _, v := range s.blind {
+		c.t.Errorf("the wire tap is blind, so the lost and twice checks above prove nothing: %s", v)
 	}
 }
 
@@ -226,8 +230,14 @@ func (c *cluster) checkEvents() {
 	forwarded := map[string]string{} // "NODE/ID" → kind
 	acked := map[string]bool{}
 	resultsBy := map[string]map[string]bool{} // "OP incarnation" → result event IDs
+	reported := map[string]bool{}             // runs with a workload event acknowledged
 	for _, a := range c.agents {
 		acct := a.wire.events()
+		for id, run := range acct.runs {
+			if acct.acked[id] {
+				reported[run] = true
+			}
+		}
 		for id, kind := range acct.forwarded {
 			forwarded[a.node+"/"+id] = kind
 		}
@@ -285,6 +295,8 @@ func (c *cluster) checkEvents() {
 		}
 	}
 
+	c.checkTapSaw(reported)
+
 	rows := c.eventRows()
 	ours := map[string]time.Time{}
 	for _, n := range c.nodes() {
@@ -339,6 +351,33 @@ func (c *cluster) checkEvents() {
 	}
 }
 
+// checkTapSaw makes the wire's lost and twice checks unable to pass on a
+// tap that parsed nothing: every container the daemon has for an attempt
+// must have had its launch command parsed off a session stream, and every
+// run with a container a workload event of it parsed in an acknowledged
+// batch. reported holds the runs with such an event.
+func (c *cluster) checkTapSaw(reported map[string]bool) {
+	s := c.sum
+	for _, ct := range c.containers(c.nodes()) {
+		launched := false
+		for _, a := range c.agents {
+			if _, ok := a.wire.launchFor(ct.run, ct.attempt); ok {
+				launched = true
+				break
+			}
+		}
+		if !launched {
+			s.blind = append(s.blind, fmt.Sprintf("the daemon has container %s of run %s attempt %d, but no session stream parsed carried its launch", ct.name, ct.run, ct.attempt))
+		}
+		if !reported[ct.run] {
+			s.blind = append(s.blind, fmt.Sprintf("the daemon has container %s of run %s, but no acknowledged batch parsed carried a workload event of that run", ct.name, ct.run))
+		}
+	}
+	if s.containers == 0 {
+		s.blind = append(s.blind, "the daemon has no container of this test: nothing was exercised")
+	}
+}
+
 // incarnationOf is the agent-memory part of an event ID ("<incarnation>-<seq>").
 func incarnationOf(id string) string {
 	if i := strings.LastIndexByte(id, '-'); i > 0 {
@@ -361,6 +400,7 @@ func (s *summary) table() string {
 	row("runs disagreeing with the daemon", len(s.disagree), "0")
 	row("daemon facts or owed events lost", len(s.lost), "0")
 	row("events applied twice / operations performed twice", len(s.twice), "0")
+	row("containers whose launch or report the wire tap never parsed", len(s.blind), "0")
 	if s.staleChecked {
 		row(fmt.Sprintf("stale-token reports accepted (%d refused)", s.staleRefused), len(s.stale), "0")
 	} else {
