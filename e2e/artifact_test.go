@@ -663,10 +663,16 @@ func TestArtifactFullDisk(t *testing.T) {
 	rand.Read(data)
 	digest := sha256Hex(data)
 	filled := make(chan struct{})
+	// The node checks the free space before it asks for the content, so
+	// the disk is filled once the request has arrived: after the check,
+	// during the copy.
+	requested := make(chan struct{})
+	var once sync.Once
 	srv := httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", fmt.Sprint(len(data)))
 		w.Write(data[:1<<20])
 		w.(http.Flusher).Flush()
+		once.Do(func() { close(requested) })
 		<-filled // something else takes the disk meanwhile
 		w.Write(data[1<<20:])
 	}))
@@ -677,7 +683,7 @@ func TestArtifactFullDisk(t *testing.T) {
 	defer rt.Close()
 	go func() {
 		defer close(filled)
-		time.Sleep(200 * time.Millisecond)
+		<-requested
 		f, err := os.Create(filepath.Join(root, "filler"))
 		if err != nil {
 			return

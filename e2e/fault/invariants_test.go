@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/capability"
 	"github.com/mercator/mercator/node"
 )
 
@@ -60,9 +61,7 @@ func (c *cluster) finish() {
 	c.t.Helper()
 	s := c.sum
 	runs := c.waitAllTerminal(3 * time.Minute)
-	// Let the last observations and results land: the agents flush at once
-	// on a change and at least every second.
-	time.Sleep(2500 * time.Millisecond)
+	c.quiesce()
 	for _, a := range c.agents {
 		if a.proc != nil {
 			a.proc.stop(c.t, 15*time.Second)
@@ -99,6 +98,60 @@ func (c *cluster) finish() {
 	}
 	for _, v := range s.blind {
 		c.t.Errorf("the wire tap is blind, so the lost and twice checks above prove nothing: %s", v)
+	}
+}
+
+// quiesce waits until the last observations and results have landed before
+// anything is judged: every run's attempts agree with the daemon's facts
+// (nothing the daemon knows is missing from the API), and on every running
+// agent's wire each forwarded event is acknowledged with no batch awaiting
+// its response; and that still holds once each running agent has had an
+// exchange answered that began after it first held (the agent flushes at
+// once on a change, so a spooled event would have gone out by then). A
+// condition that never holds is not a failure here: the checks that follow
+// report what is missing, with details.
+func (c *cluster) quiesce() {
+	c.t.Helper()
+	quiet := func() bool {
+		for _, a := range c.agents {
+			if a.proc == nil || !a.proc.running() || a.fenced {
+				continue
+			}
+			acct := a.wire.events()
+			if acct.inFlight > 0 {
+				return false
+			}
+			for id := range acct.forwarded {
+				if !acct.acked[id] {
+					return false
+				}
+			}
+		}
+		runs, err := c.allRuns()
+		if err != nil {
+			return false
+		}
+		saved := c.sum
+		c.sum = newSummary(saved.test)
+		defer func() { c.sum = saved }()
+		c.checkRuns(runs)
+		return len(c.sum.lost) == 0
+	}
+	const bound = 60 * time.Second
+	if !c.poll(bound, quiet) {
+		c.sum.note("the agents were not quiet %v after every run ended", bound)
+		return
+	}
+	since := time.Now()
+	if !c.poll(bound, func() bool {
+		for _, a := range c.agents {
+			if a.proc != nil && a.proc.running() && !a.fenced && a.wire.answeredSince(capability.PathEvents, since) == 0 {
+				return false
+			}
+		}
+		return quiet()
+	}) {
+		c.sum.note("the agents did not stay quiet for one more exchange after every run ended")
 	}
 }
 

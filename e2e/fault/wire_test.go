@@ -247,6 +247,9 @@ type eventAccount struct {
 	acked     map[string]bool   // IDs the control plane acknowledged
 	results   map[string]string // result event ID → operation ID
 	runs      map[string]string // workload event ID → run ID
+	// inFlight counts event batches forwarded whole, on connections still
+	// open, whose response the tap has not seen yet.
+	inFlight int
 }
 
 func (w *wire) events() eventAccount {
@@ -256,6 +259,9 @@ func (w *wire) events() eventAccount {
 	for _, ex := range w.exchanges {
 		if !ex.complete || ex.path != capability.PathEvents {
 			continue
+		}
+		if _, open := w.conns[ex.conn]; open && ex.status == 0 && len(ex.events) > 0 {
+			a.inFlight++
 		}
 		for _, id := range ex.events {
 			a.forwarded[id] = ex.kinds[id]
@@ -315,6 +321,20 @@ func (w *wire) sessionsSince(t time.Time) int {
 	n := 0
 	for _, at := range w.sessions {
 		if !at.Before(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// answeredSince counts exchanges on path whose request began at or after t
+// and whose response has been seen.
+func (w *wire) answeredSince(path string, t time.Time) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, ex := range w.exchanges {
+		if ex.path == path && ex.status != 0 && !ex.at.Before(t) {
 			n++
 		}
 	}
