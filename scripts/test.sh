@@ -11,8 +11,11 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 bash scripts/ensure-docker.sh
 # For the GPU tests only: a stand-in NVIDIA hook so containers with GPU device
-# requests start on a machine without GPUs (restarts dockerd once, when it
-# is first installed). Never install it on a real GPU machine.
+# requests start on a machine without GPUs. It restarts dockerd once, when it
+# is first installed, and only when the daemon runs no container (a fresh CI
+# machine); on a daemon running others' containers it stops with an error
+# saying what to do, rather than kill them. Never install it on a real GPU
+# machine.
 bash scripts/install-gpu-hook-standin.sh
 MERCATOR_TEST_POSTGRES=$(bash scripts/ensure-postgres.sh)
 export MERCATOR_TEST_POSTGRES
