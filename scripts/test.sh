@@ -41,7 +41,19 @@ echo "== fleet simulator, short mode"
 go test -count=1 $short ./fleetsim/...
 
 echo "== end-to-end tests (real control plane, real agents, real Docker)"
+go test -p 1 -count=1 -timeout 40m $short $(go list ./e2e/... | grep -v /e2e/fault)
+
+# The fault suite runs with the race detector: its harness then builds the
+# mercator binary it starts as server and agents with -race too, and a race
+# report in any of their logs fails the test (e2e/fault/race_test.go).
+echo "== fault-injection suite, race-built binaries"
 export MERCATOR_FAULT_SUMMARY="${MERCATOR_FAULT_SUMMARY:-$(mktemp)}"
-go test -p 1 -count=1 -timeout 40m $short ./e2e/...
+go test -race -p 1 -count=1 -timeout 40m $short ./e2e/fault/...
 # The fault suite's counts (trials per fault, every invariant).
 cat "$MERCATOR_FAULT_SUMMARY"
+
+# Every benchmark once, so none rots: figures printed, nothing gated (a
+# shared CI machine's rates are not a correctness check).
+echo "== every benchmark, once"
+bench_pkgs=$(grep -rl --include='*_test.go' '^func Benchmark' . | xargs -n1 dirname | sort -u)
+go test -p 1 -count=1 -run '^$' -bench . -benchtime 1x $bench_pkgs
