@@ -40,6 +40,22 @@ go test -race -count=1 $short $(go list ./... | grep -v -e '/e2e' -e '/fleetsim'
 echo "== fleet simulator, short mode"
 go test -count=1 $short ./fleetsim/...
 
+# The README's first command, as a new user runs it: it builds the binary,
+# starts `mercator dev` on its default ports and walks the demo. Its data
+# and the CLI's context file are its own, so a developer's are untouched.
+# Its node's containers (a hot function's may outlive `mercator dev`) are
+# removed afterwards: those that were not there before it ran. Removal is
+# best-effort (`mercator dev` may be removing one as it stops).
+echo "== scripts/demo.sh"
+demo_dir=$(mktemp -d)
+local_before=$(docker ps -aq --no-trunc --filter label=mercator.node=local | sort)
+MERCATOR_DEV_DATA="$demo_dir/dev" MERCATOR_CONFIG="$demo_dir/context.json" bash scripts/demo.sh
+demo_ctrs=$(comm -13 <(echo "$local_before") <(docker ps -aq --no-trunc --filter label=mercator.node=local | sort))
+for ctr in $demo_ctrs; do
+  docker rm -f "$ctr" >/dev/null 2>&1 || true
+done
+rm -rf "$demo_dir"
+
 echo "== end-to-end tests (real control plane, real agents, real Docker)"
 go test -p 1 -count=1 -timeout 40m $short $(go list ./e2e/... | grep -v /e2e/fault)
 
