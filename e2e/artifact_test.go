@@ -130,8 +130,12 @@ func (c *cluster) startArtifactAgent(nodeID string, budget int64, logs io.Writer
 	go func() {
 		defer c.wg.Done()
 		defer close(stopped)
+		url := c.url
+		if c.agentURL != "" {
+			url = c.agentURL
+		}
 		err := nodeagent.Run(ctx, nodeagent.Options{
-			ControlPlaneURL: c.url, NodeID: nodeID, StateDir: c.agentState(nodeID), ArtifactBudget: budget,
+			ControlPlaneURL: url, NodeID: nodeID, StateDir: c.agentState(nodeID), ArtifactBudget: budget,
 			Invitation: inv.Token, Heartbeat: 250 * time.Millisecond, Logger: logger,
 		})
 		if err != nil && ctx.Err() == nil {
@@ -726,7 +730,9 @@ func httptestServer(t testing.TB, h http.Handler) string {
 // TestArtifactS3ContentStore: with an S3-compatible content store (gofakes3,
 // in process, on loopback), a pushed version lands in the bucket and the
 // node reads it straight from the bucket through a presigned GET; the
-// bucket's key appears in no command a node receives.
+// bucket's key appears in no byte between the node and the control plane
+// (the wire is recorded, and must have carried the presigned read, so the
+// search proves something) nor in the agent's log.
 func TestArtifactS3ContentStore(t *testing.T) {
 	var s3reads atomic.Int32
 	faker := gofakes3.New(s3mem.New(), gofakes3.WithAutoBucket(true), gofakes3.WithLogger(gofakes3.DiscardLog()))
@@ -742,6 +748,7 @@ func TestArtifactS3ContentStore(t *testing.T) {
 	c := startArtifactCluster(t, nil, artifactClusterOptions{mutate: func(o *controlplane.Options) {
 		o.Content = "s3://artifacts/fleet?endpoint=" + strings.TrimPrefix(bucket, "http://") + "&insecure=true&region=us-east-1"
 	}})
+	wire := c.recordWire()
 	var agentLog syncBuffer
 	c.startArtifactAgent("n", 0, &agentLog)
 	data := bytes.Repeat([]byte("from the bucket\n"), 50_000)
@@ -756,6 +763,12 @@ func TestArtifactS3ContentStore(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(c.dataDir, "content", "sha256", v.SHA256[:2], v.SHA256)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("with an S3 store the content is also in the local directory (%v)", err)
+	}
+	if !wire.contains("X-Amz-Signature") {
+		t.Fatal("the recorded wire never carried the presigned read: the search for the key would prove nothing")
+	}
+	if wire.contains(secret) {
+		t.Error("the bucket's secret key went over the wire between the node and the control plane")
 	}
 	if strings.Contains(agentLog.String(), secret) {
 		t.Error("the agent's log holds the bucket's secret key")
