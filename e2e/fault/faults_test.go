@@ -160,7 +160,7 @@ func (c *cluster) classify(a *agent, st *nodeagent.State, runID string) string {
 // pending: launches, and the stops of runs cancelled during the storm. Then
 // the agent is killed and restarted over and over while new runs arrive.
 //
-// What it proves (promise 1 against redelivery): however often a command
+// What it proves (docs/design.md, promise 1, against redelivery): however often a command
 // arrives, on a live agent or a restarted one, it is performed once: one
 // container per attempt, one result event per operation per agent memory
 // (a second one would mean the operation was performed again), and the
@@ -265,7 +265,7 @@ func TestRedeliveryStorm(t *testing.T) {
 // only an application keep-alive can detect, and submits a run whose launch
 // goes down the dead session.
 //
-// What it proves (promise 2): everything the node observed while cut off is
+// What it proves (docs/design.md, promise 2): everything the node observed while cut off is
 // reported afterwards, with the daemon's moments, exactly once; and a
 // silent session is abandoned by the agent's keep-alive timeout, after
 // which the pending launch is redelivered and runs.
@@ -382,7 +382,7 @@ func TestControlPlaneRestart(t *testing.T) {
 // TestFencedAgentIsRefused enrolls a node again, with a new invitation and a
 // new agent process, while the old agent process still runs and holds work.
 //
-// What it proves (promise 3): the new enrollment raises the fencing token;
+// What it proves (docs/design.md, promise 3): the new enrollment raises the fencing token;
 // the old agent is refused with failure.ErrFenced and stops by itself; no
 // call made with the superseded session is accepted, neither the old
 // agent's own nor reports the test forges with its credential (a heartbeat,
