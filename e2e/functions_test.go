@@ -134,25 +134,36 @@ func TestFunctionAgentInItsOwnProcess(t *testing.T) {
 // and a function at its per-node concurrency cap spills to the other node.
 //
 // Function IDs are the control plane's to choose, node IDs the test's: two
-// functions are deployed first, then node IDs are searched (a bounded loop)
-// until the first function ranks node a first and the second node b, so
+// functions are deployed first, then a pair of node IDs is searched (a
+// bounded loop) that the first function ranks a, b and the second b, a, so
 // both nodes must serve a call and no run depends on luck.
 func TestFunctionsSpreadAndSpill(t *testing.T) {
 	c := startCluster(t)
 	image := c.publish("fn-fdk")
 	_, f1 := c.deployHello("spread", api.Fn{Name: "f1", Image: image})
 	_, f2 := c.deployHello("spread", api.Fn{Name: "f2", Image: image})
-	a := uniqueNodeID(t, "a")
-	b := ""
-	for i := range 64 { // each candidate fits with probability 1/4
-		cand := fmt.Sprintf("%s-b%d", uniqueNodeID(t, "b"), i)
-		if fnRankScore(f1.ID, a) > fnRankScore(f1.ID, cand) && fnRankScore(f2.ID, cand) > fnRankScore(f2.ID, a) {
-			b = cand
-			break
+	// Two nodes the functions order oppositely: any pair of IDs is such a
+	// pair with probability 1/2, and all 16 candidates ordered alike by both
+	// functions (no pair found) has probability 1/16!.
+	var cands []string
+	for i := range 16 {
+		cands = append(cands, fmt.Sprintf("%s-%d", uniqueNodeID(t, "n"), i))
+	}
+	a, b := "", ""
+pairs:
+	for i, x := range cands {
+		for _, y := range cands[i+1:] {
+			if (fnRankScore(f1.ID, x) > fnRankScore(f1.ID, y)) != (fnRankScore(f2.ID, x) > fnRankScore(f2.ID, y)) {
+				a, b = x, y
+				if fnRankScore(f1.ID, y) > fnRankScore(f1.ID, x) {
+					a, b = y, x
+				}
+				break pairs
+			}
 		}
 	}
-	if b == "" {
-		t.Fatalf("no node ID among 64 candidates ranks second to %s for %s and first for %s", a, f1.ID, f2.ID)
+	if a == "" {
+		t.Fatalf("no two of %v are ranked first one by %s and the other by %s", cands, f1.ID, f2.ID)
 	}
 	for _, id := range []string{a, b} {
 		inv, err := c.client.InviteNode(c.ctx, id, 0)
