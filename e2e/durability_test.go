@@ -85,9 +85,21 @@ func TestExitDuringPartitionIsReported(t *testing.T) {
 	})
 	c.stopAgent(a)
 	c.waitFor("the container exited on the daemon", func() bool { return runningContainers(t, run.ID) == 0 })
-	time.Sleep(500 * time.Millisecond)
-	if r, _ := c.client.GetRun(c.ctx, run.ID); api.Terminal(r.Status) {
-		t.Fatalf("run ended (%s) while its node was silent: inferred, not reported", r.Status)
+	// Judge once the control plane has noticed the silence (the lease ran
+	// out and the attempt is shown unknown): it has then had every chance to
+	// infer an end, and must not have.
+	c.waitFor("the attempt shown unknown", func() bool {
+		r, err := c.client.GetRun(c.ctx, run.ID)
+		if err == nil && api.Terminal(r.Status) {
+			t.Fatalf("run ended (%s) while its node was silent: inferred, not reported", r.Status)
+		}
+		return err == nil && len(r.Attempts) == 1 && r.Attempts[0].Status == api.AttemptUnknown
+	})
+	if n, err := c.client.GetNode(c.ctx, a); err != nil || n.Status != api.NodeUnreachable {
+		t.Fatalf("node %s while its agent is down: %v %v, want %s", a, n.Status, err, api.NodeUnreachable)
+	}
+	if r, err := c.client.GetRun(c.ctx, run.ID); err != nil || api.Terminal(r.Status) {
+		t.Fatalf("run ended (%s, %v) while its node was silent: inferred, not reported", r.Status, err)
 	}
 	c.restartAgent(a)
 	ctx, cancel := context.WithTimeout(c.ctx, time.Minute)

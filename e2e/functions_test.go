@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net"
 	"net/http"
@@ -131,23 +132,57 @@ func TestFunctionAgentInItsOwnProcess(t *testing.T) {
 // TestFunctionsSpreadAndSpill: with two agents, functions spread over both
 // (each function's calls go to the node rendezvous hashing ranks first),
 // and a function at its per-node concurrency cap spills to the other node.
+//
+// Function IDs are the control plane's to choose, node IDs the test's: two
+// functions are deployed first, then a pair of node IDs is searched (a
+// bounded loop) that the first function ranks a, b and the second b, a, so
+// both nodes must serve a call and no run depends on luck.
 func TestFunctionsSpreadAndSpill(t *testing.T) {
 	c := startCluster(t)
-	a, b := c.startAgent("a"), c.startAgent("b")
 	image := c.publish("fn-fdk")
-	// Spread: enough functions that both nodes rank first for some.
-	nodes := map[string]bool{}
-	for i := 0; i < 8 && len(nodes) < 2; i++ {
-		_, fn := c.deployHello("spread", api.Fn{Name: fmt.Sprintf("f%d", i), Image: image})
-		if status, body := c.invoke(fn.ID, `{}`); status != 200 {
-			t.Fatalf("invoke f%d = %d %q", i, status, body)
-		}
-		for _, n := range fnContainers(t, fn.ID) {
-			nodes[n] = true
+	_, f1 := c.deployHello("spread", api.Fn{Name: "f1", Image: image})
+	_, f2 := c.deployHello("spread", api.Fn{Name: "f2", Image: image})
+	// Two nodes the functions order oppositely: any pair of IDs is such a
+	// pair with probability 1/2, and all 16 candidates ordered alike by both
+	// functions (no pair found) has probability 1/16!.
+	var cands []string
+	for i := range 16 {
+		cands = append(cands, fmt.Sprintf("%s-%d", uniqueNodeID(t, "n"), i))
+	}
+	a, b := "", ""
+pairs:
+	for i, x := range cands {
+		for _, y := range cands[i+1:] {
+			if (fnRankScore(f1.ID, x) > fnRankScore(f1.ID, y)) != (fnRankScore(f2.ID, x) > fnRankScore(f2.ID, y)) {
+				a, b = x, y
+				if fnRankScore(f1.ID, y) > fnRankScore(f1.ID, x) {
+					a, b = y, x
+				}
+				break pairs
+			}
 		}
 	}
-	if !nodes[a] || !nodes[b] {
-		t.Fatalf("functions ran on %v, want both %s and %s", nodes, a, b)
+	if a == "" {
+		t.Fatalf("no two of %v are ranked first one by %s and the other by %s", cands, f1.ID, f2.ID)
+	}
+	for _, id := range []string{a, b} {
+		inv, err := c.client.InviteNode(c.ctx, id, 0)
+		if err != nil {
+			t.Fatalf("invite %s: %v", id, err)
+		}
+		c.runAgent(id, inv.Token)
+	}
+	// Spread: each function's call lands on the node it ranks first.
+	for _, want := range []struct {
+		fn   api.Fn
+		node string
+	}{{f1, a}, {f2, b}} {
+		if status, body := c.invoke(want.fn.ID, `{}`); status != 200 {
+			t.Fatalf("invoke %s = %d %q", want.fn.Name, status, body)
+		}
+		if got := fnContainers(t, want.fn.ID); len(got) != 1 || got[0] != want.node {
+			t.Fatalf("%s ran on %v, want only %s, the node rendezvous hashing ranks first (or fnRankScore no longer matches placement's hash)", want.fn.Name, got, want.node)
+		}
 	}
 	// Spill: one container per node at most; three slow calls at once.
 	_, fn := c.deployHello("spill", api.Fn{Name: "slow", Image: image, MaxConcurrency: 1})
@@ -620,4 +655,24 @@ func TestFunctionAcrossReplicas(t *testing.T) {
 			return err == nil && strings.Contains(log, "greeting logged (call "+res.CallID+")")
 		})
 	}
+}
+
+// fnRankScore is a node's rendezvous weight for a function, as the control
+// plane's function placement documents and computes it (hrwScore in package
+// controlplane): FNV-1a of the function ID, a zero byte and the node ID,
+// then splitmix64's finalizer. It is written out here because the test
+// needs node IDs each function ranks first; TestFunctionsSpreadAndSpill
+// fails if it ever disagrees with where calls land.
+func fnRankScore(fnID, nodeID string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(fnID))
+	h.Write([]byte{0})
+	h.Write([]byte(nodeID))
+	x := h.Sum64()
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
 }

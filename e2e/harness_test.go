@@ -44,6 +44,9 @@ type cluster struct {
 	stopped  map[string]chan struct{}
 	lease    time.Duration
 	wg       sync.WaitGroup
+	// agentURL, when set, is where startArtifactAgent's agents reach the
+	// control plane instead of url: a recording proxy (recordWire).
+	agentURL string
 }
 
 func testLogger(t testing.TB) *slog.Logger {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,7 +73,7 @@ func startReplica(t *testing.T, dsn string) *replicaProc {
 	go func() {
 		r.done <- daemon.RunServer(ctx, daemon.ServerOptions{
 			DB: dsn, DataDir: t.TempDir(), Listen: "127.0.0.1:0", Logger: testLogger(t).With("c", "replica"), InsecureHTTP: true,
-			Config: controlplane.Config{Lease: 5 * time.Second, KeepAlive: 30 * time.Second, ReconcileEvery: 30 * time.Second},
+			Config: controlplane.Config{Lease: 5 * time.Second, KeepAlive: replicaKeepAlive, ReconcileEvery: replicaReconcile},
 			Ready:  func(url, tok string) { ready <- [2]string{url, tok} },
 		})
 	}()
@@ -112,12 +113,30 @@ func leaderGauge(t *testing.T, r *replicaProc) string {
 	return ""
 }
 
+// The replicas' periods in TestReplicasShareOnePostgres. keepAlive stays
+// under the agent's session watchdog (nodeagent's sessionIdle, 30 s), so
+// the agent never reopens its session on its own. sessionPoll is how many
+// keep-alives a session stream lets pass before it reads the store again
+// when nothing wakes it (package controlplane's sessionPoll, 3), so without a signal
+// a command reaches an open session no sooner than keepAlive×sessionPoll
+// after the session last read the store.
+const (
+	replicaKeepAlive   = 20 * time.Second
+	replicaSessionPoll = 3 * replicaKeepAlive
+	replicaReconcile   = 30 * time.Second
+)
+
 // TestReplicasShareOnePostgres: two control-plane replicas on one
-// PostgreSQL database. The agent's session is on replica B; the run is
-// submitted to replica A; its command must reach the node through the
-// database's signals, not by waiting out a poll (the replicas' idle periods
-// are set to 30s here, so only a signal makes this quick), and exactly one
-// replica schedules.
+// PostgreSQL database. The run is submitted to the replica that schedules;
+// the agent's session is held by the other. Its command must reach the
+// node through the database's signals (LISTEN/NOTIFY), not by waiting out
+// a poll, and exactly one replica schedules.
+//
+// The bound is a correctness check, not a performance one: the session is
+// opened just before the submission and, unsignalled, reads the store next
+// replicaSessionPoll (60 s) after it opened, so a run that succeeds within
+// half that of the session's opening can only have been carried by a
+// signal; with signals it takes about a second.
 func TestReplicasShareOnePostgres(t *testing.T) {
 	dsn := postgresDSN(t)
 	c := startCluster(t) // for the registry and the workload image
@@ -128,36 +147,60 @@ func TestReplicasShareOnePostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(c.ctx)
-	agentDone := make(chan error, 1)
-	go func() {
-		agentDone <- daemon.RunAgent(ctx, daemon.AgentOptions{ControlPlaneURL: b.url, NodeID: nodeID,
-			StateDir: filepath.Join(t.TempDir(), "agent"), Invitation: inv.Token, Heartbeat: time.Second, Logger: testLogger(t)})
-	}()
-	t.Cleanup(func() { cancel(); <-agentDone; removeContainers(t, []string{nodeID}) })
-	c.waitFor("node ready via replica A", func() bool {
-		n, err := a.client.GetNode(c.ctx, nodeID)
-		return err == nil && n.Status == api.NodeReady && n.Facts != nil
-	})
+	stateDir := filepath.Join(t.TempDir(), "agent")
+	stop := replicaAgent(t, c, b, nodeID, stateDir, inv.Token)
+	t.Cleanup(func() { removeContainers(t, []string{nodeID}) })
 	c.waitFor("one leader", func() bool {
 		la, lb := leaderGauge(t, a), leaderGauge(t, b)
 		return (la == "1") != (lb == "1")
 	})
+	leader, follower := a, b
+	if leaderGauge(t, b) == "1" {
+		leader, follower = b, a
+	}
+	// The session moves to the follower: the agent resumes on the same
+	// state, with no invitation.
+	stop()
+	opened := time.Now()
+	replicaAgent(t, c, follower, nodeID, stateDir, "")
 
-	start := time.Now()
-	run, err := a.client.SubmitRun(c.ctx, api.RunSpec{Image: c.workload, Command: []string{"echo", "replicated"}})
+	run, err := leader.client.SubmitRun(c.ctx, api.RunSpec{Image: c.workload, Command: []string{"echo", "replicated"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wctx, wcancel := context.WithTimeout(c.ctx, 2*time.Minute)
 	defer wcancel()
-	done, err := b.client.WaitRun(wctx, run.ID)
+	done, err := follower.client.WaitRun(wctx, run.ID)
 	if err != nil || done.Status != api.RunSucceeded {
 		t.Fatalf("run via two replicas: %v %s %q", err, done.Status, done.Reason)
 	}
-	t.Logf("submitted on A, session on B: succeeded in %v", time.Since(start).Round(time.Millisecond))
-	var logs strings.Builder
-	if err := a.client.Logs(c.ctx, run.ID, false, &logs); err != nil || !strings.Contains(logs.String(), "replicated") {
-		t.Fatalf("logs via A: %v %q", err, logs.String())
+	took := time.Since(opened)
+	t.Logf("submitted on the leader, session on the follower: succeeded %v after the session opened", took.Round(time.Millisecond))
+	if took >= replicaSessionPoll/2 {
+		t.Fatalf("the command took %v from the session's opening to the run's end, not under %v: it waited out the session's poll (%v), so the leader's signal did not reach the follower", took, replicaSessionPoll/2, replicaSessionPoll)
 	}
+	var logs strings.Builder
+	if err := leader.client.Logs(c.ctx, run.ID, false, &logs); err != nil || !strings.Contains(logs.String(), "replicated") {
+		t.Fatalf("logs via the leader: %v %q", err, logs.String())
+	}
+}
+
+// replicaAgent runs an agent for nodeID with its session on replica r and
+// waits until r holds the node ready with facts. It returns what stops the
+// agent and waits for it.
+func replicaAgent(t *testing.T, c *cluster, r *replicaProc, nodeID, stateDir, invitation string) (stop func()) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.RunAgent(ctx, daemon.AgentOptions{ControlPlaneURL: r.url, NodeID: nodeID,
+			StateDir: stateDir, Invitation: invitation, Heartbeat: time.Second, Logger: testLogger(t)})
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	c.waitFor("node ready via "+r.url, func() bool {
+		n, err := r.client.GetNode(c.ctx, nodeID)
+		return err == nil && n.Status == api.NodeReady && n.Facts != nil
+	})
+	return stop
 }

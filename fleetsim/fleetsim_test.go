@@ -65,7 +65,9 @@ func TestMain(m *testing.M) {
 // TestShardedFleet runs the agents in two child processes (the test binary
 // itself, see TestMain), which is how fleets larger than one process's
 // open-file limit are simulated: what the shards observe must reach the
-// parent's figures. Its runs go 7 to a call through the batch route (the
+// parent's figures (some heartbeats counted, every launch once; how many
+// heartbeats a second, and whether every lease held, are the machine's
+// speed, not a check). Its runs go 7 to a call through the batch route (the
 // last call carries the remaining 3), which TestShortFleet's single
 // submissions leave untested.
 func TestShardedFleet(t *testing.T) {

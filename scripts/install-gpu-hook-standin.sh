@@ -20,7 +20,11 @@
 #   2. only if it is not: installs the stand-in as
 #      /usr/local/bin/nvidia-container-runtime-hook (unless a real hook is
 #      already on PATH) and restarts dockerd, the way scripts/ensure-docker.sh
-#      started it (systemd when it manages docker, else nohup dockerd);
+#      started it (systemd when it manages docker, else nohup dockerd) --
+#      but only when the daemon runs no container: this script starts none
+#      that outlive it, so any running container is someone else's, and a
+#      restart would kill it. Then it stops with an error saying what to do
+#      instead (MERCATOR_GPU_HOOK_RESTART=1 allows the restart anyway);
 #   3. checks that it worked: the probe again, and, when the go toolchain is
 #      here, the test workload image run with --gpus device=GPU-abc must print
 #      NVIDIA_VISIBLE_DEVICES=GPU-abc.
@@ -29,8 +33,8 @@
 # a test suite can call it every time; `--verify` runs the workload check in
 # that case too.
 #
-# Restarting dockerd stops every running container on this machine; the
-# script says so before it does it. Needs root. Never run it on a machine with
+# Restarting dockerd would stop every running container on this machine, so
+# the script refuses while any runs (see step 2). Needs root. Never run it on a machine with
 # real GPUs: the stand-in would make every GPU container start without its
 # devices, which is why it refuses to replace a hook it did not write.
 set -euo pipefail
@@ -84,6 +88,23 @@ wait_for_daemon() {
   log "dockerd did not come back within 60s; see $DOCKERD_LOG"
   tail -n 30 "$DOCKERD_LOG" >&2 || true
   return 1
+}
+
+# refuse_restart_if_busy exits with an error when the daemon runs any
+# container, unless MERCATOR_GPU_HOOK_RESTART=1: a test suite must not kill
+# the containers of whoever else shares the machine's daemon.
+refuse_restart_if_busy() {
+  local running
+  running=$(docker ps --format '{{.Names}} ({{.Image}})')
+  if [ -z "$running" ] || [ "${MERCATOR_GPU_HOOK_RESTART:-}" = 1 ]; then
+    return 0
+  fi
+  log "REFUSING to restart dockerd: it must restart to register the NVIDIA device driver, and that would stop these running containers, which this script did not start:"
+  echo "$running" | sed 's/^/    /' >&2
+  log "the stand-in hook is in place at $HOOK; do one of:"
+  log "  - restart dockerd yourself when those containers may stop, then run this script again (it will then only check);"
+  log "  - run it again with MERCATOR_GPU_HOOK_RESTART=1 to restart dockerd now and stop them."
+  exit 1
 }
 
 restart_dockerd() {
@@ -177,6 +198,7 @@ EOF
   log "installed the stand-in at $HOOK"
 fi
 
+refuse_restart_if_busy
 restart_dockerd
 status=0
 registered || status=$?

@@ -11,8 +11,11 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 bash scripts/ensure-docker.sh
 # For the GPU tests only: a stand-in NVIDIA hook so containers with GPU device
-# requests start on a machine without GPUs (restarts dockerd once, when it
-# is first installed). Never install it on a real GPU machine.
+# requests start on a machine without GPUs. It restarts dockerd once, when it
+# is first installed, and only when the daemon runs no container (a fresh CI
+# machine); on a daemon running others' containers it stops with an error
+# saying what to do, rather than kill them. Never install it on a real GPU
+# machine.
 bash scripts/install-gpu-hook-standin.sh
 MERCATOR_TEST_POSTGRES=$(bash scripts/ensure-postgres.sh)
 export MERCATOR_TEST_POSTGRES
@@ -37,8 +40,36 @@ go test -race -count=1 $short $(go list ./... | grep -v -e '/e2e' -e '/fleetsim'
 echo "== fleet simulator, short mode"
 go test -count=1 $short ./fleetsim/...
 
+# The README's first command, as a new user runs it: it builds the binary,
+# starts `mercator dev` on its default ports and walks the demo. Its data
+# and the CLI's context file are its own, so a developer's are untouched.
+# Its node's containers (a hot function's may outlive `mercator dev`) are
+# removed afterwards: those that were not there before it ran. Removal is
+# best-effort (`mercator dev` may be removing one as it stops).
+echo "== scripts/demo.sh"
+demo_dir=$(mktemp -d)
+local_before=$(docker ps -aq --no-trunc --filter label=mercator.node=local | sort)
+MERCATOR_DEV_DATA="$demo_dir/dev" MERCATOR_CONFIG="$demo_dir/context.json" bash scripts/demo.sh
+demo_ctrs=$(comm -13 <(echo "$local_before") <(docker ps -aq --no-trunc --filter label=mercator.node=local | sort))
+for ctr in $demo_ctrs; do
+  docker rm -f "$ctr" >/dev/null 2>&1 || true
+done
+rm -rf "$demo_dir"
+
 echo "== end-to-end tests (real control plane, real agents, real Docker)"
+go test -p 1 -count=1 -timeout 40m $short $(go list ./e2e/... | grep -v /e2e/fault)
+
+# The fault suite runs with the race detector: its harness then builds the
+# mercator binary it starts as server and agents with -race too, and a race
+# report in any of their logs fails the test (e2e/fault/race_test.go).
+echo "== fault-injection suite, race-built binaries"
 export MERCATOR_FAULT_SUMMARY="${MERCATOR_FAULT_SUMMARY:-$(mktemp)}"
-go test -p 1 -count=1 -timeout 40m $short ./e2e/...
+go test -race -p 1 -count=1 -timeout 40m $short ./e2e/fault/...
 # The fault suite's counts (trials per fault, every invariant).
 cat "$MERCATOR_FAULT_SUMMARY"
+
+# Every benchmark once, so none rots: figures printed, nothing gated (a
+# shared CI machine's rates are not a correctness check).
+echo "== every benchmark, once"
+bench_pkgs=$(grep -rl --include='*_test.go' '^func Benchmark' . | xargs -n1 dirname | sort -u)
+go test -p 1 -count=1 -run '^$' -bench . -benchtime 1x $bench_pkgs

@@ -384,13 +384,22 @@ func (a *agent) openState() *nodeagent.State {
 // a hang guard, never a performance assertion.
 func (c *cluster) waitFor(what string, d time.Duration, cond func() bool) {
 	c.t.Helper()
+	if !c.poll(d, cond) {
+		c.t.Fatalf("gave up after %v waiting for %s", d, what)
+	}
+}
+
+// poll is waitFor without the failure: it reports whether cond held within
+// d, for a caller that counts the miss rather than fails on it.
+func (c *cluster) poll(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			c.t.Fatalf("gave up after %v waiting for %s", d, what)
+			return false
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return true
 }
 
 // workloads are the commands the suite runs: short, so a trial takes

@@ -207,10 +207,10 @@ func mountsUnder(dir string) []string {
 // this is safe in the short mode: one trial there, more in the long mode.
 // Without live-restore the containers die with the daemon.
 //
-// What it proves (promise 2 for the harshest observation): the agent rides
-// out the daemon's absence, and after it returns every container's end is
-// reported with the daemon's own exit code and moments, never inferred;
-// and the agent launches new work on the restarted daemon.
+// What it proves (docs/design.md, promise 2, for the harshest observation):
+// the agent rides out the daemon's absence, and after it returns every
+// container's end is reported with the daemon's own exit code and moments,
+// never inferred; and the agent launches new work on the restarted daemon.
 func TestDockerDaemonRestart(t *testing.T) {
 	d := startPrivateDockerd(t)
 	c := newCluster(t, clusterOptions{dockerHost: d.host})

@@ -28,6 +28,7 @@ type summary struct {
 	staleChecked   bool
 	staleRefused   int
 	multiple       []string // attempts with more than one container
+	blind          []string // what the daemon shows but the wire tap never parsed
 
 	// event accounting
 	forwarded, acked, rows, applied, duplicates int
@@ -59,9 +60,7 @@ func (c *cluster) finish() {
 	c.t.Helper()
 	s := c.sum
 	runs := c.waitAllTerminal(3 * time.Minute)
-	// Let the last observations and results land: the agents flush at once
-	// on a change and at least every second.
-	time.Sleep(2500 * time.Millisecond)
+	c.quiesce()
 	for _, a := range c.agents {
 		if a.proc != nil {
 			a.proc.stop(c.t, 15*time.Second)
@@ -95,6 +94,63 @@ func (c *cluster) finish() {
 	}
 	for _, v := range s.stale {
 		c.t.Errorf("stale-token report accepted: %s", v)
+	}
+	for _, v := range s.blind {
+		c.t.Errorf("the wire tap is blind, so the lost and twice checks above prove nothing: %s", v)
+	}
+}
+
+// quiesce waits until the last observations and results have landed before
+// anything is judged: every run's attempts agree with the daemon's facts
+// (nothing the daemon knows is missing from the API), and on every running
+// agent's wire each forwarded event is acknowledged with no batch awaiting
+// its response; and that still holds once each running agent has had an
+// exchange answered that began after it first held (the agent flushes at
+// once on a change, so a spooled event would have gone out by then). A
+// condition that never holds is not a failure here: the checks that follow
+// report what is missing, with details.
+func (c *cluster) quiesce() {
+	c.t.Helper()
+	quiet := func() bool {
+		for _, a := range c.agents {
+			if a.proc == nil || !a.proc.running() || a.fenced {
+				continue
+			}
+			acct := a.wire.events()
+			if acct.inFlight > 0 {
+				return false
+			}
+			for id := range acct.forwarded {
+				if !acct.acked[id] {
+					return false
+				}
+			}
+		}
+		runs, err := c.allRuns()
+		if err != nil {
+			return false
+		}
+		saved := c.sum
+		c.sum = newSummary(saved.test)
+		defer func() { c.sum = saved }()
+		c.checkRuns(runs)
+		return len(c.sum.lost) == 0
+	}
+	const bound = 60 * time.Second
+	if !c.poll(bound, quiet) {
+		c.sum.note("the agents were not quiet %v after every run ended", bound)
+		return
+	}
+	since := time.Now()
+	if !c.poll(bound, func() bool {
+		for _, a := range c.agents {
+			if a.proc != nil && a.proc.running() && !a.fenced && a.wire.answeredSince(nodeproto.PathEvents, since) == 0 {
+				return false
+			}
+		}
+		return quiet()
+	}) {
+		c.sum.note("the agents did not stay quiet for one more exchange after every run ended")
 	}
 }
 
@@ -226,8 +282,14 @@ func (c *cluster) checkEvents() {
 	forwarded := map[string]string{} // "NODE/ID" → kind
 	acked := map[string]bool{}
 	resultsBy := map[string]map[string]bool{} // "OP incarnation" → result event IDs
+	reported := map[string]bool{}             // runs with a workload event acknowledged
 	for _, a := range c.agents {
 		acct := a.wire.events()
+		for id, run := range acct.runs {
+			if acct.acked[id] {
+				reported[run] = true
+			}
+		}
 		for id, kind := range acct.forwarded {
 			forwarded[a.node+"/"+id] = kind
 		}
@@ -285,6 +347,8 @@ func (c *cluster) checkEvents() {
 		}
 	}
 
+	c.checkTapSaw(reported)
+
 	rows := c.eventRows()
 	ours := map[string]time.Time{}
 	for _, n := range c.nodes() {
@@ -339,6 +403,33 @@ func (c *cluster) checkEvents() {
 	}
 }
 
+// checkTapSaw makes the wire's lost and twice checks unable to pass on a
+// tap that parsed nothing: every container the daemon has for an attempt
+// must have had its launch command parsed off a session stream, and every
+// run with a container a workload event of it parsed in an acknowledged
+// batch. reported holds the runs with such an event.
+func (c *cluster) checkTapSaw(reported map[string]bool) {
+	s := c.sum
+	for _, ct := range c.containers(c.nodes()) {
+		launched := false
+		for _, a := range c.agents {
+			if _, ok := a.wire.launchFor(ct.run, ct.attempt); ok {
+				launched = true
+				break
+			}
+		}
+		if !launched {
+			s.blind = append(s.blind, fmt.Sprintf("the daemon has container %s of run %s attempt %d, but no session stream parsed carried its launch", ct.name, ct.run, ct.attempt))
+		}
+		if !reported[ct.run] {
+			s.blind = append(s.blind, fmt.Sprintf("the daemon has container %s of run %s, but no acknowledged batch parsed carried a workload event of that run", ct.name, ct.run))
+		}
+	}
+	if s.containers == 0 {
+		s.blind = append(s.blind, "the daemon has no container of this test: nothing was exercised")
+	}
+}
+
 // incarnationOf is the agent-memory part of an event ID ("<incarnation>-<seq>").
 func incarnationOf(id string) string {
 	if i := strings.LastIndexByte(id, '-'); i > 0 {
@@ -361,6 +452,7 @@ func (s *summary) table() string {
 	row("runs disagreeing with the daemon", len(s.disagree), "0")
 	row("daemon facts or owed events lost", len(s.lost), "0")
 	row("events applied twice / operations performed twice", len(s.twice), "0")
+	row("containers whose launch or report the wire tap never parsed", len(s.blind), "0")
 	if s.staleChecked {
 		row(fmt.Sprintf("stale-token reports accepted (%d refused)", s.staleRefused), len(s.stale), "0")
 	} else {

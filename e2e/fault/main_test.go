@@ -1,7 +1,7 @@
 // Package fault is Mercator's fault-injection suite: a real control plane and
 // real node agents, each its own `mercator` process, against the real Docker
 // daemon, with faults injected while runs are in flight, and then the
-// promises of DESIGN.md checked against what the daemon itself knows.
+// promises of docs/design.md checked against what the daemon itself knows.
 //
 // The harness builds the mercator binary once per test process (with -race
 // when the tests run with -race) and starts `mercator server` and `mercator
@@ -20,25 +20,29 @@
 //     "start" event for the container, which lands the kill between the
 //     container's creation and the durable MarkApplied. Each kill is
 //     classified by where it landed (from the daemon and the dead agent's
-//     state file). Proves promise 1 across a crash: the restarted agent,
-//     handed the command again, adopts the container instead of making a
-//     second one.
+//     state file), and SIGSTOP trials are added until a minimum count of
+//     kills landed between creation and MarkApplied (too few fails the
+//     test). Proves (docs/design.md, promise 1) across a crash: the
+//     restarted agent, handed the command again, adopts the container
+//     instead of making a second one.
 //   - TestRedeliveryStorm: every session stream is cut right after it
 //     carries a command while results are held back, so each pending
 //     command (launches and stops) is redelivered many times; then the
-//     agent is restarted over and over. Proves promise 1 against redelivery:
-//     one container per attempt, and one result event per operation per
-//     agent memory.
+//     agent is restarted over and over. Proves (docs/design.md, promise 1)
+//     against redelivery: one container per attempt, and one result event
+//     per operation per agent memory.
 //   - TestConnectionFlaps: the agent's connection is cut, blackholed and
 //     delayed at random, and once silently frozen (no FIN, no reset), which
-//     only the session keep-alive timeout can detect. Proves promise 2:
-//     what the node observed while disconnected is reported afterwards,
-//     with the daemon's moments, exactly once.
+//     only the session keep-alive timeout can detect. Proves
+//     (docs/design.md, promise 2): what the node observed while
+//     disconnected is reported afterwards, with the daemon's moments,
+//     exactly once.
 //   - TestSilentIdleConnections: the agent's idle keep-alive connections go
 //     silent (a NAT forgetting idle mappings) and its session is dropped, so
-//     the HTTP client may open the new session on a dead connection. Proves
-//     the agent bounds the wait for a session to open, not only the silence
-//     of an open one.
+//     the HTTP client may open the new session on a dead connection (a
+//     trial that found no idle connection is tried again; too few counted
+//     trials fail the test). Proves the agent bounds the wait for a session
+//     to open, not only the silence of an open one.
 //   - TestControlPlaneRestart: kill -9 of the control plane at random moments
 //     and a restart on the same data directory and port. Proves that nothing
 //     acknowledged is forgotten (the store is the only state) and that
@@ -46,13 +50,14 @@
 //   - TestDockerDaemonRestart: a private Docker daemon (its own socket and
 //     data root, so the machine's daemon and every other test are
 //     untouched) is restarted while containers run; without live-restore
-//     they die with it. Proves promise 2 for the harshest observation: the
-//     ends are reported with the daemon's own moments, never inferred.
+//     they die with it. Proves (docs/design.md, promise 2) for the harshest
+//     observation: the ends are reported with the daemon's own moments,
+//     never inferred.
 //   - TestFencedAgentIsRefused: the node is enrolled again with a new
-//     invitation while the old agent process still runs. Proves promise 3:
-//     the old agent is refused (failure.ErrFenced) and stops, and no report
-//     made with the superseded session is accepted, including reports the
-//     test forges with it.
+//     invitation while the old agent process still runs. Proves
+//     (docs/design.md, promise 3): the old agent is refused
+//     (failure.ErrFenced) and stops, and no report made with the superseded
+//     session is accepted, including reports the test forges with it.
 //   - TestReplaceAfterUnreachable: the replace_after_seconds policy, written
 //     against its documented behaviour (api.RunSpec.ReplaceAfterSeconds):
 //     an attempt whose node is unreachable past lease + replace-after is
@@ -62,7 +67,8 @@
 // (and all tables again at the end of the package):
 //
 //   - containers per attempt (max), from `docker ps -a` by the
-//     mercator.run and mercator.attempt labels: must be ≤ 1 (promise 1).
+//     mercator.run and mercator.attempt labels: must be ≤ 1
+//     (docs/design.md, promise 1).
 //   - runs that disagree with the daemon: every run's terminal status, exit
 //     code, container ID and start and finish moments compared with
 //     `docker inspect` of its containers: must be 0.
@@ -71,7 +77,7 @@
 //     agent's spool (read from its state file after it stopped) that the
 //     control plane never acknowledged, plus events the control plane
 //     acknowledged on the wire that its durable event table does not hold:
-//     must be 0 (promise 2).
+//     must be 0 (docs/design.md, promise 2).
 //   - events applied twice: the control plane's
 //     mercator_node_events_total{outcome="applied"} against the rows of its
 //     durable event table (one row per first application): every excess
@@ -81,6 +87,14 @@
 //   - stale-token reports accepted: calls made with a superseded session
 //     credential, by the old agent or forged by the test, that the control
 //     plane answered 2xx (TestFencedAgentIsRefused only): must be 0.
+//   - what the wire tap never parsed: every container the daemon has must
+//     have had its launch parsed off a session stream and a workload event
+//     of its run parsed in an acknowledged batch, so the lost and twice
+//     checks cannot pass on a tap that saw nothing: must be 0.
+//
+// Before judging, every test waits until the agents are quiet (every
+// forwarded event acknowledged, the API agreeing with the daemon, and still
+// so after one more exchange of each agent) rather than for a fixed time.
 //
 // Modes: with -short (what CI runs) each fault gets a few trials and the
 // package finishes in a few minutes; without -short, or with MERCATOR_LONG=1,

@@ -56,6 +56,7 @@ type exchange struct {
 	events   []string // IDs of the events a batch carried
 	kinds    map[string]string
 	results  map[string]string // event ID → operation ID, for result events
+	runs     map[string]string // event ID → run ID, for workload events
 	status   int               // 0: no response seen
 	respAt   time.Time         // first byte of the response forwarded
 	acked    []string
@@ -160,11 +161,15 @@ func (w *wire) parseRequests(id uint64, c *wireConn) {
 			if json.Unmarshal(body, &batch) == nil {
 				ex.kinds = map[string]string{}
 				ex.results = map[string]string{}
+				ex.runs = map[string]string{}
 				for _, e := range batch.Events {
 					ex.events = append(ex.events, e.ID)
 					ex.kinds[e.ID] = e.Kind
 					if e.Result != nil {
 						ex.results[e.ID] = e.Result.OperationID
+					}
+					if e.Workload != nil {
+						ex.runs[e.ID] = e.Workload.RunID
 					}
 				}
 			}
@@ -240,21 +245,31 @@ type eventAccount struct {
 	forwarded map[string]string // ID → kind, every event in a wholly forwarded batch
 	acked     map[string]bool   // IDs the control plane acknowledged
 	results   map[string]string // result event ID → operation ID
+	runs      map[string]string // workload event ID → run ID
+	// inFlight counts event batches forwarded whole, on connections still
+	// open, whose response the tap has not seen yet.
+	inFlight int
 }
 
 func (w *wire) events() eventAccount {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	a := eventAccount{forwarded: map[string]string{}, acked: map[string]bool{}, results: map[string]string{}}
+	a := eventAccount{forwarded: map[string]string{}, acked: map[string]bool{}, results: map[string]string{}, runs: map[string]string{}}
 	for _, ex := range w.exchanges {
 		if !ex.complete || ex.path != nodeproto.PathEvents {
 			continue
+		}
+		if _, open := w.conns[ex.conn]; open && ex.status == 0 && len(ex.events) > 0 {
+			a.inFlight++
 		}
 		for _, id := range ex.events {
 			a.forwarded[id] = ex.kinds[id]
 		}
 		for id, op := range ex.results {
 			a.results[id] = op
+		}
+		for id, run := range ex.runs {
+			a.runs[id] = run
 		}
 		for _, id := range ex.acked {
 			a.acked[id] = true
@@ -305,6 +320,20 @@ func (w *wire) sessionsSince(t time.Time) int {
 	n := 0
 	for _, at := range w.sessions {
 		if !at.Before(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// answeredSince counts exchanges on path whose request began at or after t
+// and whose response has been seen.
+func (w *wire) answeredSince(path string, t time.Time) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, ex := range w.exchanges {
+		if ex.path == path && ex.status != 0 && !ex.at.Before(t) {
 			n++
 		}
 	}
