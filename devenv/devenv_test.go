@@ -88,7 +88,12 @@ func TestDevRunsAWorkloadAndKeepsItsState(t *testing.T) {
 		if cfg.Addr != dev.url {
 			t.Fatalf("the context file names %s, dev listens on %s", cfg.Addr, dev.url)
 		}
-		c := client.New(cfg.Addr, cfg.Token, nil)
+		// As the CLI does: the context names dev's CA, which the client
+		// must trust (dev serves TLS).
+		c, err := client.NewFromConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
 		image, err := testimage.Publish(ctx, testimage.Workload, dev.registry)
 		if err != nil {
 			t.Fatalf("push to dev's registry: %v", err)
@@ -127,7 +132,11 @@ func TestDevRunsAWorkloadAndKeepsItsState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kept, err := client.New(cfg.Addr, cfg.Token, nil).GetRun(ctx, first.ID)
+	c, err := client.NewFromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := c.GetRun(ctx, first.ID)
 	if err != nil || kept.Status != api.RunSucceeded {
 		t.Fatalf("the first run after a restart on the same data: %v %s", err, kept.Status)
 	}
