@@ -120,10 +120,17 @@ func leaderGauge(t *testing.T, r *replicaProc) string {
 // when nothing wakes it (package controlplane's sessionPoll, 3), so without a signal
 // a command reaches an open session no sooner than keepAlive×sessionPoll
 // after the session last read the store.
+//
+// The reconcile period is the default's second: the test measures how a
+// committed command crosses replicas, not how soon the leader places. A
+// long period let a placement that found the node not yet placeable (its
+// session just moved) wait out the timer, 30 s, which read as a lost
+// signal. It cannot hide one: a wake the leader sends a session on another
+// replica travels by the same signal.
 const (
 	replicaKeepAlive   = 20 * time.Second
 	replicaSessionPoll = 3 * replicaKeepAlive
-	replicaReconcile   = 30 * time.Second
+	replicaReconcile   = time.Second
 )
 
 // TestReplicasShareOnePostgres: two control-plane replicas on one
