@@ -424,8 +424,9 @@ func TestFencedAgentIsRefused(t *testing.T) {
 	if code <= 0 {
 		t.Fatalf("the superseded agent did not stop with an error (exit %d):\n%s", code, tail(old.log, 20))
 	}
-	if data, _ := readFile(old.log); !strings.Contains(data, "superseded") {
-		t.Errorf("the superseded agent's log does not say it was superseded:\n%s", tail(old.log, 20))
+	// The agent says it was fenced, and the control plane's reason with it.
+	if data, err := readFile(old.log); err != nil || !strings.Contains(data, "fenced by the control plane") || !strings.Contains(data, "enrolled again") {
+		t.Errorf("the superseded agent's log does not say it was fenced by a new enrollment (%v):\n%s", err, tail(old.log, 20))
 	}
 	c.sum.note("the old agent stopped by itself (exit %d) %.1fs after the new enrollment", code, time.Since(fencedAt).Seconds())
 	old.fenced = true
