@@ -27,30 +27,6 @@ func init() {
 	registerSub("node", nodeSummary, &command{name: "invitations", summary: "List a node's invitations", run: nodeInvitations})
 }
 
-// connect parses args for a client command taking want positional
-// arguments (named what in messages; none when what is ""), and returns
-// them with a client.
-func (inv *invocation) connect(fs *flagSet, g *clientFlags, args []string, what string) (*client.Client, string, error) {
-	pos, err := fs.parse(args)
-	if err != nil {
-		return nil, "", err
-	}
-	if err := g.check(); err != nil {
-		return nil, "", err
-	}
-	arg := ""
-	if what != "" {
-		arg, err = oneArg(pos, what)
-	} else if len(pos) > 0 {
-		err = usagef("unexpected argument %q", pos[0])
-	}
-	if err != nil {
-		return nil, "", err
-	}
-	c, err := inv.client(g)
-	return c, arg, err
-}
-
 // parseSpan reads a duration that may count days ("30d") as well as
 // Go's units ("12h", "90m").
 func parseSpan(s string) (time.Duration, error) {

@@ -124,17 +124,7 @@ one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
 func appList(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("[flags]", `List applications by name.`)
 	g := fs.clientFlags(true)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	c, err := inv.client(g)
+	c, _, err := inv.connect(fs, g, args, "")
 	if err != nil {
 		return err
 	}
@@ -169,18 +159,7 @@ func configSummary(config, secret map[string]string) string {
 func appGet(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("NAME [flags]", `Show an application (secret configuration values are never shown).`)
 	g := fs.clientFlags(true)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	name, err := oneArg(pos, "an app name")
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	c, err := inv.client(g)
+	c, name, err := inv.connect(fs, g, args, "an app name")
 	if err != nil {
 		return err
 	}
@@ -252,15 +231,7 @@ are set; KEY= removes a key; keys not given are left as they are.`)
 func appDelete(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("NAME [flags]", `Delete an application with its functions and triggers. Durable calls stay readable.`)
 	g := fs.clientFlags(false)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	name, err := oneArg(pos, "an app name")
-	if err != nil {
-		return err
-	}
-	c, err := inv.client(g)
+	c, name, err := inv.connect(fs, g, args, "an app name")
 	if err != nil {
 		return err
 	}

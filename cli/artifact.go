@@ -259,21 +259,16 @@ func artifactList(ctx context.Context, inv *invocation, args []string) error {
 List Artifact versions, by name and then oldest first; with NAME, only its
 versions.`)
 	g := fs.clientFlags(true)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	if len(pos) > 1 {
-		return usagef("want at most one NAME, got %d arguments", len(pos))
-	}
 	name := ""
-	if len(pos) == 1 {
-		name = pos[0]
-	}
-	c, err := inv.client(g)
+	c, err := inv.connectWith(fs, g, args, func(pos []string) error {
+		if len(pos) > 1 {
+			return usagef("want at most one NAME, got %d arguments", len(pos))
+		}
+		if len(pos) == 1 {
+			name = pos[0]
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
@@ -297,22 +292,11 @@ func artifactGet(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("[flags] NAME[@VERSION]", `
 Show one Artifact version; without @VERSION, the newest.`)
 	g := fs.clientFlags(true)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	ref, err := oneArg(pos, "NAME[@VERSION]")
+	c, ref, err := inv.connect(fs, g, args, "NAME[@VERSION]")
 	if err != nil {
 		return err
 	}
 	name, version, _ := strings.Cut(ref, "@")
-	c, err := inv.client(g)
-	if err != nil {
-		return err
-	}
 	v, err := c.GetArtifact(ctx, name, version)
 	if err != nil {
 		return err
@@ -347,7 +331,7 @@ func parseArtifactFlag(s string) (api.ArtifactMount, error) {
 		if k != "min-read" || v == "" {
 			return api.ArtifactMount{}, fmt.Errorf("--artifact %q: unknown option %q; the one option is min-read=RATE, such as min-read=500MB/s", s, opt)
 		}
-		rate, err := parseSize(strings.TrimSuffix(strings.TrimSuffix(v, "/s"), "ps"))
+		rate, err := bytesize.Parse(strings.TrimSuffix(strings.TrimSuffix(v, "/s"), "ps"))
 		if err != nil {
 			return api.ArtifactMount{}, fmt.Errorf("--artifact %q: min-read: %v (a rate is a size per second, such as 500MB/s)", s, err)
 		}

@@ -396,6 +396,39 @@ func (inv *invocation) client(g *clientFlags) (*client.Client, error) {
 	return client.NewFromConfig(cfg)
 }
 
+// connect parses args for a client command taking one positional argument
+// (named what in messages), or none when what is "", and returns a client
+// with the argument.
+func (inv *invocation) connect(fs *flagSet, g *clientFlags, args []string, what string) (*client.Client, string, error) {
+	arg := ""
+	c, err := inv.connectWith(fs, g, args, func(pos []string) (err error) {
+		if what != "" {
+			arg, err = oneArg(pos, what)
+		} else if len(pos) > 0 {
+			err = usagef("unexpected argument %q", pos[0])
+		}
+		return err
+	})
+	return c, arg, err
+}
+
+// connectWith is connect for any positional arguments: it parses args,
+// checks the client flags, checks the positional arguments with valid, and
+// only then builds the client, so a usage error is reported as one.
+func (inv *invocation) connectWith(fs *flagSet, g *clientFlags, args []string, valid func(pos []string) error) (*client.Client, error) {
+	pos, err := fs.parse(args)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.check(); err != nil {
+		return nil, err
+	}
+	if err := valid(pos); err != nil {
+		return nil, err
+	}
+	return inv.client(g)
+}
+
 // writeJSON prints v indented, as `-o json` promises.
 func (inv *invocation) writeJSON(v any) error {
 	raw, err := json.MarshalIndent(v, "", "  ")

@@ -21,50 +21,6 @@ func intp(i int) *int                           { return &i }
 func timep(d time.Duration) *time.Time          { t := t0.Add(d); return &t }
 func factsp(m map[string]any) *api.NodeFactsDoc { d := api.NodeFactsDoc(m); return &d }
 
-func TestParseSize(t *testing.T) {
-	good := map[string]int64{
-		"0":         0,
-		"1048576":   1048576,
-		"512B":      512,
-		"64MiB":     64 << 20,
-		"64mib":     64 << 20,
-		"1.5GiB":    3 << 29,
-		"1.5GB":     1_500_000_000,
-		"512 KiB":   512 << 10,
-		"2KB":       2000,
-		"1TiB":      1 << 40,
-		"3TB":       3_000_000_000_000,
-		" 10 MB ":   10_000_000,
-		"0.5KiB":    512,
-		"100.0 GiB": 100 << 30,
-	}
-	for in, want := range good {
-		got, err := parseSize(in)
-		if err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	bad := map[string]string{
-		"":               "not a size",
-		"-1":             "negative",
-		"-64MiB":         "negative",
-		"abc":            "not a size",
-		"12XB":           "unknown unit",
-		"64m":            "ambiguous",
-		"64M":            "ambiguous",
-		"1.2.3MB":        "not a size",
-		"1e9":            "unknown unit",
-		"99999999999TiB": "too large",
-		"MiB":            "not a size",
-	}
-	for in, want := range bad {
-		_, err := parseSize(in)
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("parseSize(%q) err = %v, want it to say %q", in, err, want)
-		}
-	}
-}
-
 func TestSubmitPrintsOnlyTheID(t *testing.T) {
 	f := newFakeAPI(t)
 	res := f.cli(t, "run", "submit", "--image", "alpine:3", "--cpu", "0.5", "--memory", "64MiB",

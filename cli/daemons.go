@@ -12,6 +12,7 @@ import (
 	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/devenv"
+	"github.com/mercator/mercator/internal/bytesize"
 	"github.com/mercator/mercator/nodeagent"
 )
 
@@ -156,7 +157,7 @@ control plane is on loopback.`)
 	}
 	var budget int64
 	if *artifactBudget != "" {
-		if budget, err = parseSize(*artifactBudget); err != nil {
+		if budget, err = bytesize.Parse(*artifactBudget); err != nil {
 			return usagef("--artifact-budget: %v", err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/internal/bytesize"
 	"github.com/mercator/mercator/nodeagent"
 )
 
@@ -59,7 +60,7 @@ func parseFnMemory(s string) (uint64, error) {
 	if n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64); err == nil {
 		return n, nil
 	}
-	b, err := parseSize(s)
+	b, err := bytesize.Parse(s)
 	if err != nil {
 		return 0, err
 	}
@@ -302,18 +303,7 @@ standard error, for fn logs.`)
 func fnList(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("APP [flags]", `List an app's functions by name.`)
 	g := fs.clientFlags(true)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	appName, err := oneArg(pos, "app name")
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	c, err := inv.client(g)
+	c, appName, err := inv.connect(fs, g, args, "app name")
 	if err != nil {
 		return err
 	}
@@ -346,18 +336,11 @@ func fnList(ctx context.Context, inv *invocation, args []string) error {
 func fnGet(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("APP NAME [flags]", `Show a function: its pinned image, resources, configuration (secret values are never shown) and invoke endpoint.`)
 	g := fs.clientFlags(true)
-	pos, err := fs.parse(args)
-	if err != nil {
+	var appName, name string
+	c, err := inv.connectWith(fs, g, args, func(pos []string) (err error) {
+		appName, name, err = twoArgs(pos)
 		return err
-	}
-	appName, name, err := twoArgs(pos)
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	c, err := inv.client(g)
+	})
 	if err != nil {
 		return err
 	}
@@ -394,15 +377,11 @@ func fnGet(ctx context.Context, inv *invocation, args []string) error {
 func fnDelete(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("APP NAME [flags]", `Delete a function and its triggers. Its durable calls stay readable.`)
 	g := fs.clientFlags(false)
-	pos, err := fs.parse(args)
-	if err != nil {
+	var appName, name string
+	c, err := inv.connectWith(fs, g, args, func(pos []string) (err error) {
+		appName, name, err = twoArgs(pos)
 		return err
-	}
-	appName, name, err := twoArgs(pos)
-	if err != nil {
-		return err
-	}
-	c, err := inv.client(g)
+	})
 	if err != nil {
 		return err
 	}
@@ -425,17 +404,8 @@ body instead.`)
 	g := fs.clientFlags(true)
 	wait := fs.Bool("wait", false, "wait until the call has ended")
 	result := fs.Bool("result", false, "print the function's response body")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 3 {
-		return usagef("want APP, NAME and CALL_ID, got %d argument(s)", len(pos))
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	c, err := inv.client(g)
+	var pos []string
+	c, err := inv.connectWith(fs, g, args, func(p []string) error { pos = p; return callArgs(p) })
 	if err != nil {
 		return err
 	}
@@ -474,6 +444,15 @@ body instead.`)
 	return tw.Flush()
 }
 
+// callArgs checks the positional arguments of the commands that name one
+// call: APP NAME CALL_ID.
+func callArgs(pos []string) error {
+	if len(pos) != 3 {
+		return usagef("want APP, NAME and CALL_ID, got %d argument(s)", len(pos))
+	}
+	return nil
+}
+
 func fnLogs(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("APP NAME CALL_ID [flags]", `
 Print what the function wrote to stdout and stderr during a call. A durable
@@ -481,14 +460,8 @@ call's output is stored with it; a synchronous call's is asked of the nodes
 that keep it, which keep only their most recent calls' (fn invoke --call-id
 prints a synchronous call's ID).`)
 	g := fs.clientFlags(false)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 3 {
-		return usagef("want APP, NAME and CALL_ID, got %d argument(s)", len(pos))
-	}
-	c, err := inv.client(g)
+	var pos []string
+	c, err := inv.connectWith(fs, g, args, func(p []string) error { pos = p; return callArgs(p) })
 	if err != nil {
 		return err
 	}
@@ -515,7 +488,7 @@ func agentFunctionFlags(fs *flagSet) func() (nodeagent.FunctionsOptions, error) 
 	return func() (nodeagent.FunctionsOptions, error) {
 		o := nodeagent.FunctionsOptions{Disabled: *disabled, GPUs: *gpus, Network: *network, MilliCPUs: int64(math.Round(*cpus * 1000))}
 		if *memory != "" {
-			n, err := parseSize(*memory)
+			n, err := bytesize.Parse(*memory)
 			if err != nil {
 				return o, usagef("--fn-memory: %v", err)
 			}

@@ -77,17 +77,7 @@ replaces its credential.`)
 func registryList(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("[flags]", `List the registries with a stored credential. Passwords are never shown.`)
 	g := fs.clientFlags(true)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
-	}
-	c, err := inv.client(g)
+	c, _, err := inv.connect(fs, g, args, "")
 	if err != nil {
 		return err
 	}
@@ -110,15 +100,7 @@ func registryList(ctx context.Context, inv *invocation, args []string) error {
 func registryRemove(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("[flags] HOST", `Remove the credential of a registry host.`)
 	g := fs.clientFlags(false)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	host, err := oneArg(pos, "HOST")
-	if err != nil {
-		return err
-	}
-	c, err := inv.client(g)
+	c, host, err := inv.connect(fs, g, args, "HOST")
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/internal/bytesize"
 )
 
 const runSummary = "Submit, inspect, wait on and cancel runs"
@@ -137,12 +138,12 @@ func (sf *submitFlags) spec(command []string) (api.RunSpec, error) {
 		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout)}
 	var err error
 	if sf.set["memory"] {
-		if spec.MemoryBytes, err = parseSize(*sf.memory); err != nil {
+		if spec.MemoryBytes, err = bytesize.Parse(*sf.memory); err != nil {
 			return spec, usagef("--memory: %v", err)
 		}
 	}
 	if *sf.gpuMemory != "" {
-		if spec.GPUMemoryBytes, err = parseSize(*sf.gpuMemory); err != nil {
+		if spec.GPUMemoryBytes, err = bytesize.Parse(*sf.gpuMemory); err != nil {
 			return spec, usagef("--gpu-memory: %v", err)
 		}
 	}
@@ -293,18 +294,7 @@ exit code and moments, then each attempt: the node it was placed on, its
 status, its container, when the container started and finished (the
 daemon's own moments), its exit code and error.`)
 	g := fs.clientFlags(true)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	id, err := oneArg(pos, "RUN_ID")
-	if err != nil {
-		return err
-	}
-	c, err := inv.client(g)
+	c, id, err := inv.connect(fs, g, args, "RUN_ID")
 	if err != nil {
 		return err
 	}
@@ -468,18 +458,7 @@ Exit status:
 
 With -o json the run as it ended is printed on stdout as well.`)
 	g := fs.clientFlags(true)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	id, err := oneArg(pos, "RUN_ID")
-	if err != nil {
-		return err
-	}
-	c, err := inv.client(g)
+	c, id, err := inv.connect(fs, g, args, "RUN_ID")
 	if err != nil {
 		return err
 	}
@@ -557,15 +536,7 @@ output was printed.`)
 	g := fs.clientFlags(false)
 	follow := fs.Bool("follow", false, "keep streaming until the run ends")
 	fs.aliasShort("f", "follow")
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	id, err := oneArg(pos, "RUN_ID")
-	if err != nil {
-		return err
-	}
-	c, err := inv.client(g)
+	c, id, err := inv.connect(fs, g, args, "RUN_ID")
 	if err != nil {
 		return err
 	}
@@ -578,18 +549,7 @@ Ask the control plane to cancel a run. Cancelling is asynchronous: the
 run's container is stopped on its node, and the run ends as cancelled; use
 'mercator run wait' to see it end.`)
 	g := fs.clientFlags(true)
-	pos, err := fs.parse(args)
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
-		return err
-	}
-	id, err := oneArg(pos, "RUN_ID")
-	if err != nil {
-		return err
-	}
-	c, err := inv.client(g)
+	c, id, err := inv.connect(fs, g, args, "RUN_ID")
 	if err != nil {
 		return err
 	}
