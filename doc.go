@@ -49,7 +49,7 @@
 // by its CA (daemon, client and the agent's wiring use it). imageref parses and pins image
 // references; devregistry is `mercator dev`'s registry; internal/... are
 // small helpers with one job each (bytesize, cputime, directio,
-// faultproxy, hashcopy, registrytest, testimage). e2e and e2e/fault are
+// faultproxy, hashcopy, pgtest, registrytest, testimage). e2e and e2e/fault are
 // the end-to-end and fault-injection tests; examples holds the sample
 // workload and function.
 //

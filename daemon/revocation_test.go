@@ -2,12 +2,9 @@ package daemon
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -19,42 +16,10 @@ import (
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/internal/pgtest"
 	"github.com/mercator/mercator/nodeagent"
 	"github.com/mercator/mercator/nodeproto"
 )
-
-// freshPostgres is a DSN for a new schema on MERCATOR_TEST_POSTGRES
-// (`bash scripts/ensure-postgres.sh` prints one); the test is skipped
-// without it.
-func freshPostgres(t *testing.T) string {
-	base := os.Getenv("MERCATOR_TEST_POSTGRES")
-	if base == "" {
-		t.Skip("MERCATOR_TEST_POSTGRES is not set; run `export MERCATOR_TEST_POSTGRES=$(bash scripts/ensure-postgres.sh)`")
-	}
-	db, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	schema := fmt.Sprintf("revoke_%d", time.Now().UnixNano())
-	if _, err := db.Exec("CREATE SCHEMA " + schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if db, err := sql.Open("pgx", base); err == nil {
-			db.Exec("DROP SCHEMA " + schema + " CASCADE")
-			db.Close()
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 // startReplica runs one control-plane replica on dsn and returns its URL
 // and admin credential.
@@ -108,7 +73,7 @@ func refusedWithin(t *testing.T, what string, limit time.Duration, kind error, c
 // token removed on A and a node removed on A are refused by B within one
 // second.
 func TestRevocationReachesEveryReplica(t *testing.T) {
-	dsn := freshPostgres(t)
+	dsn := pgtest.FreshSchema(t)
 	urlA, adminA := startReplica(t, dsn)
 	urlB, adminB := startReplica(t, dsn)
 	ctx := context.Background()

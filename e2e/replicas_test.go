@@ -3,10 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"database/sql"
-	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,44 +17,12 @@ import (
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/daemon"
+	"github.com/mercator/mercator/internal/pgtest"
 )
 
-// postgresDSN returns a DSN for a fresh schema on the test PostgreSQL
-// server (MERCATOR_TEST_POSTGRES, which scripts/test.sh sets from
-// scripts/ensure-postgres.sh). In CI a missing server fails the test.
-func postgresDSN(t *testing.T) string {
-	base := os.Getenv("MERCATOR_TEST_POSTGRES")
-	if base == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("MERCATOR_TEST_POSTGRES is not set; scripts/test.sh sets it from scripts/ensure-postgres.sh")
-		}
-		t.Skip("MERCATOR_TEST_POSTGRES is not set; run `export MERCATOR_TEST_POSTGRES=$(bash scripts/ensure-postgres.sh)`")
-	}
-	db, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	schema := fmt.Sprintf("e2e_%d", time.Now().UnixNano())
-	if _, err := db.Exec("CREATE SCHEMA " + schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		db, err := sql.Open("pgx", base)
-		if err == nil {
-			db.Exec("DROP SCHEMA " + schema + " CASCADE")
-			db.Close()
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
+// postgresDSN is a fresh schema on the test PostgreSQL server (package
+// pgtest); in CI a missing server fails the test.
+func postgresDSN(t *testing.T) string { return pgtest.FreshSchema(t) }
 
 type replicaProc struct {
 	url, token string

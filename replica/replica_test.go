@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mercator/mercator/internal/faultproxy"
+	"github.com/mercator/mercator/internal/pgtest"
 )
 
 // These tests run against a real PostgreSQL server (MERCATOR_TEST_POSTGRES,
@@ -25,17 +25,7 @@ const hangGuard = 30 * time.Second
 // one checked, this often.
 const campaignEvery = 2 * time.Second
 
-func testDSN(t *testing.T) string {
-	t.Helper()
-	dsn := os.Getenv("MERCATOR_TEST_POSTGRES")
-	if dsn == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("MERCATOR_TEST_POSTGRES is not set; scripts/test.sh sets it from scripts/ensure-postgres.sh")
-		}
-		t.Skip("MERCATOR_TEST_POSTGRES is not set; run `export MERCATOR_TEST_POSTGRES=$(bash scripts/ensure-postgres.sh)`")
-	}
-	return dsn
-}
+func testDSN(t *testing.T) string { return pgtest.DSN(t) }
 
 func namespace(t *testing.T) string {
 	return fmt.Sprintf("replica-test/%s/%d", t.Name(), time.Now().UnixNano())

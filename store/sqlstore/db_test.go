@@ -1,24 +1,12 @@
 package sqlstore
 
 import (
-	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
-	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
-)
 
-// postgresEnv names the variable that gives the tests a PostgreSQL database
-// to work in: a DSN whose role may create schemas in it, as
-// scripts/ensure-postgres.sh prints. Each test makes a schema of its own
-// there and drops it afterwards, so parallel runs do not collide.
-const postgresEnv = "MERCATOR_TEST_POSTGRES"
+	"github.com/mercator/mercator/internal/pgtest"
+)
 
 // testDB is a database kind the tests run against.
 type testDB struct {
@@ -41,7 +29,7 @@ var sqliteDB = testDB{
 
 var postgresDB = testDB{
 	name:      "postgres",
-	fresh:     freshPostgres,
+	fresh:     func(t *testing.T) string { return pgtest.FreshSchema(t) }, // a schema of its own, dropped afterwards
 	reopenDSN: func(dsn string) string { return dsn },
 }
 
@@ -75,81 +63,4 @@ func tableCount(t *testing.T, s *Store, name string) (int, error) {
 	var n int
 	err := s.db.QueryRowContext(t.Context(), q, name).Scan(&n)
 	return n, err
-}
-
-// inCI reports whether the tests run in CI, where a missing PostgreSQL is a
-// failure rather than a reason to skip.
-func inCI() bool {
-	v := strings.ToLower(os.Getenv("CI"))
-	return v != "" && v != "false" && v != "0"
-}
-
-// postgresDSN returns the DSN of MERCATOR_TEST_POSTGRES. Without it the
-// test fails in CI and is skipped elsewhere.
-func postgresDSN(t *testing.T) string {
-	t.Helper()
-	dsn := os.Getenv(postgresEnv)
-	if dsn != "" {
-		return dsn
-	}
-	const how = postgresEnv + ` is not set: run "export ` + postgresEnv + `=$(bash scripts/ensure-postgres.sh)" (as root) to test against PostgreSQL`
-	if inCI() {
-		t.Fatal(how + "; in CI the PostgreSQL tests must run")
-	}
-	t.Skip(how)
-	return ""
-}
-
-var admin struct {
-	once sync.Once
-	db   *sql.DB
-	err  error
-}
-
-// adminDB is one pool on MERCATOR_TEST_POSTGRES's database for creating and
-// dropping the tests' schemas, shared by the whole test binary.
-func adminDB(t *testing.T, dsn string) *sql.DB {
-	t.Helper()
-	admin.once.Do(func() {
-		admin.db, admin.err = sql.Open("pgx", dsn)
-		if admin.err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			admin.err = admin.db.PingContext(ctx)
-		}
-	})
-	if admin.err != nil {
-		t.Fatalf("%s: %s: %v", postgresEnv, Redacted(dsn), admin.err)
-	}
-	return admin.db
-}
-
-// freshPostgres makes a schema with a random name in MERCATOR_TEST_POSTGRES's
-// database, drops it (and everything in it) when t ends, and returns a DSN
-// whose search_path selects it.
-func freshPostgres(t *testing.T) string {
-	t.Helper()
-	base := postgresDSN(t)
-	db := adminDB(t, base)
-	b := make([]byte, 8)
-	rand.Read(b)
-	schema := "mercator_test_" + hex.EncodeToString(b)
-	if _, err := db.ExecContext(t.Context(), "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("create schema %s: %v", schema, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := db.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("%s: %v", postgresEnv, err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
 }

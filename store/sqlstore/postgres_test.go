@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/internal/pgtest"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/storetest"
 )
@@ -20,11 +21,11 @@ import (
 // TestConformancePostgres runs the conformance suite against PostgreSQL,
 // each subtest in a schema of its own.
 func TestConformancePostgres(t *testing.T) {
-	postgresDSN(t) // skip or fail before the suite's subtests each do
+	pgtest.DSN(t) // skip or fail before the suite's subtests each do
 	var mu sync.Mutex
 	dsns := map[store.Store]string{}
 	open := func(t *testing.T) store.Store {
-		dsn := freshPostgres(t)
+		dsn := pgtest.FreshSchema(t)
 		s, err := Open(t.Context(), dsn)
 		if err != nil {
 			t.Fatal(err)
