@@ -63,6 +63,7 @@ type Agent struct {
 
 	functions *agentFunctions // nil without WithFunctions; see functions.go
 	tls       *tls.Config     // nil without WithTLS; see transport.go
+	cpClient  *http.Client    // controlPlaneClient's, made once in New
 }
 
 // Option configures an Agent.
@@ -106,6 +107,7 @@ func New(identity Identity, runtime Runtime, transport Transport, state *State, 
 	if a.functions != nil && a.tls != nil {
 		a.functions.client.Transport.(*http.Transport).TLSClientConfig = a.tls
 	}
+	a.cpClient = a.newControlPlaneClient()
 	return a
 }
 

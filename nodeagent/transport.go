@@ -69,9 +69,13 @@ type HTTPTransport struct {
 // (plain HTTP on loopback, or the system's CAs).
 func WithTLS(cfg *tls.Config) Option { return func(a *Agent) { a.tls = cfg } }
 
-// controlPlaneClient is the client for calls outside the Transport when no
-// function engine's client is configured.
-func (a *Agent) controlPlaneClient() *http.Client {
+// controlPlaneClient is the client for calls outside the Transport (call
+// logs, and function errors when no function engine's client is
+// configured). It is made once, so its connections, and over TLS its
+// sessions, are kept between calls.
+func (a *Agent) controlPlaneClient() *http.Client { return a.cpClient }
+
+func (a *Agent) newControlPlaneClient() *http.Client {
 	if a.tls == nil {
 		return http.DefaultClient
 	}
