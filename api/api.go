@@ -163,6 +163,35 @@ type Node struct {
 	// credentials are void and its work is treated as on an unreachable
 	// node (its status is unreachable).
 	RemovedAt *time.Time `json:"removed_at,omitempty"`
+	// Flags are what the control plane found wrong with the node's
+	// reported facts (docs/hardening.md, "Node facts"): a refused report,
+	// a GPU UUID another node also claims, figures that contradict each
+	// other. Empty when nothing was found.
+	Flags []NodeFlag `json:"flags,omitempty"`
+}
+
+// Kinds of NodeFlag. A node flagged NodeFlagFactsRefused takes no new work
+// until it reports facts within bounds; a GPU flagged NodeFlagGPUDisputed
+// is never placed until an operator clears it (POST
+// /v1/nodes/{id}/gpus/{uuid}/clear); every other kind is a warning only.
+const (
+	NodeFlagFactsRefused    = "facts_refused"
+	NodeFlagGPUDisputed     = "gpu_disputed"
+	NodeFlagGPUDuplicate    = "gpu_duplicate"
+	NodeFlagGPUUUIDFormat   = "gpu_uuid_format"
+	NodeFlagGPUMemory       = "gpu_memory"
+	NodeFlagShareAboveTotal = "share_above_capacity"
+	NodeFlagFactsJump       = "facts_jump"
+)
+
+// NodeFlag is one thing the control plane found wrong with a node's facts:
+// its Kind (NodeFlagFactsRefused, …), the GPU it concerns when it concerns
+// one, what was found, and when.
+type NodeFlag struct {
+	Kind   string    `json:"kind"`
+	GPU    string    `json:"gpu,omitempty"`
+	Detail string    `json:"detail"`
+	Since  time.Time `json:"since"`
 }
 
 // DrainRequest is the body of POST /v1/nodes/{id}/drain.

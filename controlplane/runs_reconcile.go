@@ -110,6 +110,9 @@ func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
 			sn.Ready, sn.NotReadyReason = false, "is draining"
 		}
 		sn.Cordoned = n.Cordoned
+		if hasFlag(n, api.NodeFlagFactsRefused) { // nodes_facts.go
+			sn.Ready, sn.NotReadyReason = false, "has facts the control plane refused (`mercator node get` says why)"
+		}
 	case api.NodeInvited:
 		sn.NotReadyReason = "has not enrolled yet"
 	default:
@@ -120,8 +123,9 @@ func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
 		for _, img := range f.Images {
 			sn.Images[img] = true
 		}
+		disputed := disputedGPUs(n) // nodes_facts.go
 		for _, g := range f.Accelerators {
-			sn.GPUs = append(sn.GPUs, scheduler.GPU{UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes})
+			sn.GPUs = append(sn.GPUs, scheduler.GPU{UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes, Disputed: disputed[g.UUID]})
 		}
 		reserveFunctionShare(&sn, f) // functions_share.go
 	}

@@ -163,6 +163,10 @@ type Node struct {
 	// void, it takes no work, and its work is treated as on an unreachable
 	// node. A new invitation clears it.
 	RemovedAt *time.Time `json:"removed_at,omitempty"`
+	// Flags are what the control plane found wrong with the node's facts
+	// (controlplane/nodes_facts.go): replaced at every report, except the
+	// GPU disputes, which only an operator clears.
+	Flags []api.NodeFlag `json:"flags,omitempty"`
 }
 
 // Invitation is a single-use enrollment credential, stored by hash only.

@@ -48,6 +48,10 @@ type Set struct {
 	// AuditDropped counts audit entries dropped because the audit queue
 	// was full (package httpapi's Auditor).
 	AuditDropped prometheus.Counter
+	// FactFlags counts flags raised on node facts at intake, by kind
+	// (api.NodeFlagFactsRefused, …; controlplane/nodes_facts.go): each
+	// time a report raises a flag its node did not carry.
+	FactFlags *prometheus.CounterVec
 }
 
 // New returns a server's series, registered.
@@ -76,8 +80,10 @@ func New() *Set {
 			Help: "Signals for other replicas dropped because the queue was full (a delay for whoever waited on them, never a loss of data)."}),
 		AuditDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "mercator_audit_dropped_total",
 			Help: "Audit entries dropped because the audit queue was full."}),
+		FactFlags: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_node_fact_flags_total",
+			Help: "Flags raised on node facts when a node reported them, by kind (facts_refused, gpu_disputed, gpu_duplicate, gpu_uuid_format, gpu_memory, share_above_capacity, facts_jump)."}, []string{"kind"}),
 	}
-	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped,
+	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.FactFlags,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
