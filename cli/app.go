@@ -117,7 +117,7 @@ one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
 	if g.json() {
 		return inv.writeJSON(created)
 	}
-	fmt.Fprintln(inv.stdout, created.ID)
+	tprintln(inv.stdout, created.ID)
 	return nil
 }
 
@@ -138,7 +138,7 @@ func appList(ctx context.Context, inv *invocation, args []string) error {
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tID\tCONFIG\tCREATED")
 	for _, a := range apps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.Name, a.ID, configSummary(a.Config, a.SecretConfig), formatTime(&a.CreatedAt))
+		tprintf(tw, "%s\t%s\t%s\t%s\n", a.Name, a.ID, configSummary(a.Config, a.SecretConfig), formatTime(&a.CreatedAt))
 	}
 	return tw.Flush()
 }
@@ -171,20 +171,20 @@ func appGet(ctx context.Context, inv *invocation, args []string) error {
 		return inv.writeJSON(app)
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "Name:\t%s\nID:\t%s\nCreated:\t%s\nUpdated:\t%s\n", app.Name, app.ID, formatTime(&app.CreatedAt), formatTime(&app.UpdatedAt))
+	tprintf(tw, "Name:\t%s\nID:\t%s\nCreated:\t%s\nUpdated:\t%s\n", app.Name, app.ID, formatTime(&app.CreatedAt), formatTime(&app.UpdatedAt))
 	printConfig(tw, app.Config, app.SecretConfig, app.Annotations)
 	return tw.Flush()
 }
 
 func printConfig(tw *tabwriter.Writer, config, secret map[string]string, ann api.Annotations) {
 	for _, k := range sortedKeys(config) {
-		fmt.Fprintf(tw, "Config:\t%s=%s\n", k, config[k])
+		tprintf(tw, "Config:\t%s=%s\n", k, config[k])
 	}
 	for _, k := range sortedKeys(secret) {
-		fmt.Fprintf(tw, "Secret:\t%s=%s\n", k, secret[k])
+		tprintf(tw, "Secret:\t%s=%s\n", k, secret[k])
 	}
 	for _, k := range sortedKeys(ann) {
-		fmt.Fprintf(tw, "Annotation:\t%s=%s\n", k, ann[k])
+		tprintf(tw, "Annotation:\t%s=%s\n", k, ann[k])
 	}
 }
 
@@ -224,7 +224,7 @@ are set; KEY= removes a key; keys not given are left as they are.`)
 	if g.json() {
 		return inv.writeJSON(updated)
 	}
-	fmt.Fprintln(inv.stdout, updated.ID)
+	tprintln(inv.stdout, updated.ID)
 	return nil
 }
 
@@ -242,6 +242,6 @@ func appDelete(ctx context.Context, inv *invocation, args []string) error {
 	if err := c.DeleteApp(ctx, app.ID); err != nil {
 		return err
 	}
-	fmt.Fprintf(inv.stderr, "app %s deleted\n", name)
+	tprintf(inv.stderr, "app %s deleted\n", name)
 	return nil
 }

@@ -150,7 +150,7 @@ func (inv *invocation) main(ctx context.Context, args []string) int {
 	case errors.As(err, &code):
 		return int(code)
 	case errors.As(err, &ue):
-		fmt.Fprintf(inv.stderr, "error: %s\n", ue.msg)
+		tprintf(inv.stderr, "error: %s\n", printableLines(ue.msg))
 		if inv.path != "" {
 			fmt.Fprintf(inv.stderr, "Run 'mercator %s --help' for usage.\n", inv.path)
 		} else {
@@ -161,7 +161,7 @@ func (inv *invocation) main(ctx context.Context, args []string) int {
 		fmt.Fprintln(inv.stderr, "error: interrupted")
 		return 130
 	default:
-		fmt.Fprintf(inv.stderr, "error: %s\n", err)
+		tprintf(inv.stderr, "error: %s\n", err) // the server's message may quote what a node or user sent
 		return 1
 	}
 }
@@ -440,8 +440,11 @@ func (inv *invocation) writeJSON(v any) error {
 }
 
 // stderrIsTerminal reports whether progress lines would reach a person.
-func (inv *invocation) stderrIsTerminal() bool {
-	f, ok := inv.stderr.(*os.File)
+func (inv *invocation) stderrIsTerminal() bool { return isTerminal(inv.stderr) }
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
 	if !ok {
 		return false
 	}

@@ -100,7 +100,7 @@ on a loopback address.`)
 			if tokenFile == "" {
 				tokenFile = "(removed with `mercator token rm`; use another admin credential)"
 			}
-			fmt.Fprintf(inv.stderr, "control plane at %s\nadmin credential in %s\n", url, tokenFile)
+			tprintf(inv.stderr, "control plane at %s\nadmin credential in %s\n", url, tokenFile)
 			if strings.HasPrefix(url, "https://") {
 				printCA(inv, daemon.CAFile(*dataDir))
 			}

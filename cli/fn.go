@@ -164,7 +164,7 @@ Prints the function's ID on stdout.`)
 	if g.json() {
 		return inv.writeJSON(fn)
 	}
-	fmt.Fprintln(inv.stdout, fn.ID)
+	tprintln(inv.stdout, fn.ID)
 	return nil
 }
 
@@ -184,7 +184,7 @@ func (inv *invocation) createOrUpdateFn(ctx context.Context, c *client.Client, a
 		if err != nil {
 			return api.Fn{}, err
 		}
-		fmt.Fprintf(inv.stderr, "created function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
+		tprintf(inv.stderr, "created function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
 		return fn, nil
 	case err != nil:
 		return api.Fn{}, err
@@ -194,7 +194,7 @@ func (inv *invocation) createOrUpdateFn(ctx context.Context, c *client.Client, a
 	if err != nil {
 		return api.Fn{}, err
 	}
-	fmt.Fprintf(inv.stderr, "updated function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
+	tprintf(inv.stderr, "updated function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
 	return fn, nil
 }
 
@@ -206,7 +206,7 @@ func ensureTrigger(ctx context.Context, inv *invocation, c *client.Client, app a
 	}
 	for _, t := range triggers {
 		if t.Source == source {
-			fmt.Fprintf(inv.stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
+			tprintf(inv.stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
 			return nil
 		}
 	}
@@ -214,7 +214,7 @@ func ensureTrigger(ctx context.Context, inv *invocation, c *client.Client, app a
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(inv.stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
+	tprintf(inv.stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
 	return nil
 }
 
@@ -283,18 +283,18 @@ standard error, for fn logs.`)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(inv.stdout, id)
+		tprintln(inv.stdout, id)
 		return nil
 	}
 	res, err := c.Invoke(ctx, fn.ID, body, h, inv.stdout)
 	if *showID && res.CallID != "" {
-		fmt.Fprintf(inv.stderr, "call %s\n", res.CallID)
+		tprintf(inv.stderr, "call %s\n", res.CallID)
 	}
 	if err != nil {
 		return err
 	}
 	if res.Status >= 400 {
-		fmt.Fprintf(inv.stderr, "error: the function answered %d %s (call %s)\n", res.Status, http.StatusText(res.Status), res.CallID)
+		tprintf(inv.stderr, "error: the function answered %d %s (call %s)\n", res.Status, http.StatusText(res.Status), res.CallID)
 		return exitCode(1)
 	}
 	return nil
@@ -328,7 +328,7 @@ func fnList(ctx context.Context, inv *invocation, args []string) error {
 		if f.GPUs > 0 {
 			gpus = strconv.Itoa(f.GPUs) + " " + f.GPUModel
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%dMiB\t%ds\t%s\t%s\n", f.Name, f.ID, f.Image, f.Memory, f.Timeout, cpu, strings.TrimSpace(gpus))
+		tprintf(tw, "%s\t%s\t%s\t%dMiB\t%ds\t%s\t%s\n", f.Name, f.ID, f.Image, f.Memory, f.Timeout, cpu, strings.TrimSpace(gpus))
 	}
 	return tw.Flush()
 }
@@ -352,18 +352,18 @@ func fnGet(ctx context.Context, inv *invocation, args []string) error {
 		return inv.writeJSON(fn)
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "Name:\t%s\nID:\t%s\nApp:\t%s\nImage:\t%s\nPinned:\t%s\n", fn.Name, fn.ID, fn.AppID, fn.Image, fn.PinnedImage)
-	fmt.Fprintf(tw, "Memory:\t%d MiB\nTimeout:\t%ds\nIdle timeout:\t%ds\n", fn.Memory, fn.Timeout, fn.IdleTimeout)
+	tprintf(tw, "Name:\t%s\nID:\t%s\nApp:\t%s\nImage:\t%s\nPinned:\t%s\n", fn.Name, fn.ID, fn.AppID, fn.Image, fn.PinnedImage)
+	tprintf(tw, "Memory:\t%d MiB\nTimeout:\t%ds\nIdle timeout:\t%ds\n", fn.Memory, fn.Timeout, fn.IdleTimeout)
 	if fn.CPU > 0 {
-		fmt.Fprintf(tw, "CPU:\t%g\n", fn.CPU)
+		tprintf(tw, "CPU:\t%g\n", fn.CPU)
 	}
 	if fn.GPUs > 0 {
-		fmt.Fprintf(tw, "GPUs:\t%d %s\n", fn.GPUs, fn.GPUModel)
+		tprintf(tw, "GPUs:\t%d %s\n", fn.GPUs, fn.GPUModel)
 	}
 	if fn.MaxConcurrency > 0 {
-		fmt.Fprintf(tw, "Max concurrency:\t%d per node\n", fn.MaxConcurrency)
+		tprintf(tw, "Max concurrency:\t%d per node\n", fn.MaxConcurrency)
 	}
-	fmt.Fprintf(tw, "Invoke:\t%s\n", endpointOf(fn.Annotations, api.AnnotationInvokeEndpoint))
+	tprintf(tw, "Invoke:\t%s\n", endpointOf(fn.Annotations, api.AnnotationInvokeEndpoint))
 	ann := api.Annotations{}
 	for k, v := range fn.Annotations {
 		if k != api.AnnotationInvokeEndpoint {
@@ -392,7 +392,7 @@ func fnDelete(ctx context.Context, inv *invocation, args []string) error {
 	if err := c.DeleteFn(ctx, fn.ID); err != nil {
 		return err
 	}
-	fmt.Fprintf(inv.stderr, "function %s deleted\n", name)
+	tprintf(inv.stderr, "function %s deleted\n", name)
 	return nil
 }
 
@@ -433,14 +433,14 @@ body instead.`)
 		return inv.writeJSON(call)
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "ID:\t%s\nStatus:\t%s\nDeliveries:\t%d\nNode:\t%s\n", call.ID, call.Status, call.Attempts, orDash(call.NodeID))
+	tprintf(tw, "ID:\t%s\nStatus:\t%s\nDeliveries:\t%d\nNode:\t%s\n", call.ID, call.Status, call.Attempts, orDash(call.NodeID))
 	if call.ResponseStatus != 0 {
-		fmt.Fprintf(tw, "Response:\t%d\n", call.ResponseStatus)
+		tprintf(tw, "Response:\t%d\n", call.ResponseStatus)
 	}
 	if call.Error != "" {
-		fmt.Fprintf(tw, "Error:\t%s (%s)\n", call.Error, call.ErrorKind)
+		tprintf(tw, "Error:\t%s (%s)\n", call.Error, call.ErrorKind)
 	}
-	fmt.Fprintf(tw, "Created:\t%s\nStarted:\t%s\nCompleted:\t%s\n", formatTime(&call.CreatedAt), formatTime(call.StartedAt), formatTime(call.CompletedAt))
+	tprintf(tw, "Created:\t%s\nStarted:\t%s\nCompleted:\t%s\n", formatTime(&call.CreatedAt), formatTime(call.StartedAt), formatTime(call.CompletedAt))
 	return tw.Flush()
 }
 

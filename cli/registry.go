@@ -70,7 +70,7 @@ replaces its credential.`)
 	if g.json() {
 		return inv.writeJSON(r)
 	}
-	fmt.Fprintf(inv.stderr, "stored the credential of %s for user %s\n", r.Host, r.Username)
+	tprintf(inv.stderr, "stored the credential of %s for user %s\n", r.Host, r.Username)
 	return nil
 }
 
@@ -92,7 +92,7 @@ func registryList(ctx context.Context, inv *invocation, args []string) error {
 	fmt.Fprintln(tw, "HOST\tUSERNAME\tUPDATED")
 	for _, r := range list.Registries {
 		updated := r.UpdatedAt
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Host, r.Username, formatTime(&updated))
+		tprintf(tw, "%s\t%s\t%s\n", r.Host, r.Username, formatTime(&updated))
 	}
 	return tw.Flush()
 }
@@ -108,6 +108,6 @@ func registryRemove(ctx context.Context, inv *invocation, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(inv.stderr, "removed the credential of %s\n", r.Host)
+	tprintf(inv.stderr, "removed the credential of %s\n", r.Host)
 	return nil
 }

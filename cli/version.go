@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"runtime/debug"
 
@@ -82,6 +81,6 @@ contact the control plane.`)
 	if *output == "json" {
 		return inv.writeJSON(vi)
 	}
-	_, err = fmt.Fprintf(inv.stdout, "mercator %s (capability %d, %s, %s)\n", vi.Version, vi.CapabilityVersion, vi.Go, vi.Platform)
+	_, err = tprintf(inv.stdout, "mercator %s (capability %d, %s, %s)\n", vi.Version, vi.CapabilityVersion, vi.Go, vi.Platform)
 	return err
 }
