@@ -292,3 +292,23 @@ func TestGPUDisputes(t *testing.T) {
 		t.Fatalf("b after a report: %+v", n.Flags)
 	}
 }
+
+// TestFunctionShareGPUs: a GPU a node sets aside for functions is never
+// given to a Run (and naming one no longer crashes the reconcile pass,
+// whose map of used GPUs was nil when the share filled it).
+func TestFunctionShareGPUs(t *testing.T) {
+	f := newRunsFixture(t)
+	n := f.enrollFactsNode("fnnode")
+	n.report(t, nodeproto.NodeFacts{CPUs: 64, MemoryBytes: 512 << 30, Accelerators: []nodeproto.Accelerator{h100(uuidA), h100(uuidB)},
+		Functions: &nodeproto.FunctionCapacity{MemoryBytes: 8 << 30, MilliCPUs: 4000, GPUs: []string{uuidB}}})
+	spec := specAt(0, "reg/app:1")
+	spec.GPUs = 1
+	if run := f.submitAndReconcile(spec); run.Status != api.RunPlaced || strings.Join(run.Attempts[0].GPUs, ",") != uuidA {
+		t.Fatalf("first GPU run: %s on %+v, want %s", run.Status, run.Attempts, uuidA)
+	}
+	spec = specAt(1, "reg/app:1")
+	spec.GPUs = 1
+	if run := f.submitAndReconcile(spec); run.Status != api.RunQueued {
+		t.Fatalf("second GPU run: %s on %+v, want it waiting (the other GPU is the function share's)", run.Status, run.Attempts)
+	}
+}

@@ -180,6 +180,10 @@ func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each fun
 	snap.Nodes = append([]scheduler.Node(nil), view...)
 	// Every attempt that may still hold resources counts, replaced ones
 	// included: a replaced attempt can be alive on its node.
+	// A node's UsedGPUs is copied before its first change here: the view's
+	// may hold its function share (reserveFunctionShare) and must not
+	// collect every pass's attempts.
+	copied := map[int]bool{}
 	each(func(u runUsage) {
 		for _, a := range u.attempts {
 			i, ok := index[a.node]
@@ -189,10 +193,14 @@ func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each fun
 			n := &snap.Nodes[i]
 			n.UsedCPU += u.cpu
 			n.UsedMemory += u.mem
-			for _, g := range a.gpus {
+			if len(a.gpus) > 0 && !copied[i] {
+				n.UsedGPUs = maps.Clone(n.UsedGPUs)
 				if n.UsedGPUs == nil {
 					n.UsedGPUs = map[string]bool{}
 				}
+				copied[i] = true
+			}
+			for _, g := range a.gpus {
 				n.UsedGPUs[g] = true
 			}
 		}
