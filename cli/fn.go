@@ -234,11 +234,14 @@ standard output as it arrives. The call goes through the control plane to
 a node, like any caller's. A function that answers 4xx or 5xx exits 1 after
 printing its body; --detached stores the call and prints its ID instead
 (see fn call and fn logs); --call-id prints a synchronous call's ID to
-standard error, for fn logs.`)
+standard error, for fn logs. On a terminal, control characters and escape
+sequences in the response are shown as escapes unless --raw is given; to a
+file or a pipe it is byte for byte.`)
 	g := fs.clientFlags(false)
 	contentType := fs.String("content-type", "", "the request's Content-Type, e.g. application/json")
 	detached := fs.Bool("detached", false, "store the call and return its ID at once (Fn-Invoke-Type: detached)")
 	showID := fs.Bool("call-id", false, "print the call's ID to standard error once it ends (read its output with fn logs)")
+	raw := rawFlag(fs)
 	var headers stringList
 	fs.Var(&headers, "header", "add a request header `'NAME: VALUE'` (repeatable)")
 	fs.aliasShort("H", "header")
@@ -286,7 +289,11 @@ standard error, for fn logs.`)
 		tprintln(inv.stdout, id)
 		return nil
 	}
-	res, err := c.Invoke(ctx, fn.ID, body, h, inv.stdout)
+	out, done := inv.workloadOutput(*raw)
+	res, err := c.Invoke(ctx, fn.ID, body, h, out)
+	if derr := done(); err == nil {
+		err = derr
+	}
 	if *showID && res.CallID != "" {
 		tprintf(inv.stderr, "call %s\n", res.CallID)
 	}
@@ -458,8 +465,11 @@ func fnLogs(ctx context.Context, inv *invocation, args []string) error {
 Print what the function wrote to stdout and stderr during a call. A durable
 call's output is stored with it; a synchronous call's is asked of the nodes
 that keep it, which keep only their most recent calls' (fn invoke --call-id
-prints a synchronous call's ID).`)
+prints a synchronous call's ID). On a terminal, control characters and
+escape sequences in it are shown as escapes unless --raw is given (see
+mercator run logs --help).`)
 	g := fs.clientFlags(false)
+	raw := rawFlag(fs)
 	var pos []string
 	c, err := inv.connectWith(fs, g, args, func(p []string) error { pos = p; return callArgs(p) })
 	if err != nil {
@@ -473,8 +483,11 @@ prints a synchronous call's ID).`)
 	if err != nil {
 		return err
 	}
-	_, err = io.WriteString(inv.stdout, log)
-	return err
+	w, done := inv.workloadOutput(*raw)
+	if _, err := io.WriteString(w, log); err != nil {
+		return err
+	}
+	return done()
 }
 
 // agentFunctionFlags defines the agent's Functions flags and returns what

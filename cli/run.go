@@ -541,18 +541,15 @@ hostile; newlines and tabs are kept. --raw passes it through as it is
 	g := fs.clientFlags(false)
 	follow := fs.Bool("follow", false, "keep streaming until the run ends")
 	fs.aliasShort("f", "follow")
-	raw := fs.Bool("raw", false, "on a terminal, pass control characters and escape sequences through instead of escaping them")
+	raw := rawFlag(fs)
 	c, id, err := inv.connect(fs, g, args, "RUN_ID")
 	if err != nil {
 		return err
 	}
-	if *raw || !isTerminal(inv.stdout) {
-		return c.Logs(ctx, id, *follow, inv.stdout)
-	}
-	w := &printableWriter{w: inv.stdout} // termtext.go
+	w, done := inv.workloadOutput(*raw) // termtext.go
 	err = c.Logs(ctx, id, *follow, w)
-	if ferr := w.Flush(); err == nil {
-		err = ferr
+	if derr := done(); err == nil {
+		err = derr
 	}
 	return err
 }

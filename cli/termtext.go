@@ -151,7 +151,8 @@ func printableArg(a any) any {
 // printableWriter passes a workload's output to a terminal with the
 // controls that could command it escaped, keeping newlines and tabs, which
 // its output uses to be readable. It is what `mercator run logs` writes
-// through when its standard output is a terminal, unless --raw is given:
+// through (workloadOutput) when its standard output is a terminal, unless
+// --raw is given, as do `mercator fn logs` and `mercator fn invoke`:
 // the output comes from the workload and, on its way, from the node, and
 // either may be hostile. Colours and progress bars are lost with it, which
 // is what --raw is for; written to a file or a pipe, the output is byte
@@ -190,4 +191,21 @@ func (p *printableWriter) Flush() error {
 	_, err := io.WriteString(p.w, printableLines(string(p.pending)))
 	p.pending = nil
 	return err
+}
+
+// workloadOutput is where output written by a workload (a run's log, a
+// function's call log or response) goes: stdout itself when raw is set or
+// stdout is not a terminal, else a printableWriter over it. done flushes
+// what the writer held back; call it once the output ended.
+func (inv *invocation) workloadOutput(raw bool) (w io.Writer, done func() error) {
+	if raw || !isTerminal(inv.stdout) {
+		return inv.stdout, func() error { return nil }
+	}
+	p := &printableWriter{w: inv.stdout}
+	return p, p.Flush
+}
+
+// rawFlag defines --raw, which workloadOutput reads.
+func rawFlag(fs *flagSet) *bool {
+	return fs.Bool("raw", false, "on a terminal, pass the workload's control characters and escape sequences through instead of escaping them")
 }
