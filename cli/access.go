@@ -10,6 +10,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/internal/termtext"
 )
 
 // This file holds `mercator token …` (named API credentials with roles),
@@ -97,8 +98,8 @@ The control plane keeps only the secret's hash. Remove it with
 			Token string `json:"token"`
 		}{out.Name, out.Secret})
 	}
-	tprintf(inv.stderr, "token %s (%s) created; its secret is shown only now:\n", out.Name, out.Role)
-	_, err = tprintln(inv.stdout, out.Secret)
+	termtext.Fprintf(inv.stderr, "token %s (%s) created; its secret is shown only now:\n", out.Name, out.Role)
+	_, err = termtext.Fprintln(inv.stdout, out.Secret)
 	return err
 }
 
@@ -122,7 +123,7 @@ Never their secrets.`)
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tROLE\tAPP\tCREATED\tLAST USED\tEXPIRES")
 	for _, t := range list.Tokens {
-		tprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Role, orDash(t.App), formatTime(&t.CreatedAt),
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Role, orDash(t.App), formatTime(&t.CreatedAt),
 			inv.durationSince(t.LastUsedAt), formatTime(t.ExpiresAt))
 	}
 	return tw.Flush()
@@ -139,7 +140,7 @@ The last admin credential cannot be removed; create another first.`)
 	if err := c.RemoveToken(ctx, name); err != nil {
 		return err
 	}
-	tprintf(inv.stderr, "token %s removed\n", name)
+	termtext.Fprintf(inv.stderr, "token %s removed\n", name)
 	return nil
 }
 
@@ -172,7 +173,7 @@ not recorded one by one; their refusals are. Admin only.`)
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tWHO\tROLE\tFROM\tROUTE\tOBJECT\tSTATUS")
 	for _, e := range list.Entries {
-		tprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", formatTime(&e.At), orDash(e.Who), orDash(e.Role), orDash(e.Remote),
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", formatTime(&e.At), orDash(e.Who), orDash(e.Role), orDash(e.Remote),
 			e.Route, orDash(e.Object), e.Status)
 	}
 	return tw.Flush()
@@ -205,7 +206,7 @@ their tokens. A new `+"`mercator node invite`"+` revokes the older unused ones.`
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tCREATED\tEXPIRES\tSPENT")
 	for _, i := range list.Invitations {
-		tprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.ID, i.Status, formatTime(&i.CreatedAt), formatTime(&i.ExpiresAt), formatTime(i.SpentAt))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.ID, i.Status, formatTime(&i.CreatedAt), formatTime(&i.ExpiresAt), formatTime(i.SpentAt))
 	}
 	return tw.Flush()
 }

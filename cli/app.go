@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/internal/termtext"
 )
 
 // `mercator app …`: Fn's applications, through the Fn-compatible API. The
@@ -117,7 +118,7 @@ one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
 	if g.json() {
 		return inv.writeJSON(created)
 	}
-	tprintln(inv.stdout, created.ID)
+	termtext.Fprintln(inv.stdout, created.ID)
 	return nil
 }
 
@@ -138,7 +139,7 @@ func appList(ctx context.Context, inv *invocation, args []string) error {
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tID\tCONFIG\tCREATED")
 	for _, a := range apps {
-		tprintf(tw, "%s\t%s\t%s\t%s\n", a.Name, a.ID, configSummary(a.Config, a.SecretConfig), formatTime(&a.CreatedAt))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.Name, a.ID, configSummary(a.Config, a.SecretConfig), formatTime(&a.CreatedAt))
 	}
 	return tw.Flush()
 }
@@ -171,20 +172,20 @@ func appGet(ctx context.Context, inv *invocation, args []string) error {
 		return inv.writeJSON(app)
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	tprintf(tw, "Name:\t%s\nID:\t%s\nCreated:\t%s\nUpdated:\t%s\n", app.Name, app.ID, formatTime(&app.CreatedAt), formatTime(&app.UpdatedAt))
+	termtext.Fprintf(tw, "Name:\t%s\nID:\t%s\nCreated:\t%s\nUpdated:\t%s\n", app.Name, app.ID, formatTime(&app.CreatedAt), formatTime(&app.UpdatedAt))
 	printConfig(tw, app.Config, app.SecretConfig, app.Annotations)
 	return tw.Flush()
 }
 
 func printConfig(tw *tabwriter.Writer, config, secret map[string]string, ann api.Annotations) {
 	for _, k := range sortedKeys(config) {
-		tprintf(tw, "Config:\t%s=%s\n", k, config[k])
+		termtext.Fprintf(tw, "Config:\t%s=%s\n", k, config[k])
 	}
 	for _, k := range sortedKeys(secret) {
-		tprintf(tw, "Secret:\t%s=%s\n", k, secret[k])
+		termtext.Fprintf(tw, "Secret:\t%s=%s\n", k, secret[k])
 	}
 	for _, k := range sortedKeys(ann) {
-		tprintf(tw, "Annotation:\t%s=%s\n", k, ann[k])
+		termtext.Fprintf(tw, "Annotation:\t%s=%s\n", k, ann[k])
 	}
 }
 
@@ -224,7 +225,7 @@ are set; KEY= removes a key; keys not given are left as they are.`)
 	if g.json() {
 		return inv.writeJSON(updated)
 	}
-	tprintln(inv.stdout, updated.ID)
+	termtext.Fprintln(inv.stdout, updated.ID)
 	return nil
 }
 
@@ -242,6 +243,6 @@ func appDelete(ctx context.Context, inv *invocation, args []string) error {
 	if err := c.DeleteApp(ctx, app.ID); err != nil {
 		return err
 	}
-	tprintf(inv.stderr, "app %s deleted\n", name)
+	termtext.Fprintf(inv.stderr, "app %s deleted\n", name)
 	return nil
 }

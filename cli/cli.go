@@ -51,13 +51,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/internal/termtext"
 )
 
 // Main runs the mercator command line with args (without the program name)
@@ -150,7 +150,7 @@ func (inv *invocation) main(ctx context.Context, args []string) int {
 	case errors.As(err, &code):
 		return int(code)
 	case errors.As(err, &ue):
-		tprintf(inv.stderr, "error: %s\n", printableLines(ue.msg))
+		termtext.Fprintf(inv.stderr, "error: %s\n", termtext.Lines(ue.msg))
 		if inv.path != "" {
 			fmt.Fprintf(inv.stderr, "Run 'mercator %s --help' for usage.\n", inv.path)
 		} else {
@@ -161,7 +161,7 @@ func (inv *invocation) main(ctx context.Context, args []string) int {
 		fmt.Fprintln(inv.stderr, "error: interrupted")
 		return 130
 	default:
-		tprintf(inv.stderr, "error: %s\n", err) // the server's message may quote what a node or user sent
+		termtext.Fprintf(inv.stderr, "error: %s\n", err) // the server's message may quote what a node or user sent
 		return 1
 	}
 }
@@ -440,20 +440,16 @@ func (inv *invocation) writeJSON(v any) error {
 }
 
 // stderrIsTerminal reports whether progress lines would reach a person.
-func (inv *invocation) stderrIsTerminal() bool { return isTerminal(inv.stderr) }
-
-// isTerminal reports whether w is a terminal (a character device).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
+func (inv *invocation) stderrIsTerminal() bool { return termtext.IsTerminal(inv.stderr) }
 
 // stringList is a repeatable string flag.
 type stringList []string
 
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+
+// rawFlag defines --raw for the commands that print a workload's output
+// (termtext.Output).
+func rawFlag(fs *flagSet) *bool {
+	return fs.Bool("raw", false, "on a terminal, pass the workload's control characters and escape sequences through instead of escaping them")
+}

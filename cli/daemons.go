@@ -13,6 +13,7 @@ import (
 	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/devenv"
 	"github.com/mercator/mercator/internal/bytesize"
+	"github.com/mercator/mercator/internal/termtext"
 	"github.com/mercator/mercator/nodeagent"
 )
 
@@ -100,7 +101,7 @@ on a loopback address.`)
 			if tokenFile == "" {
 				tokenFile = "(removed with `mercator token rm`; use another admin credential)"
 			}
-			tprintf(inv.stderr, "control plane at %s\nadmin credential in %s\n", url, tokenFile)
+			termtext.Fprintf(inv.stderr, "control plane at %s\nadmin credential in %s\n", url, tokenFile)
 			if strings.HasPrefix(url, "https://") {
 				printCA(inv, daemon.CAFile(*dataDir))
 			}

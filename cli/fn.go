@@ -17,6 +17,7 @@ import (
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/bytesize"
+	"github.com/mercator/mercator/internal/termtext"
 	"github.com/mercator/mercator/nodeagent"
 )
 
@@ -164,7 +165,7 @@ Prints the function's ID on stdout.`)
 	if g.json() {
 		return inv.writeJSON(fn)
 	}
-	tprintln(inv.stdout, fn.ID)
+	termtext.Fprintln(inv.stdout, fn.ID)
 	return nil
 }
 
@@ -184,7 +185,7 @@ func (inv *invocation) createOrUpdateFn(ctx context.Context, c *client.Client, a
 		if err != nil {
 			return api.Fn{}, err
 		}
-		tprintf(inv.stderr, "created function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
+		termtext.Fprintf(inv.stderr, "created function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
 		return fn, nil
 	case err != nil:
 		return api.Fn{}, err
@@ -194,7 +195,7 @@ func (inv *invocation) createOrUpdateFn(ctx context.Context, c *client.Client, a
 	if err != nil {
 		return api.Fn{}, err
 	}
-	tprintf(inv.stderr, "updated function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
+	termtext.Fprintf(inv.stderr, "updated function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
 	return fn, nil
 }
 
@@ -206,7 +207,7 @@ func ensureTrigger(ctx context.Context, inv *invocation, c *client.Client, app a
 	}
 	for _, t := range triggers {
 		if t.Source == source {
-			tprintf(inv.stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
+			termtext.Fprintf(inv.stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
 			return nil
 		}
 	}
@@ -214,7 +215,7 @@ func ensureTrigger(ctx context.Context, inv *invocation, c *client.Client, app a
 	if err != nil {
 		return err
 	}
-	tprintf(inv.stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
+	termtext.Fprintf(inv.stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
 	return nil
 }
 
@@ -234,9 +235,8 @@ standard output as it arrives. The call goes through the control plane to
 a node, like any caller's. A function that answers 4xx or 5xx exits 1 after
 printing its body; --detached stores the call and prints its ID instead
 (see fn call and fn logs); --call-id prints a synchronous call's ID to
-standard error, for fn logs. On a terminal, control characters and escape
-sequences in the response are shown as escapes unless --raw is given; to a
-file or a pipe it is byte for byte.`)
+standard error, for fn logs. The response reaches a terminal escaped unless
+--raw is given, as with run logs.`)
 	g := fs.clientFlags(false)
 	contentType := fs.String("content-type", "", "the request's Content-Type, e.g. application/json")
 	detached := fs.Bool("detached", false, "store the call and return its ID at once (Fn-Invoke-Type: detached)")
@@ -286,22 +286,20 @@ file or a pipe it is byte for byte.`)
 		if err != nil {
 			return err
 		}
-		tprintln(inv.stdout, id)
+		termtext.Fprintln(inv.stdout, id)
 		return nil
 	}
-	out, done := inv.workloadOutput(*raw)
+	out, finish := termtext.Output(inv.stdout, *raw)
 	res, err := c.Invoke(ctx, fn.ID, body, h, out)
-	if derr := done(); err == nil {
-		err = derr
-	}
+	err = finish(err)
 	if *showID && res.CallID != "" {
-		tprintf(inv.stderr, "call %s\n", res.CallID)
+		termtext.Fprintf(inv.stderr, "call %s\n", res.CallID)
 	}
 	if err != nil {
 		return err
 	}
 	if res.Status >= 400 {
-		tprintf(inv.stderr, "error: the function answered %d %s (call %s)\n", res.Status, http.StatusText(res.Status), res.CallID)
+		termtext.Fprintf(inv.stderr, "error: the function answered %d %s (call %s)\n", res.Status, http.StatusText(res.Status), res.CallID)
 		return exitCode(1)
 	}
 	return nil
@@ -335,7 +333,7 @@ func fnList(ctx context.Context, inv *invocation, args []string) error {
 		if f.GPUs > 0 {
 			gpus = strconv.Itoa(f.GPUs) + " " + f.GPUModel
 		}
-		tprintf(tw, "%s\t%s\t%s\t%dMiB\t%ds\t%s\t%s\n", f.Name, f.ID, f.Image, f.Memory, f.Timeout, cpu, strings.TrimSpace(gpus))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%dMiB\t%ds\t%s\t%s\n", f.Name, f.ID, f.Image, f.Memory, f.Timeout, cpu, strings.TrimSpace(gpus))
 	}
 	return tw.Flush()
 }
@@ -359,18 +357,18 @@ func fnGet(ctx context.Context, inv *invocation, args []string) error {
 		return inv.writeJSON(fn)
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	tprintf(tw, "Name:\t%s\nID:\t%s\nApp:\t%s\nImage:\t%s\nPinned:\t%s\n", fn.Name, fn.ID, fn.AppID, fn.Image, fn.PinnedImage)
-	tprintf(tw, "Memory:\t%d MiB\nTimeout:\t%ds\nIdle timeout:\t%ds\n", fn.Memory, fn.Timeout, fn.IdleTimeout)
+	termtext.Fprintf(tw, "Name:\t%s\nID:\t%s\nApp:\t%s\nImage:\t%s\nPinned:\t%s\n", fn.Name, fn.ID, fn.AppID, fn.Image, fn.PinnedImage)
+	termtext.Fprintf(tw, "Memory:\t%d MiB\nTimeout:\t%ds\nIdle timeout:\t%ds\n", fn.Memory, fn.Timeout, fn.IdleTimeout)
 	if fn.CPU > 0 {
-		tprintf(tw, "CPU:\t%g\n", fn.CPU)
+		termtext.Fprintf(tw, "CPU:\t%g\n", fn.CPU)
 	}
 	if fn.GPUs > 0 {
-		tprintf(tw, "GPUs:\t%d %s\n", fn.GPUs, fn.GPUModel)
+		termtext.Fprintf(tw, "GPUs:\t%d %s\n", fn.GPUs, fn.GPUModel)
 	}
 	if fn.MaxConcurrency > 0 {
-		tprintf(tw, "Max concurrency:\t%d per node\n", fn.MaxConcurrency)
+		termtext.Fprintf(tw, "Max concurrency:\t%d per node\n", fn.MaxConcurrency)
 	}
-	tprintf(tw, "Invoke:\t%s\n", endpointOf(fn.Annotations, api.AnnotationInvokeEndpoint))
+	termtext.Fprintf(tw, "Invoke:\t%s\n", endpointOf(fn.Annotations, api.AnnotationInvokeEndpoint))
 	ann := api.Annotations{}
 	for k, v := range fn.Annotations {
 		if k != api.AnnotationInvokeEndpoint {
@@ -399,7 +397,7 @@ func fnDelete(ctx context.Context, inv *invocation, args []string) error {
 	if err := c.DeleteFn(ctx, fn.ID); err != nil {
 		return err
 	}
-	tprintf(inv.stderr, "function %s deleted\n", name)
+	termtext.Fprintf(inv.stderr, "function %s deleted\n", name)
 	return nil
 }
 
@@ -440,14 +438,14 @@ body instead.`)
 		return inv.writeJSON(call)
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	tprintf(tw, "ID:\t%s\nStatus:\t%s\nDeliveries:\t%d\nNode:\t%s\n", call.ID, call.Status, call.Attempts, orDash(call.NodeID))
+	termtext.Fprintf(tw, "ID:\t%s\nStatus:\t%s\nDeliveries:\t%d\nNode:\t%s\n", call.ID, call.Status, call.Attempts, orDash(call.NodeID))
 	if call.ResponseStatus != 0 {
-		tprintf(tw, "Response:\t%d\n", call.ResponseStatus)
+		termtext.Fprintf(tw, "Response:\t%d\n", call.ResponseStatus)
 	}
 	if call.Error != "" {
-		tprintf(tw, "Error:\t%s (%s)\n", call.Error, call.ErrorKind)
+		termtext.Fprintf(tw, "Error:\t%s (%s)\n", call.Error, call.ErrorKind)
 	}
-	tprintf(tw, "Created:\t%s\nStarted:\t%s\nCompleted:\t%s\n", formatTime(&call.CreatedAt), formatTime(call.StartedAt), formatTime(call.CompletedAt))
+	termtext.Fprintf(tw, "Created:\t%s\nStarted:\t%s\nCompleted:\t%s\n", formatTime(&call.CreatedAt), formatTime(call.StartedAt), formatTime(call.CompletedAt))
 	return tw.Flush()
 }
 
@@ -465,9 +463,8 @@ func fnLogs(ctx context.Context, inv *invocation, args []string) error {
 Print what the function wrote to stdout and stderr during a call. A durable
 call's output is stored with it; a synchronous call's is asked of the nodes
 that keep it, which keep only their most recent calls' (fn invoke --call-id
-prints a synchronous call's ID). On a terminal, control characters and
-escape sequences in it are shown as escapes unless --raw is given (see
-mercator run logs --help).`)
+prints a synchronous call's ID). It reaches a terminal escaped unless --raw
+is given, as with run logs.`)
 	g := fs.clientFlags(false)
 	raw := rawFlag(fs)
 	var pos []string
@@ -483,11 +480,9 @@ mercator run logs --help).`)
 	if err != nil {
 		return err
 	}
-	w, done := inv.workloadOutput(*raw)
-	if _, err := io.WriteString(w, log); err != nil {
-		return err
-	}
-	return done()
+	w, finish := termtext.Output(inv.stdout, *raw)
+	_, err = io.WriteString(w, log)
+	return finish(err)
 }
 
 // agentFunctionFlags defines the agent's Functions flags and returns what

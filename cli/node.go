@@ -6,13 +6,13 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/internal/bytesize"
+	"github.com/mercator/mercator/internal/termtext"
 
 	"github.com/mercator/mercator/api"
 )
@@ -56,7 +56,7 @@ invitation object (node_id, token, expires_at, command).`)
 	if !invitation.ExpiresAt.IsZero() {
 		expires += " (in " + formatDuration(invitation.ExpiresAt.Sub(inv.now())) + ")"
 	}
-	_, err = tprintf(inv.stdout, "Invitation for node %s, single use, expires %s.\n"+
+	_, err = termtext.Fprintf(inv.stdout, "Invitation for node %s, single use, expires %s.\n"+
 		"Token: %s\n\n"+
 		"Run this on the machine to enroll it:\n\n"+
 		"  %s\n", invitation.NodeID, expires, invitation.Token, invitation.Command)
@@ -83,8 +83,8 @@ inside their lease) and unreachable (past their lease).`)
 	fmt.Fprintln(tw, "ID\tSTATUS\tCPUS\tMEMORY\tGPUS\tRUNNING\tLAST SEEN\tFLAGS")
 	for _, n := range list.Nodes {
 		f := factsOf(n.Facts)
-		tprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", n.ID, n.Status, f.number("cpus"), f.bytes("memory_bytes"),
-			len(f.list("accelerators")), len(n.Running), inv.durationSince(n.LastSeenAt), flagKinds(n.Flags))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%d\n", n.ID, n.Status, f.number("cpus"), f.bytes("memory_bytes"),
+			len(f.list("accelerators")), len(n.Running), inv.durationSince(n.LastSeenAt), len(n.Flags))
 	}
 	return tw.Flush()
 }
@@ -110,7 +110,7 @@ measure.`)
 	}
 	f := factsOf(n.Facts)
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	row := func(k, v string) { tprintf(tw, "%s:\t%s\n", k, v) }
+	row := func(k, v string) { termtext.Fprintf(tw, "%s\t%s\n", labelOf(k), v) }
 	row("ID", n.ID)
 	row("Status", n.Status)
 	row("Fencing token", strconv.FormatUint(n.FencingToken, 10))
@@ -140,10 +140,6 @@ measure.`)
 		}
 		for i, a := range accs {
 			af := facts(asMap(a))
-			k := ""
-			if i == 0 {
-				k = "Accelerators"
-			}
 			desc := strings.TrimSpace(af.str("vendor") + " " + af.str("model"))
 			if m := af.bytes("memory_bytes"); m != "-" {
 				desc += ", " + m
@@ -151,15 +147,11 @@ measure.`)
 			if u := af.str("uuid"); u != "" {
 				desc += ", " + u
 			}
-			tprintf(tw, "%s\t%s\n", labelOrBlank(k), desc)
+			row(firstOnly("Accelerators", i), desc)
 		}
 		row("Agent", strings.TrimSpace(orDash(f.str("agent_version"))+", capability "+f.number("capability_version")))
 		for i, note := range f.list("notes") {
-			k := ""
-			if i == 0 {
-				k = "Notes"
-			}
-			tprintf(tw, "%s\t%v\n", labelOrBlank(k), note)
+			row(firstOnly("Notes", i), fmt.Sprint(note))
 		}
 	}
 	running := "none"
@@ -168,11 +160,7 @@ measure.`)
 	}
 	row("Running", running)
 	for i, fl := range n.Flags {
-		k := ""
-		if i == 0 {
-			k = "Flags"
-		}
-		tprintf(tw, "%s\t%s\n", labelOrBlank(k), flagText(fl))
+		row(firstOnly("Flags", i), flagText(fl))
 	}
 	return tw.Flush()
 }
@@ -187,22 +175,21 @@ func flagText(f api.NodeFlag) string {
 	return kind + " (since " + formatTime(&f.Since) + "): " + f.Detail
 }
 
-// flagKinds is a node's flag kinds for a table cell, or "-".
-func flagKinds(flags []api.NodeFlag) string {
-	var kinds []string
-	for _, f := range flags {
-		if !slices.Contains(kinds, f.Kind) {
-			kinds = append(kinds, f.Kind)
-		}
-	}
-	return orDash(strings.Join(kinds, ","))
-}
-
-func labelOrBlank(k string) string {
+// labelOf is a detail row's label: "K:", or nothing for a row that
+// continues the one above (firstOnly).
+func labelOf(k string) string {
 	if k == "" {
 		return ""
 	}
 	return k + ":"
+}
+
+// firstOnly is label on a list's first row (i == 0) and "" on the rest.
+func firstOnly(label string, i int) string {
+	if i > 0 {
+		return ""
+	}
+	return label
 }
 
 // facts reads fields of a node's reported facts, which arrive as a generic
@@ -316,7 +303,7 @@ dispute stays until then). `+"`mercator node get NODE_ID`"+` lists a node's flag
 	if g.json() {
 		return inv.writeJSON(n)
 	}
-	_, err = tprintf(inv.stdout, "node %s: the dispute over GPU %s is cleared; it may be placed on again (%d flags left)\n", n.ID, uuid, len(n.Flags))
+	_, err = termtext.Fprintf(inv.stdout, "node %s: the dispute over GPU %s is cleared; it may be placed on again (%d flags left)\n", n.ID, uuid, len(n.Flags))
 	return err
 }
 
@@ -350,6 +337,6 @@ func nodeAction(ctx context.Context, inv *invocation, args []string, help string
 	case n.Cordoned:
 		state = "cordoned"
 	}
-	_, err = tprintf(inv.stdout, "node %s: %s (%d attempts on it)\n", n.ID, state, len(n.Running))
+	_, err = termtext.Fprintf(inv.stdout, "node %s: %s (%d attempts on it)\n", n.ID, state, len(n.Running))
 	return err
 }

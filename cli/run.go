@@ -16,6 +16,7 @@ import (
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/bytesize"
+	"github.com/mercator/mercator/internal/termtext"
 )
 
 const runSummary = "Submit, inspect, wait on and cancel runs"
@@ -98,7 +99,7 @@ TiB) units; a plain number is bytes.`)
 	if g.json() {
 		return inv.writeJSON(normalizeRun(run))
 	}
-	_, err = tprintln(inv.stdout, run.ID)
+	_, err = termtext.Fprintln(inv.stdout, run.ID)
 	return err
 }
 
@@ -241,7 +242,7 @@ func (inv *invocation) submitCopies(ctx context.Context, c *client.Client, spec 
 		for _, r := range runs {
 			created.Runs = append(created.Runs, normalizeRun(r))
 			if !asJSON {
-				if _, err := tprintln(inv.stdout, r.ID); err != nil {
+				if _, err := termtext.Fprintln(inv.stdout, r.ID); err != nil {
 					return err
 				}
 			}
@@ -257,7 +258,7 @@ func (inv *invocation) submitCopies(ctx context.Context, c *client.Client, spec 
 		if asJSON {
 			where = "on stdout, as JSON"
 		}
-		tprintf(inv.stderr, "%d of %d runs were created (indexes 0 to %d; their IDs are %s); indexes %d to %d were not\n",
+		termtext.Fprintf(inv.stderr, "%d of %d runs were created (indexes 0 to %d; their IDs are %s); indexes %d to %d were not\n",
 			len(created.Runs), n, len(created.Runs)-1, where, len(created.Runs), n-1)
 	}
 	return failed
@@ -310,7 +311,7 @@ daemon's own moments), its exit code and error.`)
 
 func (inv *invocation) printRun(r api.Run) error {
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	row := func(k, v string) { tprintf(tw, "%s:\t%s\n", k, v) }
+	row := func(k, v string) { termtext.Fprintf(tw, "%s:\t%s\n", k, v) }
 	row("ID", r.ID)
 	status := r.Status
 	if r.Cancel && !api.Terminal(r.Status) {
@@ -333,7 +334,7 @@ func (inv *invocation) printRun(r api.Run) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	tprintln(inv.stdout)
+	termtext.Fprintln(inv.stdout)
 	if len(r.Attempts) == 0 {
 		_, err := fmt.Fprintln(inv.stdout, "No attempts yet.")
 		return err
@@ -349,7 +350,7 @@ func (inv *invocation) printRun(r api.Run) error {
 		if a.StopReason != "" {
 			errText = strings.TrimSpace(errText + " (stopped: " + a.StopReason + ")")
 		}
-		tprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, orDash(a.NodeID), a.Status,
+		termtext.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, orDash(a.NodeID), a.Status,
 			orDash(shortID(a.ContainerID)), formatTime(a.StartedAt), formatTime(a.FinishedAt), exit, orDash(errText))
 	}
 	return tw.Flush()
@@ -417,7 +418,7 @@ ID of the last run of the previous page.`)
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tIMAGE\tEXIT\tCREATED\tFINISHED\tREASON")
 	for _, r := range list.Runs {
-		tprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Status, orDash(r.Image), formatExit(r.ExitCode),
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Status, orDash(r.Image), formatExit(r.ExitCode),
 			formatTime(&r.CreatedAt), formatTime(r.FinishedAt), orDash(r.Reason))
 	}
 	return tw.Flush()
@@ -468,14 +469,14 @@ With -o json the run as it ended is printed on stdout as well.`)
 		observe = func(r api.Run) {
 			if r.Status != last && !api.Terminal(r.Status) {
 				last = r.Status
-				tprintf(inv.stderr, "run %s is %s\n", r.ID, r.Status)
+				termtext.Fprintf(inv.stderr, "run %s is %s\n", r.ID, r.Status)
 			}
 		}
 	}
 	run, err := c.WaitRunFunc(ctx, id, observe)
 	if err != nil {
 		if ctx.Err() != nil {
-			tprintf(inv.stderr, "stopped waiting; run %s goes on (mercator run cancel %s stops it)\n", id, id)
+			termtext.Fprintf(inv.stderr, "stopped waiting; run %s goes on (mercator run cancel %s stops it)\n", id, id)
 			return exitCode(exitCancelled)
 		}
 		return err
@@ -485,7 +486,7 @@ With -o json the run as it ended is printed on stdout as well.`)
 			return err
 		}
 	}
-	tprintln(inv.stderr, runSummaryLine(run))
+	termtext.Fprintln(inv.stderr, runSummaryLine(run))
 	if code := waitExitCode(run); code != 0 {
 		return exitCode(code)
 	}
@@ -515,15 +516,15 @@ func waitExitCode(r api.Run) int {
 // after a colon when the run has one.
 func runSummaryLine(r api.Run) string {
 	var b strings.Builder
-	tprintf(&b, "run %s %s", r.ID, r.Status)
+	termtext.Fprintf(&b, "run %s %s", r.ID, r.Status)
 	if r.ExitCode != nil {
-		tprintf(&b, " (exit %d)", *r.ExitCode)
+		termtext.Fprintf(&b, " (exit %d)", *r.ExitCode)
 	}
 	if r.FinishedAt != nil && !r.CreatedAt.IsZero() {
-		tprintf(&b, " in %s", formatDuration(r.FinishedAt.Sub(r.CreatedAt)))
+		termtext.Fprintf(&b, " in %s", formatDuration(r.FinishedAt.Sub(r.CreatedAt)))
 	}
 	if r.Reason != "" {
-		tprintf(&b, ": %s", r.Reason)
+		termtext.Fprintf(&b, ": %s", r.Reason)
 	}
 	return b.String()
 }
@@ -532,12 +533,9 @@ func runLogs(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("[flags] RUN_ID", `
 Print the combined stdout and stderr of the run's latest attempt as it
 arrives. With -f, keep printing until the run ends and all its output was
-printed. Written to a file or a pipe, the output is byte for byte; written
-to a terminal, the control characters and escape sequences in it are shown
-as escapes (\x1b, \r, \u009b) rather than obeyed, because the output
-comes from the workload and through its node, either of which may be
-hostile; newlines and tabs are kept. --raw passes it through as it is
-(colours, progress bars), for output you trust.`)
+printed. To a file or a pipe it is byte for byte; to a terminal, its control
+characters and escape sequences are shown escaped (\x1b[2J), not obeyed,
+unless --raw is given (docs/hardening.md, "Terminal output").`)
 	g := fs.clientFlags(false)
 	follow := fs.Bool("follow", false, "keep streaming until the run ends")
 	fs.aliasShort("f", "follow")
@@ -546,12 +544,8 @@ hostile; newlines and tabs are kept. --raw passes it through as it is
 	if err != nil {
 		return err
 	}
-	w, done := inv.workloadOutput(*raw) // termtext.go
-	err = c.Logs(ctx, id, *follow, w)
-	if derr := done(); err == nil {
-		err = derr
-	}
-	return err
+	w, finish := termtext.Output(inv.stdout, *raw)
+	return finish(c.Logs(ctx, id, *follow, w))
 }
 
 func runCancel(ctx context.Context, inv *invocation, args []string) error {
@@ -571,7 +565,7 @@ run's container is stopped on its node, and the run ends as cancelled; use
 	if g.json() {
 		return inv.writeJSON(normalizeRun(run))
 	}
-	_, err = tprintf(inv.stdout, "run %s: cancel requested (status %s)\n", run.ID, run.Status)
+	_, err = termtext.Fprintf(inv.stdout, "run %s: cancel requested (status %s)\n", run.ID, run.Status)
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/access"
+	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
@@ -129,18 +130,18 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 	changedRuns := false
 	applied := 0
 	var ended []string // runs that became terminal, counted once committed
-	var raised []api.NodeFlag
+	var found []factcheck.Outcome
 	// Locked (store.UpdateLocked): applying events reads the node, the
 	// events' runs and operations by key and writes them back; whether an
 	// event is fresh is decided by SeeEvent's insert, not by a read. A
-	// batch whose facts name GPUs also reads the fleet (nodes_facts.go),
+	// batch whose facts name GPUs also reads the fleet (factcheck.Apply),
 	// and is committed through store.Update instead.
 	commit := s.batchLocked
-	if claimsGPUs(batch) {
+	if factcheck.ClaimsGPUs(batch) {
 		commit = s.batch
 	}
 	err := commit(r.Context(), func(tx store.Tx) error {
-		accepted, changedRuns, applied, ended, raised = accepted[:0], false, 0, ended[:0], raised[:0]
+		accepted, changedRuns, applied, ended, found = accepted[:0], false, 0, ended[:0], found[:0]
 		// Fenced again in the transaction that applies the events (with
 		// the cached token when fresh, see nodes_auth.go), so a batch
 		// authenticated before an enrollment that this replica has heard
@@ -163,15 +164,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 			}
 			if fresh {
 				applied++
-				var changed bool
-				var end string
-				if ev.Kind == nodeproto.EventFacts && ev.Facts != nil {
-					var r []api.NodeFlag
-					r, err = s.applyFacts(tx, c.NodeID, ev.Facts) // nodes_facts.go
-					raised, changed = append(raised, r...), true  // capacity changed: placements may now fit
-				} else {
-					changed, end, err = s.applyEvent(tx, c.NodeID, ev)
-				}
+				changed, end, err := s.applyEvent(tx, c.NodeID, ev, &found)
 				if end != "" {
 					ended = append(ended, end)
 				}
@@ -191,10 +184,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 	for _, status := range ended {
 		s.metrics.Terminal.WithLabelValues(status).Inc()
 	}
-	for _, f := range raised {
-		s.metrics.FactFlags.WithLabelValues(f.Kind).Inc()
-		s.log.Warn("node facts flagged", "node", c.NodeID, "kind", f.Kind, "gpu", f.GPU, "detail", f.Detail)
-	}
+	factcheck.Report(s.log, s.metrics.FactFlags, c.NodeID, found)
 	s.metrics.Events.WithLabelValues("applied").Add(float64(applied))
 	s.metrics.Events.WithLabelValues("duplicate").Add(float64(len(accepted) - applied))
 	if changedRuns {
@@ -204,12 +194,20 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 	httpapi.WriteJSON(w, http.StatusOK, nodeproto.EventAck{Accepted: accepted})
 }
 
-// applyEvent applies one fresh event inside tx, other than a facts report
-// (applyFacts), and reports whether a run changed and, when a run became
-// terminal, its new status.
-func (s *Server) applyEvent(tx store.Tx, nodeID string, ev nodeproto.Event) (changed bool, ended string, err error) {
+// applyEvent applies one fresh event inside tx and reports whether a run
+// changed and, when a run became terminal, its new status. A facts report
+// is checked before it is believed (factcheck.Apply), and what that found
+// is added to found.
+func (s *Server) applyEvent(tx store.Tx, nodeID string, ev nodeproto.Event, found *[]factcheck.Outcome) (changed bool, ended string, err error) {
 	now := s.now()
 	switch ev.Kind {
+	case nodeproto.EventFacts:
+		if ev.Facts == nil {
+			return false, "", nil
+		}
+		o, err := factcheck.Apply(tx, nodeID, ev.Facts, now)
+		*found = append(*found, o)
+		return true, "", err // capacity changed: placements may now fit
 	case nodeproto.EventWorkload:
 		o := ev.Workload
 		if o == nil {

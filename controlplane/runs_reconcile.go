@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
@@ -110,7 +111,7 @@ func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
 			sn.Ready, sn.NotReadyReason = false, "is draining"
 		}
 		sn.Cordoned = n.Cordoned
-		if hasFlag(n, api.NodeFlagFactsRefused) { // nodes_facts.go
+		if factcheck.Has(n, api.NodeFlagFactsRefused) {
 			sn.Ready, sn.NotReadyReason = false, "has facts the control plane refused (`mercator node get` says why)"
 		}
 	case api.NodeInvited:
@@ -123,7 +124,7 @@ func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
 		for _, img := range f.Images {
 			sn.Images[img] = true
 		}
-		disputed := disputedGPUs(n) // nodes_facts.go
+		disputed := factcheck.Disputed(n)
 		for _, g := range f.Accelerators {
 			sn.GPUs = append(sn.GPUs, scheduler.GPU{UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes, Disputed: disputed[g.UUID]})
 		}
@@ -194,13 +195,12 @@ func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each fun
 			n.UsedCPU += u.cpu
 			n.UsedMemory += u.mem
 			if len(a.gpus) > 0 && !copied[i] {
-				n.UsedGPUs = maps.Clone(n.UsedGPUs)
+				n.UsedGPUs, copied[i] = maps.Clone(n.UsedGPUs), true
+			}
+			for _, g := range a.gpus {
 				if n.UsedGPUs == nil {
 					n.UsedGPUs = map[string]bool{}
 				}
-				copied[i] = true
-			}
-			for _, g := range a.gpus {
 				n.UsedGPUs[g] = true
 			}
 		}

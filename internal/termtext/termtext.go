@@ -1,42 +1,45 @@
-package cli
+// Package termtext makes text written by others safe to print to a
+// terminal.
+//
+// Much of what the CLI prints was written by someone else: a node's hostname,
+// notes and GPU names, a run's image, command and reason, a function's name,
+// an audit entry's route. A string holding ESC [ 2 J clears the operator's
+// screen; a carriage return lets the text after it overwrite what came
+// before ("ready" printed over "refused"); an OSC sequence sets the window
+// title or, in some terminals, writes the clipboard; a bidirectional
+// override shows text in another order than it is. So every text printer
+// passes what it prints through Printable (by Fprintf and Fprintln), which
+// replaces each such character with a visible Go-style escape: \x1b, \r,
+// \u009b, \u202e. It does not escape the backslash, so a literal "\x1b"
+// typed by someone reads the same as an escaped ESC: what matters is that
+// neither reaches the terminal as one.
+//
+// JSON output is not its business: encoding/json escapes every C0 control
+// already, and a program reading JSON wants the bytes the API gave. The
+// output of a workload is the exception described at Writer. See
+// docs/hardening.md, "Terminal output".
+package termtext
 
 import (
 	"fmt"
 	"io"
+	"os"
 	"reflect"
 	"strings"
 	"unicode/utf8"
 )
 
-// Terminal output. Much of what the CLI prints was written by someone else:
-// a node's hostname, notes and GPU names, a run's image, command and reason,
-// a function's name, an audit entry's route. A string holding ESC [ 2 J
-// clears the operator's screen; a carriage return lets the text after it
-// overwrite what came before ("ready" printed over "refused"); an OSC
-// sequence sets the window title or, in some terminals, writes the
-// clipboard; a bidirectional override shows text in another order than it
-// is. So every text printer passes what it prints through printable (by
-// tprintf and tprintln), which replaces each such character with a visible
-// Go-style escape: \x1b, \r, \u009b, \u202e. It does not escape the
-// backslash, so a literal "\x1b" typed by someone reads the same as an
-// escaped ESC: what matters is that neither reaches the terminal as one.
-//
-// JSON output (-o json) is left exact: encoding/json escapes every C0
-// control already, and a program reading it wants the bytes the API gave.
-// The output of a workload (`mercator run logs`) is the exception described
-// at printableWriter.
-
-// printable returns s with every character that could command a terminal
+// Printable returns s with every character that could command a terminal
 // replaced by a visible escape: the C0 controls (tab and newline included,
 // because in a table cell or a one-line field they forge columns and
 // lines), DEL, the C1 controls U+0080–U+009F (U+009B is a one-character
 // CSI), the bidirectional overrides and isolates, and bytes that are not
 // UTF-8 (a lone 0x9b is CSI to a terminal that is not in UTF-8 mode).
-func printable(s string) string { return escapeControls(s, false) }
+func Printable(s string) string { return escapeControls(s, false) }
 
-// printableLines is printable for text meant to span lines (an error
+// Lines is Printable for text meant to span lines (an error
 // message): newlines and tabs are kept, everything else is escaped.
-func printableLines(s string) string { return escapeControls(s, true) }
+func Lines(s string) string { return escapeControls(s, true) }
 
 func escapeControls(s string, keepLines bool) string {
 	clean := true
@@ -101,17 +104,17 @@ func writeEscape(b *strings.Builder, r rune, b0 byte) {
 	}
 }
 
-// tprintf is fmt.Fprintf for text meant for a person: every string in args
+// Fprintf is fmt.Fprintf for text meant for a person: every string in args
 // (a string, a type whose kind is string, a slice of them, an error or a
-// fmt.Stringer) is passed through printable first (an error through
-// printableLines), while format, the CLI's own, is kept. Numbers are
+// fmt.Stringer) is passed through Printable first (an error through
+// Lines), while format, the CLI's own, is kept. Numbers are
 // printed as they are.
-func tprintf(w io.Writer, format string, args ...any) (int, error) {
+func Fprintf(w io.Writer, format string, args ...any) (int, error) {
 	return fmt.Fprintf(w, format, printableArgs(args)...)
 }
 
-// tprintln is fmt.Fprintln with args made printable as tprintf does.
-func tprintln(w io.Writer, args ...any) (int, error) {
+// Fprintln is fmt.Fprintln with args made printable as Fprintf does.
+func Fprintln(w io.Writer, args ...any) (int, error) {
 	return fmt.Fprintln(w, printableArgs(args)...)
 }
 
@@ -128,42 +131,44 @@ func printableArg(a any) any {
 	case nil:
 		return nil
 	case string:
-		return printable(v)
+		return Printable(v)
 	case error:
-		return printableLines(v.Error())
+		return Lines(v.Error())
 	case fmt.Stringer:
-		return printable(v.String())
+		return Printable(v.String())
 	}
 	rv := reflect.ValueOf(a)
 	switch {
 	case rv.Kind() == reflect.String:
-		return printable(rv.String())
+		return Printable(rv.String())
 	case rv.Kind() == reflect.Slice && rv.Type().Elem().Kind() == reflect.String:
 		out := make([]string, rv.Len())
 		for i := range out {
-			out[i] = printable(rv.Index(i).String())
+			out[i] = Printable(rv.Index(i).String())
 		}
 		return out
 	}
 	return a
 }
 
-// printableWriter passes a workload's output to a terminal with the
-// controls that could command it escaped, keeping newlines and tabs, which
-// its output uses to be readable. It is what `mercator run logs` writes
-// through (workloadOutput) when its standard output is a terminal, unless
-// --raw is given, as do `mercator fn logs` and `mercator fn invoke`:
+// Writer passes a workload's output to a terminal with the controls that
+// could command it escaped, keeping newlines and tabs, which its output
+// uses to be readable. It is what `mercator run logs`, `mercator fn logs`
+// and `mercator fn invoke` write through (Output) when their standard
+// output is a terminal, unless --raw is given:
 // the output comes from the workload and, on its way, from the node, and
 // either may be hostile. Colours and progress bars are lost with it, which
 // is what --raw is for; written to a file or a pipe, the output is byte
 // for byte. A UTF-8 sequence split between two writes is held until it is
 // whole, so it is judged as one character.
-type printableWriter struct {
+type Writer struct {
 	w       io.Writer
 	pending []byte
 }
 
-func (p *printableWriter) Write(data []byte) (int, error) {
+// Write writes data with its controls escaped, holding back a trailing
+// UTF-8 sequence that is not yet whole.
+func (p *Writer) Write(data []byte) (int, error) {
 	buf := append(p.pending, data...)
 	// Keep back a trailing sequence that may yet become a whole rune.
 	cut := len(buf)
@@ -176,7 +181,7 @@ func (p *printableWriter) Write(data []byte) (int, error) {
 		}
 	}
 	p.pending = append([]byte(nil), buf[cut:]...)
-	if _, err := io.WriteString(p.w, printableLines(string(buf[:cut]))); err != nil {
+	if _, err := io.WriteString(p.w, Lines(string(buf[:cut]))); err != nil {
 		return 0, err
 	}
 	return len(data), nil
@@ -184,28 +189,39 @@ func (p *printableWriter) Write(data []byte) (int, error) {
 
 // Flush writes what was held back (an incomplete sequence at the end of
 // the output, escaped as the bytes it is).
-func (p *printableWriter) Flush() error {
+func (p *Writer) Flush() error {
 	if len(p.pending) == 0 {
 		return nil
 	}
-	_, err := io.WriteString(p.w, printableLines(string(p.pending)))
+	_, err := io.WriteString(p.w, Lines(string(p.pending)))
 	p.pending = nil
 	return err
 }
 
-// workloadOutput is where output written by a workload (a run's log, a
-// function's call log or response) goes: stdout itself when raw is set or
-// stdout is not a terminal, else a printableWriter over it. done flushes
-// what the writer held back; call it once the output ended.
-func (inv *invocation) workloadOutput(raw bool) (w io.Writer, done func() error) {
-	if raw || !isTerminal(inv.stdout) {
-		return inv.stdout, func() error { return nil }
+// Output is where output written by a workload (a run's log, a function's
+// call log or response) goes, when its destination is w: w itself when raw
+// is set or w is not a terminal, else a Writer over it. finish flushes what
+// the Writer held back once the output ended, and returns err, or the
+// flush's error when err is nil.
+func Output(w io.Writer, raw bool) (out io.Writer, finish func(err error) error) {
+	if raw || !IsTerminal(w) {
+		return w, func(err error) error { return err }
 	}
-	p := &printableWriter{w: inv.stdout}
-	return p, p.Flush
+	p := &Writer{w: w}
+	return p, func(err error) error {
+		if ferr := p.Flush(); err == nil {
+			err = ferr
+		}
+		return err
+	}
 }
 
-// rawFlag defines --raw, which workloadOutput reads.
-func rawFlag(fs *flagSet) *bool {
-	return fs.Bool("raw", false, "on a terminal, pass the workload's control characters and escape sequences through instead of escaping them")
+// IsTerminal reports whether w is a terminal (a character device).
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
