@@ -53,7 +53,7 @@ const (
 // empty list means f is within bounds). Zero is always allowed: it means
 // the node could not measure that figure (see NodeFacts). It checks bounds
 // only; whether the figures agree with each other is the control plane's
-// business (controlplane/nodes_facts.go).
+// business (package controlplane/internal/factcheck).
 func CheckFacts(f *NodeFacts) []string {
 	c := &factChecker{}
 	c.float("cpus", f.CPUs, MaxFactCPUs)

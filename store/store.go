@@ -164,7 +164,7 @@ type Node struct {
 	// node. A new invitation clears it.
 	RemovedAt *time.Time `json:"removed_at,omitempty"`
 	// Flags are what the control plane found wrong with the node's facts
-	// (controlplane/nodes_facts.go): replaced at every report, except the
+	// (package controlplane/internal/factcheck): replaced at every report, except the
 	// GPU disputes, which only an operator clears.
 	Flags []api.NodeFlag `json:"flags,omitempty"`
 }

@@ -49,7 +49,7 @@ type Set struct {
 	// was full (package httpapi's Auditor).
 	AuditDropped prometheus.Counter
 	// FactFlags counts flags raised on node facts at intake, by kind
-	// (api.NodeFlagFactsRefused, …; controlplane/nodes_facts.go): each
+	// (api.NodeFlagFactsRefused, …; package controlplane/internal/factcheck): each
 	// time a report raises a flag its node did not carry.
 	FactFlags *prometheus.CounterVec
 }
