@@ -95,7 +95,8 @@ Show a node: its status, fencing token (the enrollment commands must carry)
 and when it was last seen, and the facts it last reported as it measured
 them: CPUs, memory, free disk, the container runtime and its version, the
 images it holds, its accelerators, and any notes about what it could not
-measure.`)
+measure; then the flags the control plane raised about those facts (a
+refused report, a disputed GPU: see docs/hardening.md, "Node facts").`)
 	g := fs.clientFlags(true)
 	c, id, err := inv.connect(fs, g, args, "NODE_ID")
 	if err != nil {
