@@ -118,8 +118,9 @@ func (s *Server) placeArtifacts(tx store.Tx, nodeID string, run store.Run, launc
 }
 
 // outbound is a stored command as it is sent: every Artifact read minted
-// now, for this sending, and the image's registry credential attached. The
-// stored command is not changed, so neither ever reaches the database. A
+// now, for this sending, the image's registry credential attached, and a
+// launch's secrets opened and attached (attachSecrets). The stored command
+// is not changed, so none of them ever reaches the database. A
 // read that cannot be minted is sent without one, which the node refuses in
 // Mercator's words rather than fetching anything.
 func (s *Server) outbound(ctx context.Context, cmd nodeproto.Command) nodeproto.Command {
@@ -137,6 +138,7 @@ func (s *Server) outbound(ctx context.Context, cmd nodeproto.Command) nodeproto.
 		if l.RegistryAuth == "" {
 			l.RegistryAuth = s.registries.Auth(ctx, l.Image)
 		}
+		s.attachSecrets(ctx, &l) // runs_secrets.go
 		cmd.LaunchWorkload = &l
 	case cmd.PrepareImage != nil:
 		c := *cmd.PrepareImage

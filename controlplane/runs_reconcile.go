@@ -392,7 +392,8 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number},
 				Image:       run.PinnedImage, Command: run.Command, Env: run.Env,
 				CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: p.GPUs,
-				Timeout: time.Duration(run.TimeoutSeconds) * time.Second,
+				Timeout:     time.Duration(run.TimeoutSeconds) * time.Second,
+				SecretNames: runSecretNames(run), // the values are attached as it is sent
 			}}
 			prepares, err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
 			if err != nil {
