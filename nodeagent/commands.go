@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -121,6 +122,9 @@ func (a *Agent) apply(ctx context.Context, cmd nodeproto.Command, result *nodepr
 			return failure.Invalid("launch_workload", "command carries no payload")
 		}
 		result.Workload = &l.WorkloadKey
+		if missing := l.MissingSecrets(); len(missing) > 0 {
+			return failure.Invalid("launch_workload", "the launch names the secrets %s but carries no value for them (the control plane could not open them; its log says why), so the container was not created", strings.Join(missing, ", "))
+		}
 		return a.launch(ctx, *l)
 	case nodeproto.KindStopWorkload:
 		s := cmd.StopWorkload
