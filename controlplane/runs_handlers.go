@@ -11,6 +11,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/runsecrets"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
@@ -130,7 +131,7 @@ func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, pins map[string
 	now := s.now()
 	run := store.Run{Run: api.Run{ID: httpapi.NewID("r-"), RunSpec: spec, PinnedImage: pinned, Status: api.RunQueued,
 		Reason: "waiting for the scheduler", Attempts: []api.Attempt{}, CreatedAt: now, UpdatedAt: now}}
-	if err := s.sealRunSecrets(&run); err != nil { // runs_secrets.go
+	if err := runsecrets.Seal(serverKey{s}, &run); err != nil {
 		return store.Run{}, err
 	}
 	return run, nil

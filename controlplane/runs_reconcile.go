@@ -10,6 +10,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/runsecrets"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
 
@@ -393,7 +394,7 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 				Image:       run.PinnedImage, Command: run.Command, Env: run.Env,
 				CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: p.GPUs,
 				Timeout:     time.Duration(run.TimeoutSeconds) * time.Second,
-				SecretNames: runSecretNames(run), // the values are attached as it is sent
+				SecretNames: runsecrets.Names(run), // the values are attached as it is sent
 			}}
 			prepares, err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
 			if err != nil {
