@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -64,7 +65,8 @@ many were created and which indexes were not. --count 1 is a sweep of one
 `+"`--env MERCATOR_RUN_INDEX=…`"+` cannot be combined with --count.
 
 Sizes for --memory take decimal (KB, MB, GB, TB) or binary (KiB, MiB, GiB,
-TiB) units; a plain number is bytes.`)
+TiB) units; a plain number is bytes.
+`+runSecretHelp)
 	g := fs.clientFlags(true)
 	var sf submitFlags
 	sf.define(fs)
@@ -80,7 +82,7 @@ TiB) units; a plain number is bytes.`)
 		sf.set[f.Name] = true
 		countSet = countSet || f.Name == "count"
 	})
-	spec, err := sf.spec(command)
+	spec, err := sf.spec(command, inv.env)
 	if err != nil {
 		return err
 	}
@@ -109,6 +111,7 @@ type submitFlags struct {
 	timeout, replaceAfter              *time.Duration
 	retries, gpus, count               *int
 	env, artifacts                     stringList
+	secretFlags                        // secrets.go
 	// set holds the names of the flags given on the command line.
 	set map[string]bool
 }
@@ -127,13 +130,15 @@ func (sf *submitFlags) define(fs *flagSet) {
 	fs.Var(&sf.env, "env", "set `KEY=VALUE` in the container's environment (repeatable)")
 	fs.Var(&sf.artifacts, "artifact", "mount an Artifact read-only: `NAME[@VERSION]:/PATH[:min-read=500MB/s]` (repeatable; no VERSION: the newest)")
 	sf.count = fs.Int("count", 1, "submit `N` copies, each with "+runIndexEnv+"=0…N-1 in its environment, through the batch API")
+	sf.secretFlags.define(fs)
 }
 
-// spec builds the run spec the flags and command describe, and checks it
-// with api.RunSpec.Validate, the control plane's own checks, so that a spec
-// the control plane would refuse is a usage error that names the flag to
-// change, and no request is sent.
-func (sf *submitFlags) spec(command []string) (api.RunSpec, error) {
+// spec builds the run spec the flags and command describe (a bare
+// --secret NAME read from env), and checks it with api.RunSpec.Validate,
+// the control plane's own checks, so that a spec the control plane would
+// refuse is a usage error that names the flag to change, and no request is
+// sent.
+func (sf *submitFlags) spec(command []string, env func(string) string) (api.RunSpec, error) {
 	spec := api.RunSpec{Image: *sf.image, Command: command, CPU: *sf.cpu, Retries: *sf.retries,
 		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout)}
 	var err error
@@ -168,6 +173,9 @@ func (sf *submitFlags) spec(command []string) (api.RunSpec, error) {
 	if _, ok := spec.Env[runIndexEnv]; ok && sf.set["count"] {
 		return spec, usagef("--env %s cannot be combined with --count: --count sets %s to each copy's index, 0 to N-1", runIndexEnv, runIndexEnv)
 	}
+	if spec.Secrets, err = sf.secrets(env); err != nil {
+		return spec, err
+	}
 	for _, a := range sf.artifacts {
 		m, err := parseArtifactFlag(a)
 		if err != nil {
@@ -194,7 +202,7 @@ var specFlags = map[string]string{
 	"image": "--image", "command": "the command", "cpu": "--cpu", "memory_bytes": "--memory",
 	"timeout_seconds": "--timeout (in seconds)", "retries": "--retries", "gpus": "--gpus",
 	"gpu_model": "--gpu-model", "gpu_memory_bytes": "--gpu-memory",
-	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env",
+	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env", "secrets": "--secret",
 }
 
 // specUsageError turns api.RunSpec.Validate's error into a usage error
@@ -205,6 +213,9 @@ func specUsageError(err error) error {
 		return err
 	}
 	name, ok := specFlags[fe.Field]
+	if secret, isSecret := strings.CutPrefix(fe.Field, "secrets."); isSecret {
+		name, ok = "--secret "+secret, true
+	}
 	if !ok {
 		return usagef("%v", err)
 	}
@@ -322,6 +333,9 @@ func (inv *invocation) printRun(r api.Run) error {
 	row("Pinned image", orDash(r.PinnedImage))
 	if len(r.Command) > 0 {
 		row("Command", strings.Join(r.Command, " "))
+	}
+	if len(r.Secrets) > 0 {
+		row("Secrets", strings.Join(slices.Sorted(maps.Keys(r.Secrets)), ", ")+" (values never shown)")
 	}
 	row("Exit code", formatExit(r.ExitCode))
 	row("Created", formatTime(&r.CreatedAt))
