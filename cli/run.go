@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -17,6 +16,7 @@ import (
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/bytesize"
+	"github.com/mercator/mercator/internal/secretflag"
 )
 
 const runSummary = "Submit, inspect, wait on and cancel runs"
@@ -66,7 +66,7 @@ many were created and which indexes were not. --count 1 is a sweep of one
 
 Sizes for --memory take decimal (KB, MB, GB, TB) or binary (KiB, MiB, GiB,
 TiB) units; a plain number is bytes.
-`+runSecretHelp)
+`+secretflag.Help)
 	g := fs.clientFlags(true)
 	var sf submitFlags
 	sf.define(fs)
@@ -111,7 +111,7 @@ type submitFlags struct {
 	timeout, replaceAfter              *time.Duration
 	retries, gpus, count               *int
 	env, artifacts                     stringList
-	secretFlags                        // secrets.go
+	secrets                            secretflag.Flags
 	// set holds the names of the flags given on the command line.
 	set map[string]bool
 }
@@ -130,7 +130,7 @@ func (sf *submitFlags) define(fs *flagSet) {
 	fs.Var(&sf.env, "env", "set `KEY=VALUE` in the container's environment (repeatable)")
 	fs.Var(&sf.artifacts, "artifact", "mount an Artifact read-only: `NAME[@VERSION]:/PATH[:min-read=500MB/s]` (repeatable; no VERSION: the newest)")
 	sf.count = fs.Int("count", 1, "submit `N` copies, each with "+runIndexEnv+"=0…N-1 in its environment, through the batch API")
-	sf.secretFlags.define(fs)
+	sf.secrets.Define(fs.FlagSet)
 }
 
 // spec builds the run spec the flags and command describe (a bare
@@ -160,21 +160,14 @@ func (sf *submitFlags) spec(command []string, env func(string) string) (api.RunS
 	if *sf.count < 1 {
 		return spec, usagef("--count must be 1 or more, got %d", *sf.count)
 	}
-	for _, kv := range sf.env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return spec, usagef("--env %q: want KEY=VALUE (the value may be empty: KEY=)", kv)
-		}
-		if spec.Env == nil {
-			spec.Env = map[string]string{}
-		}
-		spec.Env[k] = v
+	if spec.Env, err = keyValues("env", sf.env, "the value may be empty: KEY="); err != nil {
+		return spec, err
 	}
 	if _, ok := spec.Env[runIndexEnv]; ok && sf.set["count"] {
 		return spec, usagef("--env %s cannot be combined with --count: --count sets %s to each copy's index, 0 to N-1", runIndexEnv, runIndexEnv)
 	}
-	if spec.Secrets, err = sf.secrets(env); err != nil {
-		return spec, err
+	if spec.Secrets, err = sf.secrets.Read(env); err != nil {
+		return spec, usagef("%v", err)
 	}
 	for _, a := range sf.artifacts {
 		m, err := parseArtifactFlag(a)
@@ -213,9 +206,6 @@ func specUsageError(err error) error {
 		return err
 	}
 	name, ok := specFlags[fe.Field]
-	if secret, isSecret := strings.CutPrefix(fe.Field, "secrets."); isSecret {
-		name, ok = "--secret "+secret, true
-	}
 	if !ok {
 		return usagef("%v", err)
 	}
@@ -333,9 +323,6 @@ func (inv *invocation) printRun(r api.Run) error {
 	row("Pinned image", orDash(r.PinnedImage))
 	if len(r.Command) > 0 {
 		row("Command", strings.Join(r.Command, " "))
-	}
-	if len(r.Secrets) > 0 {
-		row("Secrets", strings.Join(slices.Sorted(maps.Keys(r.Secrets)), ", ")+" (values never shown)")
 	}
 	row("Exit code", formatExit(r.ExitCode))
 	row("Created", formatTime(&r.CreatedAt))

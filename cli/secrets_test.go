@@ -48,8 +48,8 @@ func TestSubmitSecretsRefused(t *testing.T) {
 		{[]string{"--secret", "A-B=hunter2"}, `"A-B" is not a valid variable name`},
 		{[]string{"--secret", "T=hunter2", "--secret-file", "T=" + big}, "--secret-file T: " + big + " is larger than 32768 bytes"},
 		{[]string{"--secret", "T=hunter2", "--secret", "T=hunter2"}, "the secret T is given twice"},
-		{[]string{"--secret", "A=hunter2", "--env", "A=1"}, "--secret A is also set in env"},
-		{[]string{"--secret", "T=" + api.SecretRedacted}, "--secret T is \"<redacted>\""},
+		{[]string{"--secret", "A=hunter2", "--env", "A=1"}, "secrets.A: is also set in env"},
+		{[]string{"--secret", "T=" + api.SecretRedacted}, "secrets.T: is \"<redacted>\""},
 		{[]string{"--secret-file", "T"}, `--secret-file "T": want NAME=PATH`},
 		{[]string{"--secret-file", "T=" + filepath.Join(dir, "missing")}, "no such file"},
 	} {
