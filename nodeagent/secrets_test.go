@@ -57,8 +57,9 @@ func filesHolding(t *testing.T, dir, s string) []string {
 // TestLaunchSecretsReachTheContainerOnly: a launch's secrets are in the
 // container's environment and nowhere the agent writes (its state file,
 // its log, the events it delivers), through a restart of the agent and the
-// launch's redelivery; and a launch that names a secret it does not carry
-// is refused without a container, naming the secret.
+// launch's redelivery; a launch that names a secret it does not carry is
+// refused without a container, naming the secret, unless the container
+// exists already, which it adopts.
 func TestLaunchSecretsReachTheContainerOnly(t *testing.T) {
 	const secret = "s3cret-for-the-container-only-7d1e"
 	rt := newMemRuntime()
@@ -105,6 +106,17 @@ func TestLaunchSecretsReachTheContainerOnly(t *testing.T) {
 	}
 	if n := rt.creates(bare.LaunchWorkload.WorkloadKey); n != 0 {
 		t.Errorf("a launch without its secrets made %d containers", n)
+	}
+	// The launch of an attempt whose container an earlier delivery made
+	// (the agent died before recording it), redelivered without the
+	// values, adopts that container rather than leave it behind a failure.
+	again := launch("op3", 5)
+	again.LaunchWorkload.WorkloadKey = key
+	again.LaunchWorkload.SecretNames = []string{"TOKEN"}
+	tr.commands <- again
+	waitUntil(t, "the adopting launch's result", func() bool { return len(tr.results("op3")) == 1 })
+	if res := tr.results("op3")[0].Result; res.Outcome != nodeproto.OutcomeOK || rt.creates(key) != 2 {
+		t.Errorf("a launch without values of an existing container: %s %q after %d creates; want it adopted", res.Outcome, res.Error, rt.creates(key))
 	}
 	stop()
 
