@@ -127,7 +127,7 @@ func (sf *submitFlags) define(fs *flagSet) {
 	sf.gpuModel = fs.String("gpu-model", "", "GPU `model` the run needs, matched as a case-insensitive substring, e.g. H100")
 	sf.gpuMemory = fs.String("gpu-memory", "", "minimum memory `size` per GPU, e.g. 80GiB")
 	sf.replaceAfter = fs.Duration("replace-after", 0, "replace an attempt whose node has been unreachable this long, e.g. 10m (0: the default, 5m; negative: never)")
-	fs.Var(&sf.env, "env", "set `KEY=VALUE` in the container's environment (repeatable)")
+	fs.Var(&sf.env, "env", "set `KEY=VALUE` in the container's environment (repeatable; stored and shown in the clear: not for secrets, see --secret)")
 	fs.Var(&sf.artifacts, "artifact", "mount an Artifact read-only: `NAME[@VERSION]:/PATH[:min-read=500MB/s]` (repeatable; no VERSION: the newest)")
 	sf.count = fs.Int("count", 1, "submit `N` copies, each with "+runIndexEnv+"=0…N-1 in its environment, through the batch API")
 	sf.secrets.Define(fs.FlagSet)

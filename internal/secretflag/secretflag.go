@@ -43,7 +43,7 @@ func (l *list) Set(s string) error { *l = append(*l, s); return nil }
 // Define adds --secret and --secret-file to fs.
 func (f *Flags) Define(fs *flag.FlagSet) {
 	fs.Var(&f.values, "secret", "set `NAME=VALUE` (or NAME, taking $NAME from this environment) in the container's environment as a secret: sealed, never shown (repeatable)")
-	fs.Var(&f.files, "secret-file", "set `NAME=PATH` in the container's environment as a secret, the value read from the file, at most 32 KiB (repeatable)")
+	fs.Var(&f.files, "secret-file", "a secret from a file: `NAME=PATH` sets NAME in the container's environment to the file's bytes (at most 32 KiB), sealed, never shown (repeatable)")
 }
 
 // Read returns the secrets the flags give, taking a bare NAME's value from
