@@ -78,6 +78,16 @@ type RunSpec struct {
 	// Artifacts are immutable Artifact versions mounted read-only into the
 	// container; the container starts only once its node holds them all.
 	Artifacts []ArtifactMount `json:"artifacts,omitempty"`
+
+	// Secrets (hardening: run secrets) are set in the container's
+	// environment like Env, but are write-only: the control plane seals
+	// them as it accepts the run, sends them only inside the launch command
+	// to the node that runs an attempt, and every read shows each name
+	// with SecretRedacted for its value. A name may not also be in Env.
+	// Submitting SecretRedacted as a value is refused (it is what a read
+	// shows, not a secret), so a spec read back and resubmitted fails
+	// rather than run without its secrets.
+	Secrets map[string]string `json:"secrets,omitempty"`
 }
 
 // Run is a run as the API shows it.

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/mercator/mercator/failure"
 )
@@ -26,6 +27,13 @@ const (
 	MaxRunStringBytes = 128 << 10
 	// MaxRunArtifacts bounds the Artifacts of one run.
 	MaxRunArtifacts = 64
+	// MaxRunSecrets bounds the Secrets of one run, and MaxRunSecretBytes
+	// one secret's value: room for a PEM key or a kubeconfig, while a
+	// whole "NAME=VALUE" stays well under the kernel's 128 KiB limit on
+	// one environment string. Names and values also count towards
+	// MaxRunStringBytes with the command and the environment.
+	MaxRunSecrets     = 64
+	MaxRunSecretBytes = 32 << 10
 )
 
 var (
@@ -93,6 +101,8 @@ func (s RunSpec) validateLimits() error {
 		return failure.Invalid("replace_after_seconds", "must be at most %d (30 days), 0 for the default or negative for never", MaxRunTimeout)
 	case len(s.Env) > MaxRunEnv:
 		return failure.Invalid("env", "has %d variables; at most %d are accepted", len(s.Env), MaxRunEnv)
+	case len(s.Secrets) > MaxRunSecrets:
+		return failure.Invalid("secrets", "has %d secrets; at most %d are accepted", len(s.Secrets), MaxRunSecrets)
 	}
 	return nil
 }
@@ -116,10 +126,40 @@ func (s RunSpec) validateStrings() error {
 		}
 		total += len(k) + len(v)
 	}
-	if total > MaxRunStringBytes {
-		return failure.Invalid("command", "command and environment total %d bytes; at most %d are accepted", total, MaxRunStringBytes)
+	n, err := s.validateSecrets()
+	if err != nil {
+		return err
+	}
+	if total += n; total > MaxRunStringBytes {
+		return failure.Invalid("command", "command, environment and secrets total %d bytes; at most %d are accepted", total, MaxRunStringBytes)
 	}
 	return nil
+}
+
+// validateSecrets checks the secrets' names (as env names, and not also in
+// Env) and values, and returns their total size. Its errors name a secret,
+// never show its value.
+func (s RunSpec) validateSecrets() (int, error) {
+	total := 0
+	for k, v := range s.Secrets {
+		field := "secrets." + k
+		switch _, inEnv := s.Env[k]; {
+		case !envName.MatchString(k):
+			return 0, failure.Invalid("secrets", "%q is not a valid variable name: use letters, digits and '_', not starting with a digit", k)
+		case inEnv:
+			return 0, failure.Invalid(field, "is also set in env; a name is either a secret or a plain variable, so remove it from one of them")
+		case v == SecretRedacted:
+			return 0, failure.Invalid(field, "is %q, what a read shows in place of a secret, not a value: give the secret itself (run submit --secret-file %s=PATH)", SecretRedacted, k)
+		case len(v) > MaxRunSecretBytes:
+			return 0, failure.Invalid(field, "is %d bytes; a secret may be at most %d (put larger material in an Artifact, and its key in a secret)", len(v), MaxRunSecretBytes)
+		case strings.ContainsRune(v, 0):
+			return 0, failure.Invalid(field, "contains a NUL byte, which an environment variable cannot hold (base64-encode binary secrets)")
+		case !utf8.ValidString(v):
+			return 0, failure.Invalid(field, "is not UTF-8 text, which is all a JSON string carries intact (base64-encode binary secrets)")
+		}
+		total += len(k) + len(v)
+	}
+	return total, nil
 }
 
 // ValidateArtifactName checks an Artifact's name, reporting it as field.

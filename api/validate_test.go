@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,6 +18,7 @@ func validSpec() RunSpec {
 		Image:          "127.0.0.1:5000/hello:1",
 		Command:        []string{"/hello", "world"},
 		Env:            map[string]string{"A_1": "x"},
+		Secrets:        map[string]string{"TOKEN": "s3cr3t"},
 		CPU:            0.5,
 		MemoryBytes:    64 << 20,
 		TimeoutSeconds: 60,
@@ -80,6 +82,21 @@ func TestRunSpecValidate(t *testing.T) {
 		{"negative floor", func(s *RunSpec) { s.Artifacts[1].MinReadBytesPerSecond = -1 }, "artifacts[1].min_read_bytes_per_second", "0 (no floor)"},
 		{"short digest", func(s *RunSpec) { s.Artifacts[1].SHA256 = "abc" }, "artifacts[1].sha256", "SHA-256"},
 		{"many artifacts", func(s *RunSpec) { s.Artifacts = make([]ArtifactMount, MaxRunArtifacts+1) }, "artifacts", "at most 64"},
+		{"bad secret name", func(s *RunSpec) { s.Secrets = map[string]string{"A-B": "x"} }, "secrets", `"A-B" is not a valid variable name`},
+		{"secret also in env", func(s *RunSpec) { s.Secrets = map[string]string{"A_1": "x"} }, "secrets.A_1", "also set in env"},
+		{"redacted secret", func(s *RunSpec) { s.Secrets["TOKEN"] = SecretRedacted }, "secrets.TOKEN", "what a read shows"},
+		{"NUL in secret", func(s *RunSpec) { s.Secrets["TOKEN"] = "a\x00b" }, "secrets.TOKEN", "NUL"},
+		{"binary secret", func(s *RunSpec) { s.Secrets["TOKEN"] = "\xff\xfe" }, "secrets.TOKEN", "UTF-8"},
+		{"large secret", func(s *RunSpec) { s.Secrets["TOKEN"] = strings.Repeat("k", MaxRunSecretBytes+1) }, "secrets.TOKEN", "at most 32768"},
+		{"largest secret", func(s *RunSpec) { s.Secrets["TOKEN"] = strings.Repeat("k", MaxRunSecretBytes) }, "", ""},
+		{"empty secret", func(s *RunSpec) { s.Secrets["TOKEN"] = "" }, "", ""},
+		{"many secrets", func(s *RunSpec) { s.Secrets = manySecrets(MaxRunSecrets + 1) }, "secrets", "at most 64"},
+		{"secrets count in the total", func(s *RunSpec) {
+			s.Secrets = manySecrets(5)
+			for k := range s.Secrets {
+				s.Secrets[k] = strings.Repeat("k", MaxRunSecretBytes)
+			}
+		}, "command", "command, environment and secrets total"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -105,6 +122,36 @@ func TestRunSpecValidate(t *testing.T) {
 				t.Errorf("Validate() = %q (field %q), want field %q saying %q", err, fe.Field, tc.field, tc.says)
 			}
 		})
+	}
+}
+
+// manySecrets returns n secrets S0…S(n-1), each with a short value.
+func manySecrets(n int) map[string]string {
+	m := map[string]string{}
+	for i := range n {
+		m["S"+strconv.Itoa(i)] = "v"
+	}
+	return m
+}
+
+// TestRunSpecValidateNeverShowsASecret: whatever is wrong with a secret,
+// the error names it and never repeats its value.
+func TestRunSpecValidateNeverShowsASecret(t *testing.T) {
+	const value = "hunter2-\x00-" + "value-that-must-not-appear"
+	for _, secrets := range []map[string]string{
+		{"TOKEN": value},
+		{"TOKEN": value + strings.Repeat("x", MaxRunSecretBytes)},
+		{"A_1": value},
+	} {
+		spec := validSpec()
+		spec.Secrets = secrets
+		err := spec.Validate()
+		if err == nil {
+			t.Fatalf("Validate() = nil for %d bytes of secret with a NUL", len(value))
+		}
+		if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "must-not-appear") {
+			t.Errorf("Validate() = %q shows the secret's value", err)
+		}
 	}
 }
 

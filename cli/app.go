@@ -39,29 +39,34 @@ func (f *flagSet) configFlags() *configFlags {
 	return c
 }
 
+// keyValues returns a repeatable KEY=VALUE flag's values as a map, nil
+// when none were given; one without "=" or KEY is a usage error naming
+// the flag, and saying what KEY= means (empty).
+func keyValues(flag string, list stringList, empty string) (map[string]string, error) {
+	if len(list) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, s := range list {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return nil, usagef("--%s %q: want KEY=VALUE (%s)", flag, s, empty)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
 // maps returns the flags as the API's maps; nil for flags not given.
 func (c *configFlags) maps() (config, secret map[string]string, ann api.Annotations, err error) {
-	kv := func(flag string, list stringList) (map[string]string, error) {
-		if len(list) == 0 {
-			return nil, nil
-		}
-		m := map[string]string{}
-		for _, s := range list {
-			k, v, ok := strings.Cut(s, "=")
-			if !ok || k == "" {
-				return nil, usagef("--%s %q: want KEY=VALUE (KEY= removes the key)", flag, s)
-			}
-			m[k] = v
-		}
-		return m, nil
-	}
-	if config, err = kv("config", c.config); err != nil {
+	const removes = "KEY= removes the key"
+	if config, err = keyValues("config", c.config, removes); err != nil {
 		return
 	}
-	if secret, err = kv("secret", c.secret); err != nil {
+	if secret, err = keyValues("secret", c.secret, removes); err != nil {
 		return
 	}
-	raw, err := kv("annotation", c.annotation)
+	raw, err := keyValues("annotation", c.annotation, removes)
 	if err != nil || raw == nil {
 		return
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/bytesize"
+	"github.com/mercator/mercator/internal/secretflag"
 	"github.com/mercator/mercator/internal/termtext"
 )
 
@@ -65,7 +66,8 @@ many were created and which indexes were not. --count 1 is a sweep of one
 `+"`--env MERCATOR_RUN_INDEX=…`"+` cannot be combined with --count.
 
 Sizes for --memory take decimal (KB, MB, GB, TB) or binary (KiB, MiB, GiB,
-TiB) units; a plain number is bytes.`)
+TiB) units; a plain number is bytes.
+`+secretflag.Help)
 	g := fs.clientFlags(true)
 	var sf submitFlags
 	sf.define(fs)
@@ -81,7 +83,7 @@ TiB) units; a plain number is bytes.`)
 		sf.set[f.Name] = true
 		countSet = countSet || f.Name == "count"
 	})
-	spec, err := sf.spec(command)
+	spec, err := sf.spec(command, inv.env)
 	if err != nil {
 		return err
 	}
@@ -110,6 +112,7 @@ type submitFlags struct {
 	timeout, replaceAfter              *time.Duration
 	retries, gpus, count               *int
 	env, artifacts                     stringList
+	secrets                            secretflag.Flags
 	// set holds the names of the flags given on the command line.
 	set map[string]bool
 }
@@ -125,16 +128,18 @@ func (sf *submitFlags) define(fs *flagSet) {
 	sf.gpuModel = fs.String("gpu-model", "", "GPU `model` the run needs, matched as a case-insensitive substring, e.g. H100")
 	sf.gpuMemory = fs.String("gpu-memory", "", "minimum memory `size` per GPU, e.g. 80GiB")
 	sf.replaceAfter = fs.Duration("replace-after", 0, "replace an attempt whose node has been unreachable this long, e.g. 10m (0: the default, 5m; negative: never)")
-	fs.Var(&sf.env, "env", "set `KEY=VALUE` in the container's environment (repeatable)")
+	fs.Var(&sf.env, "env", "set `KEY=VALUE` in the container's environment (repeatable; stored and shown in the clear: not for secrets, see --secret)")
 	fs.Var(&sf.artifacts, "artifact", "mount an Artifact read-only: `NAME[@VERSION]:/PATH[:min-read=500MB/s]` (repeatable; no VERSION: the newest)")
 	sf.count = fs.Int("count", 1, "submit `N` copies, each with "+runIndexEnv+"=0…N-1 in its environment, through the batch API")
+	sf.secrets.Define(fs.FlagSet)
 }
 
-// spec builds the run spec the flags and command describe, and checks it
-// with api.RunSpec.Validate, the control plane's own checks, so that a spec
-// the control plane would refuse is a usage error that names the flag to
-// change, and no request is sent.
-func (sf *submitFlags) spec(command []string) (api.RunSpec, error) {
+// spec builds the run spec the flags and command describe (a bare
+// --secret NAME read from env), and checks it with api.RunSpec.Validate,
+// the control plane's own checks, so that a spec the control plane would
+// refuse is a usage error that names the flag to change, and no request is
+// sent.
+func (sf *submitFlags) spec(command []string, env func(string) string) (api.RunSpec, error) {
 	spec := api.RunSpec{Image: *sf.image, Command: command, CPU: *sf.cpu, Retries: *sf.retries,
 		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout)}
 	var err error
@@ -156,18 +161,14 @@ func (sf *submitFlags) spec(command []string) (api.RunSpec, error) {
 	if *sf.count < 1 {
 		return spec, usagef("--count must be 1 or more, got %d", *sf.count)
 	}
-	for _, kv := range sf.env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return spec, usagef("--env %q: want KEY=VALUE (the value may be empty: KEY=)", kv)
-		}
-		if spec.Env == nil {
-			spec.Env = map[string]string{}
-		}
-		spec.Env[k] = v
+	if spec.Env, err = keyValues("env", sf.env, "the value may be empty: KEY="); err != nil {
+		return spec, err
 	}
 	if _, ok := spec.Env[runIndexEnv]; ok && sf.set["count"] {
 		return spec, usagef("--env %s cannot be combined with --count: --count sets %s to each copy's index, 0 to N-1", runIndexEnv, runIndexEnv)
+	}
+	if spec.Secrets, err = sf.secrets.Read(env); err != nil {
+		return spec, usagef("%v", err)
 	}
 	for _, a := range sf.artifacts {
 		m, err := parseArtifactFlag(a)
@@ -195,7 +196,7 @@ var specFlags = map[string]string{
 	"image": "--image", "command": "the command", "cpu": "--cpu", "memory_bytes": "--memory",
 	"timeout_seconds": "--timeout (in seconds)", "retries": "--retries", "gpus": "--gpus",
 	"gpu_model": "--gpu-model", "gpu_memory_bytes": "--gpu-memory",
-	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env",
+	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env", "secrets": "--secret",
 }
 
 // specUsageError turns api.RunSpec.Validate's error into a usage error

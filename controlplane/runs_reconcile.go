@@ -11,6 +11,7 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/runsecrets"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
 
@@ -404,7 +405,8 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number},
 				Image:       run.PinnedImage, Command: run.Command, Env: run.Env,
 				CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: p.GPUs,
-				Timeout: time.Duration(run.TimeoutSeconds) * time.Second,
+				Timeout:     time.Duration(run.TimeoutSeconds) * time.Second,
+				SecretNames: runsecrets.Names(run), // the values are attached as it is sent
 			}}
 			prepares, err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
 			if err != nil {

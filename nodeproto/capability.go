@@ -38,15 +38,20 @@
 //     answers over its own request to PathCallLogs. A control plane asks
 //     only agents at VersionCallLogs or later: an older one would take the
 //     unknown command for an operation.
+//   - 5 (2026-12-01): hardening. launch_workload may carry run secrets
+//     (LaunchWorkloadCommand.SecretNames, Secrets): an older agent would
+//     ignore them and start the container without them, so a launch with
+//     secrets goes only to an agent at VersionHardening or later.
 package nodeproto
 
 import (
+	"maps"
 	"time"
 )
 
 // Version is the capability version this build speaks. See the package doc
 // for what each version added.
-const Version = 4
+const Version = 5
 
 // The first version of each feature a command may need, from the history
 // above. A control plane sends a command only to a node whose agent is at
@@ -59,6 +64,8 @@ const (
 	VersionFunctions = 3
 	// VersionCallLogs: the call_log command (CallLogCommand).
 	VersionCallLogs = 4
+	// VersionHardening: launch_workload carrying run secrets.
+	VersionHardening = 5
 )
 
 // Paths of the node protocol, relative to the control plane's base URL. Every
@@ -236,6 +243,44 @@ type LaunchWorkloadCommand struct {
 	// Artifacts are mounted read-only; the container is not created until
 	// the node holds every one of them, verified.
 	Artifacts []ArtifactMount `json:"artifacts,omitempty"`
+
+	// SecretNames are the names of the run's secrets (capability version
+	// VersionHardening), stored with the command; Secrets are their
+	// values, which the control plane stores the command without and
+	// attaches, opened from the run's sealed secrets, each time it sends
+	// the command (as RegistryAuth). The agent sets them in the container's
+	// environment beside Env (Environment), refuses a launch that names a
+	// secret it was not given (MissingSecrets), and never writes them to
+	// its state, logs or spool: a launch redelivered after an agent restart
+	// carries them again.
+	SecretNames []string          `json:"secret_names,omitempty"`
+	Secrets     map[string]string `json:"secrets,omitempty"`
+}
+
+// Environment is the container's environment: Env and Secrets together
+// (the control plane never lets a name be in both; were one in both, the
+// secret would win). It returns Env itself when there are no secrets.
+func (l LaunchWorkloadCommand) Environment() map[string]string {
+	if len(l.Secrets) == 0 {
+		return l.Env
+	}
+	env := make(map[string]string, len(l.Env)+len(l.Secrets))
+	maps.Copy(env, l.Env)
+	maps.Copy(env, l.Secrets)
+	return env
+}
+
+// MissingSecrets lists the names in SecretNames that Secrets has no value
+// for: a launch sent without the values it names (the control plane could
+// not open them), which must not start.
+func (l LaunchWorkloadCommand) MissingSecrets() []string {
+	var missing []string
+	for _, name := range l.SecretNames {
+		if _, ok := l.Secrets[name]; !ok {
+			missing = append(missing, name)
+		}
+	}
+	return missing
 }
 
 // StopWorkloadCommand stops one attempt: the signal, then after GracePeriod

@@ -25,8 +25,11 @@ import (
 //
 //   - the pinned image, the command as the container's arguments (an
 //     image's ENTRYPOINT applies; without one the first element is the
-//     program), and the environment sorted, so one command always asks
-//     for the same container;
+//     program), and the environment (Env and the run's secrets:
+//     LaunchWorkloadCommand.Environment) sorted, so one command always
+//     asks for the same container. The daemon keeps a container's
+//     environment in its configuration on its disk (docs/hardening.md,
+//     "Run secrets"), the one place on the node a secret is written;
 //   - the labels that make the container this attempt's on this node
 //     (dockerengine.LabelRun, dockerengine.LabelAttempt, dockerengine.LabelNode, dockerengine.LabelTimeout, dockerengine.LabelImage, and
 //     dockerengine.LabelArtifacts naming the mounted digests);
@@ -45,7 +48,7 @@ func containerConfig(command nodeproto.LaunchWorkloadCommand, nodeID string, art
 	if err != nil {
 		return nil, nil, err
 	}
-	env, err := containerEnv(command.Env)
+	env, err := containerEnv(command.Environment()) // Env and the run's secrets
 	if err != nil {
 		return nil, nil, err
 	}

@@ -55,6 +55,11 @@ func TestContainerConfig(t *testing.T) {
 		config: container.Config{Image: fakeImage, Env: []string{"A=1", "B=2", "EMPTY="},
 			Labels: baseLabels(dockerengine.LabelNode, "n1", dockerengine.LabelTimeout, fmt.Sprint(int64(90*time.Second)))},
 	}, {
+		name: "the run's secrets in the environment beside Env, in no label",
+		launch: nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Env: map[string]string{"B": "2"},
+			SecretNames: []string{"TOKEN"}, Secrets: map[string]string{"TOKEN": "s3cret"}},
+		config: container.Config{Image: fakeImage, Env: []string{"B=2", "TOKEN=s3cret"}, Labels: baseLabels()},
+	}, {
 		name:   "a negative timeout is none",
 		launch: nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Timeout: -time.Second},
 		config: container.Config{Image: fakeImage, Labels: baseLabels()},
