@@ -12,6 +12,7 @@ import (
 	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/devenv"
+	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/internal/bytesize"
 	"github.com/mercator/mercator/nodeagent"
 )
@@ -133,6 +134,7 @@ control plane is on loopback.`)
 	kernel := fs.String("kernel-reports", "", "`root` of the kernel's reports (default /proc)")
 	heartbeat := fs.Duration("heartbeat", 0, "how often to report liveness and facts (default 5s, and at most a third of the lease)")
 	functions := agentFunctionFlags(fs) // fn.go
+	containment := agentContainmentFlags(fs)
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
 	if pos, err := fs.parse(args); err != nil {
 		return err
@@ -165,11 +167,42 @@ control plane is on loopback.`)
 	if err != nil {
 		return err
 	}
+	contain, err := containment()
+	if err != nil {
+		return err
+	}
 	return daemon.RunAgent(ctx, daemon.AgentOptions{
-		Functions:       fnOpts,
+		Functions: fnOpts, Containment: &contain,
 		ControlPlaneURL: *cp, NodeID: *nodeID, StateDir: *stateDir, Invitation: invitation, CAFile: *caFile, DockerHost: *dockerHost,
 		ArtifactRoot: *artifactRoot, ArtifactBudget: budget, AcceleratorTool: *accelTool, KernelReports: *kernel, Heartbeat: *heartbeat, Logger: log,
 	})
+}
+
+// agentContainmentFlags declares the flags of what every workload container
+// is held to (dockerengine.Containment; docs/hardening.md, "Contained
+// workloads"), defaulting to dockerengine.DefaultContainment, and returns
+// the function that reads them once parsed.
+func agentContainmentFlags(fs *flagSet) func() (dockerengine.Containment, error) {
+	d := dockerengine.DefaultContainment()
+	cpu := fs.Float64("default-cpu", d.DefaultCPU, "CPU `cores` of a Run or function that states none (0: no quota)")
+	memory := fs.String("default-memory", bytesize.Format(d.DefaultMemoryBytes), "memory `size` limit of a Run that states none (0: no limit)")
+	pids := fs.Int64("default-pids", d.PidsLimit, "most `processes` a workload container may have unless its Run asks for more")
+	maxPids := fs.Int64("max-pids", d.MaxPidsLimit, "most `processes` a Run may ask for (--pids-limit)")
+	logSize := fs.String("workload-log-size", bytesize.Format(d.LogMaxBytes), "most `size` of a Run container's output kept on this node's disk")
+	return func() (dockerengine.Containment, error) {
+		c := dockerengine.Containment{DefaultCPU: *cpu, PidsLimit: *pids, MaxPidsLimit: *maxPids}
+		var err error
+		if c.DefaultMemoryBytes, err = bytesize.Parse(*memory); err != nil {
+			return c, usagef("--default-memory: %v", err)
+		}
+		if c.LogMaxBytes, err = bytesize.Parse(*logSize); err != nil {
+			return c, usagef("--workload-log-size: %v", err)
+		}
+		if err := c.Check(); err != nil {
+			return c, usagef("--default-cpu, --default-memory, --default-pids, --max-pids, --workload-log-size: %v", err)
+		}
+		return c, nil
+	}
 }
 
 func runDev(ctx context.Context, inv *invocation, args []string) error {

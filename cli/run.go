@@ -109,6 +109,10 @@ type submitFlags struct {
 	timeout, replaceAfter              *time.Duration
 	retries, gpus, count               *int
 	env, artifacts                     stringList
+	// Containment the run asks for (api.RunSpec's block of it).
+	user, network *string
+	readOnly      *bool
+	pidsLimit     *int64
 	// set holds the names of the flags given on the command line.
 	set map[string]bool
 }
@@ -116,8 +120,8 @@ type submitFlags struct {
 func (sf *submitFlags) define(fs *flagSet) {
 	sf.set = map[string]bool{}
 	sf.image = fs.String("image", "", "image `REF` to run, with a tag or a digest (required)")
-	sf.cpu = fs.Float64("cpu", 0, "CPU `cores` to limit the run to, e.g. 0.5 (0: no limit)")
-	sf.memory = fs.String("memory", "", "memory `size` limit, e.g. 64MiB or 1GB (none: no limit)")
+	sf.cpu = fs.Float64("cpu", 0, "CPU `cores` to limit the run to, e.g. 0.5 (0: the node's default, one core unless its operator says otherwise)")
+	sf.memory = fs.String("memory", "", "memory `size` limit, e.g. 64MiB or 1GB (not given: the node's default, 2 GiB unless its operator says otherwise)")
 	sf.timeout = fs.Duration("timeout", 0, "fail the run this long after its container started, e.g. 30m (0: no timeout)")
 	sf.retries = fs.Int("retries", 0, "further attempts a failed attempt may get")
 	sf.gpus = fs.Int("gpus", 0, "number of whole GPUs the run needs")
@@ -126,6 +130,10 @@ func (sf *submitFlags) define(fs *flagSet) {
 	sf.replaceAfter = fs.Duration("replace-after", 0, "replace an attempt whose node has been unreachable this long, e.g. 10m (0: the default, 5m; negative: never)")
 	fs.Var(&sf.env, "env", "set `KEY=VALUE` in the container's environment (repeatable)")
 	fs.Var(&sf.artifacts, "artifact", "mount an Artifact read-only: `NAME[@VERSION]:/PATH[:min-read=500MB/s]` (repeatable; no VERSION: the newest)")
+	sf.user = fs.String("user", "", "run the command as `USER`: uid[:gid] or a name the image defines (default the image's user)")
+	sf.readOnly = fs.Bool("read-only", false, "mount the container's root filesystem read-only")
+	sf.network = fs.String("network", "", "`none` for loopback only (default the node's bridge)")
+	sf.pidsLimit = fs.Int64("pids-limit", 0, "most `processes` the container may have (0: the node's limit; a node refuses more than its --max-pids)")
 	sf.count = fs.Int("count", 1, "submit `N` copies, each with "+runIndexEnv+"=0…N-1 in its environment, through the batch API")
 }
 
@@ -135,7 +143,8 @@ func (sf *submitFlags) define(fs *flagSet) {
 // change, and no request is sent.
 func (sf *submitFlags) spec(command []string) (api.RunSpec, error) {
 	spec := api.RunSpec{Image: *sf.image, Command: command, CPU: *sf.cpu, Retries: *sf.retries,
-		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout)}
+		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout),
+		User: *sf.user, ReadOnlyRootfs: *sf.readOnly, Network: *sf.network, PidsLimit: *sf.pidsLimit}
 	var err error
 	if sf.set["memory"] {
 		if spec.MemoryBytes, err = bytesize.Parse(*sf.memory); err != nil {
@@ -195,6 +204,7 @@ var specFlags = map[string]string{
 	"timeout_seconds": "--timeout (in seconds)", "retries": "--retries", "gpus": "--gpus",
 	"gpu_model": "--gpu-model", "gpu_memory_bytes": "--gpu-memory",
 	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env",
+	"user": "--user", "network": "--network", "pids_limit": "--pids-limit",
 }
 
 // specUsageError turns api.RunSpec.Validate's error into a usage error

@@ -393,6 +393,7 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 				Image:       run.PinnedImage, Command: run.Command, Env: run.Env,
 				CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: p.GPUs,
 				Timeout: time.Duration(run.TimeoutSeconds) * time.Second,
+				User:    run.User, ReadOnlyRootfs: run.ReadOnlyRootfs, Network: run.Network, PidsLimit: run.PidsLimit,
 			}}
 			prepares, err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
 			if err != nil {

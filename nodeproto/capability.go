@@ -38,6 +38,13 @@
 //     answers over its own request to PathCallLogs. A control plane asks
 //     only agents at VersionCallLogs or later: an older one would take the
 //     unknown command for an operation.
+//   - 5 (2026-12-01): hardening. launch_workload may carry the containment
+//     a Run asked for (User, ReadOnlyRootfs, Network "none", PidsLimit); an
+//     older agent would ignore those fields and run the container without
+//     them, so a launch that sets any of them goes only to agents at
+//     VersionHardening or later. Agents at this version also hold every
+//     container to the node's containment (capabilities dropped,
+//     no-new-privileges, pids, log and default CPU and memory limits).
 package nodeproto
 
 import (
@@ -46,7 +53,7 @@ import (
 
 // Version is the capability version this build speaks. See the package doc
 // for what each version added.
-const Version = 4
+const Version = 5
 
 // The first version of each feature a command may need, from the history
 // above. A control plane sends a command only to a node whose agent is at
@@ -59,6 +66,8 @@ const (
 	VersionFunctions = 3
 	// VersionCallLogs: the call_log command (CallLogCommand).
 	VersionCallLogs = 4
+	// VersionHardening: launch_workload's containment fields.
+	VersionHardening = 5
 )
 
 // Paths of the node protocol, relative to the control plane's base URL. Every
@@ -224,9 +233,11 @@ type LaunchWorkloadCommand struct {
 	RegistryAuth string            `json:"registry_auth,omitempty"`
 	Command      []string          `json:"command,omitempty"`
 	Env          map[string]string `json:"env,omitempty"`
-	// CPU in cores (0.5 = half a core); 0 means unlimited.
+	// CPU in cores (0.5 = half a core); 0 means the node's default quota
+	// (unlimited on an agent before VersionHardening).
 	CPU float64 `json:"cpu,omitempty"`
-	// MemoryBytes is a hard limit; 0 means unlimited.
+	// MemoryBytes is a hard limit; 0 means the node's default limit
+	// (unlimited on an agent before VersionHardening).
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 	// GPUs are device UUIDs assigned by the scheduler.
 	GPUs []string `json:"gpus,omitempty"`
@@ -236,6 +247,28 @@ type LaunchWorkloadCommand struct {
 	// Artifacts are mounted read-only; the container is not created until
 	// the node holds every one of them, verified.
 	Artifacts []ArtifactMount `json:"artifacts,omitempty"`
+
+	// Containment the Run asked for (api.RunSpec's fields of the same
+	// names); the node's own containment applies whatever these say.
+	// Setting any of them makes the launch need VersionHardening.
+	//
+	// User runs the command as "uid[:gid]" or a name the image defines;
+	// empty is the image's user.
+	User string `json:"user,omitempty"`
+	// ReadOnlyRootfs mounts the container's root filesystem read-only.
+	ReadOnlyRootfs bool `json:"read_only_rootfs,omitempty"`
+	// Network is "" (the daemon's default bridge) or "none" (loopback
+	// only); a node refuses anything else.
+	Network string `json:"network,omitempty"`
+	// PidsLimit, when positive, replaces the node's process limit, up to
+	// the node's maximum; a launch above it fails.
+	PidsLimit int64 `json:"pids_limit,omitempty"`
+}
+
+// AsksContainment reports whether the launch carries any containment
+// field, and so needs an agent at VersionHardening.
+func (c LaunchWorkloadCommand) AsksContainment() bool {
+	return c.User != "" || c.ReadOnlyRootfs || c.Network != "" || c.PidsLimit != 0
 }
 
 // StopWorkloadCommand stops one attempt: the signal, then after GracePeriod

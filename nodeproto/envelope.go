@@ -52,8 +52,9 @@ type Command struct {
 
 // RequiredVersion is the lowest capability version whose agents can carry
 // out c: VersionArtifacts for prepare_artifact and for a launch
-// that mounts Artifacts, VersionFunctions for invoke,
-// VersionCallLogs for call_log, and 1 (every agent) for the
+// that mounts Artifacts, VersionHardening for a launch that asks for
+// containment (LaunchWorkloadCommand.AsksContainment), VersionFunctions for
+// invoke, VersionCallLogs for call_log, and 1 (every agent) for the
 // rest. An older agent would fail the command, or take an unknown kind for
 // an operation it must report on, so the control plane sends a command only
 // to a node at this version or later, and a Run whose launch needs more
@@ -63,6 +64,9 @@ func RequiredVersion(c Command) int {
 	case KindPrepareArtifact:
 		return VersionArtifacts
 	case KindLaunchWorkload:
+		if c.LaunchWorkload != nil && c.LaunchWorkload.AsksContainment() {
+			return VersionHardening
+		}
 		if c.LaunchWorkload != nil && len(c.LaunchWorkload.Artifacts) > 0 {
 			return VersionArtifacts
 		}

@@ -14,6 +14,10 @@ func TestRequiredVersion(t *testing.T) {
 		{"prepare_image", Command{Kind: KindPrepareImage, PrepareImage: &PrepareImageCommand{}}, 1},
 		{"launch without Artifacts", Command{Kind: KindLaunchWorkload, LaunchWorkload: &LaunchWorkloadCommand{}}, 1},
 		{"launch with Artifacts", Command{Kind: KindLaunchWorkload, LaunchWorkload: withArtifact}, VersionArtifacts},
+		{"launch as a user", Command{Kind: KindLaunchWorkload, LaunchWorkload: &LaunchWorkloadCommand{User: "1000"}}, VersionHardening},
+		{"launch read-only", Command{Kind: KindLaunchWorkload, LaunchWorkload: &LaunchWorkloadCommand{ReadOnlyRootfs: true}}, VersionHardening},
+		{"launch without network", Command{Kind: KindLaunchWorkload, LaunchWorkload: &LaunchWorkloadCommand{Network: "none"}}, VersionHardening},
+		{"launch with a pids limit and Artifacts", Command{Kind: KindLaunchWorkload, LaunchWorkload: &LaunchWorkloadCommand{PidsLimit: 10, Artifacts: withArtifact.Artifacts}}, VersionHardening},
 		{"prepare_artifact", Command{Kind: KindPrepareArtifact, PrepareArtifact: &PrepareArtifactCommand{}}, VersionArtifacts},
 		{"stop_workload", Command{Kind: KindStopWorkload, StopWorkload: &StopWorkloadCommand{}}, 1},
 		{"invoke", Command{Kind: KindInvoke, Invoke: &InvokeCommand{}}, VersionFunctions},
@@ -25,7 +29,7 @@ func TestRequiredVersion(t *testing.T) {
 		}
 	}
 	// The history's numbers, which stored facts and running agents rely on.
-	if VersionArtifacts != 2 || VersionFunctions != 3 || VersionCallLogs != 4 || Version < VersionCallLogs {
+	if VersionArtifacts != 2 || VersionFunctions != 3 || VersionCallLogs != 4 || VersionHardening != 5 || Version < VersionHardening {
 		t.Errorf("capability versions moved: artifacts %d, functions %d, call logs %d, this build %d",
 			VersionArtifacts, VersionFunctions, VersionCallLogs, Version)
 	}

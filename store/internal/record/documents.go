@@ -95,16 +95,22 @@ type runDoc struct {
 	GPUMemoryBytes      int64              `json:"gpu_memory_bytes,omitempty"`
 	ReplaceAfterSeconds int64              `json:"replace_after_seconds,omitempty"`
 	Artifacts           []artifactMountDoc `json:"artifacts,omitempty"`
-	PinnedImage         string             `json:"pinned_image"`
-	Status              string             `json:"status"`
-	Reason              string             `json:"reason,omitempty"`
-	ExitCode            *int               `json:"exit_code,omitempty"`
-	Attempts            []attemptDoc       `json:"attempts"`
-	Cancel              bool               `json:"cancel_requested,omitempty"`
-	CreatedAt           time.Time          `json:"created_at"`
-	UpdatedAt           time.Time          `json:"updated_at"`
-	FinishedAt          *time.Time         `json:"finished_at,omitempty"`
-	NextCheck           *time.Time         `json:"next_check,omitempty"`
+	// Containment the run asked for (api.RunSpec).
+	User           string `json:"user,omitempty"`
+	ReadOnlyRootfs bool   `json:"read_only_rootfs,omitempty"`
+	Network        string `json:"network,omitempty"`
+	PidsLimit      int64  `json:"pids_limit,omitempty"`
+
+	PinnedImage string       `json:"pinned_image"`
+	Status      string       `json:"status"`
+	Reason      string       `json:"reason,omitempty"`
+	ExitCode    *int         `json:"exit_code,omitempty"`
+	Attempts    []attemptDoc `json:"attempts"`
+	Cancel      bool         `json:"cancel_requested,omitempty"`
+	CreatedAt   time.Time    `json:"created_at"`
+	UpdatedAt   time.Time    `json:"updated_at"`
+	FinishedAt  *time.Time   `json:"finished_at,omitempty"`
+	NextCheck   *time.Time   `json:"next_check,omitempty"`
 }
 
 // attemptDoc is an api.Attempt as stored: the same fields, so that a
@@ -141,7 +147,8 @@ func runDocOf(r store.Run) runDoc {
 		MemoryBytes: r.MemoryBytes, TimeoutSeconds: r.TimeoutSeconds, Retries: r.Retries,
 		GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemoryBytes: r.GPUMemoryBytes,
 		ReplaceAfterSeconds: r.ReplaceAfterSeconds,
-		PinnedImage:         r.PinnedImage, Status: r.Status, Reason: r.Reason, ExitCode: r.ExitCode,
+		User:                r.User, ReadOnlyRootfs: r.ReadOnlyRootfs, Network: r.Network, PidsLimit: r.PidsLimit,
+		PinnedImage: r.PinnedImage, Status: r.Status, Reason: r.Reason, ExitCode: r.ExitCode,
 		Cancel: r.Cancel, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
 		NextCheck: r.NextCheck,
 	}
@@ -158,6 +165,7 @@ func (d runDoc) record() store.Run {
 			MemoryBytes: d.MemoryBytes, TimeoutSeconds: d.TimeoutSeconds, Retries: d.Retries,
 			GPUs: d.GPUs, GPUModel: d.GPUModel, GPUMemoryBytes: d.GPUMemoryBytes,
 			ReplaceAfterSeconds: d.ReplaceAfterSeconds,
+			User:                d.User, ReadOnlyRootfs: d.ReadOnlyRootfs, Network: d.Network, PidsLimit: d.PidsLimit,
 		},
 		PinnedImage: d.PinnedImage, Status: d.Status, Reason: d.Reason, ExitCode: d.ExitCode,
 		Cancel: d.Cancel, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, FinishedAt: d.FinishedAt,
