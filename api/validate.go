@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Limits on a run spec. They reject the absurd, not the large: a 2 TiB
@@ -36,10 +37,6 @@ var (
 	artifactName    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 	artifactVersion = regexp.MustCompile(`^v[1-9][0-9]{0,8}$`)
 	sha256Pattern   = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	// runUser is a user, and optionally a group, by name or number, as
-	// Docker's --user takes them; nothing that could be read as an option
-	// or a path.
-	runUser = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})?$`)
 )
 
 // Normalized returns a copy of s in the form the control plane stores: the
@@ -74,7 +71,7 @@ func (s RunSpec) Validate() error {
 // none, and a process limit within the kernel's range.
 func (s RunSpec) validateContainment() error {
 	switch {
-	case s.User != "" && !runUser.MatchString(s.User):
+	case s.User != "" && !nodeproto.ValidUser(s.User):
 		return failure.Invalid("user", "%q is not a user: write a name or uid, optionally with a group, such as 1000 or 1000:1000", s.User)
 	case s.Network == "host":
 		return failure.Invalid("network", "a run never gets the host's network; use \"none\" for loopback only, or leave it empty for the node's bridge")

@@ -48,6 +48,7 @@
 package nodeproto
 
 import (
+	"regexp"
 	"time"
 )
 
@@ -264,6 +265,21 @@ type LaunchWorkloadCommand struct {
 	// the node's maximum; a launch above it fails.
 	PidsLimit int64 `json:"pids_limit,omitempty"`
 }
+
+// NetworkNone is the one network a launch may name instead of the node's
+// default bridge: loopback only.
+const NetworkNone = "none"
+
+// userPattern is a user, and optionally a group, by name or number, as
+// Docker's --user takes them; nothing that could be read as an option or a
+// path.
+var userPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})?$`)
+
+// ValidUser reports whether user is what a launch's User may be: a name or
+// number, optionally with ":group" by name or number, at most 64
+// characters each. The control plane checks it before it stores a run and
+// every node again before it creates a container.
+func ValidUser(user string) bool { return userPattern.MatchString(user) }
 
 // AsksContainment reports whether the launch carries any containment
 // field, and so needs an agent at VersionHardening.

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"math"
 	"path"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -103,9 +102,9 @@ func containerConfig(command nodeproto.LaunchWorkloadCommand, nodeID string, con
 // and this node checks again, because it is what holds the machine.
 func checkLaunch(command nodeproto.LaunchWorkloadCommand, contain dockerengine.Containment) error {
 	switch {
-	case command.Network != "" && command.Network != "none":
+	case command.Network != "" && command.Network != nodeproto.NetworkNone:
 		return failure.Invalid("network", "%q is not a network this node gives a run: only \"none\" or the default", command.Network)
-	case command.User != "" && !launchUser.MatchString(command.User):
+	case command.User != "" && !nodeproto.ValidUser(command.User):
 		return failure.Invalid("user", "%q is not a user name or uid[:gid]", command.User)
 	case command.PidsLimit < 0 || command.PidsLimit > contain.MaxPidsLimit:
 		return failure.Invalid("pids_limit", "%d processes asked for; this node allows from 1 to %d (its --max-pids)", command.PidsLimit, contain.MaxPidsLimit)
@@ -120,10 +119,6 @@ func checkLaunch(command nodeproto.LaunchWorkloadCommand, contain dockerengine.C
 	}
 	return nil
 }
-
-// launchUser is a user, and optionally a group, by name or number: what
-// api.RunSpec.Validate accepts.
-var launchUser = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})?$`)
 
 // containerEnv turns the command's environment into the daemon's form,
 // sorted so the same command always creates the same container.
