@@ -2,12 +2,16 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 	dockerclient "github.com/docker/docker/client"
 
 	"github.com/mercator/mercator/api"
@@ -185,5 +189,48 @@ func TestContainedFunction(t *testing.T) {
 	}
 	if hc.NanoCPUs != 1e9 || hc.Memory != api.FnDefaultMemoryMB<<20 {
 		t.Errorf("function: NanoCpus %d, Memory %d; want the node's default core and the function's %d MiB", hc.NanoCPUs, hc.Memory, api.FnDefaultMemoryMB)
+	}
+}
+
+// BenchmarkContainmentOverhead: what the containment costs a container's
+// start, measured as create → the daemon's StartedAt through the Docker
+// API, for containers of the test image with the default containment (the
+// dropped capabilities, no-new-privileges, the process limit, the rotated
+// json-file log) and, interleaved in the same run as the baseline, the
+// same container with only its CPU and memory limits; reported as medians
+// and their ratio.
+//
+// Run it with: go test ./e2e -run '^$' -bench ContainmentOverhead -benchtime 1x
+// (MERCATOR_BENCH_SAMPLES samples of each, default 25).
+func BenchmarkContainmentOverhead(b *testing.B) {
+	samples := benchSamples(b)
+	c := startCluster(b)
+	docker, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer docker.Close()
+	pull, err := docker.ImagePull(context.Background(), c.workload, image.PullOptions{})
+	if err != nil {
+		b.Fatalf("pull %s: %v", c.workload, err)
+	}
+	io.Copy(io.Discard, pull)
+	pull.Close()
+	limits := container.Resources{NanoCPUs: 5e8, Memory: 64 << 20}
+	contain := dockerengine.DefaultContainment()
+	for i := 0; i < b.N; i++ {
+		var plain, contained []time.Duration
+		for s := 0; s < samples; s++ {
+			plain = append(plain, rawLaunch(b, docker, c.workload, &container.HostConfig{Resources: limits}))
+			hc := &container.HostConfig{Resources: limits, LogConfig: contain.RunLogConfig()}
+			contain.Apply(hc, 0)
+			contained = append(contained, rawLaunch(b, docker, c.workload, hc))
+		}
+		mc, mp := median(contained), median(plain)
+		b.ReportMetric(float64(mc.Microseconds())/1000, "contained-ms")
+		b.ReportMetric(float64(mp.Microseconds())/1000, "plain-ms")
+		b.ReportMetric(float64(mc)/float64(mp), "ratio")
+		fmt.Printf("container start over %d samples: contained median %v, plain median %v, ratio %.2f\n",
+			samples, mc.Round(time.Millisecond), mp.Round(time.Millisecond), float64(mc)/float64(mp))
 	}
 }
