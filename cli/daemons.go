@@ -129,7 +129,8 @@ control plane is on loopback.`)
 	tokenFile := fs.String("token-file", "", "`file` holding the invitation (mode 0600); needed for the first enrollment")
 	dockerHost := fs.String("docker-host", "", "Docker daemon `address` (default $DOCKER_HOST or the local socket)")
 	artifactRoot := fs.String("artifact-root", "", "`directory` for artifact copies (default STATE/artifacts)")
-	artifactBudget := fs.String("artifact-budget", "", "most `size` Artifact copies may take under the root, e.g. 500GiB; least recently used copies no work uses are evicted (default: the disk's free space)")
+	var budget bytesize.Value
+	fs.Var(&budget, "artifact-budget", "most `size` Artifact copies may take under the root, e.g. 500GiB; least recently used copies no work uses are evicted (default: the disk's free space)")
 	accelTool := fs.String("accelerator-tool", "", "`path` of the GPU vendor tool (default nvidia-smi on PATH)")
 	kernel := fs.String("kernel-reports", "", "`root` of the kernel's reports (default /proc)")
 	heartbeat := fs.Duration("heartbeat", 0, "how often to report liveness and facts (default 5s, and at most a third of the lease)")
@@ -157,52 +158,29 @@ control plane is on loopback.`)
 	if *artifactRoot == "" {
 		*artifactRoot = filepath.Join(*stateDir, "artifacts")
 	}
-	var budget int64
-	if *artifactBudget != "" {
-		if budget, err = bytesize.Parse(*artifactBudget); err != nil {
-			return usagef("--artifact-budget: %v", err)
-		}
-	}
 	fnOpts, err := functions()
 	if err != nil {
 		return err
 	}
-	contain, err := containment()
-	if err != nil {
-		return err
-	}
 	return daemon.RunAgent(ctx, daemon.AgentOptions{
-		Functions: fnOpts, Containment: &contain,
+		Functions: fnOpts, Containment: containment,
 		ControlPlaneURL: *cp, NodeID: *nodeID, StateDir: *stateDir, Invitation: invitation, CAFile: *caFile, DockerHost: *dockerHost,
-		ArtifactRoot: *artifactRoot, ArtifactBudget: budget, AcceleratorTool: *accelTool, KernelReports: *kernel, Heartbeat: *heartbeat, Logger: log,
+		ArtifactRoot: *artifactRoot, ArtifactBudget: int64(budget), AcceleratorTool: *accelTool, KernelReports: *kernel, Heartbeat: *heartbeat, Logger: log,
 	})
 }
 
 // agentContainmentFlags declares the flags of what every workload container
 // is held to (dockerengine.Containment; docs/hardening.md, "Contained
-// workloads"), defaulting to dockerengine.DefaultContainment, and returns
-// the function that reads them once parsed.
-func agentContainmentFlags(fs *flagSet) func() (dockerengine.Containment, error) {
-	d := dockerengine.DefaultContainment()
-	cpu := fs.Float64("default-cpu", d.DefaultCPU, "CPU `cores` of a Run or function that states none (0: no quota)")
-	memory := fs.String("default-memory", bytesize.Format(d.DefaultMemoryBytes), "memory `size` limit of a Run that states none (0: no limit)")
-	pids := fs.Int64("default-pids", d.PidsLimit, "most `processes` a workload container may have unless its Run asks for more")
-	maxPids := fs.Int64("max-pids", d.MaxPidsLimit, "most `processes` a Run may ask for (--pids-limit)")
-	logSize := fs.String("workload-log-size", bytesize.Format(d.LogMaxBytes), "most `size` of a Run container's output kept on this node's disk")
-	return func() (dockerengine.Containment, error) {
-		c := dockerengine.Containment{DefaultCPU: *cpu, PidsLimit: *pids, MaxPidsLimit: *maxPids}
-		var err error
-		if c.DefaultMemoryBytes, err = bytesize.Parse(*memory); err != nil {
-			return c, usagef("--default-memory: %v", err)
-		}
-		if c.LogMaxBytes, err = bytesize.Parse(*logSize); err != nil {
-			return c, usagef("--workload-log-size: %v", err)
-		}
-		if err := c.Check(); err != nil {
-			return c, usagef("--default-cpu, --default-memory, --default-pids, --max-pids, --workload-log-size: %v", err)
-		}
-		return c, nil
-	}
+// workloads"), defaulting to dockerengine.DefaultContainment. The agent
+// checks the result before it starts (daemon.RunAgent).
+func agentContainmentFlags(fs *flagSet) *dockerengine.Containment {
+	c := dockerengine.DefaultContainment()
+	fs.Float64Var(&c.DefaultCPU, "default-cpu", c.DefaultCPU, "CPU `cores` of a Run or function that states none (0: no quota)")
+	fs.Var((*bytesize.Value)(&c.DefaultMemoryBytes), "default-memory", "memory `size` limit of a Run that states none (0: no limit)")
+	fs.Int64Var(&c.PidsLimit, "default-pids", c.PidsLimit, "most `processes` a workload container may have unless its Run asks for more")
+	fs.Int64Var(&c.MaxPidsLimit, "max-pids", c.MaxPidsLimit, "most `processes` a Run may ask for (--pids-limit)")
+	fs.Var((*bytesize.Value)(&c.LogMaxBytes), "workload-log-size", "most `size` of a Run container's output kept on this node's disk")
+	return &c
 }
 
 func runDev(ctx context.Context, inv *invocation, args []string) error {

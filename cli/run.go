@@ -104,11 +104,12 @@ TiB) units; a plain number is bytes.`)
 
 // submitFlags are run submit's flags that describe the spec.
 type submitFlags struct {
-	image, memory, gpuModel, gpuMemory *string
-	cpu                                *float64
-	timeout, replaceAfter              *time.Duration
-	retries, gpus, count               *int
-	env, artifacts                     stringList
+	image, gpuModel       *string
+	memory, gpuMemory     bytesize.Value
+	cpu                   *float64
+	timeout, replaceAfter *time.Duration
+	retries, gpus, count  *int
+	env, artifacts        stringList
 	// Containment the run asks for (api.RunSpec's block of it).
 	user, network *string
 	readOnly      *bool
@@ -121,12 +122,12 @@ func (sf *submitFlags) define(fs *flagSet) {
 	sf.set = map[string]bool{}
 	sf.image = fs.String("image", "", "image `REF` to run, with a tag or a digest (required)")
 	sf.cpu = fs.Float64("cpu", 0, "CPU `cores` to limit the run to, e.g. 0.5 (0: the node's default, one core unless its operator says otherwise)")
-	sf.memory = fs.String("memory", "", "memory `size` limit, e.g. 64MiB or 1GB (not given: the node's default, 2 GiB unless its operator says otherwise)")
+	fs.Var(&sf.memory, "memory", "memory `size` limit, e.g. 64MiB or 1GB (not given: the node's default, 2 GiB unless its operator says otherwise)")
 	sf.timeout = fs.Duration("timeout", 0, "fail the run this long after its container started, e.g. 30m (0: no timeout)")
 	sf.retries = fs.Int("retries", 0, "further attempts a failed attempt may get")
 	sf.gpus = fs.Int("gpus", 0, "number of whole GPUs the run needs")
 	sf.gpuModel = fs.String("gpu-model", "", "GPU `model` the run needs, matched as a case-insensitive substring, e.g. H100")
-	sf.gpuMemory = fs.String("gpu-memory", "", "minimum memory `size` per GPU, e.g. 80GiB")
+	fs.Var(&sf.gpuMemory, "gpu-memory", "minimum memory `size` per GPU, e.g. 80GiB")
 	sf.replaceAfter = fs.Duration("replace-after", 0, "replace an attempt whose node has been unreachable this long, e.g. 10m (0: the default, 5m; negative: never)")
 	fs.Var(&sf.env, "env", "set `KEY=VALUE` in the container's environment (repeatable)")
 	fs.Var(&sf.artifacts, "artifact", "mount an Artifact read-only: `NAME[@VERSION]:/PATH[:min-read=500MB/s]` (repeatable; no VERSION: the newest)")
@@ -144,18 +145,8 @@ func (sf *submitFlags) define(fs *flagSet) {
 func (sf *submitFlags) spec(command []string) (api.RunSpec, error) {
 	spec := api.RunSpec{Image: *sf.image, Command: command, CPU: *sf.cpu, Retries: *sf.retries,
 		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout),
-		User: *sf.user, ReadOnlyRootfs: *sf.readOnly, Network: *sf.network, PidsLimit: *sf.pidsLimit}
-	var err error
-	if sf.set["memory"] {
-		if spec.MemoryBytes, err = bytesize.Parse(*sf.memory); err != nil {
-			return spec, usagef("--memory: %v", err)
-		}
-	}
-	if *sf.gpuMemory != "" {
-		if spec.GPUMemoryBytes, err = bytesize.Parse(*sf.gpuMemory); err != nil {
-			return spec, usagef("--gpu-memory: %v", err)
-		}
-	}
+		User: *sf.user, ReadOnlyRootfs: *sf.readOnly, Network: *sf.network, PidsLimit: *sf.pidsLimit,
+		MemoryBytes: int64(sf.memory), GPUMemoryBytes: int64(sf.gpuMemory)}
 	if *sf.replaceAfter < 0 {
 		spec.ReplaceAfterSeconds = -1
 	} else {
