@@ -95,22 +95,22 @@ type runDoc struct {
 	GPUMemoryBytes      int64              `json:"gpu_memory_bytes,omitempty"`
 	ReplaceAfterSeconds int64              `json:"replace_after_seconds,omitempty"`
 	Artifacts           []artifactMountDoc `json:"artifacts,omitempty"`
+	PinnedImage         string             `json:"pinned_image"`
+	Status              string             `json:"status"`
+	Reason              string             `json:"reason,omitempty"`
+	ExitCode            *int               `json:"exit_code,omitempty"`
+	Attempts            []attemptDoc       `json:"attempts"`
+	Cancel              bool               `json:"cancel_requested,omitempty"`
+	CreatedAt           time.Time          `json:"created_at"`
+	UpdatedAt           time.Time          `json:"updated_at"`
+	FinishedAt          *time.Time         `json:"finished_at,omitempty"`
+	NextCheck           *time.Time         `json:"next_check,omitempty"`
+
 	// Containment the run asked for (api.RunSpec).
 	User           string `json:"user,omitempty"`
 	ReadOnlyRootfs bool   `json:"read_only_rootfs,omitempty"`
 	Network        string `json:"network,omitempty"`
 	PidsLimit      int64  `json:"pids_limit,omitempty"`
-
-	PinnedImage string       `json:"pinned_image"`
-	Status      string       `json:"status"`
-	Reason      string       `json:"reason,omitempty"`
-	ExitCode    *int         `json:"exit_code,omitempty"`
-	Attempts    []attemptDoc `json:"attempts"`
-	Cancel      bool         `json:"cancel_requested,omitempty"`
-	CreatedAt   time.Time    `json:"created_at"`
-	UpdatedAt   time.Time    `json:"updated_at"`
-	FinishedAt  *time.Time   `json:"finished_at,omitempty"`
-	NextCheck   *time.Time   `json:"next_check,omitempty"`
 }
 
 // attemptDoc is an api.Attempt as stored: the same fields, so that a
@@ -147,10 +147,10 @@ func runDocOf(r store.Run) runDoc {
 		MemoryBytes: r.MemoryBytes, TimeoutSeconds: r.TimeoutSeconds, Retries: r.Retries,
 		GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemoryBytes: r.GPUMemoryBytes,
 		ReplaceAfterSeconds: r.ReplaceAfterSeconds,
-		User:                r.User, ReadOnlyRootfs: r.ReadOnlyRootfs, Network: r.Network, PidsLimit: r.PidsLimit,
-		PinnedImage: r.PinnedImage, Status: r.Status, Reason: r.Reason, ExitCode: r.ExitCode,
+		PinnedImage:         r.PinnedImage, Status: r.Status, Reason: r.Reason, ExitCode: r.ExitCode,
 		Cancel: r.Cancel, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
 		NextCheck: r.NextCheck,
+		User:      r.User, ReadOnlyRootfs: r.ReadOnlyRootfs, Network: r.Network, PidsLimit: r.PidsLimit,
 	}
 	d.Artifacts = convertAll(r.Artifacts, func(m api.ArtifactMount) artifactMountDoc { return artifactMountDoc(m) })
 	d.Attempts = convertAll(r.Attempts, func(a api.Attempt) attemptDoc { return attemptDoc(a) })
