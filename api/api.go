@@ -51,9 +51,12 @@ type RunSpec struct {
 	Image   string            `json:"image"`
 	Command []string          `json:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
-	// CPU in cores; 0 means no limit.
+	// CPU in cores; 0 means the node's default quota (one core unless its
+	// operator says otherwise), which the scheduler does not count.
 	CPU float64 `json:"cpu,omitempty"`
-	// MemoryBytes is a hard limit; 0 means no limit.
+	// MemoryBytes is a hard limit; 0 means the node's default limit (2 GiB
+	// unless its operator says otherwise), which the scheduler does not
+	// count.
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 	// TimeoutSeconds, when positive, ends the run as failed that long after
 	// its container started.
@@ -88,7 +91,28 @@ type RunSpec struct {
 	// shows, not a secret), so a spec read back and resubmitted fails
 	// rather than run without its secrets.
 	Secrets map[string]string `json:"secrets,omitempty"`
+	// Containment a run may ask for, beyond what every node applies anyway
+	// (docs/hardening.md, "Contained workloads"). There is deliberately no
+	// field for privileged mode, capabilities, host mounts, the host's
+	// network or devices: a spec cannot reach them.
+	//
+	// User runs the command as "uid[:gid]" or a user name the image
+	// defines; empty is the image's own user.
+	User string `json:"user,omitempty"`
+	// ReadOnlyRootfs mounts the container's root filesystem read-only
+	// (Artifacts are read-only whatever this says).
+	ReadOnlyRootfs bool `json:"read_only_rootfs,omitempty"`
+	// Network is "" for the node's default bridge or "none" for loopback
+	// only.
+	Network string `json:"network,omitempty"`
+	// PidsLimit, when positive, replaces the node's process limit; a node
+	// refuses one above its own maximum. 0 is the node's limit.
+	PidsLimit int64 `json:"pids_limit,omitempty"`
 }
+
+// NetworkNone is the one network a run may ask for instead of the node's
+// default bridge.
+const NetworkNone = "none"
 
 // Run is a run as the API shows it.
 type Run struct {

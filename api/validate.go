@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Limits on a run spec. They reject the absurd, not the large: a 2 TiB
@@ -34,6 +35,9 @@ const (
 	// MaxRunStringBytes with the command and the environment.
 	MaxRunSecrets     = 64
 	MaxRunSecretBytes = 32 << 10
+	// MaxRunPidsLimit is the kernel's own ceiling on process IDs; each
+	// node refuses a limit above its configured maximum, usually far lower.
+	MaxRunPidsLimit = 1 << 22
 )
 
 var (
@@ -64,7 +68,27 @@ func (s RunSpec) Validate() error {
 	if err := s.validateStrings(); err != nil {
 		return err
 	}
+	if err := s.validateContainment(); err != nil {
+		return err
+	}
 	return ValidateArtifactMounts(s.Artifacts)
+}
+
+// validateContainment checks what the spec asks of the container's
+// containment: a user by name or number, a network that is the default or
+// none, and a process limit within the kernel's range.
+func (s RunSpec) validateContainment() error {
+	switch {
+	case s.User != "" && !nodeproto.ValidUser(s.User):
+		return failure.Invalid("user", "%q is not a user: write a name or uid, optionally with a group, such as 1000 or 1000:1000", s.User)
+	case s.Network == "host":
+		return failure.Invalid("network", "a run never gets the host's network; use \"none\" for loopback only, or leave it empty for the node's bridge")
+	case s.Network != "" && s.Network != NetworkNone:
+		return failure.Invalid("network", "%q is not a network a run may ask for: use \"none\" for loopback only, or leave it empty for the node's bridge", s.Network)
+	case s.PidsLimit < 0 || s.PidsLimit > MaxRunPidsLimit:
+		return failure.Invalid("pids_limit", "must be from 0 (the node's limit) to %d processes", MaxRunPidsLimit)
+	}
+	return nil
 }
 
 // validateLimits checks the image, the command's presence and every
@@ -80,11 +104,11 @@ func (s RunSpec) validateLimits() error {
 	case s.Command[0] == "":
 		return failure.Invalid("command", "the program (first element) must not be empty")
 	case math.IsNaN(s.CPU) || math.IsInf(s.CPU, 0) || s.CPU < 0 || s.CPU > MaxRunCPU:
-		return failure.Invalid("cpu", "must be a number of cores from 0 (no limit) to %d, such as 0.5", MaxRunCPU)
+		return failure.Invalid("cpu", "must be a number of cores from 0 (the node's default) to %d, such as 0.5", MaxRunCPU)
 	case s.MemoryBytes < 0 || s.MemoryBytes > MaxRunMemory:
-		return failure.Invalid("memory_bytes", "must be from 0 (no limit) to %d bytes", int64(MaxRunMemory))
+		return failure.Invalid("memory_bytes", "must be from 0 (the node's default) to %d bytes", int64(MaxRunMemory))
 	case s.MemoryBytes > 0 && s.MemoryBytes < MinRunMemory:
-		return failure.Invalid("memory_bytes", "must be at least 6 MiB (%d bytes), the container runtime's minimum, or 0 for no limit", MinRunMemory)
+		return failure.Invalid("memory_bytes", "must be at least 6 MiB (%d bytes), the container runtime's minimum, or 0 for the node's default", MinRunMemory)
 	case s.TimeoutSeconds < 0 || s.TimeoutSeconds > MaxRunTimeout:
 		return failure.Invalid("timeout_seconds", "must be from 0 (none) to %d (30 days)", MaxRunTimeout)
 	case s.Retries < 0 || s.Retries > MaxRunRetries:

@@ -314,7 +314,8 @@ func (f *flagSet) failed(err error) error {
 		f.printHelp(f.inv.stdout)
 		return exitCode(0)
 	}
-	return usagef("%s", err)
+	// The flag package names a flag with one dash; the CLI's are long.
+	return usagef("%s", strings.Replace(err.Error(), "for flag -", "for flag --", 1))
 }
 
 // printHelp prints the usage line, the help and the flags, long names with

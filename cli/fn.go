@@ -489,19 +489,14 @@ is given, as with run logs.`)
 // reads them after parsing.
 func agentFunctionFlags(fs *flagSet) func() (nodeagent.FunctionsOptions, error) {
 	disabled := fs.Bool("no-functions", false, "run no functions on this node")
-	memory := fs.String("fn-memory", "", "memory `size` set aside for function containers, e.g. 4GiB (default a quarter of the machine's)")
+	var memory bytesize.Value
+	fs.Var(&memory, "fn-memory", "memory `size` set aside for function containers, e.g. 4GiB (default a quarter of the machine's)")
 	cpus := fs.Float64("fn-cpus", 0, "CPU `cores` set aside for functions that reserve CPU (default a quarter of the machine's)")
 	gpus := fs.Int("fn-gpus", 0, "GPUs set aside for functions (the last ones the vendor tool lists)")
 	network := fs.String("fn-network", "", "Docker `network` of function containers (default the daemon's bridge)")
 	return func() (nodeagent.FunctionsOptions, error) {
-		o := nodeagent.FunctionsOptions{Disabled: *disabled, GPUs: *gpus, Network: *network, MilliCPUs: int64(math.Round(*cpus * 1000))}
-		if *memory != "" {
-			n, err := bytesize.Parse(*memory)
-			if err != nil {
-				return o, usagef("--fn-memory: %v", err)
-			}
-			o.MemoryBytes = n
-		}
+		o := nodeagent.FunctionsOptions{Disabled: *disabled, GPUs: *gpus, Network: *network, MilliCPUs: int64(math.Round(*cpus * 1000)),
+			MemoryBytes: int64(memory)}
 		if *cpus < 0 || *gpus < 0 {
 			return o, usagef("--fn-cpus and --fn-gpus must not be negative")
 		}

@@ -107,12 +107,17 @@ TiB) units; a plain number is bytes.
 
 // submitFlags are run submit's flags that describe the spec.
 type submitFlags struct {
-	image, memory, gpuModel, gpuMemory *string
-	cpu                                *float64
-	timeout, replaceAfter              *time.Duration
-	retries, gpus, count               *int
-	env, artifacts                     stringList
-	secrets                            secretflag.Flags
+	image, gpuModel       *string
+	memory, gpuMemory     bytesize.Value
+	cpu                   *float64
+	timeout, replaceAfter *time.Duration
+	retries, gpus, count  *int
+	env, artifacts        stringList
+	// Containment the run asks for (api.RunSpec's block of it).
+	user, network *string
+	readOnly      *bool
+	pidsLimit     *int64
+	secrets       secretflag.Flags
 	// set holds the names of the flags given on the command line.
 	set map[string]bool
 }
@@ -120,16 +125,20 @@ type submitFlags struct {
 func (sf *submitFlags) define(fs *flagSet) {
 	sf.set = map[string]bool{}
 	sf.image = fs.String("image", "", "image `REF` to run, with a tag or a digest (required)")
-	sf.cpu = fs.Float64("cpu", 0, "CPU `cores` to limit the run to, e.g. 0.5 (0: no limit)")
-	sf.memory = fs.String("memory", "", "memory `size` limit, e.g. 64MiB or 1GB (none: no limit)")
+	sf.cpu = fs.Float64("cpu", 0, "CPU `cores` to limit the run to, e.g. 0.5 (0: the node's default, one core unless its operator says otherwise)")
+	fs.Var(&sf.memory, "memory", "memory `size` limit, e.g. 64MiB or 1GB (not given: the node's default, 2 GiB unless its operator says otherwise)")
 	sf.timeout = fs.Duration("timeout", 0, "fail the run this long after its container started, e.g. 30m (0: no timeout)")
 	sf.retries = fs.Int("retries", 0, "further attempts a failed attempt may get")
 	sf.gpus = fs.Int("gpus", 0, "number of whole GPUs the run needs")
 	sf.gpuModel = fs.String("gpu-model", "", "GPU `model` the run needs, matched as a case-insensitive substring, e.g. H100")
-	sf.gpuMemory = fs.String("gpu-memory", "", "minimum memory `size` per GPU, e.g. 80GiB")
+	fs.Var(&sf.gpuMemory, "gpu-memory", "minimum memory `size` per GPU, e.g. 80GiB")
 	sf.replaceAfter = fs.Duration("replace-after", 0, "replace an attempt whose node has been unreachable this long, e.g. 10m (0: the default, 5m; negative: never)")
 	fs.Var(&sf.env, "env", "set `KEY=VALUE` in the container's environment (repeatable; stored and shown in the clear: not for secrets, see --secret)")
 	fs.Var(&sf.artifacts, "artifact", "mount an Artifact read-only: `NAME[@VERSION]:/PATH[:min-read=500MB/s]` (repeatable; no VERSION: the newest)")
+	sf.user = fs.String("user", "", "run the command as `USER`: uid[:gid] or a name the image defines (default the image's user)")
+	sf.readOnly = fs.Bool("read-only", false, "mount the container's root filesystem read-only")
+	sf.network = fs.String("network", "", "`none` for loopback only (default the node's bridge)")
+	sf.pidsLimit = fs.Int64("pids-limit", 0, "most `processes` the container may have (0: the node's limit; a node refuses more than its --max-pids)")
 	sf.count = fs.Int("count", 1, "submit `N` copies, each with "+runIndexEnv+"=0…N-1 in its environment, through the batch API")
 	sf.secrets.Define(fs.FlagSet)
 }
@@ -141,18 +150,10 @@ func (sf *submitFlags) define(fs *flagSet) {
 // sent.
 func (sf *submitFlags) spec(command []string, env func(string) string) (api.RunSpec, error) {
 	spec := api.RunSpec{Image: *sf.image, Command: command, CPU: *sf.cpu, Retries: *sf.retries,
-		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout)}
+		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout),
+		User: *sf.user, ReadOnlyRootfs: *sf.readOnly, Network: *sf.network, PidsLimit: *sf.pidsLimit,
+		MemoryBytes: int64(sf.memory), GPUMemoryBytes: int64(sf.gpuMemory)}
 	var err error
-	if sf.set["memory"] {
-		if spec.MemoryBytes, err = bytesize.Parse(*sf.memory); err != nil {
-			return spec, usagef("--memory: %v", err)
-		}
-	}
-	if *sf.gpuMemory != "" {
-		if spec.GPUMemoryBytes, err = bytesize.Parse(*sf.gpuMemory); err != nil {
-			return spec, usagef("--gpu-memory: %v", err)
-		}
-	}
 	if *sf.replaceAfter < 0 {
 		spec.ReplaceAfterSeconds = -1
 	} else {
@@ -197,6 +198,7 @@ var specFlags = map[string]string{
 	"timeout_seconds": "--timeout (in seconds)", "retries": "--retries", "gpus": "--gpus",
 	"gpu_model": "--gpu-model", "gpu_memory_bytes": "--gpu-memory",
 	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env", "secrets": "--secret",
+	"user": "--user", "network": "--network", "pids_limit": "--pids-limit",
 }
 
 // specUsageError turns api.RunSpec.Validate's error into a usage error

@@ -407,6 +407,7 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 				CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: p.GPUs,
 				Timeout:     time.Duration(run.TimeoutSeconds) * time.Second,
 				SecretNames: runsecrets.Names(run), // the values are attached as it is sent
+				User:        run.User, ReadOnlyRootfs: run.ReadOnlyRootfs, Network: run.Network, PidsLimit: run.PidsLimit,
 			}}
 			prepares, err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
 			if err != nil {

@@ -114,6 +114,13 @@ func newEngine(api dockerengine.API, cfg Config) (*Engine, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Containment == nil {
+		c := dockerengine.DefaultContainment()
+		cfg.Containment = &c
+	}
+	if err := cfg.Containment.Check(); err != nil {
+		return nil, failure.Invalid("containment", "%v", err)
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)

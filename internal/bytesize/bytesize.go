@@ -81,3 +81,27 @@ func Parse(s string) (int64, error) {
 	}
 	return int64(bytes), nil
 }
+
+// Value is a size flag (flag.Value): Set reads what Parse reads, String
+// prints what Format prints, so a flag's default shows as people write it.
+// A CLI whose flags take sizes needs no parsing of its own.
+type Value int64
+
+// Set implements flag.Value.
+func (v *Value) Set(s string) error {
+	n, err := Parse(s)
+	if err != nil {
+		return err
+	}
+	*v = Value(n)
+	return nil
+}
+
+// String implements flag.Value; zero is "0", which help output takes for
+// a flag without a default.
+func (v *Value) String() string {
+	if v == nil || *v == 0 {
+		return "0"
+	}
+	return Format(int64(*v))
+}
