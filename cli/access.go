@@ -28,19 +28,28 @@ func init() {
 	registerSub("node", nodeSummary, &command{name: "invitations", summary: "List a node's invitations", run: nodeInvitations})
 }
 
+// maxSpan is the longest span parseSpan accepts: 100 years, far beyond
+// any expiry or look-back a person means, and far inside time.Duration's
+// 292 years, so no span wraps around.
+const maxSpan = 100 * 365 * 24 * time.Hour
+
 // parseSpan reads a duration that may count days ("30d") as well as
-// Go's units ("12h", "90m").
+// Go's units ("12h", "90m"). Negative spans and spans over maxSpan are
+// errors.
 func parseSpan(s string) (time.Duration, error) {
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.ParseFloat(days, 64)
-		if err != nil || n < 0 {
-			return 0, fmt.Errorf("%q is not a number of days", s)
+		if err != nil || !(n >= 0) || n > float64(maxSpan/(24*time.Hour)) {
+			return 0, fmt.Errorf("%q is not a number of days from 0 to %d", s, maxSpan/(24*time.Hour))
 		}
 		return time.Duration(n * float64(24*time.Hour)), nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		return 0, fmt.Errorf("%q is not a duration (e.g. 30d, 12h, 90m)", s)
+	}
+	if d < 0 || d > maxSpan {
+		return 0, fmt.Errorf("%q is outside 0 to %dd", s, maxSpan/(24*time.Hour))
 	}
 	return d, nil
 }

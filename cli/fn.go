@@ -69,13 +69,22 @@ func parseFnMemory(s string) (uint64, error) {
 }
 
 // parseSeconds reads a duration as Fn's whole seconds: "30", "30s", "2m".
+// Negative durations and counts past int32 are errors (the server refuses
+// out-of-range timeouts with its own message; this one keeps a typo from
+// wrapping around into a different number on the way).
 func parseSeconds(s string) (int32, error) {
 	if n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32); err == nil {
+		if n < 0 {
+			return 0, fmt.Errorf("%q is negative; write 0 or more seconds", s)
+		}
 		return int32(n), nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		return 0, fmt.Errorf("%q is not a duration; write seconds or a duration like 30s or 2m", s)
+	}
+	if d < 0 || d.Seconds() > math.MaxInt32 {
+		return 0, fmt.Errorf("%q is outside 0 to %d seconds", s, math.MaxInt32)
 	}
 	return int32(math.Ceil(d.Seconds())), nil
 }
