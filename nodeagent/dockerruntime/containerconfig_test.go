@@ -76,6 +76,7 @@ func TestContainerConfig(t *testing.T) {
 		launch: nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Env: map[string]string{"B": "2"},
 			SecretNames: []string{"TOKEN"}, Secrets: map[string]string{"TOKEN": "s3cret"}},
 		config: container.Config{Image: fakeImage, Env: []string{"B=2", "TOKEN=s3cret"}, Labels: baseLabels()},
+		host:   contained(nil),
 	}, {
 		name:   "a negative timeout is none",
 		launch: nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: fakeImage, Timeout: -time.Second},
