@@ -43,7 +43,7 @@ func TestRunAskingContainmentWaitsForAnAgentThatAppliesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.want(http.StatusOK, &run, "GET", "/v1/runs/"+run.ID, nil)
-	if run.Status != api.RunQueued || !strings.Contains(run.Reason, "needs 5") {
+	if run.Status != api.RunQueued || !strings.Contains(run.Reason, "need capability version 5") {
 		t.Fatalf("run on an agent too old for containment: status %s, reason %q", run.Status, run.Reason)
 	}
 
@@ -71,4 +71,42 @@ func TestRunAskingContainmentWaitsForAnAgentThatAppliesIt(t *testing.T) {
 
 	spec.Network = "host"
 	f.want(http.StatusBadRequest, nil, "POST", "/v1/runs", spec)
+}
+
+// TestRunNeedingANewerAgentGoesWhereOneRuns: in a fleet part way through
+// an upgrade, a run whose launch needs nodeproto.VersionHardening is
+// placed on a node whose agent speaks it, even when an older node has
+// more room (and ranks first), instead of waiting for the older one's
+// upgrade; a run that needs nothing new still goes to the roomier node.
+func TestRunNeedingANewerAgentGoesWhereOneRuns(t *testing.T) {
+	f := newRunsFixture(t)
+	ctx := context.Background()
+	now := time.Now()
+	for _, n := range []struct {
+		id      string
+		mem     int64
+		version int
+	}{{"a-old", 256 << 30, nodeproto.VersionHardening - 1}, {"b-new", 16 << 30, nodeproto.VersionHardening}} {
+		if err := f.srv.update(ctx, func(tx store.Tx) error {
+			return tx.PutNode(store.Node{ID: n.id, CreatedAt: now, EnrolledAt: &now, LastSeenAt: &now,
+				Facts: &nodeproto.NodeFacts{CPUs: 16, MemoryBytes: n.mem, CapabilityVersion: n.version}})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	contained := specAt(0, "reg/app:1")
+	contained.ReadOnlyRootfs = true
+	var runs [2]api.Run
+	f.want(http.StatusCreated, &runs[0], "POST", "/v1/runs", contained)
+	f.want(http.StatusCreated, &runs[1], "POST", "/v1/runs", specAt(1, "reg/app:1"))
+	if err := f.srv.reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"b-new", "a-old"} {
+		var got api.Run
+		f.want(http.StatusOK, &got, "GET", "/v1/runs/"+runs[i].ID, nil)
+		if got.Status != api.RunPlaced || len(got.Attempts) != 1 || got.Attempts[0].NodeID != want {
+			t.Errorf("run %d: status %s (%s), attempts %+v; want placed on %s", i, got.Status, got.Reason, got.Attempts, want)
+		}
+	}
 }

@@ -121,7 +121,7 @@ func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
 		sn.NotReadyReason = "is unreachable"
 	}
 	if f := n.Facts; f != nil {
-		sn.CPU, sn.MemoryBytes = f.CPUs, f.MemoryBytes
+		sn.CPU, sn.MemoryBytes, sn.AgentVersion = f.CPUs, f.MemoryBytes, f.CapabilityVersion
 		for _, img := range f.Images {
 			sn.Images[img] = true
 		}
@@ -214,7 +214,7 @@ func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each fun
 		}
 		pending[r.ID] = r
 		sr := scheduler.Run{ID: r.ID, Image: r.PinnedImage, CPU: r.CPU, MemoryBytes: r.MemoryBytes,
-			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes}
+			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes, MinAgentVersion: agentVersionFor(r)}
 		artifactDemand(&sr, r.RunSpec)
 		snap.Pending = append(snap.Pending, sr)
 	}
@@ -401,14 +401,7 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 				continue // changed since the snapshot; the next pass sees it
 			}
 			a := lifecycle.Place(&run.Run, p.NodeID, p.GPUs, now)
-			cmd := nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{
-				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number},
-				Image:       run.PinnedImage, Command: run.Command, Env: run.Env,
-				CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: p.GPUs,
-				Timeout:     time.Duration(run.TimeoutSeconds) * time.Second,
-				SecretNames: runsecrets.Names(run), // the values are attached as it is sent
-				User:        run.User, ReadOnlyRootfs: run.ReadOnlyRootfs, Network: run.Network, PidsLimit: run.PidsLimit,
-			}}
+			cmd := launchCommand(run, a.Number, p.GPUs)
 			prepares, err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
 			if err != nil {
 				return err
@@ -438,6 +431,32 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 		return 0, nil, err
 	}
 	return placed, tooOld, nil
+}
+
+// launchCommand is the launch of one attempt of run on the given GPUs,
+// before its Artifacts are added (placeArtifacts).
+func launchCommand(run store.Run, attempt int, gpus []string) nodeproto.Command {
+	return nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{
+		WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: attempt},
+		Image:       run.PinnedImage, Command: run.Command, Env: run.Env,
+		CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: gpus,
+		Timeout:     time.Duration(run.TimeoutSeconds) * time.Second,
+		SecretNames: runsecrets.Names(run), // the values are attached as it is sent
+		User:        run.User, ReadOnlyRootfs: run.ReadOnlyRootfs, Network: run.Network, PidsLimit: run.PidsLimit,
+	}}
+}
+
+// agentVersionFor is the capability version a node's agent needs to run
+// run: its launch's and, with Artifacts, that of the prepare_artifact
+// commands sent ahead of it (nodeproto.RequiredVersion). The scheduler
+// places the run only on such nodes (scheduler.Run.MinAgentVersion), and
+// tooOldFor checks the commands themselves again as they are issued.
+func agentVersionFor(run store.Run) int {
+	need := nodeproto.RequiredVersion(launchCommand(run, 0, nil))
+	if len(run.Artifacts) > 0 {
+		need = max(need, nodeproto.RequiredVersion(nodeproto.Command{Kind: nodeproto.KindPrepareArtifact}))
+	}
+	return need
 }
 
 // tooOldFor is why a node whose agent speaks capability version have

@@ -132,7 +132,7 @@ func TestRunSecretsSealedAndSentOnlyInTheLaunch(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.want(http.StatusOK, &run, "GET", "/v1/runs/"+run.ID, nil)
-	if run.Status != api.RunQueued || !strings.Contains(run.Reason, "needs 5 or later") {
+	if run.Status != api.RunQueued || !strings.Contains(run.Reason, "need capability version 5 or later") {
 		t.Errorf("on a version-4 agent the run is %s (%q), want queued waiting for version 5", run.Status, run.Reason)
 	}
 	f.setCapability("n0", nodeproto.VersionHardening)

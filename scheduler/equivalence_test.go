@@ -63,6 +63,7 @@ func randomFleet(rng *rand.Rand, images []string, duplicateIDs bool) []Node {
 				n.Images[img] = rng.Intn(6) > 0
 			}
 		}
+		n.AgentVersion = []int{0, 4, 5, 5, 5, 6}[rng.Intn(6)] // 0: never reported
 		nodes = append(nodes, n)
 	}
 	return nodes
@@ -80,6 +81,9 @@ func randomRuns(rng *rand.Rand, images []string, count int) []Run {
 			r.GPUs = []int{1, 1, 2, 3, 4, 8, 9, 65}[rng.Intn(8)]
 			r.GPUModel = []string{"", "", "h100", "A100", "nvidia", "l4", "H20", "mi300"}[rng.Intn(8)]
 			r.GPUMemory = []int64{0, 0, 0, 40 * gib, 80 * gib}[rng.Intn(5)]
+		}
+		if rng.Intn(4) == 0 {
+			r.MinAgentVersion = []int{1, 5, 6}[rng.Intn(3)]
 		}
 		runs = append(runs, r)
 	}
@@ -165,7 +169,7 @@ func TestPropertyWaitingRunsFitNowhere(t *testing.T) {
 		}
 		takes := func(i int, r Run) bool {
 			n := s.Nodes[i]
-			return n.Ready && !n.Cordoned && n.CPU > 0 && n.MemoryBytes > 0 && r.CPU <= n.CPU && r.MemoryBytes <= n.MemoryBytes &&
+			return n.Ready && !n.Cordoned && n.CPU > 0 && n.MemoryBytes > 0 && r.MinAgentVersion <= max(n.AgentVersion, 1) && r.CPU <= n.CPU && r.MemoryBytes <= n.MemoryBytes &&
 				r.CPU <= left[i].cpu+1e-9 && r.MemoryBytes <= left[i].mem && len(freeMatching(i, r)) >= r.GPUs
 		}
 		byRun := map[string]Placement{}

@@ -62,26 +62,29 @@ type shape struct {
 	gpuMem int64
 	// minRead is the run's artifact-copy floor (Run.MinReadBPS; artifacts.go).
 	minRead int64
+	// minVersion is the agent capability version the run needs.
+	minVersion int
 }
 
 // shapeKey is a shape as a map key: the CPU figure by its bits, so a NaN is
 // one key rather than a new one every time.
 type shapeKey struct {
-	cpu     uint64
-	mem     int64
-	gpus    int
-	model   string
-	gpuMem  int64
-	minRead int64
+	cpu        uint64
+	mem        int64
+	gpus       int
+	model      string
+	gpuMem     int64
+	minRead    int64
+	minVersion int
 }
 
 func shapeOf(r *Run) shape {
 	return shape{cpu: r.CPU, mem: r.MemoryBytes, gpus: max(r.GPUs, 0), model: strings.ToLower(r.GPUModel), gpuMem: r.GPUMemory,
-		minRead: max(r.MinReadBPS, 0)}
+		minRead: max(r.MinReadBPS, 0), minVersion: r.MinAgentVersion}
 }
 
 func (sh *shape) key() shapeKey {
-	return shapeKey{cpu: math.Float64bits(sh.cpu), mem: sh.mem, gpus: sh.gpus, model: sh.model, gpuMem: sh.gpuMem, minRead: sh.minRead}
+	return shapeKey{cpu: math.Float64bits(sh.cpu), mem: sh.mem, gpus: sh.gpus, model: sh.model, gpuMem: sh.gpuMem, minRead: sh.minRead, minVersion: sh.minVersion}
 }
 
 // nodeState is one node during one call: the snapshot's node, read only,
@@ -384,6 +387,8 @@ func (x *index) check(ni int32, sh *shape) rejection {
 		return n.static
 	}
 	switch {
+	case sh.minVersion > max(n.node.AgentVersion, 1):
+		return olderAgent
 	case belowLinkFloor(n.node, sh):
 		return belowFloor
 	case sh.cpu > n.node.CPU:

@@ -83,6 +83,8 @@ func refFit(n *refNodeState, r Run) ([]string, string) {
 		return nil, "is cordoned"
 	case n.CPU == 0 || n.MemoryBytes == 0:
 		return nil, "has not reported its facts yet"
+	case r.MinAgentVersion > max(n.AgentVersion, 1):
+		return nil, olderAgentText(r.MinAgentVersion)
 	case r.CPU > n.CPU:
 		return nil, fmt.Sprintf("has fewer CPUs than requested (need %g)", r.CPU)
 	case r.MemoryBytes > n.MemoryBytes:
