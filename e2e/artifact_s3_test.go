@@ -98,9 +98,11 @@ func TestArtifactS3ContentStore(t *testing.T) {
 		wrong = "0" + sig[1:]
 	}
 	tampered := strings.Replace(nodeRead, "X-Amz-Signature="+sig, "X-Amz-Signature="+wrong, 1)
-	if code, body := s3Get(t, tampered); code != http.StatusForbidden || !strings.Contains(body, "SignatureDoesNotMatch") {
+	code, body := s3Get(t, tampered)
+	if code != http.StatusForbidden || !strings.Contains(body, "SignatureDoesNotMatch") {
 		t.Errorf("a presigned read with a wrong signature = %d %q, want 403 SignatureDoesNotMatch", code, body)
 	}
+	t.Logf("a presigned read with a wrong signature: %d %s", code, body)
 
 	// A read minted by the control plane's presigner with a one-second
 	// life, used once that second has passed on the clock the server
@@ -115,9 +117,11 @@ func TestArtifactS3ContentStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Until(exp.Add(time.Second)))
-	if code, body := s3Get(t, short); code != http.StatusForbidden || !strings.Contains(body, "Request has expired") {
+	code, body = s3Get(t, short)
+	if code != http.StatusForbidden || !strings.Contains(body, "Request has expired") {
 		t.Errorf("an expired presigned read = %d %q, want 403 Request has expired", code, body)
 	}
+	t.Logf("an expired presigned read: %d %s", code, body)
 }
 
 // s3Get fetches url without credentials and returns the status and body.

@@ -44,8 +44,13 @@ if [ -x "$bin" ]; then # built by the run that held the lock
   exit 0
 fi
 
-work=$(mktemp -d)
+# The source is copied to the same place every time (and removed after a
+# build), so a rebuild compiles with the same paths and reuses the Go build
+# cache.
+work="$dir/build"
 trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
+rm -rf "$work"
+mkdir -p "$work"
 
 # Outside any module, so nothing here touches Mercator's go.mod or go.sum.
 log "downloading $module@$version"
