@@ -61,6 +61,14 @@ func startSeaweedS3(t *testing.T, accessKey, secretKey, bucket string) *seaweedS
 	if err := os.WriteFile(configPath, config, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The master's settings for a one-node test: one volume grown at a
+	// time (not seven), and no hold on the first volume's allocation (which
+	// gives a rebuilt master's old volume servers time to report; a fresh
+	// one has none). weed reads master.toml from its working directory.
+	masterTOML := "[master.volume_growth]\ncopy_1 = 1\nallocation_deferral = \"0s\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "master.toml"), []byte(masterTOML), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	ports := freePorts(t, 8)
 	s := &seaweedS3{Endpoint: "127.0.0.1:" + strconv.Itoa(ports[6]), AccessKey: accessKey, SecretKey: secretKey}
 	logPath := filepath.Join(dir, "weed.log")
@@ -77,7 +85,7 @@ func startSeaweedS3(t *testing.T, accessKey, secretKey, bucket string) *seaweedS
 		"-s3", "-s3.port="+strconv.Itoa(ports[6]), "-s3.port.grpc="+strconv.Itoa(ports[7]),
 		"-s3.port.iceberg=0", "-s3.config="+configPath,
 		"-master.volumeSizeLimitMB=64", "-volume.max=16")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
 		t.Fatal(err)
@@ -98,16 +106,31 @@ func startSeaweedS3(t *testing.T, accessKey, secretKey, bucket string) *seaweedS
 		t.Logf("weed's S3 gateway served at %s after %s", s.Endpoint, time.Since(started).Round(time.Millisecond))
 	}()
 
-	// Ready when the bucket can be made: the gateway answers, checks the
-	// signature, and reaches the filer and a volume.
+	// Ready when an object can be written to the bucket: the gateway
+	// answers and checks the signature, and the filer has joined the
+	// master's lock ring (a write waits for that, seconds after the bucket
+	// can be made). The probe object is removed again.
 	client, err := minio.New(s.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(accessKey, secretKey, ""), Region: "us-east-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	ready := func() error {
+		if ok, err := client.BucketExists(ctx, bucket); err != nil {
+			return err
+		} else if !ok {
+			if err := client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
+				return err
+			}
+		}
+		if _, err := client.PutObject(ctx, bucket, "ready-probe", bytes.NewReader([]byte("ok")), 2, minio.PutObjectOptions{}); err != nil {
+			return err
+		}
+		return client.RemoveObject(ctx, bucket, "ready-probe", minio.RemoveObjectOptions{})
+	}
 	for {
-		err = client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"})
+		err = ready()
 		if err == nil {
 			break
 		}
@@ -115,7 +138,7 @@ func startSeaweedS3(t *testing.T, accessKey, secretKey, bucket string) *seaweedS
 		case werr := <-exited:
 			t.Fatalf("weed exited before serving S3 (%v); its log:\n%s", werr, tailFile(logPath, 4000))
 		case <-ctx.Done():
-			t.Fatalf("weed's S3 gateway at %s made no bucket within 2 minutes (last: %v); its log:\n%s", s.Endpoint, err, tailFile(logPath, 4000))
+			t.Fatalf("weed's S3 gateway at %s took no write within 2 minutes (last: %v); its log:\n%s", s.Endpoint, err, tailFile(logPath, 4000))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
