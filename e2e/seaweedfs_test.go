@@ -84,6 +84,7 @@ func startSeaweedS3(t *testing.T, accessKey, secretKey, bucket string) *seaweedS
 		"-filer", "-filer.port="+strconv.Itoa(ports[4]), "-filer.port.grpc="+strconv.Itoa(ports[5]),
 		"-s3", "-s3.port="+strconv.Itoa(ports[6]), "-s3.port.grpc="+strconv.Itoa(ports[7]),
 		"-s3.port.iceberg=0", "-s3.config="+configPath,
+		"-filer.localSocket="+filepath.Join(dir, "filer.sock"), "-s3.localSocket="+filepath.Join(dir, "s3.sock"),
 		"-master.volumeSizeLimitMB=64", "-volume.max=16")
 	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -96,10 +97,15 @@ func startSeaweedS3(t *testing.T, accessKey, secretKey, bucket string) *seaweedS
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	// Killed outright at the end: its data is the test's temporary
-	// directory, and a graceful stop takes it over 20 seconds.
+	// directory, and a graceful stop takes it over 20 seconds. Its gRPC
+	// services' local sockets are always /tmp/seaweedfs-NAME-grpc-PORT.sock
+	// (no flag moves them), so they are removed here.
 	t.Cleanup(func() {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-exited
+		for i, name := range []string{"master", "volume", "filer", "s3"} {
+			os.Remove(fmt.Sprintf("/tmp/seaweedfs-%s-grpc-%d.sock", name, ports[2*i+1]))
+		}
 	})
 	started := time.Now()
 	defer func() {
