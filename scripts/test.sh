@@ -19,6 +19,11 @@ bash scripts/ensure-docker.sh
 bash scripts/install-gpu-hook-standin.sh
 MERCATOR_TEST_POSTGRES=$(bash scripts/ensure-postgres.sh)
 export MERCATOR_TEST_POSTGRES
+# A real S3-compatible server (SeaweedFS, built once from the Go module proxy
+# into a cache; minutes the first time) for the S3 content store's
+# end-to-end test, which starts and stops it itself.
+MERCATOR_TEST_WEED=$(bash scripts/ensure-seaweedfs.sh)
+export MERCATOR_TEST_WEED
 
 echo "== go vet"
 go vet ./...
