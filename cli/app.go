@@ -93,15 +93,8 @@ one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
 	g := fs.clientFlags(true)
 	cf := fs.configFlags()
 	syslog := fs.String("syslog-url", "", "Fn's syslog `URL` (kept for compatibility; Mercator keeps function output itself)")
-	pos, err := fs.parse(args)
+	c, name, err := inv.connect(fs, g, args, "an app name")
 	if err != nil {
-		return err
-	}
-	name, err := oneArg(pos, "an app name")
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
 		return err
 	}
 	config, secret, ann, err := cf.maps()
@@ -111,10 +104,6 @@ one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
 	app := api.App{Name: name, Config: config, SecretConfig: secret, Annotations: ann}
 	if *syslog != "" {
 		app.SyslogURL = syslog
-	}
-	c, err := inv.client(g)
-	if err != nil {
-		return err
 	}
 	created, err := c.CreateApp(ctx, app)
 	if err != nil {
@@ -200,22 +189,11 @@ Change an application's configuration, secrets or annotations. Keys given
 are set; KEY= removes a key; keys not given are left as they are.`)
 	g := fs.clientFlags(true)
 	cf := fs.configFlags()
-	pos, err := fs.parse(args)
+	c, name, err := inv.connect(fs, g, args, "an app name")
 	if err != nil {
-		return err
-	}
-	name, err := oneArg(pos, "an app name")
-	if err != nil {
-		return err
-	}
-	if err := g.check(); err != nil {
 		return err
 	}
 	config, secret, ann, err := cf.maps()
-	if err != nil {
-		return err
-	}
-	c, err := inv.client(g)
 	if err != nil {
 		return err
 	}

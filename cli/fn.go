@@ -47,6 +47,21 @@ func appFn(ctx context.Context, c *client.Client, appName, fnName string) (api.A
 	return app, fn, err
 }
 
+// connectFn parses a command's flags and its APP NAME arguments, connects,
+// and finds the function.
+func (inv *invocation) connectFn(ctx context.Context, fs *flagSet, g *clientFlags, args []string) (*client.Client, api.Fn, error) {
+	var appName, name string
+	c, err := inv.connectWith(fs, g, args, func(pos []string) (err error) {
+		appName, name, err = twoArgs(pos)
+		return err
+	})
+	if err != nil {
+		return nil, api.Fn{}, err
+	}
+	_, fn, err := appFn(ctx, c, appName, name)
+	return c, fn, err
+}
+
 // twoArgs checks for exactly APP and NAME.
 func twoArgs(pos []string) (string, string, error) {
 	if len(pos) != 2 || strings.TrimSpace(pos[0]) == "" || strings.TrimSpace(pos[1]) == "" {
@@ -350,15 +365,7 @@ func fnList(ctx context.Context, inv *invocation, args []string) error {
 func fnGet(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("APP NAME [flags]", `Show a function: its pinned image, resources, configuration (secret values are never shown) and invoke endpoint.`)
 	g := fs.clientFlags(true)
-	var appName, name string
-	c, err := inv.connectWith(fs, g, args, func(pos []string) (err error) {
-		appName, name, err = twoArgs(pos)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	_, fn, err := appFn(ctx, c, appName, name)
+	_, fn, err := inv.connectFn(ctx, fs, g, args)
 	if err != nil {
 		return err
 	}
@@ -391,22 +398,14 @@ func fnGet(ctx context.Context, inv *invocation, args []string) error {
 func fnDelete(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("APP NAME [flags]", `Delete a function and its triggers. Its durable calls stay readable.`)
 	g := fs.clientFlags(false)
-	var appName, name string
-	c, err := inv.connectWith(fs, g, args, func(pos []string) (err error) {
-		appName, name, err = twoArgs(pos)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	_, fn, err := appFn(ctx, c, appName, name)
+	c, fn, err := inv.connectFn(ctx, fs, g, args)
 	if err != nil {
 		return err
 	}
 	if err := c.DeleteFn(ctx, fn.ID); err != nil {
 		return err
 	}
-	termtext.Fprintf(inv.stderr, "function %s deleted\n", name)
+	termtext.Fprintf(inv.stderr, "function %s deleted\n", fn.Name)
 	return nil
 }
 
