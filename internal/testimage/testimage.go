@@ -160,9 +160,11 @@ func build(ctx context.Context, dir, tag string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("testimage: docker build -t %s (%s): %w\n%s", tag, dir, err, out)
 	}
-	id := strings.TrimSpace(string(out))
+	// The ID is the last line; the legacy builder warns on stderr first.
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	id := strings.TrimSpace(lines[len(lines)-1])
 	if !strings.HasPrefix(id, "sha256:") {
-		return "", fmt.Errorf("testimage: docker build -q -t %s answered %q, not an image ID", tag, out)
+		return "", fmt.Errorf("testimage: docker build -q -t %s answered %q, which ends in no image ID", tag, out)
 	}
 	return id, nil
 }
