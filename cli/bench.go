@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	_ "net/http/pprof" // --debug-addr serves the profiles
 	"os"
@@ -65,7 +66,15 @@ submits the runs N to a call through the batch route, as a sweep would,
 instead of one POST /v1/runs each; a run's submission time is then its
 call's start, and the report says so. --kill-replica-at
 kills replica 0 mid-hold, as a crash would, and reports how its nodes moved.
-Progress goes to stderr, the report to stdout.`)
+--storm-at drops every connection of every replica at once mid-hold, so the
+whole fleet reconnects together, and reports how it came back (times, TLS
+handshakes full and resumed, CPU, leases).
+
+The replicas serve HTTPS with a CA made for the run and every agent verifies
+them against the CA its invitation pins, as in production; --plaintext runs
+the fleet over plain HTTP instead, and --compare-plaintext runs the same
+simulation twice, over TLS and then in plaintext, and prints both reports and
+their ratios. Progress goes to stderr, the report to stdout.`)
 	nodes := fs.Int("nodes", 0, "how many nodes to simulate")
 	duration := fs.Duration("duration", time.Minute, "how long to hold the fleet once every node is in session")
 	db := fs.String("db", "", "store `URL`: postgres://USER:PASSWORD@HOST/DB (default SQLite in a temporary directory)")
@@ -81,6 +90,9 @@ Progress goes to stderr, the report to stdout.`)
 	runsTimeout := fs.Duration("runs-timeout", 10*time.Minute, "how long the hold may be extended for runs not yet running")
 	noFsync := fs.Bool("no-fsync", false, "simulated agents skip fsync on their state (labelled in the report)")
 	kill := fs.Duration("kill-replica-at", 0, "kill replica 0 this long into the hold (needs --replicas 2 or more)")
+	storm := fs.Duration("storm-at", 0, "drop every connection of every replica this long into the hold: the whole fleet reconnects at once")
+	plaintext := fs.Bool("plaintext", false, "serve and speak plain HTTP on loopback instead of TLS (labelled in the report)")
+	compare := fs.Bool("compare-plaintext", false, "run the simulation over TLS, then again in plaintext, and report both side by side")
 	enroll := fs.Int("enroll-concurrency", 200, "how many agents may be enrolling at once")
 	procs := fs.Int("agent-processes", -1, "child processes running the agents (0: in this process; default: one per 4000 nodes, 15000 with --http2)")
 	http2 := fs.Bool("http2", false, "agents speak plaintext HTTP/2, multiplexing their streams, instead of HTTP/1.1 with a connection each (labelled in the report)")
@@ -118,12 +130,19 @@ Progress goes to stderr, the report to stdout.`)
 		}
 		shardCmd = []string{exe, "bench", "fleet-shard"}
 	}
-	rep, err := fleetsim.Run(ctx, fleetsim.Config{
-		AgentProcesses: *procs, ShardCommand: shardCmd, HTTP2: *http2,
+	if *compare && *plaintext {
+		return usagef("--compare-plaintext runs both modes; leave out --plaintext")
+	}
+	cfg := fleetsim.Config{
+		AgentProcesses: *procs, ShardCommand: shardCmd, HTTP2: *http2, Plaintext: *plaintext,
 		Nodes: *nodes, Duration: *duration, DB: *db, Replicas: *replicas, Heartbeat: *heartbeat, Lease: *lease,
 		Runs: *runs, RunRate: *rate, Submitters: *submitters, SubmitBatch: *submitBatch, StartTime: *startTime, RunTime: *runTime, RunsTimeout: *runsTimeout,
-		NoFsync: *noFsync, KillReplicaAt: *kill, EnrollConcurrency: *enroll, Progress: inv.stderr, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
-	})
+		NoFsync: *noFsync, KillReplicaAt: *kill, StormAt: *storm, EnrollConcurrency: *enroll, Progress: inv.stderr, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
+	}
+	if *compare {
+		return benchFleetCompare(ctx, inv, cfg, *output)
+	}
+	rep, err := fleetsim.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -131,5 +150,25 @@ Progress goes to stderr, the report to stdout.`)
 		return inv.writeJSON(rep)
 	}
 	rep.WriteText(inv.stdout)
+	return nil
+}
+
+// benchFleetCompare runs cfg over TLS and then in plaintext, one after the
+// other on the same machine, and writes both reports and their comparison.
+func benchFleetCompare(ctx context.Context, inv *invocation, cfg fleetsim.Config, output string) error {
+	var reps [2]*fleetsim.Report
+	for i, plaintext := range []bool{false, true} {
+		cfg.Plaintext = plaintext
+		fmt.Fprintf(inv.stderr, "bench fleet: the %s run\n", map[bool]string{false: "TLS", true: "plaintext"}[plaintext])
+		rep, err := fleetsim.Run(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		reps[i] = rep
+	}
+	if output == "json" {
+		return inv.writeJSON(map[string]*fleetsim.Report{"tls": reps[0], "plaintext": reps[1]})
+	}
+	fleetsim.WriteComparison(inv.stdout, reps[0], reps[1])
 	return nil
 }
