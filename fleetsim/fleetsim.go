@@ -9,7 +9,13 @@
 // over the real node protocol (nodeagent.HTTPTransport, HTTP/1.1, one
 // session stream per node on a connection of its own) against real
 // control-plane replicas (daemon.RunServer on SQLite, or on PostgreSQL with
-// several replicas); submissions go through the public API and are pinned
+// several replicas), over HTTPS by default: the replicas serve a
+// certificate from a CA made for the run and every agent verifies it
+// against the CA its invitation pins, resuming TLS sessions as a real agent
+// does (tls.go; Config.Plaintext is the plain-HTTP baseline). A reconnect
+// storm (Config.StormAt, storm.go) drops every connection at once and
+// measures the fleet coming back, handshakes counted on the server.
+// Submissions go through the public API and are pinned
 // against a real registry on loopback. What is simulated is the container
 // runtime: Runtime pretends to pull and run containers, with configurable
 // start and run times, and records every launch it performs, which is how
@@ -29,8 +35,8 @@
 // agent holds its state file and a connection whose other end the control
 // plane holds. So the agents can run in child processes (Config.
 // AgentProcesses, shard.go), which also leaves the control plane alone in
-// the parent, its CPU and memory its own; and they can speak plaintext
-// HTTP/2 (Config.HTTP2), multiplexing their streams over a few
+// the parent, its CPU and memory its own; and they can speak HTTP/2
+// (Config.HTTP2), multiplexing their streams over a few
 // connections, which the report labels.
 //
 // Run is what `mercator bench fleet` (package cli) and this package's test

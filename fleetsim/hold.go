@@ -72,7 +72,7 @@ func (s *sim) hold(ctx context.Context) (*holdState, error) {
 		case <-killTimer:
 			s.killReplica(h)
 		case <-stormTimer:
-			s.startStorm(ctx, h)
+			s.startStorm(h)
 			t := time.NewTicker(20 * time.Millisecond)
 			defer t.Stop()
 			stormTick = t.C

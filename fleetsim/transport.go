@@ -3,6 +3,7 @@ package fleetsim
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"io"
@@ -89,15 +90,20 @@ const idleConns = 256
 // agent's over TLS (daemon's agentHTTPClient): pki.ClientTLSConfig
 // verifies every replica against exactly those CAs, with the host name,
 // and keeps a session cache so that a reconnect resumes its TLS session;
-// the agents of one process share it, as they share the transport.
+// the agents of one process share it, as they share the transport (see
+// sharedSessions).
 func agentClient(r *router, http2 bool, roots []*x509.Certificate, obs *observer) *http.Client {
+	tlsConfig := pki.ClientTLSConfig(roots)
+	if tlsConfig != nil {
+		tlsConfig.ClientSessionCache = sharedSessions{tlsConfig.ClientSessionCache}
+	}
 	tr := &http.Transport{
 		DialContext:         r.dial,
 		MaxIdleConns:        idleConns * len(r.addrs),
 		MaxIdleConnsPerHost: idleConns,
 		IdleConnTimeout:     5 * time.Minute,
 		DisableCompression:  true,
-		TLSClientConfig:     pki.ClientTLSConfig(roots),
+		TLSClientConfig:     tlsConfig,
 		TLSHandshakeTimeout: 10 * time.Second,
 	}
 	if http2 {
@@ -113,6 +119,24 @@ func agentClient(r *router, http2 bool, roots []*x509.Certificate, obs *observer
 		obs.base = pki.Explaining(tr, roots)
 	}
 	return &http.Client{Transport: obs}
+}
+
+// sharedSessions is the TLS session cache the agents of one process share.
+// It keeps one ticket per replica name, which every agent dialling that
+// name resumes with, as each real agent resumes with its own. What it does
+// not do is forget a ticket when a handshake that used it fails (Go's
+// client does so, RFC 5077 3.2): one real agent's timed-out handshake costs
+// that agent its ticket, but here it would cost every agent of the process
+// theirs at once, turning a reconnect storm of resumptions into one of
+// full handshakes that no real fleet would see. A ticket the server cannot
+// use is no failure: the server answers with a full handshake and the
+// client stores the new ticket.
+type sharedSessions struct{ tls.ClientSessionCache }
+
+func (c sharedSessions) Put(key string, cs *tls.ClientSessionState) {
+	if cs != nil {
+		c.ClientSessionCache.Put(key, cs)
+	}
 }
 
 // observer notes which replica each session stream was opened on, and
