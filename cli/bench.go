@@ -2,7 +2,7 @@ package cli
 
 import (
 	"context"
-	"fmt"
+	"io"
 	"net/http"
 	_ "net/http/pprof" // --debug-addr serves the profiles
 	"os"
@@ -43,38 +43,19 @@ closed.`)
 
 func benchFleet(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("--nodes N [flags]", `
-Start a real control plane (SQLite in a temporary directory, or --db
-postgres://… with --replicas K) and N simulated nodes in this one process,
-each running the real node agent with its own state file over the real node
-protocol, and an in-memory container runtime; hold the fleet for --duration
-while submitting --runs runs; then report enrollment rate, heartbeats a
-second, missed leases, command delivery latency, submission-to-running
-latency, placements a second end to end, events ingested a second, and the
-process's CPU (split between control plane and agents) and memory.
-
-The control plane and every simulated agent share this machine's cores, and
-the report says so. The agents run in child processes (this command, as
-`+"`bench fleet-shard`"+`), 4,000 to a process by default, so that the control
-plane's process holds only its own descriptors and its CPU and memory can be
-told apart; --agent-processes 0 keeps them in this process. Over HTTP/1.1
-each agent holds a connection whose other end the control plane holds, so
-past about 18,000 nodes one process's open-file limit needs --http2, which
-multiplexes the agents' streams (and is labelled in the report). --no-fsync
-turns off the agents' fsync (only the simulated agents'; the control plane's
-store keeps its own) and labels the report accordingly. --submit-batch N
-submits the runs N to a call through the batch route, as a sweep would,
-instead of one POST /v1/runs each; a run's submission time is then its
-call's start, and the report says so. --kill-replica-at
-kills replica 0 mid-hold, as a crash would, and reports how its nodes moved.
---storm-at drops every connection of every replica at once mid-hold, so the
-whole fleet reconnects together, and reports how it came back (times, TLS
-handshakes full and resumed, CPU, leases).
-
-The replicas serve HTTPS with a CA made for the run and every agent verifies
-them against the CA its invitation pins, as in production; --plaintext runs
-the fleet over plain HTTP instead, and --compare-plaintext runs the same
-simulation twice, over TLS and then in plaintext, and prints both reports and
-their ratios. Progress goes to stderr, the report to stdout.`)
+Start a real control plane (SQLite, or --db postgres://… with --replicas K)
+serving HTTPS with a CA made for the run, and N simulated nodes: the real agent
+over the real node protocol, verifying the CA its invitation pins, with an
+in-memory container runtime. Hold the fleet for --duration while submitting
+--runs runs, then report enrollments, heartbeats, missed leases, command
+delivery, submission to running, placements, connections and TLS handshakes,
+CPU and memory. Agents run in child processes (`+"`bench fleet-shard`"+`), 4,000
+each by default; past ~18,000 nodes the open-file limit needs --http2.
+--kill-replica-at kills replica 0 mid-hold as a crash would; --storm-at drops
+every connection at once so the whole fleet reconnects together; --plaintext
+runs over plain HTTP; --compare-plaintext runs over TLS, then in plaintext, and
+reports both side by side. Choices that change the figures (--no-fsync,
+--http2, --plaintext) are labelled in the report. Progress goes to stderr.`)
 	nodes := fs.Int("nodes", 0, "how many nodes to simulate")
 	duration := fs.Duration("duration", time.Minute, "how long to hold the fleet once every node is in session")
 	db := fs.String("db", "", "store `URL`: postgres://USER:PASSWORD@HOST/DB (default SQLite in a temporary directory)")
@@ -130,19 +111,19 @@ their ratios. Progress goes to stderr, the report to stdout.`)
 		}
 		shardCmd = []string{exe, "bench", "fleet-shard"}
 	}
-	if *compare && *plaintext {
-		return usagef("--compare-plaintext runs both modes; leave out --plaintext")
-	}
 	cfg := fleetsim.Config{
 		AgentProcesses: *procs, ShardCommand: shardCmd, HTTP2: *http2, Plaintext: *plaintext,
 		Nodes: *nodes, Duration: *duration, DB: *db, Replicas: *replicas, Heartbeat: *heartbeat, Lease: *lease,
 		Runs: *runs, RunRate: *rate, Submitters: *submitters, SubmitBatch: *submitBatch, StartTime: *startTime, RunTime: *runTime, RunsTimeout: *runsTimeout,
 		NoFsync: *noFsync, KillReplicaAt: *kill, StormAt: *storm, EnrollConcurrency: *enroll, Progress: inv.stderr, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
 	}
+	var rep interface{ WriteText(io.Writer) }
+	var err error
 	if *compare {
-		return benchFleetCompare(ctx, inv, cfg, *output)
+		rep, err = fleetsim.Compare(ctx, cfg)
+	} else {
+		rep, err = fleetsim.Run(ctx, cfg)
 	}
-	rep, err := fleetsim.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -150,25 +131,5 @@ their ratios. Progress goes to stderr, the report to stdout.`)
 		return inv.writeJSON(rep)
 	}
 	rep.WriteText(inv.stdout)
-	return nil
-}
-
-// benchFleetCompare runs cfg over TLS and then in plaintext, one after the
-// other on the same machine, and writes both reports and their comparison.
-func benchFleetCompare(ctx context.Context, inv *invocation, cfg fleetsim.Config, output string) error {
-	var reps [2]*fleetsim.Report
-	for i, plaintext := range []bool{false, true} {
-		cfg.Plaintext = plaintext
-		fmt.Fprintf(inv.stderr, "bench fleet: the %s run\n", map[bool]string{false: "TLS", true: "plaintext"}[plaintext])
-		rep, err := fleetsim.Run(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		reps[i] = rep
-	}
-	if output == "json" {
-		return inv.writeJSON(map[string]*fleetsim.Report{"tls": reps[0], "plaintext": reps[1]})
-	}
-	fleetsim.WriteComparison(inv.stdout, reps[0], reps[1])
 	return nil
 }

@@ -121,11 +121,7 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 			return fmt.Errorf("TLS: %w", err)
 		}
 		go certs.Run(ctx)
-		tc := certs.TLSConfig()
-		if o.TuneTLS != nil {
-			o.TuneTLS(tc)
-		}
-		l = tls.NewListener(l, tc)
+		l = tls.NewListener(l, o.tlsConfig(certs))
 		url = "https://" + l.Addr().String()
 	}
 	cfg := o.Config

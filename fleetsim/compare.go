@@ -1,15 +1,43 @@
 package fleetsim
 
 import (
+	"context"
 	"fmt"
 	"io"
 )
 
-// WriteComparison writes the report of a run over TLS and of the same run
-// in plaintext (`bench fleet --compare-plaintext`), then their figures side
-// by side with the ratio TLS / plaintext: what TLS costs, measured on the
-// same machine in one invocation.
-func WriteComparison(w io.Writer, tls, plain *Report) {
+// Comparison is one simulation run over TLS and then, the same, in
+// plaintext (`bench fleet --compare-plaintext`): what TLS costs, measured
+// on the same machine in one invocation.
+type Comparison struct {
+	TLS       *Report `json:"tls"`
+	Plaintext *Report `json:"plaintext"`
+}
+
+// Compare runs cfg over TLS and then in plaintext, one after the other
+// (cfg.Plaintext is ignored).
+func Compare(ctx context.Context, cfg Config) (*Comparison, error) {
+	var c Comparison
+	for _, mode := range []struct {
+		plaintext bool
+		rep       **Report
+	}{{false, &c.TLS}, {true, &c.Plaintext}} {
+		cfg.Plaintext = mode.plaintext
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "fleet simulation, plaintext %v:\n", mode.plaintext)
+		}
+		var err error
+		if *mode.rep, err = Run(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	return &c, nil
+}
+
+// WriteText writes both reports, then their figures side by side with the
+// ratio TLS / plaintext.
+func (c *Comparison) WriteText(w io.Writer) {
+	tls, plain := c.TLS, c.Plaintext
 	tls.WriteText(w)
 	fmt.Fprintln(w)
 	plain.WriteText(w)
