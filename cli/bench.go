@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"io"
 	"net/http"
 	_ "net/http/pprof" // --debug-addr serves the profiles
 	"os"
@@ -42,30 +43,19 @@ closed.`)
 
 func benchFleet(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("--nodes N [flags]", `
-Start a real control plane (SQLite in a temporary directory, or --db
-postgres://… with --replicas K) and N simulated nodes in this one process,
-each running the real node agent with its own state file over the real node
-protocol, and an in-memory container runtime; hold the fleet for --duration
-while submitting --runs runs; then report enrollment rate, heartbeats a
-second, missed leases, command delivery latency, submission-to-running
-latency, placements a second end to end, events ingested a second, and the
-process's CPU (split between control plane and agents) and memory.
-
-The control plane and every simulated agent share this machine's cores, and
-the report says so. The agents run in child processes (this command, as
-`+"`bench fleet-shard`"+`), 4,000 to a process by default, so that the control
-plane's process holds only its own descriptors and its CPU and memory can be
-told apart; --agent-processes 0 keeps them in this process. Over HTTP/1.1
-each agent holds a connection whose other end the control plane holds, so
-past about 18,000 nodes one process's open-file limit needs --http2, which
-multiplexes the agents' streams (and is labelled in the report). --no-fsync
-turns off the agents' fsync (only the simulated agents'; the control plane's
-store keeps its own) and labels the report accordingly. --submit-batch N
-submits the runs N to a call through the batch route, as a sweep would,
-instead of one POST /v1/runs each; a run's submission time is then its
-call's start, and the report says so. --kill-replica-at
-kills replica 0 mid-hold, as a crash would, and reports how its nodes moved.
-Progress goes to stderr, the report to stdout.`)
+Start a real control plane (SQLite, or --db postgres://… with --replicas K)
+serving HTTPS with a CA made for the run, and N simulated nodes: the real agent
+over the real node protocol, verifying the CA its invitation pins, with an
+in-memory container runtime. Hold the fleet for --duration while submitting
+--runs runs, then report enrollments, heartbeats, missed leases, command
+delivery, submission to running, placements, connections and TLS handshakes,
+CPU and memory. Agents run in child processes (`+"`bench fleet-shard`"+`), 4,000
+each by default; past ~18,000 nodes the open-file limit needs --http2.
+--kill-replica-at kills replica 0 mid-hold as a crash would; --storm-at drops
+every connection at once so the whole fleet reconnects together; --plaintext
+runs over plain HTTP; --compare-plaintext runs over TLS, then in plaintext, and
+reports both side by side. Choices that change the figures (--no-fsync,
+--http2, --plaintext) are labelled in the report. Progress goes to stderr.`)
 	nodes := fs.Int("nodes", 0, "how many nodes to simulate")
 	duration := fs.Duration("duration", time.Minute, "how long to hold the fleet once every node is in session")
 	db := fs.String("db", "", "store `URL`: postgres://USER:PASSWORD@HOST/DB (default SQLite in a temporary directory)")
@@ -81,6 +71,9 @@ Progress goes to stderr, the report to stdout.`)
 	runsTimeout := fs.Duration("runs-timeout", 10*time.Minute, "how long the hold may be extended for runs not yet running")
 	noFsync := fs.Bool("no-fsync", false, "simulated agents skip fsync on their state (labelled in the report)")
 	kill := fs.Duration("kill-replica-at", 0, "kill replica 0 this long into the hold (needs --replicas 2 or more)")
+	storm := fs.Duration("storm-at", 0, "drop every connection of every replica this long into the hold: the whole fleet reconnects at once")
+	plaintext := fs.Bool("plaintext", false, "serve and speak plain HTTP on loopback instead of TLS (labelled in the report)")
+	compare := fs.Bool("compare-plaintext", false, "run the simulation over TLS, then again in plaintext, and report both side by side")
 	enroll := fs.Int("enroll-concurrency", 200, "how many agents may be enrolling at once")
 	procs := fs.Int("agent-processes", -1, "child processes running the agents (0: in this process; default: one per 4000 nodes, 15000 with --http2)")
 	http2 := fs.Bool("http2", false, "agents speak plaintext HTTP/2, multiplexing their streams, instead of HTTP/1.1 with a connection each (labelled in the report)")
@@ -118,12 +111,19 @@ Progress goes to stderr, the report to stdout.`)
 		}
 		shardCmd = []string{exe, "bench", "fleet-shard"}
 	}
-	rep, err := fleetsim.Run(ctx, fleetsim.Config{
-		AgentProcesses: *procs, ShardCommand: shardCmd, HTTP2: *http2,
+	cfg := fleetsim.Config{
+		AgentProcesses: *procs, ShardCommand: shardCmd, HTTP2: *http2, Plaintext: *plaintext,
 		Nodes: *nodes, Duration: *duration, DB: *db, Replicas: *replicas, Heartbeat: *heartbeat, Lease: *lease,
 		Runs: *runs, RunRate: *rate, Submitters: *submitters, SubmitBatch: *submitBatch, StartTime: *startTime, RunTime: *runTime, RunsTimeout: *runsTimeout,
-		NoFsync: *noFsync, KillReplicaAt: *kill, EnrollConcurrency: *enroll, Progress: inv.stderr, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
-	})
+		NoFsync: *noFsync, KillReplicaAt: *kill, StormAt: *storm, EnrollConcurrency: *enroll, Progress: inv.stderr, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
+	}
+	var rep interface{ WriteText(io.Writer) }
+	var err error
+	if *compare {
+		rep, err = fleetsim.Compare(ctx, cfg)
+	} else {
+		rep, err = fleetsim.Run(ctx, cfg)
+	}
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,11 @@ type ServerOptions struct {
 	// TLS is where the certificate comes from; the zero value is the
 	// server's own CA under DataDir.
 	TLS TLSOptions
+	// TuneTLS, when set, is handed the server's TLS configuration before
+	// it serves, to add what a caller measures: the fleet simulator counts
+	// full and resumed handshakes through VerifyConnection. It must not
+	// weaken the configuration. Unused with InsecureHTTP.
+	TuneTLS func(*tls.Config)
 	// InsecureRegistries are further registries reached over plain HTTP
 	// when pinning images (loopback registries always are).
 	InsecureRegistries []string
@@ -116,7 +121,7 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 			return fmt.Errorf("TLS: %w", err)
 		}
 		go certs.Run(ctx)
-		l = tls.NewListener(l, certs.TLSConfig())
+		l = tls.NewListener(l, o.tlsConfig(certs))
 		url = "https://" + l.Addr().String()
 	}
 	cfg := o.Config

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -50,6 +51,16 @@ func serverTLS(o ServerOptions, l net.Listener) (*pki.Server, error) {
 		Hosts: certHosts(l.Addr(), o.PublicURL, o.Config.ReplicaURL), Validity: t.Validity, CheckEvery: t.CheckEvery,
 		Now: o.Config.Now, Logger: o.Logger.With("component", "tls"),
 	})
+}
+
+// tlsConfig is what the server serves with: certs' configuration, handed
+// to TuneTLS first when set.
+func (o ServerOptions) tlsConfig(certs *pki.Server) *tls.Config {
+	c := certs.TLSConfig()
+	if o.TuneTLS != nil {
+		o.TuneTLS(c)
+	}
+	return c
 }
 
 // certHosts are the names a server certificate covers.

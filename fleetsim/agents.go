@@ -2,6 +2,7 @@ package fleetsim
 
 import (
 	"context"
+	"crypto/x509"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -21,15 +22,18 @@ type fleetSpec struct {
 	Tokens   []string `json:"tokens"`
 	Dir      string   `json:"dir"`
 
-	Heartbeat         time.Duration `json:"heartbeat"`
-	ObserveEvery      time.Duration `json:"observe_every"`
-	StartTime         time.Duration `json:"start_time"`
-	RunTime           time.Duration `json:"run_time"`
-	NodeCPUs          float64       `json:"node_cpus"`
-	NodeMemory        int64         `json:"node_memory"`
-	NoFsync           bool          `json:"no_fsync"`
-	HTTP2             bool          `json:"http2"`
-	EnrollConcurrency int           `json:"enroll_concurrency"`
+	Heartbeat    time.Duration `json:"heartbeat"`
+	ObserveEvery time.Duration `json:"observe_every"`
+	StartTime    time.Duration `json:"start_time"`
+	RunTime      time.Duration `json:"run_time"`
+	NodeCPUs     float64       `json:"node_cpus"`
+	NodeMemory   int64         `json:"node_memory"`
+	NoFsync      bool          `json:"no_fsync"`
+	HTTP2        bool          `json:"http2"`
+	// CAFile is the run's CA, which every invitation pins; "" means the
+	// replicas speak plain HTTP.
+	CAFile            string `json:"ca_file,omitempty"`
+	EnrollConcurrency int    `json:"enroll_concurrency"`
 	// CPUProfile, in a shard's spec, is a file for that shard's CPU
 	// profile over its whole life (Config.CPUProfile + ".agents.N").
 	CPUProfile string `json:"cpu_profile,omitempty"`
@@ -46,7 +50,16 @@ func runAgents(ctx context.Context, spec fleetSpec, sink sink, log slog.Handler)
 	for i, id := range spec.IDs {
 		obs.index[id] = spec.First + i
 	}
-	hc := agentClient(router, spec.HTTP2, obs)
+	scheme := "http://"
+	var roots []*x509.Certificate
+	if spec.CAFile != "" {
+		var err error
+		if roots, err = agentTrust(spec.CAFile, spec.Tokens); err != nil {
+			return err
+		}
+		scheme = "https://"
+	}
+	hc := agentClient(router, spec.HTTP2, roots, obs)
 	defer hc.CloseIdleConnections()
 	var stateOpts []nodeagent.StateOption
 	if spec.NoFsync {
@@ -79,7 +92,7 @@ func runAgents(ctx context.Context, spec fleetSpec, sink sink, log slog.Handler)
 		n := spec.First + i
 		var once sync.Once
 		release := func() { once.Do(func() { <-sem }) }
-		base := "http://" + replicaHost(n%len(spec.Replicas))
+		base := scheme + replicaHost(n%len(spec.Replicas))
 		rt := NewRuntime(id, RuntimeConfig{CPUs: spec.NodeCPUs, MemoryBytes: spec.NodeMemory, StartTime: spec.StartTime, RunTime: spec.RunTime},
 			func(key nodeproto.WorkloadKey, at time.Time) { sink.launched(n, key, at) })
 		tr := &simTransport{inner: nodeagent.NewHTTPTransport(base, hc), sink: sink, n: n, release: release}

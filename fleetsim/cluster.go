@@ -31,30 +31,41 @@ type replica struct {
 	cancel context.CancelFunc
 	done   chan error
 	killed atomic.Bool
+	hs     *handshakes
 
 	mu      sync.Mutex
 	metrics map[string]float64 // the last scrape
 }
 
 // startReplica runs daemon.RunServer on a listener of its own, with its
-// goroutines labelled component=controlplane for the CPU split.
-func startReplica(ctx context.Context, cfg *Config, dir string, i int, log *slog.Logger) (*replica, error) {
+// goroutines labelled component=controlplane for the CPU split. With t it
+// serves HTTPS with the run's certificate (see tls.go), else plain HTTP.
+func startReplica(ctx context.Context, cfg *Config, t *runTLS, dir string, i int, log *slog.Logger) (*replica, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	kl := &killableListener{Listener: l, conns: map[net.Conn]struct{}{}}
+	hs := &handshakes{}
+	kl := &killableListener{Listener: l, conns: map[net.Conn]struct{}{}, accepted: &hs.accepted}
 	rctx, cancel := context.WithCancel(ctx)
-	r := &replica{idx: i, addr: l.Addr().String(), url: "http://" + l.Addr().String(), ln: kl, cancel: cancel, done: make(chan error, 1)}
+	scheme := "https://"
+	if t == nil {
+		scheme = "http://"
+	}
+	r := &replica{idx: i, addr: l.Addr().String(), url: scheme + l.Addr().String(), ln: kl, cancel: cancel, done: make(chan error, 1), hs: hs}
 	db := cfg.DB
 	if db == "" {
 		db = "sqlite://" + filepath.Join(dir, "controlplane.db")
 	}
 	ready := make(chan string, 1)
 	opts := daemon.ServerOptions{
-		DB: db, DataDir: filepath.Join(dir, fmt.Sprintf("cp-%d", i)), Listener: kl, Logger: log.With("replica", i), InsecureHTTP: true,
-		Config: controlplane.Config{Lease: cfg.Lease, UnencryptedHTTP2: cfg.HTTP2},
+		DB: db, DataDir: filepath.Join(dir, fmt.Sprintf("cp-%d", i)), Listener: kl, Logger: log.With("replica", i), InsecureHTTP: t == nil,
+		Config: controlplane.Config{Lease: cfg.Lease, UnencryptedHTTP2: cfg.HTTP2 && t == nil},
 		Ready:  func(_, tokenFile string) { ready <- tokenFile },
+	}
+	if t != nil {
+		opts.TLS = daemon.TLSOptions{CertFile: t.certFile, KeyFile: t.keyFile, CACertFile: t.caFile}
+		opts.TuneTLS = hs.tune
 	}
 	pprof.Do(rctx, pprof.Labels("component", "controlplane"), func(rctx context.Context) {
 		go func() { r.done <- daemon.RunServer(rctx, opts) }()
@@ -96,13 +107,20 @@ func (r *replica) stop(d time.Duration) {
 	}
 }
 
+// dropConnections closes every connection the replica accepted, at once,
+// mid-stream, and keeps accepting: what a network failure between the
+// fleet and the control plane (or a load balancer restarting) does. It
+// returns how many it closed.
+func (r *replica) dropConnections() int { return r.ln.drop(false) }
+
 // killableListener tracks the connections it accepted so that kill can
-// close them all at once.
+// close them all at once, and counts them.
 type killableListener struct {
 	net.Listener
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	dead  bool
+	accepted *atomic.Int64
+	mu       sync.Mutex
+	conns    map[net.Conn]struct{}
+	dead     bool
 }
 
 func (l *killableListener) Accept() (net.Conn, error) {
@@ -117,19 +135,27 @@ func (l *killableListener) Accept() (net.Conn, error) {
 		return nil, net.ErrClosed
 	}
 	l.conns[c] = struct{}{}
+	l.accepted.Add(1)
 	return &trackedConn{Conn: c, l: l}, nil
 }
 
-func (l *killableListener) kill() {
+func (l *killableListener) kill() { l.drop(true) }
+
+// drop closes every connection accepted so far and, when dead, the
+// listener too; it returns how many connections it closed.
+func (l *killableListener) drop(dead bool) int {
 	l.mu.Lock()
-	l.dead = true
+	l.dead = l.dead || dead
 	conns := l.conns
 	l.conns = map[net.Conn]struct{}{}
 	l.mu.Unlock()
-	l.Listener.Close()
+	if dead {
+		l.Listener.Close()
+	}
 	for c := range conns {
 		c.Close()
 	}
+	return len(conns)
 }
 
 type trackedConn struct {

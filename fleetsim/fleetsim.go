@@ -9,7 +9,13 @@
 // over the real node protocol (nodeagent.HTTPTransport, HTTP/1.1, one
 // session stream per node on a connection of its own) against real
 // control-plane replicas (daemon.RunServer on SQLite, or on PostgreSQL with
-// several replicas); submissions go through the public API and are pinned
+// several replicas), over HTTPS by default: the replicas serve a
+// certificate from a CA made for the run and every agent verifies it
+// against the CA its invitation pins, resuming TLS sessions as a real agent
+// does (tls.go; Config.Plaintext is the plain-HTTP baseline). A reconnect
+// storm (Config.StormAt, storm.go) drops every connection at once and
+// measures the fleet coming back, handshakes counted on the server.
+// Submissions go through the public API and are pinned
 // against a real registry on loopback. What is simulated is the container
 // runtime: Runtime pretends to pull and run containers, with configurable
 // start and run times, and records every launch it performs, which is how
@@ -29,8 +35,8 @@
 // agent holds its state file and a connection whose other end the control
 // plane holds. So the agents can run in child processes (Config.
 // AgentProcesses, shard.go), which also leaves the control plane alone in
-// the parent, its CPU and memory its own; and they can speak plaintext
-// HTTP/2 (Config.HTTP2), multiplexing their streams over a few
+// the parent, its CPU and memory its own; and they can speak HTTP/2
+// (Config.HTTP2), multiplexing their streams over a few
 // connections, which the report labels.
 //
 // Run is what `mercator bench fleet` (package cli) and this package's test
@@ -56,6 +62,7 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/internal/cputime"
 	"github.com/mercator/mercator/internal/registrytest"
 )
 
@@ -120,6 +127,16 @@ type Config struct {
 	// hold (needs Replicas > 1); its nodes must move to another replica
 	// within their lease. Submissions go only to the other replicas.
 	KillReplicaAt time.Duration
+	// StormAt, when positive, drops every connection every replica
+	// accepted that long into the hold, all at once, the listeners still
+	// accepting: every node reconnects at the same moment (a reconnect
+	// storm). The report says how they came back (Report.Storm).
+	StormAt time.Duration
+	// Plaintext makes the replicas serve plain HTTP on loopback and the
+	// agents speak it, instead of HTTPS with a CA made for the run that
+	// every agent verifies (the default, as the product runs): the
+	// baseline the TLS figures are compared with. Labelled in the report.
+	Plaintext bool
 	// AgentProcesses is how many child processes run the agents, each a
 	// share of the fleet (0: the agents run in this process). A process
 	// may hold only so many open files, and each agent holds its state
@@ -130,9 +147,9 @@ type Config struct {
 	// ShardCommand starts one agent process: a command that calls
 	// RunShard with its stdin and stdout (`mercator bench fleet-shard`).
 	ShardCommand []string
-	// HTTP2 makes the agents speak plaintext HTTP/2 (prior knowledge),
-	// multiplexing their streams over a few connections per agent
-	// process, instead of one HTTP/1.1 connection each: how a fleet
+	// HTTP2 makes the agents speak HTTP/2 (over TLS by ALPN; with
+	// Plaintext, with prior knowledge), multiplexing their streams over a
+	// few connections per agent process, instead of one HTTP/1.1 connection each: how a fleet
 	// larger than the open-file limit allows still fits. Labelled in the
 	// report.
 	HTTP2 bool
@@ -191,6 +208,8 @@ func (c *Config) defaults() error {
 	switch {
 	case c.Replicas > 1 && !postgres:
 		return failure.Invalid("replicas", "several replicas need a shared PostgreSQL store (--db postgres://…)")
+	case c.StormAt < 0 || (c.StormAt > 0 && c.StormAt >= c.Duration):
+		return failure.Invalid("storm-at", "the reconnect storm must come during the hold (%s), not at %s", c.Duration, c.StormAt)
 	case c.KillReplicaAt > 0 && c.Replicas < 2:
 		return failure.Invalid("kill-replica-at", "killing a replica needs at least two")
 	case c.AgentProcesses > 0 && len(c.ShardCommand) == 0:
@@ -274,6 +293,7 @@ type sim struct {
 	dir   string
 	image string // the runs' image, pushed to the registry
 
+	tls       *runTLS // nil with Config.Plaintext
 	replicas  []*replica
 	survivors []*replica // the replicas not to be killed
 	admin     *client.Client
@@ -295,6 +315,10 @@ type sim struct {
 	enrollStart time.Time     // when the agents were started
 	enrollSpan  time.Duration // from enrollStart to the last enrollment
 	fleetUp     time.Duration // until every node was in session
+	// The replicas' connections and this process's CPU time when the
+	// agents started (…0) and from then until the hold.
+	upConns0, upConns connCounts
+	upCPU0, upCPU     time.Duration
 
 	metricsClient *http.Client
 }
@@ -344,12 +368,20 @@ func (s *sim) startRegistry(ctx context.Context) (func() error, error) {
 	return regClose, nil
 }
 
-// startReplicas starts the control plane's replicas.
+// startReplicas makes the run's CA and certificate, unless in plaintext,
+// and starts the control plane's replicas.
 func (s *sim) startReplicas(ctx context.Context) error {
+	if !s.cfg.Plaintext {
+		t, err := makeRunTLS(s.dir, s.cfg.Replicas)
+		if err != nil {
+			return fmt.Errorf("the run's CA: %w", err)
+		}
+		s.tls = t
+	}
 	s.cpLog = newCountingHandler(slog.LevelWarn)
 	s.replicas = make([]*replica, 0, s.cfg.Replicas)
 	for i := range s.cfg.Replicas {
-		r, err := startReplica(ctx, &s.cfg, s.dir, i, slog.New(s.cpLog))
+		r, err := startReplica(ctx, &s.cfg, s.tls, s.dir, i, slog.New(s.cpLog))
 		if err != nil {
 			return err
 		}
@@ -360,7 +392,7 @@ func (s *sim) startReplicas(ctx context.Context) error {
 	if s.cfg.KillReplicaAt > 0 {
 		s.survivors = s.replicas[1:]
 	}
-	s.admin = adminClient(s.survivors[0])
+	s.admin = s.adminClient(s.survivors[0])
 	return nil
 }
 
@@ -370,9 +402,10 @@ func (s *sim) stopReplicas() {
 	}
 }
 
-// adminClient is a client of r with the admin token.
-func adminClient(r *replica) *client.Client {
-	return client.New(r.url, r.token, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}})
+// adminClient is a client of r with the admin token, verifying r against
+// the run's CA unless in plaintext.
+func (s *sim) adminClient(r *replica) *client.Client {
+	return client.New(r.url, r.token, &http.Client{Transport: s.tls.clientTransport(128)})
 }
 
 // invite invites every simulated node.
@@ -403,11 +436,15 @@ func (s *sim) startAgents(ctx context.Context) error {
 		Heartbeat: cfg.Heartbeat, ObserveEvery: cfg.ObserveEvery, StartTime: cfg.StartTime, RunTime: cfg.RunTime,
 		NodeCPUs: cfg.NodeCPUs, NodeMemory: cfg.NodeMemory, NoFsync: cfg.NoFsync, HTTP2: cfg.HTTP2,
 		EnrollConcurrency: cfg.EnrollConcurrency}
+	if s.tls != nil {
+		spec.CAFile = s.tls.caFile
+	}
 	s.agentLog = newCountingHandler(slog.LevelWarn)
 	agentCtx, stop := context.WithCancel(ctx)
 	s.stopAgentsC = stop
 	s.agentsDone = make(chan struct{})
 	s.upProfiling = cfg.CPUProfile != "" && pprof.StartCPUProfile(&s.upProfile) == nil
+	s.upConns0, s.upCPU0 = s.connCounts(), cputime.Self()
 	s.enrollStart = time.Now()
 	if cfg.AgentProcesses == 0 {
 		pprof.Do(agentCtx, pprof.Labels("component", "agents"), func(actx context.Context) {

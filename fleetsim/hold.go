@@ -31,11 +31,13 @@ type holdState struct {
 	shardCPU0, shardCPU1 time.Duration // the agent processes' CPU time
 	busy0, busy1         time.Duration // the machine's busy time
 	hb0                  int64         // heartbeats before the hold
+	conns0, conns1       connCounts    // the replicas' connection counts
 	events0              float64       // node events applied before the hold
 
 	submitted, submitErrors, submitEnd atomic.Int64
 	submitDone                         chan struct{}
 
+	storm    *stormState
 	kill     *KillReport
 	killAt   time.Time
 	onKilled map[string]bool // nodes in session on the killed replica
@@ -50,10 +52,16 @@ type holdState struct {
 // replicas' metrics every 5 seconds.
 func (s *sim) hold(ctx context.Context) (*holdState, error) {
 	h := s.beginHold(ctx)
-	killTimer := make(<-chan time.Time)
+	killTimer, stormTimer := make(<-chan time.Time), make(<-chan time.Time)
 	if s.cfg.KillReplicaAt > 0 {
 		killTimer = time.After(s.cfg.KillReplicaAt)
 	}
+	if s.cfg.StormAt > 0 {
+		stormTimer = time.After(s.cfg.StormAt)
+	}
+	// stormTick watches the storm's window, often enough to close it close
+	// to the last node's return; nil outside it.
+	var stormTick <-chan time.Time
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
 	lastProgress := time.Now()
@@ -63,6 +71,15 @@ func (s *sim) hold(ctx context.Context) (*holdState, error) {
 			return nil, ctx.Err()
 		case <-killTimer:
 			s.killReplica(h)
+		case <-stormTimer:
+			s.startStorm(h)
+			t := time.NewTicker(20 * time.Millisecond)
+			defer t.Stop()
+			stormTick = t.C
+		case <-stormTick:
+			if s.stormOver(h) {
+				stormTick = nil
+			}
 		case <-tick.C:
 			s.sample(h)
 			s.scrapeAll(ctx)
@@ -81,7 +98,7 @@ func (s *sim) hold(ctx context.Context) (*holdState, error) {
 // beginHold ends the profile of the fleet coming up, starts the hold's,
 // reads the counters the report compares against, and starts submitting.
 func (s *sim) beginHold(ctx context.Context) *holdState {
-	s.metricsClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	s.metricsClient = &http.Client{Transport: s.tls.clientTransport(4)}
 	h := &holdState{onKilled: map[string]bool{}, submitDone: make(chan struct{})}
 	s.scrapeAll(ctx)
 	h.events0 = s.sum(appliedSeries)
@@ -98,13 +115,15 @@ func (s *sim) beginHold(ctx context.Context) *holdState {
 	h.shardCPU0 = s.shardCPU()
 	h.busy0 = cputime.Machine()
 	h.hb0 = s.rec.heartbeats.Load()
+	h.conns0 = s.connCounts()
+	s.upConns, s.upCPU = h.conns0.sub(s.upConns0), h.cpu0-s.upCPU0
 	if s.cfg.Runs == 0 {
 		close(h.submitDone)
 		return h
 	}
 	clients := make([]*client.Client, len(s.survivors))
 	for i, r := range s.survivors {
-		clients[i] = adminClient(r)
+		clients[i] = s.adminClient(r)
 	}
 	spec := api.RunSpec{Image: s.image, Command: []string{"/simulated"}, CPU: s.cfg.RunCPU, MemoryBytes: s.cfg.RunMemory}
 	pprof.Do(ctx, pprof.Labels("component", "submitter"), func(ctx context.Context) {
@@ -158,6 +177,7 @@ func (s *sim) endHold(ctx context.Context, h *holdState) {
 	h.cpu1 = cputime.Self()
 	h.shardCPU1 = s.shardCPU()
 	h.busy1 = cputime.Machine()
+	h.conns1 = s.connCounts()
 	h.length = h.end.Sub(h.start)
 	if h.profiling {
 		pprof.StopCPUProfile()

@@ -25,9 +25,19 @@ type Report struct {
 	Heartbeat  float64 `json:"heartbeat_s"`
 	Lease      float64 `json:"lease_s"`
 	Hold       float64 `json:"hold_s"`
+	// TLS is whether the replicas served HTTPS and the agents verified
+	// them (the default); false is Config.Plaintext.
+	TLS bool `json:"tls"`
 
 	EnrollmentsPerS float64 `json:"enrollments_per_s"`
 	FleetUp         float64 `json:"fleet_up_s"` // first enrollment → every node in session
+	// UpConnections and UpProcessCPU are the replicas' connections and
+	// this process's CPU seconds from the agents' start until every node
+	// was in session.
+	UpConnections Connections `json:"fleet_up_connections"`
+	UpProcessCPU  float64     `json:"fleet_up_process_cpu_s"`
+	// HoldConnections are the replicas' connections during the hold.
+	HoldConnections Connections `json:"hold_connections"`
 
 	HeartbeatsPerS         float64 `json:"heartbeats_per_s"`
 	HeartbeatsExpectedPerS float64 `json:"heartbeats_expected_per_s"`
@@ -78,22 +88,23 @@ type Report struct {
 	// OthersCPUCores is what the rest of the machine used meanwhile (other
 	// processes, the kernel's own work): the simulation had the cores it
 	// did not take.
-	OthersCPUCores       float64     `json:"other_processes_cpu_cores"`
-	ControlPlaneCPUCores float64     `json:"controlplane_cpu_cores"`
-	AgentsCPUCores       float64     `json:"agents_cpu_cores"`
-	UnattributedCPUCores float64     `json:"unattributed_cpu_cores"`
-	HeapInuseMB          float64     `json:"heap_inuse_mb"`
-	RSSMB                float64     `json:"rss_mb"`
-	RSSPeakMB            float64     `json:"rss_peak_mb"`
-	AgentsRSSPeakMB      float64     `json:"agent_processes_rss_peak_mb"`
-	ControlPlaneWarnings int         `json:"controlplane_warnings"`
-	ControlPlaneErrors   int         `json:"controlplane_errors"`
-	AgentWarnings        int         `json:"agent_warnings"`
-	AgentErrors          int         `json:"agent_errors"`
-	AgentsStopped        int64       `json:"agents_stopped"`
-	Kill                 *KillReport `json:"replica_kill,omitempty"`
-	Notes                []string    `json:"notes"`
-	LogSamples           []string    `json:"log_samples,omitempty"`
+	OthersCPUCores       float64      `json:"other_processes_cpu_cores"`
+	ControlPlaneCPUCores float64      `json:"controlplane_cpu_cores"`
+	AgentsCPUCores       float64      `json:"agents_cpu_cores"`
+	UnattributedCPUCores float64      `json:"unattributed_cpu_cores"`
+	HeapInuseMB          float64      `json:"heap_inuse_mb"`
+	RSSMB                float64      `json:"rss_mb"`
+	RSSPeakMB            float64      `json:"rss_peak_mb"`
+	AgentsRSSPeakMB      float64      `json:"agent_processes_rss_peak_mb"`
+	ControlPlaneWarnings int          `json:"controlplane_warnings"`
+	ControlPlaneErrors   int          `json:"controlplane_errors"`
+	AgentWarnings        int          `json:"agent_warnings"`
+	AgentErrors          int          `json:"agent_errors"`
+	AgentsStopped        int64        `json:"agents_stopped"`
+	Kill                 *KillReport  `json:"replica_kill,omitempty"`
+	Storm                *StormReport `json:"reconnect_storm,omitempty"`
+	Notes                []string     `json:"notes"`
+	LogSamples           []string     `json:"log_samples,omitempty"`
 }
 
 // KillReport is what happened when a replica was killed.
@@ -118,7 +129,8 @@ func (s *sim) report(ctx context.Context, h *holdState) *Report {
 	cfg, rec, hold := &s.cfg, s.rec, h.length
 	rep := &Report{
 		Nodes: cfg.Nodes, Replicas: cfg.Replicas, Store: "sqlite", CPUs: runtime.NumCPU(), StateFsync: !cfg.NoFsync,
-		Heartbeat: cfg.Heartbeat.Seconds(), Lease: cfg.Lease.Seconds(), Hold: hold.Seconds(),
+		Heartbeat: cfg.Heartbeat.Seconds(), Lease: cfg.Lease.Seconds(), Hold: hold.Seconds(), TLS: s.tls != nil,
+		UpConnections: s.upConns.report(), UpProcessCPU: s.upCPU.Seconds(), HoldConnections: h.conns1.sub(h.conns0).report(),
 		EnrollmentsPerS: float64(cfg.Nodes) / s.enrollSpan.Seconds(), FleetUp: s.fleetUp.Seconds(),
 		HeartbeatsPerS: rec.heartbeatRate(), HeartbeatsExpectedPerS: float64(cfg.Nodes) / cfg.Heartbeat.Seconds(),
 		HeartbeatErrors: rec.heartbeatErrors.Load(), HeartbeatLapses: rec.heartbeatLapses.Load(),
@@ -140,6 +152,7 @@ func (s *sim) report(ctx context.Context, h *holdState) *Report {
 	s.reportNodes(ctx, rep)
 	s.reportRuns(rep, h)
 	s.reportKill(rep, h)
+	s.reportStorm(rep, h)
 	s.reportResources(rep, h)
 	s.reportLogs(rep)
 	s.reportNotes(rep)
@@ -349,10 +362,18 @@ func prefixAll(p string, s []string) []string {
 	return out
 }
 
+// transportRow says whether the fleet spoke TLS.
+func transportRow(r *Report) string {
+	if r.TLS {
+		return "HTTPS: one CA made for the run, every agent verifying the replicas against it (pinned by its invitation), TLS sessions resumed"
+	}
+	return "PLAINTEXT HTTP on loopback (--plaintext; the product serves HTTPS)"
+}
+
 func agentsRow(r *Report) string {
 	proto := "HTTP/1.1, a connection each"
 	if r.HTTP2 {
-		proto = "plaintext HTTP/2, multiplexed"
+		proto = "HTTP/2, multiplexed"
 	}
 	if r.AgentProcesses == 0 {
 		return "in the control plane's process; " + proto
@@ -378,10 +399,13 @@ func (r *Report) WriteText(w io.Writer) {
 		{"machine", r.Machine},
 		{"store", fmt.Sprintf("%s, %d replica(s)", r.Store, r.Replicas)},
 		{"agent state fsync", fsync},
+		{"transport", transportRow(r)},
 		{"agents", agentsRow(r)},
 		{"heartbeat / lease", fmt.Sprintf("%gs / %gs", r.Heartbeat, r.Lease)},
 		{"hold", fmt.Sprintf("%.1fs", r.Hold)},
 		{"enrollments", fmt.Sprintf("%.0f/s (every node in session after %.1fs)", r.EnrollmentsPerS, r.FleetUp)},
+		{"fleet coming up", fmt.Sprintf("%s; this process %.1f CPU s", r.UpConnections, r.UpProcessCPU)},
+		{"connections in hold", r.HoldConnections.String()},
 		{"heartbeats", fmt.Sprintf("%.0f/s sustained (%.0f/s expected), %d failed, longest gap %.1fs", r.HeartbeatsPerS, r.HeartbeatsExpectedPerS, r.HeartbeatErrors, r.HeartbeatGapMaxMS/1000)},
 		{"missed leases", fmt.Sprintf("%d (control plane: %d lapses, %d unreachable at the end; agents: %d gaps over the lease)", r.MissedLeases, r.LeaseLapses, r.UnreachableAtEnd, r.HeartbeatLapses)},
 		{"commands", fmt.Sprintf("%d delivered, %d redelivered", r.Commands, r.Redeliveries)},
@@ -398,6 +422,9 @@ func (r *Report) WriteText(w io.Writer) {
 	if k := r.Kill; k != nil {
 		rows = append(rows, [2]string{"replica killed", fmt.Sprintf("at %.1fs: %d nodes moved, reconnect p50 %.0f ms p99 %.0f ms max %.0f ms, %d not back, %d sessions left on it",
 			k.At, k.Moved, k.ReconnectP50MS, k.ReconnectP99MS, k.ReconnectMaxMS, k.NotBack, k.OnKilled)})
+	}
+	if st := r.Storm; st != nil {
+		rows = append(rows, [2]string{"reconnect storm", st.String()})
 	}
 	fmt.Fprintf(w, "Fleet simulation: %d nodes\n", r.Nodes)
 	for _, row := range rows {

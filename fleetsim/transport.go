@@ -3,6 +3,8 @@ package fleetsim
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -15,9 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mercator/mercator/nodeproto"
-
 	"github.com/mercator/mercator/nodeagent"
+	"github.com/mercator/mercator/nodeproto"
+	"github.com/mercator/mercator/pki"
 )
 
 // routerDomain is the made-up domain of the control-plane addresses agents
@@ -80,24 +82,61 @@ const idleConns = 256
 
 // agentClient is the HTTP client a group of simulated agents shares. With
 // HTTP/1.1 (the default) each session stream holds a connection of its own,
-// as a real agent's does, and requests reuse a pool of idle connections. With http2, streams are
-// multiplexed over a few connections (plaintext HTTP/2 with prior
-// knowledge), which is how more nodes fit under one process's open-file
-// limit than it has descriptors for.
-func agentClient(r *router, http2 bool, obs *observer) *http.Client {
+// as a real agent's does, and requests reuse a pool of idle connections.
+// With http2, streams are multiplexed over a few connections (over TLS
+// negotiated by ALPN, else plaintext HTTP/2 with prior knowledge), which is
+// how more nodes fit under one process's open-file limit than it has
+// descriptors for. With roots (the default), the transport is the real
+// agent's over TLS (daemon's agentHTTPClient): pki.ClientTLSConfig
+// verifies every replica against exactly those CAs, with the host name,
+// and keeps a session cache so that a reconnect resumes its TLS session;
+// the agents of one process share it, as they share the transport (see
+// sharedSessions).
+func agentClient(r *router, http2 bool, roots []*x509.Certificate, obs *observer) *http.Client {
+	tlsConfig := pki.ClientTLSConfig(roots)
+	if tlsConfig != nil {
+		tlsConfig.ClientSessionCache = sharedSessions{tlsConfig.ClientSessionCache}
+	}
 	tr := &http.Transport{
 		DialContext:         r.dial,
 		MaxIdleConns:        idleConns * len(r.addrs),
 		MaxIdleConnsPerHost: idleConns,
 		IdleConnTimeout:     5 * time.Minute,
 		DisableCompression:  true,
+		TLSClientConfig:     tlsConfig,
+		TLSHandshakeTimeout: 10 * time.Second,
 	}
 	if http2 {
 		tr.Protocols = new(http.Protocols)
-		tr.Protocols.SetUnencryptedHTTP2(true)
+		if roots != nil {
+			tr.Protocols.SetHTTP2(true)
+		} else {
+			tr.Protocols.SetUnencryptedHTTP2(true)
+		}
 	}
 	obs.base, obs.router = tr, r
+	if roots != nil {
+		obs.base = pki.Explaining(tr, roots)
+	}
 	return &http.Client{Transport: obs}
+}
+
+// sharedSessions is the TLS session cache the agents of one process share.
+// It keeps one ticket per replica name, which every agent dialling that
+// name resumes with, as each real agent resumes with its own. What it does
+// not do is forget a ticket when a handshake that used it fails (Go's
+// client does so, RFC 5077 3.2): one real agent's timed-out handshake costs
+// that agent its ticket, but here it would cost every agent of the process
+// theirs at once, turning a reconnect storm of resumptions into one of
+// full handshakes that no real fleet would see. A ticket the server cannot
+// use is no failure: the server answers with a full handshake and the
+// client stores the new ticket.
+type sharedSessions struct{ tls.ClientSessionCache }
+
+func (c sharedSessions) Put(key string, cs *tls.ClientSessionState) {
+	if cs != nil {
+		c.ClientSessionCache.Put(key, cs)
+	}
 }
 
 // observer notes which replica each session stream was opened on, and
@@ -250,8 +289,13 @@ type recorder struct {
 	// holdStart (Unix nanoseconds, 0 before the hold) is when heartbeats
 	// start counting towards each node's sustained rate.
 	holdStart atomic.Int64
-	nodes     []*nodeRec // by index, fixed before the agents start
-	byID      map[string]int
+	// stormAt (Unix nanoseconds, 0 before it) is when the reconnect storm
+	// dropped every connection; reopened counts the nodes that opened a
+	// session after it.
+	stormAt  atomic.Int64
+	reopened atomic.Int64
+	nodes    []*nodeRec // by index, fixed before the agents start
+	byID     map[string]int
 
 	enrolledN       atomic.Int64
 	sessionsOpen    atomic.Int64 // nodes whose session has opened at least once
@@ -266,6 +310,7 @@ type recorder struct {
 
 	mu       sync.Mutex
 	delivery []time.Duration // first delivery − creation, per command
+	created  []time.Time     // each command's creation, beside delivery
 	runs     map[string]*runRec
 	runningN int
 	lastEnr  time.Time
@@ -333,12 +378,17 @@ func (r *recorder) enrolled(n int, at time.Time) {
 
 func (r *recorder) sessionOpened(n, replica int, at time.Time) {
 	nr := r.nodes[n]
+	storm := r.stormAt.Load()
 	nr.mu.Lock()
 	first := nr.sessionAt.IsZero()
+	again := storm != 0 && !first && nr.sessionAt.UnixNano() <= storm && at.UnixNano() > storm
 	nr.sessionAt, nr.sessionReplica = at, replica
 	nr.mu.Unlock()
 	if first {
 		r.sessionsOpen.Add(1)
+	}
+	if again {
+		r.reopened.Add(1)
 	}
 }
 
@@ -401,6 +451,7 @@ func (r *recorder) command(n int, op string, created time.Time, runID string, at
 	defer r.mu.Unlock()
 	if !created.IsZero() {
 		r.delivery = append(r.delivery, at.Sub(created))
+		r.created = append(r.created, created)
 	}
 	if runID != "" {
 		rr := r.run(runID)
@@ -408,6 +459,21 @@ func (r *recorder) command(n int, op string, created time.Time, runID string, at
 			rr.received = at
 		}
 	}
+}
+
+// deliveriesCreated is the delivery times, sorted, of the commands created
+// in [from, to].
+func (r *recorder) deliveriesCreated(from, to time.Time) []time.Duration {
+	r.mu.Lock()
+	var out []time.Duration
+	for i, c := range r.created {
+		if !c.Before(from) && !c.After(to) {
+			out = append(out, r.delivery[i])
+		}
+	}
+	r.mu.Unlock()
+	sortDurations(out)
+	return out
 }
 
 func (r *recorder) eventsHeld(n, count int) { r.events.Add(int64(count)) }
