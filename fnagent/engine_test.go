@@ -90,16 +90,17 @@ func TestConcurrencyLaunchesOnlyWhenNeededAndReusesLIFO(t *testing.T) {
 		t.Fatalf("%d containers after sequential calls; want 1", n)
 	}
 
-	// X holds A for longer than a cold start; Y arrives while A is busy
-	// and gets a new container B (had A come back first, Y would have taken
-	// it, and B gone idle), and finishes after X, so B is the most recently
-	// used.
+	// X holds A far longer than a cold start takes even on a loaded
+	// machine; Y arrives while A is busy and gets a new container B (had A
+	// come back first, Y would have taken it, and B gone idle). Y answers
+	// at once, so A, released when X ends, is the most recently used, and
+	// the calls after the burst go to it.
 	var wg sync.WaitGroup
 	var x, y result
 	wg.Add(2)
-	go func() { defer wg.Done(); x = te.call(fn, "", `{"sleep_ms":1500}`) }()
+	go func() { defer wg.Done(); x = te.call(fn, "", `{"sleep_ms":10000}`) }()
 	eventually(t, 30*time.Second, "X busy", func() bool { s := te.Stats(); return len(s) == 1 && s[0].Busy == 1 })
-	go func() { defer wg.Done(); y = te.call(fn, "", `{"sleep_ms":2500}`) }()
+	go func() { defer wg.Done(); y = te.call(fn, "", `{}`) }()
 	wg.Wait()
 	if x.err != nil || y.err != nil {
 		t.Fatalf("concurrent calls: %v, %v", x.err, y.err)
@@ -109,8 +110,8 @@ func TestConcurrencyLaunchesOnlyWhenNeededAndReusesLIFO(t *testing.T) {
 		t.Fatalf("X on %s, Y on %s (cold %v); want X on A=%s and Y on a new container", x.report.ContainerID, b, y.report.Cold, a)
 	}
 	for i := 0; i < 2; i++ {
-		if id := te.mustCall(fn, "", `{}`).report.ContainerID; id != b {
-			t.Fatalf("after the burst, call %d went to %s; want the most recently used %s", i, id, b)
+		if id := te.mustCall(fn, "", `{}`).report.ContainerID; id != a {
+			t.Fatalf("after the burst, call %d went to %s; want the most recently used %s", i, id, a)
 		}
 	}
 	if s := te.Stats(); len(s) != 1 || s[0].Idle != 2 {
