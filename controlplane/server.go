@@ -55,6 +55,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/metrics"
 	"github.com/mercator/mercator/controlplane/internal/nodeauth"
 	"github.com/mercator/mercator/controlplane/registry"
+	"github.com/mercator/mercator/internal/supervise"
 	"github.com/mercator/mercator/store"
 )
 
@@ -244,26 +245,32 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		srv.Protocols.SetUnencryptedHTTP2(true)
 	}
 	errc := make(chan error, 2)
+	// Every background loop runs supervised (package supervise): a panic in
+	// one is logged with its stack, counted (mercator_loop_panics_total)
+	// and the loop restarted, rather than ending the process.
+	sup := supervise.Supervisor{Log: s.log, Panicked: func(loop string) { s.metrics.LoopPanics.WithLabelValues(loop).Inc() }}
 	var loops sync.WaitGroup
-	loops.Add(3 + s.cfg.WriteConcurrency)
-	go func() { defer loops.Done(); s.audit.Run(ctx) }()
-	go func() {
-		defer loops.Done()
+	supervised := func(name string, loop func(context.Context)) {
+		loops.Add(1)
+		go func() { defer loops.Done(); sup.Run(ctx, name, loop) }()
+	}
+	supervised("audit", s.audit.Run)
+	supervised("liveness", func(ctx context.Context) {
 		s.live.FlushLoop(ctx, liveness.Flusher{Store: s.store, Log: s.log, Lapses: func(n int) { s.metrics.LeaseLapses.Add(float64(n)) }})
-	}()
-	go func() { defer loops.Done(); s.publishLoop(ctx) }()
+	})
+	supervised("publish", s.publishLoop)
 	for range s.cfg.WriteConcurrency {
-		go func() { defer loops.Done(); s.batchLoop(ctx) }()
+		supervised("batch", s.batchLoop)
 	}
 	s.batching.Store(true)
 	// The store outlives the loops that write to it: Run closes it after
 	// Serve returns.
 	defer loops.Wait()
 	go func() { errc <- srv.Serve(l) }()
-	go func() { s.reconcileLoop(ctx); errc <- nil }()
-	go s.receive(ctx)
-	fnDone := s.fn.StartAsync(ctx) // durable calls
-	defer func() { <-fnDone }()    // claims handed back before the store closes
+	go func() { sup.Run(ctx, "reconcile", s.reconcileLoop); errc <- nil }()
+	go sup.Run(ctx, "receive", s.receive)
+	fnDone := s.fn.StartAsync(ctx, sup) // durable calls
+	defer func() { <-fnDone }()         // claims handed back before the store closes
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"time"
 
@@ -118,17 +119,36 @@ func (s *Server) maxBatch() int {
 	return maxBatch
 }
 
+// errBatchPanicked answers the callers of a batch that panicked.
+var errBatchPanicked = errors.New("internal error: the write transaction panicked (logged by the server)")
+
 func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
-	live := jobs[:0]
+	// A panic in a caller's fn (a bug) must not leave the batch's other
+	// callers waiting for ever: whoever is not answered yet is answered
+	// with an error, and the panic goes on to the loop's supervisor, which
+	// logs it and restarts the loop (Serve).
+	var answered []*batchJob
+	answer := func(j *batchJob, err error) { j.done <- err; answered = append(answered, j) }
+	defer func() {
+		if v := recover(); v != nil {
+			for _, j := range jobs {
+				if !slices.Contains(answered, j) {
+					j.done <- errBatchPanicked
+				}
+			}
+			panic(v)
+		}
+	}()
+	var live []*batchJob
 	for _, j := range jobs {
 		if err := j.ctx.Err(); err != nil {
-			j.done <- err
+			answer(j, err)
 			continue
 		}
 		live = append(live, j)
 	}
 	if len(live) == 1 {
-		live[0].done <- live[0].run(s)
+		answer(live[0], live[0].run(s))
 		return
 	}
 	if len(live) == 0 {
@@ -137,6 +157,7 @@ func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
 	// The batch's transaction is not any one caller's, so it is bounded by
 	// the server's life and a deadline rather than by a caller's context.
 	bctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	commit := s.updateLocked
 	for _, j := range live {
 		if !j.locked {
@@ -151,16 +172,13 @@ func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
 		}
 		return nil
 	})
-	cancel()
 	s.metrics.BatchSize.Observe(float64(len(live)))
-	if err == nil {
-		for _, j := range live {
-			j.done <- nil
-		}
-		return
-	}
 	for _, j := range live {
-		j.done <- j.run(s)
+		if err == nil {
+			answer(j, nil)
+		} else {
+			answer(j, j.run(s))
+		}
 	}
 }
 

@@ -48,6 +48,15 @@ type Set struct {
 	// AuditDropped counts audit entries dropped because the audit queue
 	// was full (package httpapi's Auditor).
 	AuditDropped prometheus.Counter
+	// LoopPanics counts panics recovered in the server's background loops,
+	// by loop (package supervise restarts the loop after a backoff).
+	LoopPanics *prometheus.CounterVec
+	// Throttled counts requests and connections refused by the server's
+	// limits (package limits), by reason: "caller" (a credential's, node's
+	// or address's requests in flight: 429), "overall" (the server's: 503),
+	// "node_bytes" (node bodies in flight: 503), "too_large" (a body over its
+	// route's limit: 413), "connections" (the connection cap: closed).
+	Throttled *prometheus.CounterVec
 }
 
 // New returns a server's series, registered.
@@ -76,8 +85,12 @@ func New() *Set {
 			Help: "Signals for other replicas dropped because the queue was full (a delay for whoever waited on them, never a loss of data)."}),
 		AuditDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "mercator_audit_dropped_total",
 			Help: "Audit entries dropped because the audit queue was full."}),
+		LoopPanics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_loop_panics_total",
+			Help: "Panics recovered in background loops, by loop; each loop was restarted after a backoff."}, []string{"loop"}),
+		Throttled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_http_throttled_total",
+			Help: "Requests and connections refused by the server's limits, by reason (caller, overall, node_bytes, too_large, connections)."}, []string{"reason"}),
 	}
-	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped,
+	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.LoopPanics, m.Throttled,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -97,6 +110,10 @@ func (r *statusRecorder) WriteHeader(code int) {
 	r.code = code
 	r.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection (per-route
+// read and write deadlines, package limits).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 func (r *statusRecorder) Flush() {
 	if f, ok := r.ResponseWriter.(http.Flusher); ok {
