@@ -50,6 +50,7 @@ import (
 	"github.com/mercator/mercator/controlplane/artifact"
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/limits"
 	"github.com/mercator/mercator/controlplane/internal/liveness"
 	"github.com/mercator/mercator/controlplane/internal/livesession"
 	"github.com/mercator/mercator/controlplane/internal/metrics"
@@ -132,7 +133,16 @@ type Config struct {
 	AuditRetention  time.Duration
 	AuditMaxRows    int
 	AuditPruneEvery time.Duration
+	// Limits bound connections, requests in flight, bodies and timeouts
+	// (package limits; every zero field takes its default). Serve applies
+	// the timeouts; LimitListener the connection cap.
+	Limits Limits
 }
+
+// Limits are the server's limits: timeouts, connections, requests in
+// flight overall and per caller, node bodies in flight. See package
+// controlplane/internal/limits, and docs/hardening.md ("Bounded servers").
+type Limits = limits.Options
 
 func (c *Config) defaults() {
 	if c.Lease == 0 {
@@ -200,6 +210,7 @@ type Server struct {
 	tokens    *httpapi.Tokens  // API credentials, cached briefly (access_handlers.go)
 	audit     *httpapi.Auditor // the audit log's queue
 	mailboxes sync.Map         // node ID → *mailbox (nodes_mailbox.go)
+	limiter   *limits.Limiter  // routes.go: every route's limit class
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.
@@ -215,6 +226,7 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		replicaID: httpapi.NewID(""),
 		tokens:    &httpapi.Tokens{Store: st, Now: cfg.Now},
 	}
+	s.limiter = limits.New(cfg.Limits, func(reason string) { s.metrics.Throttled.WithLabelValues(reason).Inc() })
 	s.audit = &httpapi.Auditor{Store: st, Now: s.now, Log: s.log, Dropped: s.metrics.AuditDropped.Inc,
 		Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows, PruneEvery: cfg.AuditPruneEvery}
 	s.artifacts = artifact.New(artifact.Config{Store: st, Now: s.now, Logger: s.log, Content: cfg.Content,
@@ -238,7 +250,8 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	if err := s.fn.SealClearSecrets(ctx); err != nil {
 		s.log.Error("secret configuration left in the clear", "err", err)
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv := &http.Server{Handler: s.Handler(), BaseContext: func(net.Listener) context.Context { return ctx }}
+	s.limiter.Options().Server(srv) // read, write, idle timeouts (package limits)
 	if s.cfg.UnencryptedHTTP2 {
 		srv.Protocols = new(http.Protocols)
 		srv.Protocols.SetHTTP1(true)
@@ -282,6 +295,15 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	defer cancel()
 	srv.Shutdown(shutdown)
 	return nil
+}
+
+// LimitListener caps the connections open on l at Limits.MaxConns: a
+// connection over the cap is closed at once (and counted in
+// mercator_http_throttled_total{reason="connections"}). l must be the plain
+// TCP listener, below any TLS: the HTTP server must see the TLS connection
+// itself to serve HTTP/2.
+func (s *Server) LimitListener(l net.Listener) net.Listener {
+	return limits.Listener(l, s.limiter.Options().MaxConns, func() { s.metrics.Throttled.WithLabelValues("connections").Inc() })
 }
 
 func (s *Server) now() time.Time { return s.cfg.Now().UTC() }

@@ -57,8 +57,11 @@ type ServerOptions struct {
 	// rest: a 32-byte key in hex or base64. Empty means the key in
 	// DataDir/registry-key, generated on first start.
 	RegistryKey string
-	Config      controlplane.Config
-	Logger      *slog.Logger
+	// Config is the control plane's configuration; Config.Limits holds the
+	// server's limits (timeouts, connection and in-flight caps, node body
+	// budget: `mercator server --read-timeout` and the flags beside it).
+	Config controlplane.Config
+	Logger *slog.Logger
 	// Ready, when set, is called once the server accepts connections, with
 	// its URL and the path of the admin credential file ("" when that
 	// credential was removed with `mercator token rm`). Over HTTPS the CA
@@ -116,7 +119,6 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 			return fmt.Errorf("TLS: %w", err)
 		}
 		go certs.Run(ctx)
-		l = tls.NewListener(l, certs.TLSConfig())
 		url = "https://" + l.Addr().String()
 	}
 	cfg := o.Config
@@ -159,6 +161,12 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	resolver := &refResolver{r: &imageref.Resolver{Insecure: o.InsecureRegistries}}
 	srv := controlplane.New(cfg, st, resolver, coord)
 	resolver.creds = srv.RegistryCredentials
+	// The connection cap counts TCP connections, below TLS (the HTTP
+	// server must see the TLS connection itself to offer HTTP/2).
+	l = srv.LimitListener(l)
+	if certs != nil {
+		l = tls.NewListener(l, certs.TLSConfig())
+	}
 	o.Logger.Info("control plane listening", "url", url, "db", sqlstore.Redacted(o.DB), "admin_token_file", tokenFile,
 		"content", cfg.Content.Describe())
 	if certs != nil {

@@ -1,0 +1,173 @@
+// Package limits bounds what HTTP clients can make the control plane hold:
+// connections, requests in flight (overall and per caller), request
+// bodies, node bodies in memory, and how long a connection may take to
+// send a request, to read an answer, or sit idle. Without it, 200 clients
+// sending one byte every few seconds held 200 goroutines for as long as
+// they liked, and 40 node event posts of 7.6 MB took the process from 48
+// MiB to a gigabyte.
+//
+// A route belongs to a Class (declared in package controlplane's route
+// table, routes.go): ordinary API calls, long-lived streams (session
+// streams, log follows, waits, invocations, downloads), uploads, and node
+// bulk posts (events, logs). Limiter.Wrap applies the class to a handler:
+//
+//   - A body larger than the class allows is refused before it is read,
+//     when its length is declared, and cut off at the limit otherwise.
+//   - Requests in flight are counted overall and per caller (a credential's
+//     name, a node's ID, or for a caller without a credential its remote
+//     address); streams are counted apart from ordinary requests, since ten
+//     thousand nodes hold ten thousand session streams. Over a caller's
+//     share the answer is 429, over the server's 503, both with
+//     Retry-After, at once rather than after a queue.
+//   - Node bulk posts are also limited per node, and their bodies share one
+//     budget of bytes in flight across all nodes, which is what bounds the
+//     memory node bodies can take.
+//   - Deadlines: ordinary requests live under the server's ReadTimeout and
+//     WriteTimeout (net/http's, whole-request). Streams and uploads cannot:
+//     their write deadline is set before every write instead (a client that
+//     stops reading is cut after WriteTimeout), an upload's read deadline
+//     before every read of its body (a client that stops sending is cut
+//     after ReadTimeout), and once a body has been read the read deadline
+//     is cleared so the server's watch of the connection does not end a
+//     long stream's context.
+//
+// Listener caps connections. Only package controlplane may import it.
+package limits
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Options are the server's limits. Zero values take the defaults named on
+// each field (Defaults); a negative count means no limit.
+type Options struct {
+	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading an ordinary request, headers and body
+	// (default 60s), and for uploads the longest wait for the next piece
+	// of the body.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing an ordinary response (default 60s), and
+	// for streams and uploads each single write.
+	WriteTimeout time.Duration
+	// IdleTimeout is how long a keep-alive connection may wait for its next
+	// request (default 120s; agents report every 10s, so theirs stay open).
+	IdleTimeout time.Duration
+	// MaxConns caps open connections (default 65,536: ten thousand nodes
+	// hold two or three each over HTTP/1.1). Over it, a new connection is
+	// closed at once.
+	MaxConns int
+	// MaxInFlight caps ordinary requests being served (default 8,192);
+	// MaxInFlightPerCaller a single caller's (default 256: the fleet
+	// simulator enrolls 200 agents at once from one address).
+	MaxInFlight, MaxInFlightPerCaller int
+	// MaxStreams caps streams held (default 32,768: a session stream per
+	// node for ten thousand nodes, and room for log follows, waits and
+	// invocations); MaxStreamsPerCaller a single caller's (default 1,024).
+	// A node holds at most SessionsPerNode session streams.
+	MaxStreams, MaxStreamsPerCaller int
+	// MaxNodeBulkPerNode caps one node's event and log posts in flight
+	// (default 4: an agent sends heartbeats, its spool and its containers'
+	// output, each one at a time).
+	MaxNodeBulkPerNode int
+	// NodeBodyBudget caps the bytes of node event and log bodies in flight
+	// across all nodes (default 64 MiB): a body is counted at its declared
+	// length, or at its route's limit when it declares none.
+	NodeBodyBudget int64
+	// RetryAfter is what 429 and 503 answers ask the client to wait
+	// (default 1s; whole seconds on the wire).
+	RetryAfter time.Duration
+}
+
+// SessionsPerNode caps one node's session streams held at once: one is
+// current; a reconnecting agent's new stream may overlap an old one the
+// server has not noticed is dead yet.
+const SessionsPerNode = 8
+
+// Defaults returns o with every zero field set to its default.
+func (o Options) Defaults() Options {
+	set := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	setN := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	set(&o.ReadHeaderTimeout, 10*time.Second)
+	set(&o.ReadTimeout, 60*time.Second)
+	set(&o.WriteTimeout, 60*time.Second)
+	set(&o.IdleTimeout, 120*time.Second)
+	set(&o.RetryAfter, time.Second)
+	setN(&o.MaxConns, 65536)
+	setN(&o.MaxInFlight, 8192)
+	setN(&o.MaxInFlightPerCaller, 256)
+	setN(&o.MaxStreams, 32768)
+	setN(&o.MaxStreamsPerCaller, 1024)
+	setN(&o.MaxNodeBulkPerNode, 4)
+	if o.NodeBodyBudget == 0 {
+		o.NodeBodyBudget = 64 << 20
+	}
+	return o
+}
+
+// Server applies the timeouts to srv.
+func (o Options) Server(srv *http.Server) {
+	srv.ReadHeaderTimeout = o.ReadHeaderTimeout
+	srv.ReadTimeout = o.ReadTimeout
+	srv.WriteTimeout = o.WriteTimeout
+	srv.IdleTimeout = o.IdleTimeout
+}
+
+// Listener returns l with at most max connections open (none when max is
+// negative): a connection over the cap is closed as soon as it is accepted,
+// and refused is called. A client then sees its connection reset and
+// retries; waiting in the kernel's backlog instead would look the same
+// to it, only later.
+func Listener(l net.Listener, max int, refused func()) net.Listener {
+	if max < 0 {
+		return l
+	}
+	return &limitListener{Listener: l, slots: make(chan struct{}, max), refused: refused}
+}
+
+type limitListener struct {
+	net.Listener
+	slots   chan struct{}
+	refused func()
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
+		default:
+			c.Close()
+			if l.refused != nil {
+				l.refused()
+			}
+		}
+	}
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
