@@ -9,8 +9,8 @@ import (
 )
 
 // nodeBodyMin is the smallest --node-body-budget: one event batch of the
-// largest size a node may send must fit.
-const nodeBodyMin = nodeproto.MaxEventBody
+// largest size a node may send must fit, at what it costs in memory.
+const nodeBodyMin = controlplane.NodeBodyCost * nodeproto.MaxEventBody
 
 // limitFlags declares `mercator server`'s limit flags, defaulting to the
 // control plane's defaults (docs/hardening.md, "Bounded servers"). The
@@ -28,7 +28,7 @@ func limitFlags(fs *flagSet) func() (controlplane.Limits, error) {
 	fs.IntVar(&l.MaxStreams, "max-streams", def.MaxStreams, "streams held at once (a session stream per node, log follows, waits, invocations, downloads); more are answered 503")
 	fs.IntVar(&l.MaxStreamsPerCaller, "max-streams-per-caller", def.MaxStreamsPerCaller, "streams one credential or address holds; more are answered 429")
 	fs.IntVar(&l.MaxNodeBulkPerNode, "max-node-posts", def.MaxNodeBulkPerNode, "event and log posts one node has in flight; more are answered 429")
-	budget := fs.String("node-body-budget", bytesize.Format(def.NodeBodyBudget), "`size` of node event and log bodies in flight across all nodes, e.g. 64MiB; more are answered 503")
+	budget := fs.String("node-body-budget", bytesize.Format(def.NodeBodyBudget), "`size` of memory node event and log bodies in flight may take across all nodes, counted at four times their length, e.g. 64MiB; more are answered 503")
 	fs.DurationVar(&l.RetryAfter, "retry-after", def.RetryAfter, "what 429 and 503 answers ask clients to wait")
 	return func() (controlplane.Limits, error) {
 		n, err := bytesize.Parse(*budget)

@@ -144,6 +144,10 @@ type Config struct {
 // controlplane/internal/limits, and docs/hardening.md ("Bounded servers").
 type Limits = limits.Options
 
+// NodeBodyCost is what a node body in flight is counted at against
+// Limits.NodeBodyBudget, per byte (limits.NodeBodyCost).
+const NodeBodyCost = limits.NodeBodyCost
+
 func (c *Config) defaults() {
 	if c.Lease == 0 {
 		c.Lease = 30 * time.Second
@@ -226,7 +230,9 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		replicaID: httpapi.NewID(""),
 		tokens:    &httpapi.Tokens{Store: st, Now: cfg.Now},
 	}
-	s.limiter = limits.New(cfg.Limits, func(reason string) { s.metrics.Throttled.WithLabelValues(reason).Inc() })
+	s.limiter = limits.New(cfg.Limits, limits.Observer{
+		Refused:  func(reason string) { s.metrics.Throttled.WithLabelValues(reason).Inc() },
+		InFlight: func(kind string, d float64) { s.metrics.InFlight.WithLabelValues(kind).Add(d) }})
 	s.audit = &httpapi.Auditor{Store: st, Now: s.now, Log: s.log, Dropped: s.metrics.AuditDropped.Inc,
 		Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows, PruneEvery: cfg.AuditPruneEvery}
 	s.artifacts = artifact.New(artifact.Config{Store: st, Now: s.now, Logger: s.log, Content: cfg.Content,

@@ -50,21 +50,34 @@ var API = Class{Name: "api", Body: httpapi.MaxBody}
 // Limiter applies Options to handlers (Wrap). Safe for concurrent use.
 type Limiter struct {
 	opts Options
-	// Refused is called with the reason of every refusal: "caller",
-	// "overall", "node_bytes", "too_large" (metrics.Set.Throttled).
-	refused func(reason string)
+	obs  Observer
 
 	requests, streams, bulk counter
 	nodeBytes               budget
 }
 
-// New returns a limiter with o (defaults applied); refused, when not nil,
-// is told the reason of every refusal.
-func New(o Options, refused func(reason string)) *Limiter {
-	if refused == nil {
-		refused = func(string) {}
+// Observer is told what the limiter does (the server's metrics). Either
+// function may be nil.
+type Observer struct {
+	// Refused is called with the reason of every refusal: "caller",
+	// "overall", "node_bytes", "too_large".
+	Refused func(reason string)
+	// InFlight is called with +1 and -1 as requests ("requests") and
+	// streams ("streams") start and end.
+	InFlight func(kind string, delta float64)
+}
+
+// New returns a limiter with o (defaults applied) that tells obs what it
+// does.
+func New(o Options, obs Observer) *Limiter {
+	if obs.Refused == nil {
+		obs.Refused = func(string) {}
 	}
-	return &Limiter{opts: o.Defaults(), refused: refused, nodeBytes: budget{max: o.Defaults().NodeBodyBudget}}
+	if obs.InFlight == nil {
+		obs.InFlight = func(string, float64) {}
+	}
+	o = o.Defaults()
+	return &Limiter{opts: o, obs: obs, nodeBytes: budget{max: o.NodeBodyBudget}}
 }
 
 // Options is the limiter's options, defaults applied.
@@ -77,7 +90,7 @@ func (l *Limiter) Options() Options { return l.opts }
 func (l *Limiter) Wrap(c Class, key func(*http.Request) string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c.Body >= 0 && r.ContentLength > c.Body {
-			l.refused("too_large")
+			l.obs.Refused("too_large")
 			if r.ProtoMajor == 1 {
 				w.Header().Set("Connection", "close") // the unread body is not worth reading
 			}
@@ -129,30 +142,37 @@ func (l *Limiter) acquire(c Class, who string, r *http.Request) (release func(),
 	if reason = counter.acquire(who, max, perCaller); reason != "" {
 		return nil, reason
 	}
+	kind := "requests"
+	if c.Stream {
+		kind = "streams"
+	}
+	l.obs.InFlight(kind, 1)
+	counted := func() { counter.release(who); l.obs.InFlight(kind, -1) }
 	if !c.NodeBulk {
-		return func() { counter.release(who) }, ""
+		return counted, ""
 	}
 	if reason = l.bulk.acquire(who, -1, l.opts.MaxNodeBulkPerNode); reason != "" {
-		counter.release(who)
+		counted()
 		return nil, reason
 	}
 	weight := r.ContentLength
 	if weight < 0 || weight > c.Body {
 		weight = c.Body
 	}
+	weight *= NodeBodyCost
 	if !l.nodeBytes.acquire(weight) {
 		l.bulk.release(who)
-		counter.release(who)
+		counted()
 		return nil, "node_bytes"
 	}
-	return func() { l.nodeBytes.release(weight); l.bulk.release(who); counter.release(who) }, ""
+	return func() { l.nodeBytes.release(weight); l.bulk.release(who); counted() }, ""
 }
 
 // refuse answers 429 (the caller's share) or 503 (the server's), with
 // Retry-After, in the API's error shape with the code "unavailable", which
 // clients (and agents) treat as worth retrying.
 func (l *Limiter) refuse(w http.ResponseWriter, reason string, c Class, who string) {
-	l.refused(reason)
+	l.obs.Refused(reason)
 	status, msg := http.StatusServiceUnavailable, "the control plane is serving as many requests as it is configured to; retry after the time in Retry-After"
 	switch {
 	case reason == "caller":

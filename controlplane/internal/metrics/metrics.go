@@ -57,6 +57,9 @@ type Set struct {
 	// "node_bytes" (node bodies in flight: 503), "too_large" (a body over its
 	// route's limit: 413), "connections" (the connection cap: closed).
 	Throttled *prometheus.CounterVec
+	// InFlight is the requests ("requests") and streams ("streams") being
+	// served, as package limits counts them.
+	InFlight *prometheus.GaugeVec
 }
 
 // New returns a server's series, registered.
@@ -89,8 +92,10 @@ func New() *Set {
 			Help: "Panics recovered in background loops, by loop; each loop was restarted after a backoff."}, []string{"loop"}),
 		Throttled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_http_throttled_total",
 			Help: "Requests and connections refused by the server's limits, by reason (caller, overall, node_bytes, too_large, connections)."}, []string{"reason"}),
+		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mercator_http_in_flight",
+			Help: "Requests and streams being served, by kind (requests, streams)."}, []string{"kind"}),
 	}
-	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.LoopPanics, m.Throttled,
+	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.LoopPanics, m.Throttled, m.InFlight,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
