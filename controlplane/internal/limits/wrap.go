@@ -192,16 +192,16 @@ type counter struct {
 	byWho map[string]int
 }
 
-// acquire counts one in, or says why not: "overall" past max, "caller"
-// past perCaller (negative: no cap).
+// acquire counts one in, or says why not: "caller" past perCaller,
+// "overall" past max (negative: no cap).
 func (c *counter) acquire(who string, max, perCaller int) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if perCaller >= 0 && c.byWho[who] >= perCaller {
+		return "caller" // first: when both are full, it is this caller's doing
+	}
 	if max >= 0 && c.total >= max {
 		return "overall"
-	}
-	if perCaller >= 0 && c.byWho[who] >= perCaller {
-		return "caller"
 	}
 	if c.byWho == nil {
 		c.byWho = map[string]int{}
