@@ -3,14 +3,12 @@ package controlplane
 import (
 	_ "embed"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 
 	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
-	"github.com/mercator/mercator/controlplane/internal/limits"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
 )
@@ -96,63 +94,6 @@ var routeAccess = map[string]httpapi.Access{
 	"OPTIONS /t/{app_name}/{source...}":           trigger,
 }
 
-// The limit classes of routes that are not ordinary API calls (package
-// limits says what each part means). Every other route is limits.API: a
-// JSON body of at most httpapi.MaxBody, read and answered under the
-// server's whole-request timeouts, counted against the caller's share of
-// ordinary requests in flight.
-var (
-	// stream: a long answer (a wait, a log follow, a download) with no body.
-	stream = limits.Class{Name: "stream", Body: httpapi.MaxBody, Stream: true}
-	// invocation: Fn's sync invocations and triggers stream the body in
-	// while the answer streams out (full duplex); the handler refuses a
-	// body over api.FnMaxRequestBytes in Fn's error shape.
-	invocation = limits.Class{Name: "invocation", Body: limits.Unbounded, Stream: true, Upload: true}
-	// upload: an Artifact upload's bytes, or a function's answer relayed by
-	// its node; the handler holds the body to its declared size.
-	upload = limits.Class{Name: "upload", Body: limits.Unbounded, Upload: true}
-)
-
-// routeLimits is the limit class of every route, public or node, that is
-// not limits.API, declared once, here, beside the roles.
-var routeLimits = map[string]limits.Class{
-	"POST /v1/runs/batch":    {Name: "run batch", Body: maxBatchBody},
-	"GET /v1/runs/{id}/wait": stream,
-	"GET /v1/runs/{id}/logs": stream,
-	"PUT /v1/uploads/{id}":   upload,
-	"POST /invoke/{fn_id}":   invocation,
-	// The async handler reads up to api.FnMaxRequestBytes and refuses more
-	// in Fn's error shape.
-	"POST /invoke/{fn_id}/async":           {Name: "async invocation", Body: limits.Unbounded},
-	"GET /t/{app_name}/{source...}":        invocation,
-	"POST /t/{app_name}/{source...}":       invocation,
-	"PUT /t/{app_name}/{source...}":        invocation,
-	"PATCH /t/{app_name}/{source...}":      invocation,
-	"DELETE /t/{app_name}/{source...}":     invocation,
-	"OPTIONS /t/{app_name}/{source...}":    invocation,
-	"GET " + content.ReadPath + "{digest}": stream,
-	// Node protocol: one session stream per node (a few while a reconnect
-	// overlaps), events and logs limited per node and in bytes overall.
-	"POST " + nodeproto.PathSession: {Name: "session stream", Body: httpapi.MaxBody, Stream: true, PerCaller: limits.SessionsPerNode},
-	"POST " + nodeproto.PathEvents:  {Name: "node events", Body: nodeproto.MaxEventBody, NodeBulk: true},
-	"POST " + nodeproto.PathLogs:    {Name: "node logs", Body: nodeproto.MaxLogBody, NodeBulk: true},
-	// The function calls paths (package function): the request body
-	// streamed down to the node, the answer streamed up from it; the
-	// handlers bound the call log and error bodies themselves.
-	"GET " + nodeproto.PathCalls + "{id}/request":   stream,
-	"POST " + nodeproto.PathCalls + "{id}/response": upload,
-	"POST " + nodeproto.PathCalls + "{id}/log":      {Name: "call error", Body: limits.Unbounded},
-	"POST " + nodeproto.PathCallLogs + "{id}":       {Name: "call log answer", Body: limits.Unbounded},
-}
-
-// limitOf is a route's limit class.
-func limitOf(pattern string) limits.Class {
-	if c, ok := routeLimits[pattern]; ok {
-		return c
-	}
-	return limits.API
-}
-
 // publicRoutes is the public API, every route behind an API credential
 // with the access the table above gives it: Mercator's own (v1Routes) and
 // the Fn-compatible ones (package function). openapi.json documents
@@ -192,28 +133,6 @@ func (s *Server) v1Routes() []httpapi.Route {
 // writeAuthError writes a refusal of an API credential on a v1 route.
 func writeAuthError(w http.ResponseWriter, _ *http.Request, err error) { httpapi.WriteError(w, err) }
 
-// callerKey is who a request counts against in the limits: the
-// credential's name (Tokens.Require), else the remote address.
-func callerKey(r *http.Request) string {
-	if c, ok := httpapi.CallerOf(r.Context()); ok && c.Name != "" {
-		return "token:" + c.Name
-	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	return "addr:" + host
-}
-
-// limitNode limits a node-protocol handler by class c, counting the
-// request against the node nodeAuth proved.
-func (s *Server) limitNode(c limits.Class, h httpapi.NodeHandler) httpapi.NodeHandler {
-	return func(w http.ResponseWriter, r *http.Request, nc httpapi.NodeCaller) {
-		key := func(*http.Request) string { return "node:" + nc.NodeID }
-		s.limiter.Wrap(c, key, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h(w, r, nc) })).ServeHTTP(w, r)
-	}
-}
-
 // Handler returns the HTTP handler for the public API and the node protocol.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -223,11 +142,9 @@ func (s *Server) Handler() http.Handler {
 	if !s.cfg.MetricsPublic {
 		metricsHandler = s.audit.Wrap(s.tokens.Require(httpapi.Route{Pattern: "GET /metrics", Access: reader}, metricsHandler, writeAuthError), false)
 	}
-	// Every route is limited by its class (routeLimits); ones without a
-	// credential count against the caller's address.
-	byAddr := func(pattern string, h http.Handler) {
-		mux.Handle(pattern, s.limiter.Wrap(limitOf(pattern), callerKey, h))
-	}
+	// Every route is limited by its class (package limits, limits.Of);
+	// ones without a credential count against the caller's address.
+	byAddr := s.limiter.Handle(mux)
 	byAddr("GET /metrics", metricsHandler)
 	byAddr("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) }))
 	byAddr("GET /v1/openapi.json", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -246,15 +163,12 @@ func (s *Server) Handler() http.Handler {
 		// Invocations are not audited call by call (httpapi/audit.go);
 		// their refusals are. The limits count the credential Require
 		// proved, so they come after it.
-		h := s.limiter.Wrap(limitOf(rt.Pattern), callerKey, http.HandlerFunc(rt.Handler))
-		mux.Handle(rt.Pattern, s.audit.Wrap(s.tokens.Require(rt, h, fail), rt.Access.Invoker))
+		mux.Handle(rt.Pattern, s.audit.Wrap(s.tokens.Require(rt, s.limiter.Route(rt.Pattern, http.HandlerFunc(rt.Handler)), fail), rt.Access.Invoker))
 	}
 	// Node protocol. Enrollment and renewal are audited; the hot calls
 	// (events, logs, the session stream) only when refused (nodeAuth).
-	mux.Handle("POST "+nodeproto.PathEnroll, s.audit.Wrap(s.limiter.Wrap(limits.API, callerKey, http.HandlerFunc(s.enroll)), false))
-	nodeRoute := func(pattern string, h httpapi.NodeHandler) {
-		mux.Handle(pattern, s.nodeAuth(s.limitNode(limitOf(pattern), h)))
-	}
+	mux.Handle("POST "+nodeproto.PathEnroll, s.audit.Wrap(s.limiter.Route("POST "+nodeproto.PathEnroll, http.HandlerFunc(s.enroll)), false))
+	nodeRoute := s.limiter.HandleNode(mux, s.nodeAuth)
 	nodeRoute("POST "+nodeproto.PathRenew, s.renew)
 	nodeRoute("POST "+nodeproto.PathSession, s.session)
 	nodeRoute("POST "+nodeproto.PathEvents, s.events)

@@ -49,6 +49,7 @@ import (
 	"github.com/mercator/mercator/controlplane/access"
 	"github.com/mercator/mercator/controlplane/artifact"
 	"github.com/mercator/mercator/controlplane/function"
+	"github.com/mercator/mercator/controlplane/internal/broadcast"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/limits"
 	"github.com/mercator/mercator/controlplane/internal/liveness"
@@ -144,10 +145,6 @@ type Config struct {
 // controlplane/internal/limits, and docs/hardening.md ("Bounded servers").
 type Limits = limits.Options
 
-// NodeBodyCost is what a node body in flight is counted at against
-// Limits.NodeBodyBudget, per byte (limits.NodeBodyCost).
-const NodeBodyCost = limits.NodeBodyCost
-
 func (c *Config) defaults() {
 	if c.Lease == 0 {
 		c.Lease = 30 * time.Second
@@ -192,9 +189,9 @@ type Server struct {
 	log      *slog.Logger
 
 	reconcileWake chan struct{}
-	runs          *broadcast // a run changed
-	nodeWake      sync.Map   // node ID → *broadcast: new operations for it
-	logs          *broadcast // a log grew
+	runs          *broadcast.Broadcast // a run changed
+	nodeWake      sync.Map             // node ID → *broadcast: new operations for it
+	logs          *broadcast.Broadcast // a log grew
 	metrics       *metrics.Set
 	coord         Coordinator          // nil for a single replica
 	artifacts     *artifact.Service    // Artifacts and content (package artifact)
@@ -225,14 +222,12 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 	s := &Server{
 		cfg: cfg, store: st, resolver: resolver, log: cfg.Logger,
 		reconcileWake: make(chan struct{}, 1),
-		runs:          newBroadcast(), logs: newBroadcast(), metrics: metrics.New(), coord: coord,
+		runs:          broadcast.New(), logs: broadcast.New(), metrics: metrics.New(), coord: coord,
 		live: liveness.New(cfg.Lease), batches: make(chan *batchJob), outbox: make(chan string, 1<<16),
 		replicaID: httpapi.NewID(""),
 		tokens:    &httpapi.Tokens{Store: st, Now: cfg.Now},
 	}
-	s.limiter = limits.New(cfg.Limits, limits.Observer{
-		Refused:  func(reason string) { s.metrics.Throttled.WithLabelValues(reason).Inc() },
-		InFlight: func(kind string, d float64) { s.metrics.InFlight.WithLabelValues(kind).Add(d) }})
+	s.limiter = limits.New(cfg.Limits, limits.Observer{Refused: s.metrics.Throttle, InFlight: s.metrics.AddInFlight})
 	s.audit = &httpapi.Auditor{Store: st, Now: s.now, Log: s.log, Dropped: s.metrics.AuditDropped.Inc,
 		Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows, PruneEvery: cfg.AuditPruneEvery}
 	s.artifacts = artifact.New(artifact.Config{Store: st, Now: s.now, Logger: s.log, Content: cfg.Content,
@@ -267,19 +262,15 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	// Every background loop runs supervised (package supervise): a panic in
 	// one is logged with its stack, counted (mercator_loop_panics_total)
 	// and the loop restarted, rather than ending the process.
-	sup := supervise.Supervisor{Log: s.log, Panicked: func(loop string) { s.metrics.LoopPanics.WithLabelValues(loop).Inc() }}
-	var loops sync.WaitGroup
-	supervised := func(name string, loop func(context.Context)) {
-		loops.Add(1)
-		go func() { defer loops.Done(); sup.Run(ctx, name, loop) }()
-	}
-	supervised("audit", s.audit.Run)
-	supervised("liveness", func(ctx context.Context) {
+	sup := supervise.Supervisor{Log: s.log, Panicked: s.metrics.LoopPanicked}
+	loops := sup.Start(ctx)
+	loops.Go("audit", s.audit.Run)
+	loops.Go("liveness", func(ctx context.Context) {
 		s.live.FlushLoop(ctx, liveness.Flusher{Store: s.store, Log: s.log, Lapses: func(n int) { s.metrics.LeaseLapses.Add(float64(n)) }})
 	})
-	supervised("publish", s.publishLoop)
+	loops.Go("publish", s.publishLoop)
 	for range s.cfg.WriteConcurrency {
-		supervised("batch", s.batchLoop)
+		loops.Go("batch", s.batchLoop)
 	}
 	s.batching.Store(true)
 	// The store outlives the loops that write to it: Run closes it after
@@ -309,7 +300,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 // TCP listener, below any TLS: the HTTP server must see the TLS connection
 // itself to serve HTTP/2.
 func (s *Server) LimitListener(l net.Listener) net.Listener {
-	return limits.Listener(l, s.limiter.Options().MaxConns, func() { s.metrics.Throttled.WithLabelValues("connections").Inc() })
+	return limits.Listener(l, s.limiter.Options().MaxConns, func() { s.metrics.Throttle("connections") })
 }
 
 func (s *Server) now() time.Time { return s.cfg.Now().UTC() }
@@ -321,31 +312,9 @@ func (s *Server) RegistryCredentials(ctx context.Context, host string) (user, pa
 	return s.registries.Credentials(ctx, host)
 }
 
-func (s *Server) nodeBroadcast(nodeID string) *broadcast {
-	b, _ := s.nodeWake.LoadOrStore(nodeID, newBroadcast())
-	return b.(*broadcast)
-}
-
-// broadcast wakes every waiter at once: Wait returns a channel closed at the
-// next Notify.
-type broadcast struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
-
-func (b *broadcast) Wait() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.ch
-}
-
-func (b *broadcast) Notify() {
-	b.mu.Lock()
-	close(b.ch)
-	b.ch = make(chan struct{})
-	b.mu.Unlock()
+func (s *Server) nodeBroadcast(nodeID string) *broadcast.Broadcast {
+	b, _ := s.nodeWake.LoadOrStore(nodeID, broadcast.New())
+	return b.(*broadcast.Broadcast)
 }
 
 // HashToken is how every credential is stored (httpapi.HashToken): the

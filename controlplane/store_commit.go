@@ -3,7 +3,6 @@ package controlplane
 import (
 	"context"
 	"errors"
-	"slices"
 	"sort"
 	"time"
 
@@ -123,32 +122,31 @@ func (s *Server) maxBatch() int {
 var errBatchPanicked = errors.New("internal error: the write transaction panicked (logged by the server)")
 
 func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
-	// A panic in a caller's fn (a bug) must not leave the batch's other
-	// callers waiting for ever: whoever is not answered yet is answered
-	// with an error, and the panic goes on to the loop's supervisor, which
-	// logs it and restarts the loop (Serve).
-	var answered []*batchJob
-	answer := func(j *batchJob, err error) { j.done <- err; answered = append(answered, j) }
+	// A panic in a caller's fn (a bug) must not leave the batch's callers
+	// waiting for ever: each job not answered yet is (done holds one answer,
+	// so a job already answered keeps its own), and the panic goes on to the
+	// loop's supervisor, which logs it and restarts the loop (Serve).
 	defer func() {
 		if v := recover(); v != nil {
 			for _, j := range jobs {
-				if !slices.Contains(answered, j) {
-					j.done <- errBatchPanicked
+				select {
+				case j.done <- errBatchPanicked:
+				default:
 				}
 			}
 			panic(v)
 		}
 	}()
-	var live []*batchJob
+	live := jobs[:0]
 	for _, j := range jobs {
 		if err := j.ctx.Err(); err != nil {
-			answer(j, err)
+			j.done <- err
 			continue
 		}
 		live = append(live, j)
 	}
 	if len(live) == 1 {
-		answer(live[0], live[0].run(s))
+		live[0].done <- live[0].run(s)
 		return
 	}
 	if len(live) == 0 {
@@ -157,7 +155,6 @@ func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
 	// The batch's transaction is not any one caller's, so it is bounded by
 	// the server's life and a deadline rather than by a caller's context.
 	bctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
 	commit := s.updateLocked
 	for _, j := range live {
 		if !j.locked {
@@ -172,13 +169,16 @@ func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
 		}
 		return nil
 	})
+	cancel()
 	s.metrics.BatchSize.Observe(float64(len(live)))
-	for _, j := range live {
-		if err == nil {
-			answer(j, nil)
-		} else {
-			answer(j, j.run(s))
+	if err == nil {
+		for _, j := range live {
+			j.done <- nil
 		}
+		return
+	}
+	for _, j := range live {
+		j.done <- j.run(s)
 	}
 }
 

@@ -78,6 +78,9 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	if o.DataDir == "" {
 		return fmt.Errorf("a data directory is required (--data-dir)")
 	}
+	if err := o.Config.Limits.Defaults().Check(); err != nil {
+		return err
+	}
 	if o.DB == "" {
 		o.DB = "sqlite://" + filepath.Join(o.DataDir, "mercator.db")
 	}
@@ -100,26 +103,9 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	if err != nil {
 		return err
 	}
-	l := o.Listener
-	if l == nil {
-		if l, err = net.Listen("tcp", o.Listen); err != nil {
-			return fmt.Errorf("listen on %s: %w", o.Listen, err)
-		}
-	}
-	url := "http://" + l.Addr().String()
-	var certs *pki.Server
-	if o.InsecureHTTP {
-		if err := checkInsecureListen(l.Addr()); err != nil {
-			l.Close()
-			return err
-		}
-	} else {
-		if certs, err = serverTLS(o, l); err != nil {
-			l.Close()
-			return fmt.Errorf("TLS: %w", err)
-		}
-		go certs.Run(ctx)
-		url = "https://" + l.Addr().String()
+	l, url, certs, err := listen(ctx, o)
+	if err != nil {
+		return err
 	}
 	cfg := o.Config
 	cfg.Logger = o.Logger
@@ -176,6 +162,30 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 		o.Ready(url, tokenFile)
 	}
 	return srv.Serve(ctx, l)
+}
+
+// listen opens the listener RunServer serves (o.Listener, or one on
+// o.Listen) and, unless o.InsecureHTTP, the TLS certificates it serves
+// with (kept renewed until ctx ends); url is the server's own.
+func listen(ctx context.Context, o ServerOptions) (l net.Listener, url string, certs *pki.Server, err error) {
+	if l = o.Listener; l == nil {
+		if l, err = net.Listen("tcp", o.Listen); err != nil {
+			return nil, "", nil, fmt.Errorf("listen on %s: %w", o.Listen, err)
+		}
+	}
+	if o.InsecureHTTP {
+		if err := checkInsecureListen(l.Addr()); err != nil {
+			l.Close()
+			return nil, "", nil, err
+		}
+		return l, "http://" + l.Addr().String(), nil, nil
+	}
+	if certs, err = serverTLS(o, l); err != nil {
+		l.Close()
+		return nil, "", nil, fmt.Errorf("TLS: %w", err)
+	}
+	go certs.Run(ctx)
+	return l, "https://" + l.Addr().String(), certs, nil
 }
 
 // EnsureAdminToken returns the path of the admin credential file in dataDir,

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 	"time"
 )
 
@@ -80,6 +81,26 @@ func (s Supervisor) Run(ctx context.Context, name string, loop func(ctx context.
 		wait = min(wait*2, maxBackoff)
 	}
 }
+
+// Group is loops started together under one Supervisor (Start), waited
+// for together (Wait).
+type Group struct {
+	sup Supervisor
+	ctx context.Context
+	wg  sync.WaitGroup
+}
+
+// Start returns an empty group whose loops run until ctx ends.
+func (s Supervisor) Start(ctx context.Context) *Group { return &Group{sup: s, ctx: ctx} }
+
+// Go runs loop under the group's Supervisor (Run) in a goroutine of its own.
+func (g *Group) Go(name string, loop func(ctx context.Context)) {
+	g.wg.Add(1)
+	go func() { defer g.wg.Done(); g.sup.Run(g.ctx, name, loop) }()
+}
+
+// Wait returns once every loop started with Go returned.
+func (g *Group) Wait() { g.wg.Wait() }
 
 // once runs loop and reports a panic's value and stack.
 func (s Supervisor) once(ctx context.Context, loop func(ctx context.Context)) (v any, stack []byte, panicked bool) {

@@ -35,10 +35,13 @@
 package limits
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Options are the server's limits. Zero values take the defaults named on
@@ -123,6 +126,25 @@ func (o Options) Defaults() Options {
 		o.NodeBodyBudget = 64 << 20
 	}
 	return o
+}
+
+// Check says what is wrong with o (defaults applied), naming the `mercator
+// server` flag to fix: a timeout that is not positive, a node body budget
+// too small for one event batch of the largest size a node may send (a node
+// could never deliver one).
+func (o Options) Check() error {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"read-header-timeout", o.ReadHeaderTimeout}, {"read-timeout", o.ReadTimeout}, {"write-timeout", o.WriteTimeout}, {"idle-timeout", o.IdleTimeout}, {"retry-after", o.RetryAfter}} {
+		if d.v < 0 {
+			return fmt.Errorf("--%s is %v; it must be positive, such as 30s", d.flag, d.v)
+		}
+	}
+	if least := int64(NodeBodyCost * nodeproto.MaxEventBody); o.NodeBodyBudget >= 0 && o.NodeBodyBudget < least {
+		return fmt.Errorf("--node-body-budget is %d bytes; it must be at least %d (%d times the largest event batch, %d bytes), or -1 for none", o.NodeBodyBudget, least, NodeBodyCost, nodeproto.MaxEventBody)
+	}
+	return nil
 }
 
 // Server applies the timeouts to srv.

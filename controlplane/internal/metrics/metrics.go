@@ -100,6 +100,16 @@ func New() *Set {
 	return m
 }
 
+// LoopPanicked counts a panic recovered in a background loop (package
+// supervise's Supervisor.Panicked).
+func (m *Set) LoopPanicked(loop string) { m.LoopPanics.WithLabelValues(loop).Inc() }
+
+// Throttle counts a refusal by the server's limits, by reason, and
+// AddInFlight follows the requests and streams being served (package
+// limits' Observer).
+func (m *Set) Throttle(reason string)             { m.Throttled.WithLabelValues(reason).Inc() }
+func (m *Set) AddInFlight(kind string, d float64) { m.InFlight.WithLabelValues(kind).Add(d) }
+
 // Handler serves the registry (GET /metrics).
 func (m *Set) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
