@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -230,4 +231,44 @@ func TestStreamsOutliveTheWholeRequestTimeouts(t *testing.T) {
 	if got := upload("/api-upload"); strings.HasPrefix(got, "200") {
 		t.Errorf("api class: %s; want the slow body cut by the read timeout", got)
 	}
+}
+
+// BenchmarkWrapOverhead: what the limits add to a request over loopback
+// HTTP (real connections, so the stream class's deadline calls reach the
+// socket), beside the same request to the same handler unwrapped in the
+// same run: microseconds per request and the ratio.
+func BenchmarkWrapOverhead(b *testing.B) {
+	l := New(Options{}, Observer{})
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	key := func(*http.Request) string { return "token:bench" }
+	mux := http.NewServeMux()
+	mux.Handle("/plain", ok)
+	mux.Handle("/api", l.Wrap(API, key, ok))
+	mux.Handle("/stream", l.Wrap(Stream, key, ok))
+	mux.Handle("/node", l.Wrap(NodeEvents, key, ok))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	// Interleaved, request by request, so that the machine's load drifts
+	// alike for all four.
+	paths := []string{"/plain", "/api", "/stream", "/node"}
+	spent := make([]time.Duration, len(paths))
+	for range b.N {
+		for i, path := range paths {
+			start := time.Now()
+			resp, err := http.Post(srv.URL+path, "application/json", strings.NewReader("{}"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			spent[i] += time.Since(start)
+		}
+	}
+	us := func(i int) float64 { return float64(spent[i].Nanoseconds()) / 1e3 / float64(b.N) }
+	plain := us(0)
+	for i, path := range paths[1:] {
+		b.ReportMetric(us(i+1)-plain, path[1:]+"-added-us/op")
+		b.ReportMetric(us(i+1)/plain, path[1:]+"-ratio")
+	}
+	b.ReportMetric(plain, "plain-us/op")
 }
