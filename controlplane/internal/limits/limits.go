@@ -41,6 +41,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mercator/mercator/internal/bytesize"
 	"github.com/mercator/mercator/nodeproto"
 )
 
@@ -142,7 +143,7 @@ func (o Options) Check() error {
 		}
 	}
 	if least := int64(NodeBodyCost * nodeproto.MaxEventBody); o.NodeBodyBudget >= 0 && o.NodeBodyBudget < least {
-		return fmt.Errorf("--node-body-budget is %d bytes; it must be at least %d (%d times the largest event batch, %d bytes), or -1 for none", o.NodeBodyBudget, least, NodeBodyCost, nodeproto.MaxEventBody)
+		return fmt.Errorf("--node-body-budget is %s; it must be at least %s (%d times the largest event batch a node may send, %s)", bytesize.Format(o.NodeBodyBudget), bytesize.Format(least), NodeBodyCost, bytesize.Format(nodeproto.MaxEventBody))
 	}
 	return nil
 }

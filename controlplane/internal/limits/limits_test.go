@@ -272,3 +272,19 @@ func BenchmarkWrapOverhead(b *testing.B) {
 	}
 	b.ReportMetric(plain, "plain-us/op")
 }
+
+// TestCheckNamesTheFlagToFix: settings that cannot work are refused with
+// the flag that sets them; the defaults pass.
+func TestCheckNamesTheFlagToFix(t *testing.T) {
+	if err := (Options{}).Defaults().Check(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for want, o := range map[string]Options{
+		"--write-timeout is -1s":        {WriteTimeout: -time.Second},
+		"--node-body-budget is 1.0 MiB": {NodeBodyBudget: 1 << 20},
+	} {
+		if err := o.Defaults().Check(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%+v: %v; want an error saying %q", o, err, want)
+		}
+	}
+}
