@@ -25,10 +25,11 @@
 //     routes.go (who may call what), package access, internal/httpapi
 //     (the credential cache and the audit queue), nodes_revoke.go;
 //   - functions: package function, behind function.Host (functions_host.go);
-//   - plumbing: routes.go (every route, one place), internal/httpapi
-//     (decode, errors, paging, credentials), store_commit.go (group commit),
-//     replicas_signal.go, sealing.go, and the Prometheus series
-//     (internal/metrics).
+//   - plumbing: routes.go (every route, one place), internal/limits (what
+//     each route may hold: timeouts, bodies, requests in flight),
+//     internal/httpapi (decode, errors, paging, credentials),
+//     store_commit.go (group commit), replicas_signal.go, sealing.go,
+//     internal/broadcast, and the Prometheus series (internal/metrics).
 //
 // It imports no store driver and no replica coordinator: the composition
 // root (package daemon) opens those and passes them in. Package daemon, and
@@ -211,7 +212,7 @@ type Server struct {
 	tokens    *httpapi.Tokens  // API credentials, cached briefly (access_handlers.go)
 	audit     *httpapi.Auditor // the audit log's queue
 	mailboxes sync.Map         // node ID → *mailbox (nodes_mailbox.go)
-	limiter   *limits.Limiter  // routes.go: every route's limit class
+	limiter   *limits.Limiter  // every route's limits (package limits)
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.

@@ -6,8 +6,8 @@
 // they liked, and 40 node event posts of 7.6 MB took the process from 48
 // MiB to a gigabyte.
 //
-// A route belongs to a Class (declared in package controlplane's route
-// table, routes.go): ordinary API calls, long-lived streams (session
+// A route belongs to a Class (the table in this package's routes.go, by
+// ServeMux pattern): ordinary API calls, long-lived streams (session
 // streams, log follows, waits, invocations, downloads), uploads, and node
 // bulk posts (events, logs). Limiter.Wrap applies the class to a handler:
 //

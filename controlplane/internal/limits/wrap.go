@@ -14,8 +14,7 @@ import (
 	"github.com/mercator/mercator/failure"
 )
 
-// Class is how a route is limited. Package controlplane declares each
-// route's class next to its role (routes.go).
+// Class is how a route is limited; routes.go gives every route's.
 type Class struct {
 	// Name labels the class in errors and docs.
 	Name string
