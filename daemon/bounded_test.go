@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/nodeproto"
 )
@@ -191,5 +194,57 @@ func settledGoroutines(want int) int {
 			return n
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestUploadsAreBoundByProgress: an upload may take longer than the read
+// timeout as long as its bytes keep coming (one every fifth of the
+// timeout, for three timeouts, is read whole), and one that stalls is
+// closed by the server once a read timeout passes without a byte.
+func TestUploadsAreBoundByProgress(t *testing.T) {
+	url, admin := startServer(t, ServerOptions{Config: controlplane.Config{Limits: testLimits}})
+	addr := strings.TrimPrefix(url, "http://")
+	const size = 15
+	put := func(stall bool) (answer string, after time.Duration) {
+		body, _ := json.Marshal(api.UploadRequest{Size: 1 << 20})
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/artifacts/slow/uploads", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+admin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var up api.Upload
+		json.NewDecoder(resp.Body).Decode(&up)
+		resp.Body.Close()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "PUT /v1/uploads/%s?offset=0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n", up.ID, admin, size)
+		began := time.Now()
+		tick := time.NewTicker(testLimits.ReadTimeout / 5)
+		defer tick.Stop()
+		for i := 0; i < size && !stall; i++ {
+			<-tick.C // the client's pace, not a wait for the server
+			c.Write([]byte("x"))
+		}
+		c.SetReadDeadline(time.Now().Add(5*testLimits.ReadTimeout + 5*time.Second)) // the guard
+		data, err := io.ReadAll(c)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return "still open: " + string(data), time.Since(began)
+		}
+		line, _, _ := strings.Cut(string(data), "\r\n")
+		return line, time.Since(began) // the answer, then the idle timeout's close
+	}
+	moving, tookMoving := put(false)
+	stalled, tookStalled := put(true)
+	t.Logf("an upload sending a byte every %v: %q after %.2f s; one that stalls: %q after %.2f s (read timeout %v)",
+		testLimits.ReadTimeout/5, moving, tookMoving.Seconds(), stalled, tookStalled.Seconds(), testLimits.ReadTimeout)
+	if !strings.Contains(moving, " 200 ") && !strings.Contains(moving, " 204 ") {
+		t.Errorf("a slow upload that kept moving was answered %q; want it read whole", moving)
+	}
+	if strings.HasPrefix(stalled, "still open") || strings.Contains(stalled, " 200 ") {
+		t.Errorf("a stalled upload: %q; want it closed by the server", stalled)
 	}
 }
