@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/runsecrets"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
 
@@ -110,18 +112,22 @@ func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
 			sn.Ready, sn.NotReadyReason = false, "is draining"
 		}
 		sn.Cordoned = n.Cordoned
+		if factcheck.Has(n, api.NodeFlagFactsRefused) {
+			sn.Ready, sn.NotReadyReason = false, "has facts the control plane refused (`mercator node get` says why)"
+		}
 	case api.NodeInvited:
 		sn.NotReadyReason = "has not enrolled yet"
 	default:
 		sn.NotReadyReason = "is unreachable"
 	}
 	if f := n.Facts; f != nil {
-		sn.CPU, sn.MemoryBytes = f.CPUs, f.MemoryBytes
+		sn.CPU, sn.MemoryBytes, sn.AgentVersion = f.CPUs, f.MemoryBytes, f.CapabilityVersion
 		for _, img := range f.Images {
 			sn.Images[img] = true
 		}
+		disputed := factcheck.Disputed(n)
 		for _, g := range f.Accelerators {
-			sn.GPUs = append(sn.GPUs, scheduler.GPU{UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes})
+			sn.GPUs = append(sn.GPUs, scheduler.GPU{UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes, Disputed: disputed[g.UUID]})
 		}
 		reserveFunctionShare(&sn, f) // functions_share.go
 	}
@@ -176,6 +182,10 @@ func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each fun
 	snap.Nodes = append([]scheduler.Node(nil), view...)
 	// Every attempt that may still hold resources counts, replaced ones
 	// included: a replaced attempt can be alive on its node.
+	// A node's UsedGPUs is copied before its first change here: the view's
+	// may hold its function share (reserveFunctionShare) and must not
+	// collect every pass's attempts.
+	copied := map[int]bool{}
 	each(func(u runUsage) {
 		for _, a := range u.attempts {
 			i, ok := index[a.node]
@@ -185,6 +195,9 @@ func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each fun
 			n := &snap.Nodes[i]
 			n.UsedCPU += u.cpu
 			n.UsedMemory += u.mem
+			if len(a.gpus) > 0 && !copied[i] {
+				n.UsedGPUs, copied[i] = maps.Clone(n.UsedGPUs), true
+			}
 			for _, g := range a.gpus {
 				if n.UsedGPUs == nil {
 					n.UsedGPUs = map[string]bool{}
@@ -201,7 +214,7 @@ func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each fun
 		}
 		pending[r.ID] = r
 		sr := scheduler.Run{ID: r.ID, Image: r.PinnedImage, CPU: r.CPU, MemoryBytes: r.MemoryBytes,
-			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes}
+			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes, MinAgentVersion: agentVersionFor(r)}
 		artifactDemand(&sr, r.RunSpec)
 		snap.Pending = append(snap.Pending, sr)
 	}
@@ -388,12 +401,7 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 				continue // changed since the snapshot; the next pass sees it
 			}
 			a := lifecycle.Place(&run.Run, p.NodeID, p.GPUs, now)
-			cmd := nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{
-				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number},
-				Image:       run.PinnedImage, Command: run.Command, Env: run.Env,
-				CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: p.GPUs,
-				Timeout: time.Duration(run.TimeoutSeconds) * time.Second,
-			}}
+			cmd := launchCommand(run, a.Number, p.GPUs)
 			prepares, err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
 			if err != nil {
 				return err
@@ -423,6 +431,32 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 		return 0, nil, err
 	}
 	return placed, tooOld, nil
+}
+
+// launchCommand is the launch of one attempt of run on the given GPUs,
+// before its Artifacts are added (placeArtifacts).
+func launchCommand(run store.Run, attempt int, gpus []string) nodeproto.Command {
+	return nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{
+		WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: attempt},
+		Image:       run.PinnedImage, Command: run.Command, Env: run.Env,
+		CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: gpus,
+		Timeout:     time.Duration(run.TimeoutSeconds) * time.Second,
+		SecretNames: runsecrets.Names(run), // the values are attached as it is sent
+		User:        run.User, ReadOnlyRootfs: run.ReadOnlyRootfs, Network: run.Network, PidsLimit: run.PidsLimit,
+	}}
+}
+
+// agentVersionFor is the capability version a node's agent needs to run
+// run: its launch's and, with Artifacts, that of the prepare_artifact
+// commands sent ahead of it (nodeproto.RequiredVersion). The scheduler
+// places the run only on such nodes (scheduler.Run.MinAgentVersion), and
+// tooOldFor checks the commands themselves again as they are issued.
+func agentVersionFor(run store.Run) int {
+	need := nodeproto.RequiredVersion(launchCommand(run, 0, nil))
+	if len(run.Artifacts) > 0 {
+		need = max(need, nodeproto.RequiredVersion(nodeproto.Command{Kind: nodeproto.KindPrepareArtifact}))
+	}
+	return need
 }
 
 // tooOldFor is why a node whose agent speaks capability version have

@@ -60,7 +60,7 @@ func TestRunWaitsForAnAgentThatSpeaksItsCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.want(http.StatusOK, &run, "GET", "/v1/runs/"+run.ID, nil)
-	if run.Status != api.RunQueued || !strings.Contains(run.Reason, "capability version 1") || !strings.Contains(run.Reason, "needs 2") {
+	if run.Status != api.RunQueued || !strings.Contains(run.Reason, "agent too old") || !strings.Contains(run.Reason, "need capability version 2") {
 		t.Fatalf("run on an agent too old for Artifacts: status %s, reason %q", run.Status, run.Reason)
 	}
 	if ops := pending(); len(ops) != 0 {

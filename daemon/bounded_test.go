@@ -209,6 +209,7 @@ func TestUploadsAreBoundByProgress(t *testing.T) {
 		body, _ := json.Marshal(api.UploadRequest{Size: 1 << 20})
 		req, _ := http.NewRequest(http.MethodPost, url+"/v1/artifacts/slow/uploads", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+admin)
+		req.Close = true // no pooled connection for the 1 s idle timeout to close under it
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -25,9 +25,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
-
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/artifactcache"
 	"github.com/mercator/mercator/cli"
@@ -727,52 +724,4 @@ func httptestServer(t testing.TB, h http.Handler) string {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv.URL
-}
-
-// TestArtifactS3ContentStore: with an S3-compatible content store (gofakes3,
-// in process, on loopback), a pushed version lands in the bucket and the
-// node reads it straight from the bucket through a presigned GET; the
-// bucket's key appears in no byte between the node and the control plane
-// (the wire is recorded, and must have carried the presigned read, so the
-// search proves something) nor in the agent's log.
-func TestArtifactS3ContentStore(t *testing.T) {
-	var s3reads atomic.Int32
-	faker := gofakes3.New(s3mem.New(), gofakes3.WithAutoBucket(true), gofakes3.WithLogger(gofakes3.DiscardLog()))
-	bucket := httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && r.URL.Query().Get("X-Amz-Signature") != "" {
-			s3reads.Add(1)
-		}
-		faker.Server().ServeHTTP(w, r)
-	}))
-	const secret = "control-plane-secret-key"
-	t.Setenv("AWS_ACCESS_KEY_ID", "mercator-test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", secret)
-	c := startArtifactCluster(t, nil, artifactClusterOptions{mutate: func(o *daemon.ServerOptions) {
-		o.Content = "s3://artifacts/fleet?endpoint=" + strings.TrimPrefix(bucket, "http://") + "&insecure=true&region=us-east-1"
-	}})
-	wire := c.recordWire()
-	var agentLog syncBuffer
-	c.startArtifactAgent("n", 0, &agentLog)
-	data := bytes.Repeat([]byte("from the bucket\n"), 50_000)
-	v := pushBytes(t, c, "data", data)
-	run := c.submit(api.RunSpec{Command: []string{"sha256", "/d"}, Artifacts: []api.ArtifactMount{{Name: "data", MountPath: "/d"}}})
-	done := c.wait(run.ID)
-	if done.Status != api.RunSucceeded || !strings.Contains(c.logsHaving(run.ID, v.SHA256), v.SHA256) {
-		t.Fatalf("run = %s (%s %s) logs %q", done.Status, done.Reason, attemptErrors(done), c.logs(run.ID))
-	}
-	if s3reads.Load() == 0 {
-		t.Error("the node did not read from the bucket through a presigned GET")
-	}
-	if _, err := os.Stat(filepath.Join(c.dataDir, "content", "sha256", v.SHA256[:2], v.SHA256)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("with an S3 store the content is also in the local directory (%v)", err)
-	}
-	if !wire.contains("X-Amz-Signature") {
-		t.Fatal("the recorded wire never carried the presigned read: the search for the key would prove nothing")
-	}
-	if wire.contains(secret) {
-		t.Error("the bucket's secret key went over the wire between the node and the control plane")
-	}
-	if strings.Contains(agentLog.String(), secret) {
-		t.Error("the agent's log holds the bucket's secret key")
-	}
 }

@@ -55,6 +55,38 @@ func startPrivateRegistry(t *testing.T, user, password string) string {
 	return l.Addr().String()
 }
 
+// copyWorkload copies the cluster's workload image into repo (a private
+// registry's host/repository) as tag 1, pushing with the given credential,
+// and returns the tagged and the digest-pinned references. The daemon's
+// copy of the pinned reference is removed when the test ends.
+func (c *cluster) copyWorkload(repo, user, password string) (tagged, pinned string) {
+	t := c.t
+	t.Helper()
+	src, err := name.ParseReference(c.workload, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tagged = repo + ":1"
+	dst, err := name.ParseReference(tagged, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(dst, img, remote.WithAuth(&authn.Basic{Username: user, Password: password})); err != nil {
+		t.Fatalf("copy the workload image into the private registry: %v", err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned = repo + "@" + digest.String()
+	t.Cleanup(func() { testimage.Untag(context.Background(), pinned) })
+	return tagged, pinned
+}
+
 // TestPrivateRegistry: an image in a registry that requires a credential
 // is resolved and pulled with the credential stored on the control plane,
 // fails clearly without it, and afterwards the credential is nowhere on
@@ -68,29 +100,10 @@ func TestPrivateRegistry(t *testing.T) {
 	var serverLog, agentLog syncBuffer
 	c := startArtifactCluster(t, nil, artifactClusterOptions{mutate: func(o *daemon.ServerOptions) { o.Logger = slogTo(&serverLog) }})
 
-	// The workload image, copied into the private registry as a tag.
-	src, err := name.ParseReference(c.workload, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := remote.Image(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	private := host + "/private/workload:1"
-	dst, err := name.ParseReference(private, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(dst, img, remote.WithAuth(&authn.Basic{Username: user, Password: password})); err != nil {
-		t.Fatalf("copy the workload image into the private registry: %v", err)
-	}
-	digest, _ := img.Digest()
-	pinned := host + "/private/workload@" + digest.String()
-	t.Cleanup(func() { testimage.Untag(context.Background(), pinned) })
+	private, pinned := c.copyWorkload(host+"/private/workload", user, password)
 
 	// Without a credential: refused at submit, saying what to do.
-	_, err = c.client.SubmitRun(c.ctx, api.RunSpec{Image: private, Command: []string{"echo", "hi"}})
+	_, err := c.client.SubmitRun(c.ctx, api.RunSpec{Image: private, Command: []string{"echo", "hi"}})
 	if !errors.Is(err, failure.ErrInvalid) || !strings.Contains(err.Error(), "no credentials are stored for "+host) {
 		t.Fatalf("submit without a credential: %v", err)
 	}

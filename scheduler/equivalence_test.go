@@ -44,7 +44,10 @@ func randomFleet(rng *rand.Rand, images []string, duplicateIDs bool) []Node {
 			if !uniform {
 				m = models[rng.Intn(len(models))]
 			}
-			n.GPUs = append(n.GPUs, GPU{UUID: fmt.Sprintf("GPU-%s-%d-%d", id, i, k), Model: m.name, MemoryBytes: m.mem})
+			n.GPUs = append(n.GPUs, GPU{UUID: fmt.Sprintf("GPU-%s-%d-%d", id, i, k), Model: m.name, MemoryBytes: m.mem, Disputed: rng.Intn(10) == 0})
+		}
+		if len(n.GPUs) > 0 && rng.Intn(8) == 0 { // a node listing one device twice
+			n.GPUs = append(n.GPUs, n.GPUs[rng.Intn(len(n.GPUs))])
 		}
 		n.UsedCPU = float64(rng.Intn(3))
 		n.UsedMemory = int64(rng.Intn(3)) * 8 * gib
@@ -60,6 +63,7 @@ func randomFleet(rng *rand.Rand, images []string, duplicateIDs bool) []Node {
 				n.Images[img] = rng.Intn(6) > 0
 			}
 		}
+		n.AgentVersion = []int{0, 4, 5, 5, 5, 6}[rng.Intn(6)] // 0: never reported
 		nodes = append(nodes, n)
 	}
 	return nodes
@@ -77,6 +81,9 @@ func randomRuns(rng *rand.Rand, images []string, count int) []Run {
 			r.GPUs = []int{1, 1, 2, 3, 4, 8, 9, 65}[rng.Intn(8)]
 			r.GPUModel = []string{"", "", "h100", "A100", "nvidia", "l4", "H20", "mi300"}[rng.Intn(8)]
 			r.GPUMemory = []int64{0, 0, 0, 40 * gib, 80 * gib}[rng.Intn(5)]
+		}
+		if rng.Intn(4) == 0 {
+			r.MinAgentVersion = []int{1, 5, 6}[rng.Intn(3)]
 		}
 		runs = append(runs, r)
 	}
@@ -147,7 +154,12 @@ func TestPropertyWaitingRunsFitNowhere(t *testing.T) {
 		// nobody holds.
 		freeMatching := func(i int, r Run) []string {
 			var free []string
+			seen := map[string]bool{}
 			for _, g := range s.Nodes[i].GPUs {
+				if g.Disputed || seen[g.UUID] {
+					continue
+				}
+				seen[g.UUID] = true
 				if (r.GPUModel == "" || strings.Contains(strings.ToLower(g.Model), strings.ToLower(r.GPUModel))) &&
 					(r.GPUMemory == 0 || g.MemoryBytes >= r.GPUMemory) && !left[i].used[g.UUID] {
 					free = append(free, g.UUID)
@@ -157,7 +169,7 @@ func TestPropertyWaitingRunsFitNowhere(t *testing.T) {
 		}
 		takes := func(i int, r Run) bool {
 			n := s.Nodes[i]
-			return n.Ready && !n.Cordoned && n.CPU > 0 && n.MemoryBytes > 0 && r.CPU <= n.CPU && r.MemoryBytes <= n.MemoryBytes &&
+			return n.Ready && !n.Cordoned && n.CPU > 0 && n.MemoryBytes > 0 && r.MinAgentVersion <= max(n.AgentVersion, 1) && r.CPU <= n.CPU && r.MemoryBytes <= n.MemoryBytes &&
 				r.CPU <= left[i].cpu+1e-9 && r.MemoryBytes <= left[i].mem && len(freeMatching(i, r)) >= r.GPUs
 		}
 		byRun := map[string]Placement{}

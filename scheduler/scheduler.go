@@ -8,7 +8,8 @@
 //
 // Feasibility is a list of small predicates (the node is ready and not
 // cordoned; its artifact-copy floor is at least the run's; enough free CPU,
-// memory and GPUs of the requested model and memory). Free capacity
+// memory and GPUs of the requested model and memory). A node's GPUs are
+// those it lists, less the disputed ones and any UUID listed again (GPU). Free capacity
 // subtracts everything running and everything placed but not yet started.
 // Among feasible nodes the score prefers, in order:
 //
@@ -79,13 +80,22 @@ type Node struct {
 	// none (see artifacts.go).
 	Artifacts    map[string]bool
 	LinkFloorBPS int64
+	// AgentVersion is the capability version the node's agent speaks
+	// (nodeproto.Version as the agent reported it; 0, not reported, is
+	// read as 1). A run needing a later one does not go there: the node
+	// would have to wait for an upgrade while another could run it now.
+	AgentVersion int
 }
 
-// GPU is one device.
+// GPU is one device. A Disputed GPU is never placed on: another node
+// claims the same UUID, and until an operator says whose it is, giving it
+// to either could give one device to two runs. A UUID a node lists more
+// than once is one device, placed once.
 type GPU struct {
 	UUID        string
 	Model       string
 	MemoryBytes int64
+	Disputed    bool
 }
 
 // Run is a pending run's request.
@@ -102,6 +112,9 @@ type Run struct {
 	// any). See artifacts.go.
 	Artifacts  []string
 	MinReadBPS int64
+	// MinAgentVersion is the capability version the run's commands need
+	// (nodeproto.RequiredVersion); 0 or 1 is any agent.
+	MinAgentVersion int
 }
 
 // Plan is the scheduler's answer.
@@ -162,6 +175,7 @@ const (
 	noFacts
 	// The rest depend on the run, and the four "free" ones on what was
 	// placed before it.
+	olderAgent // the node's agent is older than the run needs
 	fewerCPUs
 	lessMemory
 	freeCPU
@@ -191,6 +205,8 @@ func (why rejection) text(sh shape) string {
 		return fmt.Sprintf("have too few free GPUs (need %d)", sh.gpus)
 	case belowFloor:
 		return floorText(sh)
+	case olderAgent:
+		return olderAgentText(sh.minVersion)
 	case cordoned:
 		return "is cordoned"
 	case noFacts:
@@ -198,6 +214,12 @@ func (why rejection) text(sh shape) string {
 	default:
 		return "is not ready"
 	}
+}
+
+// olderAgentText is the waiting reason of olderAgent (shared with the
+// reference implementation the tests compare against).
+func olderAgentText(need int) string {
+	return fmt.Sprintf("has an agent too old for this run (need capability version %d or later; upgrade the agent)", need)
 }
 
 // explain writes a waiting reason from how many nodes were rejected for

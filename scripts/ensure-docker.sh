@@ -22,7 +22,10 @@ if command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/nul
   systemctl start docker || true
 fi
 if ! docker info >/dev/null 2>&1; then
-  nohup dockerd >/var/log/mercator-dockerd.log 2>&1 &
+  # In a session of its own (setsid): the daemon outlives the command that
+  # started it, and a job control kill of that command's process group
+  # (a timed-out test run) does not take every container down with it.
+  setsid nohup dockerd >/var/log/mercator-dockerd.log 2>&1 < /dev/null &
 fi
 for _ in $(seq 1 60); do
   if docker info >/dev/null 2>&1; then

@@ -129,7 +129,7 @@ restart_dockerd() {
         if kill -0 "$p" 2>/dev/null; then log "dockerd $p did not stop within 60s"; exit 1; fi
       done
     fi
-    nohup dockerd >"$DOCKERD_LOG" 2>&1 &
+    setsid nohup dockerd >"$DOCKERD_LOG" 2>&1 < /dev/null & # its own session, as ensure-docker.sh starts it
   fi
   wait_for_daemon
 }

@@ -19,6 +19,11 @@ bash scripts/ensure-docker.sh
 bash scripts/install-gpu-hook-standin.sh
 MERCATOR_TEST_POSTGRES=$(bash scripts/ensure-postgres.sh)
 export MERCATOR_TEST_POSTGRES
+# A real S3-compatible server (SeaweedFS, built once from the Go module proxy
+# into a cache; minutes the first time) for the S3 content store's
+# end-to-end test, which starts and stops it itself.
+MERCATOR_TEST_WEED=$(bash scripts/ensure-seaweedfs.sh)
+export MERCATOR_TEST_WEED
 
 echo "== go vet"
 go vet ./...
@@ -33,6 +38,22 @@ short=-short
 
 echo "== unit and package tests with the race detector (every package but e2e and fleetsim)"
 go test -race -count=1 $short $(go list ./... | grep -v -e '/e2e' -e '/fleetsim')
+
+# Every fuzz target (Go's native fuzzing, testing.F) for a few seconds, from
+# its committed corpus (testdata/fuzz) onwards: the decoders of outside
+# input (API and node-protocol bodies, tar archives, image references,
+# sizes, durations, the function container's answers, the session stream).
+# The unit tests above already replay each corpus; this explores beyond it.
+# By hand: MERCATOR_FUZZTIME=5m scripts/test.sh, or one target with
+#   go test -run '^$' -fuzz '^FuzzExtractTar$' -fuzztime 10m ./artifactcache
+fuzztime=${MERCATOR_FUZZTIME:-5s}
+[ -n "${MERCATOR_LONG:-}" ] && fuzztime=${MERCATOR_FUZZTIME:-2m}
+echo "== fuzz targets, $fuzztime each"
+for file in $(grep -rl --include='*_test.go' '^func Fuzz' .); do
+  for target in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$file" | cut -d' ' -f2); do
+    go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "./$(dirname "$file")"
+  done
+done
 
 # The fleet simulator is a load test: hundreds of agents and a control plane
 # in one process on two cores. Under the race detector it measures the

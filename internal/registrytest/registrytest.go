@@ -9,6 +9,11 @@
 // insecure-registries setting, which is why both entry points insist on
 // loopback.
 //
+// StartBearer runs one guarded as Docker Hub, ghcr.io and Harbor guard
+// theirs: a token endpoint issues short-lived signed tokens for a Basic
+// credential, and the registry serves only requests bearing one that
+// covers them (BearerRegistry).
+//
 // Importers: tests of the node agent and the end-to-end suite (Start), and
 // the dev command (Serve). Nothing in a production path imports it.
 package registrytest
@@ -39,19 +44,22 @@ func Start(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("registrytest: %v", err)
 	}
-	t.Cleanup(func() {
-		err := closeFn()
-		switch {
-		case errors.Is(err, context.DeadlineExceeded):
-			// A client (the Docker daemon's pooled connection) still held a
-			// request after five seconds; the server was closed forcibly,
-			// which is all a test's cleanup needs.
-			t.Logf("registrytest: closed forcibly: %v", err)
-		case err != nil:
-			t.Errorf("registrytest: close: %v", err)
-		}
-	})
+	t.Cleanup(func() { cleanupClose(t, closeFn) })
 	return host
+}
+
+// cleanupClose stops a registry at the end of a test.
+func cleanupClose(t testing.TB, closeFn func() error) {
+	err := closeFn()
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		// A client (the Docker daemon's pooled connection) still held a
+		// request after five seconds; the server was closed forcibly,
+		// which is all a test's cleanup needs.
+		t.Logf("registrytest: closed forcibly: %v", err)
+	case err != nil:
+		t.Errorf("registrytest: close: %v", err)
+	}
 }
 
 // Serve runs a registry on addr until ctx ends or closeFn is called, and
@@ -78,12 +86,17 @@ func Serve(ctx context.Context, addr, blobDir string) (host string, closeFn func
 	if blobDir != "" {
 		opts = append(opts, registry.WithBlobHandler(registry.NewDiskBlobHandler(blobDir)))
 	}
+	return serveHandler(ctx, addr, registry.New(opts...))
+}
+
+// serveHandler serves h on addr as Serve describes.
+func serveHandler(ctx context.Context, addr string, h http.Handler) (host string, closeFn func() error, err error) {
 	listener, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("registry listen on %s: %w", addr, err)
 	}
 	server := &http.Server{
-		Handler:           registry.New(opts...),
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() {

@@ -73,6 +73,7 @@ var builds = struct {
 type tagBuild struct {
 	sync.Mutex
 	done bool
+	id   string // the image ID docker build answered
 }
 
 // Build compiles the Go program in dir (a directory holding main.go and a
@@ -87,6 +88,15 @@ type tagBuild struct {
 // again. Concurrent calls for one tag wait for a single build. The error
 // carries the tools' own output.
 func Build(ctx context.Context, dir, tag string) error {
+	_, err := buildID(ctx, dir, tag)
+	return err
+}
+
+// buildID is Build, answering the ID of the image this process built.
+// The ID, unlike the tag, is this process's own: another test process
+// building the same tag from another tree (a second worktree) moves the
+// tag, not the ID.
+func buildID(ctx context.Context, dir, tag string) (string, error) {
 	builds.Lock()
 	b := builds.byTag[tag]
 	if b == nil {
@@ -98,13 +108,14 @@ func Build(ctx context.Context, dir, tag string) error {
 	b.Lock()
 	defer b.Unlock()
 	if b.done {
-		return nil
+		return b.id, nil
 	}
-	if err := build(ctx, dir, tag); err != nil {
-		return err
+	id, err := build(ctx, dir, tag)
+	if err != nil {
+		return "", err
 	}
-	b.done = true
-	return nil
+	b.done, b.id = true, id
+	return id, nil
 }
 
 // reproducibleTime is the modification time given to every compiled binary.
@@ -114,25 +125,25 @@ func Build(ctx context.Context, dir, tag string) error {
 // image per run.
 var reproducibleTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func build(ctx context.Context, dir, tag string) error {
+func build(ctx context.Context, dir, tag string) (string, error) {
 	if !filepath.IsAbs(dir) {
 		root, err := Root()
 		if err != nil {
-			return err
+			return "", err
 		}
 		dir = filepath.Join(root, dir)
 	}
 	dockerfile, err := os.ReadFile(filepath.Join(dir, "Dockerfile"))
 	if err != nil {
-		return fmt.Errorf("testimage: %w", err)
+		return "", fmt.Errorf("testimage: %w", err)
 	}
 	buildContext, err := os.MkdirTemp("", "mercator-testimage-")
 	if err != nil {
-		return fmt.Errorf("testimage: %w", err)
+		return "", fmt.Errorf("testimage: %w", err)
 	}
 	defer os.RemoveAll(buildContext)
 	if err := os.WriteFile(filepath.Join(buildContext, "Dockerfile"), dockerfile, 0o644); err != nil {
-		return fmt.Errorf("testimage: %w", err)
+		return "", fmt.Errorf("testimage: %w", err)
 	}
 	binary := filepath.Join(buildContext, filepath.Base(dir))
 
@@ -140,15 +151,22 @@ func build(ctx context.Context, dir, tag string) error {
 	goCmd.Dir = dir
 	goCmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if out, err := goCmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("testimage: go build %s: %w\n%s", dir, err, out)
+		return "", fmt.Errorf("testimage: go build %s: %w\n%s", dir, err, out)
 	}
 	if err := os.Chtimes(binary, reproducibleTime, reproducibleTime); err != nil {
-		return fmt.Errorf("testimage: %w", err)
+		return "", fmt.Errorf("testimage: %w", err)
 	}
-	if out, err := docker(ctx, "build", "-q", "-t", tag, buildContext); err != nil {
-		return fmt.Errorf("testimage: docker build -t %s (%s): %w\n%s", tag, dir, err, out)
+	out, err := docker(ctx, "build", "-q", "-t", tag, buildContext)
+	if err != nil {
+		return "", fmt.Errorf("testimage: docker build -t %s (%s): %w\n%s", tag, dir, err, out)
 	}
-	return nil
+	// The ID is the last line; the legacy builder warns on stderr first.
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	id := strings.TrimSpace(lines[len(lines)-1])
+	if !strings.HasPrefix(id, "sha256:") {
+		return "", fmt.Errorf("testimage: docker build -q -t %s answered %q, which ends in no image ID", tag, out)
+	}
+	return id, nil
 }
 
 // goTool is the go command found on PATH. `go test` puts its own
@@ -209,12 +227,13 @@ func Push(ctx context.Context, tag string) (string, error) {
 func Publish(ctx context.Context, dir, registryHost string) (string, error) {
 	name := filepath.Base(dir)
 	local := "mercator-testimage/" + name + ":latest"
-	if err := Build(ctx, dir, local); err != nil {
+	id, err := buildID(ctx, dir, local)
+	if err != nil {
 		return "", err
 	}
 	remote := registryHost + "/" + name + ":test"
-	if out, err := docker(ctx, "tag", local, remote); err != nil {
-		return "", fmt.Errorf("testimage: docker tag %s %s: %w\n%s", local, remote, err, out)
+	if out, err := docker(ctx, "tag", id, remote); err != nil {
+		return "", fmt.Errorf("testimage: docker tag %s %s: %w\n%s", id, remote, err, out)
 	}
 	pinned, err := Push(ctx, remote)
 	if err != nil {

@@ -48,6 +48,10 @@ type Set struct {
 	// AuditDropped counts audit entries dropped because the audit queue
 	// was full (package httpapi's Auditor).
 	AuditDropped prometheus.Counter
+	// FactFlags counts flags raised on node facts at intake, by kind
+	// (api.NodeFlagFactsRefused, …; package controlplane/internal/factcheck): each
+	// time a report raises a flag its node did not carry.
+	FactFlags *prometheus.CounterVec
 	// LoopPanics counts panics recovered in the server's background loops,
 	// by loop (package supervise restarts the loop after a backoff).
 	LoopPanics *prometheus.CounterVec
@@ -88,6 +92,8 @@ func New() *Set {
 			Help: "Signals for other replicas dropped because the queue was full (a delay for whoever waited on them, never a loss of data)."}),
 		AuditDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "mercator_audit_dropped_total",
 			Help: "Audit entries dropped because the audit queue was full."}),
+		FactFlags: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_node_fact_flags_total",
+			Help: "Flags raised on node facts when a node reported them, by kind (facts_refused, gpu_disputed, gpu_duplicate, gpu_uuid_format, gpu_memory, share_above_capacity, facts_jump)."}, []string{"kind"}),
 		LoopPanics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_loop_panics_total",
 			Help: "Panics recovered in background loops, by loop; each loop was restarted after a backoff."}, []string{"loop"}),
 		Throttled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_http_throttled_total",
@@ -95,7 +101,7 @@ func New() *Set {
 		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mercator_http_in_flight",
 			Help: "Requests and streams being served, by kind (requests, streams)."}, []string{"kind"}),
 	}
-	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.LoopPanics, m.Throttled, m.InFlight,
+	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.FactFlags, m.LoopPanics, m.Throttled, m.InFlight,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

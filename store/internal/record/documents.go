@@ -105,6 +105,16 @@ type runDoc struct {
 	UpdatedAt           time.Time          `json:"updated_at"`
 	FinishedAt          *time.Time         `json:"finished_at,omitempty"`
 	NextCheck           *time.Time         `json:"next_check,omitempty"`
+	// SealedSecrets: the run's secrets only sealed (store.Run); their
+	// redacted form (api.RunSpec.Secrets) is not stored but read back
+	// from these names.
+	SealedSecrets map[string][]byte `json:"sealed_secrets,omitempty"`
+
+	// Containment the run asked for (api.RunSpec).
+	User           string `json:"user,omitempty"`
+	ReadOnlyRootfs bool   `json:"read_only_rootfs,omitempty"`
+	Network        string `json:"network,omitempty"`
+	PidsLimit      int64  `json:"pids_limit,omitempty"`
 }
 
 // attemptDoc is an api.Attempt as stored: the same fields, so that a
@@ -143,7 +153,8 @@ func runDocOf(r store.Run) runDoc {
 		ReplaceAfterSeconds: r.ReplaceAfterSeconds,
 		PinnedImage:         r.PinnedImage, Status: r.Status, Reason: r.Reason, ExitCode: r.ExitCode,
 		Cancel: r.Cancel, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
-		NextCheck: r.NextCheck,
+		NextCheck: r.NextCheck, SealedSecrets: r.SealedSecrets,
+		User: r.User, ReadOnlyRootfs: r.ReadOnlyRootfs, Network: r.Network, PidsLimit: r.PidsLimit,
 	}
 	d.Artifacts = convertAll(r.Artifacts, func(m api.ArtifactMount) artifactMountDoc { return artifactMountDoc(m) })
 	d.Attempts = convertAll(r.Attempts, func(a api.Attempt) attemptDoc { return attemptDoc(a) })
@@ -158,10 +169,12 @@ func (d runDoc) record() store.Run {
 			MemoryBytes: d.MemoryBytes, TimeoutSeconds: d.TimeoutSeconds, Retries: d.Retries,
 			GPUs: d.GPUs, GPUModel: d.GPUModel, GPUMemoryBytes: d.GPUMemoryBytes,
 			ReplaceAfterSeconds: d.ReplaceAfterSeconds,
+			User:                d.User, ReadOnlyRootfs: d.ReadOnlyRootfs, Network: d.Network, PidsLimit: d.PidsLimit,
 		},
 		PinnedImage: d.PinnedImage, Status: d.Status, Reason: d.Reason, ExitCode: d.ExitCode,
 		Cancel: d.Cancel, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, FinishedAt: d.FinishedAt,
-	}, NextCheck: d.NextCheck}
+	}, NextCheck: d.NextCheck, SealedSecrets: d.SealedSecrets}
+	r.Secrets = store.RedactedSecrets(d.SealedSecrets)
 	r.Artifacts = convertAll(d.Artifacts, func(m artifactMountDoc) api.ArtifactMount { return api.ArtifactMount(m) })
 	r.Attempts = convertAll(d.Attempts, func(a attemptDoc) api.Attempt { return api.Attempt(a) })
 	return r
