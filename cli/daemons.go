@@ -73,6 +73,7 @@ on a loopback address.`)
 	metricsPublic := fs.Bool("metrics-public", false, "serve /metrics without a credential (default: a reader's is needed)")
 	auditRetention := 30 * 24 * time.Hour
 	fs.Var(spanFlag{&auditRetention}, "audit-retention", "how long audit entries are kept, e.g. 30d (the log also keeps at most 1,000,000)")
+	limits := daemon.LimitFlags(fs.FlagSet) // timeouts, connection and request caps
 	if pos, err := fs.parse(args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -97,7 +98,7 @@ on a loopback address.`)
 		Content: *contentStore, RegistryKey: registryKey, InsecureHTTP: *insecureHTTP,
 		TLS: daemon.TLSOptions{CertFile: *tlsCert, KeyFile: *tlsKey, CACertFile: *tlsCACert, CAKeyFile: *tlsCAKey},
 		Config: controlplane.Config{Lease: *lease, SessionTTL: *sessionTTL, ReplicaURL: *replicaURL,
-			MetricsPublic: *metricsPublic, AuditRetention: auditRetention}, Logger: log,
+			MetricsPublic: *metricsPublic, AuditRetention: auditRetention, Limits: limits()}, Logger: log,
 		Ready: func(url, tokenFile string) {
 			if tokenFile == "" {
 				tokenFile = "(removed with `mercator token rm`; use another admin credential)"

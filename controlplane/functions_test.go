@@ -18,9 +18,9 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
-	"github.com/mercator/mercator/nodeproto"
-
+	"github.com/mercator/mercator/internal/supervise"
 	"github.com/mercator/mercator/nodeagent"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/memstore"
@@ -68,7 +68,7 @@ func newFnFixture(t *testing.T) *fnFixture {
 	h.Config.Handler = srv.Handler()
 	h.Start()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := srv.fn.StartAsync(ctx)
+	done := srv.fn.StartAsync(ctx, supervise.Supervisor{})
 	t.Cleanup(func() {
 		cancel()
 		<-done

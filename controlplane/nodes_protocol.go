@@ -117,7 +117,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, c httpapi.NodeCal
 // batch with events is committed together with concurrent ones (store_commit.go).
 func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	var batch nodeproto.EventBatch
-	if err := httpapi.Decode(r, maxLogBody, &batch); err != nil {
+	if err := httpapi.Decode(r, nodeproto.MaxEventBody, &batch); err != nil {
 		httpapi.WriteError(w, err)
 		return
 	}
@@ -342,7 +342,7 @@ func endedStatus(was, now string) string {
 // nodeLogs appends a chunk of a workload's output.
 func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	var chunk nodeproto.LogChunk
-	if err := httpapi.Decode(r, maxLogBody, &chunk); err != nil {
+	if err := httpapi.Decode(r, nodeproto.MaxLogBody, &chunk); err != nil {
 		httpapi.WriteError(w, err)
 		return
 	}

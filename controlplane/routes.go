@@ -16,9 +16,6 @@ import (
 //go:embed openapi.json
 var openAPI []byte
 
-// maxLogBody bounds one log chunk from an agent.
-const maxLogBody = 8 << 20
-
 // The roles, as the access table spells them.
 var (
 	reader    = httpapi.Access{Role: httpapi.RoleReader}
@@ -147,12 +144,15 @@ func (s *Server) Handler() http.Handler {
 	if !s.cfg.MetricsPublic {
 		metricsHandler = s.audit.Wrap(s.tokens.Require(httpapi.Route{Pattern: "GET /metrics", Access: reader}, metricsHandler, writeAuthError), false)
 	}
-	mux.Handle("GET /metrics", metricsHandler)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+	// Every route is limited by its class (package limits, limits.Of);
+	// ones without a credential count against the caller's address.
+	byAddr := s.limiter.Handle(mux)
+	byAddr("GET /metrics", metricsHandler)
+	byAddr("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) }))
+	byAddr("GET /v1/openapi.json", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(openAPI)
-	})
+	}))
 	v1 := map[string]bool{}
 	for _, rt := range s.v1Routes() {
 		v1[rt.Pattern] = true
@@ -163,23 +163,25 @@ func (s *Server) Handler() http.Handler {
 			fail = writeAuthError
 		}
 		// Invocations are not audited call by call (httpapi/audit.go);
-		// their refusals are.
-		mux.Handle(rt.Pattern, s.audit.Wrap(s.tokens.Require(rt, http.HandlerFunc(rt.Handler), fail), rt.Access.Invoker))
+		// their refusals are. The limits count the credential Require
+		// proved, so they come after it.
+		mux.Handle(rt.Pattern, s.audit.Wrap(s.tokens.Require(rt, s.limiter.Route(rt.Pattern, http.HandlerFunc(rt.Handler)), fail), rt.Access.Invoker))
 	}
 	// Node protocol. Enrollment and renewal are audited; the hot calls
 	// (events, logs, the session stream) only when refused (nodeAuth).
-	mux.Handle("POST "+nodeproto.PathEnroll, s.audit.Wrap(http.HandlerFunc(s.enroll), false))
-	mux.Handle("POST "+nodeproto.PathRenew, s.nodeAuth(s.renew))
-	mux.Handle("POST "+nodeproto.PathSession, s.nodeAuth(s.session))
-	mux.Handle("POST "+nodeproto.PathEvents, s.nodeAuth(s.events))
-	mux.Handle("POST "+nodeproto.PathLogs, s.nodeAuth(s.nodeLogs))
+	mux.Handle("POST "+nodeproto.PathEnroll, s.audit.Wrap(s.limiter.Route("POST "+nodeproto.PathEnroll, http.HandlerFunc(s.enroll)), false))
+	nodeRoute := s.limiter.HandleNode(mux, s.nodeAuth)
+	nodeRoute("POST "+nodeproto.PathRenew, s.renew)
+	nodeRoute("POST "+nodeproto.PathSession, s.session)
+	nodeRoute("POST "+nodeproto.PathEvents, s.events)
+	nodeRoute("POST "+nodeproto.PathLogs, s.nodeLogs)
 	for _, rt := range s.fn.NodeRoutes() { // the calls paths, call_log answers
-		mux.Handle(rt.Pattern, s.nodeAuth(rt.Handler))
+		nodeRoute(rt.Pattern, rt.Handler)
 	}
 	// Signed content reads (package artifact): the signature is the credential.
-	mux.HandleFunc("GET "+content.ReadPath+"{digest}", s.artifacts.ServeContent)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	byAddr("GET "+content.ReadPath+"{digest}", http.HandlerFunc(s.artifacts.ServeContent))
+	byAddr("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, &failure.Error{Kind: failure.ErrNotFound, Message: fmt.Sprintf("no route %s %s; see /v1/openapi.json", r.Method, r.URL.Path)})
-	})
+	}))
 	return httpapi.Recoverer(s.log, s.metrics.Instrument(mux))
 }

@@ -25,10 +25,11 @@
 //     routes.go (who may call what), package access, internal/httpapi
 //     (the credential cache and the audit queue), nodes_revoke.go;
 //   - functions: package function, behind function.Host (functions_host.go);
-//   - plumbing: routes.go (every route, one place), internal/httpapi
-//     (decode, errors, paging, credentials), store_commit.go (group commit),
-//     replicas_signal.go, sealing.go, and the Prometheus series
-//     (internal/metrics).
+//   - plumbing: routes.go (every route, one place), internal/limits (what
+//     each route may hold: timeouts, bodies, requests in flight),
+//     internal/httpapi (decode, errors, paging, credentials),
+//     store_commit.go (group commit), replicas_signal.go, sealing.go,
+//     internal/broadcast, and the Prometheus series (internal/metrics).
 //
 // It imports no store driver and no replica coordinator: the composition
 // root (package daemon) opens those and passes them in. Package daemon, and
@@ -49,12 +50,15 @@ import (
 	"github.com/mercator/mercator/controlplane/access"
 	"github.com/mercator/mercator/controlplane/artifact"
 	"github.com/mercator/mercator/controlplane/function"
+	"github.com/mercator/mercator/controlplane/internal/broadcast"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/limits"
 	"github.com/mercator/mercator/controlplane/internal/liveness"
 	"github.com/mercator/mercator/controlplane/internal/livesession"
 	"github.com/mercator/mercator/controlplane/internal/metrics"
 	"github.com/mercator/mercator/controlplane/internal/nodeauth"
 	"github.com/mercator/mercator/controlplane/registry"
+	"github.com/mercator/mercator/internal/supervise"
 	"github.com/mercator/mercator/store"
 )
 
@@ -131,7 +135,16 @@ type Config struct {
 	AuditRetention  time.Duration
 	AuditMaxRows    int
 	AuditPruneEvery time.Duration
+	// Limits bound connections, requests in flight, bodies and timeouts
+	// (package limits; every zero field takes its default). Serve applies
+	// the timeouts; LimitListener the connection cap.
+	Limits Limits
 }
+
+// Limits are the server's limits: timeouts, connections, requests in
+// flight overall and per caller, node bodies in flight. See package
+// controlplane/internal/limits, and docs/hardening.md ("Bounded servers").
+type Limits = limits.Options
 
 func (c *Config) defaults() {
 	if c.Lease == 0 {
@@ -177,9 +190,9 @@ type Server struct {
 	log      *slog.Logger
 
 	reconcileWake chan struct{}
-	runs          *broadcast // a run changed
-	nodeWake      sync.Map   // node ID → *broadcast: new operations for it
-	logs          *broadcast // a log grew
+	runs          *broadcast.Broadcast // a run changed
+	nodeWake      sync.Map             // node ID → *broadcast: new operations for it
+	logs          *broadcast.Broadcast // a log grew
 	metrics       *metrics.Set
 	coord         Coordinator          // nil for a single replica
 	artifacts     *artifact.Service    // Artifacts and content (package artifact)
@@ -199,6 +212,7 @@ type Server struct {
 	tokens    *httpapi.Tokens  // API credentials, cached briefly (access_handlers.go)
 	audit     *httpapi.Auditor // the audit log's queue
 	mailboxes sync.Map         // node ID → *mailbox (nodes_mailbox.go)
+	limiter   *limits.Limiter  // every route's limits (package limits)
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.
@@ -209,11 +223,12 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 	s := &Server{
 		cfg: cfg, store: st, resolver: resolver, log: cfg.Logger,
 		reconcileWake: make(chan struct{}, 1),
-		runs:          newBroadcast(), logs: newBroadcast(), metrics: metrics.New(), coord: coord,
+		runs:          broadcast.New(), logs: broadcast.New(), metrics: metrics.New(), coord: coord,
 		live: liveness.New(cfg.Lease), batches: make(chan *batchJob), outbox: make(chan string, 1<<16),
 		replicaID: httpapi.NewID(""),
 		tokens:    &httpapi.Tokens{Store: st, Now: cfg.Now},
 	}
+	s.limiter = limits.New(cfg.Limits, limits.Observer{Refused: s.metrics.Throttle, InFlight: s.metrics.AddInFlight})
 	s.audit = &httpapi.Auditor{Store: st, Now: s.now, Log: s.log, Dropped: s.metrics.AuditDropped.Inc,
 		Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows, PruneEvery: cfg.AuditPruneEvery}
 	s.artifacts = artifact.New(artifact.Config{Store: st, Now: s.now, Logger: s.log, Content: cfg.Content,
@@ -237,33 +252,36 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	if err := s.fn.SealClearSecrets(ctx); err != nil {
 		s.log.Error("secret configuration left in the clear", "err", err)
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv := &http.Server{Handler: s.Handler(), BaseContext: func(net.Listener) context.Context { return ctx }}
+	s.limiter.Options().Server(srv) // read, write, idle timeouts (package limits)
 	if s.cfg.UnencryptedHTTP2 {
 		srv.Protocols = new(http.Protocols)
 		srv.Protocols.SetHTTP1(true)
 		srv.Protocols.SetUnencryptedHTTP2(true)
 	}
 	errc := make(chan error, 2)
-	var loops sync.WaitGroup
-	loops.Add(3 + s.cfg.WriteConcurrency)
-	go func() { defer loops.Done(); s.audit.Run(ctx) }()
-	go func() {
-		defer loops.Done()
+	// Every background loop runs supervised (package supervise): a panic in
+	// one is logged with its stack, counted (mercator_loop_panics_total)
+	// and the loop restarted, rather than ending the process.
+	sup := supervise.Supervisor{Log: s.log, Panicked: s.metrics.LoopPanicked}
+	loops := sup.Start(ctx)
+	loops.Go("audit", s.audit.Run)
+	loops.Go("liveness", func(ctx context.Context) {
 		s.live.FlushLoop(ctx, liveness.Flusher{Store: s.store, Log: s.log, Lapses: func(n int) { s.metrics.LeaseLapses.Add(float64(n)) }})
-	}()
-	go func() { defer loops.Done(); s.publishLoop(ctx) }()
+	})
+	loops.Go("publish", s.publishLoop)
 	for range s.cfg.WriteConcurrency {
-		go func() { defer loops.Done(); s.batchLoop(ctx) }()
+		loops.Go("batch", s.batchLoop)
 	}
 	s.batching.Store(true)
 	// The store outlives the loops that write to it: Run closes it after
 	// Serve returns.
 	defer loops.Wait()
 	go func() { errc <- srv.Serve(l) }()
-	go func() { s.reconcileLoop(ctx); errc <- nil }()
-	go s.receive(ctx)
-	fnDone := s.fn.StartAsync(ctx) // durable calls
-	defer func() { <-fnDone }()    // claims handed back before the store closes
+	go func() { sup.Run(ctx, "reconcile", s.reconcileLoop); errc <- nil }()
+	go sup.Run(ctx, "receive", s.receive)
+	fnDone := s.fn.StartAsync(ctx, sup) // durable calls
+	defer func() { <-fnDone }()         // claims handed back before the store closes
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
@@ -277,6 +295,15 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	return nil
 }
 
+// LimitListener caps the connections open on l at Limits.MaxConns: a
+// connection over the cap is closed at once (and counted in
+// mercator_http_throttled_total{reason="connections"}). l must be the plain
+// TCP listener, below any TLS: the HTTP server must see the TLS connection
+// itself to serve HTTP/2.
+func (s *Server) LimitListener(l net.Listener) net.Listener {
+	return limits.Listener(l, s.limiter.Options().MaxConns, func() { s.metrics.Throttle("connections") })
+}
+
 func (s *Server) now() time.Time { return s.cfg.Now().UTC() }
 
 // RegistryCredentials is what tag resolution at submit asks for a
@@ -286,31 +313,9 @@ func (s *Server) RegistryCredentials(ctx context.Context, host string) (user, pa
 	return s.registries.Credentials(ctx, host)
 }
 
-func (s *Server) nodeBroadcast(nodeID string) *broadcast {
-	b, _ := s.nodeWake.LoadOrStore(nodeID, newBroadcast())
-	return b.(*broadcast)
-}
-
-// broadcast wakes every waiter at once: Wait returns a channel closed at the
-// next Notify.
-type broadcast struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
-
-func (b *broadcast) Wait() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.ch
-}
-
-func (b *broadcast) Notify() {
-	b.mu.Lock()
-	close(b.ch)
-	b.ch = make(chan struct{})
-	b.mu.Unlock()
+func (s *Server) nodeBroadcast(nodeID string) *broadcast.Broadcast {
+	b, _ := s.nodeWake.LoadOrStore(nodeID, broadcast.New())
+	return b.(*broadcast.Broadcast)
 }
 
 // HashToken is how every credential is stored (httpapi.HashToken): the

@@ -118,7 +118,25 @@ func (s *Server) maxBatch() int {
 	return maxBatch
 }
 
+// errBatchPanicked answers the callers of a batch that panicked.
+var errBatchPanicked = errors.New("internal error: the write transaction panicked (logged by the server)")
+
 func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
+	// A panic in a caller's fn (a bug) must not leave the batch's callers
+	// waiting for ever: each job not answered yet is (done holds one answer,
+	// so a job already answered keeps its own), and the panic goes on to the
+	// loop's supervisor, which logs it and restarts the loop (Serve).
+	defer func() {
+		if v := recover(); v != nil {
+			for _, j := range jobs {
+				select {
+				case j.done <- errBatchPanicked:
+				default:
+				}
+			}
+			panic(v)
+		}
+	}()
 	live := jobs[:0]
 	for _, j := range jobs {
 		if err := j.ctx.Err(); err != nil {

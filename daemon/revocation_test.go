@@ -24,19 +24,30 @@ import (
 // startReplica runs one control-plane replica on dsn and returns its URL
 // and admin credential.
 func startReplica(t *testing.T, dsn string) (string, string) {
+	// Plain HTTP on loopback: this test is about revocation; replicas over
+	// TLS need a shared CA, which e2e/tls_test.go covers. Long idle
+	// periods: only the replicas' signals, or the token cache's one-second
+	// life, can make revocation quick.
+	return startServer(t, ServerOptions{DB: dsn,
+		Config: controlplane.Config{KeepAlive: 30 * time.Second, ReconcileEvery: 30 * time.Second}})
+}
+
+// startServer runs RunServer with o on a loopback port over plain HTTP,
+// in a data directory of its own unless o names one, until the test ends,
+// and returns its URL and admin credential.
+func startServer(t *testing.T, o ServerOptions) (string, string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan [2]string, 1)
 	done := make(chan error, 1)
-	go func() {
-		// Plain HTTP on loopback: this test is about revocation; replicas
-		// over TLS need a shared CA, which e2e/tls_test.go covers.
-		done <- RunServer(ctx, ServerOptions{DB: dsn, DataDir: t.TempDir(), Listen: "127.0.0.1:0", InsecureHTTP: true,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			// Long idle periods: only the replicas' signals, or the token
-			// cache's one-second life, can make revocation quick.
-			Config: controlplane.Config{KeepAlive: 30 * time.Second, ReconcileEvery: 30 * time.Second},
-			Ready:  func(url, tokenFile string) { ready <- [2]string{url, tokenFile} }})
-	}()
+	if o.DataDir == "" {
+		o.DataDir = t.TempDir()
+	}
+	o.Listen, o.InsecureHTTP = "127.0.0.1:0", true
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	o.Ready = func(url, tokenFile string) { ready <- [2]string{url, tokenFile} }
+	go func() { done <- RunServer(ctx, o) }()
 	t.Cleanup(func() { cancel(); <-done })
 	select {
 	case rd := <-ready:
@@ -47,7 +58,7 @@ func startReplica(t *testing.T, dsn string) (string, string) {
 		return rd[0], strings.TrimSpace(string(data))
 	case err := <-done:
 		done <- err // for the cleanup's receive
-		t.Fatalf("replica did not start: %v", err)
+		t.Fatalf("server did not start: %v", err)
 	}
 	return "", ""
 }

@@ -62,8 +62,11 @@ type ServerOptions struct {
 	// rest: a 32-byte key in hex or base64. Empty means the key in
 	// DataDir/registry-key, generated on first start.
 	RegistryKey string
-	Config      controlplane.Config
-	Logger      *slog.Logger
+	// Config is the control plane's configuration; Config.Limits holds the
+	// server's limits (timeouts, connection and in-flight caps, node body
+	// budget: `mercator server --read-timeout` and the flags beside it).
+	Config controlplane.Config
+	Logger *slog.Logger
 	// Ready, when set, is called once the server accepts connections, with
 	// its URL and the path of the admin credential file ("" when that
 	// credential was removed with `mercator token rm`). Over HTTPS the CA
@@ -79,6 +82,9 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	}
 	if o.DataDir == "" {
 		return fmt.Errorf("a data directory is required (--data-dir)")
+	}
+	if err := o.Config.Limits.Defaults().Check(); err != nil {
+		return err
 	}
 	if o.DB == "" {
 		o.DB = "sqlite://" + filepath.Join(o.DataDir, "mercator.db")
@@ -102,27 +108,9 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	if err != nil {
 		return err
 	}
-	l := o.Listener
-	if l == nil {
-		if l, err = net.Listen("tcp", o.Listen); err != nil {
-			return fmt.Errorf("listen on %s: %w", o.Listen, err)
-		}
-	}
-	url := "http://" + l.Addr().String()
-	var certs *pki.Server
-	if o.InsecureHTTP {
-		if err := checkInsecureListen(l.Addr()); err != nil {
-			l.Close()
-			return err
-		}
-	} else {
-		if certs, err = serverTLS(o, l); err != nil {
-			l.Close()
-			return fmt.Errorf("TLS: %w", err)
-		}
-		go certs.Run(ctx)
-		l = tls.NewListener(l, o.tlsConfig(certs))
-		url = "https://" + l.Addr().String()
+	l, url, certs, err := listen(ctx, o)
+	if err != nil {
+		return err
 	}
 	cfg := o.Config
 	cfg.Logger = o.Logger
@@ -164,6 +152,12 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	resolver := &refResolver{r: &imageref.Resolver{Insecure: o.InsecureRegistries}}
 	srv := controlplane.New(cfg, st, resolver, coord)
 	resolver.creds = srv.RegistryCredentials
+	// The connection cap counts TCP connections, below TLS (the HTTP
+	// server must see the TLS connection itself to offer HTTP/2).
+	l = srv.LimitListener(l)
+	if certs != nil {
+		l = tls.NewListener(l, o.tlsConfig(certs))
+	}
 	o.Logger.Info("control plane listening", "url", url, "db", sqlstore.Redacted(o.DB), "admin_token_file", tokenFile,
 		"content", cfg.Content.Describe())
 	if certs != nil {
@@ -173,6 +167,30 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 		o.Ready(url, tokenFile)
 	}
 	return srv.Serve(ctx, l)
+}
+
+// listen opens the listener RunServer serves (o.Listener, or one on
+// o.Listen) and, unless o.InsecureHTTP, the TLS certificates it serves
+// with (kept renewed until ctx ends); url is the server's own.
+func listen(ctx context.Context, o ServerOptions) (l net.Listener, url string, certs *pki.Server, err error) {
+	if l = o.Listener; l == nil {
+		if l, err = net.Listen("tcp", o.Listen); err != nil {
+			return nil, "", nil, fmt.Errorf("listen on %s: %w", o.Listen, err)
+		}
+	}
+	if o.InsecureHTTP {
+		if err := checkInsecureListen(l.Addr()); err != nil {
+			l.Close()
+			return nil, "", nil, err
+		}
+		return l, "http://" + l.Addr().String(), nil, nil
+	}
+	if certs, err = serverTLS(o, l); err != nil {
+		l.Close()
+		return nil, "", nil, fmt.Errorf("TLS: %w", err)
+	}
+	go certs.Run(ctx)
+	return l, "https://" + l.Addr().String(), certs, nil
 }
 
 // EnsureAdminToken returns the path of the admin credential file in dataDir,

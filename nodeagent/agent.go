@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/internal/supervise"
 	"github.com/mercator/mercator/nodeproto"
 )
 
@@ -123,9 +124,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, loop := range []func(context.Context){a.sessionLoop, a.observeLoop, a.flushLoop, a.heartbeatLoop, a.factsLoop, a.renewLoop} {
+	// Each loop runs supervised (package supervise): a panic in one is
+	// logged with its stack and the loop restarted after a backoff, rather
+	// than ending the agent and every workload's reporting with it.
+	sup := supervise.Supervisor{Log: a.logger}
+	for _, l := range []struct {
+		name string
+		loop func(context.Context)
+	}{{"session", a.sessionLoop}, {"observe", a.observeLoop}, {"flush", a.flushLoop}, {"heartbeat", a.heartbeatLoop}, {"facts", a.factsLoop}, {"renew", a.renewLoop}} {
 		wg.Add(1)
-		go func() { defer wg.Done(); loop(ctx) }()
+		go func() { defer wg.Done(); sup.Run(ctx, l.name, l.loop) }()
 	}
 	var err error
 	select {

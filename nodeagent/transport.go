@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -113,9 +115,28 @@ func (t *HTTPTransport) SendEvents(ctx context.Context, nodeID, sessionToken str
 	if events == nil {
 		events = []nodeproto.Event{}
 	}
+	body, err := eventBody(events)
+	if err != nil {
+		return nil, err
+	}
 	var ack nodeproto.EventAck
-	err := t.call(ctx, nodeproto.PathEvents, nodeID, sessionToken, nodeproto.EventBatch{Events: events}, &ack)
+	err = t.call(ctx, nodeproto.PathEvents, nodeID, sessionToken, body, &ack)
 	return ack.Accepted, err
+}
+
+// eventBody encodes the longest prefix of events whose batch fits in
+// nodeproto.MaxEventBody (at least one event): the control plane takes
+// that and answers which it holds, and the agent sends the rest next
+// (flushLoop), where a batch over the limit would be refused whole, every
+// time. An event that alone is over the limit is sent alone, to be refused
+// with the control plane's reason.
+func eventBody(events []nodeproto.Event) (json.RawMessage, error) {
+	for n := len(events); ; n = (n + 1) / 2 {
+		data, err := json.Marshal(nodeproto.EventBatch{Events: events[:n]})
+		if err != nil || len(data) <= nodeproto.MaxEventBody || n <= 1 {
+			return data, err
+		}
+	}
 }
 
 // SendLogs implements Transport.
@@ -162,7 +183,13 @@ func (t *HTTPTransport) Session(ctx context.Context, nodeID, sessionToken string
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return decodeError(resp)
+		err := decodeError(resp)
+		// Refused by the control plane's limits: wait what it asks before
+		// the session loop's own (shorter, at first) backoff starts.
+		if wait, busy := retryAfter(resp); busy {
+			waitFor(ctx, wait)
+		}
+		return err
 	}
 	select {
 	case alive <- struct{}{}:
@@ -221,25 +248,79 @@ func (t *HTTPTransport) request(ctx context.Context, path, nodeID, token string,
 	return req, nil
 }
 
+// callAttempts bounds how many times one call is sent when the control
+// plane answers 429 or 503 (its limits, package controlplane/internal/limits);
+// after that, or when the wait would pass the call's deadline, the error
+// goes to the agent's loop, which retries with its own backoff.
+const callAttempts = 4
+
 func (t *HTTPTransport) call(ctx context.Context, path, nodeID, token string, body, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := t.request(ctx, path, nodeID, token, body)
-	if err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		req, err := t.request(ctx, path, nodeID, token, body)
+		if err != nil {
+			return err
+		}
+		resp, err := t.client.Do(req)
+		if err != nil {
+			return failure.Unavailable("%s%s: %v", t.base, path, err)
+		}
+		if resp.StatusCode/100 != 2 {
+			err := decodeError(resp)
+			resp.Body.Close()
+			wait, busy := retryAfter(resp)
+			if !busy || attempt == callAttempts || !waitFor(ctx, wait) {
+				return err
+			}
+			continue
+		}
+		err = json.NewDecoder(resp.Body).Decode(out)
+		resp.Body.Close()
+		if err != nil {
+			return failure.Unavailable("%s%s: reading answer: %v", t.base, path, err)
+		}
+		return nil
 	}
-	resp, err := t.client.Do(req)
-	if err != nil {
-		return failure.Unavailable("%s%s: %v", t.base, path, err)
+}
+
+// Waits asked for by a 429 or 503: at least minRetryWait, at most
+// maxRetryWait (a Retry-After of an hour from a misconfigured proxy must
+// not park the agent), defaultRetryWait when the answer names none.
+const (
+	minRetryWait     = 100 * time.Millisecond
+	defaultRetryWait = time.Second
+	maxRetryWait     = 30 * time.Second
+)
+
+// retryAfter is how long a 429 (this caller is over its share) or 503 (the
+// control plane is full) asks the agent to wait, from Retry-After (seconds
+// or an HTTP date), bounded, plus up to half again at random, so that
+// nodes refused in the same instant do not all come back in the same
+// instant. busy is false for any other answer.
+func retryAfter(resp *http.Response) (wait time.Duration, busy bool) {
+	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+		return 0, false
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return decodeError(resp)
+	wait = defaultRetryWait
+	if v := resp.Header.Get("Retry-After"); v != "" {
+		if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
+			wait = time.Duration(min(secs, int(maxRetryWait/time.Second))) * time.Second
+		} else if at, err := http.ParseTime(v); err == nil {
+			wait = time.Until(at)
+		}
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return failure.Unavailable("%s%s: reading answer: %v", t.base, path, err)
+	wait = min(max(wait, minRetryWait), maxRetryWait)
+	return wait + rand.N(wait/2+1), true
+}
+
+// waitFor waits d unless ctx ends first or would end before d passed
+// (then it returns false at once: the caller gives up now, not later).
+func waitFor(ctx context.Context, d time.Duration) bool {
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d {
+		return false
 	}
-	return nil
+	return sleep(ctx, d)
 }
 
 // maxForeignError is how much of an answer that is not in the API's error

@@ -84,6 +84,16 @@ const (
 	PathLogs    = "/v1/node/logs"
 )
 
+// Bodies the control plane accepts from a node (hardening, bounded
+// servers): an event batch (PathEvents) of at most MaxEventBody bytes of
+// JSON, and a log chunk (PathLogs) of at most MaxLogBody. The agent splits
+// a spool batch that would be larger (a batch it could never deliver would
+// block the spool for ever).
+const (
+	MaxEventBody = 4 << 20
+	MaxLogBody   = 1 << 20
+)
+
 // HeaderNodeID names the node on every authenticated node-protocol call; the
 // session credential travels as "Authorization: Bearer <token>".
 const HeaderNodeID = "Mercator-Node-Id"

@@ -12,6 +12,7 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/internal/supervise"
 	"github.com/mercator/mercator/store"
 )
 
@@ -73,13 +74,14 @@ func (s *Service) wake() {
 	}
 }
 
-// StartAsync runs asyncLoop; the channel is closed once it returned.
-func (s *Service) StartAsync(ctx context.Context) <-chan struct{} {
+// StartAsync runs asyncLoop under sup (restarted after a panic); the
+// channel is closed once it returned.
+func (s *Service) StartAsync(ctx context.Context, sup supervise.Supervisor) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if s != nil {
-			s.asyncLoop(ctx)
+			sup.Run(ctx, "async-calls", s.asyncLoop)
 		}
 	}()
 	return done

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,20 +54,22 @@ func Bearer(r *http.Request) (string, bool) {
 
 // Decode reads exactly one JSON object into v, refusing unknown fields,
 // trailing data and bodies over limit bytes with an invalid-kind error.
+// The body is decoded as it is read, not read whole first: the decoder's
+// buffer is then the one copy of it in memory (a body read whole and then
+// decoded was two, with the garbage of both growing).
 func Decode(r *http.Request, limit int64, v any) error {
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return failure.Invalid("", "reading request body: %v", err)
-	}
-	if int64(len(body)) > limit {
-		return failure.Invalid("", "request body is larger than %d bytes", limit)
-	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		return failure.Invalid("", "request body is empty; send a JSON object")
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
+	body := &countingReader{r: io.LimitReader(r.Body, limit+1)}
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	err := dec.Decode(v)
+	switch {
+	case body.n > limit:
+		return tooLarge(limit)
+	case body.err != nil:
+		return failure.Invalid("", "reading request body: %v", body.err)
+	case err == io.EOF:
+		return failure.Invalid("", "request body is empty; send a JSON object")
+	case err != nil:
 		var typeErr *json.UnmarshalTypeError
 		var syntaxErr *json.SyntaxError
 		switch {
@@ -82,10 +83,35 @@ func Decode(r *http.Request, limit int64, v any) error {
 		}
 		return failure.Invalid("", "malformed JSON: %v", err)
 	}
-	if dec.More() {
+	more := dec.More()
+	if body.n > limit {
+		return tooLarge(limit)
+	}
+	if more {
 		return failure.Invalid("", "trailing data after the JSON object")
 	}
 	return nil
+}
+
+func tooLarge(limit int64) error {
+	return failure.Invalid("", "request body is larger than %d bytes", limit)
+}
+
+// countingReader counts what it read and keeps the first read error other
+// than io.EOF (a body cut off, a read deadline, http.MaxBytesReader's).
+type countingReader struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
+	return n, err
 }
 
 // WriteJSON answers with status and v as indented JSON.

@@ -52,6 +52,18 @@ type Set struct {
 	// (api.NodeFlagFactsRefused, …; package controlplane/internal/factcheck): each
 	// time a report raises a flag its node did not carry.
 	FactFlags *prometheus.CounterVec
+	// LoopPanics counts panics recovered in the server's background loops,
+	// by loop (package supervise restarts the loop after a backoff).
+	LoopPanics *prometheus.CounterVec
+	// Throttled counts requests and connections refused by the server's
+	// limits (package limits), by reason: "caller" (a credential's, node's
+	// or address's requests in flight: 429), "overall" (the server's: 503),
+	// "node_bytes" (node bodies in flight: 503), "too_large" (a body over its
+	// route's limit: 413), "connections" (the connection cap: closed).
+	Throttled *prometheus.CounterVec
+	// InFlight is the requests ("requests") and streams ("streams") being
+	// served, as package limits counts them.
+	InFlight *prometheus.GaugeVec
 }
 
 // New returns a server's series, registered.
@@ -82,11 +94,27 @@ func New() *Set {
 			Help: "Audit entries dropped because the audit queue was full."}),
 		FactFlags: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_node_fact_flags_total",
 			Help: "Flags raised on node facts when a node reported them, by kind (facts_refused, gpu_disputed, gpu_duplicate, gpu_uuid_format, gpu_memory, share_above_capacity, facts_jump)."}, []string{"kind"}),
+		LoopPanics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_loop_panics_total",
+			Help: "Panics recovered in background loops, by loop; each loop was restarted after a backoff."}, []string{"loop"}),
+		Throttled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_http_throttled_total",
+			Help: "Requests and connections refused by the server's limits, by reason (caller, overall, node_bytes, too_large, connections)."}, []string{"reason"}),
+		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mercator_http_in_flight",
+			Help: "Requests and streams being served, by kind (requests, streams)."}, []string{"kind"}),
 	}
-	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.FactFlags,
+	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.FactFlags, m.LoopPanics, m.Throttled, m.InFlight,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
+
+// LoopPanicked counts a panic recovered in a background loop (package
+// supervise's Supervisor.Panicked).
+func (m *Set) LoopPanicked(loop string) { m.LoopPanics.WithLabelValues(loop).Inc() }
+
+// Throttle counts a refusal by the server's limits, by reason, and
+// AddInFlight follows the requests and streams being served (package
+// limits' Observer).
+func (m *Set) Throttle(reason string)             { m.Throttled.WithLabelValues(reason).Inc() }
+func (m *Set) AddInFlight(kind string, d float64) { m.InFlight.WithLabelValues(kind).Add(d) }
 
 // Handler serves the registry (GET /metrics).
 func (m *Set) Handler() http.Handler {
@@ -103,6 +131,10 @@ func (r *statusRecorder) WriteHeader(code int) {
 	r.code = code
 	r.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection (per-route
+// read and write deadlines, package limits).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 func (r *statusRecorder) Flush() {
 	if f, ok := r.ResponseWriter.(http.Flusher); ok {
