@@ -12,6 +12,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/mercator/mercator/controlplane/internal/groupcommit"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/memstore"
 )
@@ -31,7 +32,7 @@ func TestBatchLoopSurvivesAPanic(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, l) }()
 	defer func() { cancel(); <-served }()
-	for !srv.batching.Load() { // Serve starts the loops before it sets this
+	for !srv.commits.Running() { // Serve starts the loops, then they run
 		select {
 		case err := <-served:
 			t.Fatalf("Serve returned early: %v", err)
@@ -44,8 +45,8 @@ func TestBatchLoopSurvivesAPanic(t *testing.T) {
 		m["bug"]++ // assignment to a nil map
 		return nil
 	})
-	if !errors.Is(err, errBatchPanicked) {
-		t.Fatalf("the panicking transaction's caller got %v; want errBatchPanicked", err)
+	if !errors.Is(err, groupcommit.ErrPanicked) {
+		t.Fatalf("the panicking transaction's caller got %v; want groupcommit.ErrPanicked", err)
 	}
 	if err := srv.batch(ctx, func(tx store.Tx) error { return nil }); err != nil {
 		t.Fatalf("write after the panic: %v", err)

@@ -43,7 +43,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/mercator/mercator/content"
@@ -51,6 +50,7 @@ import (
 	"github.com/mercator/mercator/controlplane/artifact"
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/broadcast"
+	"github.com/mercator/mercator/controlplane/internal/groupcommit"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/limits"
 	"github.com/mercator/mercator/controlplane/internal/liveness"
@@ -201,11 +201,10 @@ type Server struct {
 	fn            *function.Service    // Functions (package function)
 	streams       livesession.Registry // sessions held here
 
-	live      *liveness.Tracker // package liveness
-	sched     schedState        // runs_schedstate.go: the reconcile loop's copies
-	batches   chan *batchJob    // store_commit.go: group commit, once Serve runs
-	batching  atomic.Bool
-	outbox    chan string // replicas_signal.go: signals for other replicas
+	live      *liveness.Tracker      // package liveness
+	sched     schedState             // runs_schedstate.go: the reconcile loop's copies
+	commits   *groupcommit.Committer // the hot write paths' group commit (batch)
+	outbox    chan string            // replicas_signal.go: signals for other replicas
 	replicaID string
 	pins      pinCache         // runs_pins.go
 	auth      nodeauth.Cache   // nodes_auth.go, internal/nodeauth
@@ -224,10 +223,11 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		cfg: cfg, store: st, resolver: resolver, log: cfg.Logger,
 		reconcileWake: make(chan struct{}, 1),
 		runs:          broadcast.New(), logs: broadcast.New(), metrics: metrics.New(), coord: coord,
-		live: liveness.New(cfg.Lease), batches: make(chan *batchJob), outbox: make(chan string, 1<<16),
+		live: liveness.New(cfg.Lease), outbox: make(chan string, 1<<16),
 		replicaID: httpapi.NewID(""),
 		tokens:    &httpapi.Tokens{Store: st, Now: cfg.Now},
 	}
+	s.commits = groupcommit.New(s.update, s.updateLocked, cfg.WriteBatch, func(n int) { s.metrics.BatchSize.Observe(float64(n)) })
 	s.limiter = limits.New(cfg.Limits, limits.Observer{Refused: s.metrics.Throttle, InFlight: s.metrics.AddInFlight})
 	s.audit = &httpapi.Auditor{Store: st, Now: s.now, Log: s.log, Dropped: s.metrics.AuditDropped.Inc,
 		Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows, PruneEvery: cfg.AuditPruneEvery}
@@ -271,9 +271,8 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	})
 	loops.Go("publish", s.publishLoop)
 	for range s.cfg.WriteConcurrency {
-		loops.Go("batch", s.batchLoop)
+		loops.Go("batch", s.commits.Run)
 	}
-	s.batching.Store(true)
 	// The store outlives the loops that write to it: Run closes it after
 	// Serve returns.
 	defer loops.Wait()

@@ -2,184 +2,24 @@ package controlplane
 
 import (
 	"context"
-	"errors"
 	"sort"
-	"time"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
 
-// Group commit. Every write transaction costs a commit (with SQLite, an
-// fsync of its write-ahead log, on the one writer there is), so a thousand
-// event batches a second cost a thousand commits. The hot write paths (node
-// event batches, run submissions) go through batch instead of store.Update:
-// transactions that arrive while another commit is in progress wait for it
-// and then run together, one after the other inside one store.Update, and
-// share its commit. Each caller still gets its own answer:
-//
-//   - The batch's transaction runs each caller's fn in turn, so each sees
-//     the writes of those before it, exactly as if they had committed one
-//     after the other; the store's isolation is unchanged.
-//   - If any fn fails, nothing of the batch is kept, and every fn is run
-//     again in a transaction of its own, so one caller's error (a refused
-//     event, a conflict) never becomes another's. fn must therefore be
-//     safe to run more than once, which the store.Store contract already
-//     requires (Update may rerun fn on a serialization failure).
-//   - A caller's answer is given only once its own writes committed.
-//
-// With one writer (SQLite) one batch runs at a time; a store that takes
-// concurrent writers (PostgreSQL) gets Config.WriteConcurrency batches at
-// once. A lone transaction does not wait for company: a batch is whatever
-// queued while the previous one committed.
-
-// maxBatch bounds the callers one transaction carries.
-const maxBatch = 256
-
-type batchJob struct {
-	ctx  context.Context
-	fn   func(tx store.Tx) error
-	done chan error
-	// locked: fn qualifies for store.UpdateLocked (batchLocked).
-	locked bool
-}
-
-// run commits the job's fn in a transaction of its own.
-func (j *batchJob) run(s *Server) error {
-	if j.locked {
-		return s.updateLocked(j.ctx, j.fn)
-	}
-	return s.update(j.ctx, j.fn)
-}
-
-// errBatchMember marks a batch abandoned because one of its members failed.
-var errBatchMember = errors.New("a transaction in the batch failed")
-
-// batch runs fn in a write transaction shared with concurrent callers (see
-// above) and returns fn's error, or the store's. Runs fn wrote are noted
-// for the scheduler (see update).
+// batch runs fn in a write transaction shared with concurrent callers
+// (package groupcommit) and returns fn's error, or the store's. Runs fn
+// wrote are noted for the scheduler (see update).
 func (s *Server) batch(ctx context.Context, fn func(tx store.Tx) error) error {
-	return s.enqueue(&batchJob{ctx: ctx, fn: fn, done: make(chan error, 1)})
+	return s.commits.Update(ctx, fn)
 }
 
 // batchLocked is batch for an fn that qualifies for store.UpdateLocked: it
-// only reads records by key and writes them back. A batch of such jobs is
-// committed through UpdateLocked; one mixed with others, through Update.
+// only reads records by key and writes them back.
 func (s *Server) batchLocked(ctx context.Context, fn func(tx store.Tx) error) error {
-	return s.enqueue(&batchJob{ctx: ctx, fn: fn, done: make(chan error, 1), locked: true})
-}
-
-func (s *Server) enqueue(j *batchJob) error {
-	if !s.batching.Load() { // a Server used through Handler alone (tests)
-		return j.run(s)
-	}
-	ctx := j.ctx
-	select {
-	case s.batches <- j:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return <-j.done // once taken, a job is answered however ctx ends
-}
-
-// batchLoop takes jobs and commits them in batches until ctx ends. The
-// channel is unbuffered: a batch is the callers blocked handing in a job
-// when the previous commit ended, and once no loop runs a caller's send
-// waits only until its own context (the request's, which the server's
-// ends) is done.
-func (s *Server) batchLoop(ctx context.Context) {
-	for {
-		var first *batchJob
-		select {
-		case first = <-s.batches:
-		case <-ctx.Done():
-			return
-		}
-		jobs := []*batchJob{first}
-	more:
-		for len(jobs) < s.maxBatch() {
-			select {
-			case j := <-s.batches:
-				jobs = append(jobs, j)
-			default:
-				break more
-			}
-		}
-		s.runBatch(ctx, jobs)
-	}
-}
-
-// maxBatch is maxBatch, or Config.WriteBatch when set.
-func (s *Server) maxBatch() int {
-	if s.cfg.WriteBatch > 0 {
-		return s.cfg.WriteBatch
-	}
-	return maxBatch
-}
-
-// errBatchPanicked answers the callers of a batch that panicked.
-var errBatchPanicked = errors.New("internal error: the write transaction panicked (logged by the server)")
-
-func (s *Server) runBatch(ctx context.Context, jobs []*batchJob) {
-	// A panic in a caller's fn (a bug) must not leave the batch's callers
-	// waiting for ever: each job not answered yet is (done holds one answer,
-	// so a job already answered keeps its own), and the panic goes on to the
-	// loop's supervisor, which logs it and restarts the loop (Serve).
-	defer func() {
-		if v := recover(); v != nil {
-			for _, j := range jobs {
-				select {
-				case j.done <- errBatchPanicked:
-				default:
-				}
-			}
-			panic(v)
-		}
-	}()
-	live := jobs[:0]
-	for _, j := range jobs {
-		if err := j.ctx.Err(); err != nil {
-			j.done <- err
-			continue
-		}
-		live = append(live, j)
-	}
-	if len(live) == 1 {
-		live[0].done <- live[0].run(s)
-		return
-	}
-	if len(live) == 0 {
-		return
-	}
-	// The batch's transaction is not any one caller's, so it is bounded by
-	// the server's life and a deadline rather than by a caller's context.
-	bctx, cancel := context.WithTimeout(ctx, time.Minute)
-	commit := s.updateLocked
-	for _, j := range live {
-		if !j.locked {
-			commit = s.update
-		}
-	}
-	err := commit(bctx, func(tx store.Tx) error {
-		for _, j := range live {
-			if err := j.fn(tx); err != nil {
-				return errBatchMember
-			}
-		}
-		return nil
-	})
-	cancel()
-	s.metrics.BatchSize.Observe(float64(len(live)))
-	if err == nil {
-		for _, j := range live {
-			j.done <- nil
-		}
-		return
-	}
-	for _, j := range live {
-		j.done <- j.run(s)
-	}
+	return s.commits.UpdateLocked(ctx, fn)
 }
 
 // update is store.Update, noting every run and node fn wrote so that, once

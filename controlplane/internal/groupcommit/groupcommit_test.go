@@ -1,0 +1,170 @@
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/mercator/mercator/store"
+	"github.com/mercator/mercator/store/memstore"
+)
+
+// counted commits through a memstore and counts the transactions, and
+// holds each commit until release is closed, so callers pile up behind it.
+type counted struct {
+	st      store.Store
+	commits atomic.Int32
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (c *counted) update(ctx context.Context, fn func(tx store.Tx) error) error {
+	c.commits.Add(1)
+	select {
+	case c.entered <- struct{}{}:
+	default:
+	}
+	<-c.release
+	return c.st.Update(ctx, fn)
+}
+
+func putNode(id string) func(tx store.Tx) error {
+	return func(tx store.Tx) error { return tx.PutNode(store.Node{ID: id}) }
+}
+
+// TestCallersQueuedBehindACommitShareTheNext: while one commit is in
+// progress, callers that arrive wait, and then commit together in one
+// transaction; each gets its own answer and its own write.
+func TestCallersQueuedBehindACommitShareTheNext(t *testing.T) {
+	c := &counted{st: memstore.New(), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	var sizes []int
+	g := New(c.update, c.update, 0, func(n int) { sizes = append(sizes, n) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go g.Run(ctx)
+	for !g.Running() {
+		runtime.Gosched()
+	}
+	first := make(chan error, 1)
+	go func() { first <- g.Update(ctx, putNode("first")) }()
+	<-c.entered // the first commit is in progress, holding the loop
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = g.Update(ctx, putNode(fmt.Sprint("n", i))) }()
+	}
+	// The first commit ends once every caller is waiting to hand in its
+	// transaction (blocked on the loop, which is busy committing).
+	for waitingSenders() < n+1 { // the first caller waits for its answer in there too
+		runtime.Gosched()
+	}
+	close(c.release)
+	wg.Wait()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("caller %d: %v", i, err)
+		}
+	}
+	if got := c.commits.Load(); got != 2 {
+		t.Errorf("%d commits for 1+%d callers; want 2 (the first alone, the rest together)", got, n)
+	}
+	if len(sizes) != 1 || sizes[0] != n {
+		t.Errorf("group sizes observed %v; want [%d]", sizes, n)
+	}
+	if err := c.st.View(ctx, func(tx store.Tx) error {
+		nodes, err := tx.ListNodes()
+		if len(nodes) != n+1 {
+			t.Errorf("%d nodes stored; want %d", len(nodes), n+1)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitingSenders is how many goroutines are inside Update (enqueue). With
+// the loop busy committing, every one of them is blocked handing in its
+// transaction: none can have been taken yet.
+func waitingSenders() int {
+	buf := make([]byte, 1<<20)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "groupcommit.(*Committer).enqueue(")
+}
+
+// TestAFailingCallerFailsOnlyItself: one caller's error aborts the group's
+// transaction; everyone is run again alone, so only that caller fails and
+// the others' writes are kept.
+func TestAFailingCallerFailsOnlyItself(t *testing.T) {
+	st := memstore.New()
+	g := New(st.Update, st.UpdateLocked, 0, nil)
+	refused := errors.New("refused")
+	live := make([]*job, 0, 3)
+	for i, fn := range []func(tx store.Tx) error{putNode("a"), func(store.Tx) error { return refused }, putNode("b")} {
+		live = append(live, &job{ctx: context.Background(), fn: fn, done: make(chan error, 1), locked: i != 1})
+	}
+	g.commit(context.Background(), live)
+	if err := <-live[0].done; err != nil {
+		t.Errorf("a: %v", err)
+	}
+	if err := <-live[1].done; !errors.Is(err, refused) {
+		t.Errorf("the failing caller got %v; want its own error", err)
+	}
+	if err := <-live[2].done; err != nil {
+		t.Errorf("b: %v", err)
+	}
+	if err := st.View(context.Background(), func(tx store.Tx) error {
+		nodes, err := tx.ListNodes()
+		if len(nodes) != 2 {
+			t.Errorf("%d nodes stored; want a and b", len(nodes))
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAPanicAnswersTheGroup: a panic in one caller's transaction answers
+// every caller of the group with ErrPanicked, then goes on to Run's caller.
+func TestAPanicAnswersTheGroup(t *testing.T) {
+	st := memstore.New()
+	g := New(st.Update, st.UpdateLocked, 0, nil)
+	jobs := []*job{
+		{ctx: context.Background(), fn: putNode("a"), done: make(chan error, 1)},
+		{ctx: context.Background(), fn: func(store.Tx) error { panic("a bug") }, done: make(chan error, 1)},
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the panic did not reach commit's caller")
+			}
+		}()
+		g.commit(context.Background(), jobs)
+	}()
+	for i, j := range jobs {
+		if err := <-j.done; !errors.Is(err, ErrPanicked) {
+			t.Errorf("caller %d got %v; want ErrPanicked", i, err)
+		}
+	}
+}
+
+// TestWithoutALoopEachCallerCommitsAlone: before Run, Update commits at
+// once (a server used through its handler alone).
+func TestWithoutALoopEachCallerCommitsAlone(t *testing.T) {
+	st := memstore.New()
+	g := New(st.Update, st.UpdateLocked, 0, nil)
+	if err := g.Update(context.Background(), putNode("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.UpdateLocked(context.Background(), putNode("b")); err != nil {
+		t.Fatal(err)
+	}
+}
