@@ -18,7 +18,6 @@ import (
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/bytesize"
 	"github.com/mercator/mercator/internal/termtext"
-	"github.com/mercator/mercator/nodeagent"
 )
 
 // `mercator fn …`: functions, through the Fn-compatible API. The verbs
@@ -491,23 +490,4 @@ is given, as with run logs.`)
 	w, finish := termtext.Output(inv.stdout, *raw)
 	_, err = io.WriteString(w, log)
 	return finish(err)
-}
-
-// agentFunctionFlags defines the agent's Functions flags and returns what
-// reads them after parsing.
-func agentFunctionFlags(fs *flagSet) func() (nodeagent.FunctionsOptions, error) {
-	disabled := fs.Bool("no-functions", false, "run no functions on this node")
-	var memory bytesize.Value
-	fs.Var(&memory, "fn-memory", "memory `size` set aside for function containers, e.g. 4GiB (default a quarter of the machine's)")
-	cpus := fs.Float64("fn-cpus", 0, "CPU `cores` set aside for functions that reserve CPU (default a quarter of the machine's)")
-	gpus := fs.Int("fn-gpus", 0, "GPUs set aside for functions (the last ones the vendor tool lists)")
-	network := fs.String("fn-network", "", "Docker `network` of function containers (default the daemon's bridge)")
-	return func() (nodeagent.FunctionsOptions, error) {
-		o := nodeagent.FunctionsOptions{Disabled: *disabled, GPUs: *gpus, Network: *network, MilliCPUs: int64(math.Round(*cpus * 1000)),
-			MemoryBytes: int64(memory)}
-		if *cpus < 0 || *gpus < 0 {
-			return o, usagef("--fn-cpus and --fn-gpus must not be negative")
-		}
-		return o, nil
-	}
 }

@@ -1,0 +1,84 @@
+package daemon
+
+import (
+	"errors"
+	"flag"
+	"math"
+	"path/filepath"
+
+	"github.com/mercator/mercator/dockerengine"
+	"github.com/mercator/mercator/internal/bytesize"
+	"github.com/mercator/mercator/nodeagent"
+)
+
+// AgentFlags declares `mercator agent`'s flags on fs and returns a
+// function that gives, once fs is parsed, the options they set (the
+// invitation read from --token-file). As with ServerFlags, an option and
+// its flag land in one place. Logger is the caller's.
+func AgentFlags(fs *flag.FlagSet) func() (AgentOptions, error) {
+	var o AgentOptions
+	fs.StringVar(&o.ControlPlaneURL, "control-plane", "", "control plane `URL` (https://HOST:PORT)")
+	fs.StringVar(&o.CAFile, "ca-file", "", "`file` of the CA certificate(s) the control plane's chain must lead to (default: the CA the invitation pins)")
+	fs.StringVar(&o.NodeID, "node-id", "", "this machine's node `ID`, as invited")
+	fs.StringVar(&o.StateDir, "state", "/var/lib/mercator/agent", "`directory` for the agent's durable state")
+	tokenFile := fs.String("token-file", "", "`file` holding the invitation (mode 0600); needed for the first enrollment")
+	fs.StringVar(&o.DockerHost, "docker-host", "", "Docker daemon `address` (default $DOCKER_HOST or the local socket)")
+	fs.StringVar(&o.ArtifactRoot, "artifact-root", "", "`directory` for artifact copies (default STATE/artifacts)")
+	fs.Var((*bytesize.Value)(&o.ArtifactBudget), "artifact-budget", "most `size` Artifact copies may take under the root, e.g. 500GiB; least recently used copies no work uses are evicted (default: the disk's free space)")
+	fs.StringVar(&o.AcceleratorTool, "accelerator-tool", "", "`path` of the GPU vendor tool (default nvidia-smi on PATH)")
+	fs.StringVar(&o.KernelReports, "kernel-reports", "", "`root` of the kernel's reports (default /proc)")
+	fs.DurationVar(&o.Heartbeat, "heartbeat", 0, "how often to report liveness and facts (default 5s, and at most a third of the lease)")
+	functions := functionFlags(fs)
+	o.Containment = containmentFlags(fs)
+	return func() (AgentOptions, error) {
+		if o.ControlPlaneURL == "" || o.NodeID == "" {
+			return o, errors.New("--control-plane and --node-id are required")
+		}
+		if *tokenFile != "" {
+			inv, err := nodeagent.ReadTokenFile(*tokenFile)
+			if err != nil {
+				return o, err
+			}
+			o.Invitation = inv
+		}
+		if o.ArtifactRoot == "" {
+			o.ArtifactRoot = filepath.Join(o.StateDir, "artifacts")
+		}
+		var err error
+		o.Functions, err = functions()
+		return o, err
+	}
+}
+
+// functionFlags declares the flags of the share of the machine set aside
+// for functions (nodeagent.FunctionsOptions).
+func functionFlags(fs *flag.FlagSet) func() (nodeagent.FunctionsOptions, error) {
+	disabled := fs.Bool("no-functions", false, "run no functions on this node")
+	var memory bytesize.Value
+	fs.Var(&memory, "fn-memory", "memory `size` set aside for function containers, e.g. 4GiB (default a quarter of the machine's)")
+	cpus := fs.Float64("fn-cpus", 0, "CPU `cores` set aside for functions that reserve CPU (default a quarter of the machine's)")
+	gpus := fs.Int("fn-gpus", 0, "GPUs set aside for functions (the last ones the vendor tool lists)")
+	network := fs.String("fn-network", "", "Docker `network` of function containers (default the daemon's bridge)")
+	return func() (nodeagent.FunctionsOptions, error) {
+		o := nodeagent.FunctionsOptions{Disabled: *disabled, GPUs: *gpus, Network: *network, MilliCPUs: int64(math.Round(*cpus * 1000)),
+			MemoryBytes: int64(memory)}
+		if *cpus < 0 || *gpus < 0 {
+			return o, errors.New("--fn-cpus and --fn-gpus must not be negative")
+		}
+		return o, nil
+	}
+}
+
+// containmentFlags declares the flags of what every workload container is
+// held to (dockerengine.Containment; docs/hardening.md, "Contained
+// workloads"), defaulting to dockerengine.DefaultContainment. The agent
+// checks the result before it starts (RunAgent).
+func containmentFlags(fs *flag.FlagSet) *dockerengine.Containment {
+	c := dockerengine.DefaultContainment()
+	fs.Float64Var(&c.DefaultCPU, "default-cpu", c.DefaultCPU, "CPU `cores` of a Run or function that states none (0: no quota)")
+	fs.Var((*bytesize.Value)(&c.DefaultMemoryBytes), "default-memory", "memory `size` limit of a Run that states none (0: no limit)")
+	fs.Int64Var(&c.PidsLimit, "default-pids", c.PidsLimit, "most `processes` a workload container may have unless its Run asks for more")
+	fs.Int64Var(&c.MaxPidsLimit, "max-pids", c.MaxPidsLimit, "most `processes` a Run may ask for (--pids-limit)")
+	fs.Var((*bytesize.Value)(&c.LogMaxBytes), "workload-log-size", "most `size` of a Run container's output kept on this node's disk")
+	return &c
+}
