@@ -78,6 +78,13 @@ type RunSpec struct {
 	// Artifacts are immutable Artifact versions mounted read-only into the
 	// container; the container starts only once its node holds them all.
 	Artifacts []ArtifactMount `json:"artifacts,omitempty"`
+
+	// Retention (issue 16, item 4). LogLimitBytes caps each attempt's
+	// log as the control plane keeps it: past it, output is dropped and
+	// the log ends with one line saying where it was truncated. 0 means
+	// the control plane's default (100 MiB unless configured); more than
+	// its maximum (--max-log-limit) is refused at submit.
+	LogLimitBytes int64 `json:"log_limit_bytes,omitempty"`
 }
 
 // Run is a run as the API shows it.

@@ -129,6 +129,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 	changedRuns := false
 	applied := 0
 	var ended []string // runs that became terminal, counted once committed
+	advance := batch.Through != "" && s.watermarks.due(c.NodeID, batch.Through)
 	// Locked (store.UpdateLocked): applying events reads the node, the
 	// events' runs and operations by key and writes them back; whether an
 	// event is fresh is decided by SeeEvent's insert, not by a read.
@@ -167,11 +168,20 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 			}
 			accepted = append(accepted, ev.ID)
 		}
+		if advance {
+			// nodes_watermark.go: why this lets the rows below it go.
+			if err := tx.AdvanceEventWatermark(c.NodeID, batch.Through); err != nil {
+				return err
+			}
+		}
 		return tx.(*runMemo).flush()
 	})
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
+	}
+	if advance {
+		s.watermarks.wrote(c.NodeID, batch.Through)
 	}
 	for _, status := range ended {
 		s.metrics.Terminal.WithLabelValues(status).Inc()
@@ -339,6 +349,7 @@ func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c httpapi.Node
 		return
 	}
 	var size int64
+	var truncated bool
 	err := s.batch(r.Context(), func(tx store.Tx) error {
 		run, err := tx.GetRun(chunk.RunID)
 		if err != nil {
@@ -347,7 +358,7 @@ func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c httpapi.Node
 		if a := lifecycle.Find(&run.Run, chunk.Attempt); a == nil || a.NodeID != c.NodeID {
 			return failure.Conflict("run %s attempt %d is not on node %s", chunk.RunID, chunk.Attempt, c.NodeID)
 		}
-		size, err = tx.AppendLog(chunk.WorkloadKey, chunk.Offset, chunk.Data)
+		size, truncated, err = appendCapped(tx, s.logLimit(run.Run), chunk) // runs_logcap.go
 		return err
 	})
 	if err != nil {
@@ -357,5 +368,5 @@ func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c httpapi.Node
 	if len(chunk.Data) > 0 {
 		s.logsChanged()
 	}
-	httpapi.WriteJSON(w, http.StatusOK, nodeproto.LogAck{Size: size})
+	httpapi.WriteJSON(w, http.StatusOK, nodeproto.LogAck{Size: size, Truncated: truncated})
 }

@@ -127,10 +127,27 @@ type Config struct {
 	MetricsPublic bool
 	// AuditRetention is how long audit entries are kept (default 30 days),
 	// AuditMaxRows how many at most (default 1,000,000); both are applied
-	// every AuditPruneEvery (default 10 minutes).
-	AuditRetention  time.Duration
-	AuditMaxRows    int
-	AuditPruneEvery time.Duration
+	// by the retention sweep, every SweepEvery.
+	AuditRetention time.Duration
+	AuditMaxRows   int
+
+	// Retention (docs/hardening.md, "Retention"; retention.go).
+	// RunRetention is how long a finished run is kept after it finished,
+	// with its attempts' logs, and how long done operations and durable
+	// calls are kept after they were created (default 30 days; negative
+	// keeps them forever). AuthRetention is how long an expired session,
+	// or a spent or expired invitation, is kept for the record (default 7
+	// days). SweepEvery is how often the sweep runs (default 10 minutes).
+	// DefaultLogLimit caps an attempt's log when its run sets no
+	// log_limit_bytes (default 100 MiB), MaxLogLimit is the most a run may
+	// set (default 1 GiB), and MaxUploadSize the largest declared Artifact
+	// upload accepted (default 1 TiB).
+	RunRetention    time.Duration
+	AuthRetention   time.Duration
+	SweepEvery      time.Duration
+	DefaultLogLimit int64
+	MaxLogLimit     int64
+	MaxUploadSize   int64
 }
 
 func (c *Config) defaults() {
@@ -158,9 +175,7 @@ func (c *Config) defaults() {
 	if c.AuditMaxRows == 0 {
 		c.AuditMaxRows = 1_000_000
 	}
-	if c.AuditPruneEvery == 0 {
-		c.AuditPruneEvery = 10 * time.Minute
-	}
+	c.retentionDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -188,17 +203,18 @@ type Server struct {
 	fn            *function.Service    // Functions (package function)
 	streams       livesession.Registry // sessions held here
 
-	live      *liveness.Tracker // package liveness
-	sched     schedState        // runs_schedstate.go: the reconcile loop's copies
-	batches   chan *batchJob    // store_commit.go: group commit, once Serve runs
-	batching  atomic.Bool
-	outbox    chan string // replicas_signal.go: signals for other replicas
-	replicaID string
-	pins      pinCache         // runs_pins.go
-	auth      nodeauth.Cache   // nodes_auth.go, internal/nodeauth
-	tokens    *httpapi.Tokens  // API credentials, cached briefly (access_handlers.go)
-	audit     *httpapi.Auditor // the audit log's queue
-	mailboxes sync.Map         // node ID → *mailbox (nodes_mailbox.go)
+	live       *liveness.Tracker // package liveness
+	sched      schedState        // runs_schedstate.go: the reconcile loop's copies
+	batches    chan *batchJob    // store_commit.go: group commit, once Serve runs
+	batching   atomic.Bool
+	outbox     chan string // replicas_signal.go: signals for other replicas
+	replicaID  string
+	pins       pinCache         // runs_pins.go
+	auth       nodeauth.Cache   // nodes_auth.go, internal/nodeauth
+	tokens     *httpapi.Tokens  // API credentials, cached briefly (access_handlers.go)
+	audit      *httpapi.Auditor // the audit log's queue
+	mailboxes  sync.Map         // node ID → *mailbox (nodes_mailbox.go)
+	watermarks watermarks       // event watermarks written (nodes_watermark.go)
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.
@@ -215,9 +231,9 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		tokens:    &httpapi.Tokens{Store: st, Now: cfg.Now},
 	}
 	s.audit = &httpapi.Auditor{Store: st, Now: s.now, Log: s.log, Dropped: s.metrics.AuditDropped.Inc,
-		Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows, PruneEvery: cfg.AuditPruneEvery}
+		Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows}
 	s.artifacts = artifact.New(artifact.Config{Store: st, Now: s.now, Logger: s.log, Content: cfg.Content,
-		ReadTTL: cfg.ContentReadTTL, UploadDir: cfg.UploadDir})
+		ReadTTL: cfg.ContentReadTTL, UploadDir: cfg.UploadDir, MaxUploadSize: cfg.MaxUploadSize})
 	s.registries = registry.New(st, s.now, s.log, serverKey{s})
 	s.access = access.New(st, s.now, s.tokenRemoved)
 	var pub function.Publisher
@@ -245,8 +261,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 	errc := make(chan error, 2)
 	var loops sync.WaitGroup
-	loops.Add(3 + s.cfg.WriteConcurrency)
+	loops.Add(4 + s.cfg.WriteConcurrency)
 	go func() { defer loops.Done(); s.audit.Run(ctx) }()
+	go func() { defer loops.Done(); s.sweeper().Run(ctx) }()
 	go func() {
 		defer loops.Done()
 		s.live.FlushLoop(ctx, liveness.Flusher{Store: s.store, Log: s.log, Lapses: func(n int) { s.metrics.LeaseLapses.Add(float64(n)) }})

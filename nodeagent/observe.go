@@ -187,7 +187,9 @@ func (a *Agent) shipLogsOnce(ctx context.Context, src LogSource, key nodeproto.W
 				return false
 			}
 			offset += int64(n)
-			_ = ack // the control plane appends only what it lacks
+			if ack.Truncated {
+				return true // the log reached its cap: the rest would be dropped
+			}
 		}
 		if rerr != nil {
 			return errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF)

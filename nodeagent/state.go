@@ -86,6 +86,7 @@ type State struct {
 	// ackMu, not mu: the writes that carry them are made with mu held.
 	ackMu     sync.Mutex
 	owed      map[uint64]nodeproto.Event
+	minting   map[uint64]bool // minted, not yet spooled (state_watermark.go)
 	acks      map[uint64]bool
 	ackOps    map[string]ackedResult // by operation
 	ackSince  time.Time              // when the oldest of acks arrived
@@ -260,7 +261,8 @@ func (s *State) NextEventID() (string, error) {
 	}
 	n := s.nextEvent
 	s.nextEvent++
-	return fmt.Sprintf("%s-%016d", s.incarnation, n), nil
+	s.minted(n)
+	return nodeproto.FormatEventID(s.incarnation, n), nil
 }
 
 // eventSeq is the sequence part of an ID NextEventID minted; it orders the
@@ -394,6 +396,7 @@ func (s *State) MarkApplied(operationID string, result nodeproto.Event) error {
 		}
 		return putJSON(tx.Bucket(bucketSpool), putUint(seq), result)
 	}); err != nil {
+		s.abandon(seq)
 		return err
 	}
 	s.owe(seq, result)
@@ -418,6 +421,7 @@ func (s *State) Spool(event nodeproto.Event) error {
 	if err := s.update(func(tx *bolt.Tx) error {
 		return putJSON(tx.Bucket(bucketSpool), putUint(seq), event)
 	}); err != nil {
+		s.abandon(seq)
 		return err
 	}
 	s.owe(seq, event)
@@ -428,6 +432,7 @@ func (s *State) Spool(event nodeproto.Event) error {
 func (s *State) owe(seq uint64, e nodeproto.Event) {
 	s.ackMu.Lock()
 	s.owed[seq] = e
+	delete(s.minting, seq)
 	s.ackMu.Unlock()
 	s.spoolVersion.Add(1)
 }
@@ -693,6 +698,7 @@ func (s *State) SpoolWorkload(event nodeproto.Event, o nodeproto.WorkloadObserva
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, told := s.told[o.WorkloadKey]; told && onlyFirst {
+		s.abandon(seq)
 		return false, nil
 	}
 	if err := s.batched(func(tx *bolt.Tx) error {
@@ -701,6 +707,7 @@ func (s *State) SpoolWorkload(event nodeproto.Event, o nodeproto.WorkloadObserva
 		}
 		return putJSON(tx.Bucket(bucketWorkloads), workloadKeyBytes(o.WorkloadKey), o)
 	}); err != nil {
+		s.abandon(seq)
 		return false, err
 	}
 	s.owe(seq, event)

@@ -110,12 +110,25 @@ func (t *HTTPTransport) RenewSession(ctx context.Context, nodeID, sessionToken s
 
 // SendEvents implements Transport.
 func (t *HTTPTransport) SendEvents(ctx context.Context, nodeID, sessionToken string, events []nodeproto.Event) ([]string, error) {
+	return t.SendEventsThrough(ctx, nodeID, sessionToken, events, "")
+}
+
+// SendEventsThrough implements ThroughSender.
+func (t *HTTPTransport) SendEventsThrough(ctx context.Context, nodeID, sessionToken string, events []nodeproto.Event, through string) ([]string, error) {
 	if events == nil {
 		events = []nodeproto.Event{}
 	}
 	var ack nodeproto.EventAck
-	err := t.call(ctx, nodeproto.PathEvents, nodeID, sessionToken, nodeproto.EventBatch{Events: events}, &ack)
+	err := t.call(ctx, nodeproto.PathEvents, nodeID, sessionToken, nodeproto.EventBatch{Events: events, Through: through}, &ack)
 	return ack.Accepted, err
+}
+
+// ThroughSender is a Transport that can also carry the agent's event
+// watermark (nodeproto.EventBatch.Through), which lets the control plane
+// prune its de-duplication rows; a Transport without it delivers events
+// with none.
+type ThroughSender interface {
+	SendEventsThrough(ctx context.Context, nodeID, sessionToken string, events []nodeproto.Event, through string) ([]string, error)
 }
 
 // SendLogs implements Transport.

@@ -48,6 +48,9 @@ type Set struct {
 	// AuditDropped counts audit entries dropped because the audit queue
 	// was full (package httpapi's Auditor).
 	AuditDropped prometheus.Counter
+	// Pruned counts what the retention sweeps deleted, by task (package
+	// sweep).
+	Pruned *prometheus.CounterVec
 }
 
 // New returns a server's series, registered.
@@ -76,8 +79,10 @@ func New() *Set {
 			Help: "Signals for other replicas dropped because the queue was full (a delay for whoever waited on them, never a loss of data)."}),
 		AuditDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "mercator_audit_dropped_total",
 			Help: "Audit entries dropped because the audit queue was full."}),
+		Pruned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_retention_deleted_total",
+			Help: "Records the retention sweeps deleted, by task (runs, operations, calls, events, sessions, invitations, audit, uploads)."}, []string{"task"}),
 	}
-	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped,
+	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.Pruned,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -95,6 +95,7 @@ type runDoc struct {
 	GPUMemoryBytes      int64              `json:"gpu_memory_bytes,omitempty"`
 	ReplaceAfterSeconds int64              `json:"replace_after_seconds,omitempty"`
 	Artifacts           []artifactMountDoc `json:"artifacts,omitempty"`
+	LogLimitBytes       int64              `json:"log_limit_bytes,omitempty"`
 	PinnedImage         string             `json:"pinned_image"`
 	Status              string             `json:"status"`
 	Reason              string             `json:"reason,omitempty"`
@@ -140,8 +141,8 @@ func runDocOf(r store.Run) runDoc {
 		ID: r.ID, Image: r.Image, Command: r.Command, Env: r.Env, CPU: r.CPU,
 		MemoryBytes: r.MemoryBytes, TimeoutSeconds: r.TimeoutSeconds, Retries: r.Retries,
 		GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemoryBytes: r.GPUMemoryBytes,
-		ReplaceAfterSeconds: r.ReplaceAfterSeconds,
-		PinnedImage:         r.PinnedImage, Status: r.Status, Reason: r.Reason, ExitCode: r.ExitCode,
+		ReplaceAfterSeconds: r.ReplaceAfterSeconds, LogLimitBytes: r.LogLimitBytes,
+		PinnedImage: r.PinnedImage, Status: r.Status, Reason: r.Reason, ExitCode: r.ExitCode,
 		Cancel: r.Cancel, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
 		NextCheck: r.NextCheck,
 	}
@@ -157,7 +158,7 @@ func (d runDoc) record() store.Run {
 			Image: d.Image, Command: d.Command, Env: d.Env, CPU: d.CPU,
 			MemoryBytes: d.MemoryBytes, TimeoutSeconds: d.TimeoutSeconds, Retries: d.Retries,
 			GPUs: d.GPUs, GPUModel: d.GPUModel, GPUMemoryBytes: d.GPUMemoryBytes,
-			ReplaceAfterSeconds: d.ReplaceAfterSeconds,
+			ReplaceAfterSeconds: d.ReplaceAfterSeconds, LogLimitBytes: d.LogLimitBytes,
 		},
 		PinnedImage: d.PinnedImage, Status: d.Status, Reason: d.Reason, ExitCode: d.ExitCode,
 		Cancel: d.Cancel, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, FinishedAt: d.FinishedAt,
