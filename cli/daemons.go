@@ -77,6 +77,7 @@ on a loopback address.`)
 	logLimit := fs.String("log-limit", "100MiB", "an attempt's log cap when the run sets no log_limit_bytes: output past it is dropped and the log says so")
 	maxLogLimit := fs.String("max-log-limit", "1GiB", "the largest log_limit_bytes a run may set")
 	maxUpload := fs.String("max-upload-size", "1TiB", "the largest Artifact upload a client may declare (larger ones are refused with 413)")
+	sweepEvery := fs.Duration("sweep-every", 10*time.Minute, "how often the retention sweep runs (on the leader; uploads on every replica)")
 	if pos, err := fs.parse(args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -115,7 +116,7 @@ on a loopback address.`)
 		Config: controlplane.Config{Lease: *lease, SessionTTL: *sessionTTL, ReplicaURL: *replicaURL,
 			MetricsPublic: *metricsPublic, AuditRetention: auditRetention,
 			RunRetention: retain, DefaultLogLimit: sizes["--log-limit"], MaxLogLimit: sizes["--max-log-limit"],
-			MaxUploadSize: sizes["--max-upload-size"]}, Logger: log,
+			MaxUploadSize: sizes["--max-upload-size"], SweepEvery: *sweepEvery}, Logger: log,
 		Ready: func(url, tokenFile string) {
 			if tokenFile == "" {
 				tokenFile = "(removed with `mercator token rm`; use another admin credential)"
