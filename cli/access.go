@@ -3,13 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/internal/span"
 )
 
 // This file holds `mercator token …` (named API credentials with roles),
@@ -25,41 +24,6 @@ func init() {
 	registerSub("audit", "Read the audit log", &command{name: "ls", summary: "List audit entries, newest first", run: auditList})
 	registerSub("node", nodeSummary, &command{name: "rm", summary: "Remove a node: end its credentials at once and stop its agent", run: nodeRemove})
 	registerSub("node", nodeSummary, &command{name: "invitations", summary: "List a node's invitations", run: nodeInvitations})
-}
-
-// parseSpan reads a duration that may count days ("30d") as well as
-// Go's units ("12h", "90m").
-func parseSpan(s string) (time.Duration, error) {
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.ParseFloat(days, 64)
-		if err != nil || n < 0 {
-			return 0, fmt.Errorf("%q is not a number of days", s)
-		}
-		return time.Duration(n * float64(24*time.Hour)), nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration (e.g. 30d, 12h, 90m)", s)
-	}
-	return d, nil
-}
-
-// spanFlag is a flag.Value of parseSpan's durations.
-type spanFlag struct{ d *time.Duration }
-
-func (f spanFlag) String() string {
-	if f.d == nil {
-		return ""
-	}
-	return f.d.String()
-}
-
-func (f spanFlag) Set(s string) error {
-	d, err := parseSpan(s)
-	if err == nil {
-		*f.d = d
-	}
-	return err
 }
 
 func tokenCreate(ctx context.Context, inv *invocation, args []string) error {
@@ -79,7 +43,7 @@ The control plane keeps only the secret's hash. Remove it with
 	role := fs.String("role", "", "the credential's `role`: reader, submitter, operator, admin or invoker (required)")
 	app := fs.String("app", "", "the `app` an invoker may call (role invoker only)")
 	var expires time.Duration
-	fs.Var(spanFlag{&expires}, "expires", "the credential's `life`, e.g. 30d or 12h (default: it never expires)")
+	fs.Var(span.Flag{D: &expires}, "expires", "the credential's `life`, e.g. 30d or 12h (default: it never expires)")
 	c, name, err := inv.connect(fs, g, args, "NAME")
 	if err != nil {
 		return err
@@ -151,7 +115,7 @@ credential, with when, who (a token's name, or node:ID), from where, what
 not recorded one by one; their refusals are. Admin only.`)
 	g := fs.clientFlags(true)
 	var since time.Duration
-	fs.Var(spanFlag{&since}, "since", "only entries of the last `span`, e.g. 1h or 7d")
+	fs.Var(span.Flag{D: &since}, "since", "only entries of the last `span`, e.g. 1h or 7d")
 	who := fs.String("who", "", "only entries of this `name` (a token's name, or node:ID)")
 	limit := fs.Int("limit", 1000, "at most `N` entries (up to 10000)")
 	c, _, err := inv.connect(fs, g, args, "")

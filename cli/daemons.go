@@ -69,15 +69,7 @@ on a loopback address.`)
 	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP instead of HTTPS; refused unless --listen is a loopback address")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
 	metricsPublic := fs.Bool("metrics-public", false, "serve /metrics without a credential (default: a reader's is needed)")
-	auditRetention := 30 * 24 * time.Hour
-	fs.Var(spanFlag{&auditRetention}, "audit-retention", "how long audit entries are kept, e.g. 30d (the log also keeps at most 1,000,000)")
-	// Retention (docs/hardening.md, "Retention").
-	retain := 30 * 24 * time.Hour
-	fs.Var(retainFlag{&retain}, "retain", "how long finished runs (with their logs), done operations and durable calls are kept, e.g. 30d, or forever")
-	logLimit := fs.String("log-limit", "100MiB", "an attempt's log cap when the run sets no log_limit_bytes: output past it is dropped and the log says so")
-	maxLogLimit := fs.String("max-log-limit", "1GiB", "the largest log_limit_bytes a run may set")
-	maxUpload := fs.String("max-upload-size", "1TiB", "the largest Artifact upload a client may declare (larger ones are refused with 413)")
-	sweepEvery := fs.Duration("sweep-every", 10*time.Minute, "how often the retention sweep runs (on the leader; uploads on every replica)")
+	retention := daemon.RetentionFlags(fs.FlagSet)
 	if pos, err := fs.parse(args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -86,18 +78,6 @@ on a loopback address.`)
 	log, err := inv.logger(*level)
 	if err != nil {
 		return err
-	}
-	limits := map[string]*string{"--log-limit": logLimit, "--max-log-limit": maxLogLimit, "--max-upload-size": maxUpload}
-	sizes := map[string]int64{}
-	for name, v := range limits {
-		n, err := bytesize.Parse(*v)
-		if err != nil || n <= 0 {
-			return usagef("%s: want a positive size such as 100MiB, not %q", name, *v)
-		}
-		sizes[name] = n
-	}
-	if sizes["--log-limit"] > sizes["--max-log-limit"] {
-		return usagef("--log-limit (%s) is above --max-log-limit (%s)", *logLimit, *maxLogLimit)
 	}
 	var regs []string
 	if *insecure != "" {
@@ -114,9 +94,7 @@ on a loopback address.`)
 		Content: *contentStore, RegistryKey: registryKey, InsecureHTTP: *insecureHTTP,
 		TLS: daemon.TLSOptions{CertFile: *tlsCert, KeyFile: *tlsKey, CACertFile: *tlsCACert, CAKeyFile: *tlsCAKey},
 		Config: controlplane.Config{Lease: *lease, SessionTTL: *sessionTTL, ReplicaURL: *replicaURL,
-			MetricsPublic: *metricsPublic, AuditRetention: auditRetention,
-			RunRetention: retain, DefaultLogLimit: sizes["--log-limit"], MaxLogLimit: sizes["--max-log-limit"],
-			MaxUploadSize: sizes["--max-upload-size"], SweepEvery: *sweepEvery}, Logger: log,
+			MetricsPublic: *metricsPublic, Retention: *retention}, Logger: log,
 		Ready: func(url, tokenFile string) {
 			if tokenFile == "" {
 				tokenFile = "(removed with `mercator token rm`; use another admin credential)"
@@ -219,33 +197,4 @@ other terminals need no flags. Stop it with Ctrl-C.`)
 		DataDir: *dataDir, Listen: *listen, Registry: *registry, NodeID: *nodeID,
 		ContextPath: client.ContextPath(inv.env), Logger: log, Out: inv.stderr,
 	})
-}
-
-// retainFlag is --retain: a span (parseSpan) or "forever", which keeps
-// finished runs without end (controlplane.Config.RunRetention < 0).
-type retainFlag struct{ d *time.Duration }
-
-func (f retainFlag) String() string {
-	if f.d == nil {
-		return ""
-	}
-	if *f.d < 0 {
-		return "forever"
-	}
-	return f.d.String()
-}
-
-func (f retainFlag) Set(s string) error {
-	if s == "forever" {
-		*f.d = -1
-		return nil
-	}
-	d, err := parseSpan(s)
-	if err == nil && d <= 0 {
-		err = fmt.Errorf("%q: want a positive span such as 30d, or forever", s)
-	}
-	if err == nil {
-		*f.d = d
-	}
-	return err
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/access"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/retention"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
@@ -129,7 +130,6 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 	changedRuns := false
 	applied := 0
 	var ended []string // runs that became terminal, counted once committed
-	advance := batch.Through != "" && s.watermarks.due(c.NodeID, batch.Through)
 	// Locked (store.UpdateLocked): applying events reads the node, the
 	// events' runs and operations by key and writes them back; whether an
 	// event is fresh is decided by SeeEvent's insert, not by a read.
@@ -168,20 +168,14 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 			}
 			accepted = append(accepted, ev.ID)
 		}
-		if advance {
-			// nodes_watermark.go: why this lets the rows below it go.
-			if err := tx.AdvanceEventWatermark(c.NodeID, batch.Through); err != nil {
-				return err
-			}
+		if err := s.watermarks.Advance(tx, c.NodeID, batch.Through); err != nil { // why: retention/watermark.go
+			return err
 		}
 		return tx.(*runMemo).flush()
 	})
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
-	}
-	if advance {
-		s.watermarks.wrote(c.NodeID, batch.Through)
 	}
 	for _, status := range ended {
 		s.metrics.Terminal.WithLabelValues(status).Inc()
@@ -358,7 +352,7 @@ func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c httpapi.Node
 		if a := lifecycle.Find(&run.Run, chunk.Attempt); a == nil || a.NodeID != c.NodeID {
 			return failure.Conflict("run %s attempt %d is not on node %s", chunk.RunID, chunk.Attempt, c.NodeID)
 		}
-		size, truncated, err = appendCapped(tx, s.logLimit(run.Run), chunk) // runs_logcap.go
+		size, truncated, err = retention.AppendCapped(tx, s.cfg.Retention.LogLimit(run.Run), chunk)
 		return err
 	})
 	if err != nil {

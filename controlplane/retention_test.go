@@ -12,6 +12,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/retention"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
@@ -152,7 +153,7 @@ func TestLogCap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	line := TruncationLine(limit)
+	line := retention.TruncationLine(limit)
 	if !ack.Truncated || ack.Size != limit+int64(len(line)) || offset != 2*int64(len(chunk)) {
 		t.Fatalf("after %d bytes: ack %+v; want truncated at %d bytes plus the line", offset, ack, limit)
 	}
@@ -171,7 +172,7 @@ func TestLogCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A run may not ask for more than the server keeps.
-	if err := f.srv.checkLogLimit(api.RunSpec{LogLimitBytes: DefaultMaxLogLimit + 1}); !errors.Is(err, failure.ErrInvalid) || !strings.Contains(err.Error(), "max-log-limit") {
+	if err := f.srv.cfg.Retention.CheckLogLimit(api.RunSpec{LogLimitBytes: f.srv.cfg.Retention.MaxLogLimit + 1}); !errors.Is(err, failure.ErrInvalid) || !strings.Contains(err.Error(), "max-log-limit") {
 		t.Errorf("a log limit above the maximum: %v", err)
 	}
 }

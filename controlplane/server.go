@@ -54,6 +54,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/livesession"
 	"github.com/mercator/mercator/controlplane/internal/metrics"
 	"github.com/mercator/mercator/controlplane/internal/nodeauth"
+	"github.com/mercator/mercator/controlplane/internal/retention"
 	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/store"
 )
@@ -125,29 +126,9 @@ type Config struct {
 	// MetricsPublic serves /metrics without a credential; otherwise it
 	// needs a reader's.
 	MetricsPublic bool
-	// AuditRetention is how long audit entries are kept (default 30 days),
-	// AuditMaxRows how many at most (default 1,000,000); both are applied
-	// by the retention sweep, every SweepEvery.
-	AuditRetention time.Duration
-	AuditMaxRows   int
-
-	// Retention (docs/hardening.md, "Retention"; retention.go).
-	// RunRetention is how long a finished run is kept after it finished,
-	// with its attempts' logs, and how long done operations and durable
-	// calls are kept after they were created (default 30 days; negative
-	// keeps them forever). AuthRetention is how long an expired session,
-	// or a spent or expired invitation, is kept for the record (default 7
-	// days). SweepEvery is how often the sweep runs (default 10 minutes).
-	// DefaultLogLimit caps an attempt's log when its run sets no
-	// log_limit_bytes (default 100 MiB), MaxLogLimit is the most a run may
-	// set (default 1 GiB), and MaxUploadSize the largest declared Artifact
-	// upload accepted (default 1 TiB).
-	RunRetention    time.Duration
-	AuthRetention   time.Duration
-	SweepEvery      time.Duration
-	DefaultLogLimit int64
-	MaxLogLimit     int64
-	MaxUploadSize   int64
+	// Retention is how long what the store holds is kept, and the caps
+	// on logs and uploads (retention.go).
+	Retention RetentionConfig
 }
 
 func (c *Config) defaults() {
@@ -169,13 +150,7 @@ func (c *Config) defaults() {
 	if c.WriteConcurrency == 0 {
 		c.WriteConcurrency = 1
 	}
-	if c.AuditRetention == 0 {
-		c.AuditRetention = 30 * 24 * time.Hour
-	}
-	if c.AuditMaxRows == 0 {
-		c.AuditMaxRows = 1_000_000
-	}
-	c.retentionDefaults()
+	c.Retention = c.Retention.WithDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -209,12 +184,12 @@ type Server struct {
 	batching   atomic.Bool
 	outbox     chan string // replicas_signal.go: signals for other replicas
 	replicaID  string
-	pins       pinCache         // runs_pins.go
-	auth       nodeauth.Cache   // nodes_auth.go, internal/nodeauth
-	tokens     *httpapi.Tokens  // API credentials, cached briefly (access_handlers.go)
-	audit      *httpapi.Auditor // the audit log's queue
-	mailboxes  sync.Map         // node ID → *mailbox (nodes_mailbox.go)
-	watermarks watermarks       // event watermarks written (nodes_watermark.go)
+	pins       pinCache             // runs_pins.go
+	auth       nodeauth.Cache       // nodes_auth.go, internal/nodeauth
+	tokens     *httpapi.Tokens      // API credentials, cached briefly (access_handlers.go)
+	audit      *httpapi.Auditor     // the audit log's queue
+	mailboxes  sync.Map             // node ID → *mailbox (nodes_mailbox.go)
+	watermarks retention.Watermarks // event watermarks written (package retention)
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.
@@ -231,9 +206,9 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		tokens:    &httpapi.Tokens{Store: st, Now: cfg.Now},
 	}
 	s.audit = &httpapi.Auditor{Store: st, Now: s.now, Log: s.log, Dropped: s.metrics.AuditDropped.Inc,
-		Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows}
+		Retention: cfg.Retention.Audit, MaxRows: cfg.Retention.AuditMaxRows}
 	s.artifacts = artifact.New(artifact.Config{Store: st, Now: s.now, Logger: s.log, Content: cfg.Content,
-		ReadTTL: cfg.ContentReadTTL, UploadDir: cfg.UploadDir, MaxUploadSize: cfg.MaxUploadSize})
+		ReadTTL: cfg.ContentReadTTL, UploadDir: cfg.UploadDir, MaxUploadSize: cfg.Retention.MaxUploadSize})
 	s.registries = registry.New(st, s.now, s.log, serverKey{s})
 	s.access = access.New(st, s.now, s.tokenRemoved)
 	var pub function.Publisher

@@ -72,8 +72,8 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.DataDir == "" {
-		return fmt.Errorf("a data directory is required (--data-dir)")
+	if err := o.check(); err != nil {
+		return err
 	}
 	if o.DB == "" {
 		o.DB = "sqlite://" + filepath.Join(o.DataDir, "mercator.db")

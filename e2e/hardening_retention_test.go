@@ -12,7 +12,6 @@ import (
 	_ "modernc.org/sqlite" // the store's own driver, to measure its file
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/internal/bytesize"
 )
@@ -48,7 +47,7 @@ func TestHardeningRetentionLogCap(t *testing.T) {
 		margin  = 512 << 10
 	)
 	c := startClusterWith(t, 10*time.Second, func(o *daemon.ServerOptions) {
-		o.Config.MaxLogLimit = 16 << 20
+		o.Config.Retention.MaxLogLimit = 16 << 20
 	})
 	c.startAgent("logcap")
 	db := filepath.Join(c.dataDir, "mercator.db")
@@ -62,7 +61,7 @@ func TestHardeningRetentionLogCap(t *testing.T) {
 	if err != nil || run.Status != api.RunSucceeded {
 		t.Fatalf("run %s: %s (%s), %v", run.ID, run.Status, run.Reason, err)
 	}
-	line := controlplane.TruncationLine(limit)
+	line := fmt.Sprintf("\n[mercator: log truncated at %d bytes, the run's log limit (log_limit_bytes); later output was dropped]\n", limit)
 	var log bytes.Buffer
 	c.waitFor("the log truncated", func() bool {
 		log.Reset()

@@ -1,5 +1,12 @@
-// Package sweep runs the control plane's retention rules: named tasks that
-// each delete what is past its keeping, in bounded batches, on a timer.
+// Package retention is what the control plane deletes, and what it caps,
+// so that nothing it stores grows without end (docs/hardening.md,
+// "Retention"): the sweep that runs the retention rules (Sweeper), the
+// store's rules as sweep tasks (StoreTasks), the per-attempt log cap
+// (AppendCapped), and the event watermarks that let de-duplication rows go
+// (Watermarks).
+//
+// The sweep runs named tasks that each delete what is past its keeping,
+// in bounded batches, on a timer.
 //
 // A batch is one short transaction (the store's Prune methods take a
 // limit), so sweeping a large backlog never holds a long delete: a task
@@ -8,7 +15,7 @@
 // over the shared database run on the scheduling leader only (the same
 // rows swept by every replica would be wasted work and lock contention);
 // tasks over what a replica keeps on its own disk (Local) run everywhere.
-package sweep
+package retention
 
 import (
 	"context"

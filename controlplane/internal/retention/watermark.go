@@ -1,9 +1,10 @@
-package controlplane
+package retention
 
 import (
 	"sync"
 
 	"github.com/mercator/mercator/nodeproto"
+	"github.com/mercator/mercator/store"
 )
 
 // Event de-duplication rows are pruned by watermark. Each event a node
@@ -21,7 +22,7 @@ import (
 // node's watermark to Through, and from then on SeeEvent answers "seen"
 // for any event at or below it by its sequence alone, row or no row. So
 // the rows below it carry nothing SeeEvent needs, and PruneEvents deletes
-// them (retention.go). A redelivery below the watermark, however late,
+// them (StoreTasks). A redelivery below the watermark, however late,
 // and from whichever replica, is still recognised; one above it still has
 // its row. Only the node's own declaration moves its watermark, and only
 // up, so a node can at worst make its own new events look old; events
@@ -33,15 +34,28 @@ import (
 // per batch. Writing it late only keeps some rows a little longer.
 const watermarkStride = 256
 
-// watermarks remembers, per node, the watermark this replica last wrote.
-type watermarks struct {
+// Watermarks remembers, per node, the watermark this replica last wrote,
+// so that the control plane's events handler writes one only now and then.
+// The zero value is ready to use.
+type Watermarks struct {
 	mu   sync.Mutex
 	last map[string]string // node → Through last written
 }
 
-// due reports whether through is worth writing for the node: another
-// incarnation than last written, or watermarkStride further on.
-func (w *watermarks) due(nodeID, through string) bool {
+// Advance writes through as the node's watermark in tx when it is worth
+// writing: another incarnation than last written, or watermarkStride
+// further on. It is noted as written at once: if tx is then rolled back,
+// the stored watermark lags one stride more, which only keeps some rows a
+// little longer.
+func (w *Watermarks) Advance(tx store.Tx, nodeID, through string) error {
+	if through == "" || !w.due(nodeID, through) {
+		return nil
+	}
+	return tx.AdvanceEventWatermark(nodeID, through)
+}
+
+// due reports whether through is worth writing, and notes it written.
+func (w *Watermarks) due(nodeID, through string) bool {
 	inc, seq, ok := nodeproto.ParseEventID(through)
 	if !ok {
 		return true // the store says what is wrong with it
@@ -49,15 +63,12 @@ func (w *watermarks) due(nodeID, through string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	lastInc, lastSeq, ok := nodeproto.ParseEventID(w.last[nodeID])
-	return !ok || lastInc != inc || seq >= lastSeq+watermarkStride
-}
-
-// wrote records a watermark written, once its transaction committed.
-func (w *watermarks) wrote(nodeID, through string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	if ok && lastInc == inc && seq < lastSeq+watermarkStride {
+		return false
+	}
 	if w.last == nil {
 		w.last = map[string]string{}
 	}
 	w.last[nodeID] = through
+	return true
 }
