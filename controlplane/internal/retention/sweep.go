@@ -53,16 +53,18 @@ type Sweeper struct {
 	Swept  func(task string, n int)
 }
 
-// Run sweeps at once and then every Every until ctx ends.
+// Run sweeps every Every until ctx ends, the first time Every after it
+// starts: a control plane restarting does not add a sweep's work to its
+// start, and a short life (a test's) never prunes what it is checking.
 func (s *Sweeper) Run(ctx context.Context) {
 	t := time.NewTicker(max(s.Every, time.Second))
 	defer t.Stop()
 	for {
-		s.Sweep(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			s.Sweep(ctx)
 		}
 	}
 }
