@@ -105,6 +105,7 @@ TiB) units; a plain number is bytes.`)
 // submitFlags are run submit's flags that describe the spec.
 type submitFlags struct {
 	image, memory, gpuModel, gpuMemory *string
+	logLimit                           *string // retention: the log cap
 	cpu                                *float64
 	timeout, replaceAfter              *time.Duration
 	retries, gpus, count               *int
@@ -124,6 +125,7 @@ func (sf *submitFlags) define(fs *flagSet) {
 	sf.gpuModel = fs.String("gpu-model", "", "GPU `model` the run needs, matched as a case-insensitive substring, e.g. H100")
 	sf.gpuMemory = fs.String("gpu-memory", "", "minimum memory `size` per GPU, e.g. 80GiB")
 	sf.replaceAfter = fs.Duration("replace-after", 0, "replace an attempt whose node has been unreachable this long, e.g. 10m (0: the default, 5m; negative: never)")
+	sf.logLimit = fs.String("log-limit", "", "keep at most this `size` of each attempt's log, e.g. 1GiB; past it output is dropped (none: the server's default, 100MiB)")
 	fs.Var(&sf.env, "env", "set `KEY=VALUE` in the container's environment (repeatable)")
 	fs.Var(&sf.artifacts, "artifact", "mount an Artifact read-only: `NAME[@VERSION]:/PATH[:min-read=500MB/s]` (repeatable; no VERSION: the newest)")
 	sf.count = fs.Int("count", 1, "submit `N` copies, each with "+runIndexEnv+"=0…N-1 in its environment, through the batch API")
@@ -140,6 +142,11 @@ func (sf *submitFlags) spec(command []string) (api.RunSpec, error) {
 	if sf.set["memory"] {
 		if spec.MemoryBytes, err = bytesize.Parse(*sf.memory); err != nil {
 			return spec, usagef("--memory: %v", err)
+		}
+	}
+	if *sf.logLimit != "" {
+		if spec.LogLimitBytes, err = bytesize.Parse(*sf.logLimit); err != nil {
+			return spec, usagef("--log-limit: %v", err)
 		}
 	}
 	if *sf.gpuMemory != "" {
@@ -194,7 +201,7 @@ var specFlags = map[string]string{
 	"image": "--image", "command": "the command", "cpu": "--cpu", "memory_bytes": "--memory",
 	"timeout_seconds": "--timeout (in seconds)", "retries": "--retries", "gpus": "--gpus",
 	"gpu_model": "--gpu-model", "gpu_memory_bytes": "--gpu-memory",
-	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env",
+	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env", "log_limit_bytes": "--log-limit",
 }
 
 // specUsageError turns api.RunSpec.Validate's error into a usage error
