@@ -51,9 +51,12 @@ type RunSpec struct {
 	Image   string            `json:"image"`
 	Command []string          `json:"command,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
-	// CPU in cores; 0 means no limit.
+	// CPU in cores; 0 means the node's default quota (one core unless its
+	// operator says otherwise), which the scheduler does not count.
 	CPU float64 `json:"cpu,omitempty"`
-	// MemoryBytes is a hard limit; 0 means no limit.
+	// MemoryBytes is a hard limit; 0 means the node's default limit (2 GiB
+	// unless its operator says otherwise), which the scheduler does not
+	// count.
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 	// TimeoutSeconds, when positive, ends the run as failed that long after
 	// its container started.
@@ -85,7 +88,37 @@ type RunSpec struct {
 	// the control plane's default (100 MiB unless configured); more than
 	// its maximum (--max-log-limit) is refused at submit.
 	LogLimitBytes int64 `json:"log_limit_bytes,omitempty"`
+	// Secrets (hardening: run secrets) are set in the container's
+	// environment like Env, but are write-only: the control plane seals
+	// them as it accepts the run, sends them only inside the launch command
+	// to the node that runs an attempt, and every read shows each name
+	// with SecretRedacted for its value. A name may not also be in Env.
+	// Submitting SecretRedacted as a value is refused (it is what a read
+	// shows, not a secret), so a spec read back and resubmitted fails
+	// rather than run without its secrets.
+	Secrets map[string]string `json:"secrets,omitempty"`
+	// Containment a run may ask for, beyond what every node applies anyway
+	// (docs/hardening.md, "Contained workloads"). There is deliberately no
+	// field for privileged mode, capabilities, host mounts, the host's
+	// network or devices: a spec cannot reach them.
+	//
+	// User runs the command as "uid[:gid]" or a user name the image
+	// defines; empty is the image's own user.
+	User string `json:"user,omitempty"`
+	// ReadOnlyRootfs mounts the container's root filesystem read-only
+	// (Artifacts are read-only whatever this says).
+	ReadOnlyRootfs bool `json:"read_only_rootfs,omitempty"`
+	// Network is "" for the node's default bridge or "none" for loopback
+	// only.
+	Network string `json:"network,omitempty"`
+	// PidsLimit, when positive, replaces the node's process limit; a node
+	// refuses one above its own maximum. 0 is the node's limit.
+	PidsLimit int64 `json:"pids_limit,omitempty"`
 }
+
+// NetworkNone is the one network a run may ask for instead of the node's
+// default bridge.
+const NetworkNone = "none"
 
 // Run is a run as the API shows it.
 type Run struct {
@@ -170,6 +203,35 @@ type Node struct {
 	// credentials are void and its work is treated as on an unreachable
 	// node (its status is unreachable).
 	RemovedAt *time.Time `json:"removed_at,omitempty"`
+	// Flags are what the control plane found wrong with the node's
+	// reported facts (docs/hardening.md, "Node facts"): a refused report,
+	// a GPU UUID another node also claims, figures that contradict each
+	// other. Empty when nothing was found.
+	Flags []NodeFlag `json:"flags,omitempty"`
+}
+
+// Kinds of NodeFlag. A node flagged NodeFlagFactsRefused takes no new work
+// until it reports facts within bounds; a GPU flagged NodeFlagGPUDisputed
+// is never placed until an operator clears it (POST
+// /v1/nodes/{id}/gpus/{uuid}/clear); every other kind is a warning only.
+const (
+	NodeFlagFactsRefused    = "facts_refused"
+	NodeFlagGPUDisputed     = "gpu_disputed"
+	NodeFlagGPUDuplicate    = "gpu_duplicate"
+	NodeFlagGPUUUIDFormat   = "gpu_uuid_format"
+	NodeFlagGPUMemory       = "gpu_memory"
+	NodeFlagShareAboveTotal = "share_above_capacity"
+	NodeFlagFactsJump       = "facts_jump"
+)
+
+// NodeFlag is one thing the control plane found wrong with a node's facts:
+// its Kind (NodeFlagFactsRefused, …), the GPU it concerns when it concerns
+// one, what was found, and when.
+type NodeFlag struct {
+	Kind   string    `json:"kind"`
+	GPU    string    `json:"gpu,omitempty"`
+	Detail string    `json:"detail"`
+	Since  time.Time `json:"since"`
 }
 
 // DrainRequest is the body of POST /v1/nodes/{id}/drain.

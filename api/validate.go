@@ -7,8 +7,10 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Limits on a run spec. They reject the absurd, not the large: a 2 TiB
@@ -30,6 +32,16 @@ const (
 	// control plane's own maximum is usually lower.
 	MinRunLogLimit = 4 << 10
 	MaxRunLogLimit = 1 << 40
+	// MaxRunSecrets bounds the Secrets of one run, and MaxRunSecretBytes
+	// one secret's value: room for a PEM key or a kubeconfig, while a
+	// whole "NAME=VALUE" stays well under the kernel's 128 KiB limit on
+	// one environment string. Names and values also count towards
+	// MaxRunStringBytes with the command and the environment.
+	MaxRunSecrets     = 64
+	MaxRunSecretBytes = 32 << 10
+	// MaxRunPidsLimit is the kernel's own ceiling on process IDs; each
+	// node refuses a limit above its configured maximum, usually far lower.
+	MaxRunPidsLimit = 1 << 22
 )
 
 var (
@@ -60,7 +72,27 @@ func (s RunSpec) Validate() error {
 	if err := s.validateStrings(); err != nil {
 		return err
 	}
+	if err := s.validateContainment(); err != nil {
+		return err
+	}
 	return ValidateArtifactMounts(s.Artifacts)
+}
+
+// validateContainment checks what the spec asks of the container's
+// containment: a user by name or number, a network that is the default or
+// none, and a process limit within the kernel's range.
+func (s RunSpec) validateContainment() error {
+	switch {
+	case s.User != "" && !nodeproto.ValidUser(s.User):
+		return failure.Invalid("user", "%q is not a user: write a name or uid, optionally with a group, such as 1000 or 1000:1000", s.User)
+	case s.Network == "host":
+		return failure.Invalid("network", "a run never gets the host's network; use \"none\" for loopback only, or leave it empty for the node's bridge")
+	case s.Network != "" && s.Network != NetworkNone:
+		return failure.Invalid("network", "%q is not a network a run may ask for: use \"none\" for loopback only, or leave it empty for the node's bridge", s.Network)
+	case s.PidsLimit < 0 || s.PidsLimit > MaxRunPidsLimit:
+		return failure.Invalid("pids_limit", "must be from 0 (the node's limit) to %d processes", MaxRunPidsLimit)
+	}
+	return nil
 }
 
 // validateLimits checks the image, the command's presence and every
@@ -76,11 +108,11 @@ func (s RunSpec) validateLimits() error {
 	case s.Command[0] == "":
 		return failure.Invalid("command", "the program (first element) must not be empty")
 	case math.IsNaN(s.CPU) || math.IsInf(s.CPU, 0) || s.CPU < 0 || s.CPU > MaxRunCPU:
-		return failure.Invalid("cpu", "must be a number of cores from 0 (no limit) to %d, such as 0.5", MaxRunCPU)
+		return failure.Invalid("cpu", "must be a number of cores from 0 (the node's default) to %d, such as 0.5", MaxRunCPU)
 	case s.MemoryBytes < 0 || s.MemoryBytes > MaxRunMemory:
-		return failure.Invalid("memory_bytes", "must be from 0 (no limit) to %d bytes", int64(MaxRunMemory))
+		return failure.Invalid("memory_bytes", "must be from 0 (the node's default) to %d bytes", int64(MaxRunMemory))
 	case s.MemoryBytes > 0 && s.MemoryBytes < MinRunMemory:
-		return failure.Invalid("memory_bytes", "must be at least 6 MiB (%d bytes), the container runtime's minimum, or 0 for no limit", MinRunMemory)
+		return failure.Invalid("memory_bytes", "must be at least 6 MiB (%d bytes), the container runtime's minimum, or 0 for the node's default", MinRunMemory)
 	case s.TimeoutSeconds < 0 || s.TimeoutSeconds > MaxRunTimeout:
 		return failure.Invalid("timeout_seconds", "must be from 0 (none) to %d (30 days)", MaxRunTimeout)
 	case s.Retries < 0 || s.Retries > MaxRunRetries:
@@ -99,6 +131,8 @@ func (s RunSpec) validateLimits() error {
 		return failure.Invalid("log_limit_bytes", "must be from %d (4 KiB) to %d (1 TiB) bytes, or 0 for the control plane's default", MinRunLogLimit, int64(MaxRunLogLimit))
 	case len(s.Env) > MaxRunEnv:
 		return failure.Invalid("env", "has %d variables; at most %d are accepted", len(s.Env), MaxRunEnv)
+	case len(s.Secrets) > MaxRunSecrets:
+		return failure.Invalid("secrets", "has %d secrets; at most %d are accepted", len(s.Secrets), MaxRunSecrets)
 	}
 	return nil
 }
@@ -122,10 +156,40 @@ func (s RunSpec) validateStrings() error {
 		}
 		total += len(k) + len(v)
 	}
-	if total > MaxRunStringBytes {
-		return failure.Invalid("command", "command and environment total %d bytes; at most %d are accepted", total, MaxRunStringBytes)
+	n, err := s.validateSecrets()
+	if err != nil {
+		return err
+	}
+	if total += n; total > MaxRunStringBytes {
+		return failure.Invalid("command", "command, environment and secrets total %d bytes; at most %d are accepted", total, MaxRunStringBytes)
 	}
 	return nil
+}
+
+// validateSecrets checks the secrets' names (as env names, and not also in
+// Env) and values, and returns their total size. Its errors name a secret,
+// never show its value.
+func (s RunSpec) validateSecrets() (int, error) {
+	total := 0
+	for k, v := range s.Secrets {
+		field := "secrets." + k
+		switch _, inEnv := s.Env[k]; {
+		case !envName.MatchString(k):
+			return 0, failure.Invalid("secrets", "%q is not a valid variable name: use letters, digits and '_', not starting with a digit", k)
+		case inEnv:
+			return 0, failure.Invalid(field, "is also set in env; a name is either a secret or a plain variable, so remove it from one of them")
+		case v == SecretRedacted:
+			return 0, failure.Invalid(field, "is %q, what a read shows in place of a secret, not a value: give the secret itself (run submit --secret-file %s=PATH)", SecretRedacted, k)
+		case len(v) > MaxRunSecretBytes:
+			return 0, failure.Invalid(field, "is %d bytes; a secret may be at most %d (put larger material in an Artifact, and its key in a secret)", len(v), MaxRunSecretBytes)
+		case strings.ContainsRune(v, 0):
+			return 0, failure.Invalid(field, "contains a NUL byte, which an environment variable cannot hold (base64-encode binary secrets)")
+		case !utf8.ValidString(v):
+			return 0, failure.Invalid(field, "is not UTF-8 text, which is all a JSON string carries intact (base64-encode binary secrets)")
+		}
+		total += len(k) + len(v)
+	}
+	return total, nil
 }
 
 // ValidateArtifactName checks an Artifact's name, reporting it as field.

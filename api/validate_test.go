@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,6 +18,7 @@ func validSpec() RunSpec {
 		Image:          "127.0.0.1:5000/hello:1",
 		Command:        []string{"/hello", "world"},
 		Env:            map[string]string{"A_1": "x"},
+		Secrets:        map[string]string{"TOKEN": "s3cr3t"},
 		CPU:            0.5,
 		MemoryBytes:    64 << 20,
 		TimeoutSeconds: 60,
@@ -49,7 +51,7 @@ func TestRunSpecValidate(t *testing.T) {
 		{"many args", func(s *RunSpec) { s.Command = make([]string, MaxRunArgs+1) }, "command", "at most 4096"},
 		{"NUL in arg", func(s *RunSpec) { s.Command = []string{"a", "b\x00"} }, "command", "NUL"},
 		{"huge command", func(s *RunSpec) { s.Command = []string{strings.Repeat("a", MaxRunStringBytes+1)} }, "command", "total"},
-		{"negative cpu", func(s *RunSpec) { s.CPU = -1 }, "cpu", "from 0 (no limit) to 1024"},
+		{"negative cpu", func(s *RunSpec) { s.CPU = -1 }, "cpu", "from 0 (the node's default) to 1024"},
 		{"NaN cpu", func(s *RunSpec) { s.CPU = math.NaN() }, "cpu", "number of cores"},
 		{"infinite cpu", func(s *RunSpec) { s.CPU = math.Inf(1) }, "cpu", "number of cores"},
 		{"too much cpu", func(s *RunSpec) { s.CPU = MaxRunCPU + 1 }, "cpu", "number of cores"},
@@ -68,6 +70,18 @@ func TestRunSpecValidate(t *testing.T) {
 		{"late replace", func(s *RunSpec) { s.ReplaceAfterSeconds = MaxRunTimeout + 1 }, "replace_after_seconds", "at most"},
 		{"bad env name", func(s *RunSpec) { s.Env = map[string]string{"1X": ""} }, "env", `"1X" is not a valid variable name`},
 		{"NUL in env", func(s *RunSpec) { s.Env = map[string]string{"X": "\x00"} }, "env", "NUL"},
+		{"a user, read-only, no network, more processes", func(s *RunSpec) {
+			s.User, s.ReadOnlyRootfs, s.Network, s.PidsLimit = "1000:1000", true, NetworkNone, 100000
+		}, "", ""},
+		{"a user by name", func(s *RunSpec) { s.User = "nobody" }, "", ""},
+		{"user as an option", func(s *RunSpec) { s.User = "-0" }, "user", "is not a user"},
+		{"user with a path", func(s *RunSpec) { s.User = "../root" }, "user", "is not a user"},
+		{"user with two colons", func(s *RunSpec) { s.User = "1:2:3" }, "user", "such as 1000"},
+		{"host network", func(s *RunSpec) { s.Network = "host" }, "network", "never gets the host's network"},
+		{"another container's network", func(s *RunSpec) { s.Network = "container:abc" }, "network", "not a network a run may ask for"},
+		{"a named network", func(s *RunSpec) { s.Network = "bridge" }, "network", "use \"none\""},
+		{"negative pids", func(s *RunSpec) { s.PidsLimit = -1 }, "pids_limit", "from 0 (the node's limit)"},
+		{"vast pids", func(s *RunSpec) { s.PidsLimit = MaxRunPidsLimit + 1 }, "pids_limit", "from 0"},
 		{"relative mount", func(s *RunSpec) { s.Artifacts[0].MountPath = "data" }, "artifacts[0].mount_path", "absolute"},
 		{"mount at /", func(s *RunSpec) { s.Artifacts[0].MountPath = "/" }, "artifacts[0].mount_path", "must not be /"},
 		{"dot-dot mount", func(s *RunSpec) { s.Artifacts[0].MountPath = "/a/../etc" }, "artifacts[0].mount_path", ".."},
@@ -80,6 +94,21 @@ func TestRunSpecValidate(t *testing.T) {
 		{"negative floor", func(s *RunSpec) { s.Artifacts[1].MinReadBytesPerSecond = -1 }, "artifacts[1].min_read_bytes_per_second", "0 (no floor)"},
 		{"short digest", func(s *RunSpec) { s.Artifacts[1].SHA256 = "abc" }, "artifacts[1].sha256", "SHA-256"},
 		{"many artifacts", func(s *RunSpec) { s.Artifacts = make([]ArtifactMount, MaxRunArtifacts+1) }, "artifacts", "at most 64"},
+		{"bad secret name", func(s *RunSpec) { s.Secrets = map[string]string{"A-B": "x"} }, "secrets", `"A-B" is not a valid variable name`},
+		{"secret also in env", func(s *RunSpec) { s.Secrets = map[string]string{"A_1": "x"} }, "secrets.A_1", "also set in env"},
+		{"redacted secret", func(s *RunSpec) { s.Secrets["TOKEN"] = SecretRedacted }, "secrets.TOKEN", "what a read shows"},
+		{"NUL in secret", func(s *RunSpec) { s.Secrets["TOKEN"] = "a\x00b" }, "secrets.TOKEN", "NUL"},
+		{"binary secret", func(s *RunSpec) { s.Secrets["TOKEN"] = "\xff\xfe" }, "secrets.TOKEN", "UTF-8"},
+		{"large secret", func(s *RunSpec) { s.Secrets["TOKEN"] = strings.Repeat("k", MaxRunSecretBytes+1) }, "secrets.TOKEN", "at most 32768"},
+		{"largest secret", func(s *RunSpec) { s.Secrets["TOKEN"] = strings.Repeat("k", MaxRunSecretBytes) }, "", ""},
+		{"empty secret", func(s *RunSpec) { s.Secrets["TOKEN"] = "" }, "", ""},
+		{"many secrets", func(s *RunSpec) { s.Secrets = manySecrets(MaxRunSecrets + 1) }, "secrets", "at most 64"},
+		{"secrets count in the total", func(s *RunSpec) {
+			s.Secrets = manySecrets(5)
+			for k := range s.Secrets {
+				s.Secrets[k] = strings.Repeat("k", MaxRunSecretBytes)
+			}
+		}, "command", "command, environment and secrets total"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -105,6 +134,36 @@ func TestRunSpecValidate(t *testing.T) {
 				t.Errorf("Validate() = %q (field %q), want field %q saying %q", err, fe.Field, tc.field, tc.says)
 			}
 		})
+	}
+}
+
+// manySecrets returns n secrets S0…S(n-1), each with a short value.
+func manySecrets(n int) map[string]string {
+	m := map[string]string{}
+	for i := range n {
+		m["S"+strconv.Itoa(i)] = "v"
+	}
+	return m
+}
+
+// TestRunSpecValidateNeverShowsASecret: whatever is wrong with a secret,
+// the error names it and never repeats its value.
+func TestRunSpecValidateNeverShowsASecret(t *testing.T) {
+	const value = "hunter2-\x00-" + "value-that-must-not-appear"
+	for _, secrets := range []map[string]string{
+		{"TOKEN": value},
+		{"TOKEN": value + strings.Repeat("x", MaxRunSecretBytes)},
+		{"A_1": value},
+	} {
+		spec := validSpec()
+		spec.Secrets = secrets
+		err := spec.Validate()
+		if err == nil {
+			t.Fatalf("Validate() = nil for %d bytes of secret with a NUL", len(value))
+		}
+		if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "must-not-appear") {
+			t.Errorf("Validate() = %q shows the secret's value", err)
+		}
 	}
 }
 

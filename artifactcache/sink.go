@@ -71,8 +71,8 @@ func (s *fileSink) abort() { s.f.Close() }
 
 // tarSink extracts a tar stream into a directory as it arrives: regular
 // files and directories only, every name inside the directory. Anything
-// else (a link, a device, a name that climbs out) makes the content
-// invalid. The bytes after the archive's end are read too, because the
+// else (a link, a device, a name that climbs out, a sparse file) makes the
+// content invalid. The bytes after the archive's end are read too, because the
 // digest is over the whole stream.
 type tarSink struct {
 	pw   *io.PipeWriter
@@ -136,6 +136,10 @@ func extractTar(r io.Reader, dir string) error {
 		if err != nil {
 			return err
 		}
+		if isSparse(h) {
+			// Before a byte of it is written: its holes would be.
+			return fmt.Errorf("entry %q is a sparse file of %d bytes; an artifact holds no sparse entries, because their holes would be written out in full while the node's budget counts only the archive's bytes: archive it without sparse support (GNU tar without --sparse/-S)", h.Name, h.Size)
+		}
 		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
 		if name == "." && h.Typeflag == tar.TypeDir {
 			continue
@@ -180,6 +184,25 @@ func extractTar(r io.Reader, dir string) error {
 		}
 	}
 	return nil
+}
+
+// isSparse reports whether h is a sparse file in any of the forms the tar
+// reader expands: the old GNU type 'S', or PAX records of GNU's sparse
+// formats 0.0, 0.1 and 1.0 on a regular entry. The reader fills such an
+// entry's holes with zeros, so its Size is what extracting it would write,
+// which can be any multiple of the bytes it took in the archive (a 10 KiB
+// archive became a 512 MiB file). Refusing it keeps what lands on disk
+// within the archive's own size, which is what the budget counts.
+func isSparse(h *tar.Header) bool {
+	if h.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range h.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 func typeName(t byte) string {

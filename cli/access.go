@@ -3,12 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
-	"github.com/mercator/mercator/internal/span"
+	"github.com/mercator/mercator/internal/termtext"
 )
 
 // This file holds `mercator token …` (named API credentials with roles),
@@ -24,6 +26,50 @@ func init() {
 	registerSub("audit", "Read the audit log", &command{name: "ls", summary: "List audit entries, newest first", run: auditList})
 	registerSub("node", nodeSummary, &command{name: "rm", summary: "Remove a node: end its credentials at once and stop its agent", run: nodeRemove})
 	registerSub("node", nodeSummary, &command{name: "invitations", summary: "List a node's invitations", run: nodeInvitations})
+}
+
+// maxSpan is the longest span parseSpan accepts: 100 years, far beyond
+// any expiry or look-back a person means, and far inside time.Duration's
+// 292 years, so no span wraps around.
+const maxSpan = 100 * 365 * 24 * time.Hour
+
+// parseSpan reads a duration that may count days ("30d") as well as
+// Go's units ("12h", "90m"). Negative spans and spans over maxSpan are
+// errors.
+func parseSpan(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil || !(n >= 0) || n > float64(maxSpan/(24*time.Hour)) {
+			return 0, fmt.Errorf("%q is not a number of days from 0 to %d", s, maxSpan/(24*time.Hour))
+		}
+		return time.Duration(n * float64(24*time.Hour)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (e.g. 30d, 12h, 90m)", s)
+	}
+	if d < 0 || d > maxSpan {
+		return 0, fmt.Errorf("%q is outside 0 to %dd", s, maxSpan/(24*time.Hour))
+	}
+	return d, nil
+}
+
+// spanFlag is a flag.Value of parseSpan's durations.
+type spanFlag struct{ d *time.Duration }
+
+func (f spanFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f spanFlag) Set(s string) error {
+	d, err := parseSpan(s)
+	if err == nil {
+		*f.d = d
+	}
+	return err
 }
 
 func tokenCreate(ctx context.Context, inv *invocation, args []string) error {
@@ -43,7 +89,7 @@ The control plane keeps only the secret's hash. Remove it with
 	role := fs.String("role", "", "the credential's `role`: reader, submitter, operator, admin or invoker (required)")
 	app := fs.String("app", "", "the `app` an invoker may call (role invoker only)")
 	var expires time.Duration
-	fs.Var(span.Flag{D: &expires}, "expires", "the credential's `life`, e.g. 30d or 12h (default: it never expires)")
+	fs.Var(spanFlag{&expires}, "expires", "the credential's `life`, e.g. 30d or 12h (default: it never expires)")
 	c, name, err := inv.connect(fs, g, args, "NAME")
 	if err != nil {
 		return err
@@ -61,8 +107,8 @@ The control plane keeps only the secret's hash. Remove it with
 			Token string `json:"token"`
 		}{out.Name, out.Secret})
 	}
-	fmt.Fprintf(inv.stderr, "token %s (%s) created; its secret is shown only now:\n", out.Name, out.Role)
-	_, err = fmt.Fprintln(inv.stdout, out.Secret)
+	termtext.Fprintf(inv.stderr, "token %s (%s) created; its secret is shown only now:\n", out.Name, out.Role)
+	_, err = termtext.Fprintln(inv.stdout, out.Secret)
 	return err
 }
 
@@ -86,7 +132,7 @@ Never their secrets.`)
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tROLE\tAPP\tCREATED\tLAST USED\tEXPIRES")
 	for _, t := range list.Tokens {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Role, orDash(t.App), formatTime(&t.CreatedAt),
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Role, orDash(t.App), formatTime(&t.CreatedAt),
 			inv.durationSince(t.LastUsedAt), formatTime(t.ExpiresAt))
 	}
 	return tw.Flush()
@@ -103,7 +149,7 @@ The last admin credential cannot be removed; create another first.`)
 	if err := c.RemoveToken(ctx, name); err != nil {
 		return err
 	}
-	fmt.Fprintf(inv.stderr, "token %s removed\n", name)
+	termtext.Fprintf(inv.stderr, "token %s removed\n", name)
 	return nil
 }
 
@@ -115,7 +161,7 @@ credential, with when, who (a token's name, or node:ID), from where, what
 not recorded one by one; their refusals are. Admin only.`)
 	g := fs.clientFlags(true)
 	var since time.Duration
-	fs.Var(span.Flag{D: &since}, "since", "only entries of the last `span`, e.g. 1h or 7d")
+	fs.Var(spanFlag{&since}, "since", "only entries of the last `span`, e.g. 1h or 7d")
 	who := fs.String("who", "", "only entries of this `name` (a token's name, or node:ID)")
 	limit := fs.Int("limit", 1000, "at most `N` entries (up to 10000)")
 	c, _, err := inv.connect(fs, g, args, "")
@@ -136,7 +182,7 @@ not recorded one by one; their refusals are. Admin only.`)
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tWHO\tROLE\tFROM\tROUTE\tOBJECT\tSTATUS")
 	for _, e := range list.Entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", formatTime(&e.At), orDash(e.Who), orDash(e.Role), orDash(e.Remote),
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", formatTime(&e.At), orDash(e.Who), orDash(e.Role), orDash(e.Remote),
 			e.Route, orDash(e.Object), e.Status)
 	}
 	return tw.Flush()
@@ -169,7 +215,7 @@ their tokens. A new `+"`mercator node invite`"+` revokes the older unused ones.`
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tCREATED\tEXPIRES\tSPENT")
 	for _, i := range list.Invitations {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.ID, i.Status, formatTime(&i.CreatedAt), formatTime(&i.ExpiresAt), formatTime(i.SpentAt))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.ID, i.Status, formatTime(&i.CreatedAt), formatTime(&i.ExpiresAt), formatTime(i.SpentAt))
 	}
 	return tw.Flush()
 }

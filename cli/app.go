@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/internal/termtext"
 )
 
 // `mercator app …`: Fn's applications, through the Fn-compatible API. The
@@ -38,29 +39,34 @@ func (f *flagSet) configFlags() *configFlags {
 	return c
 }
 
+// keyValues returns a repeatable KEY=VALUE flag's values as a map, nil
+// when none were given; one without "=" or KEY is a usage error naming
+// the flag, and saying what KEY= means (empty).
+func keyValues(flag string, list stringList, empty string) (map[string]string, error) {
+	if len(list) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, s := range list {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return nil, usagef("--%s %q: want KEY=VALUE (%s)", flag, s, empty)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
 // maps returns the flags as the API's maps; nil for flags not given.
 func (c *configFlags) maps() (config, secret map[string]string, ann api.Annotations, err error) {
-	kv := func(flag string, list stringList) (map[string]string, error) {
-		if len(list) == 0 {
-			return nil, nil
-		}
-		m := map[string]string{}
-		for _, s := range list {
-			k, v, ok := strings.Cut(s, "=")
-			if !ok || k == "" {
-				return nil, usagef("--%s %q: want KEY=VALUE (KEY= removes the key)", flag, s)
-			}
-			m[k] = v
-		}
-		return m, nil
-	}
-	if config, err = kv("config", c.config); err != nil {
+	const removes = "KEY= removes the key"
+	if config, err = keyValues("config", c.config, removes); err != nil {
 		return
 	}
-	if secret, err = kv("secret", c.secret); err != nil {
+	if secret, err = keyValues("secret", c.secret, removes); err != nil {
 		return
 	}
-	raw, err := kv("annotation", c.annotation)
+	raw, err := keyValues("annotation", c.annotation, removes)
 	if err != nil || raw == nil {
 		return
 	}
@@ -117,7 +123,7 @@ one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
 	if g.json() {
 		return inv.writeJSON(created)
 	}
-	fmt.Fprintln(inv.stdout, created.ID)
+	termtext.Fprintln(inv.stdout, created.ID)
 	return nil
 }
 
@@ -138,7 +144,7 @@ func appList(ctx context.Context, inv *invocation, args []string) error {
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tID\tCONFIG\tCREATED")
 	for _, a := range apps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.Name, a.ID, configSummary(a.Config, a.SecretConfig), formatTime(&a.CreatedAt))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.Name, a.ID, configSummary(a.Config, a.SecretConfig), formatTime(&a.CreatedAt))
 	}
 	return tw.Flush()
 }
@@ -171,20 +177,20 @@ func appGet(ctx context.Context, inv *invocation, args []string) error {
 		return inv.writeJSON(app)
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "Name:\t%s\nID:\t%s\nCreated:\t%s\nUpdated:\t%s\n", app.Name, app.ID, formatTime(&app.CreatedAt), formatTime(&app.UpdatedAt))
+	termtext.Fprintf(tw, "Name:\t%s\nID:\t%s\nCreated:\t%s\nUpdated:\t%s\n", app.Name, app.ID, formatTime(&app.CreatedAt), formatTime(&app.UpdatedAt))
 	printConfig(tw, app.Config, app.SecretConfig, app.Annotations)
 	return tw.Flush()
 }
 
 func printConfig(tw *tabwriter.Writer, config, secret map[string]string, ann api.Annotations) {
 	for _, k := range sortedKeys(config) {
-		fmt.Fprintf(tw, "Config:\t%s=%s\n", k, config[k])
+		termtext.Fprintf(tw, "Config:\t%s=%s\n", k, config[k])
 	}
 	for _, k := range sortedKeys(secret) {
-		fmt.Fprintf(tw, "Secret:\t%s=%s\n", k, secret[k])
+		termtext.Fprintf(tw, "Secret:\t%s=%s\n", k, secret[k])
 	}
 	for _, k := range sortedKeys(ann) {
-		fmt.Fprintf(tw, "Annotation:\t%s=%s\n", k, ann[k])
+		termtext.Fprintf(tw, "Annotation:\t%s=%s\n", k, ann[k])
 	}
 }
 
@@ -224,7 +230,7 @@ are set; KEY= removes a key; keys not given are left as they are.`)
 	if g.json() {
 		return inv.writeJSON(updated)
 	}
-	fmt.Fprintln(inv.stdout, updated.ID)
+	termtext.Fprintln(inv.stdout, updated.ID)
 	return nil
 }
 
@@ -242,6 +248,6 @@ func appDelete(ctx context.Context, inv *invocation, args []string) error {
 	if err := c.DeleteApp(ctx, app.ID); err != nil {
 		return err
 	}
-	fmt.Fprintf(inv.stderr, "app %s deleted\n", name)
+	termtext.Fprintf(inv.stderr, "app %s deleted\n", name)
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/internal/bytesize"
+	"github.com/mercator/mercator/internal/termtext"
 )
 
 // This file holds `mercator artifact …`: pushing immutable versions and
@@ -117,12 +118,12 @@ is a terminal.`)
 			if total > 0 {
 				pct = 100 * float64(sent) / float64(total)
 			}
-			fmt.Fprintf(inv.stderr, "\rpushing %s: %s / %s (%.0f%%)%s   ", name, bytesize.Format(sent), bytesize.Format(total), pct, rate)
+			termtext.Fprintf(inv.stderr, "\rpushing %s: %s / %s (%.0f%%)%s   ", name, bytesize.Format(sent), bytesize.Format(total), pct, rate)
 		}
 	}
 	v, err := c.PushArtifact(ctx, name, payload, opts)
 	if opts.Progress != nil {
-		fmt.Fprintln(inv.stderr)
+		termtext.Fprintln(inv.stderr)
 	}
 	if err != nil {
 		return err
@@ -131,7 +132,7 @@ is a terminal.`)
 	if g.json() {
 		return inv.writeJSON(v)
 	}
-	_, err = fmt.Fprintln(inv.stdout, v.Ref())
+	_, err = termtext.Fprintln(inv.stdout, v.Ref())
 	return err
 }
 
@@ -283,7 +284,7 @@ versions.`)
 	fmt.Fprintln(tw, "REFERENCE\tSIZE\tFORMAT\tSHA256\tCREATED")
 	for _, v := range list.Artifacts {
 		created := v.CreatedAt
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.Ref(), bytesize.Format(v.Size), v.Format, v.SHA256[:min(12, len(v.SHA256))], formatTime(&created))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.Ref(), bytesize.Format(v.Size), v.Format, v.SHA256[:min(12, len(v.SHA256))], formatTime(&created))
 	}
 	return tw.Flush()
 }
@@ -306,7 +307,7 @@ Show one Artifact version; without @VERSION, the newest.`)
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	created := v.CreatedAt
-	fmt.Fprintf(tw, "Reference:\t%s\nSHA256:\t%s\nSize:\t%s (%d bytes)\nFormat:\t%s\nCreated:\t%s\n",
+	termtext.Fprintf(tw, "Reference:\t%s\nSHA256:\t%s\nSize:\t%s (%d bytes)\nFormat:\t%s\nCreated:\t%s\n",
 		v.Ref(), v.SHA256, bytesize.Format(v.Size), v.Size, v.Format, formatTime(&created))
 	return tw.Flush()
 }

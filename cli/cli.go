@@ -51,13 +51,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/internal/termtext"
 )
 
 // Main runs the mercator command line with args (without the program name)
@@ -150,7 +150,7 @@ func (inv *invocation) main(ctx context.Context, args []string) int {
 	case errors.As(err, &code):
 		return int(code)
 	case errors.As(err, &ue):
-		fmt.Fprintf(inv.stderr, "error: %s\n", ue.msg)
+		termtext.Fprintf(inv.stderr, "error: %s\n", termtext.Lines(ue.msg))
 		if inv.path != "" {
 			fmt.Fprintf(inv.stderr, "Run 'mercator %s --help' for usage.\n", inv.path)
 		} else {
@@ -161,7 +161,7 @@ func (inv *invocation) main(ctx context.Context, args []string) int {
 		fmt.Fprintln(inv.stderr, "error: interrupted")
 		return 130
 	default:
-		fmt.Fprintf(inv.stderr, "error: %s\n", err)
+		termtext.Fprintf(inv.stderr, "error: %s\n", err) // the server's message may quote what a node or user sent
 		return 1
 	}
 }
@@ -314,7 +314,8 @@ func (f *flagSet) failed(err error) error {
 		f.printHelp(f.inv.stdout)
 		return exitCode(0)
 	}
-	return usagef("%s", err)
+	// The flag package names a flag with one dash; the CLI's are long.
+	return usagef("%s", strings.Replace(err.Error(), "for flag -", "for flag --", 1))
 }
 
 // printHelp prints the usage line, the help and the flags, long names with
@@ -440,17 +441,16 @@ func (inv *invocation) writeJSON(v any) error {
 }
 
 // stderrIsTerminal reports whether progress lines would reach a person.
-func (inv *invocation) stderrIsTerminal() bool {
-	f, ok := inv.stderr.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
+func (inv *invocation) stderrIsTerminal() bool { return termtext.IsTerminal(inv.stderr) }
 
 // stringList is a repeatable string flag.
 type stringList []string
 
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+
+// rawFlag defines --raw for the commands that print a workload's output
+// (termtext.Output).
+func rawFlag(fs *flagSet) *bool {
+	return fs.Bool("raw", false, "on a terminal, pass the workload's control characters and escape sequences through instead of escaping them")
+}

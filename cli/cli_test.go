@@ -40,6 +40,21 @@ func TestSubmitPrintsOnlyTheID(t *testing.T) {
 	}
 }
 
+// TestSubmitContainment: --user, --read-only, --network and --pids-limit
+// reach the spec as its containment fields.
+func TestSubmitContainment(t *testing.T) {
+	f := newFakeAPI(t)
+	res := f.cli(t, "run", "submit", "--image", "alpine:3", "--user", "1000:1000", "--read-only",
+		"--network", "none", "--pids-limit", "9000", "--", "true")
+	if res.code != 0 {
+		t.Fatalf("exit %d, stderr %q", res.code, res.stderr)
+	}
+	want := api.RunSpec{Image: "alpine:3", Command: []string{"true"}, User: "1000:1000", ReadOnlyRootfs: true, Network: "none", PidsLimit: 9000}
+	if !reflect.DeepEqual(f.submits[0], want) {
+		t.Errorf("submitted %+v\nwant %+v", f.submits[0], want)
+	}
+}
+
 // TestSubmitCount: --count N goes through the batch route in calls of at
 // most api.MaxRunBatch, gives copy i MERCATOR_RUN_INDEX=i beside the
 // --env variables, and prints every ID, one per line in index order, and
@@ -175,11 +190,14 @@ func TestUsageErrorsExit2(t *testing.T) {
 		"negative retry":  {[]string{"run", "submit", "--image", "x", "--retries", "-1", "true"}, "--retries"},
 		"no command":      {[]string{"run", "submit", "--image", "x"}, "the command is required"},
 		"empty after --":  {[]string{"run", "submit", "--image", "x", "--"}, "the command is required"},
-		"big cpu":         {[]string{"run", "submit", "--image", "x", "--cpu", "5000", "true"}, "--cpu must be a number of cores from 0 (no limit) to 1024"},
+		"big cpu":         {[]string{"run", "submit", "--image", "x", "--cpu", "5000", "true"}, "--cpu must be a number of cores from 0 (the node's default) to 1024"},
 		"small memory":    {[]string{"run", "submit", "--image", "x", "--memory", "1MiB", "true"}, "--memory must be at least 6 MiB"},
 		"bad env name":    {[]string{"run", "submit", "--image", "x", "--env", "1X=y", "true"}, `--env: "1X" is not a valid variable name`},
 		"gpu model alone": {[]string{"run", "submit", "--image", "x", "--gpu-model", "H100", "true"}, "--gpus: gpu_model and gpu_memory_bytes need gpus of 1 or more"},
 		"artifact at /":   {[]string{"run", "submit", "--image", "x", "--artifact", "a:/", "true"}, "artifacts[0].mount_path: must not be /"},
+		"host network":    {[]string{"run", "submit", "--image", "x", "--network", "host", "true"}, "--network: a run never gets the host's network"},
+		"bad user":        {[]string{"run", "submit", "--image", "x", "--user", "-0", "true"}, `--user: "-0" is not a user`},
+		"negative pids":   {[]string{"run", "submit", "--image", "x", "--pids-limit", "-1", "true"}, "--pids-limit must be from 0"},
 		"negative time":   {[]string{"run", "submit", "--image", "x", "--timeout", "-1s", "true"}, "--timeout"},
 		"zero count":      {[]string{"run", "submit", "--image", "x", "--count", "0", "true"}, "--count must be 1 or more, got 0"},
 		"negative count":  {[]string{"run", "submit", "--image", "x", "--count", "-2", "true"}, "--count must be 1 or more"},

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/internal/termtext"
 	"github.com/mercator/mercator/pki"
 )
 
@@ -81,7 +82,7 @@ trusted (a server with a public certificate).`)
 	if err := client.SaveContext(path, pos[0], c, true); err != nil {
 		return err
 	}
-	fmt.Fprintf(inv.stderr, "context %s saved in %s and in use\n", pos[0], path)
+	termtext.Fprintf(inv.stderr, "context %s saved in %s and in use\n", pos[0], path)
 	return nil
 }
 
@@ -129,7 +130,7 @@ func contextList(ctx context.Context, inv *invocation, args []string) error {
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CURRENT\tNAME\tADDR\tCA")
 	if len(cf.Contexts) == 0 && cf.Addr != "" {
-		fmt.Fprintf(tw, "*\t(default)\t%s\t-\n", cf.Addr)
+		termtext.Fprintf(tw, "*\t(default)\t%s\t-\n", cf.Addr)
 	}
 	for _, n := range cf.Names() {
 		c, mark, ca := cf.Contexts[n], "", "(system)"
@@ -142,7 +143,7 @@ func contextList(ctx context.Context, inv *invocation, args []string) error {
 				ca = "sha256:" + pki.Fingerprint(certs[0])[:16] + "…"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", mark, n, c.Addr, ca)
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\n", mark, n, c.Addr, ca)
 	}
 	return tw.Flush()
 }
@@ -172,7 +173,7 @@ and every invitation pins it.`)
 	if err := ca.Write(certPath, keyPath); err != nil {
 		return err
 	}
-	fmt.Fprintf(inv.stdout, "%s\n", certPath)
+	termtext.Fprintf(inv.stdout, "%s\n", certPath)
 	printCA(inv, certPath)
 	return nil
 }
@@ -182,8 +183,8 @@ and every invitation pins it.`)
 func printCA(inv *invocation, caFile string) {
 	certs, err := pki.ReadCertsFile(caFile)
 	if err != nil {
-		fmt.Fprintf(inv.stderr, "CA certificate: %v\n", err)
+		termtext.Fprintf(inv.stderr, "CA certificate: %v\n", err)
 		return
 	}
-	fmt.Fprintf(inv.stderr, "CA certificate in %s\nCA fingerprint sha256:%s\n", caFile, pki.Fingerprint(certs[0]))
+	termtext.Fprintf(inv.stderr, "CA certificate in %s\nCA fingerprint sha256:%s\n", caFile, pki.Fingerprint(certs[0]))
 }

@@ -12,7 +12,9 @@ import (
 	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/devenv"
+	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/internal/bytesize"
+	"github.com/mercator/mercator/internal/termtext"
 	"github.com/mercator/mercator/nodeagent"
 )
 
@@ -69,7 +71,7 @@ on a loopback address.`)
 	insecureHTTP := fs.Bool("insecure-http", false, "serve plain HTTP instead of HTTPS; refused unless --listen is a loopback address")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
 	metricsPublic := fs.Bool("metrics-public", false, "serve /metrics without a credential (default: a reader's is needed)")
-	retention := daemon.RetentionFlags(fs.FlagSet)
+	retention := daemon.RetentionFlags(fs.FlagSet, parseSpan)
 	if pos, err := fs.parse(args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -99,7 +101,7 @@ on a loopback address.`)
 			if tokenFile == "" {
 				tokenFile = "(removed with `mercator token rm`; use another admin credential)"
 			}
-			fmt.Fprintf(inv.stderr, "control plane at %s\nadmin credential in %s\n", url, tokenFile)
+			termtext.Fprintf(inv.stderr, "control plane at %s\nadmin credential in %s\n", url, tokenFile)
 			if strings.HasPrefix(url, "https://") {
 				printCA(inv, daemon.CAFile(*dataDir))
 			}
@@ -127,11 +129,13 @@ control plane is on loopback.`)
 	tokenFile := fs.String("token-file", "", "`file` holding the invitation (mode 0600); needed for the first enrollment")
 	dockerHost := fs.String("docker-host", "", "Docker daemon `address` (default $DOCKER_HOST or the local socket)")
 	artifactRoot := fs.String("artifact-root", "", "`directory` for artifact copies (default STATE/artifacts)")
-	artifactBudget := fs.String("artifact-budget", "", "most `size` Artifact copies may take under the root, e.g. 500GiB; least recently used copies no work uses are evicted (default: the disk's free space)")
+	var budget bytesize.Value
+	fs.Var(&budget, "artifact-budget", "most `size` Artifact copies may take under the root, e.g. 500GiB; least recently used copies no work uses are evicted (default: the disk's free space)")
 	accelTool := fs.String("accelerator-tool", "", "`path` of the GPU vendor tool (default nvidia-smi on PATH)")
 	kernel := fs.String("kernel-reports", "", "`root` of the kernel's reports (default /proc)")
 	heartbeat := fs.Duration("heartbeat", 0, "how often to report liveness and facts (default 5s, and at most a third of the lease)")
 	functions := agentFunctionFlags(fs) // fn.go
+	containment := agentContainmentFlags(fs)
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
 	if pos, err := fs.parse(args); err != nil {
 		return err
@@ -154,21 +158,29 @@ control plane is on loopback.`)
 	if *artifactRoot == "" {
 		*artifactRoot = filepath.Join(*stateDir, "artifacts")
 	}
-	var budget int64
-	if *artifactBudget != "" {
-		if budget, err = bytesize.Parse(*artifactBudget); err != nil {
-			return usagef("--artifact-budget: %v", err)
-		}
-	}
 	fnOpts, err := functions()
 	if err != nil {
 		return err
 	}
 	return daemon.RunAgent(ctx, daemon.AgentOptions{
-		Functions:       fnOpts,
+		Functions: fnOpts, Containment: containment,
 		ControlPlaneURL: *cp, NodeID: *nodeID, StateDir: *stateDir, Invitation: invitation, CAFile: *caFile, DockerHost: *dockerHost,
-		ArtifactRoot: *artifactRoot, ArtifactBudget: budget, AcceleratorTool: *accelTool, KernelReports: *kernel, Heartbeat: *heartbeat, Logger: log,
+		ArtifactRoot: *artifactRoot, ArtifactBudget: int64(budget), AcceleratorTool: *accelTool, KernelReports: *kernel, Heartbeat: *heartbeat, Logger: log,
 	})
+}
+
+// agentContainmentFlags declares the flags of what every workload container
+// is held to (dockerengine.Containment; docs/hardening.md, "Contained
+// workloads"), defaulting to dockerengine.DefaultContainment. The agent
+// checks the result before it starts (daemon.RunAgent).
+func agentContainmentFlags(fs *flagSet) *dockerengine.Containment {
+	c := dockerengine.DefaultContainment()
+	fs.Float64Var(&c.DefaultCPU, "default-cpu", c.DefaultCPU, "CPU `cores` of a Run or function that states none (0: no quota)")
+	fs.Var((*bytesize.Value)(&c.DefaultMemoryBytes), "default-memory", "memory `size` limit of a Run that states none (0: no limit)")
+	fs.Int64Var(&c.PidsLimit, "default-pids", c.PidsLimit, "most `processes` a workload container may have unless its Run asks for more")
+	fs.Int64Var(&c.MaxPidsLimit, "max-pids", c.MaxPidsLimit, "most `processes` a Run may ask for (--pids-limit)")
+	fs.Var((*bytesize.Value)(&c.LogMaxBytes), "workload-log-size", "most `size` of a Run container's output kept on this node's disk")
+	return &c
 }
 
 func runDev(ctx context.Context, inv *invocation, args []string) error {

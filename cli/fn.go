@@ -17,6 +17,7 @@ import (
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/bytesize"
+	"github.com/mercator/mercator/internal/termtext"
 	"github.com/mercator/mercator/nodeagent"
 )
 
@@ -68,13 +69,22 @@ func parseFnMemory(s string) (uint64, error) {
 }
 
 // parseSeconds reads a duration as Fn's whole seconds: "30", "30s", "2m".
+// Negative durations and counts past int32 are errors (the server refuses
+// out-of-range timeouts with its own message; this one keeps a typo from
+// wrapping around into a different number on the way).
 func parseSeconds(s string) (int32, error) {
 	if n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32); err == nil {
+		if n < 0 {
+			return 0, fmt.Errorf("%q is negative; write 0 or more seconds", s)
+		}
 		return int32(n), nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		return 0, fmt.Errorf("%q is not a duration; write seconds or a duration like 30s or 2m", s)
+	}
+	if d < 0 || d.Seconds() > math.MaxInt32 {
+		return 0, fmt.Errorf("%q is outside 0 to %d seconds", s, math.MaxInt32)
 	}
 	return int32(math.Ceil(d.Seconds())), nil
 }
@@ -164,7 +174,7 @@ Prints the function's ID on stdout.`)
 	if g.json() {
 		return inv.writeJSON(fn)
 	}
-	fmt.Fprintln(inv.stdout, fn.ID)
+	termtext.Fprintln(inv.stdout, fn.ID)
 	return nil
 }
 
@@ -184,7 +194,7 @@ func (inv *invocation) createOrUpdateFn(ctx context.Context, c *client.Client, a
 		if err != nil {
 			return api.Fn{}, err
 		}
-		fmt.Fprintf(inv.stderr, "created function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
+		termtext.Fprintf(inv.stderr, "created function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
 		return fn, nil
 	case err != nil:
 		return api.Fn{}, err
@@ -194,7 +204,7 @@ func (inv *invocation) createOrUpdateFn(ctx context.Context, c *client.Client, a
 	if err != nil {
 		return api.Fn{}, err
 	}
-	fmt.Fprintf(inv.stderr, "updated function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
+	termtext.Fprintf(inv.stderr, "updated function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
 	return fn, nil
 }
 
@@ -206,7 +216,7 @@ func ensureTrigger(ctx context.Context, inv *invocation, c *client.Client, app a
 	}
 	for _, t := range triggers {
 		if t.Source == source {
-			fmt.Fprintf(inv.stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
+			termtext.Fprintf(inv.stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
 			return nil
 		}
 	}
@@ -214,7 +224,7 @@ func ensureTrigger(ctx context.Context, inv *invocation, c *client.Client, app a
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(inv.stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
+	termtext.Fprintf(inv.stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
 	return nil
 }
 
@@ -234,11 +244,13 @@ standard output as it arrives. The call goes through the control plane to
 a node, like any caller's. A function that answers 4xx or 5xx exits 1 after
 printing its body; --detached stores the call and prints its ID instead
 (see fn call and fn logs); --call-id prints a synchronous call's ID to
-standard error, for fn logs.`)
+standard error, for fn logs. The response reaches a terminal escaped unless
+--raw is given, as with run logs.`)
 	g := fs.clientFlags(false)
 	contentType := fs.String("content-type", "", "the request's Content-Type, e.g. application/json")
 	detached := fs.Bool("detached", false, "store the call and return its ID at once (Fn-Invoke-Type: detached)")
 	showID := fs.Bool("call-id", false, "print the call's ID to standard error once it ends (read its output with fn logs)")
+	raw := rawFlag(fs)
 	var headers stringList
 	fs.Var(&headers, "header", "add a request header `'NAME: VALUE'` (repeatable)")
 	fs.aliasShort("H", "header")
@@ -283,18 +295,20 @@ standard error, for fn logs.`)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(inv.stdout, id)
+		termtext.Fprintln(inv.stdout, id)
 		return nil
 	}
-	res, err := c.Invoke(ctx, fn.ID, body, h, inv.stdout)
+	out, finish := termtext.Output(inv.stdout, *raw)
+	res, err := c.Invoke(ctx, fn.ID, body, h, out)
+	err = finish(err)
 	if *showID && res.CallID != "" {
-		fmt.Fprintf(inv.stderr, "call %s\n", res.CallID)
+		termtext.Fprintf(inv.stderr, "call %s\n", res.CallID)
 	}
 	if err != nil {
 		return err
 	}
 	if res.Status >= 400 {
-		fmt.Fprintf(inv.stderr, "error: the function answered %d %s (call %s)\n", res.Status, http.StatusText(res.Status), res.CallID)
+		termtext.Fprintf(inv.stderr, "error: the function answered %d %s (call %s)\n", res.Status, http.StatusText(res.Status), res.CallID)
 		return exitCode(1)
 	}
 	return nil
@@ -328,7 +342,7 @@ func fnList(ctx context.Context, inv *invocation, args []string) error {
 		if f.GPUs > 0 {
 			gpus = strconv.Itoa(f.GPUs) + " " + f.GPUModel
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%dMiB\t%ds\t%s\t%s\n", f.Name, f.ID, f.Image, f.Memory, f.Timeout, cpu, strings.TrimSpace(gpus))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%dMiB\t%ds\t%s\t%s\n", f.Name, f.ID, f.Image, f.Memory, f.Timeout, cpu, strings.TrimSpace(gpus))
 	}
 	return tw.Flush()
 }
@@ -352,18 +366,18 @@ func fnGet(ctx context.Context, inv *invocation, args []string) error {
 		return inv.writeJSON(fn)
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "Name:\t%s\nID:\t%s\nApp:\t%s\nImage:\t%s\nPinned:\t%s\n", fn.Name, fn.ID, fn.AppID, fn.Image, fn.PinnedImage)
-	fmt.Fprintf(tw, "Memory:\t%d MiB\nTimeout:\t%ds\nIdle timeout:\t%ds\n", fn.Memory, fn.Timeout, fn.IdleTimeout)
+	termtext.Fprintf(tw, "Name:\t%s\nID:\t%s\nApp:\t%s\nImage:\t%s\nPinned:\t%s\n", fn.Name, fn.ID, fn.AppID, fn.Image, fn.PinnedImage)
+	termtext.Fprintf(tw, "Memory:\t%d MiB\nTimeout:\t%ds\nIdle timeout:\t%ds\n", fn.Memory, fn.Timeout, fn.IdleTimeout)
 	if fn.CPU > 0 {
-		fmt.Fprintf(tw, "CPU:\t%g\n", fn.CPU)
+		termtext.Fprintf(tw, "CPU:\t%g\n", fn.CPU)
 	}
 	if fn.GPUs > 0 {
-		fmt.Fprintf(tw, "GPUs:\t%d %s\n", fn.GPUs, fn.GPUModel)
+		termtext.Fprintf(tw, "GPUs:\t%d %s\n", fn.GPUs, fn.GPUModel)
 	}
 	if fn.MaxConcurrency > 0 {
-		fmt.Fprintf(tw, "Max concurrency:\t%d per node\n", fn.MaxConcurrency)
+		termtext.Fprintf(tw, "Max concurrency:\t%d per node\n", fn.MaxConcurrency)
 	}
-	fmt.Fprintf(tw, "Invoke:\t%s\n", endpointOf(fn.Annotations, api.AnnotationInvokeEndpoint))
+	termtext.Fprintf(tw, "Invoke:\t%s\n", endpointOf(fn.Annotations, api.AnnotationInvokeEndpoint))
 	ann := api.Annotations{}
 	for k, v := range fn.Annotations {
 		if k != api.AnnotationInvokeEndpoint {
@@ -392,7 +406,7 @@ func fnDelete(ctx context.Context, inv *invocation, args []string) error {
 	if err := c.DeleteFn(ctx, fn.ID); err != nil {
 		return err
 	}
-	fmt.Fprintf(inv.stderr, "function %s deleted\n", name)
+	termtext.Fprintf(inv.stderr, "function %s deleted\n", name)
 	return nil
 }
 
@@ -433,14 +447,14 @@ body instead.`)
 		return inv.writeJSON(call)
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "ID:\t%s\nStatus:\t%s\nDeliveries:\t%d\nNode:\t%s\n", call.ID, call.Status, call.Attempts, orDash(call.NodeID))
+	termtext.Fprintf(tw, "ID:\t%s\nStatus:\t%s\nDeliveries:\t%d\nNode:\t%s\n", call.ID, call.Status, call.Attempts, orDash(call.NodeID))
 	if call.ResponseStatus != 0 {
-		fmt.Fprintf(tw, "Response:\t%d\n", call.ResponseStatus)
+		termtext.Fprintf(tw, "Response:\t%d\n", call.ResponseStatus)
 	}
 	if call.Error != "" {
-		fmt.Fprintf(tw, "Error:\t%s (%s)\n", call.Error, call.ErrorKind)
+		termtext.Fprintf(tw, "Error:\t%s (%s)\n", call.Error, call.ErrorKind)
 	}
-	fmt.Fprintf(tw, "Created:\t%s\nStarted:\t%s\nCompleted:\t%s\n", formatTime(&call.CreatedAt), formatTime(call.StartedAt), formatTime(call.CompletedAt))
+	termtext.Fprintf(tw, "Created:\t%s\nStarted:\t%s\nCompleted:\t%s\n", formatTime(&call.CreatedAt), formatTime(call.StartedAt), formatTime(call.CompletedAt))
 	return tw.Flush()
 }
 
@@ -458,8 +472,10 @@ func fnLogs(ctx context.Context, inv *invocation, args []string) error {
 Print what the function wrote to stdout and stderr during a call. A durable
 call's output is stored with it; a synchronous call's is asked of the nodes
 that keep it, which keep only their most recent calls' (fn invoke --call-id
-prints a synchronous call's ID).`)
+prints a synchronous call's ID). It reaches a terminal escaped unless --raw
+is given, as with run logs.`)
 	g := fs.clientFlags(false)
+	raw := rawFlag(fs)
 	var pos []string
 	c, err := inv.connectWith(fs, g, args, func(p []string) error { pos = p; return callArgs(p) })
 	if err != nil {
@@ -473,27 +489,23 @@ prints a synchronous call's ID).`)
 	if err != nil {
 		return err
 	}
-	_, err = io.WriteString(inv.stdout, log)
-	return err
+	w, finish := termtext.Output(inv.stdout, *raw)
+	_, err = io.WriteString(w, log)
+	return finish(err)
 }
 
 // agentFunctionFlags defines the agent's Functions flags and returns what
 // reads them after parsing.
 func agentFunctionFlags(fs *flagSet) func() (nodeagent.FunctionsOptions, error) {
 	disabled := fs.Bool("no-functions", false, "run no functions on this node")
-	memory := fs.String("fn-memory", "", "memory `size` set aside for function containers, e.g. 4GiB (default a quarter of the machine's)")
+	var memory bytesize.Value
+	fs.Var(&memory, "fn-memory", "memory `size` set aside for function containers, e.g. 4GiB (default a quarter of the machine's)")
 	cpus := fs.Float64("fn-cpus", 0, "CPU `cores` set aside for functions that reserve CPU (default a quarter of the machine's)")
 	gpus := fs.Int("fn-gpus", 0, "GPUs set aside for functions (the last ones the vendor tool lists)")
 	network := fs.String("fn-network", "", "Docker `network` of function containers (default the daemon's bridge)")
 	return func() (nodeagent.FunctionsOptions, error) {
-		o := nodeagent.FunctionsOptions{Disabled: *disabled, GPUs: *gpus, Network: *network, MilliCPUs: int64(math.Round(*cpus * 1000))}
-		if *memory != "" {
-			n, err := bytesize.Parse(*memory)
-			if err != nil {
-				return o, usagef("--fn-memory: %v", err)
-			}
-			o.MemoryBytes = n
-		}
+		o := nodeagent.FunctionsOptions{Disabled: *disabled, GPUs: *gpus, Network: *network, MilliCPUs: int64(math.Round(*cpus * 1000)),
+			MemoryBytes: int64(memory)}
 		if *cpus < 0 || *gpus < 0 {
 			return o, usagef("--fn-cpus and --fn-gpus must not be negative")
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/internal/bytesize"
+	"github.com/mercator/mercator/internal/termtext"
 
 	"github.com/mercator/mercator/api"
 )
@@ -25,6 +26,7 @@ func init() {
 	registerSub("node", nodeSummary, &command{name: "cordon", summary: "Place no new work on a node", run: nodeCordon})
 	registerSub("node", nodeSummary, &command{name: "uncordon", summary: "Return a cordoned or draining node to service", run: nodeUncordon})
 	registerSub("node", nodeSummary, &command{name: "drain", summary: "Cordon a node and, after an optional deadline, stop its work", run: nodeDrain})
+	registerSub("node", nodeSummary, &command{name: "gpu-clear", summary: "Clear a GPU dispute: this node's claim to the GPU stands", run: nodeGPUClear})
 }
 
 func nodeInvite(ctx context.Context, inv *invocation, args []string) error {
@@ -54,7 +56,7 @@ invitation object (node_id, token, expires_at, command).`)
 	if !invitation.ExpiresAt.IsZero() {
 		expires += " (in " + formatDuration(invitation.ExpiresAt.Sub(inv.now())) + ")"
 	}
-	_, err = fmt.Fprintf(inv.stdout, "Invitation for node %s, single use, expires %s.\n"+
+	_, err = termtext.Fprintf(inv.stdout, "Invitation for node %s, single use, expires %s.\n"+
 		"Token: %s\n\n"+
 		"Run this on the machine to enroll it:\n\n"+
 		"  %s\n", invitation.NodeID, expires, invitation.Token, invitation.Command)
@@ -78,11 +80,11 @@ inside their lease) and unreachable (past their lease).`)
 		return inv.writeJSON(list)
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tCPUS\tMEMORY\tGPUS\tRUNNING\tLAST SEEN")
+	fmt.Fprintln(tw, "ID\tSTATUS\tCPUS\tMEMORY\tGPUS\tRUNNING\tLAST SEEN\tFLAGS")
 	for _, n := range list.Nodes {
 		f := factsOf(n.Facts)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", n.ID, n.Status, f.number("cpus"), f.bytes("memory_bytes"),
-			len(f.list("accelerators")), len(n.Running), inv.durationSince(n.LastSeenAt))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%d\n", n.ID, n.Status, f.number("cpus"), f.bytes("memory_bytes"),
+			len(f.list("accelerators")), len(n.Running), inv.durationSince(n.LastSeenAt), len(n.Flags))
 	}
 	return tw.Flush()
 }
@@ -93,7 +95,8 @@ Show a node: its status, fencing token (the enrollment commands must carry)
 and when it was last seen, and the facts it last reported as it measured
 them: CPUs, memory, free disk, the container runtime and its version, the
 images it holds, its accelerators, and any notes about what it could not
-measure.`)
+measure; then the flags the control plane raised about those facts (a
+refused report, a disputed GPU: see docs/hardening.md, "Node facts").`)
 	g := fs.clientFlags(true)
 	c, id, err := inv.connect(fs, g, args, "NODE_ID")
 	if err != nil {
@@ -108,7 +111,7 @@ measure.`)
 	}
 	f := factsOf(n.Facts)
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row := func(k, v string) { termtext.Fprintf(tw, "%s\t%s\n", labelOf(k), v) }
 	row("ID", n.ID)
 	row("Status", n.Status)
 	row("Fencing token", strconv.FormatUint(n.FencingToken, 10))
@@ -138,10 +141,6 @@ measure.`)
 		}
 		for i, a := range accs {
 			af := facts(asMap(a))
-			k := ""
-			if i == 0 {
-				k = "Accelerators"
-			}
 			desc := strings.TrimSpace(af.str("vendor") + " " + af.str("model"))
 			if m := af.bytes("memory_bytes"); m != "-" {
 				desc += ", " + m
@@ -149,15 +148,11 @@ measure.`)
 			if u := af.str("uuid"); u != "" {
 				desc += ", " + u
 			}
-			fmt.Fprintf(tw, "%s\t%s\n", labelOrBlank(k), desc)
+			row(firstOnly("Accelerators", i), desc)
 		}
 		row("Agent", strings.TrimSpace(orDash(f.str("agent_version"))+", capability "+f.number("capability_version")))
 		for i, note := range f.list("notes") {
-			k := ""
-			if i == 0 {
-				k = "Notes"
-			}
-			fmt.Fprintf(tw, "%s\t%v\n", labelOrBlank(k), note)
+			row(firstOnly("Notes", i), fmt.Sprint(note))
 		}
 	}
 	running := "none"
@@ -165,14 +160,37 @@ measure.`)
 		running = strings.Join(n.Running, ", ")
 	}
 	row("Running", running)
+	for i, fl := range n.Flags {
+		row(firstOnly("Flags", i), flagText(fl))
+	}
 	return tw.Flush()
 }
 
-func labelOrBlank(k string) string {
+// flagText is one of a node's flags on a line: its kind, the GPU it
+// concerns, since when, and what was found.
+func flagText(f api.NodeFlag) string {
+	kind := f.Kind
+	if f.GPU != "" {
+		kind += " " + f.GPU
+	}
+	return kind + " (since " + formatTime(&f.Since) + "): " + f.Detail
+}
+
+// labelOf is a detail row's label: "K:", or nothing for a row that
+// continues the one above (firstOnly).
+func labelOf(k string) string {
 	if k == "" {
 		return ""
 	}
 	return k + ":"
+}
+
+// firstOnly is label on a list's first row (i == 0) and "" on the rest.
+func firstOnly(label string, i int) string {
+	if i > 0 {
+		return ""
+	}
+	return label
 }
 
 // facts reads fields of a node's reported facts, which arrive as a generic
@@ -260,6 +278,36 @@ and each stopped run's retry policy decides whether it is placed elsewhere.`,
 		})
 }
 
+func nodeGPUClear(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("[flags] NODE_ID GPU_UUID", `
+Clear the dispute over GPU_UUID on NODE_ID. When two nodes report the same
+GPU UUID, neither gets work on that GPU until an operator has looked: find
+out which machine really holds the device (nvidia-smi -L on each), run this
+for the node whose claim stands, and remove or re-enroll the other (its
+dispute stays until then). `+"`mercator node get NODE_ID`"+` lists a node's flags.`)
+	g := fs.clientFlags(true)
+	var id, uuid string
+	c, err := inv.connectWith(fs, g, args, func(pos []string) error {
+		if len(pos) != 2 {
+			return usagef("want NODE_ID GPU_UUID, got %d arguments", len(pos))
+		}
+		id, uuid = pos[0], pos[1]
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	n, err := c.ClearGPUDispute(ctx, id, uuid)
+	if err != nil {
+		return err
+	}
+	if g.json() {
+		return inv.writeJSON(n)
+	}
+	_, err = termtext.Fprintf(inv.stdout, "node %s: the dispute over GPU %s is cleared; it may be placed on again (%d flags left)\n", n.ID, uuid, len(n.Flags))
+	return err
+}
+
 // nodeAction is the shape of cordon, uncordon and drain: flags, one node ID,
 // one call, the node printed as it now is.
 func nodeAction(ctx context.Context, inv *invocation, args []string, help string, extra func(*flagSet), call func(*client.Client, string) (api.Node, error)) error {
@@ -290,6 +338,6 @@ func nodeAction(ctx context.Context, inv *invocation, args []string, help string
 	case n.Cordoned:
 		state = "cordoned"
 	}
-	_, err = fmt.Fprintf(inv.stdout, "node %s: %s (%d attempts on it)\n", n.ID, state, len(n.Running))
+	_, err = termtext.Fprintf(inv.stdout, "node %s: %s (%d attempts on it)\n", n.ID, state, len(n.Running))
 	return err
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/mercator/mercator/internal/termtext"
 )
 
 // This file holds `mercator registry …`: credentials for private image
@@ -70,7 +72,7 @@ replaces its credential.`)
 	if g.json() {
 		return inv.writeJSON(r)
 	}
-	fmt.Fprintf(inv.stderr, "stored the credential of %s for user %s\n", r.Host, r.Username)
+	termtext.Fprintf(inv.stderr, "stored the credential of %s for user %s\n", r.Host, r.Username)
 	return nil
 }
 
@@ -92,7 +94,7 @@ func registryList(ctx context.Context, inv *invocation, args []string) error {
 	fmt.Fprintln(tw, "HOST\tUSERNAME\tUPDATED")
 	for _, r := range list.Registries {
 		updated := r.UpdatedAt
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Host, r.Username, formatTime(&updated))
+		termtext.Fprintf(tw, "%s\t%s\t%s\n", r.Host, r.Username, formatTime(&updated))
 	}
 	return tw.Flush()
 }
@@ -108,6 +110,6 @@ func registryRemove(ctx context.Context, inv *invocation, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(inv.stderr, "removed the credential of %s\n", r.Host)
+	termtext.Fprintf(inv.stderr, "removed the credential of %s\n", r.Host)
 	return nil
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/bytesize"
+	"github.com/mercator/mercator/internal/secretflag"
+	"github.com/mercator/mercator/internal/termtext"
 )
 
 const runSummary = "Submit, inspect, wait on and cancel runs"
@@ -64,7 +66,8 @@ many were created and which indexes were not. --count 1 is a sweep of one
 `+"`--env MERCATOR_RUN_INDEX=…`"+` cannot be combined with --count.
 
 Sizes for --memory take decimal (KB, MB, GB, TB) or binary (KiB, MiB, GiB,
-TiB) units; a plain number is bytes.`)
+TiB) units; a plain number is bytes.
+`+secretflag.Help)
 	g := fs.clientFlags(true)
 	var sf submitFlags
 	sf.define(fs)
@@ -80,7 +83,7 @@ TiB) units; a plain number is bytes.`)
 		sf.set[f.Name] = true
 		countSet = countSet || f.Name == "count"
 	})
-	spec, err := sf.spec(command)
+	spec, err := sf.spec(command, inv.env)
 	if err != nil {
 		return err
 	}
@@ -98,18 +101,24 @@ TiB) units; a plain number is bytes.`)
 	if g.json() {
 		return inv.writeJSON(normalizeRun(run))
 	}
-	_, err = fmt.Fprintln(inv.stdout, run.ID)
+	_, err = termtext.Fprintln(inv.stdout, run.ID)
 	return err
 }
 
 // submitFlags are run submit's flags that describe the spec.
 type submitFlags struct {
-	image, memory, gpuModel, gpuMemory *string
-	logLimit                           *string // retention: the log cap
-	cpu                                *float64
-	timeout, replaceAfter              *time.Duration
-	retries, gpus, count               *int
-	env, artifacts                     stringList
+	image, gpuModel       *string
+	memory, gpuMemory     bytesize.Value
+	logLimit              bytesize.Value // retention: the log cap
+	cpu                   *float64
+	timeout, replaceAfter *time.Duration
+	retries, gpus, count  *int
+	env, artifacts        stringList
+	// Containment the run asks for (api.RunSpec's block of it).
+	user, network *string
+	readOnly      *bool
+	pidsLimit     *int64
+	secrets       secretflag.Flags
 	// set holds the names of the flags given on the command line.
 	set map[string]bool
 }
@@ -117,43 +126,36 @@ type submitFlags struct {
 func (sf *submitFlags) define(fs *flagSet) {
 	sf.set = map[string]bool{}
 	sf.image = fs.String("image", "", "image `REF` to run, with a tag or a digest (required)")
-	sf.cpu = fs.Float64("cpu", 0, "CPU `cores` to limit the run to, e.g. 0.5 (0: no limit)")
-	sf.memory = fs.String("memory", "", "memory `size` limit, e.g. 64MiB or 1GB (none: no limit)")
+	sf.cpu = fs.Float64("cpu", 0, "CPU `cores` to limit the run to, e.g. 0.5 (0: the node's default, one core unless its operator says otherwise)")
+	fs.Var(&sf.memory, "memory", "memory `size` limit, e.g. 64MiB or 1GB (not given: the node's default, 2 GiB unless its operator says otherwise)")
 	sf.timeout = fs.Duration("timeout", 0, "fail the run this long after its container started, e.g. 30m (0: no timeout)")
 	sf.retries = fs.Int("retries", 0, "further attempts a failed attempt may get")
 	sf.gpus = fs.Int("gpus", 0, "number of whole GPUs the run needs")
 	sf.gpuModel = fs.String("gpu-model", "", "GPU `model` the run needs, matched as a case-insensitive substring, e.g. H100")
-	sf.gpuMemory = fs.String("gpu-memory", "", "minimum memory `size` per GPU, e.g. 80GiB")
+	fs.Var(&sf.gpuMemory, "gpu-memory", "minimum memory `size` per GPU, e.g. 80GiB")
+	fs.Var(&sf.logLimit, "log-limit", "keep at most this `size` of each attempt's log, e.g. 1GiB; past it output is dropped (not given: the server's default, 100MiB)")
 	sf.replaceAfter = fs.Duration("replace-after", 0, "replace an attempt whose node has been unreachable this long, e.g. 10m (0: the default, 5m; negative: never)")
-	sf.logLimit = fs.String("log-limit", "", "keep at most this `size` of each attempt's log, e.g. 1GiB; past it output is dropped (none: the server's default, 100MiB)")
-	fs.Var(&sf.env, "env", "set `KEY=VALUE` in the container's environment (repeatable)")
+	fs.Var(&sf.env, "env", "set `KEY=VALUE` in the container's environment (repeatable; stored and shown in the clear: not for secrets, see --secret)")
 	fs.Var(&sf.artifacts, "artifact", "mount an Artifact read-only: `NAME[@VERSION]:/PATH[:min-read=500MB/s]` (repeatable; no VERSION: the newest)")
+	sf.user = fs.String("user", "", "run the command as `USER`: uid[:gid] or a name the image defines (default the image's user)")
+	sf.readOnly = fs.Bool("read-only", false, "mount the container's root filesystem read-only")
+	sf.network = fs.String("network", "", "`none` for loopback only (default the node's bridge)")
+	sf.pidsLimit = fs.Int64("pids-limit", 0, "most `processes` the container may have (0: the node's limit; a node refuses more than its --max-pids)")
 	sf.count = fs.Int("count", 1, "submit `N` copies, each with "+runIndexEnv+"=0…N-1 in its environment, through the batch API")
+	sf.secrets.Define(fs.FlagSet)
 }
 
-// spec builds the run spec the flags and command describe, and checks it
-// with api.RunSpec.Validate, the control plane's own checks, so that a spec
-// the control plane would refuse is a usage error that names the flag to
-// change, and no request is sent.
-func (sf *submitFlags) spec(command []string) (api.RunSpec, error) {
+// spec builds the run spec the flags and command describe (a bare
+// --secret NAME read from env), and checks it with api.RunSpec.Validate,
+// the control plane's own checks, so that a spec the control plane would
+// refuse is a usage error that names the flag to change, and no request is
+// sent.
+func (sf *submitFlags) spec(command []string, env func(string) string) (api.RunSpec, error) {
 	spec := api.RunSpec{Image: *sf.image, Command: command, CPU: *sf.cpu, Retries: *sf.retries,
-		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout)}
+		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout),
+		User: *sf.user, ReadOnlyRootfs: *sf.readOnly, Network: *sf.network, PidsLimit: *sf.pidsLimit,
+		MemoryBytes: int64(sf.memory), GPUMemoryBytes: int64(sf.gpuMemory), LogLimitBytes: int64(sf.logLimit)}
 	var err error
-	if sf.set["memory"] {
-		if spec.MemoryBytes, err = bytesize.Parse(*sf.memory); err != nil {
-			return spec, usagef("--memory: %v", err)
-		}
-	}
-	if *sf.logLimit != "" {
-		if spec.LogLimitBytes, err = bytesize.Parse(*sf.logLimit); err != nil {
-			return spec, usagef("--log-limit: %v", err)
-		}
-	}
-	if *sf.gpuMemory != "" {
-		if spec.GPUMemoryBytes, err = bytesize.Parse(*sf.gpuMemory); err != nil {
-			return spec, usagef("--gpu-memory: %v", err)
-		}
-	}
 	if *sf.replaceAfter < 0 {
 		spec.ReplaceAfterSeconds = -1
 	} else {
@@ -162,18 +164,14 @@ func (sf *submitFlags) spec(command []string) (api.RunSpec, error) {
 	if *sf.count < 1 {
 		return spec, usagef("--count must be 1 or more, got %d", *sf.count)
 	}
-	for _, kv := range sf.env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return spec, usagef("--env %q: want KEY=VALUE (the value may be empty: KEY=)", kv)
-		}
-		if spec.Env == nil {
-			spec.Env = map[string]string{}
-		}
-		spec.Env[k] = v
+	if spec.Env, err = keyValues("env", sf.env, "the value may be empty: KEY="); err != nil {
+		return spec, err
 	}
 	if _, ok := spec.Env[runIndexEnv]; ok && sf.set["count"] {
 		return spec, usagef("--env %s cannot be combined with --count: --count sets %s to each copy's index, 0 to N-1", runIndexEnv, runIndexEnv)
+	}
+	if spec.Secrets, err = sf.secrets.Read(env); err != nil {
+		return spec, usagef("%v", err)
 	}
 	for _, a := range sf.artifacts {
 		m, err := parseArtifactFlag(a)
@@ -201,7 +199,8 @@ var specFlags = map[string]string{
 	"image": "--image", "command": "the command", "cpu": "--cpu", "memory_bytes": "--memory",
 	"timeout_seconds": "--timeout (in seconds)", "retries": "--retries", "gpus": "--gpus",
 	"gpu_model": "--gpu-model", "gpu_memory_bytes": "--gpu-memory",
-	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env", "log_limit_bytes": "--log-limit",
+	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env", "secrets": "--secret", "log_limit_bytes": "--log-limit",
+	"user": "--user", "network": "--network", "pids_limit": "--pids-limit",
 }
 
 // specUsageError turns api.RunSpec.Validate's error into a usage error
@@ -248,7 +247,7 @@ func (inv *invocation) submitCopies(ctx context.Context, c *client.Client, spec 
 		for _, r := range runs {
 			created.Runs = append(created.Runs, normalizeRun(r))
 			if !asJSON {
-				if _, err := fmt.Fprintln(inv.stdout, r.ID); err != nil {
+				if _, err := termtext.Fprintln(inv.stdout, r.ID); err != nil {
 					return err
 				}
 			}
@@ -264,7 +263,7 @@ func (inv *invocation) submitCopies(ctx context.Context, c *client.Client, spec 
 		if asJSON {
 			where = "on stdout, as JSON"
 		}
-		fmt.Fprintf(inv.stderr, "%d of %d runs were created (indexes 0 to %d; their IDs are %s); indexes %d to %d were not\n",
+		termtext.Fprintf(inv.stderr, "%d of %d runs were created (indexes 0 to %d; their IDs are %s); indexes %d to %d were not\n",
 			len(created.Runs), n, len(created.Runs)-1, where, len(created.Runs), n-1)
 	}
 	return failed
@@ -317,7 +316,7 @@ daemon's own moments), its exit code and error.`)
 
 func (inv *invocation) printRun(r api.Run) error {
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row := func(k, v string) { termtext.Fprintf(tw, "%s:\t%s\n", k, v) }
 	row("ID", r.ID)
 	status := r.Status
 	if r.Cancel && !api.Terminal(r.Status) {
@@ -340,7 +339,7 @@ func (inv *invocation) printRun(r api.Run) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(inv.stdout)
+	termtext.Fprintln(inv.stdout)
 	if len(r.Attempts) == 0 {
 		_, err := fmt.Fprintln(inv.stdout, "No attempts yet.")
 		return err
@@ -356,7 +355,7 @@ func (inv *invocation) printRun(r api.Run) error {
 		if a.StopReason != "" {
 			errText = strings.TrimSpace(errText + " (stopped: " + a.StopReason + ")")
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, orDash(a.NodeID), a.Status,
+		termtext.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, orDash(a.NodeID), a.Status,
 			orDash(shortID(a.ContainerID)), formatTime(a.StartedAt), formatTime(a.FinishedAt), exit, orDash(errText))
 	}
 	return tw.Flush()
@@ -424,7 +423,7 @@ ID of the last run of the previous page.`)
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tIMAGE\tEXIT\tCREATED\tFINISHED\tREASON")
 	for _, r := range list.Runs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Status, orDash(r.Image), formatExit(r.ExitCode),
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Status, orDash(r.Image), formatExit(r.ExitCode),
 			formatTime(&r.CreatedAt), formatTime(r.FinishedAt), orDash(r.Reason))
 	}
 	return tw.Flush()
@@ -475,14 +474,14 @@ With -o json the run as it ended is printed on stdout as well.`)
 		observe = func(r api.Run) {
 			if r.Status != last && !api.Terminal(r.Status) {
 				last = r.Status
-				fmt.Fprintf(inv.stderr, "run %s is %s\n", r.ID, r.Status)
+				termtext.Fprintf(inv.stderr, "run %s is %s\n", r.ID, r.Status)
 			}
 		}
 	}
 	run, err := c.WaitRunFunc(ctx, id, observe)
 	if err != nil {
 		if ctx.Err() != nil {
-			fmt.Fprintf(inv.stderr, "stopped waiting; run %s goes on (mercator run cancel %s stops it)\n", id, id)
+			termtext.Fprintf(inv.stderr, "stopped waiting; run %s goes on (mercator run cancel %s stops it)\n", id, id)
 			return exitCode(exitCancelled)
 		}
 		return err
@@ -492,7 +491,7 @@ With -o json the run as it ended is printed on stdout as well.`)
 			return err
 		}
 	}
-	fmt.Fprintln(inv.stderr, runSummaryLine(run))
+	termtext.Fprintln(inv.stderr, runSummaryLine(run))
 	if code := waitExitCode(run); code != 0 {
 		return exitCode(code)
 	}
@@ -522,32 +521,36 @@ func waitExitCode(r api.Run) int {
 // after a colon when the run has one.
 func runSummaryLine(r api.Run) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "run %s %s", r.ID, r.Status)
+	termtext.Fprintf(&b, "run %s %s", r.ID, r.Status)
 	if r.ExitCode != nil {
-		fmt.Fprintf(&b, " (exit %d)", *r.ExitCode)
+		termtext.Fprintf(&b, " (exit %d)", *r.ExitCode)
 	}
 	if r.FinishedAt != nil && !r.CreatedAt.IsZero() {
-		fmt.Fprintf(&b, " in %s", formatDuration(r.FinishedAt.Sub(r.CreatedAt)))
+		termtext.Fprintf(&b, " in %s", formatDuration(r.FinishedAt.Sub(r.CreatedAt)))
 	}
 	if r.Reason != "" {
-		fmt.Fprintf(&b, ": %s", r.Reason)
+		termtext.Fprintf(&b, ": %s", r.Reason)
 	}
 	return b.String()
 }
 
 func runLogs(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("[flags] RUN_ID", `
-Print the combined stdout and stderr of the run's latest attempt, byte for
-byte, as it arrives. With -f, keep printing until the run ends and all its
-output was printed.`)
+Print the combined stdout and stderr of the run's latest attempt as it
+arrives. With -f, keep printing until the run ends and all its output was
+printed. To a file or a pipe it is byte for byte; to a terminal, its control
+characters and escape sequences are shown escaped (\x1b[2J), not obeyed,
+unless --raw is given (docs/hardening.md, "Terminal output").`)
 	g := fs.clientFlags(false)
 	follow := fs.Bool("follow", false, "keep streaming until the run ends")
 	fs.aliasShort("f", "follow")
+	raw := rawFlag(fs)
 	c, id, err := inv.connect(fs, g, args, "RUN_ID")
 	if err != nil {
 		return err
 	}
-	return c.Logs(ctx, id, *follow, inv.stdout)
+	w, finish := termtext.Output(inv.stdout, *raw)
+	return finish(c.Logs(ctx, id, *follow, w))
 }
 
 func runCancel(ctx context.Context, inv *invocation, args []string) error {
@@ -567,7 +570,7 @@ run's container is stopped on its node, and the run ends as cancelled; use
 	if g.json() {
 		return inv.writeJSON(normalizeRun(run))
 	}
-	_, err = fmt.Fprintf(inv.stdout, "run %s: cancel requested (status %s)\n", run.ID, run.Status)
+	_, err = termtext.Fprintf(inv.stdout, "run %s: cancel requested (status %s)\n", run.ID, run.Status)
 	return err
 }
 

@@ -2,10 +2,10 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"runtime/debug"
 
+	"github.com/mercator/mercator/internal/termtext"
 	"github.com/mercator/mercator/nodeproto"
 )
 
@@ -82,6 +82,6 @@ contact the control plane.`)
 	if *output == "json" {
 		return inv.writeJSON(vi)
 	}
-	_, err = fmt.Fprintf(inv.stdout, "mercator %s (capability %d, %s, %s)\n", vi.Version, vi.CapabilityVersion, vi.Go, vi.Platform)
+	_, err = termtext.Fprintf(inv.stdout, "mercator %s (capability %d, %s, %s)\n", vi.Version, vi.CapabilityVersion, vi.Go, vi.Platform)
 	return err
 }

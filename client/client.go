@@ -412,6 +412,13 @@ func (c *Client) DrainNode(ctx context.Context, nodeID string, deadline time.Dur
 	return c.nodeAction(ctx, nodeID, "drain", api.DrainRequest{DeadlineSeconds: int64(math.Ceil(deadline.Seconds()))})
 }
 
+// ClearGPUDispute is an operator's word that the node's claim to the GPU
+// stands: its dispute over the UUID is cleared and the GPU may be placed on
+// again (another node's dispute over the same UUID is not).
+func (c *Client) ClearGPUDispute(ctx context.Context, nodeID, uuid string) (api.Node, error) {
+	return c.nodeAction(ctx, nodeID, "gpus/"+url.PathEscape(uuid)+"/clear", nil)
+}
+
 func (c *Client) nodeAction(ctx context.Context, nodeID, action string, body any) (api.Node, error) {
 	if body == nil {
 		body = struct{}{}

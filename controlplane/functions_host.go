@@ -5,6 +5,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/function"
+	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
@@ -25,7 +26,11 @@ func (h fnHost) Send(nodeID string, cmd nodeproto.Command) (<-chan struct{}, boo
 
 func (h fnHost) Holds(nodeID string) bool { return h.s.streams.Get(nodeID) != nil }
 
-func (h fnHost) NodeReady(n store.Node) bool { return h.s.nodeStatus(n) == api.NodeReady }
+// NodeReady: inside its lease, and its last facts report not refused
+// (factcheck): a node whose word was just refused takes no calls either.
+func (h fnHost) NodeReady(n store.Node) bool {
+	return h.s.nodeStatus(n) == api.NodeReady && !factcheck.Has(n, api.NodeFlagFactsRefused)
+}
 
 func (h fnHost) Nodes(ctx context.Context) ([]store.Node, error) {
 	return h.s.nodeList(ctx, h.s.nodeListAge())

@@ -14,6 +14,9 @@ func reserveFunctionShare(sn *scheduler.Node, f *nodeproto.NodeFacts) {
 	}
 	sn.UsedMemory += f.Functions.MemoryBytes
 	sn.UsedCPU += float64(f.Functions.MilliCPUs) / 1000
+	if len(f.Functions.GPUs) > 0 && sn.UsedGPUs == nil {
+		sn.UsedGPUs = map[string]bool{} // schedNode leaves it nil
+	}
 	for _, id := range f.Functions.GPUs {
 		sn.UsedGPUs[id] = true
 	}

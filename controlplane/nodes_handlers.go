@@ -10,6 +10,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/access"
+	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
@@ -64,7 +65,7 @@ func freshest(n store.Node, mem map[string]time.Time) *time.Time {
 
 func (s *Server) nodeView(n store.Node, running []string) api.Node {
 	out := api.Node{ID: n.ID, Status: s.nodeStatus(n), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: s.live.LastSeen(n), Running: running,
-		Cordoned: n.Cordoned || n.Draining, Draining: n.Draining, DrainDeadline: n.DrainDeadline, RemovedAt: n.RemovedAt}
+		Cordoned: n.Cordoned || n.Draining, Draining: n.Draining, DrainDeadline: n.DrainDeadline, RemovedAt: n.RemovedAt, Flags: n.Flags}
 	if n.Facts != nil {
 		data, _ := json.Marshal(n.Facts)
 		json.Unmarshal(data, &out.Facts)
@@ -243,4 +244,10 @@ func (s *Server) drainNode(w http.ResponseWriter, r *http.Request) {
 		}
 		return nil
 	})
+}
+
+// clearGPUDispute is the operator's word that a node's claim to a GPU
+// stands (factcheck.Clear): the GPU may be placed on again.
+func (s *Server) clearGPUDispute(w http.ResponseWriter, r *http.Request) {
+	s.updateNode(w, r, func(n *store.Node) error { return factcheck.Clear(n, r.PathValue("uuid")) })
 }

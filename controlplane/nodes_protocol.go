@@ -8,6 +8,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/access"
+	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/retention"
 	"github.com/mercator/mercator/failure"
@@ -130,11 +131,18 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 	changedRuns := false
 	applied := 0
 	var ended []string // runs that became terminal, counted once committed
+	var found []factcheck.Outcome
 	// Locked (store.UpdateLocked): applying events reads the node, the
 	// events' runs and operations by key and writes them back; whether an
-	// event is fresh is decided by SeeEvent's insert, not by a read.
-	err := s.batchLocked(r.Context(), func(tx store.Tx) error {
-		accepted, changedRuns, applied, ended = accepted[:0], false, 0, ended[:0]
+	// event is fresh is decided by SeeEvent's insert, not by a read. A
+	// batch whose facts name GPUs also reads the fleet (factcheck.Apply),
+	// and is committed through store.Update instead.
+	commit := s.batchLocked
+	if factcheck.ClaimsGPUs(batch) {
+		commit = s.batch
+	}
+	err := commit(r.Context(), func(tx store.Tx) error {
+		accepted, changedRuns, applied, ended, found = accepted[:0], false, 0, ended[:0], found[:0]
 		// Fenced again in the transaction that applies the events (with
 		// the cached token when fresh, see nodes_auth.go), so a batch
 		// authenticated before an enrollment that this replica has heard
@@ -157,7 +165,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 			}
 			if fresh {
 				applied++
-				changed, end, err := s.applyEvent(tx, c.NodeID, ev)
+				changed, end, err := s.applyEvent(tx, c.NodeID, ev, &found)
 				if end != "" {
 					ended = append(ended, end)
 				}
@@ -180,6 +188,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 	for _, status := range ended {
 		s.metrics.Terminal.WithLabelValues(status).Inc()
 	}
+	factcheck.Report(s.log, s.metrics.FactFlags, c.NodeID, found)
 	s.metrics.Events.WithLabelValues("applied").Add(float64(applied))
 	s.metrics.Events.WithLabelValues("duplicate").Add(float64(len(accepted) - applied))
 	if changedRuns {
@@ -190,20 +199,19 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 }
 
 // applyEvent applies one fresh event inside tx and reports whether a run
-// changed and, when a run became terminal, its new status.
-func (s *Server) applyEvent(tx store.Tx, nodeID string, ev nodeproto.Event) (changed bool, ended string, err error) {
+// changed and, when a run became terminal, its new status. A facts report
+// is checked before it is believed (factcheck.Apply), and what that found
+// is added to found.
+func (s *Server) applyEvent(tx store.Tx, nodeID string, ev nodeproto.Event, found *[]factcheck.Outcome) (changed bool, ended string, err error) {
 	now := s.now()
 	switch ev.Kind {
 	case nodeproto.EventFacts:
 		if ev.Facts == nil {
 			return false, "", nil
 		}
-		n, err := tx.GetNode(nodeID)
-		if err != nil {
-			return false, "", err
-		}
-		n.Facts, n.FactsAt = ev.Facts, &now
-		return true, "", tx.PutNode(n) // capacity changed: placements may now fit
+		o, err := factcheck.Apply(tx, nodeID, ev.Facts, now)
+		*found = append(*found, o)
+		return true, "", err // capacity changed: placements may now fit
 	case nodeproto.EventWorkload:
 		o := ev.Workload
 		if o == nil {

@@ -54,6 +54,7 @@ var routeAccess = map[string]httpapi.Access{
 	"POST /v1/nodes/{id}/cordon":                  operator,
 	"POST /v1/nodes/{id}/uncordon":                operator,
 	"POST /v1/nodes/{id}/drain":                   operator,
+	"POST /v1/nodes/{id}/gpus/{uuid}/clear":       operator,
 	"POST /v1/tokens":                             admin,
 	"GET /v1/tokens":                              admin,
 	"DELETE /v1/tokens/{name}":                    admin,
@@ -130,6 +131,7 @@ func (s *Server) v1Routes() []httpapi.Route {
 		{Pattern: "POST /v1/nodes/{id}/cordon", Handler: s.cordonNode},
 		{Pattern: "POST /v1/nodes/{id}/uncordon", Handler: s.uncordonNode},
 		{Pattern: "POST /v1/nodes/{id}/drain", Handler: s.drainNode},
+		{Pattern: "POST /v1/nodes/{id}/gpus/{uuid}/clear", Handler: s.clearGPUDispute},
 	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes(), s.access.Routes())...)
 }
 

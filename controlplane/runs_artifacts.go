@@ -7,6 +7,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/artifact"
+	"github.com/mercator/mercator/controlplane/internal/runsecrets"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
 
@@ -118,8 +119,9 @@ func (s *Server) placeArtifacts(tx store.Tx, nodeID string, run store.Run, launc
 }
 
 // outbound is a stored command as it is sent: every Artifact read minted
-// now, for this sending, and the image's registry credential attached. The
-// stored command is not changed, so neither ever reaches the database. A
+// now, for this sending, the image's registry credential attached, and a
+// launch's secrets opened and attached (runsecrets.Attach). The stored command
+// is not changed, so none of them ever reaches the database. A
 // read that cannot be minted is sent without one, which the node refuses in
 // Mercator's words rather than fetching anything.
 func (s *Server) outbound(ctx context.Context, cmd nodeproto.Command) nodeproto.Command {
@@ -137,6 +139,7 @@ func (s *Server) outbound(ctx context.Context, cmd nodeproto.Command) nodeproto.
 		if l.RegistryAuth == "" {
 			l.RegistryAuth = s.registries.Auth(ctx, l.Image)
 		}
+		runsecrets.Attach(ctx, s.store, serverKey{s}, s.log, &l)
 		cmd.LaunchWorkload = &l
 	case cmd.PrepareImage != nil:
 		c := *cmd.PrepareImage

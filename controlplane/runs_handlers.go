@@ -11,6 +11,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/runsecrets"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
@@ -99,8 +100,8 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 
 // admitRun is what a submission asks of one spec before anything is
 // stored: it validates the spec (ValidateRunSpec), resolves its Artifacts
-// to exact versions and pins its image to a digest, and returns the queued
-// run to create, with a new ID. It stores nothing; an error (of the kind
+// to exact versions, pins its image to a digest and seals its secrets, and
+// returns the queued run to create, with a new ID. It stores nothing; an error (of the kind
 // validation or resolution gave) means the spec is refused.
 //
 // pins, when not nil, holds the digests this submission already pinned, by
@@ -131,8 +132,12 @@ func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, pins map[string
 		}
 	}
 	now := s.now()
-	return store.Run{Run: api.Run{ID: httpapi.NewID("r-"), RunSpec: spec, PinnedImage: pinned, Status: api.RunQueued,
-		Reason: "waiting for the scheduler", Attempts: []api.Attempt{}, CreatedAt: now, UpdatedAt: now}}, nil
+	run := store.Run{Run: api.Run{ID: httpapi.NewID("r-"), RunSpec: spec, PinnedImage: pinned, Status: api.RunQueued,
+		Reason: "waiting for the scheduler", Attempts: []api.Attempt{}, CreatedAt: now, UpdatedAt: now}}
+	if err := runsecrets.Seal(serverKey{s}, &run); err != nil {
+		return store.Run{}, err
+	}
+	return run, nil
 }
 
 // atBatchIndex names spec i of a batch in err: a *failure.Error's field

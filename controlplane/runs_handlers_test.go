@@ -63,9 +63,15 @@ type runsFixture struct {
 // counting pinResolver, with an admin token; requests go through
 // fnFixture's helpers (do, want).
 func newRunsFixture(t *testing.T) *runsFixture {
+	return newRunsFixtureWith(t, Config{Lease: time.Minute})
+}
+
+// newRunsFixtureWith is newRunsFixture with the server's configuration
+// given.
+func newRunsFixtureWith(t *testing.T, cfg Config) *runsFixture {
 	st := &countingStore{Store: memstore.New()}
 	res := &countingResolver{ImageResolver: pinResolver{}, refs: map[string]int{}}
-	srv := New(Config{Lease: time.Minute}, st, res, nil)
+	srv := New(cfg, st, res, nil)
 	h := httptest.NewServer(srv.Handler())
 	t.Cleanup(h.Close)
 	tok := "mca_" + httpapi.RandomToken()

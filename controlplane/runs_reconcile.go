@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/runsecrets"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
 
@@ -110,6 +112,9 @@ func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
 			sn.Ready, sn.NotReadyReason = false, "is draining"
 		}
 		sn.Cordoned = n.Cordoned
+		if factcheck.Has(n, api.NodeFlagFactsRefused) {
+			sn.Ready, sn.NotReadyReason = false, "has facts the control plane refused (`mercator node get` says why)"
+		}
 	case api.NodeInvited:
 		sn.NotReadyReason = "has not enrolled yet"
 	default:
@@ -120,8 +125,9 @@ func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
 		for _, img := range f.Images {
 			sn.Images[img] = true
 		}
+		disputed := factcheck.Disputed(n)
 		for _, g := range f.Accelerators {
-			sn.GPUs = append(sn.GPUs, scheduler.GPU{UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes})
+			sn.GPUs = append(sn.GPUs, scheduler.GPU{UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes, Disputed: disputed[g.UUID]})
 		}
 		reserveFunctionShare(&sn, f) // functions_share.go
 	}
@@ -176,6 +182,10 @@ func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each fun
 	snap.Nodes = append([]scheduler.Node(nil), view...)
 	// Every attempt that may still hold resources counts, replaced ones
 	// included: a replaced attempt can be alive on its node.
+	// A node's UsedGPUs is copied before its first change here: the view's
+	// may hold its function share (reserveFunctionShare) and must not
+	// collect every pass's attempts.
+	copied := map[int]bool{}
 	each(func(u runUsage) {
 		for _, a := range u.attempts {
 			i, ok := index[a.node]
@@ -185,6 +195,9 @@ func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each fun
 			n := &snap.Nodes[i]
 			n.UsedCPU += u.cpu
 			n.UsedMemory += u.mem
+			if len(a.gpus) > 0 && !copied[i] {
+				n.UsedGPUs, copied[i] = maps.Clone(n.UsedGPUs), true
+			}
 			for _, g := range a.gpus {
 				if n.UsedGPUs == nil {
 					n.UsedGPUs = map[string]bool{}
@@ -392,7 +405,9 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number},
 				Image:       run.PinnedImage, Command: run.Command, Env: run.Env,
 				CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: p.GPUs,
-				Timeout: time.Duration(run.TimeoutSeconds) * time.Second,
+				Timeout:     time.Duration(run.TimeoutSeconds) * time.Second,
+				SecretNames: runsecrets.Names(run), // the values are attached as it is sent
+				User:        run.User, ReadOnlyRootfs: run.ReadOnlyRootfs, Network: run.Network, PidsLimit: run.PidsLimit,
 			}}
 			prepares, err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
 			if err != nil {

@@ -3,8 +3,9 @@ package controlplane
 import "github.com/mercator/mercator/controlplane/internal/sealing"
 
 // Sealing (package controlplane/internal/sealing) keeps registry
-// passwords (package registry) and functions' secret configuration (package
-// controlplane/function) sealed at rest under Config.RegistryKey.
+// passwords (package registry), functions' secret configuration (package
+// controlplane/function) and Runs' secrets (package
+// controlplane/internal/runsecrets) sealed at rest under Config.RegistryKey.
 
 // RegistryKeySize is the length of the key that seals registry credentials
 // and secret configuration.

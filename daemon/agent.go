@@ -44,6 +44,13 @@ type AgentOptions struct {
 	Logger          *slog.Logger
 	// Functions configures the hot-container engine (package fnagent).
 	Functions nodeagent.FunctionsOptions
+
+	// Containment is what every Run and function container is held to
+	// (docs/hardening.md, "Contained workloads"): default CPU and memory
+	// for a spec that states none, the process limit and its maximum, the
+	// output kept per Run container. Nil means
+	// dockerengine.DefaultContainment.
+	Containment *dockerengine.Containment
 }
 
 // RunAgent wires one Docker client, the Docker runtime over it, the state
@@ -61,6 +68,13 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		return fmt.Errorf("--node-id is required")
 	case o.StateDir == "":
 		return fmt.Errorf("--state DIR is required")
+	}
+	if o.Containment == nil {
+		c := dockerengine.DefaultContainment()
+		o.Containment = &c
+	}
+	if err := o.Containment.Check(); err != nil {
+		return fmt.Errorf("containment: %w", err)
 	}
 	// Trust first: a control plane that cannot be trusted is refused
 	// before anything, credentials included, is sent to it.
@@ -107,7 +121,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 // Artifact content is read from the control plane's signed URLs (its CA
 // in roots) or from an object store's (the system's CAs).
 func agentRuntime(o AgentOptions, roots []*x509.Certificate) (*dockerruntime.Runtime, error) {
-	ropts := []dockerruntime.Option{dockerruntime.WithNodeLabel(o.NodeID)}
+	ropts := []dockerruntime.Option{dockerruntime.WithNodeLabel(o.NodeID), dockerruntime.WithContainment(*o.Containment)}
 	if o.ArtifactRoot == "" {
 		o.ArtifactRoot = filepath.Join(o.StateDir, "artifacts")
 	}
@@ -143,12 +157,13 @@ func startFunctions(ctx context.Context, o AgentOptions, rt *dockerruntime.Runti
 		fo.SocketRoot = filepath.Join(o.StateDir, "fn-sockets")
 	}
 	engine, err := fnagent.New(fnagent.Config{
-		Docker:     rt.API(),
-		NodeID:     o.NodeID,
-		SocketRoot: fo.SocketRoot,
-		Network:    fo.Network,
-		Tracker:    fnagent.NewResourceTracker(fnagent.Capacity{MemoryBytes: share.MemoryBytes, MilliCPUs: share.MilliCPUs, GPUs: share.GPUs}),
-		Logger:     o.Logger.With("component", "functions"),
+		Docker:      rt.API(),
+		NodeID:      o.NodeID,
+		SocketRoot:  fo.SocketRoot,
+		Network:     fo.Network,
+		Containment: o.Containment,
+		Tracker:     fnagent.NewResourceTracker(fnagent.Capacity{MemoryBytes: share.MemoryBytes, MilliCPUs: share.MilliCPUs, GPUs: share.GPUs}),
+		Logger:      o.Logger.With("component", "functions"),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("functions: %w", err)

@@ -3,36 +3,44 @@ package daemon
 import (
 	"flag"
 	"fmt"
+	"time"
 
 	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/controlplane/artifact"
 	"github.com/mercator/mercator/internal/bytesize"
-	"github.com/mercator/mercator/internal/span"
 )
 
 // RetentionFlags adds the flags of `mercator server` that say how long
 // what the control plane stores is kept and what it caps
 // (docs/hardening.md, "Retention") to fs, and returns the configuration
-// they fill as fs is parsed; RunServer checks it.
-func RetentionFlags(fs *flag.FlagSet) *controlplane.RetentionConfig {
+// they fill as fs is parsed; RunServer checks it. span parses a span of
+// time as the rest of the command line does ("30d", "12h").
+func RetentionFlags(fs *flag.FlagSet, span func(string) (time.Duration, error)) *controlplane.RetentionConfig {
 	c := new(controlplane.RetentionConfig)
 	*c = c.WithDefaults()
 	c.MaxUploadSize = artifact.DefaultMaxUploadSize
-	fs.Func("retain", "how long finished runs (with their logs), done operations and durable calls are kept, e.g. 30d, or forever (default 30d)",
-		func(s string) error {
-			if s == "forever" {
-				c.Runs = -1
+	spanFlag := func(name, usage string, p *time.Duration, forever bool) {
+		fs.Func(name, fmt.Sprintf("%s (default %dd)", usage, *p/(24*time.Hour)), func(s string) error {
+			if forever && s == "forever" {
+				*p = -1
 				return nil
 			}
-			return positive(span.Flag{D: &c.Runs}.Set(s), c.Runs > 0, s)
+			d, err := span(s)
+			if err = positive(err, d > 0, s); err == nil {
+				*p = d
+			}
+			return err
 		})
-	fs.Var(span.Flag{D: &c.Audit}, "audit-retention", "how long audit entries are kept, e.g. 30d (the log also keeps at most 1,000,000)")
+	}
+	spanFlag("retain", "how long finished runs (with their logs), done operations and durable calls are kept, e.g. 30d, or forever", &c.Runs, true)
+	spanFlag("audit-retention", "how long audit entries are kept, e.g. 30d (the log also keeps at most 1,000,000)", &c.Audit, false)
 	fs.DurationVar(&c.SweepEvery, "sweep-every", c.SweepEvery, "how often the retention sweep runs (on the leader; staged uploads on every replica)")
 	size := func(name string, p *int64, usage string) {
 		fs.Func(name, usage+" (default "+bytesize.Format(*p)+")", func(s string) error {
-			n, err := bytesize.Parse(s)
-			if err = positive(err, n > 0, s); err == nil {
-				*p = n
+			var v bytesize.Value
+			err := v.Set(s)
+			if err = positive(err, v > 0, s); err == nil {
+				*p = int64(v)
 			}
 			return err
 		})

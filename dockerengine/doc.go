@@ -1,8 +1,10 @@
 // Package dockerengine is Mercator's one adapter to the Docker Engine API:
 // how a client is built and its API version settled, the subset of the
 // client Mercator calls (API), one pull shared among the callers that want
-// the same image (Pulls, Pull), and the labels that mark a container as
-// Mercator's.
+// the same image (Pulls, Pull), the labels that mark a container as
+// Mercator's, and the containment every workload container gets
+// (Containment: capabilities dropped, no-new-privileges, process and log
+// limits, default CPU and memory).
 //
 // It exists so the node agent's Docker runtime and the function engine talk
 // to the daemon the same way and agree on what a label means: before it,

@@ -28,14 +28,7 @@ import (
 // Run it with: go test ./e2e -run '^$' -bench LaunchLatency -benchtime 1x
 // (each iteration takes MERCATOR_BENCH_SAMPLES samples of each, default 25).
 func BenchmarkLaunchLatency(b *testing.B) {
-	samples := 25
-	if v := os.Getenv("MERCATOR_BENCH_SAMPLES"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			b.Fatalf("MERCATOR_BENCH_SAMPLES=%q: want a positive count", v)
-		}
-		samples = n
-	}
+	samples := benchSamples(b)
 	c := startCluster(b)
 	c.startAgent("bench")
 	docker, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
@@ -48,7 +41,7 @@ func BenchmarkLaunchLatency(b *testing.B) {
 		// Warm: the first run pulls the image onto the node.
 		c.wait(c.submit(api.RunSpec{Command: []string{"echo", "warm"}}).ID)
 		for s := 0; s < samples; s++ {
-			raw = append(raw, rawLaunch(b, docker, c.workload))
+			raw = append(raw, rawLaunch(b, docker, c.workload, &container.HostConfig{Resources: container.Resources{NanoCPUs: 5e8, Memory: 64 << 20}}))
 
 			start := time.Now()
 			run := c.submit(api.RunSpec{Command: []string{"echo", "bench"}, CPU: 0.5, MemoryBytes: 64 << 20})
@@ -70,17 +63,30 @@ func BenchmarkLaunchLatency(b *testing.B) {
 	}
 }
 
-// rawLaunch creates and starts a container of image with the limits the
-// benchmark's runs ask for, through the Docker API from this process as the
-// agent does (a `docker run` would add the CLI's own process start to the
-// baseline), and returns the time from the create call to the daemon's
-// StartedAt.
-func rawLaunch(b *testing.B, docker *dockerclient.Client, image string) time.Duration {
+// benchSamples is MERCATOR_BENCH_SAMPLES, the samples of each kind one
+// iteration of a latency benchmark takes: 25 unless set.
+func benchSamples(b *testing.B) int {
+	v := os.Getenv("MERCATOR_BENCH_SAMPLES")
+	if v == "" {
+		return 25
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("MERCATOR_BENCH_SAMPLES=%q: want a positive count", v)
+	}
+	return n
+}
+
+// rawLaunch creates and starts a container of image with hostConfig (the
+// limits the benchmark's runs ask for), through the Docker API from this
+// process as the agent does (a `docker run` would add the CLI's own process
+// start to the baseline), and returns the time from the create call to the
+// daemon's StartedAt.
+func rawLaunch(b *testing.B, docker *dockerclient.Client, image string, hostConfig *container.HostConfig) time.Duration {
 	b.Helper()
 	ctx := context.Background()
 	start := time.Now()
-	created, err := docker.ContainerCreate(ctx, &container.Config{Image: image, Cmd: []string{"echo", "raw"}},
-		&container.HostConfig{Resources: container.Resources{NanoCPUs: 5e8, Memory: 64 << 20}}, nil, nil, "")
+	created, err := docker.ContainerCreate(ctx, &container.Config{Image: image, Cmd: []string{"echo", "raw"}}, hostConfig, nil, nil, "")
 	if err != nil {
 		b.Fatalf("create the baseline container: %v", err)
 	}

@@ -107,6 +107,9 @@ func (r *Runtime) LaunchWorkload(ctx context.Context, c nodeproto.LaunchWorkload
 	if err := runtimesim.CheckPinned(c.Image); err != nil {
 		return err
 	}
+	if err := runtimesim.CheckContainment(c); err != nil {
+		return err
+	}
 	if r.onLaunch != nil {
 		r.onLaunch(c.WorkloadKey, time.Now())
 	}

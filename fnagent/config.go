@@ -88,6 +88,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Containment is what every function container is held to beyond its
+	// function's own limits: capabilities dropped, no-new-privileges, a
+	// process limit, and the default CPU quota of a function that states
+	// none. Nil means dockerengine.DefaultContainment. Its log size does
+	// not apply: function containers keep no log (containerConfig).
+	Containment *dockerengine.Containment
 }
 
 // FunctionConfig is everything about a function the engine needs to run a

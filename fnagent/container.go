@@ -82,7 +82,7 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 	if err := os.Chmod(c.sockDir, 0o777); err != nil {
 		return fail(callErr(KindInitFailed, err, "socket directory: %v", err))
 	}
-	config, hostConfig := containerConfig(fn, p.key, e.cfg.NodeID, e.cfg.Network, c.sockDir, res.GPUs())
+	config, hostConfig := containerConfig(fn, p.key, c.sockDir, res.GPUs(), e.cfg)
 	created, err := e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
 	if err != nil {
 		return fail(callErr(KindInitFailed, err, "create container %s: %v", c.name, err))

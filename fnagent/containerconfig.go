@@ -1,6 +1,8 @@
 package fnagent
 
 import (
+	"math"
+
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 
@@ -8,22 +10,37 @@ import (
 )
 
 // containerConfig is the hot container one pool launches for fn: a pure
-// function of the function's configuration, the pool, the node and the
-// socket directory, so what the engine asks the daemon for is readable in
-// one place. The container carries dockerengine.LabelFn, dockerengine.LabelApp, dockerengine.LabelPool (and
-// dockerengine.LabelNode when nodeID is set), mounts sockDir at socketDirInContainer,
-// joins network ("" is the daemon's default bridge), has a hard memory limit
-// with swap included and a CPU quota, is handed gpus by UUID, and logs to no
-// driver: the engine reads its output from the attach stream.
-func containerConfig(fn FunctionConfig, poolKey, nodeID, network, sockDir string, gpus []string) (*container.Config, *container.HostConfig) {
+// function of the function's configuration, the pool, the socket directory,
+// the GPUs and the engine's configuration (cfg, whose Containment is set),
+// so what the engine asks the daemon for is readable in one place. The
+// container carries dockerengine.LabelFn, dockerengine.LabelApp,
+// dockerengine.LabelPool (and dockerengine.LabelNode when cfg.NodeID is
+// set), mounts sockDir at socketDirInContainer, joins cfg.Network ("" is
+// the daemon's default bridge), has a hard memory limit with swap included
+// and a CPU quota (the containment's default when the function states
+// none), is handed gpus by UUID, is held to the node's containment
+// (dockerengine.Containment.Apply: capabilities dropped, no-new-privileges,
+// a process limit), and logs to no driver: the engine reads its output from
+// the attach stream.
+//
+// A function asks for no user, read-only root or network of its own: its
+// container serves every call of the function for as long as it is hot,
+// the FDK creates its socket in the mounted directory as whatever user the
+// image names, and the engine's network is the operator's choice for all
+// functions on the node.
+func containerConfig(fn FunctionConfig, poolKey, sockDir string, gpus []string, cfg Config) (*container.Config, *container.HostConfig) {
 	labels := map[string]string{dockerengine.LabelFn: fn.ID, dockerengine.LabelApp: fn.AppID, dockerengine.LabelPool: poolKey}
-	if nodeID != "" {
-		labels[dockerengine.LabelNode] = nodeID
+	if cfg.NodeID != "" {
+		labels[dockerengine.LabelNode] = cfg.NodeID
 	}
 	memory := fn.MemoryMB << 20
+	nanoCPUs := fn.MilliCPUs * 1_000_000
+	if nanoCPUs == 0 {
+		nanoCPUs = int64(math.Round(cfg.Containment.DefaultCPU * 1e9))
+	}
 	hostConfig := &container.HostConfig{
 		Mounts:      []mount.Mount{{Type: mount.TypeBind, Source: sockDir, Target: socketDirInContainer}},
-		NetworkMode: container.NetworkMode(network),
+		NetworkMode: container.NetworkMode(cfg.Network),
 		// The engine reads the output from the attach stream, which the
 		// daemon feeds whatever the log driver. A driver would also store
 		// every line (an FDK writes two per call), costing the daemon CPU
@@ -33,9 +50,10 @@ func containerConfig(fn FunctionConfig, poolKey, nodeID, network, sockDir string
 		Resources: container.Resources{
 			Memory:     memory,
 			MemorySwap: memory,
-			NanoCPUs:   fn.MilliCPUs * 1_000_000,
+			NanoCPUs:   nanoCPUs,
 		},
 	}
+	cfg.Containment.Apply(hostConfig, 0)
 	if len(gpus) > 0 {
 		hostConfig.DeviceRequests = []container.DeviceRequest{{Driver: "nvidia", DeviceIDs: gpus, Capabilities: [][]string{{"gpu"}}}}
 	}

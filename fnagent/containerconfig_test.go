@@ -25,7 +25,8 @@ func TestContainerConfig(t *testing.T) {
 			devices: []container.DeviceRequest{{Driver: "nvidia", DeviceIDs: []string{"GPU-a"}, Capabilities: [][]string{{"gpu"}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			config, host := containerConfig(fn, "pool-1", tc.nodeID, tc.network, "/sockets/abc", tc.gpus)
+			contain := dockerengine.Containment{DefaultCPU: 3, PidsLimit: 321, MaxPidsLimit: 1000, LogMaxBytes: 1 << 20}
+			config, host := containerConfig(fn, "pool-1", "/sockets/abc", tc.gpus, Config{NodeID: tc.nodeID, Network: tc.network, Containment: &contain})
 			if config.Image != fn.Image || !reflect.DeepEqual(config.Labels, tc.labels) || !config.AttachStdout || !config.AttachStderr {
 				t.Errorf("config = %+v, want the image, labels %v and both streams attached", config, tc.labels)
 			}
@@ -39,9 +40,31 @@ func TestContainerConfig(t *testing.T) {
 			if host.Memory != 128<<20 || host.MemorySwap != 128<<20 || host.NanoCPUs != 5e8 {
 				t.Errorf("resources = Memory %d, MemorySwap %d, NanoCPUs %d; want a hard 128MiB and half a core", host.Memory, host.MemorySwap, host.NanoCPUs)
 			}
+			if host.Privileged || !reflect.DeepEqual([]string(host.CapDrop), dockerengine.DroppedCapabilities) ||
+				!reflect.DeepEqual(host.SecurityOpt, []string{dockerengine.NoNewPrivileges}) || host.PidsLimit == nil || *host.PidsLimit != 321 {
+				t.Errorf("Privileged %v, CapDrop %v, SecurityOpt %v, PidsLimit %v; want the node's containment with 321 processes",
+					host.Privileged, host.CapDrop, host.SecurityOpt, host.PidsLimit)
+			}
 			if !reflect.DeepEqual(host.DeviceRequests, tc.devices) {
 				t.Errorf("DeviceRequests = %+v, want %+v", host.DeviceRequests, tc.devices)
 			}
 		})
+	}
+}
+
+// TestContainerConfigDefaultCPU: a function that states no CPU gets the
+// node's default quota rather than the whole machine; one that states its
+// own keeps it.
+func TestContainerConfigDefaultCPU(t *testing.T) {
+	contain := dockerengine.DefaultContainment()
+	contain.DefaultCPU = 1.5
+	cfg := Config{Containment: &contain}
+	for _, tc := range []struct {
+		milliCPUs, want int64
+	}{{0, 15e8}, {250, 25e7}} {
+		fn := FunctionConfig{ID: "fn-1", AppID: "app-1", Image: "img@sha256:1", MemoryMB: 128, MilliCPUs: tc.milliCPUs}
+		if _, host := containerConfig(fn, "pool-1", "/s", nil, cfg); host.NanoCPUs != tc.want {
+			t.Errorf("MilliCPUs %d: NanoCPUs = %d, want %d", tc.milliCPUs, host.NanoCPUs, tc.want)
+		}
 	}
 }

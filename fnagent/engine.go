@@ -114,6 +114,13 @@ func newEngine(api dockerengine.API, cfg Config) (*Engine, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Containment == nil {
+		c := dockerengine.DefaultContainment()
+		cfg.Containment = &c
+	}
+	if err := cfg.Containment.Check(); err != nil {
+		return nil, failure.Invalid("containment", "%v", err)
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -583,47 +590,58 @@ func (e *Engine) dispatch(ctx context.Context, p *pool, c *hotContainer, call Ca
 	// connection is back in the transport (or closed) by the time another
 	// call takes the container.
 	defer resp.Body.Close()
-	done := func(keep bool, reason string) {
-		resp.Body.Close()
-		e.release(p, c, keep, reason)
+	keep, reason, cerr, lost := relay(w, resp, fn.MaxResponseBytes, report)
+	if lost != nil {
+		cerr = e.broken(ctx, c, lost, "while streaming its response")
+		cerr.Partial = true // the function's status is already on its way
+		reason = cerr.Message
 	}
+	resp.Body.Close()
+	e.release(p, c, keep, reason)
+	if cerr != nil {
+		return cerr
+	}
+	return nil
+}
 
+// relay applies the container contract to the container's answer and
+// streams the function's response to w. keep says whether the container
+// may serve another call and reason why not; cerr is the call's error
+// (nil when the response reached w whole). lost is a failure of the
+// container's connection while streaming, which only the engine can
+// explain (the container may have died, see Engine.broken); relay then
+// leaves cerr nil and reason "streaming". relay never panics on what a
+// container sends: its input is outside the node's control (FuzzRelay).
+func relay(w http.ResponseWriter, resp *http.Response, maxResponse int64, report *CallReport) (keep bool, reason string, cerr *CallError, lost error) {
 	if kind, keep := containerStatus(resp.StatusCode); kind != "" {
 		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		done(keep, "status "+strconv.Itoa(resp.StatusCode))
-		return callErr(kind, nil, "the container answered %d: %q", resp.StatusCode, snippet)
+		return keep, "status " + strconv.Itoa(resp.StatusCode), callErr(kind, nil, "the container answered %d: %q", resp.StatusCode, snippet), nil
 	}
 	status, err := userStatus(resp.Header)
 	if err != nil {
-		done(false, "invalid Fn-Http-Status")
-		return callErr(KindInvalidResponse, err, "%v", err)
+		return false, "invalid Fn-Http-Status", callErr(KindInvalidResponse, err, "%v", err), nil
 	}
-	if resp.ContentLength > fn.MaxResponseBytes {
-		done(false, "response too big")
-		return callErr(KindResponseTooBig, nil, "the response body is %d bytes; the function may send %d", resp.ContentLength, fn.MaxResponseBytes)
+	if resp.ContentLength > maxResponse {
+		return false, "response too big", callErr(KindResponseTooBig, nil, "the response body is %d bytes; the function may send %d", resp.ContentLength, maxResponse), nil
 	}
 	copyUserHeaders(w.Header(), resp.Header)
 	w.WriteHeader(status)
 
-	n, err := stream(w, resp.Body, fn.MaxResponseBytes)
+	n, err := stream(w, resp.Body, maxResponse)
 	report.ResponseBytes = n
-	if err == nil {
-		done(true, "")
-		return nil
-	}
-	var cerr *CallError
 	var werr writeError
 	switch {
+	case err == nil:
+		return true, "", nil, nil
 	case errors.Is(err, errResponseTooBig):
-		cerr = callErr(KindResponseTooBig, nil, "the response body exceeded the function's %d bytes", fn.MaxResponseBytes)
+		cerr = callErr(KindResponseTooBig, nil, "the response body exceeded the function's %d bytes", maxResponse)
 	case errors.As(err, &werr):
 		cerr = callErr(KindCanceled, werr.err, "writing the response to the caller: %v", werr.err)
 	default:
-		cerr = e.broken(ctx, c, err, "while streaming its response")
+		return false, "streaming", nil, err
 	}
 	cerr.Partial = true
-	done(false, cerr.Message)
-	return cerr
+	return false, cerr.Message, cerr, nil
 }
 
 var errResponseTooBig = errors.New("response too big")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -121,6 +122,9 @@ func (a *Agent) apply(ctx context.Context, cmd nodeproto.Command, result *nodepr
 			return failure.Invalid("launch_workload", "command carries no payload")
 		}
 		result.Workload = &l.WorkloadKey
+		if err := a.checkSecrets(ctx, *l); err != nil {
+			return err
+		}
 		return a.launch(ctx, *l)
 	case nodeproto.KindStopWorkload:
 		s := cmd.StopWorkload
@@ -136,6 +140,29 @@ func (a *Agent) apply(ctx context.Context, cmd nodeproto.Command, result *nodepr
 		return a.runtime.StopWorkload(ctx, *s)
 	}
 	return failure.Invalid("kind", "unknown command kind %q (this agent speaks capability version %d)", cmd.Kind, nodeproto.Version)
+}
+
+// checkSecrets refuses a launch that names secrets it carries no value
+// for (the control plane could not open them) unless its container already
+// exists: one an earlier delivery made before the agent restarted, which
+// the launch then adopts as any redelivered launch does, so the refusal
+// never leaves that container running behind a failed attempt. Called
+// under the workload's lock, so no other launch of it creates it meanwhile.
+func (a *Agent) checkSecrets(ctx context.Context, l nodeproto.LaunchWorkloadCommand) error {
+	missing := l.MissingSecrets()
+	if len(missing) == 0 {
+		return nil
+	}
+	obs, err := a.runtime.Observe(ctx)
+	if err != nil {
+		return err
+	}
+	for _, o := range obs {
+		if o.WorkloadKey == l.WorkloadKey && o.Phase != nodeproto.PhaseMissing {
+			return nil
+		}
+	}
+	return failure.Invalid("launch_workload", "the launch names the secrets %s but carries no value for them (the control plane could not open them; its log says why), so the container was not created", strings.Join(missing, ", "))
 }
 
 // lockKey serializes operations on one workload (a launch and its stop) while

@@ -75,6 +75,9 @@ func (m *memRuntime) LaunchWorkload(_ context.Context, c nodeproto.LaunchWorkloa
 	if err := runtimesim.CheckPinned(c.Image); err != nil {
 		return err
 	}
+	if err := runtimesim.CheckContainment(c); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	// A name conflict is adopted, as the Docker runtime adopts it.

@@ -46,6 +46,13 @@ const AppliedRetention = time.Hour
 // It also holds the session credential, so a restarted agent resumes rather
 // than re-enrolling, and the spool of events it owes the control plane.
 //
+// It never holds a command: an applied operation is remembered by its
+// result event alone. Commands carry what must not reach the node's disk
+// (a launch's secrets, registry credentials), and a restarted agent gets
+// an unfinished launch again, values attached, from the control plane
+// (docs/hardening.md, "Run secrets"); anything added here that keeps a
+// command must strip those first.
+//
 // State is one bbolt file, laid out as state_schema.go draws it, with its
 // schema version in the file: OpenState migrates an older file and refuses
 // a newer one. Every write is one transaction, fsynced before the method

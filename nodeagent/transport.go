@@ -255,11 +255,23 @@ func (t *HTTPTransport) call(ctx context.Context, path, nodeID, token string, bo
 	return nil
 }
 
+// maxForeignError is how much of an answer that is not in the API's error
+// shape an error quotes.
+const maxForeignError = 512
+
+// decodeError is the error a refusal means: the API's error shape as the
+// server wrote it, or, for anything else, a message quoting what came (or
+// saying nothing did), never an empty one.
 func decodeError(resp *http.Response) error {
 	var body api.Error
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if json.Unmarshal(data, &body) != nil || body.Error.Code == "" {
-		body.Error.Message = strings.TrimSpace(string(data))
+		// Not Mercator's error shape (a proxy's page, an empty answer):
+		// the start of what came, so the agent's log says who answered.
+		body.Error.Message = strings.TrimSpace(strings.ToValidUTF8(string(data[:min(len(data), maxForeignError)]), "?"))
+	}
+	if body.Error.Message == "" {
+		body.Error.Message = fmt.Sprintf("control plane answered %d %s with no explanation", resp.StatusCode, http.StatusText(resp.StatusCode))
 	}
 	err := api.FailureOf(resp.StatusCode, body.Error)
 	if resp.StatusCode >= 500 && !errors.Is(err, failure.ErrUnavailable) {

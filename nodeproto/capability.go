@@ -38,15 +38,25 @@
 //     answers over its own request to PathCallLogs. A control plane asks
 //     only agents at VersionCallLogs or later: an older one would take the
 //     unknown command for an operation.
+//   - 5 (2026-12-01): hardening. launch_workload may carry run secrets
+//     (LaunchWorkloadCommand.SecretNames, Secrets) and the containment a
+//     Run asked for (User, ReadOnlyRootfs, Network "none", PidsLimit): an
+//     older agent would ignore them and start the container without them,
+//     so such a launch goes only to an agent at VersionHardening or later.
+//     Agents at this version also hold every container to the node's
+//     containment (capabilities dropped, no-new-privileges, pids, log and
+//     default CPU and memory limits).
 package nodeproto
 
 import (
+	"maps"
+	"regexp"
 	"time"
 )
 
 // Version is the capability version this build speaks. See the package doc
 // for what each version added.
-const Version = 4
+const Version = 5
 
 // The first version of each feature a command may need, from the history
 // above. A control plane sends a command only to a node whose agent is at
@@ -59,6 +69,9 @@ const (
 	VersionFunctions = 3
 	// VersionCallLogs: the call_log command (CallLogCommand).
 	VersionCallLogs = 4
+	// VersionHardening: launch_workload carrying run secrets or
+	// containment fields.
+	VersionHardening = 5
 )
 
 // Paths of the node protocol, relative to the control plane's base URL. Every
@@ -224,9 +237,11 @@ type LaunchWorkloadCommand struct {
 	RegistryAuth string            `json:"registry_auth,omitempty"`
 	Command      []string          `json:"command,omitempty"`
 	Env          map[string]string `json:"env,omitempty"`
-	// CPU in cores (0.5 = half a core); 0 means unlimited.
+	// CPU in cores (0.5 = half a core); 0 means the node's default quota
+	// (unlimited on an agent before VersionHardening).
 	CPU float64 `json:"cpu,omitempty"`
-	// MemoryBytes is a hard limit; 0 means unlimited.
+	// MemoryBytes is a hard limit; 0 means the node's default limit
+	// (unlimited on an agent before VersionHardening).
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 	// GPUs are device UUIDs assigned by the scheduler.
 	GPUs []string `json:"gpus,omitempty"`
@@ -236,6 +251,80 @@ type LaunchWorkloadCommand struct {
 	// Artifacts are mounted read-only; the container is not created until
 	// the node holds every one of them, verified.
 	Artifacts []ArtifactMount `json:"artifacts,omitempty"`
+
+	// SecretNames are the names of the run's secrets (capability version
+	// VersionHardening), stored with the command; Secrets are their
+	// values, which the control plane stores the command without and
+	// attaches, opened from the run's sealed secrets, each time it sends
+	// the command (as RegistryAuth). The agent sets them in the container's
+	// environment beside Env (Environment), refuses a launch that names a
+	// secret it was not given (MissingSecrets), and never writes them to
+	// its state, logs or spool: a launch redelivered after an agent restart
+	// carries them again.
+	SecretNames []string          `json:"secret_names,omitempty"`
+	Secrets     map[string]string `json:"secrets,omitempty"`
+	// Containment the Run asked for (api.RunSpec's fields of the same
+	// names); the node's own containment applies whatever these say.
+	// Setting any of them makes the launch need VersionHardening.
+	//
+	// User runs the command as "uid[:gid]" or a name the image defines;
+	// empty is the image's user.
+	User string `json:"user,omitempty"`
+	// ReadOnlyRootfs mounts the container's root filesystem read-only.
+	ReadOnlyRootfs bool `json:"read_only_rootfs,omitempty"`
+	// Network is "" (the daemon's default bridge) or "none" (loopback
+	// only); a node refuses anything else.
+	Network string `json:"network,omitempty"`
+	// PidsLimit, when positive, replaces the node's process limit, up to
+	// the node's maximum; a launch above it fails.
+	PidsLimit int64 `json:"pids_limit,omitempty"`
+}
+
+// Environment is the container's environment: Env and Secrets together
+// (the control plane never lets a name be in both; were one in both, the
+// secret would win). It returns Env itself when there are no secrets.
+func (l LaunchWorkloadCommand) Environment() map[string]string {
+	if len(l.Secrets) == 0 {
+		return l.Env
+	}
+	env := make(map[string]string, len(l.Env)+len(l.Secrets))
+	maps.Copy(env, l.Env)
+	maps.Copy(env, l.Secrets)
+	return env
+}
+
+// MissingSecrets lists the names in SecretNames that Secrets has no value
+// for: a launch sent without the values it names (the control plane could
+// not open them), which must not start.
+func (l LaunchWorkloadCommand) MissingSecrets() []string {
+	var missing []string
+	for _, name := range l.SecretNames {
+		if _, ok := l.Secrets[name]; !ok {
+			missing = append(missing, name)
+		}
+	}
+	return missing
+}
+
+// NetworkNone is the one network a launch may name instead of the node's
+// default bridge: loopback only.
+const NetworkNone = "none"
+
+// userPattern is a user, and optionally a group, by name or number, as
+// Docker's --user takes them; nothing that could be read as an option or a
+// path.
+var userPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})?$`)
+
+// ValidUser reports whether user is what a launch's User may be: a name or
+// number, optionally with ":group" by name or number, at most 64
+// characters each. The control plane checks it before it stores a run and
+// every node again before it creates a container.
+func ValidUser(user string) bool { return userPattern.MatchString(user) }
+
+// AsksContainment reports whether the launch carries any containment
+// field, and so needs an agent at VersionHardening.
+func (c LaunchWorkloadCommand) AsksContainment() bool {
+	return c.User != "" || c.ReadOnlyRootfs || c.Network != "" || c.PidsLimit != 0
 }
 
 // StopWorkloadCommand stops one attempt: the signal, then after GracePeriod

@@ -55,9 +55,10 @@ type Command struct {
 
 // RequiredVersion is the lowest capability version whose agents can carry
 // out c: VersionArtifacts for prepare_artifact and for a launch
-// that mounts Artifacts, VersionFunctions for invoke,
-// VersionCallLogs for call_log, and 1 (every agent) for the
-// rest. An older agent would fail the command, or take an unknown kind for
+// that mounts Artifacts, VersionFunctions for invoke, VersionCallLogs for
+// call_log, VersionHardening for a launch with secrets or one that asks for
+// containment (LaunchWorkloadCommand.AsksContainment), and 1 (every agent)
+// for the rest. An older agent would fail the command, or take an unknown kind for
 // an operation it must report on, so the control plane sends a command only
 // to a node at this version or later, and a Run whose launch needs more
 // than a node speaks waits, with a reason, rather than go there.
@@ -66,7 +67,11 @@ func RequiredVersion(c Command) int {
 	case KindPrepareArtifact:
 		return VersionArtifacts
 	case KindLaunchWorkload:
-		if c.LaunchWorkload != nil && len(c.LaunchWorkload.Artifacts) > 0 {
+		switch l := c.LaunchWorkload; {
+		case l == nil:
+		case len(l.SecretNames) > 0 || len(l.Secrets) > 0 || l.AsksContainment():
+			return VersionHardening
+		case len(l.Artifacts) > 0:
 			return VersionArtifacts
 		}
 	case KindInvoke:

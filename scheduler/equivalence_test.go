@@ -44,7 +44,10 @@ func randomFleet(rng *rand.Rand, images []string, duplicateIDs bool) []Node {
 			if !uniform {
 				m = models[rng.Intn(len(models))]
 			}
-			n.GPUs = append(n.GPUs, GPU{UUID: fmt.Sprintf("GPU-%s-%d-%d", id, i, k), Model: m.name, MemoryBytes: m.mem})
+			n.GPUs = append(n.GPUs, GPU{UUID: fmt.Sprintf("GPU-%s-%d-%d", id, i, k), Model: m.name, MemoryBytes: m.mem, Disputed: rng.Intn(10) == 0})
+		}
+		if len(n.GPUs) > 0 && rng.Intn(8) == 0 { // a node listing one device twice
+			n.GPUs = append(n.GPUs, n.GPUs[rng.Intn(len(n.GPUs))])
 		}
 		n.UsedCPU = float64(rng.Intn(3))
 		n.UsedMemory = int64(rng.Intn(3)) * 8 * gib
@@ -147,7 +150,12 @@ func TestPropertyWaitingRunsFitNowhere(t *testing.T) {
 		// nobody holds.
 		freeMatching := func(i int, r Run) []string {
 			var free []string
+			seen := map[string]bool{}
 			for _, g := range s.Nodes[i].GPUs {
+				if g.Disputed || seen[g.UUID] {
+					continue
+				}
+				seen[g.UUID] = true
 				if (r.GPUModel == "" || strings.Contains(strings.ToLower(g.Model), strings.ToLower(r.GPUModel))) &&
 					(r.GPUMemory == 0 || g.MemoryBytes >= r.GPUMemory) && !left[i].used[g.UUID] {
 					free = append(free, g.UUID)

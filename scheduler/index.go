@@ -44,6 +44,7 @@ package scheduler
 import (
 	"math"
 	"math/bits"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -97,6 +98,7 @@ type nodeState struct {
 	staticText string
 	freeCPU    float64
 	freeMem    int64
+	gpus       []GPU    // the GPUs that may be placed on (placeable)
 	models     []string // lowercased model of each GPU slot
 	used       []bool   // whether each GPU slot is held
 	free       int      // GPU slots not held
@@ -198,22 +200,23 @@ func newIndex(nodes []Node) *index {
 			x.staticCounts[ns.staticText]++
 			continue
 		}
-		ns.models = make([]string, len(n.GPUs))
-		ns.used = make([]bool, len(n.GPUs))
-		for k, g := range n.GPUs {
+		ns.gpus = placeable(n.GPUs)
+		ns.models = make([]string, len(ns.gpus))
+		ns.used = make([]bool, len(ns.gpus))
+		for k, g := range ns.gpus {
 			ns.models[k] = strings.ToLower(g.Model)
 			ns.used[k] = n.UsedGPUs[g.UUID]
 			if !ns.used[k] {
 				ns.free++
 			}
 		}
-		key := signatureKey(n.GPUs)
+		key := signatureKey(ns.gpus)
 		sig, ok := sigIDs[key]
 		if !ok {
 			sig = int32(len(x.sigs))
 			sigIDs[key] = sig
-			s := signature{models: ns.models, mems: make([]int64, len(n.GPUs))}
-			for k, g := range n.GPUs {
+			s := signature{models: ns.models, mems: make([]int64, len(ns.gpus))}
+			for k, g := range ns.gpus {
 				s.mems[k] = g.MemoryBytes
 			}
 			x.sigs = append(x.sigs, s)
@@ -228,6 +231,31 @@ func newIndex(nodes []Node) *index {
 	}
 	x.fleet = x.newPool(x.eligible)
 	return x
+}
+
+// placeable is the GPUs of a node that may be placed on: gpus less the
+// disputed ones and any UUID listed again (see GPU). It returns gpus itself
+// when nothing is left out, as is usual.
+func placeable(gpus []GPU) []GPU {
+	clean := true
+	for k, g := range gpus {
+		if g.Disputed || (k > 0 && slices.ContainsFunc(gpus[:k], func(o GPU) bool { return o.UUID == g.UUID })) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return gpus
+	}
+	out := make([]GPU, 0, len(gpus))
+	listed := map[string]bool{}
+	for _, g := range gpus {
+		if !g.Disputed && !listed[g.UUID] {
+			out = append(out, g)
+		}
+		listed[g.UUID] = true
+	}
+	return out
 }
 
 // signatureKey names a node's GPUs as a multiset of model and memory.
@@ -314,7 +342,7 @@ func (x *index) commit(ni int32, r *Run, sh shape) []string {
 	var gpus []string
 	if sh.gpus > 0 {
 		free := make([]string, 0, n.free)
-		for k, g := range n.node.GPUs {
+		for k, g := range n.gpus {
 			if !n.used[k] && matches(n.models[k], g.MemoryBytes, &sh) {
 				free = append(free, g.UUID)
 			}
@@ -322,7 +350,7 @@ func (x *index) commit(ni int32, r *Run, sh shape) []string {
 		sort.Strings(free)
 		gpus = free[:sh.gpus:sh.gpus]
 		for _, uuid := range gpus {
-			for k, g := range n.node.GPUs {
+			for k, g := range n.gpus {
 				if g.UUID == uuid {
 					n.used[k] = true
 				}
@@ -370,7 +398,7 @@ func (x *index) check(ni int32, sh *shape) rejection {
 		return fits
 	}
 	matching, free := 0, 0
-	for k, g := range n.node.GPUs {
+	for k, g := range n.gpus {
 		if matches(n.models[k], g.MemoryBytes, sh) {
 			matching++
 			if !n.used[k] {

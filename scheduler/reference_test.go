@@ -26,6 +26,15 @@ func referenceSchedule(s Snapshot) Plan {
 	nodes := make([]*refNodeState, 0, len(s.Nodes))
 	for _, n := range s.Nodes {
 		ns := &refNodeState{Node: n, freeCPU: n.CPU - n.UsedCPU, freeMem: n.MemoryBytes - n.UsedMemory, used: map[string]bool{}}
+		// A disputed GPU, or a UUID listed again, is no device to place on.
+		ns.GPUs = nil
+		listed := map[string]bool{}
+		for _, g := range n.GPUs {
+			if !g.Disputed && !listed[g.UUID] {
+				ns.GPUs = append(ns.GPUs, g)
+			}
+			listed[g.UUID] = true
+		}
 		for u, v := range n.UsedGPUs {
 			ns.used[u] = v
 		}

@@ -8,7 +8,8 @@
 //
 // Feasibility is a list of small predicates (the node is ready and not
 // cordoned; its artifact-copy floor is at least the run's; enough free CPU,
-// memory and GPUs of the requested model and memory). Free capacity
+// memory and GPUs of the requested model and memory). A node's GPUs are
+// those it lists, less the disputed ones and any UUID listed again (GPU). Free capacity
 // subtracts everything running and everything placed but not yet started.
 // Among feasible nodes the score prefers, in order:
 //
@@ -81,11 +82,15 @@ type Node struct {
 	LinkFloorBPS int64
 }
 
-// GPU is one device.
+// GPU is one device. A Disputed GPU is never placed on: another node
+// claims the same UUID, and until an operator says whose it is, giving it
+// to either could give one device to two runs. A UUID a node lists more
+// than once is one device, placed once.
 type GPU struct {
 	UUID        string
 	Model       string
 	MemoryBytes int64
+	Disputed    bool
 }
 
 // Run is a pending run's request.

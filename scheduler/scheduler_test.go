@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"math/rand"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -132,5 +133,33 @@ func TestPropertyNoOvercommit(t *testing.T) {
 				t.Fatalf("run %s waits without a reason", id)
 			}
 		}
+	}
+}
+
+// TestSkipsDisputedAndRepeatedGPUs: a node that lists one device four times
+// has one device, and a disputed device is never handed out (once, four
+// copies of "GPU-dup" went to one run).
+func TestSkipsDisputedAndRepeatedGPUs(t *testing.T) {
+	liar := Node{ID: "liar", Ready: true, CPU: 64, MemoryBytes: 512 * gib}
+	for i := 0; i < 4; i++ {
+		liar.GPUs = append(liar.GPUs, GPU{UUID: "GPU-dup", Model: "H100", MemoryBytes: 80 * gib})
+	}
+	honest := gpuNode("honest", 2, "H100")
+	honest.GPUs[0].Disputed = true
+	p := Schedule(Snapshot{Nodes: []Node{liar, honest}, Pending: []Run{{ID: "four", GPUs: 4}, {ID: "two", GPUs: 2}, {ID: "one", GPUs: 1}, {ID: "again", GPUs: 1}}})
+	handed := map[string]int{}
+	for _, pl := range p.Placements {
+		for _, g := range pl.GPUs {
+			handed[g]++
+		}
+	}
+	if len(p.Placements) != 2 || len(handed) != 2 || handed["GPU-dup"] != 1 || handed["GPU-honest-1"] != 1 {
+		t.Fatalf("placements = %+v, want only one GPU-dup and GPU-honest-1 handed out", p.Placements)
+	}
+	if !strings.Contains(p.Waiting["four"], "2 nodes have fewer than 4 matching GPUs") || !strings.Contains(p.Waiting["two"], "2 nodes have fewer than 2 matching GPUs") {
+		t.Fatalf("waiting = %v, want the disputed and repeated GPUs not counted", p.Waiting)
+	}
+	if !reflect.DeepEqual(p, referenceSchedule(Snapshot{Nodes: []Node{liar, honest}, Pending: []Run{{ID: "four", GPUs: 4}, {ID: "two", GPUs: 2}, {ID: "one", GPUs: 1}, {ID: "again", GPUs: 1}}})) {
+		t.Fatal("the indexed scheduler and the reference disagree")
 	}
 }

@@ -34,6 +34,22 @@ short=-short
 echo "== unit and package tests with the race detector (every package but e2e and fleetsim)"
 go test -race -count=1 $short $(go list ./... | grep -v -e '/e2e' -e '/fleetsim')
 
+# Every fuzz target (Go's native fuzzing, testing.F) for a few seconds, from
+# its committed corpus (testdata/fuzz) onwards: the decoders of outside
+# input (API and node-protocol bodies, tar archives, image references,
+# sizes, durations, the function container's answers, the session stream).
+# The unit tests above already replay each corpus; this explores beyond it.
+# By hand: MERCATOR_FUZZTIME=5m scripts/test.sh, or one target with
+#   go test -run '^$' -fuzz '^FuzzExtractTar$' -fuzztime 10m ./artifactcache
+fuzztime=${MERCATOR_FUZZTIME:-5s}
+[ -n "${MERCATOR_LONG:-}" ] && fuzztime=${MERCATOR_FUZZTIME:-2m}
+echo "== fuzz targets, $fuzztime each"
+for file in $(grep -rl --include='*_test.go' '^func Fuzz' .); do
+  for target in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$file" | cut -d' ' -f2); do
+    go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "./$(dirname "$file")"
+  done
+done
+
 # The fleet simulator is a load test: hundreds of agents and a control plane
 # in one process on two cores. Under the race detector it measures the
 # detector; the code it drives is raced above.

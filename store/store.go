@@ -167,6 +167,10 @@ type Node struct {
 	// void, it takes no work, and its work is treated as on an unreachable
 	// node. A new invitation clears it.
 	RemovedAt *time.Time `json:"removed_at,omitempty"`
+	// Flags are what the control plane found wrong with the node's facts
+	// (package controlplane/internal/factcheck): replaced at every report, except the
+	// GPU disputes, which only an operator clears.
+	Flags []api.NodeFlag `json:"flags,omitempty"`
 }
 
 // Invitation is a single-use enrollment credential, stored by hash only.
@@ -195,6 +199,28 @@ type Run struct {
 	// NextCheck, when set, is when the reconciler must look at this run again
 	// without being prompted (a lease to check, a deadline to enforce).
 	NextCheck *time.Time `json:"next_check,omitempty"`
+	// SealedSecrets are the run's secrets, by name, each sealed by the
+	// control plane (which alone holds the key) and bound to the run and
+	// the name; the store never sees a secret in the clear. The embedded
+	// api.RunSpec.Secrets shows them as a read does, each name with
+	// api.SecretRedacted: a store reads it back so from SealedSecrets, and
+	// refuses to write a record whose Secrets holds anything else
+	// (failure.ErrInvalid), so a caller that forgot to seal fails rather
+	// than writes the secret to disk.
+	SealedSecrets map[string][]byte `json:"sealed_secrets,omitempty"`
+}
+
+// RedactedSecrets is a run's secrets as every read shows them: each sealed
+// name with api.SecretRedacted; nil when there are none.
+func RedactedSecrets(sealed map[string][]byte) map[string]string {
+	if len(sealed) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(sealed))
+	for name := range sealed {
+		out[name] = api.SecretRedacted
+	}
+	return out
 }
 
 // ListRunsOptions filters ListRuns. Zero values mean no filter; Limit 0 means

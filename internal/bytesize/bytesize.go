@@ -29,7 +29,8 @@ func Format(n int64) string {
 }
 
 // sizeUnits are the units Parse accepts, matched without regard to case:
-// decimal (powers of 1000) and binary (powers of 1024). Single letters such
+// decimal (powers of 1000) and binary (powers of 1024), up to the exa
+// units Format may print, so whatever Format prints Parse reads. Single letters such
 // as "m" are refused on purpose: Docker reads "64m" as MiB and Kubernetes
 // reads "64M" as MB, and a memory limit is no place to guess.
 var sizeUnits = map[string]int64{
@@ -39,10 +40,14 @@ var sizeUnits = map[string]int64{
 	"mb":  1000 * 1000,
 	"gb":  1000 * 1000 * 1000,
 	"tb":  1000 * 1000 * 1000 * 1000,
+	"pb":  1000 * 1000 * 1000 * 1000 * 1000,
+	"eb":  1000 * 1000 * 1000 * 1000 * 1000 * 1000,
 	"kib": 1 << 10,
 	"mib": 1 << 20,
 	"gib": 1 << 30,
 	"tib": 1 << 40,
+	"pib": 1 << 50,
+	"eib": 1 << 60,
 }
 
 // Parse reads a byte count, the inverse of Format for people's input, such as "64MiB", "1.5GB", "512 KiB" or
@@ -69,7 +74,7 @@ func Parse(s string) (int64, error) {
 			u := strings.ToUpper(unit)
 			return 0, fmt.Errorf("%q has an ambiguous unit %q: write %siB (powers of 1024) or %sB (powers of 1000)", s, t[i:], u, u)
 		}
-		return 0, fmt.Errorf("%q has an unknown unit %q; use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB", s, t[i:])
+		return 0, fmt.Errorf("%q has an unknown unit %q; use B, KB, MB, GB, TB, PB, EB, KiB, MiB, GiB, TiB, PiB or EiB", s, t[i:])
 	}
 	v, err := strconv.ParseFloat(num, 64)
 	if err != nil {
@@ -80,4 +85,28 @@ func Parse(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is too large", s)
 	}
 	return int64(bytes), nil
+}
+
+// Value is a size flag (flag.Value): Set reads what Parse reads, String
+// prints what Format prints, so a flag's default shows as people write it.
+// A CLI whose flags take sizes needs no parsing of its own.
+type Value int64
+
+// Set implements flag.Value.
+func (v *Value) Set(s string) error {
+	n, err := Parse(s)
+	if err != nil {
+		return err
+	}
+	*v = Value(n)
+	return nil
+}
+
+// String implements flag.Value; zero is "0", which help output takes for
+// a flag without a default.
+func (v *Value) String() string {
+	if v == nil || *v == 0 {
+		return "0"
+	}
+	return Format(int64(*v))
 }

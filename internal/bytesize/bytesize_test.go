@@ -67,3 +67,16 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+func TestValue(t *testing.T) {
+	var v Value
+	if v.String() != "0" {
+		t.Errorf("zero Value prints %q, want 0", v.String())
+	}
+	if err := v.Set("64MiB"); err != nil || v != 64<<20 || v.String() != "64.0 MiB" {
+		t.Errorf("Set(64MiB) = %v, %d %q", err, v, v.String())
+	}
+	if err := v.Set("-1"); err == nil || v != 64<<20 {
+		t.Errorf("Set(-1) = %v, left %d; want an error and the value unchanged", err, v)
+	}
+}

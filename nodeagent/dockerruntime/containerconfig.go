@@ -1,6 +1,7 @@
 package dockerruntime
 
 import (
+	"cmp"
 	"math"
 	"path"
 	"slices"
@@ -25,27 +26,38 @@ import (
 //
 //   - the pinned image, the command as the container's arguments (an
 //     image's ENTRYPOINT applies; without one the first element is the
-//     program), and the environment sorted, so one command always asks
-//     for the same container;
+//     program), and the environment (Env and the run's secrets:
+//     LaunchWorkloadCommand.Environment) sorted, so one command always
+//     asks for the same container. The daemon keeps a container's
+//     environment in its configuration on its disk (docs/hardening.md,
+//     "Run secrets"), the one place on the node a secret is written;
 //   - the labels that make the container this attempt's on this node
 //     (dockerengine.LabelRun, dockerengine.LabelAttempt, dockerengine.LabelNode, dockerengine.LabelTimeout, dockerengine.LabelImage, and
 //     dockerengine.LabelArtifacts naming the mounted digests);
 //   - every Artifact bind-mounted read-only at its mount path;
 //   - CPU as a CFS quota (NanoCPUs), MemoryBytes as a hard limit with swap
-//     included, and GPUs handed to the NVIDIA runtime by UUID.
+//     included, each the node's default (contain) when the command states
+//     none, and GPUs handed to the NVIDIA runtime by UUID;
+//   - the node's containment (dockerengine.Containment.Apply): capabilities
+//     dropped, no-new-privileges, never privileged, a process limit (the
+//     command's PidsLimit up to contain.MaxPidsLimit, else the node's),
+//     and a json-file log rotated at contain.LogMaxBytes;
+//   - what the command asked for: its User, a read-only root filesystem,
+//     and the "none" network.
 //
-// Nothing is set for a zero CPU, memory or GPU list: the container gets the
-// machine. A command that cannot make a container is failure.ErrInvalid,
-// naming the field.
-func containerConfig(command nodeproto.LaunchWorkloadCommand, nodeID string, artifactPath func(digest string) string) (*container.Config, *container.HostConfig, error) {
-	if err := checkLaunch(command); err != nil {
+// Nothing else reaches the host: the only mounts are the Artifacts', read
+// only, from where the node keeps them; the only devices are the GPUs the
+// scheduler assigned. A command that cannot make a container is
+// failure.ErrInvalid, naming the field.
+func containerConfig(command nodeproto.LaunchWorkloadCommand, nodeID string, contain dockerengine.Containment, artifactPath func(digest string) string) (*container.Config, *container.HostConfig, error) {
+	if err := checkLaunch(command, contain); err != nil {
 		return nil, nil, err
 	}
 	ref, err := pinnedImage(command.Image)
 	if err != nil {
 		return nil, nil, err
 	}
-	env, err := containerEnv(command.Env)
+	env, err := containerEnv(command.Environment()) // Env and the run's secrets
 	if err != nil {
 		return nil, nil, err
 	}
@@ -65,14 +77,16 @@ func containerConfig(command nodeproto.LaunchWorkloadCommand, nodeID string, art
 	if len(digests) > 0 {
 		labels[dockerengine.LabelArtifacts] = strings.Join(digests, ",")
 	}
-	config := &container.Config{Image: ref, Cmd: command.Command, Env: env, Labels: labels}
-	hostConfig := &container.HostConfig{Mounts: mounts}
-	if command.CPU > 0 {
-		hostConfig.NanoCPUs = int64(math.Round(command.CPU * 1e9))
+	config := &container.Config{Image: ref, Cmd: command.Command, Env: env, Labels: labels, User: command.User}
+	hostConfig := &container.HostConfig{Mounts: mounts, LogConfig: contain.RunLogConfig(),
+		ReadonlyRootfs: command.ReadOnlyRootfs, NetworkMode: container.NetworkMode(command.Network)}
+	contain.Apply(hostConfig, command.PidsLimit)
+	if cpu := cmp.Or(command.CPU, contain.DefaultCPU); cpu > 0 {
+		hostConfig.NanoCPUs = int64(math.Round(cpu * 1e9))
 	}
-	if command.MemoryBytes > 0 {
-		hostConfig.Memory = command.MemoryBytes
-		hostConfig.MemorySwap = command.MemoryBytes
+	if memory := cmp.Or(command.MemoryBytes, contain.DefaultMemoryBytes); memory > 0 {
+		hostConfig.Memory = memory
+		hostConfig.MemorySwap = memory
 	}
 	if len(command.GPUs) > 0 {
 		hostConfig.DeviceRequests = []container.DeviceRequest{{
@@ -84,9 +98,19 @@ func containerConfig(command nodeproto.LaunchWorkloadCommand, nodeID string, art
 	return config, hostConfig, nil
 }
 
-// checkLaunch refuses the fields no container can be made from.
-func checkLaunch(command nodeproto.LaunchWorkloadCommand) error {
+// checkLaunch refuses the fields no container can be made from, and the
+// containment this node does not grant: a network other than the default
+// and "none", a user that is not a name or number, more processes than
+// contain.MaxPidsLimit. The control plane checks the same (api.RunSpec),
+// and this node checks again, because it is what holds the machine.
+func checkLaunch(command nodeproto.LaunchWorkloadCommand, contain dockerengine.Containment) error {
 	switch {
+	case command.Network != "" && command.Network != nodeproto.NetworkNone:
+		return failure.Invalid("network", "%q is not a network this node gives a run: only \"none\" or the default", command.Network)
+	case command.User != "" && !nodeproto.ValidUser(command.User):
+		return failure.Invalid("user", "%q is not a user name or uid[:gid]", command.User)
+	case command.PidsLimit < 0 || command.PidsLimit > contain.MaxPidsLimit:
+		return failure.Invalid("pids_limit", "%d processes asked for; this node allows from 1 to %d (its --max-pids)", command.PidsLimit, contain.MaxPidsLimit)
 	case command.RunID == "":
 		return failure.Invalid("run_id", "a launch needs a run ID")
 	case command.Attempt < 0:

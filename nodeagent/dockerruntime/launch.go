@@ -31,7 +31,7 @@ import (
 //
 // What the container is made of is containerConfig's (containerconfig.go):
 // the image must be pinned, Artifacts are mounted read-only, CPU, memory and
-// GPUs are limits. The image is expected to be held already (the agent's
+// GPUs are limits, and the node's containment applies (WithContainment). The image is expected to be held already (the agent's
 // image step ran PrepareImage); one the daemon lacks is pulled once and the
 // create made again, so a launch on its own still works. Its Artifacts are
 // prepared (or awaited, when a prepare of them is under way) and pinned
@@ -47,7 +47,7 @@ import (
 // same command cannot succeed. The container is left in place, and Observe
 // reports it failed.
 func (docker *Runtime) LaunchWorkload(ctx context.Context, command nodeproto.LaunchWorkloadCommand) error {
-	config, hostConfig, err := containerConfig(command, docker.nodeID, docker.artifacts.Path)
+	config, hostConfig, err := containerConfig(command, docker.nodeID, docker.contain, docker.artifacts.Path)
 	if err != nil {
 		return err
 	}

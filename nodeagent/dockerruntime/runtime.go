@@ -56,6 +56,8 @@ type Runtime struct {
 	// under artifactRoot; it is made once the options are read.
 	artifactOpts artifactcache.Options
 	artifacts    *artifactcache.Cache
+	// contain is what every Run container is held to (WithContainment).
+	contain dockerengine.Containment
 	// negotiate pings the daemon and fixes the API version; nil for a
 	// runtime over a fake client.
 	negotiate func(ctx context.Context) error
@@ -114,6 +116,14 @@ func WithKernelReports(root string) Option {
 // without it, no disk figure is reported.
 func WithArtifactRoot(root string) Option {
 	return func(docker *Runtime) { docker.artifactRoot = root }
+}
+
+// WithContainment holds every Run container this runtime creates to c
+// (see dockerengine.Containment; the caller has checked it with
+// Containment.Check). Without it a runtime applies
+// dockerengine.DefaultContainment.
+func WithContainment(c dockerengine.Containment) Option {
+	return func(docker *Runtime) { docker.contain = c }
 }
 
 // New connects to the Docker daemon at host ("unix:///…", "tcp://…"), or,
@@ -181,6 +191,7 @@ func newRuntime(api dockerengine.API, options ...Option) *Runtime {
 	docker := &Runtime{
 		api:        api,
 		cgroupRoot: "/sys/fs/cgroup",
+		contain:    dockerengine.DefaultContainment(),
 	}
 	for _, option := range options {
 		option(docker)

@@ -4,8 +4,8 @@
 // does with a command. The agent tests' in-memory runtime and the fleet
 // simulator's runtime use it, so both pass the conformance suite
 // (nodeagent/runtimetest) the Docker runtime passes, instead of accepting
-// what Docker refuses. It imports only imageref and failure, so any
-// package may import it; nothing in the control plane or the agent does.
+// what Docker refuses. It imports only imageref, nodeproto and failure, so
+// any package may import it; nothing in the control plane or the agent does.
 package runtimesim
 
 import (
@@ -15,6 +15,7 @@ import (
 
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/imageref"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // CheckPinned refuses, with failure.ErrInvalid, an image reference the
@@ -27,6 +28,24 @@ func CheckPinned(image string) error {
 	}
 	if !ref.Pinned() || ref.Tag() != "" {
 		return failure.Invalid("image", "%q is not pinned by a manifest digest alone; want repo@sha256:<64 hex digits>", image)
+	}
+	return nil
+}
+
+// CheckContainment refuses, with failure.ErrInvalid naming the field, the
+// containment a launch may not ask of any node, as the Docker runtime
+// refuses it: a network other than the default and nodeproto.NetworkNone,
+// a User that is not nodeproto.ValidUser, a negative PidsLimit. (A limit
+// above a node's own maximum is that node's configuration, which a
+// simulated node does not have.)
+func CheckContainment(c nodeproto.LaunchWorkloadCommand) error {
+	switch {
+	case c.Network != "" && c.Network != nodeproto.NetworkNone:
+		return failure.Invalid("network", "%q is not a network a node gives a run: only %q or the default", c.Network, nodeproto.NetworkNone)
+	case c.User != "" && !nodeproto.ValidUser(c.User):
+		return failure.Invalid("user", "%q is not a user name or uid[:gid]", c.User)
+	case c.PidsLimit < 0:
+		return failure.Invalid("pids_limit", "%d processes is negative", c.PidsLimit)
 	}
 	return nil
 }

@@ -47,6 +47,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"PrepareImageRefusesUnpinned", prepareImageRefusesUnpinned},
 		{"PrepareImageIsIdempotent", prepareImageIsIdempotent},
 		{"LaunchRefusesUnpinned", launchRefusesUnpinned},
+		{"LaunchRefusesContainmentNoNodeGrants", launchRefusesContainmentNoNodeGrants},
+		{"LaunchWithContainmentRuns", launchWithContainmentRuns},
 		{"LaunchReportsExitWithDaemonMoments", launchReportsExitWithDaemonMoments},
 		{"RedeliveredLaunchStartsNothing", redeliveredLaunchStartsNothing},
 		{"StopOfUnknownWorkloadSucceeds", stopOfUnknownWorkloadSucceeds},
@@ -93,6 +95,47 @@ func launchRefusesUnpinned(t *testing.T, h Harness) {
 	}
 	if len(observations) != 0 {
 		t.Errorf("Observe after refused launches = %+v, want nothing", observations)
+	}
+}
+
+// launchRefusesContainmentNoNodeGrants: the host's network, another
+// container's, a user that reads as an option, a negative process limit
+// are refused as invalid, and leave nothing behind for Observe to report.
+func launchRefusesContainmentNoNodeGrants(t *testing.T, h Harness) {
+	for i, change := range []func(*nodeproto.LaunchWorkloadCommand){
+		func(c *nodeproto.LaunchWorkloadCommand) { c.Network = "host" },
+		func(c *nodeproto.LaunchWorkloadCommand) { c.Network = "container:other" },
+		func(c *nodeproto.LaunchWorkloadCommand) { c.User = "--privileged" },
+		func(c *nodeproto.LaunchWorkloadCommand) { c.PidsLimit = -1 },
+	} {
+		launch := nodeproto.LaunchWorkloadCommand{WorkloadKey: nodeproto.WorkloadKey{RunID: RunID(t), Attempt: i + 1}, Image: h.Image, Command: []string{"exit", "0"}}
+		change(&launch)
+		if err := h.Runtime.LaunchWorkload(context.Background(), launch); !errors.Is(err, failure.ErrInvalid) {
+			t.Errorf("LaunchWorkload(network %q, user %q, pids %d) = %v, want an error matching failure.ErrInvalid",
+				launch.Network, launch.User, launch.PidsLimit, err)
+		}
+	}
+	observations, err := h.Runtime.Observe(context.Background())
+	if err != nil {
+		t.Fatalf("Observe: %v", err)
+	}
+	if len(observations) != 0 {
+		t.Errorf("Observe after refused launches = %+v, want nothing", observations)
+	}
+}
+
+// launchWithContainmentRuns: what a Run may ask (a numeric user, a
+// read-only root filesystem, no network, a process limit) still runs the
+// test workload, a static program in an image FROM scratch, to its exit.
+func launchWithContainmentRuns(t *testing.T, h Harness) {
+	key := nodeproto.WorkloadKey{RunID: RunID(t), Attempt: 1}
+	launch := nodeproto.LaunchWorkloadCommand{WorkloadKey: key, Image: h.Image, Command: []string{"exit", "4"},
+		User: "65534:65534", ReadOnlyRootfs: true, Network: nodeproto.NetworkNone, PidsLimit: 64}
+	if err := h.Runtime.LaunchWorkload(context.Background(), launch); err != nil {
+		t.Fatalf("LaunchWorkload: %v", err)
+	}
+	if o := WaitForPhase(t, h.Runtime, key, nodeproto.PhaseExited); o.ExitCode == nil || *o.ExitCode != 4 {
+		t.Errorf("ExitCode = %v, want 4", derefInt(o.ExitCode))
 	}
 }
 

@@ -45,6 +45,48 @@ func testRuns(t *testing.T, s store.Store) {
 	})
 }
 
+// testRunSecrets: a run's secrets are stored only sealed, read back as
+// they were written beside their redacted names, and a run carrying a
+// secret in the clear (or a redacted name with nothing sealed) is refused.
+func testRunSecrets(t *testing.T, s store.Store) {
+	r := sampleRun("run-s", at(0), api.RunQueued)
+	r.SealedSecrets = map[string][]byte{"TOKEN": {0, 1, 2, 0xff}, "KEY": {0xfe}}
+	r.Secrets = store.RedactedSecrets(r.SealedSecrets)
+	noNames := sampleRun("run-n", at(time.Second), api.RunQueued)
+	noNames.SealedSecrets = map[string][]byte{"KEY": {7}}
+	update(t, s, func(tx store.Tx) error {
+		clear := sampleRun("run-c", at(0), api.RunQueued)
+		clear.Secrets = map[string]string{"TOKEN": "s3cret"}
+		clear.SealedSecrets = map[string][]byte{"TOKEN": {1}}
+		wantKind(t, tx.CreateRun(clear), failure.ErrInvalid, "run-c")
+		unsealed := sampleRun("run-u", at(0), api.RunQueued)
+		unsealed.Secrets = map[string]string{"TOKEN": api.SecretRedacted}
+		wantKind(t, tx.CreateRun(unsealed), failure.ErrInvalid, "run-u")
+		must(t, tx.CreateRun(noNames))
+		return tx.CreateRun(r)
+	})
+	update(t, s, func(tx store.Tx) error {
+		same(t, "run with secrets", must1[store.Run](t)(tx.GetRun("run-s")), r)
+		got := must1[store.Run](t)(tx.GetRun("run-n"))
+		if got.Secrets["KEY"] != api.SecretRedacted || len(got.Secrets) != 1 {
+			t.Errorf("a run stored with sealed secrets and no names reads back with Secrets %v, want KEY redacted", got.Secrets)
+		}
+		changed := r
+		changed.Secrets = map[string]string{"TOKEN": "s3cret", "KEY": api.SecretRedacted}
+		wantKind(t, tx.PutRun(changed), failure.ErrInvalid, "run-s")
+		return nil
+	})
+	view(t, s, func(tx store.Tx) error {
+		listed := must1[[]store.Run](t)(tx.ListRuns(store.ListRunsOptions{}))
+		i := slices.IndexFunc(listed, func(x store.Run) bool { return x.ID == "run-s" })
+		if i < 0 {
+			t.Fatalf("ListRuns lacks run-s: %v", runIDs(listed))
+		}
+		same(t, "listed run with secrets", listed[i], r)
+		return nil
+	})
+}
+
 func testListRuns(t *testing.T, s store.Store) {
 	plus2 := time.FixedZone("UTC+2", 2*60*60)
 	runs := []store.Run{

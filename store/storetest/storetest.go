@@ -58,6 +58,7 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opts Opti
 		{"Invitations", testInvitations},
 		{"Sessions", testSessions},
 		{"Runs", testRuns},
+		{"RunSecrets", testRunSecrets},
 		{"ListRuns", testListRuns},
 		{"ListRunsNodeIndex", testListRunsNodeIndex},
 		{"ListRunsPages", testListRunsPages},

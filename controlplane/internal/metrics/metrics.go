@@ -49,8 +49,12 @@ type Set struct {
 	// was full (package httpapi's Auditor).
 	AuditDropped prometheus.Counter
 	// Pruned counts what the retention sweeps deleted, by task (package
-	// sweep).
+	// controlplane/internal/retention).
 	Pruned *prometheus.CounterVec
+	// FactFlags counts flags raised on node facts at intake, by kind
+	// (api.NodeFlagFactsRefused, …; package controlplane/internal/factcheck): each
+	// time a report raises a flag its node did not carry.
+	FactFlags *prometheus.CounterVec
 }
 
 // New returns a server's series, registered.
@@ -81,8 +85,10 @@ func New() *Set {
 			Help: "Audit entries dropped because the audit queue was full."}),
 		Pruned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_retention_deleted_total",
 			Help: "Records the retention sweeps deleted, by task (runs, operations, calls, events, sessions, invitations, audit, uploads)."}, []string{"task"}),
+		FactFlags: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_node_fact_flags_total",
+			Help: "Flags raised on node facts when a node reported them, by kind (facts_refused, gpu_disputed, gpu_duplicate, gpu_uuid_format, gpu_memory, share_above_capacity, facts_jump)."}, []string{"kind"}),
 	}
-	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.Pruned,
+	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.Pruned, m.FactFlags,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

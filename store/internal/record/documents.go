@@ -95,7 +95,6 @@ type runDoc struct {
 	GPUMemoryBytes      int64              `json:"gpu_memory_bytes,omitempty"`
 	ReplaceAfterSeconds int64              `json:"replace_after_seconds,omitempty"`
 	Artifacts           []artifactMountDoc `json:"artifacts,omitempty"`
-	LogLimitBytes       int64              `json:"log_limit_bytes,omitempty"`
 	PinnedImage         string             `json:"pinned_image"`
 	Status              string             `json:"status"`
 	Reason              string             `json:"reason,omitempty"`
@@ -106,6 +105,19 @@ type runDoc struct {
 	UpdatedAt           time.Time          `json:"updated_at"`
 	FinishedAt          *time.Time         `json:"finished_at,omitempty"`
 	NextCheck           *time.Time         `json:"next_check,omitempty"`
+	// SealedSecrets: the run's secrets only sealed (store.Run); their
+	// redacted form (api.RunSpec.Secrets) is not stored but read back
+	// from these names.
+	SealedSecrets map[string][]byte `json:"sealed_secrets,omitempty"`
+
+	// Containment the run asked for (api.RunSpec).
+	User           string `json:"user,omitempty"`
+	ReadOnlyRootfs bool   `json:"read_only_rootfs,omitempty"`
+	Network        string `json:"network,omitempty"`
+	PidsLimit      int64  `json:"pids_limit,omitempty"`
+
+	// The log cap the run asked for (api.RunSpec.LogLimitBytes).
+	LogLimitBytes int64 `json:"log_limit_bytes,omitempty"`
 }
 
 // attemptDoc is an api.Attempt as stored: the same fields, so that a
@@ -141,10 +153,12 @@ func runDocOf(r store.Run) runDoc {
 		ID: r.ID, Image: r.Image, Command: r.Command, Env: r.Env, CPU: r.CPU,
 		MemoryBytes: r.MemoryBytes, TimeoutSeconds: r.TimeoutSeconds, Retries: r.Retries,
 		GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemoryBytes: r.GPUMemoryBytes,
-		ReplaceAfterSeconds: r.ReplaceAfterSeconds, LogLimitBytes: r.LogLimitBytes,
-		PinnedImage: r.PinnedImage, Status: r.Status, Reason: r.Reason, ExitCode: r.ExitCode,
+		ReplaceAfterSeconds: r.ReplaceAfterSeconds,
+		PinnedImage:         r.PinnedImage, Status: r.Status, Reason: r.Reason, ExitCode: r.ExitCode,
 		Cancel: r.Cancel, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
-		NextCheck: r.NextCheck,
+		NextCheck: r.NextCheck, SealedSecrets: r.SealedSecrets,
+		User: r.User, ReadOnlyRootfs: r.ReadOnlyRootfs, Network: r.Network, PidsLimit: r.PidsLimit,
+		LogLimitBytes: r.LogLimitBytes,
 	}
 	d.Artifacts = convertAll(r.Artifacts, func(m api.ArtifactMount) artifactMountDoc { return artifactMountDoc(m) })
 	d.Attempts = convertAll(r.Attempts, func(a api.Attempt) attemptDoc { return attemptDoc(a) })
@@ -158,11 +172,14 @@ func (d runDoc) record() store.Run {
 			Image: d.Image, Command: d.Command, Env: d.Env, CPU: d.CPU,
 			MemoryBytes: d.MemoryBytes, TimeoutSeconds: d.TimeoutSeconds, Retries: d.Retries,
 			GPUs: d.GPUs, GPUModel: d.GPUModel, GPUMemoryBytes: d.GPUMemoryBytes,
-			ReplaceAfterSeconds: d.ReplaceAfterSeconds, LogLimitBytes: d.LogLimitBytes,
+			ReplaceAfterSeconds: d.ReplaceAfterSeconds,
+			User:                d.User, ReadOnlyRootfs: d.ReadOnlyRootfs, Network: d.Network, PidsLimit: d.PidsLimit,
+			LogLimitBytes: d.LogLimitBytes,
 		},
 		PinnedImage: d.PinnedImage, Status: d.Status, Reason: d.Reason, ExitCode: d.ExitCode,
 		Cancel: d.Cancel, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, FinishedAt: d.FinishedAt,
-	}, NextCheck: d.NextCheck}
+	}, NextCheck: d.NextCheck, SealedSecrets: d.SealedSecrets}
+	r.Secrets = store.RedactedSecrets(d.SealedSecrets)
 	r.Artifacts = convertAll(d.Artifacts, func(m artifactMountDoc) api.ArtifactMount { return api.ArtifactMount(m) })
 	r.Attempts = convertAll(d.Attempts, func(a attemptDoc) api.Attempt { return api.Attempt(a) })
 	return r

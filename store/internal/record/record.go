@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
@@ -38,9 +39,19 @@ func Session(s store.Session) error {
 	return required("node_id", s.NodeID)
 }
 
-// Run checks that r can be stored: it needs an ID.
+// Run checks that r can be stored: it needs an ID, and its secrets only
+// sealed (store.Run.SealedSecrets): Secrets may only show, redacted, the
+// names sealed.
 func Run(r store.Run) error {
-	return required("id", r.ID)
+	if err := required("id", r.ID); err != nil {
+		return err
+	}
+	for name, v := range r.Secrets {
+		if _, sealed := r.SealedSecrets[name]; v != api.SecretRedacted || !sealed {
+			return failure.Invalid("secrets", "run %s: secret %s must be sealed before it is stored (SealedSecrets); a store never holds a secret in the clear", r.ID, name)
+		}
+	}
+	return nil
 }
 
 // Operation checks that op can be stored: it needs an ID and a node, because

@@ -11,6 +11,7 @@
 //	exit N               print "exiting N"; exit N
 //	sleep SECONDS        print "sleeping"; sleep; exit 0 promptly on SIGTERM or SIGINT
 //	env NAME             print the value of the environment variable NAME
+//	env-sha256 NAME      print the SHA-256 in hex of NAME's value, never the value itself
 //	lines N              print "line 1" … "line N" to stdout and "stderr line" to stderr
 //	ignore-term SECONDS  print "ignoring SIGTERM"; ignore SIGTERM; sleep; exit 0
 //	cat PATH             print the file's content; exit 1 if it cannot be read
@@ -80,6 +81,13 @@ func run(args []string) int {
 		}
 		fmt.Println(os.Getenv(rest[0]))
 		return 0
+	case "env-sha256":
+		if len(rest) != 1 {
+			fmt.Fprintln(os.Stderr, "env-sha256: want exactly one NAME")
+			return 2
+		}
+		fmt.Printf("%x\n", sha256.Sum256([]byte(os.Getenv(rest[0]))))
+		return 0
 	case "lines":
 		n, ok := intArg(rest)
 		if !ok {
@@ -141,7 +149,7 @@ func secondsArg(rest []string) (time.Duration, bool) {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: workload echo ARGS... | exit N | sleep SECONDS | env NAME | lines N | ignore-term SECONDS")
+	fmt.Fprintln(os.Stderr, "usage: workload echo ARGS... | exit N | sleep SECONDS | env NAME | env-sha256 NAME | lines N | ignore-term SECONDS")
 }
 
 // fileBehaviour reads or writes one path: cat, sha256 and touch.
