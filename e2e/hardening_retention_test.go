@@ -79,3 +79,62 @@ func TestHardeningRetentionLogCap(t *testing.T) {
 		t.Errorf("database grew %d bytes for a log capped at %d: more than the cap plus %d", grown, limit, margin)
 	}
 }
+
+// sqliteInt is one integer a query of the control plane's SQLite database
+// answers, read through a connection of its own.
+func sqliteInt(t *testing.T, path, query string) int64 {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n sql.NullInt64
+	if err := db.QueryRowContext(t.Context(), query).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n.Int64
+}
+
+// TestHardeningRetentionEventPruning: with a real agent delivering the
+// events of many runs and the sweep running every second, the node's
+// de-duplication rows are pruned behind the watermark it declares: what is
+// kept is bounded by the watermark's stride, not by how many events were
+// applied.
+func TestHardeningRetentionEventPruning(t *testing.T) {
+	const runs = 150
+	c := startClusterWith(t, 10*time.Second, func(o *daemon.ServerOptions) {
+		o.Config.Retention.SweepEvery = time.Second
+	})
+	node := c.startAgent("prune")
+	specs := make([]api.RunSpec, runs)
+	for i := range specs {
+		specs[i] = api.RunSpec{Image: c.workload, Command: []string{"echo", strconv.Itoa(i)}}
+	}
+	submitted, err := c.client.SubmitRuns(c.ctx, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range submitted {
+		if r, err := c.client.WaitRun(c.ctx, r.ID); err != nil || r.Status != api.RunSucceeded {
+			t.Fatalf("run %s: %s, %v", r.ID, r.Status, err)
+		}
+	}
+	db := filepath.Join(c.dataDir, "mercator.db")
+	applied := func() int64 {
+		return sqliteInt(t, db, "SELECT MAX(seq) FROM events WHERE node_id = '"+node+"'") + 1
+	}
+	var kept, watermark int64
+	c.waitFor("the node's event rows pruned behind its watermark", func() bool {
+		watermark = sqliteInt(t, db, "SELECT MAX(seq) FROM event_watermarks WHERE node_id = '"+node+"'")
+		kept = sqliteInt(t, db, "SELECT COUNT(*) FROM events WHERE node_id = '"+node+"'")
+		below := sqliteInt(t, db, fmt.Sprintf("SELECT COUNT(*) FROM events WHERE node_id = '%s' AND seq <= %d", node, watermark))
+		return watermark > 0 && below == 0
+	})
+	total := applied()
+	fmt.Printf("event pruning: %d runs, the node's events numbered 0..%d; its watermark at %d; %d de-duplication rows kept (before: one per event, %d)\n",
+		runs, total-1, watermark, kept, total)
+	if kept > total-watermark {
+		t.Errorf("%d rows kept, more than the %d above the watermark", kept, total-watermark)
+	}
+}
