@@ -82,6 +82,12 @@ type RunSpec struct {
 	// container; the container starts only once its node holds them all.
 	Artifacts []ArtifactMount `json:"artifacts,omitempty"`
 
+	// Retention (issue 16, item 4). LogLimitBytes caps each attempt's
+	// log as the control plane keeps it: past it, output is dropped and
+	// the log ends with one line saying where it was truncated. 0 means
+	// the control plane's default (100 MiB unless configured); more than
+	// its maximum (--max-log-limit) is refused at submit.
+	LogLimitBytes int64 `json:"log_limit_bytes,omitempty"`
 	// Secrets (hardening: run secrets) are set in the container's
 	// environment like Env, but are write-only: the control plane seals
 	// them as it accepts the run, sends them only inside the launch command

@@ -28,6 +28,10 @@ const (
 	MaxRunStringBytes = 128 << 10
 	// MaxRunArtifacts bounds the Artifacts of one run.
 	MaxRunArtifacts = 64
+	// MinRunLogLimit and MaxRunLogLimit bound LogLimitBytes when set; a
+	// control plane's own maximum is usually lower.
+	MinRunLogLimit = 4 << 10
+	MaxRunLogLimit = 1 << 40
 	// MaxRunSecrets bounds the Secrets of one run, and MaxRunSecretBytes
 	// one secret's value: room for a PEM key or a kubeconfig, while a
 	// whole "NAME=VALUE" stays well under the kernel's 128 KiB limit on
@@ -123,6 +127,8 @@ func (s RunSpec) validateLimits() error {
 		return failure.Invalid("gpu_model", "must be a model name such as H100, at most 128 characters on one line")
 	case s.ReplaceAfterSeconds > MaxRunTimeout:
 		return failure.Invalid("replace_after_seconds", "must be at most %d (30 days), 0 for the default or negative for never", MaxRunTimeout)
+	case s.LogLimitBytes != 0 && (s.LogLimitBytes < MinRunLogLimit || s.LogLimitBytes > MaxRunLogLimit):
+		return failure.Invalid("log_limit_bytes", "must be from %d (4 KiB) to %d (1 TiB) bytes, or 0 for the control plane's default", MinRunLogLimit, int64(MaxRunLogLimit))
 	case len(s.Env) > MaxRunEnv:
 		return failure.Invalid("env", "has %d variables; at most %d are accepted", len(s.Env), MaxRunEnv)
 	case len(s.Secrets) > MaxRunSecrets:

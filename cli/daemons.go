@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/daemon"
@@ -48,10 +47,8 @@ the CA with `+"`mercator context add … --ca-file DATA_DIR/ca.pem`"+` or
 replica the same --tls-ca-cert and --tls-ca-key (`+"`mercator ca create DIR`"+`),
 or the same --tls-cert and --tls-key. Plain HTTP only with --insecure-http,
 on a loopback address.`)
-	options := daemon.ServerFlags(fs.FlagSet, inv.env)
+	options := daemon.ServerFlags(fs.FlagSet, inv.env, parseSpan)
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
-	auditRetention := 30 * 24 * time.Hour
-	fs.Var(spanFlag{&auditRetention}, "audit-retention", "how long audit entries are kept, e.g. 30d (the log also keeps at most 1,000,000)")
 	if pos, err := fs.parse(args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -65,7 +62,7 @@ on a loopback address.`)
 	if err != nil {
 		return err
 	}
-	o.Config.AuditRetention, o.Logger = auditRetention, log
+	o.Logger = log
 	o.Ready = func(url, tokenFile string) {
 		if tokenFile == "" {
 			tokenFile = "(removed with `mercator token rm`; use another admin credential)"

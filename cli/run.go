@@ -109,6 +109,7 @@ TiB) units; a plain number is bytes.
 type submitFlags struct {
 	image, gpuModel       *string
 	memory, gpuMemory     bytesize.Value
+	logLimit              bytesize.Value // retention: the log cap
 	cpu                   *float64
 	timeout, replaceAfter *time.Duration
 	retries, gpus, count  *int
@@ -132,6 +133,7 @@ func (sf *submitFlags) define(fs *flagSet) {
 	sf.gpus = fs.Int("gpus", 0, "number of whole GPUs the run needs")
 	sf.gpuModel = fs.String("gpu-model", "", "GPU `model` the run needs, matched as a case-insensitive substring, e.g. H100")
 	fs.Var(&sf.gpuMemory, "gpu-memory", "minimum memory `size` per GPU, e.g. 80GiB")
+	fs.Var(&sf.logLimit, "log-limit", "keep at most this `size` of each attempt's log, e.g. 1GiB; past it output is dropped (not given: the server's default, 100MiB)")
 	sf.replaceAfter = fs.Duration("replace-after", 0, "replace an attempt whose node has been unreachable this long, e.g. 10m (0: the default, 5m; negative: never)")
 	fs.Var(&sf.env, "env", "set `KEY=VALUE` in the container's environment (repeatable; stored and shown in the clear: not for secrets, see --secret)")
 	fs.Var(&sf.artifacts, "artifact", "mount an Artifact read-only: `NAME[@VERSION]:/PATH[:min-read=500MB/s]` (repeatable; no VERSION: the newest)")
@@ -152,7 +154,7 @@ func (sf *submitFlags) spec(command []string, env func(string) string) (api.RunS
 	spec := api.RunSpec{Image: *sf.image, Command: command, CPU: *sf.cpu, Retries: *sf.retries,
 		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout),
 		User: *sf.user, ReadOnlyRootfs: *sf.readOnly, Network: *sf.network, PidsLimit: *sf.pidsLimit,
-		MemoryBytes: int64(sf.memory), GPUMemoryBytes: int64(sf.gpuMemory)}
+		MemoryBytes: int64(sf.memory), GPUMemoryBytes: int64(sf.gpuMemory), LogLimitBytes: int64(sf.logLimit)}
 	var err error
 	if *sf.replaceAfter < 0 {
 		spec.ReplaceAfterSeconds = -1
@@ -197,7 +199,7 @@ var specFlags = map[string]string{
 	"image": "--image", "command": "the command", "cpu": "--cpu", "memory_bytes": "--memory",
 	"timeout_seconds": "--timeout (in seconds)", "retries": "--retries", "gpus": "--gpus",
 	"gpu_model": "--gpu-model", "gpu_memory_bytes": "--gpu-memory",
-	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env", "secrets": "--secret",
+	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env", "secrets": "--secret", "log_limit_bytes": "--log-limit",
 	"user": "--user", "network": "--network", "pids_limit": "--pids-limit",
 }
 

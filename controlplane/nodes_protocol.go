@@ -10,6 +10,7 @@ import (
 	"github.com/mercator/mercator/controlplane/access"
 	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/retention"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
@@ -174,6 +175,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 				changedRuns = changedRuns || changed
 			}
 			accepted = append(accepted, ev.ID)
+		}
+		if err := s.watermarks.Advance(tx, c.NodeID, batch.Through); err != nil { // why: retention/watermark.go
+			return err
 		}
 		return tx.(*runMemo).flush()
 	})
@@ -347,6 +351,7 @@ func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c httpapi.Node
 		return
 	}
 	var size int64
+	var truncated bool
 	err := s.batch(r.Context(), func(tx store.Tx) error {
 		run, err := tx.GetRun(chunk.RunID)
 		if err != nil {
@@ -355,7 +360,7 @@ func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c httpapi.Node
 		if a := lifecycle.Find(&run.Run, chunk.Attempt); a == nil || a.NodeID != c.NodeID {
 			return failure.Conflict("run %s attempt %d is not on node %s", chunk.RunID, chunk.Attempt, c.NodeID)
 		}
-		size, err = tx.AppendLog(chunk.WorkloadKey, chunk.Offset, chunk.Data)
+		size, truncated, err = retention.AppendCapped(tx, s.cfg.Retention.LogLimit(run.Run), chunk)
 		return err
 	})
 	if err != nil {
@@ -365,5 +370,5 @@ func (s *Server) nodeLogs(w http.ResponseWriter, r *http.Request, c httpapi.Node
 	if len(chunk.Data) > 0 {
 		s.logsChanged()
 	}
-	httpapi.WriteJSON(w, http.StatusOK, nodeproto.LogAck{Size: size})
+	httpapi.WriteJSON(w, http.StatusOK, nodeproto.LogAck{Size: size, Truncated: truncated})
 }

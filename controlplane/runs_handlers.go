@@ -113,6 +113,9 @@ func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, pins map[string
 	if err := ValidateRunSpec(&spec); err != nil {
 		return store.Run{}, err
 	}
+	if err := s.cfg.Retention.CheckLogLimit(spec); err != nil {
+		return store.Run{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := s.resolveArtifacts(ctx, &spec); err != nil {

@@ -57,6 +57,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/livesession"
 	"github.com/mercator/mercator/controlplane/internal/metrics"
 	"github.com/mercator/mercator/controlplane/internal/nodeauth"
+	"github.com/mercator/mercator/controlplane/internal/retention"
 	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/internal/supervise"
 	"github.com/mercator/mercator/store"
@@ -129,12 +130,9 @@ type Config struct {
 	// MetricsPublic serves /metrics without a credential; otherwise it
 	// needs a reader's.
 	MetricsPublic bool
-	// AuditRetention is how long audit entries are kept (default 30 days),
-	// AuditMaxRows how many at most (default 1,000,000); both are applied
-	// every AuditPruneEvery (default 10 minutes).
-	AuditRetention  time.Duration
-	AuditMaxRows    int
-	AuditPruneEvery time.Duration
+	// Retention is how long what the store holds is kept, and the caps
+	// on logs and uploads (retention.go).
+	Retention RetentionConfig
 	// Limits bound connections, requests in flight, bodies and timeouts
 	// (package limits; every zero field takes its default). Serve applies
 	// the timeouts; LimitListener the connection cap.
@@ -165,15 +163,7 @@ func (c *Config) defaults() {
 	if c.WriteConcurrency == 0 {
 		c.WriteConcurrency = 1
 	}
-	if c.AuditRetention == 0 {
-		c.AuditRetention = 30 * 24 * time.Hour
-	}
-	if c.AuditMaxRows == 0 {
-		c.AuditMaxRows = 1_000_000
-	}
-	if c.AuditPruneEvery == 0 {
-		c.AuditPruneEvery = 10 * time.Minute
-	}
+	c.Retention = c.Retention.WithDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -201,17 +191,18 @@ type Server struct {
 	fn            *function.Service    // Functions (package function)
 	streams       livesession.Registry // sessions held here
 
-	live      *liveness.Tracker      // package liveness
-	sched     schedState             // runs_schedstate.go: the reconcile loop's copies
-	commits   *groupcommit.Committer // the hot write paths' group commit (batch)
-	outbox    chan string            // replicas_signal.go: signals for other replicas
-	replicaID string
-	pins      pinCache         // runs_pins.go
-	auth      nodeauth.Cache   // nodes_auth.go, internal/nodeauth
-	tokens    *httpapi.Tokens  // API credentials, cached briefly (access_handlers.go)
-	audit     *httpapi.Auditor // the audit log's queue
-	mailboxes sync.Map         // node ID → *mailbox (nodes_mailbox.go)
-	limiter   *limits.Limiter  // every route's limits (package limits)
+	live       *liveness.Tracker      // package liveness
+	sched      schedState             // runs_schedstate.go: the reconcile loop's copies
+	commits    *groupcommit.Committer // the hot write paths' group commit (batch)
+	outbox     chan string            // replicas_signal.go: signals for other replicas
+	replicaID  string
+	pins       pinCache             // runs_pins.go
+	auth       nodeauth.Cache       // nodes_auth.go, internal/nodeauth
+	tokens     *httpapi.Tokens      // API credentials, cached briefly (access_handlers.go)
+	audit      *httpapi.Auditor     // the audit log's queue
+	mailboxes  sync.Map             // node ID → *mailbox (nodes_mailbox.go)
+	limiter    *limits.Limiter      // every route's limits (package limits)
+	watermarks retention.Watermarks // event watermarks written (package retention)
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.
@@ -230,9 +221,9 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 	s.commits = groupcommit.New(s.update, s.updateLocked, cfg.WriteBatch, func(n int) { s.metrics.BatchSize.Observe(float64(n)) })
 	s.limiter = limits.New(cfg.Limits, limits.Observer{Refused: s.metrics.Throttle, InFlight: s.metrics.AddInFlight})
 	s.audit = &httpapi.Auditor{Store: st, Now: s.now, Log: s.log, Dropped: s.metrics.AuditDropped.Inc,
-		Retention: cfg.AuditRetention, MaxRows: cfg.AuditMaxRows, PruneEvery: cfg.AuditPruneEvery}
+		Retention: cfg.Retention.Audit, MaxRows: cfg.Retention.AuditMaxRows}
 	s.artifacts = artifact.New(artifact.Config{Store: st, Now: s.now, Logger: s.log, Content: cfg.Content,
-		ReadTTL: cfg.ContentReadTTL, UploadDir: cfg.UploadDir})
+		ReadTTL: cfg.ContentReadTTL, UploadDir: cfg.UploadDir, MaxUploadSize: cfg.Retention.MaxUploadSize})
 	s.registries = registry.New(st, s.now, s.log, serverKey{s})
 	s.access = access.New(st, s.now, s.tokenRemoved)
 	var pub function.Publisher
@@ -266,6 +257,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	sup := supervise.Supervisor{Log: s.log, Panicked: s.metrics.LoopPanicked}
 	loops := sup.Start(ctx)
 	loops.Go("audit", s.audit.Run)
+	loops.Go("sweep", s.sweeper().Run) // retention (package retention)
 	loops.Go("liveness", func(ctx context.Context) {
 		s.live.FlushLoop(ctx, liveness.Flusher{Store: s.store, Log: s.log, Lapses: func(n int) { s.metrics.LeaseLapses.Add(float64(n)) }})
 	})

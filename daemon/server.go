@@ -80,8 +80,8 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.DataDir == "" {
-		return fmt.Errorf("a data directory is required (--data-dir)")
+	if err := o.check(); err != nil {
+		return err
 	}
 	if err := o.Config.Limits.Defaults().Check(); err != nil {
 		return err

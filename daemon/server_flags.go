@@ -15,10 +15,11 @@ import (
 // (LimitFlags) among them, and returns a function that gives, once fs is
 // parsed, the options they set. The options and the flags that set them
 // are kept together here so a new option and its flag land in one place.
-// What no flag sets (Logger, Ready, Listener, the audit log's retention)
-// is the caller's. env reads the environment: MERCATOR_REGISTRY_KEY is the
-// registry key unless --registry-key-file names one.
-func ServerFlags(fs *flag.FlagSet, env func(string) string) func() (ServerOptions, error) {
+// What no flag sets (Logger, Ready, Listener) is the caller's. env reads
+// the environment: MERCATOR_REGISTRY_KEY is the registry key unless
+// --registry-key-file names one; span parses spans of time as the rest of
+// the command line does (RetentionFlags).
+func ServerFlags(fs *flag.FlagSet, env func(string) string, span func(string) (time.Duration, error)) func() (ServerOptions, error) {
 	var o ServerOptions
 	fs.StringVar(&o.DB, "db", "", "store `URL`: sqlite://PATH or postgres://USER:PASSWORD@HOST/DB (default sqlite://DATA_DIR/mercator.db)")
 	fs.StringVar(&o.Listen, "listen", "127.0.0.1:7070", "`address` to serve on")
@@ -37,6 +38,7 @@ func ServerFlags(fs *flag.FlagSet, env func(string) string) func() (ServerOption
 	fs.BoolVar(&o.InsecureHTTP, "insecure-http", false, "serve plain HTTP instead of HTTPS; refused unless --listen is a loopback address")
 	fs.BoolVar(&o.Config.MetricsPublic, "metrics-public", false, "serve /metrics without a credential (default: a reader's is needed)")
 	limits := LimitFlags(fs) // timeouts, connection and request caps
+	retention := RetentionFlags(fs, span)
 	return func() (ServerOptions, error) {
 		if *insecure != "" {
 			o.InsecureRegistries = strings.Split(*insecure, ",")
@@ -49,7 +51,7 @@ func ServerFlags(fs *flag.FlagSet, env func(string) string) func() (ServerOption
 			}
 			o.RegistryKey = key
 		}
-		o.Config.Limits = limits()
+		o.Config.Limits, o.Config.Retention = limits(), *retention
 		return o, nil
 	}
 }

@@ -255,7 +255,13 @@ func (t *simTransport) Session(ctx context.Context, nodeID, tok string, commands
 }
 
 func (t *simTransport) SendEvents(ctx context.Context, nodeID, tok string, events []nodeproto.Event) ([]string, error) {
-	accepted, err := t.inner.SendEvents(ctx, nodeID, tok, events)
+	return t.SendEventsThrough(ctx, nodeID, tok, events, "")
+}
+
+// SendEventsThrough is nodeagent.ThroughSender: simulated agents declare
+// their event watermark as real ones do, so the fleet measures its cost.
+func (t *simTransport) SendEventsThrough(ctx context.Context, nodeID, tok string, events []nodeproto.Event, through string) ([]string, error) {
+	accepted, err := t.inner.SendEventsThrough(ctx, nodeID, tok, events, through)
 	now := time.Now()
 	switch {
 	case len(events) == 0 && err == nil:

@@ -312,7 +312,12 @@ func (a *Agent) flushLoop(ctx context.Context) {
 				break
 			}
 			nodeID, tok := a.creds()
-			accepted, err := a.transport.SendEvents(ctx, nodeID, tok, batch)
+			var accepted []string
+			if ts, ok := a.transport.(ThroughSender); ok {
+				accepted, err = ts.SendEventsThrough(ctx, nodeID, tok, batch, a.state.Through())
+			} else {
+				accepted, err = a.transport.SendEvents(ctx, nodeID, tok, batch)
+			}
 			if err != nil {
 				if ctx.Err() == nil {
 					a.handleTransportError("events", err)

@@ -176,18 +176,24 @@ func (a *Agent) shipLogsOnce(ctx context.Context, src LogSource, key nodeproto.W
 		return false
 	}
 	defer rc.Close()
+	buffer := newLogBuffer() // logship.go: a delivery carries all that arrived
+	go buffer.fill(rc)
+	defer buffer.stop()
 	var offset int64
-	buf := make([]byte, 64<<10)
+	var chunk []byte
 	for {
-		n, rerr := io.ReadAtLeast(rc, buf, 1)
-		if n > 0 {
+		var rerr error
+		chunk, rerr = buffer.take(chunk)
+		if n := len(chunk); n > 0 {
 			nodeID, tok := a.creds()
-			ack, err := a.transport.SendLogs(ctx, nodeID, tok, nodeproto.LogChunk{WorkloadKey: key, Offset: offset, Data: buf[:n]})
+			ack, err := a.transport.SendLogs(ctx, nodeID, tok, nodeproto.LogChunk{WorkloadKey: key, Offset: offset, Data: chunk})
 			if err != nil {
 				return false
 			}
 			offset += int64(n)
-			_ = ack // the control plane appends only what it lacks
+			if ack.Truncated {
+				return true // the log reached its cap: the rest would be dropped
+			}
 		}
 		if rerr != nil {
 			return errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF)

@@ -93,6 +93,7 @@ type State struct {
 	// ackMu, not mu: the writes that carry them are made with mu held.
 	ackMu     sync.Mutex
 	owed      map[uint64]nodeproto.Event
+	minting   map[uint64]bool // minted, not yet spooled (state_watermark.go)
 	acks      map[uint64]bool
 	ackOps    map[string]ackedResult // by operation
 	ackSince  time.Time              // when the oldest of acks arrived
@@ -267,7 +268,8 @@ func (s *State) NextEventID() (string, error) {
 	}
 	n := s.nextEvent
 	s.nextEvent++
-	return fmt.Sprintf("%s-%016d", s.incarnation, n), nil
+	s.minted(n)
+	return nodeproto.FormatEventID(s.incarnation, n), nil
 }
 
 // eventSeq is the sequence part of an ID NextEventID minted; it orders the
@@ -401,6 +403,7 @@ func (s *State) MarkApplied(operationID string, result nodeproto.Event) error {
 		}
 		return putJSON(tx.Bucket(bucketSpool), putUint(seq), result)
 	}); err != nil {
+		s.abandon(seq)
 		return err
 	}
 	s.owe(seq, result)
@@ -425,6 +428,7 @@ func (s *State) Spool(event nodeproto.Event) error {
 	if err := s.update(func(tx *bolt.Tx) error {
 		return putJSON(tx.Bucket(bucketSpool), putUint(seq), event)
 	}); err != nil {
+		s.abandon(seq)
 		return err
 	}
 	s.owe(seq, event)
@@ -435,6 +439,7 @@ func (s *State) Spool(event nodeproto.Event) error {
 func (s *State) owe(seq uint64, e nodeproto.Event) {
 	s.ackMu.Lock()
 	s.owed[seq] = e
+	delete(s.minting, seq)
 	s.ackMu.Unlock()
 	s.spoolVersion.Add(1)
 }
@@ -700,6 +705,7 @@ func (s *State) SpoolWorkload(event nodeproto.Event, o nodeproto.WorkloadObserva
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, told := s.told[o.WorkloadKey]; told && onlyFirst {
+		s.abandon(seq)
 		return false, nil
 	}
 	if err := s.batched(func(tx *bolt.Tx) error {
@@ -708,6 +714,7 @@ func (s *State) SpoolWorkload(event nodeproto.Event, o nodeproto.WorkloadObserva
 		}
 		return putJSON(tx.Bucket(bucketWorkloads), workloadKeyBytes(o.WorkloadKey), o)
 	}); err != nil {
+		s.abandon(seq)
 		return false, err
 	}
 	s.owe(seq, event)

@@ -112,10 +112,15 @@ func (t *HTTPTransport) RenewSession(ctx context.Context, nodeID, sessionToken s
 
 // SendEvents implements Transport.
 func (t *HTTPTransport) SendEvents(ctx context.Context, nodeID, sessionToken string, events []nodeproto.Event) ([]string, error) {
+	return t.SendEventsThrough(ctx, nodeID, sessionToken, events, "")
+}
+
+// SendEventsThrough implements ThroughSender.
+func (t *HTTPTransport) SendEventsThrough(ctx context.Context, nodeID, sessionToken string, events []nodeproto.Event, through string) ([]string, error) {
 	if events == nil {
 		events = []nodeproto.Event{}
 	}
-	body, err := eventBody(events)
+	body, err := eventBody(events, through)
 	if err != nil {
 		return nil, err
 	}
@@ -124,15 +129,24 @@ func (t *HTTPTransport) SendEvents(ctx context.Context, nodeID, sessionToken str
 	return ack.Accepted, err
 }
 
+// ThroughSender is a Transport that can also carry the agent's event
+// watermark (nodeproto.EventBatch.Through), which lets the control plane
+// prune its de-duplication rows; a Transport without it delivers events
+// with none.
+type ThroughSender interface {
+	SendEventsThrough(ctx context.Context, nodeID, sessionToken string, events []nodeproto.Event, through string) ([]string, error)
+}
+
 // eventBody encodes the longest prefix of events whose batch fits in
 // nodeproto.MaxEventBody (at least one event): the control plane takes
 // that and answers which it holds, and the agent sends the rest next
 // (flushLoop), where a batch over the limit would be refused whole, every
 // time. An event that alone is over the limit is sent alone, to be refused
-// with the control plane's reason.
-func eventBody(events []nodeproto.Event) (json.RawMessage, error) {
+// with the control plane's reason. The watermark through holds for any
+// prefix: it is below every event the agent still owes, sent or not.
+func eventBody(events []nodeproto.Event, through string) (json.RawMessage, error) {
 	for n := len(events); ; n = (n + 1) / 2 {
-		data, err := json.Marshal(nodeproto.EventBatch{Events: events[:n]})
+		data, err := json.Marshal(nodeproto.EventBatch{Events: events[:n], Through: through})
 		if err != nil || len(data) <= nodeproto.MaxEventBody || n <= 1 {
 			return data, err
 		}

@@ -104,7 +104,7 @@ func TestEventBodySplitsOversizedBatches(t *testing.T) {
 		events = append(events, nodeproto.Event{ID: string(rune('a'+i%26)) + big[:8], Kind: nodeproto.EventFacts,
 			Facts: &nodeproto.NodeFacts{Hostname: big}})
 	}
-	body, err := eventBody(events)
+	body, err := eventBody(events, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -409,4 +409,7 @@ type LogChunk struct {
 // plane holds, so it can skip what was already delivered.
 type LogAck struct {
 	Size int64 `json:"size"`
+	// Truncated is set once the attempt's log reached its cap: the control
+	// plane drops whatever else is sent, so the agent may stop shipping.
+	Truncated bool `json:"truncated,omitempty"`
 }

@@ -4,6 +4,9 @@ package nodeproto
 // node's session, an Event a node reports, and the Result of one operation.
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -120,6 +123,36 @@ type Event struct {
 // EventBatch is the body of an events call.
 type EventBatch struct {
 	Events []Event `json:"events"`
+	// Through, when set, is the node's event-ID watermark: an ID of its
+	// current incarnation such that every event of that incarnation at or
+	// below its sequence has been acknowledged by the control plane, or
+	// will never be sent (minted and abandoned). The control plane may
+	// then forget which of those it applied: any of them delivered again
+	// is a duplicate by its sequence alone. Agents before it never send
+	// it, and their de-duplication rows are kept.
+	Through string `json:"through,omitempty"`
+}
+
+// ParseEventID splits an event ID the agent minted, "<incarnation>-<seq>"
+// with the sequence in decimal, into its parts; ok is false for any other
+// form (an ID is otherwise opaque, and such events are deduplicated by
+// the whole ID only).
+func ParseEventID(id string) (incarnation string, seq uint64, ok bool) {
+	i := strings.LastIndexByte(id, '-')
+	if i <= 0 {
+		return "", 0, false
+	}
+	seq, err := strconv.ParseUint(id[i+1:], 10, 63)
+	if err != nil {
+		return "", 0, false
+	}
+	return id[:i], seq, true
+}
+
+// FormatEventID is the ID of sequence seq in incarnation, as the agent
+// mints it (zero-padded, so IDs of one incarnation sort in minting order).
+func FormatEventID(incarnation string, seq uint64) string {
+	return fmt.Sprintf("%s-%016d", incarnation, seq)
 }
 
 // EventAck lists which events of a batch the control plane now holds

@@ -100,8 +100,9 @@ type Tx interface {
 	PendingOperations(nodeID string) ([]Operation, error)
 
 	// SeeEvent records that the node's event was applied. It returns false
-	// if it was already recorded, which is how a redelivered event is
-	// recognised and applied once.
+	// if it was already recorded, or if its ID is at or below the node's
+	// watermark for its incarnation (AdvanceEventWatermark), which is how a
+	// redelivered event is recognised and applied once.
 	SeeEvent(nodeID, eventID string, at time.Time) (fresh bool, err error)
 
 	// AppendLog adds data at offset to an attempt's log and returns the log's
@@ -114,6 +115,9 @@ type Tx interface {
 
 	// Tokens and the audit log (access.go).
 	AccessTx
+
+	// Deleting what is no longer needed (retention.go).
+	RetentionTx
 
 	// CreateArtifact adds a version to the Artifact catalog; ErrConflict
 	// if the name already has that version. Versions are immutable: there

@@ -54,6 +54,10 @@ type Config struct {
 	// UploadDir is where uploads in progress are staged (default: under
 	// the system's temporary directory).
 	UploadDir string
+	// MaxUploadSize is the largest upload a client may declare (default
+	// DefaultMaxUploadSize); a larger one is refused before a byte of it
+	// is accepted.
+	MaxUploadSize int64
 }
 
 // Service serves Artifacts. Safe for concurrent use.

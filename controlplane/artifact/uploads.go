@@ -31,8 +31,22 @@ import (
 const DefaultContentReadTTL = 15 * time.Minute
 
 // uploadTTL is how long an upload that is not committed is kept after it
-// was last written to.
+// was started. It is fixed at creation and not extended by later writes:
+// a refreshed expiry let one upload be kept open forever by a byte a day.
+// A client that needs longer starts again (the content it already sent
+// elsewhere is found by digest, not re-sent).
 const uploadTTL = 24 * time.Hour
+
+// DefaultMaxUploadSize is Config.MaxUploadSize's default: the largest
+// upload a client may declare.
+const DefaultMaxUploadSize = 1 << 40
+
+func (s *Service) maxUploadSize() int64 {
+	if s.cfg.MaxUploadSize > 0 {
+		return s.cfg.MaxUploadSize
+	}
+	return DefaultMaxUploadSize
+}
 
 // upload is one upload in progress. Its mutex is held by the request
 // writing to it; a second writer is refused rather than queued.
@@ -102,6 +116,13 @@ func (s *Service) createUpload(w http.ResponseWriter, r *http.Request) {
 	case req.Size < 0:
 		httpapi.WriteError(w, failure.Invalid("size", "must be 0 or more bytes, not %d", req.Size))
 		return
+	case req.Size > s.maxUploadSize():
+		// 413, with the body of an invalid argument: the client's error
+		// names the field and the limit.
+		httpapi.WriteJSON(w, http.StatusRequestEntityTooLarge, api.ErrorOf(failure.Invalid("size",
+			"an upload of %d bytes is larger than this control plane accepts (at most %d bytes, its --max-upload-size); nothing was stored",
+			req.Size, s.maxUploadSize())))
+		return
 	case req.Format == "":
 		req.Format = api.ArtifactFile
 	case req.Format != api.ArtifactFile && req.Format != api.ArtifactTar:
@@ -137,7 +158,6 @@ func (s *Service) createUpload(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.sweepUploads()
 	meta := uploadMeta{ID: httpapi.NewID("up-"), Name: name, Size: req.Size, SHA256: req.SHA256, Format: req.Format, ExpiresAt: s.now().Add(uploadTTL)}
 	dir := filepath.Join(s.uploadDir(), meta.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -242,13 +262,16 @@ func (s *Service) dropUpload(u *upload) {
 	_ = os.RemoveAll(u.dir)
 }
 
-// sweepUploads removes uploads past their expiry. It is best effort: an
-// upload dir that cannot be read is left for the next sweep.
-func (s *Service) sweepUploads() {
+// SweepUploads removes uploads past their expiry and reports how many.
+// The control plane's retention sweep calls it on a timer, on every
+// replica (each stages its own uploads). It is best effort: an upload dir
+// that cannot be read is left for the next sweep.
+func (s *Service) SweepUploads() int {
 	entries, err := os.ReadDir(s.uploadDir())
 	if err != nil {
-		return
+		return 0
 	}
+	swept := 0
 	now := s.now()
 	for _, e := range entries {
 		raw, err := os.ReadFile(filepath.Join(s.uploadDir(), e.Name(), "meta.json"))
@@ -262,6 +285,7 @@ func (s *Service) sweepUploads() {
 		if u != nil && !u.mu.TryLock() {
 			continue // being written to
 		}
+		swept++
 		if u != nil {
 			s.dropUpload(u)
 			u.mu.Unlock()
@@ -269,6 +293,7 @@ func (s *Service) sweepUploads() {
 		}
 		_ = os.RemoveAll(filepath.Join(s.uploadDir(), e.Name()))
 	}
+	return swept
 }
 
 func (s *Service) getUpload(w http.ResponseWriter, r *http.Request) {
@@ -348,8 +373,6 @@ func (s *Service) putUpload(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
-	u.meta.ExpiresAt = s.now().Add(uploadTTL)
-	_ = writeUploadMeta(u.dir, u.meta)
 	httpapi.WriteJSON(w, http.StatusOK, u.view())
 }
 

@@ -65,6 +65,7 @@ func New() *Store {
 		registries:  map[string][]byte{},
 		functions:   newFunctionTables(),
 		events:      map[eventKey]time.Time{},
+		watermarks:  map[eventKey]int64{},
 		logs:        map[nodeproto.WorkloadKey][]byte{},
 	}}
 }
@@ -85,6 +86,7 @@ type state struct {
 	registries  map[string][]byte
 	functions   functionTables
 	events      map[eventKey]time.Time
+	watermarks  map[eventKey]int64 // by node and incarnation
 	logs        map[nodeproto.WorkloadKey][]byte
 }
 
@@ -446,7 +448,7 @@ func (t *tx) SeeEvent(nodeID, eventID string, at time.Time) (bool, error) {
 		return false, err
 	}
 	k := eventKey{nodeID, eventID}
-	if _, seen := t.st.events[k]; seen {
+	if _, seen := t.st.events[k]; seen || t.belowWatermark(nodeID, eventID) {
 		return false, nil
 	}
 	table(t, "events", &t.st.events)[k] = at

@@ -22,6 +22,10 @@ type migration struct {
 	// stmts run in order. {{…}} placeholders are replaced by the
 	// dialect's types.
 	stmts []string
+	// backfill, when set, runs after stmts in the same transaction: it
+	// derives new columns from the documents already stored, which SQL
+	// common to both databases cannot read.
+	backfill func(ctx context.Context, tx *sql.Tx) error
 }
 
 // migrations is the schema's history. Records are JSON documents in doc
@@ -132,6 +136,12 @@ var migrations = []migration{
 		name:    "audit log",
 		stmts:   accessMigration, // in access.go
 	},
+	{
+		version:  5,
+		name:     "retention: finished, expiry and event sequence columns, event watermarks",
+		stmts:    retentionMigration, // in retention.go
+		backfill: retentionBackfill,
+	},
 }
 
 // migrate brings db's schema up to the last of ms, in one write
@@ -174,6 +184,11 @@ func migrate(ctx context.Context, db *sql.DB, d *dialect, ms []migration) error 
 	for _, m := range ms[current:] {
 		for _, stmt := range m.stmts {
 			if _, err := tx.ExecContext(ctx, d.types.Replace(stmt)); err != nil {
+				return fmt.Errorf("sqlstore: migration %d (%s): %w", m.version, m.name, err)
+			}
+		}
+		if m.backfill != nil {
+			if err := m.backfill(ctx, tx); err != nil {
 				return fmt.Errorf("sqlstore: migration %d (%s): %w", m.version, m.name, err)
 			}
 		}

@@ -272,8 +272,8 @@ func (t *txn) CreateInvitation(inv store.Invitation) error {
 		return err
 	}
 	return t.create("invitation", inv.TokenHash,
-		`INSERT INTO invitations (token_hash, node_id, doc) VALUES ($1, $2, $3) ON CONFLICT (token_hash) DO NOTHING`,
-		inv.TokenHash, inv.NodeID, doc)
+		`INSERT INTO invitations (token_hash, node_id, doc, done_sec) VALUES ($1, $2, $3, $4) ON CONFLICT (token_hash) DO NOTHING`,
+		inv.TokenHash, inv.NodeID, doc, record.InvitationDone(inv))
 }
 
 func (t *txn) GetInvitation(tokenHash string) (store.Invitation, error) {
@@ -293,8 +293,8 @@ func (t *txn) PutInvitation(inv store.Invitation) error {
 		return err
 	}
 	return t.replace("invitation", inv.TokenHash,
-		`UPDATE invitations SET node_id = $2, doc = $3 WHERE token_hash = $1`,
-		inv.TokenHash, inv.NodeID, doc)
+		`UPDATE invitations SET node_id = $2, doc = $3, done_sec = $4 WHERE token_hash = $1`,
+		inv.TokenHash, inv.NodeID, doc, record.InvitationDone(inv))
 }
 
 func (t *txn) ListInvitations(nodeID string) ([]store.Invitation, error) {
@@ -320,9 +320,9 @@ func (t *txn) PutSession(s store.Session) error {
 		return err
 	}
 	_, err = t.exec("put", "session", s.TokenHash,
-		`INSERT INTO sessions (token_hash, node_id, doc) VALUES ($1, $2, $3)
-		 ON CONFLICT (token_hash) DO UPDATE SET node_id = excluded.node_id, doc = excluded.doc`,
-		s.TokenHash, s.NodeID, doc)
+		`INSERT INTO sessions (token_hash, node_id, doc, expires_sec) VALUES ($1, $2, $3, $4)
+		 ON CONFLICT (token_hash) DO UPDATE SET node_id = excluded.node_id, doc = excluded.doc, expires_sec = excluded.expires_sec`,
+		s.TokenHash, s.NodeID, doc, s.ExpiresAt.Unix())
 	return err
 }
 
@@ -354,9 +354,9 @@ func (t *txn) CreateRun(r store.Run) error {
 		return err
 	}
 	if err := t.create("run", r.ID,
-		`INSERT INTO runs (id, created_sec, created_nsec, status, doc) VALUES ($1, $2, $3, $4, $5)
+		`INSERT INTO runs (id, created_sec, created_nsec, status, doc, finished_sec) VALUES ($1, $2, $3, $4, $5, $6)
 		 ON CONFLICT (id) DO NOTHING`,
-		r.ID, r.CreatedAt.Unix(), r.CreatedAt.Nanosecond(), r.Status, doc); err != nil {
+		r.ID, r.CreatedAt.Unix(), r.CreatedAt.Nanosecond(), r.Status, doc, nullable(record.RunFinished(r))); err != nil {
 		return err
 	}
 	nodes := record.NodeIDs(r)
@@ -387,8 +387,8 @@ func (t *txn) PutRun(r store.Run) error {
 		return err
 	}
 	if err := t.replace("run", r.ID,
-		`UPDATE runs SET created_sec = $2, created_nsec = $3, status = $4, doc = $5 WHERE id = $1`,
-		r.ID, r.CreatedAt.Unix(), r.CreatedAt.Nanosecond(), r.Status, doc); err != nil {
+		`UPDATE runs SET created_sec = $2, created_nsec = $3, status = $4, doc = $5, finished_sec = $6 WHERE id = $1`,
+		r.ID, r.CreatedAt.Unix(), r.CreatedAt.Nanosecond(), r.Status, doc, nullable(record.RunFinished(r))); err != nil {
 		return err
 	}
 	nodes := record.NodeIDs(r)
@@ -523,10 +523,24 @@ func (t *txn) SeeEvent(nodeID, eventID string, at time.Time) (bool, error) {
 	if err := t.writable(); err != nil {
 		return false, err
 	}
+	inc, seq, ok := record.EventSeq(eventID)
+	if !ok { // deduplicated by the whole ID only
+		n, err := t.affected("see", "event", nodeID+"/"+eventID,
+			`INSERT INTO events (node_id, event_id, seen_at) VALUES ($1, $2, $3)
+			 ON CONFLICT (node_id, event_id) DO NOTHING`,
+			nodeID, eventID, at.UTC().Format(time.RFC3339Nano))
+		return n == 1, err
+	}
+	// Fresh when neither its row nor its node's watermark says it was
+	// seen; one statement either way, as before watermarks. The casts
+	// type the SELECT's parameters for PostgreSQL.
 	n, err := t.affected("see", "event", nodeID+"/"+eventID,
-		`INSERT INTO events (node_id, event_id, seen_at) VALUES ($1, $2, $3)
+		`INSERT INTO events (node_id, event_id, seen_at, incarnation, seq)
+		 SELECT CAST($1 AS TEXT), CAST($2 AS TEXT), CAST($3 AS TEXT), CAST($4 AS TEXT), CAST($5 AS BIGINT)
+		 WHERE NOT EXISTS (SELECT 1 FROM event_watermarks w
+		                   WHERE w.node_id = $1 AND w.incarnation = $4 AND w.seq >= $5)
 		 ON CONFLICT (node_id, event_id) DO NOTHING`,
-		nodeID, eventID, at.UTC().Format(time.RFC3339Nano))
+		nodeID, eventID, at.UTC().Format(time.RFC3339Nano), inc, seq)
 	if err != nil {
 		return false, err
 	}

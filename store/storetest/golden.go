@@ -21,6 +21,7 @@ import (
 // changing them.) When the stored format changes on
 // purpose, add the new format's documents beside these (testdata/v4/...)
 // with the migration that reads the old ones; never edit a committed one.
+// testdata/v5 is schema version 5's: the run's log_limit_bytes added.
 //
 //go:embed testdata
 var goldenFS embed.FS

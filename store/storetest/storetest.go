@@ -90,6 +90,9 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opts Opti
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"ConcurrentLockedUpdates", testConcurrentLockedUpdates},
 		{"SnapshotViews", testSnapshotViews},
+		{"PruneRuns", testPruneRuns},
+		{"PruneRecords", testPruneRecords},
+		{"EventWatermark", testEventWatermark},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -31,15 +31,15 @@ const auditBatch = 512
 
 // Auditor queues audit entries and writes them. Set Store, Now and Log;
 // Dropped, when set, counts entries the full queue refused. Retention and
-// MaxRows are the log's retention rule, applied every PruneEvery by Run.
+// MaxRows are the log's retention rule, which Prune applies (the control
+// plane's retention sweeper calls it, package sweep).
 type Auditor struct {
-	Store      store.Store
-	Now        func() time.Time
-	Log        *slog.Logger
-	Dropped    func()
-	Retention  time.Duration
-	MaxRows    int
-	PruneEvery time.Duration
+	Store     store.Store
+	Now       func() time.Time
+	Log       *slog.Logger
+	Dropped   func()
+	Retention time.Duration
+	MaxRows   int
 
 	once sync.Once
 	q    chan store.AuditEntry
@@ -70,13 +70,9 @@ func (a *Auditor) Record(e store.AuditEntry) {
 	}
 }
 
-// Run writes queued entries until ctx ends, then what is still queued, and
-// prunes the log every PruneEvery.
+// Run writes queued entries until ctx ends, then what is still queued.
 func (a *Auditor) Run(ctx context.Context) {
 	q := a.queue()
-	prune := time.NewTicker(max(a.PruneEvery, time.Second))
-	defer prune.Stop()
-	a.prune(ctx)
 	// Entries already queued are written even as ctx ends: they record
 	// calls that were answered.
 	write := context.WithoutCancel(ctx)
@@ -85,8 +81,6 @@ func (a *Auditor) Run(ctx context.Context) {
 		case <-ctx.Done():
 			a.flush(write, q, nil)
 			return
-		case <-prune.C:
-			a.prune(ctx)
 		case e := <-q:
 			a.flush(write, q, []store.AuditEntry{e})
 		}
@@ -118,9 +112,11 @@ func (a *Auditor) flush(ctx context.Context, q chan store.AuditEntry, batch []st
 	}
 }
 
-func (a *Auditor) prune(ctx context.Context) {
+// Prune applies the log's retention rule once and reports how many
+// entries it deleted.
+func (a *Auditor) Prune(ctx context.Context) (int, error) {
 	if a.Retention <= 0 && a.MaxRows <= 0 {
-		return
+		return 0, nil
 	}
 	var before time.Time
 	if a.Retention > 0 {
@@ -128,11 +124,7 @@ func (a *Auditor) prune(ctx context.Context) {
 	}
 	var n int
 	err := a.Store.Update(ctx, func(tx store.Tx) error { var err error; n, err = tx.PruneAudit(before, a.MaxRows); return err })
-	if err != nil && ctx.Err() == nil {
-		a.Log.Warn("audit log not pruned", "err", err)
-	} else if n > 0 {
-		a.Log.Info("audit log pruned", "entries", n)
-	}
+	return n, err
 }
 
 type auditKey struct{}

@@ -48,6 +48,9 @@ type Set struct {
 	// AuditDropped counts audit entries dropped because the audit queue
 	// was full (package httpapi's Auditor).
 	AuditDropped prometheus.Counter
+	// Pruned counts what the retention sweeps deleted, by task (package
+	// controlplane/internal/retention).
+	Pruned *prometheus.CounterVec
 	// FactFlags counts flags raised on node facts at intake, by kind
 	// (api.NodeFlagFactsRefused, …; package controlplane/internal/factcheck): each
 	// time a report raises a flag its node did not carry.
@@ -92,6 +95,8 @@ func New() *Set {
 			Help: "Signals for other replicas dropped because the queue was full (a delay for whoever waited on them, never a loss of data)."}),
 		AuditDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "mercator_audit_dropped_total",
 			Help: "Audit entries dropped because the audit queue was full."}),
+		Pruned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_retention_deleted_total",
+			Help: "Records the retention sweeps deleted, by task (runs, operations, calls, events, sessions, invitations, audit, uploads)."}, []string{"task"}),
 		FactFlags: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_node_fact_flags_total",
 			Help: "Flags raised on node facts when a node reported them, by kind (facts_refused, gpu_disputed, gpu_duplicate, gpu_uuid_format, gpu_memory, share_above_capacity, facts_jump)."}, []string{"kind"}),
 		LoopPanics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_loop_panics_total",
@@ -101,7 +106,7 @@ func New() *Set {
 		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mercator_http_in_flight",
 			Help: "Requests and streams being served, by kind (requests, streams)."}, []string{"kind"}),
 	}
-	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.FactFlags, m.LoopPanics, m.Throttled, m.InFlight,
+	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.Pruned, m.FactFlags, m.LoopPanics, m.Throttled, m.InFlight,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

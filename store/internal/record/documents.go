@@ -115,6 +115,9 @@ type runDoc struct {
 	ReadOnlyRootfs bool   `json:"read_only_rootfs,omitempty"`
 	Network        string `json:"network,omitempty"`
 	PidsLimit      int64  `json:"pids_limit,omitempty"`
+
+	// The log cap the run asked for (api.RunSpec.LogLimitBytes).
+	LogLimitBytes int64 `json:"log_limit_bytes,omitempty"`
 }
 
 // attemptDoc is an api.Attempt as stored: the same fields, so that a
@@ -155,6 +158,7 @@ func runDocOf(r store.Run) runDoc {
 		Cancel: r.Cancel, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
 		NextCheck: r.NextCheck, SealedSecrets: r.SealedSecrets,
 		User: r.User, ReadOnlyRootfs: r.ReadOnlyRootfs, Network: r.Network, PidsLimit: r.PidsLimit,
+		LogLimitBytes: r.LogLimitBytes,
 	}
 	d.Artifacts = convertAll(r.Artifacts, func(m api.ArtifactMount) artifactMountDoc { return artifactMountDoc(m) })
 	d.Attempts = convertAll(r.Attempts, func(a api.Attempt) attemptDoc { return attemptDoc(a) })
@@ -170,6 +174,7 @@ func (d runDoc) record() store.Run {
 			GPUs: d.GPUs, GPUModel: d.GPUModel, GPUMemoryBytes: d.GPUMemoryBytes,
 			ReplaceAfterSeconds: d.ReplaceAfterSeconds,
 			User:                d.User, ReadOnlyRootfs: d.ReadOnlyRootfs, Network: d.Network, PidsLimit: d.PidsLimit,
+			LogLimitBytes: d.LogLimitBytes,
 		},
 		PinnedImage: d.PinnedImage, Status: d.Status, Reason: d.Reason, ExitCode: d.ExitCode,
 		Cancel: d.Cancel, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, FinishedAt: d.FinishedAt,

@@ -17,6 +17,7 @@
 //	cat PATH             print the file's content; exit 1 if it cannot be read
 //	sha256 PATH          print the file's SHA-256 in hex and its size in bytes
 //	touch PATH           try to create PATH; print "created" or the error, exit 0 either way
+//	spew BYTES           write BYTES bytes of text lines to stdout in 64 KiB writes; exit 0
 //
 // A container's main process is PID 1 in its namespace, and the kernel does
 // not deliver a signal to PID 1 that it has no handler for. That is why
@@ -97,6 +98,12 @@ func run(args []string) int {
 		}
 		fmt.Fprintln(os.Stderr, "stderr line")
 		return 0
+	case "spew":
+		n, ok := intArg(rest)
+		if !ok {
+			return 2
+		}
+		return spew(n)
 	case "ignore-term":
 		d, ok := secondsArg(rest)
 		if !ok {
@@ -181,5 +188,21 @@ func fileBehaviour(verb string, rest []string) int {
 		return 1
 	}
 	fmt.Printf("%x %d\n", h.Sum(nil), n)
+	return 0
+}
+
+// spew writes n bytes of 64-byte text lines to stdout, 64 KiB a write:
+// output as fast as a chatty program makes it, for the log cap's tests.
+func spew(n int) int {
+	line := strings.Repeat("0123456789abcdef", 4)[:63] + "\n"
+	block := []byte(strings.Repeat(line, (64<<10)/len(line)))
+	for n > 0 {
+		w := block[:min(n, len(block))]
+		if _, err := os.Stdout.Write(w); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		n -= len(w)
+	}
 	return 0
 }
