@@ -1,14 +1,14 @@
 package controlplane
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/mercator/mercator/internal/logbuffer"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -22,7 +22,7 @@ import (
 // is restarted (the next write commits), the panic is counted in
 // mercator_loop_panics_total{loop="batch"} and logged with its stack.
 func TestBatchLoopSurvivesAPanic(t *testing.T) {
-	var logs lockedBuffer
+	var logs logbuffer.Buffer
 	srv := New(Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, memstore.New(), nil, nil)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -65,15 +65,3 @@ func TestBatchLoopSurvivesAPanic(t *testing.T) {
 		}
 	}
 }
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-func (b *lockedBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }

@@ -8,32 +8,15 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/mercator/mercator/internal/logbuffer"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
-
-// lockedLog is a log the server writes while the test reads it.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // setCapability makes node id's facts say its agent speaks version v.
 func (f *runsFixture) setCapability(id string, v int) {
@@ -77,7 +60,7 @@ func TestRunSecretsSealedAndSentOnlyInTheLaunch(t *testing.T) {
 	const secret = "s3cret-run-value-9f2c"
 	key := make([]byte, RegistryKeySize)
 	rand.Read(key)
-	logs := &lockedLog{}
+	logs := &logbuffer.Buffer{}
 	f := newRunsFixtureWith(t, Config{Lease: time.Minute, RegistryKey: key, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	f.addNodes(1)
 	ctx := context.Background()

@@ -1,13 +1,13 @@
 package devregistry
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/mercator/mercator/internal/logbuffer"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -17,25 +17,7 @@ import (
 	"github.com/mercator/mercator/imageref"
 )
 
-// syncBuffer is a bytes.Buffer safe for the registry's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func start(t *testing.T, dir string, logs *syncBuffer) *Registry {
+func start(t *testing.T, dir string, logs *logbuffer.Buffer) *Registry {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	r, err := Start(t.Context(), "127.0.0.1:0", dir, logger)
@@ -48,7 +30,7 @@ func start(t *testing.T, dir string, logs *syncBuffer) *Registry {
 
 func TestPushSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
-	logs := &syncBuffer{}
+	logs := &logbuffer.Buffer{}
 	r := start(t, dir, logs)
 
 	img, err := random.Image(1024, 2)
@@ -137,7 +119,7 @@ func TestStartRefusesNonLoopback(t *testing.T) {
 }
 
 func TestStartPortInUse(t *testing.T) {
-	r := start(t, t.TempDir(), &syncBuffer{})
+	r := start(t, t.TempDir(), &logbuffer.Buffer{})
 	if r2, err := Start(t.Context(), r.Addr(), t.TempDir(), nil); err == nil {
 		_ = r2.Close(t.Context())
 		t.Fatalf("second Start on %s succeeded", r.Addr())

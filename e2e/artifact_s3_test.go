@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mercator/mercator/internal/logbuffer"
+
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/daemon"
@@ -55,7 +57,7 @@ func TestArtifactS3ContentStore(t *testing.T) {
 	spec := "s3://artifacts/fleet?endpoint=" + bucket + "&insecure=true&region=us-east-1"
 	c := startArtifactCluster(t, nil, artifactClusterOptions{mutate: func(o *daemon.ServerOptions) { o.Content = spec }})
 	wire := c.recordWire()
-	var agentLog syncBuffer
+	var agentLog logbuffer.Buffer
 	c.startArtifactAgent("n", 0, &agentLog)
 	data := bytes.Repeat([]byte("from the bucket\n"), 50_000)
 	v := pushBytes(t, c, "data", data)

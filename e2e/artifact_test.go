@@ -25,6 +25,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mercator/mercator/internal/logbuffer"
+
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/artifactcache"
 	"github.com/mercator/mercator/cli"
@@ -464,7 +466,7 @@ func TestArtifactCorruptTransferRetried(t *testing.T) {
 		proxy, proxyURL = newCorruptingProxy(t, &target, 1)
 		return proxyURL
 	}})
-	var agentLog syncBuffer
+	var agentLog logbuffer.Buffer
 	nodeID := c.startArtifactAgent("n", 0, &agentLog)
 	data := bytes.Repeat([]byte("exact bytes\n"), 100_000)
 	v := pushBytes(t, c, "data", data)
@@ -491,23 +493,6 @@ func TestArtifactCorruptTransferRetried(t *testing.T) {
 		t.Errorf("a read minted for %s used for %s: %d %s", v.SHA256, other.SHA256, code, body)
 	}
 	_ = nodeID
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func pushBytes(t testing.TB, c *cluster, name string, data []byte) api.ArtifactVersion {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mercator/mercator/internal/logbuffer"
+
 	dockerclient "github.com/docker/docker/client"
 
 	"github.com/mercator/mercator/api"
@@ -44,7 +46,7 @@ func TestRunSecretNowhereButTheLaunchAndTheContainer(t *testing.T) {
 	rand.Read(raw)
 	secret := "run-secret-" + hex.EncodeToString(raw)
 	sum := sha256.Sum256([]byte(secret))
-	var serverLog, agentLog syncBuffer
+	var serverLog, agentLog logbuffer.Buffer
 	c := startArtifactCluster(t, nil, artifactClusterOptions{mutate: func(o *daemon.ServerOptions) { o.Logger = slogTo(&serverLog) }})
 	wire := c.recordWire()
 	node := c.startArtifactAgent("n", 0, &agentLog)

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mercator/mercator/internal/logbuffer"
+
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -97,7 +99,7 @@ func TestPrivateRegistry(t *testing.T) {
 	password := "pw-" + sha256Hex([]byte(time.Now().String()))[:24]
 	host := startPrivateRegistry(t, user, password)
 
-	var serverLog, agentLog syncBuffer
+	var serverLog, agentLog logbuffer.Buffer
 	c := startArtifactCluster(t, nil, artifactClusterOptions{mutate: func(o *daemon.ServerOptions) { o.Logger = slogTo(&serverLog) }})
 
 	private, pinned := c.copyWorkload(host+"/private/workload", user, password)

@@ -7,29 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/mercator/mercator/internal/logbuffer"
 
 	"github.com/mercator/mercator/nodeproto"
 )
-
-// lockedLog is a log the agent writes while the test reads it.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // filesHolding lists the files under dir whose bytes contain s.
 func filesHolding(t *testing.T, dir, s string) []string {
@@ -65,7 +48,7 @@ func TestLaunchSecretsReachTheContainerOnly(t *testing.T) {
 	rt := newMemRuntime()
 	tr := &chanTransport{commands: make(chan nodeproto.Command, 4)}
 	dir := t.TempDir()
-	logs := &lockedLog{}
+	logs := &logbuffer.Buffer{}
 	logger := WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	withSecret := launch("op1", 5)
 	withSecret.LaunchWorkload.Env = map[string]string{"PLAIN": "1"}

@@ -1,21 +1,21 @@
 package supervise
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mercator/mercator/internal/logbuffer"
 )
 
 // A loop that panics on its first two starts is restarted each time, the
 // panic is counted and logged with its stack, and the third start's normal
 // return ends Run.
 func TestRunRestartsAPanickingLoop(t *testing.T) {
-	var logs syncBuffer
+	var logs logbuffer.Buffer
 	var starts, counted atomic.Int32
 	s := Supervisor{Log: slog.New(slog.NewTextHandler(&logs, nil)), Backoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond,
 		Panicked: func(loop string) {
@@ -46,22 +46,10 @@ func TestRunRestartsAPanickingLoop(t *testing.T) {
 func TestRunStopsDuringBackoffWhenContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var starts atomic.Int32
-	s := Supervisor{Log: slog.New(slog.NewTextHandler(&syncBuffer{}, nil)), Backoff: time.Hour,
+	s := Supervisor{Log: slog.New(slog.NewTextHandler(&logbuffer.Buffer{}, nil)), Backoff: time.Hour,
 		Panicked: func(string) { cancel() }}
 	s.Run(ctx, "cancelled", func(ctx context.Context) { starts.Add(1); panic("once") })
 	if starts.Load() != 1 {
 		t.Fatalf("loop started %d times; want 1", starts.Load())
 	}
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }
