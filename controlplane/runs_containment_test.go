@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/nodeproto"
@@ -21,17 +20,7 @@ import (
 func TestRunAskingContainmentWaitsForAnAgentThatAppliesIt(t *testing.T) {
 	f := newRunsFixture(t)
 	ctx := context.Background()
-	now := time.Now()
-	putNode := func(version int) {
-		t.Helper()
-		if err := f.srv.update(ctx, func(tx store.Tx) error {
-			return tx.PutNode(store.Node{ID: "n", CreatedAt: now, EnrolledAt: &now, LastSeenAt: &now,
-				Facts: &nodeproto.NodeFacts{CPUs: 16, MemoryBytes: 64 << 30, CapabilityVersion: version}})
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	putNode(nodeproto.VersionHardening - 1)
+	f.putNode("n", 64<<30, nodeproto.VersionHardening-1)
 	spec := specAt(0, "reg/app:1")
 	spec.User, spec.ReadOnlyRootfs, spec.Network, spec.PidsLimit = "1000:1000", true, api.NetworkNone, 9000
 	var run api.Run
@@ -47,7 +36,7 @@ func TestRunAskingContainmentWaitsForAnAgentThatAppliesIt(t *testing.T) {
 		t.Fatalf("run on an agent too old for containment: status %s, reason %q", run.Status, run.Reason)
 	}
 
-	putNode(nodeproto.Version)
+	f.putNode("n", 64<<30, nodeproto.Version)
 	if err := f.srv.reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -81,19 +70,8 @@ func TestRunAskingContainmentWaitsForAnAgentThatAppliesIt(t *testing.T) {
 func TestRunNeedingANewerAgentGoesWhereOneRuns(t *testing.T) {
 	f := newRunsFixture(t)
 	ctx := context.Background()
-	now := time.Now()
-	for _, n := range []struct {
-		id      string
-		mem     int64
-		version int
-	}{{"a-old", 256 << 30, nodeproto.VersionHardening - 1}, {"b-new", 16 << 30, nodeproto.VersionHardening}} {
-		if err := f.srv.update(ctx, func(tx store.Tx) error {
-			return tx.PutNode(store.Node{ID: n.id, CreatedAt: now, EnrolledAt: &now, LastSeenAt: &now,
-				Facts: &nodeproto.NodeFacts{CPUs: 16, MemoryBytes: n.mem, CapabilityVersion: n.version}})
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f.putNode("a-old", 256<<30, nodeproto.VersionHardening-1)
+	f.putNode("b-new", 16<<30, nodeproto.VersionHardening)
 	contained := specAt(0, "reg/app:1")
 	contained.ReadOnlyRootfs = true
 	var runs [2]api.Run

@@ -99,6 +99,19 @@ func (f *runsFixture) addNodes(n int) {
 	}
 }
 
+// putNode stores a ready node of 16 CPUs and mem bytes whose agent speaks
+// capability version.
+func (f *runsFixture) putNode(id string, mem int64, version int) {
+	f.t.Helper()
+	now := time.Now()
+	if err := f.srv.update(context.Background(), func(tx store.Tx) error {
+		return tx.PutNode(store.Node{ID: id, CreatedAt: now, EnrolledAt: &now, LastSeenAt: &now,
+			Facts: &nodeproto.NodeFacts{CPUs: 16, MemoryBytes: mem, CapabilityVersion: version}})
+	}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
 // listRuns is every run the API lists.
 func (f *runsFixture) listRuns() []api.Run {
 	f.t.Helper()

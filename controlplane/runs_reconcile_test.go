@@ -22,16 +22,7 @@ func TestRunWaitsForAnAgentThatSpeaksItsCommands(t *testing.T) {
 	f := newRunsFixture(t)
 	ctx := context.Background()
 	now := time.Now()
-	putNode := func(version int) {
-		t.Helper()
-		if err := f.srv.update(ctx, func(tx store.Tx) error {
-			return tx.PutNode(store.Node{ID: "old", CreatedAt: now, EnrolledAt: &now, LastSeenAt: &now,
-				Facts: &nodeproto.NodeFacts{CPUs: 16, MemoryBytes: 64 << 30, CapabilityVersion: version}})
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	putNode(1)
+	f.putNode("old", 64<<30, 1)
 	digest := strings.Repeat("ab", 32)
 	if err := f.srv.update(ctx, func(tx store.Tx) error {
 		return tx.CreateArtifact(store.Artifact{Seq: 1, ArtifactVersion: api.ArtifactVersion{Name: "data", Version: "v1", SHA256: digest,
@@ -67,7 +58,7 @@ func TestRunWaitsForAnAgentThatSpeaksItsCommands(t *testing.T) {
 		t.Fatalf("an agent too old for Artifacts was sent %d commands: %+v", len(ops), ops)
 	}
 
-	putNode(nodeproto.Version)
+	f.putNode("old", 64<<30, nodeproto.Version)
 	if err := f.srv.reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
