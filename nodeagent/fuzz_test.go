@@ -36,6 +36,13 @@ func FuzzSessionStream(f *testing.F) {
 		if status < 200 || status > 599 {
 			status = 200
 		}
+		if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+			// The agent waits what these ask before it answers (at least
+			// 100 ms, several times; transport_test covers that): an input
+			// must take microseconds for fuzzing to explore, so they stand
+			// for another refusal here.
+			status = http.StatusBadGateway
+		}
 		answer.Store([2]any{status, body})
 		commands := make(chan nodeproto.Command, len(body)+1)
 		err := tr.Session(context.Background(), "n1", "tok", commands)
