@@ -150,6 +150,16 @@ func (t *txn) pruneByKey(table, key, pick string, args ...any) (int, error) {
 	return int(n), err
 }
 
+// pruneBefore deletes up to limit rows of table whose key pick selects,
+// pick taking the moment before as $1 (Unix seconds) and limit as $2: the
+// shape of every prune but the runs', which also takes their logs.
+func (t *txn) pruneBefore(table, key, pick string, before time.Time, limit int) (int, error) {
+	if err := t.pruneChecked(limit); err != nil {
+		return 0, err
+	}
+	return t.pruneByKey(table, key, pick, before.Unix(), limit)
+}
+
 func (t *txn) pruneChecked(limit int) error {
 	if err := record.PruneLimit(limit); err != nil {
 		return err
@@ -204,39 +214,23 @@ func (t *txn) PruneRuns(before time.Time, limit int) (int, bool, error) {
 }
 
 func (t *txn) PruneOperations(before time.Time, limit int) (int, error) {
-	if err := t.pruneChecked(limit); err != nil {
-		return 0, err
-	}
-	return t.pruneByKey("operations", "id",
-		`SELECT id FROM operations WHERE pending = 0 AND created_sec < $1 ORDER BY created_sec, created_nsec, id LIMIT $2`,
-		before.Unix(), limit)
+	return t.pruneBefore("operations", "id",
+		`SELECT id FROM operations WHERE pending = 0 AND created_sec < $1 ORDER BY created_sec, created_nsec, id LIMIT $2`, before, limit)
 }
 
 func (t *txn) PruneCalls(before time.Time, limit int) (int, error) {
-	if err := t.pruneChecked(limit); err != nil {
-		return 0, err
-	}
-	return t.pruneByKey("fn_calls", "id",
-		`SELECT id FROM fn_calls WHERE pending = 0 AND created_sec < $1 ORDER BY created_sec, created_nsec, id LIMIT $2`,
-		before.Unix(), limit)
+	return t.pruneBefore("fn_calls", "id",
+		`SELECT id FROM fn_calls WHERE pending = 0 AND created_sec < $1 ORDER BY created_sec, created_nsec, id LIMIT $2`, before, limit)
 }
 
 func (t *txn) PruneSessions(before time.Time, limit int) (int, error) {
-	if err := t.pruneChecked(limit); err != nil {
-		return 0, err
-	}
-	return t.pruneByKey("sessions", "token_hash",
-		`SELECT token_hash FROM sessions WHERE expires_sec < $1 ORDER BY expires_sec, token_hash LIMIT $2`,
-		before.Unix(), limit)
+	return t.pruneBefore("sessions", "token_hash",
+		`SELECT token_hash FROM sessions WHERE expires_sec < $1 ORDER BY expires_sec, token_hash LIMIT $2`, before, limit)
 }
 
 func (t *txn) PruneInvitations(before time.Time, limit int) (int, error) {
-	if err := t.pruneChecked(limit); err != nil {
-		return 0, err
-	}
-	return t.pruneByKey("invitations", "token_hash",
-		`SELECT token_hash FROM invitations WHERE done_sec < $1 ORDER BY done_sec, token_hash LIMIT $2`,
-		before.Unix(), limit)
+	return t.pruneBefore("invitations", "token_hash",
+		`SELECT token_hash FROM invitations WHERE done_sec < $1 ORDER BY done_sec, token_hash LIMIT $2`, before, limit)
 }
 
 func (t *txn) AdvanceEventWatermark(nodeID, eventID string) error {
