@@ -29,7 +29,7 @@ func digestOf(b []byte) string {
 }
 
 // stage writes data to a file a Put may consume.
-func stage(t *testing.T, data []byte) string {
+func stage(t testing.TB, data []byte) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "upload")
 	if err := os.WriteFile(p, data, 0o600); err != nil {

@@ -3,6 +3,7 @@ package content
 import (
 	"bytes"
 	"crypto/rand"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -15,7 +16,7 @@ import (
 
 // startPostgres opens the PostgreSQL store on dsn behind a server of its
 // own, as one control-plane replica serves it.
-func startPostgres(t *testing.T, dsn string) (*Postgres, *httptest.Server) {
+func startPostgres(t testing.TB, dsn string) (*Postgres, *httptest.Server) {
 	t.Helper()
 	mux := http.NewServeMux()
 	srv := httptest.NewServer(mux)
@@ -69,4 +70,49 @@ func TestPostgresReplicasShareContent(t *testing.T) {
 	if code, _ := fetch(t, srvB.URL+ReadPath+d, nil); code != http.StatusUnauthorized {
 		t.Errorf("an unsigned read on B: %d, want 401", code)
 	}
+}
+
+// BenchmarkPostgresRead reads a 64 MiB object through a minted read from
+// the PostgreSQL store and, in the same run, from the local directory (the
+// baseline), and reports both rates and their ratio.
+func BenchmarkPostgresRead(b *testing.B) {
+	data := make([]byte, 64<<20)
+	rand.Read(data)
+	d := digestOf(data)
+	dir := b.TempDir()
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	local, err := OpenLocal(dir+"/content", dir+"/key", srv.URL, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pg, _ := startPostgres(b, pgtest.FreshSchema(b))
+	mux.HandleFunc("GET "+ReadPath+"{digest}", local.ServeRead)
+	rate := func(s Store) float64 {
+		if err := s.Put(b.Context(), d, stage(b, data), int64(len(data))); err != nil {
+			b.Fatal(err)
+		}
+		u, _, err := s.ReadURL(b.Context(), d, time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		for range b.N {
+			resp, err := http.Get(u)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, _ := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if n != int64(len(data)) {
+				b.Fatalf("read %d bytes, want %d", n, len(data))
+			}
+		}
+		return float64(b.N) * float64(len(data)) / time.Since(start).Seconds() / 1e6
+	}
+	l, p := rate(local), rate(pg)
+	b.ReportMetric(p, "postgres-MB/s")
+	b.ReportMetric(l, "local-MB/s")
+	b.ReportMetric(p/l, "ratio")
 }
