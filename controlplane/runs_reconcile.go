@@ -25,23 +25,23 @@ import (
 func (s *Server) reconcileLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.ReconcileEvery)
 	defer t.Stop()
-	wasLeading := false
+	led, ledTerm := false, uint64(0) // whether, and in which term, this replica started an epoch
 	for {
 		// Only the leader schedules; other replicas serve API calls and
 		// sessions and check again on the next tick.
 		leading := s.leader()
+		if leading && (!led || s.term() != ledTerm) {
+			leading = s.startEpoch(ctx)
+			led, ledTerm = leading, s.term()
+		}
+		if !leading {
+			led = false
+		}
 		if leading {
 			s.metrics.Leader.Set(1)
 		} else {
 			s.metrics.Leader.Set(0)
 		}
-		if leading && !wasLeading {
-			// What this replica copied while another led may have missed
-			// that one's placements: start from the store.
-			s.sched.invalidate()
-			s.sched.forgetNodes()
-		}
-		wasLeading = leading
 		if leading {
 			start := time.Now()
 			if err := s.reconcile(ctx); err != nil && ctx.Err() == nil {
@@ -65,6 +65,26 @@ func (s *Server) reconcileLoop(ctx context.Context) {
 		case <-s.reconcileWake:
 		}
 	}
+}
+
+// startEpoch starts a scheduling epoch as this replica starts to lead
+// (store.Lead: the placements of a replica that led before are committed,
+// or will be refused, from here on) and drops what this replica copied
+// while another led, which may have missed that one's placements. False
+// when the store could not start one; the loop tries again next tick.
+func (s *Server) startEpoch(ctx context.Context) bool {
+	epoch, err := s.store.Lead(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("start a scheduling epoch; will retry", "err", err)
+		}
+		return false
+	}
+	s.epoch.Store(epoch)
+	s.sched.invalidate()
+	s.sched.forgetNodes()
+	s.log.Info("scheduling", "epoch", epoch)
+	return true
 }
 
 // issue stores a command for a node under the node's current fencing token.
@@ -372,6 +392,11 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 	nodeIDs = slices.Compact(nodeIDs)
 	err := s.updateLocked(ctx, func(tx store.Tx) error {
 		placed = 0
+		// Refused, whole, once another replica has started to schedule:
+		// this one's belief that it leads may have outlived the fact.
+		if err := tx.CheckEpoch(s.epoch.Load()); err != nil {
+			return err
+		}
 		// The nodes' records first, once each and in ID order: on
 		// PostgreSQL each read locks its row, and a liveness flush
 		// (package liveness) writes node rows in ID order too, so the two wait

@@ -43,6 +43,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mercator/mercator/content"
@@ -203,6 +204,7 @@ type Server struct {
 	mailboxes  sync.Map             // node ID → *mailbox (nodes_mailbox.go)
 	limiter    *limits.Limiter      // every route's limits (package limits)
 	watermarks retention.Watermarks // event watermarks written (package retention)
+	epoch      atomic.Int64         // the scheduling epoch this replica leads under (startEpoch)
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.

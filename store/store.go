@@ -52,6 +52,15 @@ type Store interface {
 	UpdateLocked(ctx context.Context, fn func(tx Tx) error) error
 	// View runs fn in a read-only transaction with a consistent snapshot.
 	View(ctx context.Context, fn func(tx Tx) error) error
+	// Lead starts a new scheduling epoch and returns it. From then on a
+	// transaction that checks an older epoch (Tx.CheckEpoch) fails with
+	// failure.ErrFenced, and every transaction that checked the old one
+	// before has ended when Lead returns. A replica calls it as it starts
+	// to schedule and checks its epoch in every placement transaction, so
+	// a replica that still believes it leads after another took over is
+	// refused by the database rather than trusted: no window exists in
+	// which two replicas commit placements.
+	Lead(ctx context.Context) (int64, error)
 	// Close releases the database. Calls after Close fail.
 	Close() error
 }
@@ -61,6 +70,10 @@ type Store interface {
 // failure.ErrConflict for a Create whose key exists, anything else wraps the
 // database's error. A Tx must not be used after fn returns.
 type Tx interface {
+	// CheckEpoch fails with failure.ErrFenced unless epoch is the current
+	// scheduling epoch (Store.Lead), and keeps it current until the
+	// transaction ends.
+	CheckEpoch(epoch int64) error
 	GetNode(id string) (Node, error)
 	// PutNode creates or replaces a node.
 	PutNode(n Node) error

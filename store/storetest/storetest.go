@@ -93,6 +93,7 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opts Opti
 		{"PruneRuns", testPruneRuns},
 		{"PruneRecords", testPruneRecords},
 		{"EventWatermark", testEventWatermark},
+		{"Epochs", testEpochs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

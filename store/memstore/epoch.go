@@ -1,0 +1,37 @@
+package memstore
+
+import (
+	"context"
+
+	"github.com/mercator/mercator/failure"
+)
+
+// Lead implements store.Store. Update has one writer at a time, so every
+// transaction that checked the old epoch has committed when it returns.
+func (s *Store) Lead(ctx context.Context) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	next := *s.cur
+	next.epoch++
+	s.cur = &next
+	return next.epoch, nil
+}
+
+// CheckEpoch implements store.Tx.
+func (t *tx) CheckEpoch(epoch int64) error {
+	if err := t.readable(); err != nil {
+		return err
+	}
+	if t.st.epoch != epoch {
+		return failure.Fenced("scheduling epoch %d is over: another replica has scheduled since, under epoch %d", epoch, t.st.epoch)
+	}
+	return nil
+}
