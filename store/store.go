@@ -70,6 +70,13 @@ type Store interface {
 // failure.ErrConflict for a Create whose key exists, anything else wraps the
 // database's error. A Tx must not be used after fn returns.
 type Tx interface {
+	// NodesSeen records that each node was heard from at its moment,
+	// never moving a node's LastSeenAt backwards, and returns, for each
+	// node stored, the LastSeenAt it had before (zero when it had none);
+	// IDs of nodes not stored are skipped. It is liveness's narrow write:
+	// a store writes the moment alone, without decoding and re-encoding
+	// the node's record.
+	NodesSeen(seen map[string]time.Time) (before map[string]time.Time, err error)
 	// CheckEpoch fails with failure.ErrFenced unless epoch is the current
 	// scheduling epoch (Store.Lead), and keeps it current until the
 	// transaction ends.

@@ -147,6 +147,12 @@ var migrations = []migration{
 		name:    "scheduling epoch: placements fenced by the database",
 		stmts:   epochMigration, // in epoch.go
 	},
+	{
+		version:  7,
+		name:     "node liveness in a column of its own",
+		stmts:    liveMigration, // in nodes.go
+		backfill: liveBackfill,
+	},
 }
 
 // migrate brings db's schema up to the last of ms, in one write

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
@@ -50,4 +51,61 @@ func testEpochs(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Errorf("View checking the current epoch = %v", err)
 	}
+}
+
+// testNodesSeen: NodesSeen moves each stored node's LastSeenAt forward,
+// never back, returns what each had before, skips unknown nodes, and what
+// it wrote is what GetNode, ListNodes and a later PutNode see.
+func testNodesSeen(t *testing.T, s store.Store) {
+	a, b := sampleNode("node-a"), sampleNode("node-b")
+	b.LastSeenAt = nil
+	update(t, s, func(tx store.Tx) error {
+		must(t, tx.PutNode(a))
+		return tx.PutNode(b)
+	})
+	was := *a.LastSeenAt
+	later, earlier := was.Add(time.Minute), was.Add(-time.Minute)
+	update(t, s, func(tx store.Tx) error {
+		before, err := tx.NodesSeen(map[string]time.Time{"node-a": later, "node-b": earlier, "nobody": later})
+		must(t, err)
+		if len(before) != 2 || !before["node-a"].Equal(was) || !before["node-b"].IsZero() {
+			t.Errorf("NodesSeen's before = %v, want node-a at %s and node-b at zero, nobody skipped", before, was)
+		}
+		return nil
+	})
+	update(t, s, func(tx store.Tx) error {
+		before, err := tx.NodesSeen(map[string]time.Time{"node-a": was})
+		must(t, err)
+		if !before["node-a"].Equal(later) {
+			t.Errorf("before = %v, want node-a at %s", before, later)
+		}
+		return nil
+	})
+	view(t, s, func(tx store.Tx) error {
+		n := must1[store.Node](t)(tx.GetNode("node-a"))
+		if n.LastSeenAt == nil || !n.LastSeenAt.Equal(later) {
+			t.Errorf("node-a last seen %v after a later and then an earlier report, want %s (never back)", n.LastSeenAt, later)
+		}
+		if n.Facts == nil || n.Facts.Hostname != a.Facts.Hostname {
+			t.Errorf("NodesSeen changed the rest of the record: %+v", n)
+		}
+		for _, n := range must1[[]store.Node](t)(tx.ListNodes()) {
+			if n.ID == "node-b" && (n.LastSeenAt == nil || !n.LastSeenAt.Equal(earlier)) {
+				t.Errorf("ListNodes: node-b last seen %v, want %s", n.LastSeenAt, earlier)
+			}
+		}
+		return nil
+	})
+	// A record written back carries the moment it was read with.
+	update(t, s, func(tx store.Tx) error {
+		n := must1[store.Node](t)(tx.GetNode("node-a"))
+		n.FencingToken++
+		return tx.PutNode(n)
+	})
+	view(t, s, func(tx store.Tx) error {
+		if n := must1[store.Node](t)(tx.GetNode("node-a")); n.LastSeenAt == nil || !n.LastSeenAt.Equal(later) {
+			t.Errorf("node-a written back: last seen %v, want %s", n.LastSeenAt, later)
+		}
+		return nil
+	})
 }

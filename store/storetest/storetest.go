@@ -94,6 +94,7 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opts Opti
 		{"PruneRecords", testPruneRecords},
 		{"EventWatermark", testEventWatermark},
 		{"Epochs", testEpochs},
+		{"NodesSeen", testNodesSeen},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

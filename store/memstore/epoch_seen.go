@@ -2,6 +2,8 @@ package memstore
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/mercator/mercator/failure"
 )
@@ -34,4 +36,34 @@ func (t *tx) CheckEpoch(epoch int64) error {
 		return failure.Fenced("scheduling epoch %d is over: another replica has scheduled since, under epoch %d", epoch, t.st.epoch)
 	}
 	return nil
+}
+
+// NodesSeen implements store.Tx. The fake decodes and rewrites the record
+// (what the SQL store's column spares it); the contract is the same.
+func (t *tx) NodesSeen(seen map[string]time.Time) (map[string]time.Time, error) {
+	if err := t.writable(); err != nil {
+		return nil, err
+	}
+	before := map[string]time.Time{}
+	for id, at := range seen {
+		n, err := t.GetNode(id)
+		if errors.Is(err, failure.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		before[id] = time.Time{}
+		if n.LastSeenAt != nil {
+			before[id] = *n.LastSeenAt
+			if !at.After(*n.LastSeenAt) {
+				continue
+			}
+		}
+		n.LastSeenAt = &at
+		if err := t.PutNode(n); err != nil {
+			return nil, err
+		}
+	}
+	return before, nil
 }
