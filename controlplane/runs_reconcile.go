@@ -101,10 +101,16 @@ func (s *Server) issue(tx store.Tx, nodeID string, cmd nodeproto.Command) error 
 // issueFenced is issue with the node's fencing token already read in tx; it
 // returns the command as stored.
 func (s *Server) issueFenced(tx store.Tx, nodeID string, fence uint64, cmd nodeproto.Command) (nodeproto.Command, error) {
+	op := s.operation(nodeID, fence, cmd)
+	return op.Command, tx.PutOperation(op)
+}
+
+// operation is cmd as a new operation for the node under fence.
+func (s *Server) operation(nodeID string, fence uint64, cmd nodeproto.Command) store.Operation {
 	cmd.OperationID = httpapi.NewID("op-")
 	cmd.FencingToken = fence
 	cmd.CreatedAt = s.now()
-	return cmd, tx.PutOperation(store.Operation{ID: cmd.OperationID, NodeID: nodeID, CreatedAt: cmd.CreatedAt, Command: cmd})
+	return store.Operation{ID: cmd.OperationID, NodeID: nodeID, CreatedAt: cmd.CreatedAt, Command: cmd}
 }
 
 // lostSince is when a node's work became lost, or nil while it is not: a
@@ -403,28 +409,43 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 		// for each other rather than deadlock (which PostgreSQL breaks
 		// only after a second, and which, with the rows taken in plan
 		// order, stalled placements at tens a second behind a long queue).
-		fences := make(map[string]uint64, len(nodeIDs))
-		versions := make(map[string]int, len(nodeIDs))
+		// Every read and write here is a batch (store.Tx.GetNodes, GetRuns,
+		// PutOperations, PutRuns), a few statements for the whole chunk.
+		nodes, err := tx.GetNodes(nodeIDs)
+		if err != nil {
+			return err
+		}
+		fences := make(map[string]uint64, len(nodes))
+		versions := make(map[string]int, len(nodes))
 		clear(tooOld)
-		for _, id := range nodeIDs {
-			n, err := tx.GetNode(id)
-			if err != nil {
-				return err
-			}
-			fences[id] = n.FencingToken
+		for _, n := range nodes {
+			fences[n.ID] = n.FencingToken
 			if n.Facts != nil {
-				versions[id] = n.Facts.CapabilityVersion
+				versions[n.ID] = n.Facts.CapabilityVersion
 			}
 		}
+		runIDs := make([]string, len(placements))
+		for i, p := range placements {
+			runIDs[i] = p.RunID
+		}
+		stored, err := tx.GetRuns(runIDs)
+		if err != nil {
+			return err
+		}
+		runs := make(map[string]store.Run, len(stored))
+		for _, r := range stored {
+			runs[r.ID] = r
+		}
 		now := s.now()
+		var ops []store.Operation
+		var written []store.Run
 		for _, p := range placements {
-			run, err := tx.GetRun(p.RunID)
-			if err != nil {
-				return err
+			run, ok := runs[p.RunID]
+			fence, known := fences[p.NodeID]
+			if !ok || !known || run.Status != api.RunQueued || run.Cancel || len(run.Attempts) != len(pending[p.RunID].Attempts) {
+				continue // gone or changed since the snapshot; the next pass sees it
 			}
-			if run.Status != api.RunQueued || run.Cancel || len(run.Attempts) != len(pending[p.RunID].Attempts) {
-				continue // changed since the snapshot; the next pass sees it
-			}
+			delete(runs, p.RunID) // placed once, whatever the plan says
 			a := lifecycle.Place(&run.Run, p.NodeID, p.GPUs, now)
 			cmd := launchCommand(run, a.Number, p.GPUs)
 			prepares, err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
@@ -438,19 +459,16 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 				continue
 			}
 			for _, prep := range prepares {
-				if _, err := s.issueFenced(tx, p.NodeID, fences[p.NodeID], prep); err != nil {
-					return err
-				}
+				ops = append(ops, s.operation(p.NodeID, fence, prep))
 			}
-			if _, err := s.issueFenced(tx, p.NodeID, fences[p.NodeID], cmd); err != nil {
-				return err
-			}
-			if err := tx.PutRun(run); err != nil {
-				return err
-			}
-			placed++
+			ops = append(ops, s.operation(p.NodeID, fence, cmd))
+			written = append(written, run)
 		}
-		return nil
+		if err := tx.PutOperations(ops); err != nil {
+			return err
+		}
+		placed = len(written)
+		return tx.PutRuns(written)
 	})
 	if err != nil {
 		return 0, nil, err

@@ -2,9 +2,12 @@ package controlplane
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"sort"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
@@ -87,13 +90,27 @@ func (t *runTx) PutOperation(op store.Operation) error {
 	if err := t.Tx.PutOperation(op); err != nil {
 		return err
 	}
+	t.noteOp(op)
+	return nil
+}
+
+func (t *runTx) PutOperations(ops []store.Operation) error {
+	if err := t.Tx.PutOperations(ops); err != nil {
+		return err
+	}
+	for _, op := range ops {
+		t.noteOp(op)
+	}
+	return nil
+}
+
+func (t *runTx) noteOp(op store.Operation) {
 	if op.Result == nil {
 		if t.cmds == nil {
 			t.cmds = map[string][]nodeproto.Command{}
 		}
 		t.cmds[op.NodeID] = append(t.cmds[op.NodeID], op.Command)
 	}
-	return nil
 }
 
 func (t *runTx) PutNode(n store.Node) error {
@@ -128,6 +145,16 @@ func (t *runTx) PutRun(r store.Run) error {
 		return err
 	}
 	t.note(r)
+	return nil
+}
+
+func (t *runTx) PutRuns(runs []store.Run) error {
+	if err := t.Tx.PutRuns(runs); err != nil {
+		return err
+	}
+	for _, r := range runs {
+		t.note(r)
+	}
 	return nil
 }
 
@@ -171,17 +198,47 @@ func (m *runMemo) PutRun(r store.Run) error {
 	return nil
 }
 
-// flush writes the runs written through the memo, once each.
+// GetRuns is GetRun for each (missing ones skipped), through the memo.
+func (m *runMemo) GetRuns(ids []string) ([]store.Run, error) {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	out := make([]store.Run, 0, len(ids))
+	for _, id := range ids {
+		r, err := m.GetRun(id)
+		if errors.Is(err, failure.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// PutRuns is PutRun for each, through the memo.
+func (m *runMemo) PutRuns(runs []store.Run) error {
+	for _, r := range runs {
+		if err := m.PutRun(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flush writes the runs written through the memo, once each, in one batch
+// (store.Tx.PutRuns).
 func (m *runMemo) flush() error {
 	ids := make([]string, 0, len(m.dirty))
 	for id := range m.dirty {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	for _, id := range ids {
-		if err := m.Tx.PutRun(m.runs[id]); err != nil {
-			return err
-		}
+	runs := make([]store.Run, len(ids))
+	for i, id := range ids {
+		runs[i] = m.runs[id]
+	}
+	if err := m.Tx.PutRuns(runs); err != nil {
+		return err
 	}
 	clear(m.dirty)
 	return nil

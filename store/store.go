@@ -86,6 +86,13 @@ type Tx interface {
 	PutNode(n Node) error
 	// ListNodes returns every node ordered by ID.
 	ListNodes() ([]Node, error)
+	// GetNodes returns the stored nodes among ids, ordered by ID (a
+	// missing one is absent, not an error); in UpdateLocked each is locked,
+	// in that order. The batch forms (GetNodes, GetRuns, PutRuns,
+	// PutOperations) are what the scheduler's placements use: a store may
+	// make each one statement for the whole batch, where a call per record
+	// was a round trip per record (PostgreSQL).
+	GetNodes(ids []string) ([]Node, error)
 
 	// CreateInvitation stores a new invitation; ErrConflict if the hash exists.
 	CreateInvitation(inv Invitation) error
@@ -109,11 +116,20 @@ type Tx interface {
 	GetRun(id string) (Run, error)
 	// PutRun replaces an existing run; ErrNotFound if it does not exist.
 	PutRun(r Run) error
+	// GetRuns returns the stored runs among ids, ordered by ID (a missing
+	// one is absent, not an error); in UpdateLocked each is locked.
+	GetRuns(ids []string) ([]Run, error)
+	// PutRuns is PutRun for each run, IDs distinct; ErrNotFound if any
+	// does not exist (the transaction then keeps nothing, as with any error
+	// fn returns).
+	PutRuns(runs []Run) error
 	// ListRuns returns runs newest first (by CreatedAt, then ID).
 	ListRuns(opts ListRunsOptions) ([]Run, error)
 
 	// PutOperation creates or replaces an operation.
 	PutOperation(op Operation) error
+	// PutOperations is PutOperation for each operation, IDs distinct.
+	PutOperations(ops []Operation) error
 	GetOperation(id string) (Operation, error)
 	// PendingOperations returns a node's operations without a result,
 	// oldest first.

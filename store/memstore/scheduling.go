@@ -3,9 +3,11 @@ package memstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/store"
 )
 
 // Lead implements store.Store. Update has one writer at a time, so every
@@ -66,4 +68,51 @@ func (t *tx) NodesSeen(seen map[string]time.Time) (map[string]time.Time, error) 
 		}
 	}
 	return before, nil
+}
+
+// GetNodes implements store.Tx.
+func (t *tx) GetNodes(ids []string) ([]store.Node, error) {
+	return getMany(ids, t.GetNode)
+}
+
+// GetRuns implements store.Tx.
+func (t *tx) GetRuns(ids []string) ([]store.Run, error) {
+	return getMany(ids, t.GetRun)
+}
+
+// getMany gets each of ids (sorted, once each), skipping missing ones.
+func getMany[T any](ids []string, get func(string) (T, error)) ([]T, error) {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	out := make([]T, 0, len(ids))
+	for _, id := range ids {
+		v, err := get(id)
+		if errors.Is(err, failure.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// PutRuns implements store.Tx: all or nothing, as the transaction is.
+func (t *tx) PutRuns(runs []store.Run) error {
+	for _, r := range runs {
+		if err := t.PutRun(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PutOperations implements store.Tx.
+func (t *tx) PutOperations(ops []store.Operation) error {
+	for _, op := range ops {
+		if err := t.PutOperation(op); err != nil {
+			return err
+		}
+	}
+	return nil
 }
