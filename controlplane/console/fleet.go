@@ -1,0 +1,234 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/nodeproto"
+)
+
+// fleetPage is how many nodes one Fleet page lists.
+const fleetPage = 100
+
+// activeRunPages bounds how many pages of active runs the GPU picture
+// reads to learn which cards are busy (1000 runs a page).
+const activeRunPages = 100
+
+// GPU states in the allocation picture.
+const (
+	gpuBusy = "busy"
+	gpuIdle = "idle"
+	gpuSick = "sick"
+)
+
+// nodeRow is one node as the Fleet page lists it.
+type nodeRow struct {
+	api.Node
+	Info      nodeproto.NodeFacts
+	GPUs      []gpuCell
+	Artifacts int64 // bytes of Artifacts held
+}
+
+// gpuCell is one card: its model, memory and state, and the run holding it.
+type gpuCell struct {
+	nodeproto.Accelerator
+	State string
+	Run   string
+}
+
+// fleetView is the Fleet page: a page of nodes, the counts of the whole
+// fleet, and the pages around.
+type fleetView struct {
+	Nodes              []nodeRow
+	Total, Page, Pages int
+	Status             string
+	ByStatus           map[string]int
+	GPUs               map[string]int
+	Picture            string
+}
+
+// fleetState reads every node and the active runs, and marks each GPU busy
+// (an active attempt holds it), sick (a flag names it) or idle.
+func fleetState(ctx context.Context, a API) ([]nodeRow, error) {
+	nodes, err := a.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	holder, err := gpuHolders(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]nodeRow, len(nodes.Nodes))
+	for i, n := range nodes.Nodes {
+		rows[i] = nodeRow{Node: n}
+		if n.Facts != nil {
+			data, _ := json.Marshal(n.Facts)
+			json.Unmarshal(data, &rows[i].Info)
+		}
+		rows[i].Node.Facts = nil
+		sick := map[string]bool{}
+		for _, f := range n.Flags {
+			if f.GPU != "" {
+				sick[f.GPU] = true
+			}
+		}
+		for _, acc := range rows[i].Info.Accelerators {
+			cell := gpuCell{Accelerator: acc, State: gpuIdle, Run: holder[acc.UUID]}
+			switch {
+			case sick[acc.UUID]:
+				cell.State = gpuSick
+			case cell.Run != "":
+				cell.State = gpuBusy
+			}
+			rows[i].GPUs = append(rows[i].GPUs, cell)
+		}
+		for _, held := range rows[i].Info.Artifacts {
+			rows[i].Artifacts += held.Size
+		}
+	}
+	return rows, nil
+}
+
+// gpuHolders maps each GPU UUID an active attempt holds to its run.
+func gpuHolders(ctx context.Context, a API) (map[string]string, error) {
+	out := map[string]string{}
+	opts := client.ListRunsOptions{Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}, Limit: 1000}
+	for range activeRunPages {
+		list, err := a.ListRuns(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range list.Runs {
+			if n := len(r.Attempts); n > 0 {
+				for _, g := range r.Attempts[n-1].GPUs {
+					out[g] = r.ID
+				}
+			}
+		}
+		if len(list.Runs) < opts.Limit {
+			break
+		}
+		opts.Before = list.Runs[len(list.Runs)-1].ID
+	}
+	return out, nil
+}
+
+func (c *Console) fleet(w http.ResponseWriter, r *http.Request, q *request) {
+	rows, err := fleetState(r.Context(), q.api)
+	if err != nil {
+		c.fail(w, r, q, err)
+		return
+	}
+	v := fleetView{Status: r.URL.Query().Get("status"), ByStatus: map[string]int{}, GPUs: map[string]int{}}
+	shown := rows[:0:0]
+	for _, n := range rows {
+		v.ByStatus[n.Status]++
+		for _, g := range n.GPUs {
+			v.GPUs[g.State]++
+		}
+		if v.Status == "" || v.Status == n.Status || (v.Status == "cordoned" && n.Cordoned) {
+			shown = append(shown, n)
+		}
+	}
+	v.Total = len(shown)
+	v.Pages = max(1, (len(shown)+fleetPage-1)/fleetPage)
+	v.Page, _ = strconv.Atoi(r.URL.Query().Get("page"))
+	v.Page = min(max(v.Page, 1), v.Pages)
+	lo := (v.Page - 1) * fleetPage
+	v.Nodes = shown[lo:min(lo+fleetPage, len(shown))]
+	v.Picture = fmt.Sprintf("GPU allocation across the fleet: %d busy, %d idle, %d sick", v.GPUs[gpuBusy], v.GPUs[gpuIdle], v.GPUs[gpuSick])
+	c.render(w, r, http.StatusOK, "fleet", q, v)
+}
+
+// The picture's geometry: each GPU a cell×cell square, pitch pixels apart,
+// perRow to a row, in node order. 80,000 cards are 320 rows.
+const (
+	cell   = 3
+	pitch  = 4
+	perRow = 250
+)
+
+var (
+	shadeBusy = color.RGBA{0x1f, 0x3a, 0x93, 0xff} // dark: in use
+	shadeIdle = color.RGBA{0xd0, 0xd4, 0xdc, 0xff} // light: free
+	shadeSick = color.RGBA{0xc0, 0x10, 0x10, 0xff} // drawn as an X, so it reads without colour
+	shadeBack = color.RGBA{0xff, 0xff, 0xff, 0xff}
+)
+
+// gpuPicture draws every GPU of the fleet as one small square (busy dark,
+// idle light, sick an X): a PNG of a few kilobytes whatever the fleet's
+// size, where a table of 80,000 cards would be megabytes of HTML. The
+// Fleet page states the same counts in text beside it.
+func (c *Console) gpuPicture(w http.ResponseWriter, r *http.Request, q *request) {
+	rows, err := fleetState(r.Context(), q.api)
+	if err != nil {
+		c.fail(w, r, q, err)
+		return
+	}
+	var cells []string
+	for _, n := range rows {
+		for _, g := range n.GPUs {
+			cells = append(cells, g.State)
+		}
+	}
+	lines := max(1, (len(cells)+perRow-1)/perRow)
+	img := image.NewRGBA(image.Rect(0, 0, perRow*pitch, lines*pitch))
+	for i := range img.Pix {
+		img.Pix[i] = 0xff
+	}
+	for i, st := range cells {
+		x0, y0 := (i%perRow)*pitch, (i/perRow)*pitch
+		for dy := range cell {
+			for dx := range cell {
+				c := shadeIdle
+				switch {
+				case st == gpuBusy:
+					c = shadeBusy
+				case st == gpuSick && (dx == dy || dx+dy == cell-1):
+					c = shadeSick
+				case st == gpuSick:
+					c = shadeBack
+				}
+				img.SetRGBA(x0+dx, y0+dy, c)
+			}
+		}
+	}
+	w.Header().Set("Content-Type", "image/png")
+	png.Encode(w, img)
+}
+
+// nodeAction cordons, drains or uncordons a node (operators).
+func (c *Console) nodeAction(r *http.Request, q *request) (string, error) {
+	id := r.PathValue("id")
+	var err error
+	switch r.PathValue("action") {
+	case "cordon":
+		_, err = q.api.CordonNode(r.Context(), id)
+	case "uncordon":
+		_, err = q.api.UncordonNode(r.Context(), id)
+	case "drain":
+		var d time.Duration
+		if s := r.PostFormValue("deadline"); s != "" {
+			if d, err = time.ParseDuration(s); err != nil {
+				return "", failure.Invalid("deadline", "drain deadline %q is not a duration: use one such as 10m", s)
+			}
+		}
+		_, err = q.api.DrainNode(r.Context(), id, d)
+	default:
+		return "", failure.Invalid("action", "unknown node action %q: use cordon, drain or uncordon", r.PathValue("action"))
+	}
+	if err != nil {
+		return "", err
+	}
+	return "/ui/fleet", nil
+}
