@@ -10,7 +10,10 @@
 package api
 
 import (
+	"fmt"
 	"time"
+
+	"github.com/mercator/mercator/internal/bytesize"
 )
 
 // Prefix is the version prefix of every public route.
@@ -158,6 +161,37 @@ type Attempt struct {
 	PlacedAt      time.Time  `json:"placed_at"`
 	StartedAt     *time.Time `json:"started_at,omitempty"`
 	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+	// Progress is how the node's preparation of a preparing attempt goes
+	// (pulling the image, copying the Artifacts), as the node last
+	// reported it (every few seconds); nil before a report and once the
+	// attempt is past preparing.
+	Progress *PrepareProgress `json:"progress,omitempty"`
+}
+
+// PrepareProgress is a preparing attempt's progress: Step is "image"
+// (pulling it) or "artifacts" (copying them); DoneBytes of TotalBytes where
+// the node can tell (TotalBytes 0: not known).
+type PrepareProgress struct {
+	Step       string `json:"step"`
+	DoneBytes  int64  `json:"done_bytes,omitempty"`
+	TotalBytes int64  `json:"total_bytes,omitempty"`
+}
+
+// String is the progress in words, as the CLI and the console show it:
+// "pulling the image: 45% (117.0 MiB of 260.0 MiB)", "copying the
+// Artifacts (1.2 GiB)".
+func (p PrepareProgress) String() string {
+	switch {
+	case p.Step == "artifacts" && p.TotalBytes > 0:
+		return "copying the Artifacts (" + bytesize.Format(p.TotalBytes) + ")"
+	case p.Step == "artifacts":
+		return "copying the Artifacts"
+	case p.TotalBytes > 0:
+		return fmt.Sprintf("pulling the image: %d%% (%s of %s)", p.DoneBytes*100/p.TotalBytes, bytesize.Format(p.DoneBytes), bytesize.Format(p.TotalBytes))
+	case p.DoneBytes > 0:
+		return "pulling the image: " + bytesize.Format(p.DoneBytes)
+	}
+	return "pulling the image"
 }
 
 // RunList is the body of GET /v1/runs, and of the answer to POST

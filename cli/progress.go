@@ -57,13 +57,15 @@ func (p *runProgress) observe(r api.Run) {
 }
 
 // progressLine is the run's stage in words: queued and why; placed,
-// preparing (the node pulls the image and copies the Artifacts) or
-// running, on its node; "" when the run has ended.
+// preparing (the node pulls the image and copies the Artifacts, with the
+// bytes and percent it reports) or running, on its node; "" when the run
+// has ended.
 func progressLine(r api.Run) string {
-	var node string
+	var cur api.Attempt
 	if n := len(r.Attempts); n > 0 {
-		node = r.Attempts[n-1].NodeID
+		cur = r.Attempts[n-1]
 	}
+	node := cur.NodeID
 	switch r.Status {
 	case api.RunQueued:
 		if r.Reason != "" {
@@ -76,6 +78,9 @@ func progressLine(r api.Run) string {
 		what := "pulling the image"
 		if len(r.Artifacts) > 0 {
 			what += fmt.Sprintf(", copying %d Artifact(s)", len(r.Artifacts))
+		}
+		if p := cur.Progress; p != nil {
+			what = p.String() // as the node last reported it
 		}
 		return fmt.Sprintf("run %s preparing on node %s: %s", r.ID, node, what)
 	case api.RunRunning:

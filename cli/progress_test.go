@@ -20,6 +20,8 @@ func TestRunProgressLines(t *testing.T) {
 		{ID: "r-1", Status: api.RunQueued, Reason: "no node has a free GPU (4 nodes: 4 have no free GPU)"},
 		{ID: "r-1", Status: api.RunPlaced, Attempts: onNode},
 		{ID: "r-1", Status: api.RunPreparing, Attempts: onNode, RunSpec: api.RunSpec{Artifacts: []api.ArtifactMount{{Name: "weights"}}}},
+		{ID: "r-1", Status: api.RunPreparing, Attempts: []api.Attempt{{NodeID: "gpu-7", Progress: &api.PrepareProgress{Step: "image", DoneBytes: 50 << 20, TotalBytes: 200 << 20}}}},
+		{ID: "r-1", Status: api.RunPreparing, Attempts: []api.Attempt{{NodeID: "gpu-7", Progress: &api.PrepareProgress{Step: "artifacts", TotalBytes: 3 << 30}}}},
 		{ID: "r-1", Status: api.RunRunning, Attempts: onNode},
 		{ID: "r-1", Status: api.RunSucceeded, Attempts: onNode},
 	} {
@@ -29,6 +31,8 @@ func TestRunProgressLines(t *testing.T) {
 run r-1 queued: no node has a free GPU (4 nodes: 4 have no free GPU)
 run r-1 placed on node gpu-7
 run r-1 preparing on node gpu-7: pulling the image, copying 1 Artifact(s)
+run r-1 preparing on node gpu-7: pulling the image: 25% (50.0 MiB of 200.0 MiB)
+run r-1 preparing on node gpu-7: copying the Artifacts (3.0 GiB)
 run r-1 running on node gpu-7
 `
 	if out.String() != want {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/internal/bytesize"
 )
 
 // frame is what every page's template gets: the page's own data (Data)
@@ -58,7 +59,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, q *request, err e
 // funcs are the templates' helpers: the same units the CLI prints.
 func funcs(now func() time.Time) template.FuncMap {
 	return template.FuncMap{
-		"bytes": humanBytes,
+		"bytes": bytesize.Format,
 		"when": func(t *time.Time) string {
 			if t == nil || t.IsZero() {
 				return "—"
@@ -77,20 +78,6 @@ func funcs(now func() time.Time) template.FuncMap {
 		"add": func(a, b int) int { return a + b },
 		"ago": func(t *time.Time) string { return ago(now(), t) },
 	}
-}
-
-// humanBytes is n in binary units, one decimal.
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // ago is how long before now t was, to the second, for lease ages.
