@@ -228,6 +228,9 @@ type Node struct {
 	Facts        *NodeFactsDoc `json:"facts,omitempty"`
 	// Running lists the attempts the control plane believes are on the node.
 	Running []string `json:"running,omitempty"`
+	// GPUsInUse are the UUIDs of the GPUs its active attempts hold (the
+	// rest of its accelerators are free, unless a flag names them).
+	GPUsInUse []string `json:"gpus_in_use,omitempty"`
 	// Cordoned: the node takes no new work. Draining: cordoned, and its
 	// remaining work is stopped at DrainDeadline when one is set.
 	Cordoned      bool       `json:"cordoned"`

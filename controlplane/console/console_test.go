@@ -326,9 +326,11 @@ func TestFleetPagesAndPicture(t *testing.T) {
 		if i == 7 {
 			n.Flags = []api.NodeFlag{{Kind: api.NodeFlagGPUDisputed, GPU: "GPU-h"}}
 		}
+		if i%26 == 2 {
+			n.GPUsInUse = []string{"GPU-c"}
+		}
 		f.api.nodes = append(f.api.nodes, n)
 	}
-	f.api.runs[0].Attempts = []api.Attempt{{GPUs: []string{"GPU-c"}}}
 	ck, _ := f.signIn("tok-read")
 	page := body(t, f.do("GET", "/ui/fleet?page=3", ck, nil))
 	if !strings.Contains(page, "(page 3 of 3, 250 in all)") || strings.Count(page, "<th scope=\"row\">") != 50 {

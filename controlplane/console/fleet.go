@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,17 +13,12 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
 )
 
 // fleetPage is how many nodes one Fleet page lists.
 const fleetPage = 100
-
-// activeRunPages bounds how many pages of active runs the GPU picture
-// reads to learn which cards are busy (1000 runs a page).
-const activeRunPages = 100
 
 // GPU states in the allocation picture.
 const (
@@ -39,11 +35,10 @@ type nodeRow struct {
 	Artifacts int64 // bytes of Artifacts held
 }
 
-// gpuCell is one card: its model, memory and state, and the run holding it.
+// gpuCell is one card: its model, memory and state.
 type gpuCell struct {
 	nodeproto.Accelerator
 	State string
-	Run   string
 }
 
 // fleetView is the Fleet page: a page of nodes, the counts of the whole
@@ -57,14 +52,11 @@ type fleetView struct {
 	Picture            string
 }
 
-// fleetState reads every node and the active runs, and marks each GPU busy
-// (an active attempt holds it), sick (a flag names it) or idle.
+// fleetState reads every node and marks each GPU busy (an active attempt
+// holds it, api.Node.GPUsInUse), sick (a flag names it) or idle: one API
+// call, whatever the fleet's size.
 func fleetState(ctx context.Context, a API) ([]nodeRow, error) {
 	nodes, err := a.ListNodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	holder, err := gpuHolders(ctx, a)
 	if err != nil {
 		return nil, err
 	}
@@ -76,20 +68,17 @@ func fleetState(ctx context.Context, a API) ([]nodeRow, error) {
 			json.Unmarshal(data, &rows[i].Info)
 		}
 		rows[i].Node.Facts = nil
-		sick := map[string]bool{}
+		state := map[string]string{}
+		for _, g := range n.GPUsInUse {
+			state[g] = gpuBusy
+		}
 		for _, f := range n.Flags {
 			if f.GPU != "" {
-				sick[f.GPU] = true
+				state[f.GPU] = gpuSick
 			}
 		}
 		for _, acc := range rows[i].Info.Accelerators {
-			cell := gpuCell{Accelerator: acc, State: gpuIdle, Run: holder[acc.UUID]}
-			switch {
-			case sick[acc.UUID]:
-				cell.State = gpuSick
-			case cell.Run != "":
-				cell.State = gpuBusy
-			}
+			cell := gpuCell{Accelerator: acc, State: cmp.Or(state[acc.UUID], gpuIdle)}
 			rows[i].GPUs = append(rows[i].GPUs, cell)
 		}
 		for _, held := range rows[i].Info.Artifacts {
@@ -97,30 +86,6 @@ func fleetState(ctx context.Context, a API) ([]nodeRow, error) {
 		}
 	}
 	return rows, nil
-}
-
-// gpuHolders maps each GPU UUID an active attempt holds to its run.
-func gpuHolders(ctx context.Context, a API) (map[string]string, error) {
-	out := map[string]string{}
-	opts := client.ListRunsOptions{Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}, Limit: 1000}
-	for range activeRunPages {
-		list, err := a.ListRuns(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range list.Runs {
-			if n := len(r.Attempts); n > 0 {
-				for _, g := range r.Attempts[n-1].GPUs {
-					out[g] = r.ID
-				}
-			}
-		}
-		if len(list.Runs) < opts.Limit {
-			break
-		}
-		opts.Before = list.Runs[len(list.Runs)-1].ID
-	}
-	return out, nil
 }
 
 func (c *Console) fleet(w http.ResponseWriter, r *http.Request, q *request) {
