@@ -194,6 +194,38 @@ func (p PrepareProgress) String() string {
 	return "pulling the image"
 }
 
+// Stage is where a run stands, in words, as `run wait` shows it on a
+// terminal: "queued: REASON", "placed on node N", "preparing on node N:
+// pulling the image: 45% (…)" (the progress its node last reported),
+// "running on node N"; "" once the run has ended.
+func (r Run) Stage() string {
+	var cur Attempt
+	if n := len(r.Attempts); n > 0 {
+		cur = r.Attempts[n-1]
+	}
+	switch r.Status {
+	case RunQueued:
+		if r.Reason != "" {
+			return "queued: " + r.Reason
+		}
+		return "queued"
+	case RunPlaced:
+		return "placed on node " + cur.NodeID
+	case RunPreparing:
+		what := "pulling the image"
+		if len(r.Artifacts) > 0 {
+			what += fmt.Sprintf(", copying %d Artifact(s)", len(r.Artifacts))
+		}
+		if cur.Progress != nil {
+			what = cur.Progress.String()
+		}
+		return "preparing on node " + cur.NodeID + ": " + what
+	case RunRunning:
+		return "running on node " + cur.NodeID
+	}
+	return ""
+}
+
 // RunList is the body of GET /v1/runs, and of the answer to POST
 // /v1/runs/batch (the runs created, in the order of the request's specs).
 type RunList struct {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/mercator/mercator/api"
@@ -48,43 +47,10 @@ type runProgress struct {
 }
 
 func (p *runProgress) observe(r api.Run) {
-	line := progressLine(r)
-	if line == "" || line == p.last {
+	stage := r.Stage()
+	if stage == "" || stage == p.last {
 		return
 	}
-	p.last = line
-	termtext.Fprintln(p.w, line)
-}
-
-// progressLine is the run's stage in words: queued and why; placed,
-// preparing (the node pulls the image and copies the Artifacts, with the
-// bytes and percent it reports) or running, on its node; "" when the run
-// has ended.
-func progressLine(r api.Run) string {
-	var cur api.Attempt
-	if n := len(r.Attempts); n > 0 {
-		cur = r.Attempts[n-1]
-	}
-	node := cur.NodeID
-	switch r.Status {
-	case api.RunQueued:
-		if r.Reason != "" {
-			return fmt.Sprintf("run %s queued: %s", r.ID, r.Reason)
-		}
-		return fmt.Sprintf("run %s queued", r.ID)
-	case api.RunPlaced:
-		return fmt.Sprintf("run %s placed on node %s", r.ID, node)
-	case api.RunPreparing:
-		what := "pulling the image"
-		if len(r.Artifacts) > 0 {
-			what += fmt.Sprintf(", copying %d Artifact(s)", len(r.Artifacts))
-		}
-		if p := cur.Progress; p != nil {
-			what = p.String() // as the node last reported it
-		}
-		return fmt.Sprintf("run %s preparing on node %s: %s", r.ID, node, what)
-	case api.RunRunning:
-		return fmt.Sprintf("run %s running on node %s", r.ID, node)
-	}
-	return ""
+	p.last = stage
+	termtext.Fprintf(p.w, "run %s %s\n", r.ID, stage)
 }

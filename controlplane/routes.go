@@ -203,7 +203,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	// The web console (package console), over the API in process.
 	var root http.Handler
-	consoleRoutes(s.newConsole(&root), byAddr)
+	s.newConsole(&root).Register(consoleAccess, byAddr)
 	// Signed content reads (package artifact): the signature is the credential.
 	byAddr("GET "+content.ReadPath+"{digest}", http.HandlerFunc(s.artifacts.ServeContent))
 	byAddr("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

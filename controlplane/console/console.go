@@ -114,6 +114,20 @@ func (c *Console) Routes() []Route {
 	}
 }
 
+// Register serves every console route through serve (the control plane's
+// limiter onto its mux), each with the least role roles declares for its
+// pattern. A route missing from roles panics: none is served undeclared.
+func (c *Console) Register(roles map[string]httpapi.Role, serve func(pattern string, h http.Handler)) {
+	for _, rt := range c.Routes() {
+		role, ok := roles[rt.Pattern]
+		if !ok {
+			panic("console: route " + rt.Pattern + " has no declared role (controlplane/routes.go, consoleAccess)")
+		}
+		rt.Role = role
+		serve(rt.Pattern, c.Handle(rt))
+	}
+}
+
 // Handle wraps a route's handler with the console's security headers and,
 // but for the sign-in page and the static files, a session whose
 // credential's role is at least rt.Role.

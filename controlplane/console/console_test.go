@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"image/png"
@@ -117,13 +118,11 @@ func newFixture(t *testing.T, max int) *fixture {
 	f.api.runs = []api.Run{{ID: "r-1", Status: api.RunRunning, RunSpec: api.RunSpec{Image: "img", Command: []string{"sleep", "9"}}}}
 	f.con = New(Config{Auth: f.auth, APIFor: func(string, *http.Request) API { return f.api }, Now: func() time.Time { return f.now }, Sessions: max})
 	mux := http.NewServeMux()
+	declared := map[string]httpapi.Role{}
 	for _, rt := range f.con.Routes() {
-		rt.Role = httpapi.RoleReader
-		if r, ok := roles[rt.Pattern]; ok {
-			rt.Role = r
-		}
-		mux.Handle(rt.Pattern, f.con.Handle(rt))
+		declared[rt.Pattern] = cmp.Or(roles[rt.Pattern], httpapi.RoleReader)
 	}
+	f.con.Register(declared, mux.Handle)
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(f.srv.Close)
 	return f
