@@ -317,7 +317,23 @@ type NodeFactsDoc = map[string]any
 // NodeList is the body of GET /v1/nodes.
 type NodeList struct {
 	Nodes []Node `json:"nodes"`
+	// A page (?limit=N): Next is the after= of the next page, "" on the
+	// last; Summary counts the whole fleet, whatever the page and filter.
+	Next    string        `json:"next,omitempty"`
+	Summary *FleetSummary `json:"summary,omitempty"`
 }
+
+// FleetSummary counts a fleet: its nodes by status (and "cordoned"), its
+// GPUs "busy" (an active attempt holds it), "flagged" (a node flag names it)
+// and "idle", and Matching, the nodes a page's status filter keeps.
+type FleetSummary struct {
+	Nodes    map[string]int `json:"nodes"`
+	GPUs     map[string]int `json:"gpus"`
+	Matching int            `json:"matching"`
+}
+
+// MaxNodePage is the most nodes one page of GET /v1/nodes holds.
+const MaxNodePage = 1000
 
 // InvitationRequest is the body of POST /v1/nodes/{id}/invitations.
 type InvitationRequest struct {

@@ -3,9 +3,7 @@ package controlplane
 import (
 	"net/http"
 
-	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/controlplane/console"
-	"github.com/mercator/mercator/controlplane/internal/inprocess"
 )
 
 // newConsole returns the web console (package console) over the public API
@@ -13,12 +11,5 @@ import (
 // page calls the API in process as the signed-in credential, through the
 // same credential check, roles, limits and audit log as a remote caller.
 func (s *Server) newConsole(root *http.Handler) *console.Console {
-	return console.New(console.Config{
-		Auth: s.tokens,
-		Now:  s.cfg.Now,
-		Log:  s.log,
-		APIFor: func(tok string, r *http.Request) console.API {
-			return client.New("http://console.in-process", tok, &http.Client{Transport: inprocess.Transport{Handler: root, RemoteAddr: r.RemoteAddr}})
-		},
-	})
+	return console.New(console.Config{Auth: s.tokens, Now: s.cfg.Now, Log: s.log, APIFor: console.InProcess(root)})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/mercator/mercator/controlplane/access"
 	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/nodepage"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/pki"
@@ -100,19 +101,29 @@ func activeByNode(tx store.Tx, nodeID string) (map[string]nodeWork, error) {
 	return out, nil
 }
 
+// listNodes lists every node, or with ?limit a page of them and the
+// fleet counted (package nodepage).
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 	out := api.NodeList{Nodes: []api.Node{}}
-	err := s.store.View(r.Context(), func(tx store.Tx) error {
-		nodes, err := tx.ListNodes()
-		if err != nil {
+	opts, paged, err := nodepage.Parse(r.URL.Query())
+	if err == nil {
+		err = s.store.View(r.Context(), func(tx store.Tx) error {
+			nodes, err := tx.ListNodes()
+			if err != nil {
+				return err
+			}
+			active, err := activeByNode(tx, "")
+			if paged {
+				var sum api.FleetSummary
+				nodes, out.Next, sum = nodepage.Page(nodes, opts, s.nodeStatus, func(id string) []string { return active[id].gpus })
+				out.Summary = &sum
+			}
+			for _, n := range nodes {
+				out.Nodes = append(out.Nodes, s.nodeView(n, active[n.ID]))
+			}
 			return err
-		}
-		active, err := activeByNode(tx, "")
-		for _, n := range nodes {
-			out.Nodes = append(out.Nodes, s.nodeView(n, active[n.ID]))
-		}
-		return err
-	})
+		})
+	}
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return

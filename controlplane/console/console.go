@@ -14,6 +14,7 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/inprocess"
 )
 
 // API is what the console reads and changes, as one credential: the
@@ -21,6 +22,7 @@ import (
 // call is authorized by the control plane as that credential's.
 type API interface {
 	ListNodes(ctx context.Context) (api.NodeList, error)
+	ListNodesPage(ctx context.Context, opts client.NodePageOptions) (api.NodeList, error)
 	CordonNode(ctx context.Context, nodeID string) (api.Node, error)
 	UncordonNode(ctx context.Context, nodeID string) (api.Node, error)
 	DrainNode(ctx context.Context, nodeID string, deadline time.Duration) (api.Node, error)
@@ -51,6 +53,16 @@ type Config struct {
 	Log    *slog.Logger
 	// Sessions bounds the sessions held (DefaultSessions when 0).
 	Sessions int
+}
+
+// InProcess is Config.APIFor for a console served beside the API it
+// calls: the API's client (*client.Client) over an in-process transport
+// onto *api, the control plane's whole handler, with the browser's address
+// as the caller's (the audit log records it).
+func InProcess(api *http.Handler) func(tok string, r *http.Request) API {
+	return func(tok string, r *http.Request) API {
+		return client.New("http://console.in-process", tok, &http.Client{Transport: inprocess.Transport{Handler: api, RemoteAddr: r.RemoteAddr}})
+	}
 }
 
 // Route is one console route: a ServeMux pattern, its handler, and the

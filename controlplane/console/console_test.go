@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"image/color"
 	"image/png"
 	"io"
 	"net/http"
@@ -27,10 +28,29 @@ type fakeAPI struct {
 	runs      []api.Run
 	cancelled []string
 	cordoned  []string
+	pages     []client.NodePageOptions
 }
 
 func (f *fakeAPI) ListNodes(context.Context) (api.NodeList, error) {
 	return api.NodeList{Nodes: f.nodes}, nil
+}
+// ListNodesPage pages f.nodes (kept in ID order by the tests) and counts
+// them as the control plane's summary would.
+func (f *fakeAPI) ListNodesPage(_ context.Context, o client.NodePageOptions) (api.NodeList, error) {
+	f.pages = append(f.pages, o)
+	out := api.NodeList{Summary: &api.FleetSummary{Nodes: map[string]int{}, GPUs: map[string]int{}}}
+	for _, n := range f.nodes {
+		out.Summary.Nodes[n.Status]++
+		out.Summary.GPUs["busy"] += len(n.GPUsInUse)
+		if n.ID > o.After && len(out.Nodes) < o.Limit {
+			out.Nodes = append(out.Nodes, n)
+		}
+		out.Summary.Matching++
+	}
+	if len(out.Nodes) == o.Limit {
+		out.Next = out.Nodes[o.Limit-1].ID
+	}
+	return out, nil
 }
 func (f *fakeAPI) CordonNode(_ context.Context, id string) (api.Node, error) {
 	f.cordoned = append(f.cordoned, id)
@@ -331,19 +351,25 @@ func TestFleetPagesAndPicture(t *testing.T) {
 		f.api.nodes = append(f.api.nodes, n)
 	}
 	ck, _ := f.signIn("tok-read")
-	page := body(t, f.do("GET", "/ui/fleet?page=3", ck, nil))
-	if !strings.Contains(page, "(page 3 of 3, 250 in all)") || strings.Count(page, "<th scope=\"row\">") != 50 {
-		t.Fatalf("page 3 of the fleet:\n%s", page)
+	page := body(t, f.do("GET", "/ui/fleet?status=ready&after=n-199", ck, nil))
+	if o := f.api.pages[len(f.api.pages)-1]; o != (client.NodePageOptions{Limit: fleetPage, After: "n-199", Status: "ready"}) {
+		t.Fatalf("page asked with %+v", o)
 	}
-	if !strings.Contains(page, "busy: 10") || !strings.Contains(page, "sick: 1<") {
-		t.Errorf("GPU counts missing: busy 10 (GPU-c on 10 nodes), sick 1")
+	if strings.Count(page, "<th scope=\"row\">") != 50 || !strings.Contains(page, "n-249") || strings.Contains(page, "Next page") {
+		t.Fatalf("the last page of the fleet:\n%s", page)
+	}
+	if !strings.Contains(page, "busy: 10") || !strings.Contains(page, "First page") {
+		t.Errorf("the page misses the fleet's counts or its way back:\n%s", page)
+	}
+	if first := body(t, f.do("GET", "/ui/fleet", ck, nil)); !strings.Contains(first, "after=n-099") {
+		t.Errorf("the first page links no next page")
 	}
 	resp := f.do("GET", "/ui/fleet/gpus.png", ck, nil)
 	img, err := png.Decode(resp.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := img.Bounds(); b.Dx() != perRow*pitch || b.Dy() != pitch {
+	if b := img.Bounds(); b.Dx() != perRow*pitch || b.Dy() != pitch || img.At(7*pitch+1, 0) != color.RGBAModel.Convert(shadeBack) || img.At(7*pitch+1, 1) != color.RGBAModel.Convert(shadeSick) {
 		t.Fatalf("250 GPUs in a %v picture, want one row of %d", b, perRow)
 	}
 }

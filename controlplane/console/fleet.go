@@ -2,17 +2,16 @@ package console
 
 import (
 	"cmp"
-	"context"
 	"encoding/json"
 	"fmt"
 	"image"
 	"image/color"
 	"image/png"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
 )
@@ -24,7 +23,7 @@ const fleetPage = 100
 const (
 	gpuBusy = "busy"
 	gpuIdle = "idle"
-	gpuSick = "sick"
+	gpuSick = "flagged" // as the API counts them (api.FleetSummary)
 )
 
 // nodeRow is one node as the Fleet page lists it.
@@ -41,27 +40,23 @@ type gpuCell struct {
 	State string
 }
 
-// fleetView is the Fleet page: a page of nodes, the counts of the whole
-// fleet, and the pages around.
+// fleetView is the Fleet page: a page of nodes, the whole fleet counted
+// (the API's summary), and the next page's cursor.
 type fleetView struct {
-	Nodes              []nodeRow
-	Total, Page, Pages int
-	Status             string
-	ByStatus           map[string]int
-	GPUs               map[string]int
-	Picture            string
+	Nodes         []nodeRow
+	Total         int // nodes the filter keeps
+	Status, After string
+	Next          string
+	ByStatus      map[string]int
+	GPUs          map[string]int
+	Picture       string
 }
 
-// fleetState reads every node and marks each GPU busy (an active attempt
-// holds it, api.Node.GPUsInUse), sick (a flag names it) or idle: one API
-// call, whatever the fleet's size.
-func fleetState(ctx context.Context, a API) ([]nodeRow, error) {
-	nodes, err := a.ListNodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows := make([]nodeRow, len(nodes.Nodes))
-	for i, n := range nodes.Nodes {
+// rowsOf reads each node's facts and marks each GPU busy (an active
+// attempt holds it, api.Node.GPUsInUse), sick (a flag names it) or idle.
+func rowsOf(nodes []api.Node) []nodeRow {
+	rows := make([]nodeRow, len(nodes))
+	for i, n := range nodes {
 		rows[i] = nodeRow{Node: n}
 		if n.Facts != nil {
 			data, _ := json.Marshal(n.Facts)
@@ -78,40 +73,29 @@ func fleetState(ctx context.Context, a API) ([]nodeRow, error) {
 			}
 		}
 		for _, acc := range rows[i].Info.Accelerators {
-			cell := gpuCell{Accelerator: acc, State: cmp.Or(state[acc.UUID], gpuIdle)}
-			rows[i].GPUs = append(rows[i].GPUs, cell)
+			rows[i].GPUs = append(rows[i].GPUs, gpuCell{Accelerator: acc, State: cmp.Or(state[acc.UUID], gpuIdle)})
 		}
 		for _, held := range rows[i].Info.Artifacts {
 			rows[i].Artifacts += held.Size
 		}
 	}
-	return rows, nil
+	return rows
 }
 
+// fleet is the Fleet page: one page of nodes from the API, with the
+// fleet's counts, so a page of a 10,000-node fleet costs the views of 100.
 func (c *Console) fleet(w http.ResponseWriter, r *http.Request, q *request) {
-	rows, err := fleetState(r.Context(), q.api)
+	v := fleetView{Status: r.URL.Query().Get("status"), After: r.URL.Query().Get("after")}
+	list, err := q.api.ListNodesPage(r.Context(), client.NodePageOptions{Limit: fleetPage, After: v.After, Status: v.Status})
 	if err != nil {
 		c.fail(w, r, q, err)
 		return
 	}
-	v := fleetView{Status: r.URL.Query().Get("status"), ByStatus: map[string]int{}, GPUs: map[string]int{}}
-	shown := rows[:0:0]
-	for _, n := range rows {
-		v.ByStatus[n.Status]++
-		for _, g := range n.GPUs {
-			v.GPUs[g.State]++
-		}
-		if v.Status == "" || v.Status == n.Status || (v.Status == "cordoned" && n.Cordoned) {
-			shown = append(shown, n)
-		}
+	v.Nodes, v.Next = rowsOf(list.Nodes), list.Next
+	if s := list.Summary; s != nil {
+		v.ByStatus, v.GPUs, v.Total = s.Nodes, s.GPUs, s.Matching
 	}
-	v.Total = len(shown)
-	v.Pages = max(1, (len(shown)+fleetPage-1)/fleetPage)
-	v.Page, _ = strconv.Atoi(r.URL.Query().Get("page"))
-	v.Page = min(max(v.Page, 1), v.Pages)
-	lo := (v.Page - 1) * fleetPage
-	v.Nodes = shown[lo:min(lo+fleetPage, len(shown))]
-	v.Picture = fmt.Sprintf("GPU allocation across the fleet: %d busy, %d idle, %d sick", v.GPUs[gpuBusy], v.GPUs[gpuIdle], v.GPUs[gpuSick])
+	v.Picture = fmt.Sprintf("GPU allocation across the fleet: %d busy, %d idle, %d sick (flagged)", v.GPUs[gpuBusy], v.GPUs[gpuIdle], v.GPUs[gpuSick])
 	c.render(w, r, http.StatusOK, "fleet", q, v)
 }
 
@@ -135,13 +119,13 @@ var (
 // size, where a table of 80,000 cards would be megabytes of HTML. The
 // Fleet page states the same counts in text beside it.
 func (c *Console) gpuPicture(w http.ResponseWriter, r *http.Request, q *request) {
-	rows, err := fleetState(r.Context(), q.api)
+	nodes, err := q.api.ListNodes(r.Context())
 	if err != nil {
 		c.fail(w, r, q, err)
 		return
 	}
 	var cells []string
-	for _, n := range rows {
+	for _, n := range rowsOf(nodes.Nodes) {
 		for _, g := range n.GPUs {
 			cells = append(cells, g.State)
 		}
