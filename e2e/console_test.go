@@ -144,17 +144,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.shot("runs")
 	b.do("open the run", chromedp.Click(`//a[text()="`+runID+`"]`), chromedp.WaitVisible(chromedp.CSS("#log")),
 		until(`document.getElementById("log").textContent.includes("sleeping")`))
-	b.shot("run")
 	if n := runningContainers(t, runID); n != 1 {
 		t.Fatalf("run %s has %d running containers before cancel, want 1", runID, n)
 	}
-	b.do("cancel from the run page", chromedp.Click(chromedp.CSS("#cancel")), chromedp.WaitVisible(chromedp.CSS("#run-status")))
+	b.do("the run's status followed live", until(`document.getElementById("run-status").textContent === "running"`))
+	b.shot("run")
+	b.do("cancel from the run page", chromedp.Click(chromedp.CSS("#cancel")))
 	if done := c.wait(runID); done.Status != api.RunCancelled {
 		t.Fatalf("cancelled from the console: %s %q", done.Status, done.Reason)
 	}
 	c.waitFor("the cancelled run's container stopped", func() bool { return runningContainers(t, runID) == 0 })
-	b.do("the log's end reaches the page", chromedp.Navigate(c.url+"/ui/runs/"+runID),
-		until(`document.getElementById("log").dataset.done === "true" && document.getElementById("log").textContent.includes("received")`))
+	b.do("the log's end and the status reach the page", chromedp.Navigate(c.url+"/ui/runs/"+runID),
+		until(`document.getElementById("log").dataset.done === "true" && document.getElementById("log").textContent.includes("received")`),
+		until(`document.getElementById("run-status").textContent === "cancelled"`))
 
 	for _, p := range []string{"functions", "artifacts", "audit"} {
 		b.do("the "+p+" page", chromedp.Navigate(c.url+"/ui/"+p), chromedp.WaitVisible(chromedp.CSS("h1")))

@@ -3,9 +3,15 @@ package console
 import (
 	"bufio"
 	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
@@ -111,10 +117,12 @@ func (c *Console) resubmit(r *http.Request, q *request) (string, error) {
 	return "/ui/runs/" + run.ID, nil
 }
 
-// runLog streams the run's log as server-sent events, one event a line,
-// following it while the run goes, then an "end" event (the page's script
-// closes the stream then, rather than let the browser reconnect and replay
-// the log). One stream per open run page; nothing polls.
+// runLog streams the run as server-sent events: its log, one event a
+// line, followed while the run goes; a "status" event at each change of the
+// run (its status and stage, the node's pull progress included, from the
+// API's long poll answered at each change); then an "end" event (the page's
+// script closes the stream then, rather than let the browser reconnect and
+// replay the log). One stream per open run page; nothing polls.
 func (c *Console) runLog(w http.ResponseWriter, r *http.Request, q *request) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
@@ -123,22 +131,59 @@ func (c *Console) runLog(w http.ResponseWriter, r *http.Request, q *request) {
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
-	fl.Flush()
-	ev := &eventWriter{w: w, flush: fl.Flush}
-	err := q.api.Logs(r.Context(), r.PathValue("id"), true, ev)
+	out := &lockedWriter{w: w, flush: fl.Flush}
+	out.Write(nil)
+	id := r.PathValue("id")
+	watch, stop := context.WithCancel(r.Context())
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		q.api.WaitRunFunc(watch, id, func(run api.Run) {
+			data, _ := json.Marshal(map[string]string{"status": run.Status, "stage": cmp.Or(run.Stage(), run.Reason)})
+			fmt.Fprintf(out, "event: status\ndata: %s\n\n", data)
+		})
+	}()
+	ev := &eventWriter{w: out}
+	err := q.api.Logs(r.Context(), id, true, ev)
 	ev.close()
 	if err != nil && r.Context().Err() == nil {
-		fmt.Fprintf(w, "event: failure\ndata: %s\n\n", oneLine(err.Error()))
+		fmt.Fprintf(out, "event: failure\ndata: %s\n\n", oneLine(err.Error()))
 	}
-	fmt.Fprint(w, "event: end\ndata: \n\n")
-	fl.Flush()
+	// The log ends as the run does; its last status follows within a
+	// poll, unless the log ended for another reason.
+	select {
+	case <-watched:
+	case <-time.After(statusLinger):
+	}
+	stop()
+	<-watched
+	fmt.Fprint(out, "event: end\ndata: \n\n")
+}
+
+// statusLinger is how long a finished log stream waits for the run's final
+// status before it ends.
+const statusLinger = 3 * time.Second
+
+// lockedWriter serializes the stream's writers (the log and the status
+// watch) and flushes each write to the browser.
+type lockedWriter struct {
+	mu    sync.Mutex
+	w     io.Writer
+	flush func()
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, err := l.w.Write(p)
+	l.flush()
+	return n, err
 }
 
 // eventWriter turns log bytes into server-sent events: each complete line
 // one "data:" event, the partial line held until its end (or close).
 type eventWriter struct {
-	w       interface{ Write([]byte) (int, error) }
-	flush   func()
+	w       io.Writer
 	pending []byte
 }
 
@@ -160,7 +205,6 @@ func (e *eventWriter) Write(p []byte) (int, error) {
 	if _, err := e.w.Write(out.Bytes()); err != nil {
 		return 0, err
 	}
-	e.flush()
 	return len(p), nil
 }
 

@@ -1,4 +1,4 @@
-// Mercator console: follows a run's log over server-sent events. The
+// Mercator console: follows a run's log and status over server-sent events. The
 // pages work without it (everything else is plain links and forms).
 "use strict";
 document.addEventListener("DOMContentLoaded", function () {
@@ -15,12 +15,17 @@ document.addEventListener("DOMContentLoaded", function () {
       log.scrollTop = log.scrollHeight;
     }
   };
+  src.addEventListener("status", function (e) {
+    var run = JSON.parse(e.data);
+    document.getElementById("run-status").textContent = run.status;
+    document.getElementById("run-stage").textContent = run.stage ? ": " + run.stage : "";
+  });
   src.addEventListener("failure", function (e) {
     state.textContent = "The log could not be read: " + e.data;
   });
   src.addEventListener("end", function () {
     src.close();
-    state.textContent = "The run ended; its log is complete. Reload for its final status.";
+    state.textContent = "The run ended; its log is complete.";
     log.dataset.done = "true";
   });
 });
