@@ -42,6 +42,57 @@ func (c *Console) functions(w http.ResponseWriter, r *http.Request, q *request) 
 	c.render(w, r, http.StatusOK, "functions", q, out)
 }
 
+// recentCalls is how many of a function's calls its page lists.
+const recentCalls = 50
+
+// fnView is a function's page: the function and its recent calls.
+type fnView struct {
+	api.Fn
+	Calls []callRow
+}
+
+// callRow is a call with its waits worked out: Queued from creation to
+// start, Ran from start to completion.
+type callRow struct {
+	api.FnCall
+	Queued, Ran string
+}
+
+func (c *Console) function(w http.ResponseWriter, r *http.Request, q *request) {
+	fn, err := q.api.GetFn(r.Context(), r.PathValue("fn_id"))
+	var calls api.FnCallList
+	if err == nil {
+		calls, err = q.api.ListCalls(r.Context(), fn.ID, recentCalls)
+	}
+	if err != nil {
+		c.fail(w, r, q, err)
+		return
+	}
+	v := fnView{Fn: fn}
+	for _, call := range calls.Items {
+		row := callRow{FnCall: call, Queued: "—", Ran: "—"}
+		if call.StartedAt != nil {
+			row.Queued = call.StartedAt.Sub(call.CreatedAt).Round(time.Millisecond).String()
+			if call.CompletedAt != nil {
+				row.Ran = call.CompletedAt.Sub(*call.StartedAt).Round(time.Millisecond).String()
+			}
+		}
+		v.Calls = append(v.Calls, row)
+	}
+	c.render(w, r, http.StatusOK, "function", q, v)
+}
+
+// callLog shows one call's log, as its node kept it.
+func (c *Console) callLog(w http.ResponseWriter, r *http.Request, q *request) {
+	fnID, callID := r.PathValue("fn_id"), r.PathValue("call_id")
+	text, err := q.api.CallLog(r.Context(), fnID, callID)
+	if err != nil {
+		c.fail(w, r, q, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "call", q, map[string]string{"Fn": fnID, "Call": callID, "Log": text})
+}
+
 // pageOf is a page of rows, by the 1-based page number in ?page.
 type pageOf[T any] struct {
 	Rows               []T

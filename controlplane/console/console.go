@@ -35,6 +35,9 @@ type API interface {
 	ListApps(ctx context.Context) ([]api.App, error)
 	ListFns(ctx context.Context, appID string) ([]api.Fn, error)
 	ListTriggers(ctx context.Context, appID, fnID string) ([]api.Trigger, error)
+	GetFn(ctx context.Context, id string) (api.Fn, error)
+	ListCalls(ctx context.Context, fnID string, perPage int) (api.FnCallList, error)
+	CallLog(ctx context.Context, fnID, callID string) (string, error)
 	ListArtifacts(ctx context.Context, name string) (api.ArtifactList, error)
 	ListAudit(ctx context.Context, opts client.AuditOptions) (api.AuditList, error)
 }
@@ -109,6 +112,7 @@ func (c *Console) Routes() []Route {
 	files := http.FileServerFS(static)
 	return []Route{
 		{Pattern: "GET /ui/{$}", Handler: c.page(c.fleet)},
+		{Pattern: "GET /ui", Handler: http.RedirectHandler("/ui/", http.StatusMovedPermanently)},
 		{Pattern: "GET /ui/static/", Handler: http.StripPrefix("/ui/static/", files)},
 		{Pattern: "GET /ui/signin", Handler: http.HandlerFunc(c.signinPage)},
 		{Pattern: "POST /ui/signin", Handler: http.HandlerFunc(c.signin)},
@@ -122,6 +126,8 @@ func (c *Console) Routes() []Route {
 		{Pattern: "POST /ui/runs/{id}/cancel", Handler: c.action(c.cancel)},
 		{Pattern: "POST /ui/runs/{id}/resubmit", Handler: c.action(c.resubmit)},
 		{Pattern: "GET /ui/functions", Handler: c.page(c.functions)},
+		{Pattern: "GET /ui/functions/{fn_id}", Handler: c.page(c.function)},
+		{Pattern: "GET /ui/functions/{fn_id}/calls/{call_id}", Handler: c.page(c.callLog)},
 		{Pattern: "GET /ui/artifacts", Handler: c.page(c.artifacts)},
 		{Pattern: "GET /ui/audit", Handler: c.page(c.audit)},
 	}
@@ -147,7 +153,7 @@ func (c *Console) Register(roles map[string]httpapi.Role, serve func(pattern str
 func (c *Console) Handle(rt Route) http.Handler {
 	h := rt.Handler
 	switch rt.Pattern {
-	case "GET /ui/static/", "GET /ui/signin", "POST /ui/signin":
+	case "GET /ui/static/", "GET /ui/signin", "POST /ui/signin", "GET /ui":
 	default:
 		h = c.requireSession(rt.Role, h)
 	}

@@ -108,6 +108,20 @@ func (f *fakeAPI) ListFns(context.Context, string) ([]api.Fn, error) {
 func (f *fakeAPI) ListTriggers(context.Context, string, string) ([]api.Trigger, error) {
 	return nil, nil
 }
+func (f *fakeAPI) GetFn(_ context.Context, id string) (api.Fn, error) {
+	return api.Fn{ID: id, Name: "resize", AppID: "app-1", Image: "img@sha256:1"}, nil
+}
+func (f *fakeAPI) ListCalls(_ context.Context, fnID string, perPage int) (api.FnCallList, error) {
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	started, done := created.Add(250*time.Millisecond), created.Add(1250*time.Millisecond)
+	return api.FnCallList{Items: []api.FnCall{
+		{ID: "call-2", FnID: fnID, Status: api.CallQueued, CreatedAt: created},
+		{ID: "call-1", FnID: fnID, Status: "success", ResponseStatus: 200, CreatedAt: created, StartedAt: &started, CompletedAt: &done},
+	}}, nil
+}
+func (f *fakeAPI) CallLog(_ context.Context, fnID, callID string) (string, error) {
+	return "resized <b>3</b> images\n", nil
+}
 func (f *fakeAPI) ListArtifacts(context.Context, string) (api.ArtifactList, error) {
 	return api.ArtifactList{}, nil
 }
@@ -380,6 +394,21 @@ func TestFleetPagesAndPicture(t *testing.T) {
 	}
 	if b := img.Bounds(); b.Dx() != perRow*pitch || b.Dy() != pitch || img.At(7*pitch+1, 0) != color.RGBAModel.Convert(shadeBack) || img.At(7*pitch+1, 1) != color.RGBAModel.Convert(shadeSick) {
 		t.Fatalf("250 GPUs in a %v picture, want one row of %d", b, perRow)
+	}
+}
+
+func TestFunctionPageAndCallLog(t *testing.T) {
+	f := newFixture(t, 10)
+	ck, _ := f.signIn("tok-read")
+	page := body(t, f.do("GET", "/ui/functions/fn-9", ck, nil))
+	for _, want := range []string{"Function resize", `href="/ui/functions/fn-9/calls/call-1"`, "<td>250ms</td><td>1s</td>", "call-2</a></th><td>queued</td><td>—</td>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("function page lacks %q:\n%s", want, page)
+		}
+	}
+	log := body(t, f.do("GET", "/ui/functions/fn-9/calls/call-1", ck, nil))
+	if !strings.Contains(log, "resized &lt;b&gt;3&lt;/b&gt; images") {
+		t.Errorf("the call's log, escaped:\n%s", log)
 	}
 }
 
