@@ -158,6 +158,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		until(`document.getElementById("log").dataset.done === "true" && document.getElementById("log").textContent.includes("received")`),
 		until(`document.getElementById("run-status").textContent === "cancelled"`))
 
+	// A narrow screen (a phone's width): the page itself never scrolls
+	// sideways; wide tables scroll in their own boxes.
+	for _, p := range []string{"fleet", "runs/" + runID} {
+		b.do("the "+p+" page on a narrow screen", chromedp.EmulateViewport(390, 844), chromedp.Navigate(c.url+"/ui/"+p),
+			chromedp.WaitVisible(chromedp.CSS("h1")), until(`document.documentElement.scrollWidth <= document.documentElement.clientWidth`))
+	}
+	b.shot("run-narrow")
+	b.do("back to a wide screen", chromedp.ResetViewport())
 	for _, p := range []string{"functions", "artifacts", "audit"} {
 		b.do("the "+p+" page", chromedp.Navigate(c.url+"/ui/"+p), chromedp.WaitVisible(chromedp.CSS("h1")))
 		b.shot(p)
