@@ -12,6 +12,7 @@ import (
 	"github.com/mercator/mercator/controlplane/access"
 	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/nodepage"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/pki"
@@ -63,8 +64,9 @@ func freshest(n store.Node, mem map[string]time.Time) *time.Time {
 	return &t
 }
 
-func (s *Server) nodeView(n store.Node, running []string) api.Node {
-	out := api.Node{ID: n.ID, Status: s.nodeStatus(n), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: s.live.LastSeen(n), Running: running,
+func (s *Server) nodeView(n store.Node, active nodeWork) api.Node {
+	out := api.Node{ID: n.ID, Status: s.nodeStatus(n), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: s.live.LastSeen(n),
+		Running: active.running, GPUsInUse: active.gpus,
 		Cordoned: n.Cordoned || n.Draining, Draining: n.Draining, DrainDeadline: n.DrainDeadline, RemovedAt: n.RemovedAt, Flags: n.Flags}
 	if n.Facts != nil {
 		data, _ := json.Marshal(n.Facts)
@@ -73,36 +75,55 @@ func (s *Server) nodeView(n store.Node, running []string) api.Node {
 	return out
 }
 
-// activeByNode lists "RUN/ATTEMPT" of every active attempt, by node; with
+// nodeWork is what a node's active attempts are and hold: "RUN/ATTEMPT"
+// of each, and the GPUs they hold.
+type nodeWork struct {
+	running, gpus []string
+}
+
+// activeByNode is the work of every node with an active attempt; with
 // nodeID, only that node's (read through the store's index of runs by node
 // rather than every active run).
-func activeByNode(tx store.Tx, nodeID string) (map[string][]string, error) {
+func activeByNode(tx store.Tx, nodeID string) (map[string]nodeWork, error) {
 	runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: nodeID, Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
 	if err != nil {
 		return nil, err
 	}
-	out := map[string][]string{}
+	out := map[string]nodeWork{}
 	for _, r := range runs {
 		if a := lifecycle.Current(&r.Run); a != nil && lifecycle.Active(*a) {
-			out[a.NodeID] = append(out[a.NodeID], fmt.Sprintf("%s/%d", r.ID, a.Number))
+			w := out[a.NodeID]
+			w.running = append(w.running, fmt.Sprintf("%s/%d", r.ID, a.Number))
+			w.gpus = append(w.gpus, a.GPUs...)
+			out[a.NodeID] = w
 		}
 	}
 	return out, nil
 }
 
+// listNodes lists every node, or with ?limit a page of them and the
+// fleet counted (package nodepage).
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 	out := api.NodeList{Nodes: []api.Node{}}
-	err := s.store.View(r.Context(), func(tx store.Tx) error {
-		nodes, err := tx.ListNodes()
-		if err != nil {
+	opts, paged, err := nodepage.Parse(r.URL.Query())
+	if err == nil {
+		err = s.store.View(r.Context(), func(tx store.Tx) error {
+			nodes, err := tx.ListNodes()
+			if err != nil {
+				return err
+			}
+			active, err := activeByNode(tx, "")
+			if paged {
+				var sum api.FleetSummary
+				nodes, out.Next, sum = nodepage.Page(nodes, opts, s.nodeStatus, func(id string) []string { return active[id].gpus })
+				out.Summary = &sum
+			}
+			for _, n := range nodes {
+				out.Nodes = append(out.Nodes, s.nodeView(n, active[n.ID]))
+			}
 			return err
-		}
-		active, err := activeByNode(tx, "")
-		for _, n := range nodes {
-			out.Nodes = append(out.Nodes, s.nodeView(n, active[n.ID]))
-		}
-		return err
-	})
+		})
+	}
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return

@@ -486,6 +486,7 @@ func launchCommand(run store.Run, attempt int, gpus []string) nodeproto.Command 
 		Timeout:     time.Duration(run.TimeoutSeconds) * time.Second,
 		SecretNames: runsecrets.Names(run), // the values are attached as it is sent
 		User:        run.User, ReadOnlyRootfs: run.ReadOnlyRootfs, Network: run.Network, PidsLimit: run.PidsLimit,
+		ReportProgress: true, // shown on the run (api.Attempt.Progress); older agents ignore it
 	}}
 }
 

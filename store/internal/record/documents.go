@@ -137,6 +137,9 @@ type attemptDoc struct {
 	PlacedAt      time.Time  `json:"placed_at"`
 	StartedAt     *time.Time `json:"started_at,omitempty"`
 	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+	// Progress is stored as the API's three plain fields: it lasts only
+	// while an attempt prepares, and an older record simply has none.
+	Progress *api.PrepareProgress `json:"progress,omitempty"`
 }
 
 // artifactMountDoc is an api.ArtifactMount as stored.
