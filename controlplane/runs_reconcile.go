@@ -381,7 +381,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 
 // commitPlacements commits placements in one transaction, returning how
 // many it made (their launches reach the nodes' sessions as the
-// transaction commits: see runTx) and, by run ID, why a placement on a
+// transaction commits: see txrecord.Tx) and, by run ID, why a placement on a
 // node whose agent is too old for its commands was not made. A run that
 // changed since the snapshot is left for the next pass.
 func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Placement, pending map[string]store.Run) (int, map[string]string, error) {
