@@ -49,6 +49,7 @@ func (s *Server) write(ctx context.Context, run func(context.Context, func(store
 	}
 	if err == nil && rt != nil && len(rt.Nodes) > 0 {
 		s.sched.patchNodes(rt.Nodes)
+		s.fleetCache.Forget("")
 	}
 	if err == nil && rt != nil {
 		for id, cmds := range rt.Cmds {
