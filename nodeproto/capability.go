@@ -151,7 +151,12 @@ type NodeFacts struct {
 	// Functions is the share of this machine set aside for function
 	// containers, and what runs in it; nil when the node runs no functions.
 	Functions *FunctionCapacity `json:"functions,omitempty"`
-	Notes     []string          `json:"notes,omitempty"`
+	// GPUHealth is the health sampler's judgement of each accelerator the
+	// node listed at enrollment (gpuhealth.go), one entry per UUID; nil
+	// from an agent that does not sample (older ones), which the control
+	// plane reads as "no word", never as "sick".
+	GPUHealth []GPUHealth `json:"gpu_health,omitempty"`
+	Notes     []string    `json:"notes,omitempty"`
 }
 
 // HeldArtifact is one Artifact content a node holds, by digest, with the
