@@ -27,6 +27,8 @@ func AgentFlags(fs *flag.FlagSet) func() (AgentOptions, error) {
 	fs.Var((*bytesize.Value)(&o.ArtifactBudget), "artifact-budget", "most `size` Artifact copies may take under the root, e.g. 500GiB; least recently used copies no work uses are evicted (default: the disk's free space)")
 	fs.StringVar(&o.AcceleratorTool, "accelerator-tool", "", "`path` of the GPU vendor tool (default nvidia-smi on PATH)")
 	fs.StringVar(&o.KernelReports, "kernel-reports", "", "`root` of the kernel's reports (default /proc)")
+	fs.StringVar(&o.KernelLog, "kernel-log", "", "kernel message log `path` the GPU health sampler reads Xids from (default /dev/kmsg)")
+	fs.DurationVar(&o.GPUSampleEvery, "gpu-sample-every", nodeagent.DefaultGPUSampleEvery, "how often to sample each GPU's health through the accelerator tool")
 	fs.DurationVar(&o.Heartbeat, "heartbeat", 0, "how often to report liveness and facts (default 5s, and at most a third of the lease)")
 	functions := functionFlags(fs)
 	o.Containment = containmentFlags(fs)

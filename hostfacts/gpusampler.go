@@ -23,11 +23,6 @@ import (
 
 // Defaults of the sampler.
 const (
-	// DefaultGPUSampleEvery is how often the agent samples its GPUs: short
-	// enough that a card that fell off the bus is quarantined before the
-	// next placement round after it, long enough that eight GPUs cost the
-	// machine a fraction of a percent of one core (docs/performance.md).
-	DefaultGPUSampleEvery = 10 * time.Second
 	// DefaultKernelLog is where the kernel's messages are read: /dev/kmsg
 	// keeps one read position per open file and never consumes a record
 	// (unlike /proc/kmsg, which the system's logger owns).
