@@ -158,6 +158,9 @@ type Attempt struct {
 	PlacedAt      time.Time  `json:"placed_at"`
 	StartedAt     *time.Time `json:"started_at,omitempty"`
 	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+	// Failure is the typed cause of a failed attempt where one is known
+	// (gpus.go); nil otherwise.
+	Failure *AttemptFailure `json:"failure,omitempty"`
 }
 
 // RunList is the body of GET /v1/runs, and of the answer to POST
@@ -208,6 +211,8 @@ type Node struct {
 	// a GPU UUID another node also claims, figures that contradict each
 	// other. Empty when nothing was found.
 	Flags []NodeFlag `json:"flags,omitempty"`
+	// GPUs is each GPU the node lists with its health (gpus.go).
+	GPUs []NodeGPU `json:"gpus,omitempty"`
 }
 
 // Kinds of NodeFlag. A node flagged NodeFlagFactsRefused takes no new work

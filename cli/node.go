@@ -83,8 +83,8 @@ inside their lease) and unreachable (past their lease).`)
 	fmt.Fprintln(tw, "ID\tSTATUS\tCPUS\tMEMORY\tGPUS\tRUNNING\tLAST SEEN\tFLAGS")
 	for _, n := range list.Nodes {
 		f := factsOf(n.Facts)
-		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%d\n", n.ID, n.Status, f.number("cpus"), f.bytes("memory_bytes"),
-			len(f.list("accelerators")), len(n.Running), inv.durationSince(n.LastSeenAt), len(n.Flags))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\n", n.ID, n.Status, f.number("cpus"), f.bytes("memory_bytes"),
+			gpuCount(n.GPUs), len(n.Running), inv.durationSince(n.LastSeenAt), len(n.Flags)) // gpuCount: gpu.go
 	}
 	return tw.Flush()
 }
@@ -160,6 +160,9 @@ refused report, a disputed GPU: see docs/hardening.md, "Node facts").`)
 		running = strings.Join(n.Running, ", ")
 	}
 	row("Running", running)
+	for i, gpu := range n.GPUs {
+		row(firstOnly("GPU health", i), gpuHealthText(gpu)) // gpu.go
+	}
 	for i, fl := range n.Flags {
 		row(firstOnly("Flags", i), flagText(fl))
 	}

@@ -70,6 +70,7 @@ func (s *Server) nodeView(n store.Node, running []string) api.Node {
 		data, _ := json.Marshal(n.Facts)
 		json.Unmarshal(data, &out.Facts)
 	}
+	out.GPUs = factcheck.GPUs(n) // nodes_gpus.go
 	return out
 }
 

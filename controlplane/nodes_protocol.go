@@ -211,7 +211,11 @@ func (s *Server) applyEvent(tx store.Tx, nodeID string, ev nodeproto.Event, foun
 		}
 		o, err := factcheck.Apply(tx, nodeID, ev.Facts, now)
 		*found = append(*found, o)
-		return true, "", err // capacity changed: placements may now fit
+		if err != nil {
+			return false, "", err
+		}
+		ended, err := s.failGPUAttempts(tx, nodeID, o.Quarantined) // nodes_gpus.go
+		return true, ended, err // capacity changed: placements may now fit
 	case nodeproto.EventWorkload:
 		o := ev.Workload
 		if o == nil {

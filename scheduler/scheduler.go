@@ -96,6 +96,9 @@ type GPU struct {
 	Model       string
 	MemoryBytes int64
 	Disputed    bool
+	// Quarantined: the GPU went bad or an operator cordoned it; never
+	// placed on (gpuhealth.go).
+	Quarantined bool
 }
 
 // Run is a pending run's request.

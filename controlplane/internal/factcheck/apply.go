@@ -21,6 +21,9 @@ type Outcome struct {
 	Raised   []api.NodeFlag
 	Disputes []Dispute
 	Refusal  string
+	// Quarantined are the GPUs this report quarantined (gpuhealth.go):
+	// the attempts on them are to be ended as gpu_failed.
+	Quarantined []SickGPU
 }
 
 // Dispute is a gpu_disputed flag raised on another node than the one
@@ -63,7 +66,11 @@ func Apply(tx store.Tx, nodeID string, f *nodeproto.NodeFacts, now time.Time) (O
 			flags = append(flags, fl)
 		}
 	}
+	flags = append(flags, carryGPUFlags(n.Flags, claimed)...)
 	out := Outcome{Refusal: j.Refusal}
+	if j.Facts != nil {
+		flags, out.Quarantined = quarantine(flags, j.Facts.GPUHealth, claimed)
+	}
 	if j.Facts != nil && newClaims(n.Facts, claimed) {
 		if flags, out.Disputes, err = dispute(tx, nodeID, claimed, flags, now); err != nil {
 			return Outcome{}, err

@@ -67,6 +67,9 @@ type Set struct {
 	// InFlight is the requests ("requests") and streams ("streams") being
 	// served, as package limits counts them.
 	InFlight *prometheus.GaugeVec
+	// GPUs is how many GPUs of enrolled nodes are in each state (healthy,
+	// sick, cordoned, disputed), as of the scheduler's last view.
+	GPUs *prometheus.GaugeVec
 }
 
 // New returns a server's series, registered.
@@ -105,8 +108,10 @@ func New() *Set {
 			Help: "Requests and connections refused by the server's limits, by reason (caller, overall, node_bytes, too_large, connections)."}, []string{"reason"}),
 		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mercator_http_in_flight",
 			Help: "Requests and streams being served, by kind (requests, streams)."}, []string{"kind"}),
+		GPUs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mercator_gpus",
+			Help: "GPUs of enrolled nodes by state (healthy, sick, cordoned, disputed), as of the scheduler's last view."}, []string{"state"}),
 	}
-	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.Pruned, m.FactFlags, m.LoopPanics, m.Throttled, m.InFlight,
+	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.Pruned, m.FactFlags, m.LoopPanics, m.Throttled, m.InFlight, m.GPUs,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -137,6 +137,9 @@ type attemptDoc struct {
 	PlacedAt      time.Time  `json:"placed_at"`
 	StartedAt     *time.Time `json:"started_at,omitempty"`
 	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+	// Failure is stored in the api type's own JSON (kind, gpu, reason),
+	// which the conversion ties to this document.
+	Failure *api.AttemptFailure `json:"failure,omitempty"`
 }
 
 // artifactMountDoc is an api.ArtifactMount as stored.

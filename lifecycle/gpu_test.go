@@ -1,0 +1,42 @@
+package lifecycle
+
+import (
+	"testing"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/nodeproto"
+)
+
+// TestGPUFailedSpendsNoRetry: an attempt ended by a bad GPU fails typed and
+// the run is retried even with no retry budget; the container's exit that
+// follows the stop changes nothing; a later ordinary failure still ends a
+// run that has no budget.
+func TestGPUFailedSpendsNoRetry(t *testing.T) {
+	r := newRun(0)
+	Place(r, "n1", []string{"GPU-a"}, t0)
+	Observe(r, "n1", obs(1, nodeproto.PhaseRunning, nil), t0)
+	if GPUFailed(r, "n2", 1, "GPU-a", "gpu_lost", "gone", t0) {
+		t.Fatal("another node's report ended the attempt")
+	}
+	if !GPUFailed(r, "n1", 1, "GPU-a", "gpu_lost", "GPU is lost", t0) {
+		t.Fatal("the attempt was not ended")
+	}
+	a := r.Attempts[0]
+	if a.Status != api.AttemptFailed || a.Failure == nil || a.Failure.Kind != api.AttemptFailureGPU || a.Failure.GPU != "GPU-a" || a.Failure.Reason != "gpu_lost" {
+		t.Fatalf("attempt %+v", a)
+	}
+	if r.Status != api.RunQueued {
+		t.Fatalf("run %s (%s), want queued for a retry that spends no budget", r.Status, r.Reason)
+	}
+	if Observe(r, "n1", obs(1, nodeproto.PhaseExited, ptr(137)), t0); r.Attempts[0].Status != api.AttemptFailed || r.Attempts[0].Failure == nil || r.Status != api.RunQueued {
+		t.Fatalf("the stopped container's exit changed the outcome: %+v, run %s", r.Attempts[0], r.Status)
+	}
+	if GPUFailed(r, "n1", 1, "GPU-a", "gpu_lost", "again", t0) {
+		t.Fatal("an ended attempt was ended twice")
+	}
+	Place(r, "n2", []string{"GPU-b"}, t0)
+	Observe(r, "n2", obs(2, nodeproto.PhaseExited, ptr(1)), t0)
+	if r.Status != api.RunFailed {
+		t.Fatalf("an ordinary failure with no budget left: run %s (%s)", r.Status, r.Reason)
+	}
+}
