@@ -215,7 +215,7 @@ func (s *Server) applyEvent(tx store.Tx, nodeID string, ev nodeproto.Event, foun
 			return false, "", err
 		}
 		ended, err := s.failGPUAttempts(tx, nodeID, o.Quarantined) // nodes_gpus.go
-		return true, ended, err // capacity changed: placements may now fit
+		return true, ended, err                                    // capacity changed: placements may now fit
 	case nodeproto.EventWorkload:
 		o := ev.Workload
 		if o == nil {
