@@ -214,8 +214,10 @@ func (s *Server) applyEvent(tx store.Tx, nodeID string, ev nodeproto.Event, foun
 		if err != nil {
 			return false, "", err
 		}
-		ended, err := s.failGPUAttempts(tx, nodeID, o.Quarantined) // nodes_gpus.go
-		return true, ended, err                                    // capacity changed: placements may now fit
+		// A GPU quarantined by this report ends the attempts on it
+		// (nodes_gpus.go); capacity changed, so placements may now fit.
+		ended, err := s.failGPUAttempts(tx, nodeID, o.Quarantined)
+		return true, ended, err
 	case nodeproto.EventWorkload:
 		o := ev.Workload
 		if o == nil {
