@@ -1,0 +1,236 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/daemon"
+	"github.com/mercator/mercator/nodeproto"
+)
+
+// switchableMachine is a stand-in GPU machine whose vendor tool's answers
+// the test changes while the agent runs, by writing the files the fake tool
+// prints (testdata/gpu/fake-nvidia-smi); kmsg is its kernel log.
+type switchableMachine struct {
+	t    *testing.T
+	dir  string
+	kmsg string
+	// rename maps the fixture's UUIDs to this machine's, so two stand-ins
+	// of one fixture are two machines, not a GPU dispute.
+	rename *strings.Replacer
+}
+
+// newSwitchableMachine copies the fixture machine (and the fake tool itself,
+// which finds its answers beside it) into a directory of the test's, with
+// every UUID's last digit replaced by suffix ("" keeps them).
+func newSwitchableMachine(t *testing.T, fixture, suffix string) *switchableMachine {
+	t.Helper()
+	m := &switchableMachine{t: t, dir: t.TempDir()}
+	m.kmsg = filepath.Join(m.dir, "kmsg")
+	src := filepath.Join(repoRoot(t), "testdata", "gpu")
+	var pairs []string
+	if suffix != "" {
+		q, err := os.ReadFile(filepath.Join(src, fixture, "query.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(q)), "\n") {
+			uuid := strings.TrimSpace(strings.Split(line, ",")[1])
+			pairs = append(pairs, uuid, uuid[:len(uuid)-1]+suffix)
+		}
+	}
+	m.rename = strings.NewReplacer(pairs...)
+	m.copy(filepath.Join(src, "fake-nvidia-smi"), "nvidia-smi", 0o755)
+	for _, f := range []string{"query.csv", "header.txt", "health.csv", "query.xml"} {
+		m.copy(filepath.Join(src, fixture, f), f, 0o644)
+	}
+	if err := os.WriteFile(m.kmsg, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// copy writes src into the machine as name, with its UUIDs renamed.
+func (m *switchableMachine) copy(src, name string, mode os.FileMode) {
+	m.t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(m.dir, name), []byte(m.rename.Replace(string(b))), mode); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+// dropGPU makes the tool stop listing the GPU on the given line of the
+// fixture, in both its facts and its health answers, as a card that fell
+// off the bus without an Xid does (NVSentinel#155).
+func (m *switchableMachine) dropGPU(fixture string, line int) {
+	m.t.Helper()
+	for _, f := range []string{"query.csv", "health.csv"} {
+		b, err := os.ReadFile(filepath.Join(repoRoot(m.t), "testdata", "gpu", fixture, f))
+		if err != nil {
+			m.t.Fatal(err)
+		}
+		lines := strings.SplitAfter(string(b), "\n")
+		lines = slices.Delete(lines, line, line+1)
+		if err := os.WriteFile(filepath.Join(m.dir, f), []byte(m.rename.Replace(strings.Join(lines, ""))), 0o644); err != nil {
+			m.t.Fatal(err)
+		}
+	}
+}
+
+// restore puts the fixture's answers back.
+func (m *switchableMachine) restore(fixture string) {
+	m.t.Helper()
+	for _, f := range []string{"query.csv", "health.csv"} {
+		m.copy(filepath.Join(repoRoot(m.t), "testdata", "gpu", fixture, f), f, 0o644)
+	}
+}
+
+// startSwitchableAgent starts an agent on the machine, sampling its GPUs
+// every 200 ms, and waits until the control plane holds its eight GPUs.
+func (c *cluster) startSwitchableAgent(t *testing.T, base string, m *switchableMachine) string {
+	t.Helper()
+	id := c.startAgentWith(base, func(o *daemon.AgentOptions) {
+		o.AcceleratorTool = filepath.Join(m.dir, "nvidia-smi")
+		o.KernelReports = fakeKernelReports(t, gpuMachine)
+		o.KernelLog = m.kmsg
+		o.GPUSampleEvery = 200 * time.Millisecond
+	})
+	c.waitFor("node "+id+" ready with 8 healthy GPUs", func() bool {
+		n, err := c.client.GetNode(c.ctx, id)
+		if err != nil || n.Status != api.NodeReady || len(n.GPUs) != 8 {
+			return false
+		}
+		for _, g := range n.GPUs {
+			if g.State != api.GPUStateHealthy || g.Reported != nodeproto.GPUHealthy {
+				return false
+			}
+		}
+		return true
+	})
+	return id
+}
+
+func gpuOf(n api.Node, uuid string) api.NodeGPU {
+	for _, g := range n.GPUs {
+		if g.UUID == uuid {
+			return g
+		}
+	}
+	return api.NodeGPU{}
+}
+
+// TestGPUDisappearsMidRun stands in two 8×H100 machines on one Docker
+// daemon. A run holding all eight GPUs of the first loses one of them
+// mid-run (the tool stops listing it): the attempt fails as gpu_failed,
+// naming the card and the reason, the run is retried on the other machine
+// though it has no retry budget, the card is quarantined (the first
+// machine keeps serving with seven), and it is never placed on again, even
+// once the tool lists it again, until an operator uncordons it.
+func TestGPUDisappearsMidRun(t *testing.T) {
+	requireGPUHook(t)
+	c := startCluster(t)
+	first := newSwitchableMachine(t, gpuMachine, "")
+	second := newSwitchableMachine(t, gpuMachine, "0")
+	nodeA := c.startSwitchableAgent(t, "gpua", first)
+
+	run := c.submit(gpuRun(8, "sleep", "300"))
+	c.waitFor("run "+run.ID+" running on "+nodeA, func() bool {
+		r, err := c.client.GetRun(c.ctx, run.ID)
+		return err == nil && r.Status == api.RunRunning
+	})
+	nodeB := c.startSwitchableAgent(t, "gpub", second)
+
+	r, err := c.client.GetRun(c.ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := attemptGPUs(t, r, 8)
+	const line = 5
+	lost := strings.TrimSpace(strings.Split(strings.Split(mustRead(t, filepath.Join(first.dir, "query.csv")), "\n")[line], ",")[1])
+	if !slices.Contains(held, lost) {
+		t.Fatalf("attempt holds %v, not the card about to go (%s)", held, lost)
+	}
+	first.dropGPU(gpuMachine, line)
+
+	c.waitFor("the run retried on "+nodeB, func() bool {
+		r, err = c.client.GetRun(c.ctx, run.ID)
+		return err == nil && len(r.Attempts) == 2 && r.Attempts[1].NodeID == nodeB && r.Status == api.RunRunning
+	})
+	failed := r.Attempts[0]
+	t.Logf("attempt 1: %s, failure %+v, error %q; run: %s", failed.Status, failed.Failure, failed.Error, r.Reason)
+	if failed.Status != api.AttemptFailed || failed.Failure == nil || failed.Failure.Kind != api.AttemptFailureGPU ||
+		failed.Failure.GPU != lost || failed.Failure.Reason != nodeproto.GPUReasonMissing {
+		t.Fatalf("attempt 1 = %+v, want failed gpu_failed on %s for gpu_missing", failed, lost)
+	}
+	if r.Retries != 0 {
+		t.Fatalf("the run asked for %d retries; this checks a retry with none", r.Retries)
+	}
+
+	n, err := c.client.GetNode(c.ctx, nodeA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := gpuOf(n, lost); g.State != api.GPUStateSick || g.Reason != nodeproto.GPUReasonMissing || g.Since.IsZero() || len(n.GPUs) != 8 {
+		t.Fatalf("node %s GPU %s = %+v (of %d listed), want sick gpu_missing, still listed", nodeA, lost, g, len(n.GPUs))
+	}
+	listing := c.mercator("node", "gpu", "ls", nodeA)
+	t.Logf("mercator node gpu ls %s:\n%s", nodeA, listing)
+	if !strings.Contains(listing, lost) || !strings.Contains(listing, "gpu_missing") {
+		t.Fatalf("node gpu ls does not show the sick card:\n%s", listing)
+	}
+	if ls := c.mercator("node", "ls"); !strings.Contains(ls, "7/8") {
+		t.Fatalf("node ls does not count 7 of 8 GPUs usable on %s:\n%s", nodeA, ls)
+	}
+
+	// The card comes back (the tool lists it again, healthy): the node
+	// says so, but it stays quarantined. A run needing all eight of a
+	// machine cannot use the first (seven usable; the second is busy) and
+	// waits.
+	first.restore(gpuMachine)
+	c.waitFor("node "+nodeA+" reporting "+lost+" healthy again", func() bool {
+		n, err := c.client.GetNode(c.ctx, nodeA)
+		return err == nil && gpuOf(n, lost).Reported == nodeproto.GPUHealthy
+	})
+	if n, _ := c.client.GetNode(c.ctx, nodeA); gpuOf(n, lost).State != api.GPUStateSick {
+		t.Fatalf("the card left quarantine without an operator: %+v", gpuOf(n, lost))
+	}
+	waiting := c.submit(gpuRun(8, "env", "NVIDIA_VISIBLE_DEVICES"))
+	c.waitFor("run "+waiting.ID+" waiting with a reason", func() bool {
+		w, err := c.client.GetRun(c.ctx, waiting.ID)
+		return err == nil && w.Status == api.RunQueued && strings.Contains(w.Reason, "GPU")
+	})
+	if w, _ := c.client.GetRun(c.ctx, waiting.ID); len(w.Attempts) != 0 {
+		t.Fatalf("placed on a quarantined card: %+v", w.Attempts)
+	} else {
+		t.Logf("run %s waits: %s", waiting.ID, w.Reason)
+	}
+
+	// The operator uncordons the card: the waiting run gets all eight.
+	c.mercator("node", "gpu", "uncordon", nodeA, lost)
+	done := c.wait(waiting.ID)
+	got := attemptGPUs(t, done, 8)
+	if done.Status != api.RunSucceeded || done.Attempts[0].NodeID != nodeA || !slices.Contains(got, lost) {
+		t.Fatalf("after uncordon: run %s %s on %s with %v, want succeeded on %s with %s", done.ID, done.Status, done.Attempts[0].NodeID, got, nodeA, lost)
+	}
+	if _, err := c.client.CancelRun(c.ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	c.wait(run.ID)
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
