@@ -161,6 +161,9 @@ type Attempt struct {
 	// Failure is the typed cause of a failed attempt where one is known
 	// (gpus.go); nil otherwise.
 	Failure *AttemptFailure `json:"failure,omitempty"`
+	// GPUUsage summarises the use of the attempt's GPUs (gpus.go), as last
+	// reported by its node; empty without GPUs or GPU samples.
+	GPUUsage []GPUUsage `json:"gpu_usage,omitempty"`
 }
 
 // RunList is the body of GET /v1/runs, and of the answer to POST

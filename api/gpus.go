@@ -63,3 +63,32 @@ type AttemptFailure struct {
 type NodeGPUList struct {
 	GPUs []NodeGPU `json:"gpus"`
 }
+
+// GPUIdleFlagAfter is how long a GPU of an attempt may sit idle (under one
+// percent utilization) in one stretch before the attempt is flagged: a
+// reserved card doing nothing for half an hour is the most common waste on
+// a shared fleet (a notebook left open, a job stuck on its input).
+const GPUIdleFlagAfter = 30 * time.Minute
+
+// GPUUsage is one GPU's use by one attempt, as its node sampled it while
+// the attempt ran (docs/gpus.md): how many samples, the average and peak of
+// utilization (percent), memory used (MiB) and power (W), the last sample's
+// figures, the longest idle stretch in seconds and whether that reached
+// GPUIdleFlagAfter (Idle), and when the last sample counted was taken. A
+// figure the tool did not state is -1.
+type GPUUsage struct {
+	UUID           string    `json:"uuid"`
+	Samples        int       `json:"samples"`
+	UtilAvg        float64   `json:"util_avg"`
+	UtilPeak       float64   `json:"util_peak"`
+	UtilLast       float64   `json:"util_last"`
+	MemoryAvgMiB   float64   `json:"memory_avg_mib"`
+	MemoryPeakMiB  float64   `json:"memory_peak_mib"`
+	MemoryLastMiB  float64   `json:"memory_last_mib"`
+	PowerAvgW      float64   `json:"power_avg_w"`
+	PowerPeakW     float64   `json:"power_peak_w"`
+	PowerLastW     float64   `json:"power_last_w"`
+	LongestIdleSec int64     `json:"longest_idle_s"`
+	Idle           bool      `json:"idle,omitempty"`
+	Through        time.Time `json:"through"`
+}

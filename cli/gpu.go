@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
@@ -116,4 +118,36 @@ func gpuHealthText(g api.NodeGPU) string {
 		return g.UUID + " healthy"
 	}
 	return fmt.Sprintf("%s %s: %s (since %s): %s", g.UUID, g.State, g.Reason, formatTime(&g.Since), g.Detail)
+}
+
+// printGPUUsage prints, for each attempt that reported GPU usage, a line per
+// GPU: utilization, memory and power as average/peak, the longest idle
+// stretch, and IDLE when that reached api.GPUIdleFlagAfter.
+func printGPUUsage(inv *invocation, attempts []api.Attempt) error {
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	header := false
+	for _, a := range attempts {
+		for _, u := range a.GPUUsage {
+			if !header {
+				fmt.Fprintln(tw, "\nATTEMPT\tGPU\tUTIL AVG/PEAK\tMEMORY AVG/PEAK\tPOWER AVG/PEAK\tLONGEST IDLE\tSAMPLES")
+				header = true
+			}
+			idle := formatDuration(time.Duration(u.LongestIdleSec) * time.Second)
+			if u.Idle {
+				idle += " IDLE"
+			}
+			termtext.Fprintf(tw, "%d\t%s\t%s%%/%s%%\t%s/%s MiB\t%s/%s W\t%s\t%d\n", a.Number, u.UUID,
+				figure(u.UtilAvg), figure(u.UtilPeak), figure(u.MemoryAvgMiB), figure(u.MemoryPeakMiB),
+				figure(u.PowerAvgW), figure(u.PowerPeakW), idle, u.Samples)
+		}
+	}
+	return tw.Flush()
+}
+
+// figure is a sampled figure, "-" when the tool did not state it (-1).
+func figure(v float64) string {
+	if v < 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
 }

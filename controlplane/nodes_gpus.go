@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
@@ -111,5 +113,33 @@ func (s *Server) countGPUStates(nodes []store.Node) {
 	}
 	for state, c := range counts {
 		s.metrics.GPUs.WithLabelValues(state).Set(float64(c))
+	}
+}
+
+// recordGPUUsage sets the per-GPU gauges from the usage summaries a batch
+// of a node's events carries, and drops a GPU's series when its attempt
+// ended.
+func (s *Server) recordGPUUsage(nodeID string, batch nodeproto.EventBatch) {
+	for _, ev := range batch.Events {
+		o := ev.Workload
+		if ev.Kind != nodeproto.EventWorkload || o == nil {
+			continue
+		}
+		for _, u := range o.GPUUsage {
+			if o.Phase != nodeproto.PhaseRunning {
+				s.metrics.GPUUtilization.DeleteLabelValues(nodeID, u.UUID)
+				s.metrics.GPUMemoryUsed.DeleteLabelValues(nodeID, u.UUID)
+				s.metrics.GPUPower.DeleteLabelValues(nodeID, u.UUID)
+				continue
+			}
+			for _, g := range []struct {
+				vec   *prometheus.GaugeVec
+				value float64
+			}{{s.metrics.GPUUtilization, u.UtilLast}, {s.metrics.GPUMemoryUsed, u.MemoryLastMiB * (1 << 20)}, {s.metrics.GPUPower, u.PowerLastW}} {
+				if g.value >= 0 { // -1: the tool did not state it
+					g.vec.WithLabelValues(nodeID, u.UUID).Set(g.value)
+				}
+			}
+		}
 	}
 }

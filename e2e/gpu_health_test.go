@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -233,4 +234,70 @@ func mustRead(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestGPUUsagePerAttempt: while an attempt runs, its node samples its two
+// GPUs and reports a summary with its observations: `run get` shows the
+// average and peak of each (the stand-in tool's figures for those cards),
+// the control plane serves the busy GPUs' last figures as Prometheus
+// metrics by node and GPU, and drops those series when the attempt ends,
+// whose final summary stays on the attempt.
+func TestGPUUsagePerAttempt(t *testing.T) {
+	requireGPUHook(t)
+	c := startCluster(t)
+	m := newSwitchableMachine(t, gpuMachine, "")
+	nodeID := c.startSwitchableAgent(t, "gpuu", m)
+	want := map[string][]string{} // UUID → its health.csv fields
+	for _, line := range strings.Split(strings.TrimSpace(mustRead(t, filepath.Join(m.dir, "health.csv"))), "\n") {
+		f := strings.Split(line, ", ")
+		want[f[0]] = f
+	}
+
+	run := c.submit(gpuRun(2, "sleep", "300"))
+	var r api.Run
+	c.waitFor("run "+run.ID+" reporting GPU usage while it runs", func() bool {
+		var err error
+		r, err = c.client.GetRun(c.ctx, run.ID)
+		return err == nil && r.Status == api.RunRunning && len(r.Attempts[0].GPUUsage) == 2
+	})
+	for _, u := range r.Attempts[0].GPUUsage {
+		f := want[u.UUID]
+		if f == nil || u.Samples == 0 || u.UtilAvg != number(t, f[2]) || u.UtilPeak != number(t, f[2]) || u.MemoryPeakMiB != number(t, f[3]) || u.PowerPeakW != number(t, f[4]) {
+			t.Fatalf("usage %+v, want the tool's figures %v", u, f)
+		}
+	}
+	metrics := c.get("/metrics")
+	series := `mercator_gpu_utilization_percent{gpu="` + r.Attempts[0].GPUUsage[0].UUID + `",node="` + nodeID + `"}`
+	if !strings.Contains(metrics, series) {
+		t.Fatalf("/metrics lacks %s", series)
+	}
+	if !strings.Contains(metrics, `mercator_gpus{state="healthy"}`) {
+		t.Fatal("/metrics lacks the GPU state gauge")
+	}
+	out := c.mercator("run", "get", run.ID)
+	t.Logf("mercator run get %s:\n%s", run.ID, out)
+	if !strings.Contains(out, "UTIL AVG/PEAK") || !strings.Contains(out, r.Attempts[0].GPUUsage[0].UUID) {
+		t.Fatalf("run get shows no GPU usage:\n%s", out)
+	}
+
+	if _, err := c.client.CancelRun(c.ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	done := c.wait(run.ID)
+	if len(done.Attempts[0].GPUUsage) != 2 || done.Attempts[0].GPUUsage[0].Samples < r.Attempts[0].GPUUsage[0].Samples {
+		t.Fatalf("the ended attempt's usage %+v", done.Attempts[0].GPUUsage)
+	}
+	c.waitFor("the GPU's series gone once its attempt ended", func() bool {
+		return !strings.Contains(c.get("/metrics"), series)
+	})
+}
+
+// number is a figure the stand-in tool prints.
+func number(t *testing.T, s string) float64 {
+	t.Helper()
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -2,9 +2,11 @@ package lifecycle
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // maxExcusedGPUFailures bounds how many attempts ended by a bad GPU a run
@@ -47,4 +49,27 @@ func spentAttempts(r *api.Run) int {
 		}
 	}
 	return len(r.Attempts) - excused
+}
+
+// recordUsage keeps the GPU usage summary an observation carries, when it
+// carries one.
+func recordUsage(a *api.Attempt, usage []nodeproto.GPUUsage) {
+	if len(usage) == 0 {
+		return
+	}
+	a.GPUUsage = make([]api.GPUUsage, len(usage))
+	for i, u := range usage {
+		a.GPUUsage[i] = api.GPUUsage{UUID: u.UUID, Samples: u.Samples, UtilAvg: u.UtilAvg, UtilPeak: u.UtilPeak, UtilLast: u.UtilLast,
+			MemoryAvgMiB: u.MemoryAvgMiB, MemoryPeakMiB: u.MemoryPeakMiB, MemoryLastMiB: u.MemoryLastMiB,
+			PowerAvgW: u.PowerAvgW, PowerPeakW: u.PowerPeakW, PowerLastW: u.PowerLastW,
+			LongestIdleSec: u.LongestIdleSec, Idle: time.Duration(u.LongestIdleSec)*time.Second >= api.GPUIdleFlagAfter, Through: u.Through}
+	}
+}
+
+// sameUsage reports whether two summaries count the same samples through
+// the same moments (their figures follow from that).
+func sameUsage(x, y []api.GPUUsage) bool {
+	return slices.EqualFunc(x, y, func(a, b api.GPUUsage) bool {
+		return a.UUID == b.UUID && a.Samples == b.Samples && a.Through.Equal(b.Through)
+	})
 }

@@ -69,6 +69,7 @@ func Observe(r *api.Run, nodeID string, o nodeproto.WorkloadObservation, now tim
 		return false
 	}
 	before := captureOutcome(r, a)
+	recordUsage(a, o.GPUUsage) // gpu.go
 	if o.ContainerID != "" {
 		a.ContainerID = o.ContainerID
 	}
@@ -151,7 +152,8 @@ func sameAttempt(x, y api.Attempt) bool {
 		x.ContainerID == y.ContainerID && sameInt(x.ExitCode, y.ExitCode) && x.OOMKilled == y.OOMKilled &&
 		x.Error == y.Error && x.StopReason == y.StopReason && x.Replaced == y.Replaced &&
 		x.StopRequested == y.StopRequested && x.PlacedAt.Equal(y.PlacedAt) &&
-		sameTime(x.StartedAt, y.StartedAt) && sameTime(x.FinishedAt, y.FinishedAt) && x.Failure == y.Failure
+		sameTime(x.StartedAt, y.StartedAt) && sameTime(x.FinishedAt, y.FinishedAt) && x.Failure == y.Failure &&
+		sameUsage(x.GPUUsage, y.GPUUsage)
 }
 
 func sameInt(x, y *int) bool { return x == y || (x != nil && y != nil && *x == *y) }

@@ -67,3 +67,41 @@ type GPUXid struct {
 
 // MaxGPUXids bounds the Xids one GPUHealth carries.
 const MaxGPUXids = 8
+
+// GPUUsage summarises one GPU's use by one workload, from the agent's GPU
+// samples while the workload ran: how many samples, the average and peak
+// of utilization (percent), memory used (MiB) and power (W), the last
+// sample's utilization, memory and power (for a fleet's live metrics), and
+// the longest stretch the GPU sat idle (utilization under one percent) in
+// whole seconds. Through is the moment of the last sample counted. A figure
+// the tool did not state is left out of its averages (and is -1 when no
+// sample stated it).
+type GPUUsage struct {
+	UUID           string    `json:"uuid"`
+	Samples        int       `json:"samples"`
+	UtilAvg        float64   `json:"util_avg"`
+	UtilPeak       float64   `json:"util_peak"`
+	UtilLast       float64   `json:"util_last"`
+	MemoryAvgMiB   float64   `json:"memory_avg_mib"`
+	MemoryPeakMiB  float64   `json:"memory_peak_mib"`
+	MemoryLastMiB  float64   `json:"memory_last_mib"`
+	PowerAvgW      float64   `json:"power_avg_w"`
+	PowerPeakW     float64   `json:"power_peak_w"`
+	PowerLastW     float64   `json:"power_last_w"`
+	LongestIdleSec int64     `json:"longest_idle_s"`
+	Through        time.Time `json:"through"`
+}
+
+// sameUsage reports whether two summaries were taken through the same
+// moments (their figures follow from that).
+func sameUsage(a, b []GPUUsage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].UUID != b[i].UUID || a[i].Samples != b[i].Samples || !a[i].Through.Equal(b[i].Through) {
+			return false
+		}
+	}
+	return true
+}

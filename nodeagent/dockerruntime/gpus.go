@@ -2,6 +2,8 @@ package dockerruntime
 
 import (
 	"context"
+	"strconv"
+	"time"
 
 	"github.com/mercator/mercator/hostfacts"
 	"github.com/mercator/mercator/nodeproto"
@@ -16,25 +18,55 @@ func WithKernelLog(path string) Option {
 }
 
 // SampleGPUs samples the health of every GPU this machine listed (see
-// hostfacts.GPUSampler); Facts reports the result. It does nothing on a
-// machine that has listed none. The error is ctx ending.
+// hostfacts.GPUSampler), which Facts reports, and counts the figures of
+// each running workload's GPUs towards its usage summary, which Observe
+// reports. It does nothing on a machine that has listed none. The error is
+// ctx ending.
 func (docker *Runtime) SampleGPUs(ctx context.Context) error {
-	return docker.gpuSampler().Sample(ctx)
+	s := docker.gpuSampler()
+	if err := s.Sample(ctx); err != nil {
+		return err
+	}
+	docker.usage.Add(s.Readings(), time.Now())
+	return nil
 }
 
-// GPUReadings is the last sample's figures for each GPU that answered, by
-// UUID (utilization, memory used, power).
-func (docker *Runtime) GPUReadings() map[string]hostfacts.GPUReading {
-	return docker.gpuSampler().Readings()
-}
-
-// gpuSampler is the runtime's sampler, made on first use from the options.
+// gpuSampler is the runtime's sampler, made on first use from the options
+// with the usage tracker beside it.
 func (docker *Runtime) gpuSampler() *hostfacts.GPUSampler {
 	docker.gpuOnce.Do(func() {
 		docker.gpus = hostfacts.NewGPUSampler(docker.acceleratorTool, docker.kernelLog, 0, nil)
+		docker.usage = hostfacts.NewUsageTracker(0)
 	})
 	return docker.gpus
 }
+
+// withGPUUsage tells the usage tracker which workloads run on which GPUs,
+// and gives each observation of a workload with GPUs its usage summary (the
+// final one once it has exited).
+func (docker *Runtime) withGPUUsage(observations []nodeproto.WorkloadObservation) {
+	docker.gpuSampler()
+	running, present := map[string][]string{}, map[string]bool{}
+	for _, o := range observations {
+		if len(o.GPUs) == 0 {
+			continue
+		}
+		key := usageKey(o.WorkloadKey)
+		present[key] = true
+		if o.Phase == nodeproto.PhaseRunning {
+			running[key] = o.GPUs
+		}
+	}
+	docker.usage.Running(running, present)
+	now := time.Now()
+	for i := range observations {
+		if o := &observations[i]; len(o.GPUs) > 0 {
+			o.GPUUsage = docker.usage.Published(usageKey(o.WorkloadKey), o.Phase == nodeproto.PhaseExited, now)
+		}
+	}
+}
+
+func usageKey(k nodeproto.WorkloadKey) string { return k.RunID + "/" + strconv.Itoa(k.Attempt) }
 
 // withGPUHealth makes facts list every GPU this machine has listed since the
 // agent started (a card that vanished stays, as sick) and states each one's

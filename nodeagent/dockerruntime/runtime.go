@@ -46,9 +46,11 @@ type Runtime struct {
 	acceleratorTool string
 	kernelReports   string
 	artifactRoot    string
-	// kernelLog, gpus and gpuOnce: the GPU health sampler (gpus.go).
+	// kernelLog, gpus, usage and gpuOnce: the GPU health sampler and the
+	// per-workload usage tracker (gpus.go).
 	kernelLog string
 	gpus      *hostfacts.GPUSampler
+	usage     *hostfacts.UsageTracker
 	gpuOnce   sync.Once
 	// cgroupRoot is where the cgroup filesystem is mounted. It is not an
 	// option because nothing but a test needs to move it.

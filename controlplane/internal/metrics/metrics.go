@@ -70,6 +70,11 @@ type Set struct {
 	// GPUs is how many GPUs of enrolled nodes are in each state (healthy,
 	// sick, cordoned, disputed), as of the scheduler's last view.
 	GPUs *prometheus.GaugeVec
+	// GPUUtilization, GPUMemoryUsed and GPUPower are each busy GPU's last
+	// sampled figures, by node and GPU, from the usage summaries attempts
+	// report (at most a publish period old); a GPU's series go when its
+	// attempt ends.
+	GPUUtilization, GPUMemoryUsed, GPUPower *prometheus.GaugeVec
 }
 
 // New returns a server's series, registered.
@@ -110,8 +115,14 @@ func New() *Set {
 			Help: "Requests and streams being served, by kind (requests, streams)."}, []string{"kind"}),
 		GPUs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mercator_gpus",
 			Help: "GPUs of enrolled nodes by state (healthy, sick, cordoned, disputed), as of the scheduler's last view."}, []string{"state"}),
+		GPUUtilization: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mercator_gpu_utilization_percent",
+			Help: "A busy GPU's last sampled utilization, by node and GPU (from its attempt's usage summary)."}, []string{"node", "gpu"}),
+		GPUMemoryUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mercator_gpu_memory_used_bytes",
+			Help: "A busy GPU's last sampled memory in use, by node and GPU."}, []string{"node", "gpu"}),
+		GPUPower: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mercator_gpu_power_watts",
+			Help: "A busy GPU's last sampled power draw, by node and GPU."}, []string{"node", "gpu"}),
 	}
-	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.Pruned, m.FactFlags, m.LoopPanics, m.Throttled, m.InFlight, m.GPUs,
+	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.Pruned, m.FactFlags, m.LoopPanics, m.Throttled, m.InFlight, m.GPUs, m.GPUUtilization, m.GPUMemoryUsed, m.GPUPower,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -138,8 +138,11 @@ type attemptDoc struct {
 	StartedAt     *time.Time `json:"started_at,omitempty"`
 	FinishedAt    *time.Time `json:"finished_at,omitempty"`
 	// Failure is stored in the api type's own JSON (kind, gpu, reason),
-	// which the conversion ties to this document.
+	// which the conversion ties to this document: renaming one of its
+	// fields is a change of the stored format.
 	Failure *api.AttemptFailure `json:"failure,omitempty"`
+	// GPUUsage is stored in the api type's own JSON, as Failure is.
+	GPUUsage []api.GPUUsage `json:"gpu_usage,omitempty"`
 }
 
 // artifactMountDoc is an api.ArtifactMount as stored.
