@@ -59,11 +59,6 @@ type AttemptFailure struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// NodeGPUList is the body of GET /v1/nodes/{id}/gpus.
-type NodeGPUList struct {
-	GPUs []NodeGPU `json:"gpus"`
-}
-
 // GPUIdleFlagAfter is how long a GPU of an attempt may sit idle (under one
 // percent utilization) in one stretch before the attempt is flagged: a
 // reserved card doing nothing for half an hour is the most common waste on

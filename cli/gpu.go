@@ -32,16 +32,16 @@ node's own present word. See docs/gpus.md.`)
 	if err != nil {
 		return err
 	}
-	list, err := c.ListNodeGPUs(ctx, id)
+	n, err := c.GetNode(ctx, id)
 	if err != nil {
 		return err
 	}
 	if g.json() {
-		return inv.writeJSON(list)
+		return inv.writeJSON(n.GPUs)
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "UUID\tMODEL\tSTATE\tREASON\tSINCE\tREPORTED\tDETAIL")
-	for _, gpu := range list.GPUs {
+	for _, gpu := range n.GPUs {
 		since := "-"
 		if !gpu.Since.IsZero() {
 			since = formatTime(&gpu.Since)

@@ -282,33 +282,13 @@ and each stopped run's retry policy decides whether it is placed elsewhere.`,
 }
 
 func nodeGPUClear(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] NODE_ID GPU_UUID", `
+	return nodeGPUAction(ctx, inv, args, `
 Clear the dispute over GPU_UUID on NODE_ID. When two nodes report the same
 GPU UUID, neither gets work on that GPU until an operator has looked: find
 out which machine really holds the device (nvidia-smi -L on each), run this
 for the node whose claim stands, and remove or re-enroll the other (its
-dispute stays until then). `+"`mercator node get NODE_ID`"+` lists a node's flags.`)
-	g := fs.clientFlags(true)
-	var id, uuid string
-	c, err := inv.connectWith(fs, g, args, func(pos []string) error {
-		if len(pos) != 2 {
-			return usagef("want NODE_ID GPU_UUID, got %d arguments", len(pos))
-		}
-		id, uuid = pos[0], pos[1]
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	n, err := c.ClearGPUDispute(ctx, id, uuid)
-	if err != nil {
-		return err
-	}
-	if g.json() {
-		return inv.writeJSON(n)
-	}
-	_, err = termtext.Fprintf(inv.stdout, "node %s: the dispute over GPU %s is cleared; it may be placed on again (%d flags left)\n", n.ID, uuid, len(n.Flags))
-	return err
+dispute stays until then). `+"`mercator node get NODE_ID`"+` lists a node's flags.`,
+		"dispute cleared: it may be placed on again", (*client.Client).ClearGPUDispute) // gpu.go
 }
 
 // nodeAction is the shape of cordon, uncordon and drain: flags, one node ID,

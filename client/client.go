@@ -419,15 +419,6 @@ func (c *Client) ClearGPUDispute(ctx context.Context, nodeID, uuid string) (api.
 	return c.nodeAction(ctx, nodeID, "gpus/"+url.PathEscape(uuid)+"/clear", nil)
 }
 
-// ListNodeGPUs lists the node's GPUs with their health.
-func (c *Client) ListNodeGPUs(ctx context.Context, nodeID string) (api.NodeGPUList, error) {
-	var out api.NodeGPUList
-	if err := c.do(ctx, http.MethodGet, "/nodes/"+url.PathEscape(nodeID)+"/gpus", nil, nil, &out); err != nil {
-		return api.NodeGPUList{}, fmt.Errorf("list GPUs of node %s: %w", nodeID, err)
-	}
-	return out, nil
-}
-
 // CordonGPU withholds one GPU of the node from placement; UncordonGPU
 // returns it to service, lifting a quarantine too (docs/gpus.md).
 func (c *Client) CordonGPU(ctx context.Context, nodeID, uuid string) (api.Node, error) {

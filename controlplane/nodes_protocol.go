@@ -189,7 +189,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 		s.metrics.Terminal.WithLabelValues(status).Inc()
 	}
 	factcheck.Report(s.log, s.metrics.FactFlags, c.NodeID, found)
-	s.recordGPUUsage(c.NodeID, batch) // nodes_gpus.go
+	s.metrics.RecordGPUUsage(c.NodeID, batch)
 	s.metrics.Events.WithLabelValues("applied").Add(float64(applied))
 	s.metrics.Events.WithLabelValues("duplicate").Add(float64(len(accepted) - applied))
 	if changedRuns {

@@ -283,7 +283,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 			}
 		}
 		st.viewFrom, st.viewAt = nodes, time.Now()
-		s.countGPUStates(nodes) // nodes_gpus.go
+		s.metrics.SetGPUStates(factcheck.CountStates(nodes))
 	}
 	refreshed := false
 	if len(lost) > 0 || len(drained) > 0 {

@@ -17,25 +17,34 @@ import (
 // other failure does.
 const maxExcusedGPUFailures = 16
 
-// GPUFailed ends an active attempt because a GPU it holds went bad (the
-// node reported it sick: uuid and reason): the attempt fails with a typed
-// Failure (api.AttemptFailureGPU), and the run is retried, elsewhere, since
-// the card is quarantined, without spending its retry budget. It returns
-// whether the attempt was ended here; the caller stops its container. An
-// attempt that is not active, or not on nodeID, is left alone.
-func GPUFailed(r *api.Run, nodeID string, attempt int, uuid, reason, detail string, now time.Time) bool {
-	a := Find(r, attempt)
+// SickGPU is a GPU its node reported sick: its UUID, the node's reason
+// (a nodeproto.GPUReason…) and what the node saw.
+type SickGPU struct{ UUID, Reason, Detail string }
+
+// GPUFailed ends the run's current attempt if it is active on nodeID and
+// holds one of the sick GPUs: the attempt fails with a typed Failure
+// (api.AttemptFailureGPU, the first sick GPU it holds), is marked
+// StopRequested (the caller stops its container), and the run is retried,
+// elsewhere since the card is quarantined, without spending its retry
+// budget. It returns the attempt ended, or nil when none was.
+func GPUFailed(r *api.Run, nodeID string, sick []SickGPU, now time.Time) *api.Attempt {
+	a := Current(r)
 	if a == nil || a.NodeID != nodeID || !Active(*a) {
-		return false
+		return nil
 	}
-	a.Status = api.AttemptFailed
-	a.Error = fmt.Sprintf("%s: GPU %s %s (%s)", api.AttemptFailureGPU, uuid, reason, detail)
-	a.Failure = &api.AttemptFailure{Kind: api.AttemptFailureGPU, GPU: uuid, Reason: reason}
+	i := slices.IndexFunc(sick, func(g SickGPU) bool { return slices.Contains(a.GPUs, g.UUID) })
+	if i < 0 {
+		return nil
+	}
+	g := sick[i]
+	a.Status, a.StopRequested = api.AttemptFailed, true
+	a.Error = fmt.Sprintf("%s: GPU %s %s (%s)", api.AttemptFailureGPU, g.UUID, g.Reason, g.Detail)
+	a.Failure = &api.AttemptFailure{Kind: api.AttemptFailureGPU, GPU: g.UUID, Reason: g.Reason}
 	t := now
 	a.FinishedAt = &t
 	settle(r, a, now)
 	r.UpdatedAt = now
-	return true
+	return a
 }
 
 // spentAttempts is how many of the run's attempts count against its retry

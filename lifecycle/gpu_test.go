@@ -15,11 +15,15 @@ func TestGPUFailedSpendsNoRetry(t *testing.T) {
 	r := newRun(0)
 	Place(r, "n1", []string{"GPU-a"}, t0)
 	Observe(r, "n1", obs(1, nodeproto.PhaseRunning, nil), t0)
-	if GPUFailed(r, "n2", 1, "GPU-a", "gpu_lost", "gone", t0) {
+	lost := []SickGPU{{UUID: "GPU-a", Reason: "gpu_lost", Detail: "GPU is lost"}}
+	if GPUFailed(r, "n2", lost, t0) != nil {
 		t.Fatal("another node's report ended the attempt")
 	}
-	if !GPUFailed(r, "n1", 1, "GPU-a", "gpu_lost", "GPU is lost", t0) {
-		t.Fatal("the attempt was not ended")
+	if GPUFailed(r, "n1", []SickGPU{{UUID: "GPU-z", Reason: "gpu_lost"}}, t0) != nil {
+		t.Fatal("a GPU the attempt does not hold ended it")
+	}
+	if a := GPUFailed(r, "n1", lost, t0); a == nil || !a.StopRequested {
+		t.Fatalf("the attempt was not ended, or not marked for its stop: %+v", a)
 	}
 	a := r.Attempts[0]
 	if a.Status != api.AttemptFailed || a.Failure == nil || a.Failure.Kind != api.AttemptFailureGPU || a.Failure.GPU != "GPU-a" || a.Failure.Reason != "gpu_lost" {
@@ -31,7 +35,7 @@ func TestGPUFailedSpendsNoRetry(t *testing.T) {
 	if Observe(r, "n1", obs(1, nodeproto.PhaseExited, ptr(137)), t0); r.Attempts[0].Status != api.AttemptFailed || r.Attempts[0].Failure == nil || r.Status != api.RunQueued {
 		t.Fatalf("the stopped container's exit changed the outcome: %+v, run %s", r.Attempts[0], r.Status)
 	}
-	if GPUFailed(r, "n1", 1, "GPU-a", "gpu_lost", "again", t0) {
+	if GPUFailed(r, "n1", lost, t0) != nil {
 		t.Fatal("an ended attempt was ended twice")
 	}
 	Place(r, "n2", []string{"GPU-b"}, t0)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
@@ -23,7 +24,7 @@ type Outcome struct {
 	Refusal  string
 	// Quarantined are the GPUs this report quarantined (gpuhealth.go):
 	// the attempts on them are to be ended as gpu_failed.
-	Quarantined []SickGPU
+	Quarantined []lifecycle.SickGPU
 }
 
 // Dispute is a gpu_disputed flag raised on another node than the one

@@ -14,13 +14,10 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
-
-// SickGPU is a GPU a report quarantined: its UUID, the node's reason and
-// what the node saw.
-type SickGPU struct{ UUID, Reason, Detail string }
 
 // gpuFlagKinds are the GPU flags that outlive reports (besides disputes).
 var gpuFlagKinds = []string{api.NodeFlagGPUUnhealthy, api.NodeFlagGPUCordoned, api.NodeFlagGPUUncordoned}
@@ -40,8 +37,8 @@ func carryGPUFlags(old []api.NodeFlag, claimed map[string]bool) []api.NodeFlag {
 // that is claimed, not already quarantined, and was seen sick after an
 // operator last uncordoned it, and returns flags with them and the GPUs it
 // quarantined.
-func quarantine(flags []api.NodeFlag, health []nodeproto.GPUHealth, claimed map[string]bool) ([]api.NodeFlag, []SickGPU) {
-	var sick []SickGPU
+func quarantine(flags []api.NodeFlag, health []nodeproto.GPUHealth, claimed map[string]bool) ([]api.NodeFlag, []lifecycle.SickGPU) {
+	var sick []lifecycle.SickGPU
 	for _, h := range health {
 		if h.State != nodeproto.GPUSick || !claimed[h.UUID] {
 			continue
@@ -54,7 +51,7 @@ func quarantine(flags []api.NodeFlag, health []nodeproto.GPUHealth, claimed map[
 		}
 		flags = append(slices.Clip(flags), api.NodeFlag{Kind: api.NodeFlagGPUUnhealthy, GPU: h.UUID, Since: h.Since,
 			Detail: h.Reason + ": " + h.Detail})
-		sick = append(sick, SickGPU{UUID: h.UUID, Reason: h.Reason, Detail: h.Detail})
+		sick = append(sick, lifecycle.SickGPU{UUID: h.UUID, Reason: h.Reason, Detail: h.Detail})
 	}
 	return flags, sick
 }
@@ -154,4 +151,18 @@ func GPUs(n store.Node) []api.NodeGPU {
 		out = append(out, g)
 	}
 	return out
+}
+
+// CountStates is how many GPUs of the enrolled nodes are in each state
+// (every api.GPUState… named, zero or not).
+func CountStates(nodes []store.Node) map[string]int {
+	counts := map[string]int{api.GPUStateHealthy: 0, api.GPUStateSick: 0, api.GPUStateCordoned: 0, api.GPUStateDisputed: 0}
+	for _, n := range nodes {
+		if n.RemovedAt == nil {
+			for _, g := range GPUs(n) {
+				counts[g.State]++
+			}
+		}
+	}
+	return counts
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Set is one server's series and the registry that holds them (Functions
@@ -176,4 +178,33 @@ func (m *Set) Instrument(next http.Handler) http.Handler {
 		m.Requests.WithLabelValues(route, http.StatusText(rec.code)).Inc()
 		m.Latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	})
+}
+
+// SetGPUStates sets the GPU gauge from a count of GPUs by state.
+func (m *Set) SetGPUStates(counts map[string]int) {
+	for state, c := range counts {
+		m.GPUs.WithLabelValues(state).Set(float64(c))
+	}
+}
+
+// RecordGPUUsage sets the per-GPU gauges from the usage summaries in a
+// batch of one node's events, and drops a GPU's series once its attempt
+// ended. A figure the tool did not state (-1) leaves its gauge as it was.
+func (m *Set) RecordGPUUsage(nodeID string, batch nodeproto.EventBatch) {
+	gauges := []*prometheus.GaugeVec{m.GPUUtilization, m.GPUMemoryUsed, m.GPUPower}
+	for _, ev := range batch.Events {
+		if ev.Kind != nodeproto.EventWorkload || ev.Workload == nil {
+			continue
+		}
+		for _, u := range ev.Workload.GPUUsage {
+			for i, v := range []float64{u.UtilLast, u.MemoryLastMiB * (1 << 20), u.PowerLastW} {
+				switch {
+				case ev.Workload.Phase != nodeproto.PhaseRunning:
+					gauges[i].DeleteLabelValues(nodeID, u.UUID)
+				case v >= 0:
+					gauges[i].WithLabelValues(nodeID, u.UUID).Set(v)
+				}
+			}
+		}
+	}
 }
