@@ -163,8 +163,9 @@ type index struct {
 	holders      map[string][]int32 // image → eligible nodes holding it, in rank order
 	pools        map[string]*pool
 	nowhere      map[shapeKey]*waiting
-	changes      []int32 // nodes placed on, in order
-	cands        []*tree // scratch for one GPU search
+	changes      []int32          // nodes placed on, in order
+	cands        []*tree          // scratch for one GPU search
+	gangWaits    map[shapeKey]int // gang.go
 }
 
 func newIndex(nodes []Node) *index {
