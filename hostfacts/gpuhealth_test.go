@@ -41,6 +41,7 @@ func TestParseHealthQueryFixtures(t *testing.T) {
 		}},
 		{fixture: "health/h100-x8-lost.csv", readings: 7, lost: "00000000:3A:00.0"},
 		{fixture: "health/h100-x8-missing.csv", readings: 7},
+		{fixture: "health/lost-message.txt", readings: 0, lost: "00000000:3A:00.0"},
 		{fixture: "health/h100-x8-ecc.csv", readings: 8, check: func(t *testing.T, rs []GPUReading) {
 			if rs[1].ECCUncorrected != 2 {
 				t.Errorf("GPU 1 ECC = %d, want 2", rs[1].ECCUncorrected)
