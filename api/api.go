@@ -164,6 +164,8 @@ type Attempt struct {
 	// GPUUsage summarises the use of the attempt's GPUs (gpus.go), as last
 	// reported by its node; empty without GPUs or GPU samples.
 	GPUUsage []GPUUsage `json:"gpu_usage,omitempty"`
+	// Xids are the application Xids logged for its GPUs while it ran.
+	Xids []GPUXid `json:"xids,omitempty"`
 }
 
 // RunList is the body of GET /v1/runs, and of the answer to POST

@@ -87,3 +87,14 @@ type GPUUsage struct {
 	Idle           bool      `json:"idle,omitempty"`
 	Through        time.Time `json:"through"`
 }
+
+// GPUXid is an application Xid the kernel logged for a GPU while an attempt
+// held it (13 graphics exception, 31 memory page fault, 43 GPU stopped
+// processing, …): the program's fault, filed against the attempt and not
+// the card, with when the node read it and the kernel's line.
+type GPUXid struct {
+	GPU    string    `json:"gpu"`
+	Xid    int       `json:"xid"`
+	At     time.Time `json:"at"`
+	Detail string    `json:"detail,omitempty"`
+}

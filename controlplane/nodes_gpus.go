@@ -16,14 +16,17 @@ import (
 	"github.com/mercator/mercator/store"
 )
 
-// failGPUAttempts ends, as gpu_failed, every active attempt on nodeID that
-// holds a GPU the report quarantined, stops its container and puts its run
-// back in the queue (lifecycle.GPUFailed). It returns the terminal status a
-// run reached, if one did: only a run whose cancel was pending ends here,
-// and the caller counts one such status per event (a second in the same
-// report goes uncounted in the metric; the run itself is right).
-func (s *Server) failGPUAttempts(tx store.Tx, nodeID string, sick []lifecycle.SickGPU) (string, error) {
-	if len(sick) == 0 {
+// applyGPUReport applies to the attempts on nodeID what a facts report
+// found about their GPUs (factcheck.Outcome): an attempt holding a GPU the
+// report quarantined ends as gpu_failed, its container is stopped and its
+// run goes back to the queue (lifecycle.GPUFailed); an application Xid is
+// filed against the attempt holding its GPU (lifecycle.RecordXids). It
+// returns the terminal status a run reached, if one did: only a run whose
+// cancel was pending ends here, and the caller counts one such status per
+// event (a second in the same report goes uncounted in the metric; the run
+// itself is right).
+func (s *Server) applyGPUReport(tx store.Tx, nodeID string, o factcheck.Outcome) (string, error) {
+	if len(o.Quarantined) == 0 && len(o.AppXids) == 0 {
 		return "", nil
 	}
 	runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: nodeID, Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
@@ -36,21 +39,22 @@ func (s *Server) failGPUAttempts(tx store.Tx, nodeID string, sick []lifecycle.Si
 		if err != nil {
 			return "", err
 		}
-		was := run.Status
-		a := lifecycle.GPUFailed(&run.Run, nodeID, sick, s.now())
-		if a == nil {
-			continue
+		was, filed := run.Status, lifecycle.RecordXids(&run.Run, nodeID, o.AppXids)
+		if a := lifecycle.GPUFailed(&run.Run, nodeID, o.Quarantined, s.now()); a != nil {
+			if err := s.issue(tx, nodeID, nodeproto.Command{Kind: nodeproto.KindStopWorkload, StopWorkload: &nodeproto.StopWorkloadCommand{
+				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: api.AttemptFailureGPU, GracePeriod: 10 * time.Second}}); err != nil {
+				return "", err
+			}
+			s.log.Warn("attempt ended: its GPU went bad", "run", run.ID, "attempt", a.Number, "node", nodeID, "gpu", a.Failure.GPU, "reason", a.Failure.Reason)
+			if e := endedStatus(was, run.Status); e != "" {
+				ended = e
+			}
+			filed = true
 		}
-		if err := s.issue(tx, nodeID, nodeproto.Command{Kind: nodeproto.KindStopWorkload, StopWorkload: &nodeproto.StopWorkloadCommand{
-			WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: api.AttemptFailureGPU, GracePeriod: 10 * time.Second}}); err != nil {
-			return "", err
-		}
-		if end := endedStatus(was, run.Status); end != "" {
-			ended = end
-		}
-		s.log.Warn("attempt ended: its GPU went bad", "run", run.ID, "attempt", a.Number, "node", nodeID, "gpu", a.Failure.GPU, "reason", a.Failure.Reason)
-		if err := tx.PutRun(run); err != nil {
-			return "", err
+		if filed {
+			if err := tx.PutRun(run); err != nil {
+				return "", err
+			}
 		}
 	}
 	return ended, nil

@@ -215,9 +215,9 @@ func (s *Server) applyEvent(tx store.Tx, nodeID string, ev nodeproto.Event, foun
 		if err != nil {
 			return false, "", err
 		}
-		// A GPU quarantined by this report ends the attempts on it
+		// What the report found about GPUs reaches the attempts on them
 		// (nodes_gpus.go); capacity changed, so placements may now fit.
-		ended, err := s.failGPUAttempts(tx, nodeID, o.Quarantined)
+		ended, err := s.applyGPUReport(tx, nodeID, o)
 		return true, ended, err
 	case nodeproto.EventWorkload:
 		o := ev.Workload

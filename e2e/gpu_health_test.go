@@ -240,8 +240,9 @@ func mustRead(t *testing.T, path string) string {
 // GPUs and reports a summary with its observations: `run get` shows the
 // average and peak of each (the stand-in tool's figures for those cards),
 // the control plane serves the busy GPUs' last figures as Prometheus
-// metrics by node and GPU, and drops those series when the attempt ends,
-// whose final summary stays on the attempt.
+// metrics by node and GPU, an application Xid on one of its cards is filed
+// against the attempt (the card stays healthy), and the series go when the
+// attempt ends, whose final summary stays on the attempt.
 func TestGPUUsagePerAttempt(t *testing.T) {
 	requireGPUHook(t)
 	c := startCluster(t)
@@ -280,6 +281,24 @@ func TestGPUUsagePerAttempt(t *testing.T) {
 		t.Fatalf("run get shows no GPU usage:\n%s", out)
 	}
 
+	// The program faults on its first GPU (Xid 13 in the kernel log): the
+	// Xid is filed against the attempt, and the card stays healthy.
+	held := r.Attempts[0].GPUs[0]
+	bus := ""
+	for _, line := range strings.Split(mustRead(t, filepath.Join(m.dir, "query.csv")), "\n") {
+		if f := strings.Split(line, ", "); len(f) == 5 && f[1] == held {
+			bus = strings.ToLower(f[4][4:14]) // "00000000:18:00.0" → "0000:18:00"
+		}
+	}
+	appendFile(t, m.kmsg, "4,2041,104830221874,-;NVRM: Xid (PCI:"+bus+"): 13, pid=48213, name=python3, Graphics Exception: ESR 0x50dfb0=0x1011e\n")
+	c.waitFor("Xid 13 filed against the attempt", func() bool {
+		r, err := c.client.GetRun(c.ctx, run.ID)
+		return err == nil && len(r.Attempts[0].Xids) == 1 && r.Attempts[0].Xids[0].GPU == held && r.Attempts[0].Xids[0].Xid == 13
+	})
+	if n, _ := c.client.GetNode(c.ctx, nodeID); gpuOf(n, held).State != api.GPUStateHealthy {
+		t.Fatalf("an application Xid made the card %+v", gpuOf(n, held))
+	}
+
 	if _, err := c.client.CancelRun(c.ctx, run.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -300,4 +319,16 @@ func number(t *testing.T, s string) float64 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+func appendFile(t *testing.T, path, text string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(text); err != nil {
+		t.Fatal(err)
+	}
 }

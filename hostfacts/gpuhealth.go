@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // nvidiaHealthQuery is the question asked of nvidia-smi on every sample:
@@ -182,11 +184,11 @@ func parseDetailXML(out []byte) (map[string]remapState, error) {
 	return states, nil
 }
 
-// Xid classes: what an Xid says about the card.
+// Xid classes, as nodeproto names them.
 const (
-	XidFatal       = "fatal"       // the card is not to be trusted until reset: quarantine
-	XidApplication = "application" // the workload faulted: recorded against its attempt
-	XidOther       = "other"       // neither: recorded, nothing done
+	XidFatal       = nodeproto.XidClassFatal
+	XidApplication = nodeproto.XidClassApplication
+	XidOther       = nodeproto.XidClassOther
 )
 
 // fatalXids are the Xids that quarantine a card: 48 double-bit ECC error;

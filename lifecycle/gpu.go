@@ -21,6 +21,29 @@ const maxExcusedGPUFailures = 16
 // (a nodeproto.GPUReason…) and what the node saw.
 type SickGPU struct{ UUID, Reason, Detail string }
 
+// maxAttemptXids bounds the Xids kept on one attempt (the first ones: a
+// program that faults once usually faults on every step after).
+const maxAttemptXids = 16
+
+// RecordXids files against the run's current attempt, if it is active on
+// nodeID, each application Xid the node reported for a GPU the attempt
+// holds: the program's fault is the attempt's, not the card's. It returns
+// whether any was filed.
+func RecordXids(r *api.Run, nodeID string, xids []api.GPUXid) bool {
+	a := Current(r)
+	if a == nil || a.NodeID != nodeID || !Active(*a) {
+		return false
+	}
+	filed := false
+	for _, x := range xids {
+		if slices.Contains(a.GPUs, x.GPU) && len(a.Xids) < maxAttemptXids {
+			a.Xids = append(a.Xids, x)
+			filed = true
+		}
+	}
+	return filed
+}
+
 // GPUFailed ends the run's current attempt if it is active on nodeID and
 // holds one of the sick GPUs: the attempt fails with a typed Failure
 // (api.AttemptFailureGPU, the first sick GPU it holds), is marked

@@ -44,3 +44,21 @@ func TestGPUFailedSpendsNoRetry(t *testing.T) {
 		t.Fatalf("an ordinary failure with no budget left: run %s (%s)", r.Status, r.Reason)
 	}
 }
+
+// TestRecordXids: an application Xid is filed against the active attempt
+// holding its GPU, and only there.
+func TestRecordXids(t *testing.T) {
+	r := newRun(0)
+	Place(r, "n1", []string{"GPU-a"}, t0)
+	xids := []api.GPUXid{{GPU: "GPU-a", Xid: 13, At: t0}, {GPU: "GPU-b", Xid: 31, At: t0}}
+	if RecordXids(r, "n2", xids) {
+		t.Fatal("another node's Xid was filed")
+	}
+	if !RecordXids(r, "n1", xids) || len(r.Attempts[0].Xids) != 1 || r.Attempts[0].Xids[0].Xid != 13 {
+		t.Fatalf("Xids %+v, want the one for GPU-a", r.Attempts[0].Xids)
+	}
+	Observe(r, "n1", obs(1, nodeproto.PhaseExited, ptr(0)), t0)
+	if RecordXids(r, "n1", xids) {
+		t.Fatal("an Xid was filed against an ended attempt")
+	}
+}

@@ -153,7 +153,7 @@ func sameAttempt(x, y api.Attempt) bool {
 		x.Error == y.Error && x.StopReason == y.StopReason && x.Replaced == y.Replaced &&
 		x.StopRequested == y.StopRequested && x.PlacedAt.Equal(y.PlacedAt) &&
 		sameTime(x.StartedAt, y.StartedAt) && sameTime(x.FinishedAt, y.FinishedAt) && x.Failure == y.Failure &&
-		sameUsage(x.GPUUsage, y.GPUUsage)
+		sameUsage(x.GPUUsage, y.GPUUsage) && len(x.Xids) == len(y.Xids)
 }
 
 func sameInt(x, y *int) bool { return x == y || (x != nil && y != nil && *x == *y) }

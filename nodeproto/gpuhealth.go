@@ -65,6 +65,13 @@ type GPUXid struct {
 	Detail string    `json:"detail,omitempty"`
 }
 
+// Xid classes (GPUXid.Class): what an Xid says about the card.
+const (
+	XidClassFatal       = "fatal"       // the card is not to be trusted until reset: quarantine
+	XidClassApplication = "application" // the workload faulted: recorded against its attempt
+	XidClassOther       = "other"       // neither: recorded, nothing done
+)
+
 // MaxGPUXids bounds the Xids one GPUHealth carries.
 const MaxGPUXids = 8
 

@@ -25,6 +25,9 @@ type Outcome struct {
 	// Quarantined are the GPUs this report quarantined (gpuhealth.go):
 	// the attempts on them are to be ended as gpu_failed.
 	Quarantined []lifecycle.SickGPU
+	// AppXids are the application Xids first reported here: to be filed
+	// against the attempts holding their GPUs.
+	AppXids []api.GPUXid
 }
 
 // Dispute is a gpu_disputed flag raised on another node than the one
@@ -71,6 +74,7 @@ func Apply(tx store.Tx, nodeID string, f *nodeproto.NodeFacts, now time.Time) (O
 	out := Outcome{Refusal: j.Refusal}
 	if j.Facts != nil {
 		flags, out.Quarantined = quarantine(flags, j.Facts.GPUHealth, claimed)
+		out.AppXids = newAppXids(n.Facts, j.Facts)
 	}
 	if j.Facts != nil && newClaims(n.Facts, claimed) {
 		if flags, out.Disputes, err = dispute(tx, nodeID, claimed, flags, now); err != nil {

@@ -166,3 +166,26 @@ func CountStates(nodes []store.Node) map[string]int {
 	}
 	return counts
 }
+
+// newAppXids are the application Xids in report f that prev (the node's
+// previous facts, nil for none) did not carry, for GPUs the node lists:
+// a report repeats a card's recent Xids until newer ones push them out.
+func newAppXids(prev, f *nodeproto.NodeFacts) []api.GPUXid {
+	seen := map[string]bool{}
+	if prev != nil {
+		for _, h := range prev.GPUHealth {
+			for _, x := range h.XIDs {
+				seen[fmt.Sprint(h.UUID, x.Xid, x.At.UnixNano())] = true
+			}
+		}
+	}
+	var out []api.GPUXid
+	for _, h := range f.GPUHealth {
+		for _, x := range h.XIDs {
+			if x.Class == nodeproto.XidClassApplication && !seen[fmt.Sprint(h.UUID, x.Xid, x.At.UnixNano())] {
+				out = append(out, api.GPUXid{GPU: h.UUID, Xid: x.Xid, At: x.At, Detail: x.Detail})
+			}
+		}
+	}
+	return out
+}

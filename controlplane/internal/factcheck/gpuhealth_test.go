@@ -93,3 +93,19 @@ func TestQuarantineLifecycle(t *testing.T) {
 		t.Fatalf("a later sickness: quarantined %+v, withheld %v", o.Quarantined, Withheld(n))
 	}
 }
+
+// TestNewAppXids: a report's application Xids are new once; fatal and other
+// ones are not the attempt's.
+func TestNewAppXids(t *testing.T) {
+	at := time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC)
+	h := nodeproto.GPUHealth{UUID: "GPU-a", State: nodeproto.GPUHealthy, XIDs: []nodeproto.GPUXid{
+		{Xid: 13, Class: nodeproto.XidClassApplication, At: at}, {Xid: 109, Class: nodeproto.XidClassOther, At: at}}}
+	first := &nodeproto.NodeFacts{GPUHealth: []nodeproto.GPUHealth{h}}
+	if got := newAppXids(nil, first); len(got) != 1 || got[0].GPU != "GPU-a" || got[0].Xid != 13 {
+		t.Fatalf("first report: %+v", got)
+	}
+	h.XIDs = append(h.XIDs, nodeproto.GPUXid{Xid: 31, Class: nodeproto.XidClassApplication, At: at.Add(time.Second)})
+	if got := newAppXids(first, &nodeproto.NodeFacts{GPUHealth: []nodeproto.GPUHealth{h}}); len(got) != 1 || got[0].Xid != 31 {
+		t.Fatalf("second report: %+v, want only the new Xid 31", got)
+	}
+}

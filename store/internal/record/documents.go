@@ -141,8 +141,10 @@ type attemptDoc struct {
 	// which the conversion ties to this document: renaming one of its
 	// fields is a change of the stored format.
 	Failure *api.AttemptFailure `json:"failure,omitempty"`
-	// GPUUsage is stored in the api type's own JSON, as Failure is.
+	// GPUUsage and Xids are stored in the api types' own JSON, as Failure
+	// is.
 	GPUUsage []api.GPUUsage `json:"gpu_usage,omitempty"`
+	Xids     []api.GPUXid   `json:"xids,omitempty"`
 }
 
 // artifactMountDoc is an api.ArtifactMount as stored.
