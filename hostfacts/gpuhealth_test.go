@@ -379,3 +379,24 @@ func cpuTime(tb testing.TB) int64 {
 	}
 	return total
 }
+
+// TestSamplerMissingOnceIsNotMissing: a card the tool skips in one answer
+// is not missing yet (a driver hiccup would quarantine it for good); in two
+// answers in a row it is, and back in the list before that it never was.
+func TestSamplerMissingOnceIsNotMissing(t *testing.T) {
+	m := newStandIn(t, "h100-80gb-hbm3-x8")
+	s, _ := m.enrolled("h100-80gb-hbm3-x8")
+	m.write("health.csv", readFixture(t, "health/h100-x8-missing.csv"), 0o644)
+	if got := sick(sampleOnce(t, s)); got != "" {
+		t.Fatalf("skipped once: sick %q", got)
+	}
+	m.write("health.csv", readFixture(t, "health/h100-x8-healthy.csv"), 0o644)
+	sampleOnce(t, s)
+	m.write("health.csv", readFixture(t, "health/h100-x8-missing.csv"), 0o644)
+	if got := sick(sampleOnce(t, s)); got != "" {
+		t.Fatalf("skipped once more, not in a row: sick %q", got)
+	}
+	if got := sick(sampleOnce(t, s)); got != "5=gpu_missing" {
+		t.Fatalf("skipped twice in a row: sick %q", got)
+	}
+}

@@ -35,6 +35,11 @@ const (
 	// detailEvery is how many samples pass between two full reports
 	// (`nvidia-smi -q -x`, which takes far longer than the CSV query).
 	detailEvery = 6
+	// missingAfter is how many samples in a row must not list a GPU
+	// before it is missing: a tool that skips a card once, in a driver
+	// hiccup, would otherwise quarantine it (and a quarantine waits for an
+	// operator). A card the tool says is lost is sick at once.
+	missingAfter = 2
 	// maxKernelLogRead bounds what one sample reads from the kernel log.
 	maxKernelLogRead = 1 << 20
 )
@@ -59,7 +64,9 @@ type GPUSampler struct {
 
 // gpuTrack is what the sampler holds about one enrolled GPU between samples.
 type gpuTrack struct {
-	health         nodeproto.GPUHealth
+	health nodeproto.GPUHealth
+	// unlisted counts the answers in a row that did not list the GPU.
+	unlisted       int
 	throttledSince time.Time
 	fatal          *XidReport // the first fatal Xid read; latched
 	xids           []nodeproto.GPUXid
@@ -240,6 +247,7 @@ func (s *GPUSampler) readXids() ([]XidReport, string) {
 // sampler's whole policy, and pure but for s's state.
 func (s *GPUSampler) observe(in sample, now time.Time) {
 	if in.hung {
+		s.readings = nil // no figures this time: nothing for the usage sums
 		s.recordXids(in.xids, now)
 		s.judgeAll(nil, in, now, false)
 		return
@@ -300,12 +308,20 @@ func (s *GPUSampler) judgeAll(readings map[string]GPUReading, in sample, now tim
 		reason, detail := "", ""
 		r, listed := readings[g.UUID]
 		switch {
+		case answered && !listed:
+			t.unlisted++
+		case answered:
+			t.unlisted = 0
+		}
+		switch {
 		case t.fatal != nil && t.fatal.Xid == 79:
 			reason, detail = nodeproto.GPUReasonLost, t.fatal.Line
 		case answered && lostAt[normalizeBusID(g.PCIBusID)] != "":
 			reason, detail = nodeproto.GPUReasonLost, lostAt[normalizeBusID(g.PCIBusID)]
 		case answered && !listed && in.failedLost:
 			reason, detail = nodeproto.GPUReasonLost, in.failure
+		case answered && !listed && t.unlisted < missingAfter:
+			reason, detail = t.health.Reason, t.health.Detail // once may be a hiccup
 		case answered && !listed && in.failure != "":
 			reason, detail = nodeproto.GPUReasonMissing, "listed at enrollment, not listed now: "+in.failure
 		case answered && !listed:
