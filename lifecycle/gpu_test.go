@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"testing"
+	"time"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/nodeproto"
@@ -60,5 +61,23 @@ func TestRecordXids(t *testing.T) {
 	Observe(r, "n1", obs(1, nodeproto.PhaseExited, ptr(0)), t0)
 	if RecordXids(r, "n1", xids) {
 		t.Fatal("an Xid was filed against an ended attempt")
+	}
+}
+
+// TestUsageRecordedAndIdleFlagged: an observation's GPU usage is kept on the
+// attempt (a later summary replaces it, and counts as a change), and a GPU
+// idle for GPUIdleFlagAfter in one stretch is flagged.
+func TestUsageRecordedAndIdleFlagged(t *testing.T) {
+	r := newRun(0)
+	Place(r, "n1", []string{"GPU-a", "GPU-b"}, t0)
+	o := obs(1, nodeproto.PhaseRunning, nil)
+	o.GPUUsage = []nodeproto.GPUUsage{{UUID: "GPU-a", Samples: 3, UtilAvg: 90, Through: t0}, {UUID: "GPU-b", Samples: 3, LongestIdleSec: 1799, Through: t0}}
+	Observe(r, "n1", o, t0)
+	if u := r.Attempts[0].GPUUsage; len(u) != 2 || u[0].UtilAvg != 90 || u[1].Idle {
+		t.Fatalf("usage %+v", u)
+	}
+	o.GPUUsage = []nodeproto.GPUUsage{{UUID: "GPU-a", Samples: 4, Through: t0.Add(time.Minute)}, {UUID: "GPU-b", Samples: 4, LongestIdleSec: 1800, Through: t0.Add(time.Minute)}}
+	if !Observe(r, "n1", o, t0.Add(time.Minute)) || !r.Attempts[0].GPUUsage[1].Idle {
+		t.Fatalf("a later summary: %+v", r.Attempts[0].GPUUsage)
 	}
 }
