@@ -3,8 +3,10 @@ package daemon
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"math"
 	"path/filepath"
+	"time"
 
 	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/internal/bytesize"
@@ -45,6 +47,9 @@ func AgentFlags(fs *flag.FlagSet) func() (AgentOptions, error) {
 		}
 		if o.ArtifactRoot == "" {
 			o.ArtifactRoot = filepath.Join(o.StateDir, "artifacts")
+		}
+		if o.GPUSampleEvery < time.Second || o.GPUSampleEvery > time.Hour {
+			return o, fmt.Errorf("--gpu-sample-every %s: must be from 1s to 1h (each sample runs the accelerator tool; the default is %s)", o.GPUSampleEvery, nodeagent.DefaultGPUSampleEvery)
 		}
 		var err error
 		o.Functions, err = functions()
