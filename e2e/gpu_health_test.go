@@ -63,7 +63,21 @@ func (m *switchableMachine) copy(src, name string, mode os.FileMode) {
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(m.dir, name), []byte(m.rename.Replace(string(b))), mode); err != nil {
+	m.write(name, m.rename.Replace(string(b)), mode)
+}
+
+// write replaces one of the machine's files whole (a new file renamed over
+// the old), so the fake tool, which may be printing it at that moment,
+// prints the old answer or the new one, never half of one: a half answer
+// would be a tool leaving cards out, which the agent rightly takes for
+// missing cards.
+func (m *switchableMachine) write(name, text string, mode os.FileMode) {
+	m.t.Helper()
+	tmp := filepath.Join(m.dir, "."+name+".new")
+	if err := os.WriteFile(tmp, []byte(text), mode); err != nil {
+		m.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(m.dir, name)); err != nil {
 		m.t.Fatal(err)
 	}
 }
@@ -80,9 +94,7 @@ func (m *switchableMachine) dropGPU(fixture string, line int) {
 		}
 		lines := strings.SplitAfter(string(b), "\n")
 		lines = slices.Delete(lines, line, line+1)
-		if err := os.WriteFile(filepath.Join(m.dir, f), []byte(m.rename.Replace(strings.Join(lines, ""))), 0o644); err != nil {
-			m.t.Fatal(err)
-		}
+		m.write(f, m.rename.Replace(strings.Join(lines, "")), 0o644)
 	}
 }
 
