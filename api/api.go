@@ -166,6 +166,14 @@ type Attempt struct {
 	// reported it (every few seconds); nil before a report and once the
 	// attempt is past preparing.
 	Progress *PrepareProgress `json:"progress,omitempty"`
+	// Failure is the typed cause of a failed attempt where one is known
+	// (gpus.go); nil otherwise.
+	Failure *AttemptFailure `json:"failure,omitempty"`
+	// GPUUsage summarises the use of the attempt's GPUs (gpus.go), as last
+	// reported by its node; empty without GPUs or GPU samples.
+	GPUUsage []GPUUsage `json:"gpu_usage,omitempty"`
+	// Xids are the application Xids logged for its GPUs while it ran.
+	Xids []GPUXid `json:"xids,omitempty"`
 }
 
 // PrepareProgress is a preparing attempt's progress: Step is "image"
@@ -277,6 +285,8 @@ type Node struct {
 	// a GPU UUID another node also claims, figures that contradict each
 	// other. Empty when nothing was found.
 	Flags []NodeFlag `json:"flags,omitempty"`
+	// GPUs is each GPU the node lists with its health (gpus.go).
+	GPUs []NodeGPU `json:"gpus,omitempty"`
 }
 
 // Kinds of NodeFlag. A node flagged NodeFlagFactsRefused takes no new work

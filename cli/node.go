@@ -83,8 +83,8 @@ inside their lease) and unreachable (past their lease).`)
 	fmt.Fprintln(tw, "ID\tSTATUS\tCPUS\tMEMORY\tGPUS\tRUNNING\tLAST SEEN\tFLAGS")
 	for _, n := range list.Nodes {
 		f := factsOf(n.Facts)
-		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%d\n", n.ID, n.Status, f.number("cpus"), f.bytes("memory_bytes"),
-			len(f.list("accelerators")), len(n.Running), inv.durationSince(n.LastSeenAt), len(n.Flags))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\n", n.ID, n.Status, f.number("cpus"), f.bytes("memory_bytes"),
+			gpuCount(n.GPUs), len(n.Running), inv.durationSince(n.LastSeenAt), len(n.Flags)) // gpuCount: gpu.go
 	}
 	return tw.Flush()
 }
@@ -160,6 +160,9 @@ refused report, a disputed GPU: see docs/hardening.md, "Node facts").`)
 		running = strings.Join(n.Running, ", ")
 	}
 	row("Running", running)
+	for i, gpu := range n.GPUs {
+		row(firstOnly("GPU health", i), gpuHealthText(gpu)) // gpu.go
+	}
 	for i, fl := range n.Flags {
 		row(firstOnly("Flags", i), flagText(fl))
 	}
@@ -279,33 +282,13 @@ and each stopped run's retry policy decides whether it is placed elsewhere.`,
 }
 
 func nodeGPUClear(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] NODE_ID GPU_UUID", `
+	return nodeGPUAction(ctx, inv, args, `
 Clear the dispute over GPU_UUID on NODE_ID. When two nodes report the same
 GPU UUID, neither gets work on that GPU until an operator has looked: find
 out which machine really holds the device (nvidia-smi -L on each), run this
 for the node whose claim stands, and remove or re-enroll the other (its
-dispute stays until then). `+"`mercator node get NODE_ID`"+` lists a node's flags.`)
-	g := fs.clientFlags(true)
-	var id, uuid string
-	c, err := inv.connectWith(fs, g, args, func(pos []string) error {
-		if len(pos) != 2 {
-			return usagef("want NODE_ID GPU_UUID, got %d arguments", len(pos))
-		}
-		id, uuid = pos[0], pos[1]
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	n, err := c.ClearGPUDispute(ctx, id, uuid)
-	if err != nil {
-		return err
-	}
-	if g.json() {
-		return inv.writeJSON(n)
-	}
-	_, err = termtext.Fprintf(inv.stdout, "node %s: the dispute over GPU %s is cleared; it may be placed on again (%d flags left)\n", n.ID, uuid, len(n.Flags))
-	return err
+dispute stays until then). `+"`mercator node get NODE_ID`"+` lists a node's flags.`,
+		"dispute cleared: it may be placed on again", (*client.Client).ClearGPUDispute) // gpu.go
 }
 
 // nodeAction is the shape of cordon, uncordon and drain: flags, one node ID,

@@ -376,7 +376,10 @@ func (inv *invocation) printRun(r api.Run) error {
 		termtext.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, orDash(a.NodeID), a.Status,
 			orDash(shortID(a.ContainerID)), formatTime(a.StartedAt), formatTime(a.FinishedAt), exit, orDash(errText))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printGPUUsage(inv, r.Attempts) // gpu.go
 }
 
 // shortID shortens a container ID the way docker ps does.

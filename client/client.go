@@ -426,6 +426,17 @@ func (c *Client) ClearGPUDispute(ctx context.Context, nodeID, uuid string) (api.
 	return c.nodeAction(ctx, nodeID, "gpus/"+url.PathEscape(uuid)+"/clear", nil)
 }
 
+// CordonGPU withholds one GPU of the node from placement; UncordonGPU
+// returns it to service, lifting a quarantine too (docs/gpus.md).
+func (c *Client) CordonGPU(ctx context.Context, nodeID, uuid string) (api.Node, error) {
+	return c.nodeAction(ctx, nodeID, "gpus/"+url.PathEscape(uuid)+"/cordon", nil)
+}
+
+// UncordonGPU: see CordonGPU.
+func (c *Client) UncordonGPU(ctx context.Context, nodeID, uuid string) (api.Node, error) {
+	return c.nodeAction(ctx, nodeID, "gpus/"+url.PathEscape(uuid)+"/uncordon", nil)
+}
+
 func (c *Client) nodeAction(ctx context.Context, nodeID, action string, body any) (api.Node, error) {
 	if body == nil {
 		body = struct{}{}

@@ -72,6 +72,7 @@ func (s *Server) nodeView(n store.Node, active nodeWork) api.Node {
 		data, _ := json.Marshal(n.Facts)
 		json.Unmarshal(data, &out.Facts)
 	}
+	out.GPUs = factcheck.GPUs(n) // nodes_gpus.go
 	return out
 }
 

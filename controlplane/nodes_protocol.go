@@ -190,6 +190,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 		s.metrics.Terminal.WithLabelValues(status).Inc()
 	}
 	factcheck.Report(s.log, s.metrics.FactFlags, c.NodeID, found)
+	s.metrics.RecordGPUUsage(c.NodeID, batch)
 	s.metrics.Events.WithLabelValues("applied").Add(float64(applied))
 	s.metrics.Events.WithLabelValues("duplicate").Add(float64(len(accepted) - applied))
 	if changedRuns {
@@ -212,7 +213,13 @@ func (s *Server) applyEvent(tx store.Tx, nodeID string, ev nodeproto.Event, foun
 		}
 		o, err := factcheck.Apply(tx, nodeID, ev.Facts, now)
 		*found = append(*found, o)
-		return true, "", err // capacity changed: placements may now fit
+		if err != nil {
+			return false, "", err
+		}
+		// What the report found about GPUs reaches the attempts on them
+		// (nodes_gpus.go); capacity changed, so placements may now fit.
+		ended, err := s.applyGPUReport(tx, nodeID, o)
+		return true, ended, err
 	case nodeproto.EventWorkload:
 		o := ev.Workload
 		if o == nil {

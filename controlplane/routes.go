@@ -52,6 +52,8 @@ var routeAccess = map[string]httpapi.Access{
 	"POST /v1/nodes/{id}/uncordon":                operator,
 	"POST /v1/nodes/{id}/drain":                   operator,
 	"POST /v1/nodes/{id}/gpus/{uuid}/clear":       operator,
+	"POST /v1/nodes/{id}/gpus/{uuid}/cordon":      operator,
+	"POST /v1/nodes/{id}/gpus/{uuid}/uncordon":    operator,
 	"POST /v1/tokens":                             admin,
 	"GET /v1/tokens":                              admin,
 	"DELETE /v1/tokens/{name}":                    admin,
@@ -155,6 +157,8 @@ func (s *Server) v1Routes() []httpapi.Route {
 		{Pattern: "POST /v1/nodes/{id}/uncordon", Handler: s.uncordonNode},
 		{Pattern: "POST /v1/nodes/{id}/drain", Handler: s.drainNode},
 		{Pattern: "POST /v1/nodes/{id}/gpus/{uuid}/clear", Handler: s.clearGPUDispute},
+		{Pattern: "POST /v1/nodes/{id}/gpus/{uuid}/cordon", Handler: s.cordonGPU},
+		{Pattern: "POST /v1/nodes/{id}/gpus/{uuid}/uncordon", Handler: s.uncordonGPU},
 	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes(), s.access.Routes())...)
 }
 

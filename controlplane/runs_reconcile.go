@@ -151,9 +151,9 @@ func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
 		for _, img := range f.Images {
 			sn.Images[img] = true
 		}
-		disputed := factcheck.Disputed(n)
+		disputed, withheld := factcheck.Disputed(n), factcheck.Withheld(n) // withheld: nodes_gpus.go
 		for _, g := range f.Accelerators {
-			sn.GPUs = append(sn.GPUs, scheduler.GPU{UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes, Disputed: disputed[g.UUID]})
+			sn.GPUs = append(sn.GPUs, scheduler.GPU{UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes, Disputed: disputed[g.UUID], Quarantined: withheld[g.UUID] != ""})
 		}
 		reserveFunctionShare(&sn, f) // functions_share.go
 	}
@@ -309,6 +309,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 			}
 		}
 		st.viewFrom, st.viewAt = nodes, time.Now()
+		s.metrics.SetGPUStates(factcheck.CountStates(nodes))
 	}
 	refreshed := false
 	if len(lost) > 0 || len(drained) > 0 {

@@ -40,8 +40,12 @@ type AgentOptions struct {
 	ArtifactBudget  int64
 	AcceleratorTool string
 	KernelReports   string
-	Heartbeat       time.Duration
-	Logger          *slog.Logger
+	// KernelLog is where the GPU health sampler reads Xid reports (""
+	// /dev/kmsg); GPUSampleEvery its period (0: the default).
+	KernelLog      string
+	GPUSampleEvery time.Duration
+	Heartbeat      time.Duration
+	Logger         *slog.Logger
 	// Functions configures the hot-container engine (package fnagent).
 	Functions nodeagent.FunctionsOptions
 
@@ -105,6 +109,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	if o.Heartbeat > 0 {
 		aopts = append(aopts, nodeagent.WithHeartbeat(o.Heartbeat))
 	}
+	aopts = append(aopts, nodeagent.WithGPUSampleEvery(o.GPUSampleEvery))
 	fnOpts, stopFunctions, err := startFunctions(ctx, o, rt)
 	if err != nil {
 		return err
@@ -133,6 +138,7 @@ func agentRuntime(o AgentOptions, roots []*x509.Certificate) (*dockerruntime.Run
 	if o.KernelReports != "" {
 		ropts = append(ropts, dockerruntime.WithKernelReports(o.KernelReports))
 	}
+	ropts = append(ropts, dockerruntime.WithKernelLog(o.KernelLog))
 	cli, err := dockerengine.NewClient(o.DockerHost)
 	if err != nil {
 		return nil, err

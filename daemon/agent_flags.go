@@ -3,8 +3,10 @@ package daemon
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"math"
 	"path/filepath"
+	"time"
 
 	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/internal/bytesize"
@@ -27,6 +29,8 @@ func AgentFlags(fs *flag.FlagSet) func() (AgentOptions, error) {
 	fs.Var((*bytesize.Value)(&o.ArtifactBudget), "artifact-budget", "most `size` Artifact copies may take under the root, e.g. 500GiB; least recently used copies no work uses are evicted (default: the disk's free space)")
 	fs.StringVar(&o.AcceleratorTool, "accelerator-tool", "", "`path` of the GPU vendor tool (default nvidia-smi on PATH)")
 	fs.StringVar(&o.KernelReports, "kernel-reports", "", "`root` of the kernel's reports (default /proc)")
+	fs.StringVar(&o.KernelLog, "kernel-log", "", "kernel message log `path` the GPU health sampler reads Xids from (default /dev/kmsg)")
+	fs.DurationVar(&o.GPUSampleEvery, "gpu-sample-every", nodeagent.DefaultGPUSampleEvery, "how often to sample each GPU's health through the accelerator tool")
 	fs.DurationVar(&o.Heartbeat, "heartbeat", 0, "how often to report liveness and facts (default 5s, and at most a third of the lease)")
 	functions := functionFlags(fs)
 	o.Containment = containmentFlags(fs)
@@ -43,6 +47,9 @@ func AgentFlags(fs *flag.FlagSet) func() (AgentOptions, error) {
 		}
 		if o.ArtifactRoot == "" {
 			o.ArtifactRoot = filepath.Join(o.StateDir, "artifacts")
+		}
+		if o.GPUSampleEvery < time.Second || o.GPUSampleEvery > time.Hour {
+			return o, fmt.Errorf("--gpu-sample-every %s: must be from 1s to 1h (each sample runs the accelerator tool; the default is %s)", o.GPUSampleEvery, nodeagent.DefaultGPUSampleEvery)
 		}
 		var err error
 		o.Functions, err = functions()

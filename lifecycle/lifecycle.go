@@ -69,6 +69,7 @@ func Observe(r *api.Run, nodeID string, o nodeproto.WorkloadObservation, now tim
 		return false
 	}
 	before := captureOutcome(r, a)
+	recordUsage(a, o.GPUUsage) // gpu.go
 	if o.ContainerID != "" {
 		a.ContainerID = o.ContainerID
 	}
@@ -158,7 +159,8 @@ func sameAttempt(x, y api.Attempt) bool {
 		x.Error == y.Error && x.StopReason == y.StopReason && x.Replaced == y.Replaced &&
 		x.StopRequested == y.StopRequested && x.PlacedAt.Equal(y.PlacedAt) &&
 		sameTime(x.StartedAt, y.StartedAt) && sameTime(x.FinishedAt, y.FinishedAt) &&
-		(x.Progress == y.Progress || (x.Progress != nil && y.Progress != nil && *x.Progress == *y.Progress))
+		(x.Progress == y.Progress || (x.Progress != nil && y.Progress != nil && *x.Progress == *y.Progress)) &&
+		x.Failure == y.Failure && sameUsage(x.GPUUsage, y.GPUUsage) && len(x.Xids) == len(y.Xids)
 }
 
 func sameInt(x, y *int) bool { return x == y || (x != nil && y != nil && *x == *y) }
@@ -212,9 +214,12 @@ func settle(r *api.Run, a *api.Attempt, now time.Time) {
 			finish(r, api.RunCancelled, "cancelled by request", a.ExitCode, now)
 			return
 		}
-		if len(r.Attempts) <= r.Retries && a.StopReason != "timeout" {
+		if spent := spentAttempts(r); spent <= r.Retries && a.StopReason != "timeout" {
 			r.Status = api.RunQueued
-			r.Reason = fmt.Sprintf("attempt %d failed (%s); retrying (%d of %d retries used)", a.Number, a.Error, len(r.Attempts), r.Retries)
+			r.Reason = fmt.Sprintf("attempt %d failed (%s); retrying (%d of %d retries used)", a.Number, a.Error, spent, r.Retries)
+			if spent < len(r.Attempts) {
+				r.Reason += fmt.Sprintf("; %d attempts ended by a bad GPU did not count", len(r.Attempts)-spent)
+			}
 			return
 		}
 		finish(r, api.RunFailed, fmt.Sprintf("attempt %d %s", a.Number, a.Error), a.ExitCode, now)

@@ -26,7 +26,7 @@ func TestSameAttemptSeesEveryField(t *testing.T) {
 		case reflect.Bool:
 			f.SetBool(true)
 		case reflect.Slice:
-			f.Set(reflect.ValueOf([]string{"GPU-1"}))
+			f.Set(reflect.MakeSlice(f.Type(), 1, 1))
 		case reflect.Pointer:
 			f.Set(reflect.New(f.Type().Elem()))
 		case reflect.Struct:

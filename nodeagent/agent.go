@@ -55,6 +55,10 @@ type Agent struct {
 
 	flush     chan struct{}
 	observeCh chan struct{}
+	// factsCh wakes the facts loop early (after a GPU sample, gpus.go);
+	// gpuSampleEvery is that sample's period.
+	factsCh        chan struct{}
+	gpuSampleEvery time.Duration
 
 	mu       sync.Mutex
 	keyLocks map[string]*sync.Mutex
@@ -97,7 +101,7 @@ func New(identity Identity, runtime Runtime, transport Transport, state *State, 
 		logger: slog.Default(), now: time.Now,
 		heartbeat: 5 * time.Second, observeEvery: time.Second, backoff: 500 * time.Millisecond,
 		preparingAfter: defaultPreparingAfter, flushLinger: defaultFlushLinger,
-		flush: make(chan struct{}, 1), observeCh: make(chan struct{}, 1),
+		flush: make(chan struct{}, 1), observeCh: make(chan struct{}, 1), factsCh: make(chan struct{}, 1),
 		keyLocks: map[string]*sync.Mutex{},
 		shipping: map[nodeproto.WorkloadKey]chan struct{}{}, shipped: map[nodeproto.WorkloadKey]bool{},
 		fatal: make(chan error, 1),
@@ -131,7 +135,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for _, l := range []struct {
 		name string
 		loop func(context.Context)
-	}{{"session", a.sessionLoop}, {"observe", a.observeLoop}, {"flush", a.flushLoop}, {"heartbeat", a.heartbeatLoop}, {"facts", a.factsLoop}, {"renew", a.renewLoop}} {
+	}{{"session", a.sessionLoop}, {"observe", a.observeLoop}, {"flush", a.flushLoop}, {"heartbeat", a.heartbeatLoop}, {"facts", a.factsLoop}, {"renew", a.renewLoop}, {"gpus", a.gpuLoop}} {
 		wg.Add(1)
 		go func() { defer wg.Done(); sup.Run(ctx, l.name, l.loop) }()
 	}
@@ -361,8 +365,9 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// factsLoop reads the node's facts once per heartbeat period and spools them
-// when they changed since they were last reported.
+// factsLoop reads the node's facts once per heartbeat period (and after each
+// GPU sample) and spools them when they changed since they were last
+// reported.
 func (a *Agent) factsLoop(ctx context.Context) {
 	var last *nodeproto.NodeFacts
 	for {
@@ -385,7 +390,7 @@ func (a *Agent) factsLoop(ctx context.Context) {
 				}
 			}
 		}
-		if !sleep(ctx, a.heartbeat) {
+		if !sleepOrWake(ctx, a.heartbeat, a.factsCh) {
 			return
 		}
 	}
@@ -432,6 +437,19 @@ func jitter(d time.Duration) time.Duration {
 		return d
 	}
 	return d/2 + rand.N(d/2+1)
+}
+
+// sleepOrWake is sleep that also ends early at a signal on wake.
+func sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-wake:
+	}
+	return true
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -46,6 +46,14 @@
 //     Agents at this version also hold every container to the node's
 //     containment (capabilities dropped, no-new-privileges, pids, log and
 //     default CPU and memory limits).
+//   - 6 (2026-12-01): GPU health. NodeFacts.GPUHealth states each GPU's
+//     health as the agent's sampler judged it (a GPU listed at enrollment
+//     stays listed, as sick, once the vendor tool stops listing it), and a
+//     workload observation carries the summary of its GPUs' utilization
+//     (WorkloadObservation.GPUUsage). Nothing new is sent to the agent (a
+//     stop for a bad GPU is stop_workload with reason "gpu_failed"), so an
+//     older agent needs nothing; a control plane older than this refuses
+//     the new fields, so control planes are upgraded first, as always.
 package nodeproto
 
 import (
@@ -56,7 +64,7 @@ import (
 
 // Version is the capability version this build speaks. See the package doc
 // for what each version added.
-const Version = 5
+const Version = 6
 
 // The first version of each feature a command may need, from the history
 // above. A control plane sends a command only to a node whose agent is at
@@ -72,6 +80,9 @@ const (
 	// VersionHardening: launch_workload carrying run secrets or
 	// containment fields.
 	VersionHardening = 5
+	// VersionGPUHealth: facts carrying GPUHealth, workload observations
+	// carrying GPUUsage.
+	VersionGPUHealth = 6
 )
 
 // Paths of the node protocol, relative to the control plane's base URL. Every
@@ -151,7 +162,12 @@ type NodeFacts struct {
 	// Functions is the share of this machine set aside for function
 	// containers, and what runs in it; nil when the node runs no functions.
 	Functions *FunctionCapacity `json:"functions,omitempty"`
-	Notes     []string          `json:"notes,omitempty"`
+	// GPUHealth is the health sampler's judgement of each accelerator the
+	// node listed at enrollment (gpuhealth.go), one entry per UUID; nil
+	// from an agent that does not sample (older ones), which the control
+	// plane reads as "no word", never as "sick".
+	GPUHealth []GPUHealth `json:"gpu_health,omitempty"`
+	Notes     []string    `json:"notes,omitempty"`
 }
 
 // HeldArtifact is one Artifact content a node holds, by digest, with the
@@ -399,6 +415,12 @@ type WorkloadObservation struct {
 	// Timeout is the launch's timeout as the container's labels state it, so
 	// a restarted agent still enforces it; zero means none.
 	Timeout time.Duration `json:"timeout_ns,omitempty"`
+	// GPUs are the devices the workload was given, as the runtime read
+	// them back; the agent's own bookkeeping, never sent.
+	GPUs []string `json:"-"`
+	// GPUUsage is the summary of the workload's GPUs since it started
+	// (gpuhealth.go), from agents at VersionGPUHealth; nil without GPUs.
+	GPUUsage []GPUUsage `json:"gpu_usage,omitempty"`
 }
 
 // Same reports whether two observations say the same thing, which is what
@@ -420,7 +442,8 @@ func (o WorkloadObservation) Same(p WorkloadObservation) bool {
 		o.Phase == p.Phase && eqInt(o.ExitCode, p.ExitCode) && o.OOMKilled == p.OOMKilled &&
 		eqTime(o.StartedAt, p.StartedAt) && eqTime(o.FinishedAt, p.FinishedAt) &&
 		o.StopReason == p.StopReason && o.Error == p.Error &&
-		(o.Progress == p.Progress || (o.Progress != nil && p.Progress != nil && *o.Progress == *p.Progress))
+		(o.Progress == p.Progress || (o.Progress != nil && p.Progress != nil && *o.Progress == *p.Progress)) &&
+		sameUsage(o.GPUUsage, p.GPUUsage)
 }
 
 // LogChunk is a piece of one attempt's combined stdout and stderr. Offset is

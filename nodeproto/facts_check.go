@@ -77,6 +77,17 @@ func CheckFacts(f *NodeFacts) []string {
 			c.str(at+s.name, s.v)
 		}
 	}
+	c.list("gpu_health", len(f.GPUHealth), MaxFactGPUs)
+	for i, h := range f.GPUHealth {
+		at := fmt.Sprintf("gpu_health[%d].", i)
+		c.list(at+"xids", len(h.XIDs), MaxGPUXids)
+		for _, s := range []struct{ name, v string }{{"uuid", h.UUID}, {"state", h.State}, {"reason", h.Reason}, {"detail", h.Detail}} {
+			c.str(at+s.name, s.v)
+		}
+		for j, x := range h.XIDs {
+			c.str(fmt.Sprintf("%sxids[%d].detail", at, j), x.Detail)
+		}
+	}
 	c.list("artifacts", len(f.Artifacts), MaxFactList)
 	for i, h := range f.Artifacts {
 		c.int(fmt.Sprintf("artifacts[%d].size", i), h.Size, MaxFactDiskBytes)

@@ -163,8 +163,9 @@ type index struct {
 	holders      map[string][]int32 // image → eligible nodes holding it, in rank order
 	pools        map[string]*pool
 	nowhere      map[shapeKey]*waiting
-	changes      []int32 // nodes placed on, in order
-	cands        []*tree // scratch for one GPU search
+	changes      []int32          // nodes placed on, in order
+	cands        []*tree          // scratch for one GPU search
+	gangWaits    map[shapeKey]int // gang.go
 }
 
 func newIndex(nodes []Node) *index {
@@ -237,12 +238,12 @@ func newIndex(nodes []Node) *index {
 }
 
 // placeable is the GPUs of a node that may be placed on: gpus less the
-// disputed ones and any UUID listed again (see GPU). It returns gpus itself
+// withheld ones (disputed, quarantined) and any UUID listed again (see GPU). It returns gpus itself
 // when nothing is left out, as is usual.
 func placeable(gpus []GPU) []GPU {
 	clean := true
 	for k, g := range gpus {
-		if g.Disputed || (k > 0 && slices.ContainsFunc(gpus[:k], func(o GPU) bool { return o.UUID == g.UUID })) {
+		if g.withheld() || (k > 0 && slices.ContainsFunc(gpus[:k], func(o GPU) bool { return o.UUID == g.UUID })) {
 			clean = false
 			break
 		}
@@ -253,7 +254,7 @@ func placeable(gpus []GPU) []GPU {
 	out := make([]GPU, 0, len(gpus))
 	listed := map[string]bool{}
 	for _, g := range gpus {
-		if !g.Disputed && !listed[g.UUID] {
+		if !g.withheld() && !listed[g.UUID] {
 			out = append(out, g)
 		}
 		listed[g.UUID] = true

@@ -30,7 +30,7 @@ func referenceSchedule(s Snapshot) Plan {
 		ns.GPUs = nil
 		listed := map[string]bool{}
 		for _, g := range n.GPUs {
-			if !g.Disputed && !listed[g.UUID] {
+			if !g.Disputed && !g.Quarantined && !listed[g.UUID] {
 				ns.GPUs = append(ns.GPUs, g)
 			}
 			listed[g.UUID] = true
@@ -42,6 +42,10 @@ func referenceSchedule(s Snapshot) Plan {
 	}
 	plan := Plan{Waiting: map[string]string{}}
 	for _, r := range s.Pending {
+		if r.Nodes > 1 {
+			refGang(nodes, r, &plan)
+			continue
+		}
 		var best *refNodeState
 		var bestGPUs []string
 		reasons := map[string][]string{}
@@ -169,4 +173,38 @@ func refExplain(total int, reasons map[string][]string) string {
 		parts = append(parts, fmt.Sprintf("%d %s %s", n, noun, singular(k, n)))
 	}
 	return "waiting: " + strings.Join(parts, "; ")
+}
+
+// refGang is the gang policy by the definition: each member on the best
+// node (refBetter) that fits it and that no earlier member took; all
+// members placed, or none and a reason naming how many nodes fit.
+func refGang(nodes []*refNodeState, r Run, plan *Plan) {
+	var chosen []*refNodeState
+	var gpus [][]string
+	for len(chosen) < r.Nodes {
+		var best *refNodeState
+		var bestGPUs []string
+		for _, n := range nodes {
+			taken := false
+			for _, c := range chosen {
+				taken = taken || c == n
+			}
+			if g, why := refFit(n, r); why == "" && !taken && (best == nil || refBetter(r, n, g, best)) {
+				best, bestGPUs = n, g
+			}
+		}
+		if best == nil {
+			plan.Waiting[r.ID] = gangText(&r, shapeOf(&r), len(chosen))
+			return
+		}
+		chosen, gpus = append(chosen, best), append(gpus, bestGPUs)
+	}
+	for rank, n := range chosen {
+		n.freeCPU -= r.CPU
+		n.freeMem -= r.MemoryBytes
+		for _, g := range gpus[rank] {
+			n.used[g] = true
+		}
+		plan.Placements = append(plan.Placements, Placement{RunID: r.ID, NodeID: n.ID, GPUs: gpus[rank], Rank: rank})
+	}
 }

@@ -96,6 +96,9 @@ type GPU struct {
 	Model       string
 	MemoryBytes int64
 	Disputed    bool
+	// Quarantined: the GPU went bad or an operator cordoned it; never
+	// placed on (gpuhealth.go).
+	Quarantined bool
 }
 
 // Run is a pending run's request.
@@ -115,6 +118,9 @@ type Run struct {
 	// MinAgentVersion is the capability version the run's commands need
 	// (nodeproto.RequiredVersion); 0 or 1 is any agent.
 	MinAgentVersion int
+	// Nodes, when above 1, makes the run a gang: that many members of this
+	// shape, one per node, placed together or not at all (gang.go).
+	Nodes int
 }
 
 // Plan is the scheduler's answer.
@@ -129,6 +135,8 @@ type Placement struct {
 	RunID  string
 	NodeID string
 	GPUs   []string
+	// Rank is the member's rank in a gang (0 for a run that is not one).
+	Rank int
 }
 
 // Schedule places as many pending runs as fit, in order. Placements made earlier
@@ -153,6 +161,10 @@ func Schedule(s Snapshot) Plan {
 	for i := range s.Pending {
 		r := &s.Pending[i]
 		sh := shapeOf(r)
+		if r.Nodes > 1 {
+			x.scheduleGang(r, sh, &plan) // gang.go
+			continue
+		}
 		if best := x.place(r, sh); best >= 0 {
 			plan.Placements = append(plan.Placements, Placement{RunID: r.ID, NodeID: x.nodes[best].node.ID, GPUs: x.commit(best, r, sh)})
 			continue

@@ -61,6 +61,7 @@ func (docker *Runtime) Facts(ctx context.Context) (nodeproto.NodeFacts, error) {
 	}
 	facts.Accelerators = accelerators
 	facts.Notes = append(facts.Notes, accelNotes...)
+	docker.withGPUHealth(&facts)
 
 	if docker.artifactRoot == "" {
 		note("disk free: not measured, because no artifact root is configured")

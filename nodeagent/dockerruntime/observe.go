@@ -138,6 +138,7 @@ func (docker *Runtime) Observe(ctx context.Context) ([]nodeproto.WorkloadObserva
 		}
 		return a.Attempt < b.Attempt
 	})
+	docker.withGPUUsage(observations) // gpus.go
 	return observations, nil
 }
 
@@ -191,6 +192,11 @@ func (docker *Runtime) observation(info container.InspectResponse) (nodeproto.Wo
 		OOMKilled:   info.State.OOMKilled,
 		StartedAt:   startedAt,
 		Timeout:     timeout,
+	}
+	if info.HostConfig != nil {
+		for _, d := range info.HostConfig.DeviceRequests {
+			o.GPUs = append(o.GPUs, d.DeviceIDs...)
+		}
 	}
 	state := info.State
 	switch state.Status {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -15,6 +16,7 @@ import (
 	"github.com/mercator/mercator/artifactcache"
 	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/hostfacts"
 	"github.com/mercator/mercator/nodeproto"
 )
 
@@ -44,6 +46,12 @@ type Runtime struct {
 	acceleratorTool string
 	kernelReports   string
 	artifactRoot    string
+	// kernelLog, gpus, usage and gpuOnce: the GPU health sampler and the
+	// per-workload usage tracker (gpus.go).
+	kernelLog string
+	gpus      *hostfacts.GPUSampler
+	usage     *hostfacts.UsageTracker
+	gpuOnce   sync.Once
 	// cgroupRoot is where the cgroup filesystem is mounted. It is not an
 	// option because nothing but a test needs to move it.
 	cgroupRoot string

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
@@ -21,6 +22,12 @@ type Outcome struct {
 	Raised   []api.NodeFlag
 	Disputes []Dispute
 	Refusal  string
+	// Quarantined are the GPUs this report quarantined (gpuhealth.go):
+	// the attempts on them are to be ended as gpu_failed.
+	Quarantined []lifecycle.SickGPU
+	// AppXids are the application Xids first reported here: to be filed
+	// against the attempts holding their GPUs.
+	AppXids []api.GPUXid
 }
 
 // Dispute is a gpu_disputed flag raised on another node than the one
@@ -63,7 +70,12 @@ func Apply(tx store.Tx, nodeID string, f *nodeproto.NodeFacts, now time.Time) (O
 			flags = append(flags, fl)
 		}
 	}
+	flags = append(flags, carryGPUFlags(n.Flags, claimed)...)
 	out := Outcome{Refusal: j.Refusal}
+	if j.Facts != nil {
+		flags, out.Quarantined = quarantine(flags, j.Facts.GPUHealth, claimed)
+		out.AppXids = newAppXids(n.Facts, j.Facts)
+	}
 	if j.Facts != nil && newClaims(n.Facts, claimed) {
 		if flags, out.Disputes, err = dispute(tx, nodeID, claimed, flags, now); err != nil {
 			return Outcome{}, err

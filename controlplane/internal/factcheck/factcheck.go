@@ -13,6 +13,9 @@
 //     (gpu_disputed): neither gets work on it until an operator clears the
 //     dispute (Clear). Disputes outlive reports; every other flag is
 //     replaced by the next report.
+//   - A GPU the node reports sick is quarantined (gpu_unhealthy), and one an
+//     operator cordons is withheld (gpu_cordoned): like disputes, both
+//     outlive reports until an operator uncordons the GPU (gpuhealth.go).
 //   - Figures that contradict each other are warnings: a GPU UUID not in
 //     its vendor's format, a GPU's memory unlike the size its model name
 //     states or unlike its twins', a function share larger than the

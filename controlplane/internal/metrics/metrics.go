@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // Set is one server's series and the registry that holds them (Functions
@@ -67,6 +69,14 @@ type Set struct {
 	// InFlight is the requests ("requests") and streams ("streams") being
 	// served, as package limits counts them.
 	InFlight *prometheus.GaugeVec
+	// GPUs is how many GPUs of enrolled nodes are in each state (healthy,
+	// sick, cordoned, disputed), as of the scheduler's last view.
+	GPUs *prometheus.GaugeVec
+	// GPUUtilization, GPUMemoryUsed and GPUPower are each busy GPU's last
+	// sampled figures, by node and GPU, from the usage summaries attempts
+	// report (at most a publish period old); a GPU's series go when its
+	// attempt ends.
+	GPUUtilization, GPUMemoryUsed, GPUPower *prometheus.GaugeVec
 }
 
 // New returns a server's series, registered.
@@ -105,8 +115,16 @@ func New() *Set {
 			Help: "Requests and connections refused by the server's limits, by reason (caller, overall, node_bytes, too_large, connections)."}, []string{"reason"}),
 		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mercator_http_in_flight",
 			Help: "Requests and streams being served, by kind (requests, streams)."}, []string{"kind"}),
+		GPUs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mercator_gpus",
+			Help: "GPUs of enrolled nodes by state (healthy, sick, cordoned, disputed), as of the scheduler's last view."}, []string{"state"}),
+		GPUUtilization: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mercator_gpu_utilization_percent",
+			Help: "A busy GPU's last sampled utilization, by node and GPU (from its attempt's usage summary)."}, []string{"node", "gpu"}),
+		GPUMemoryUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mercator_gpu_memory_used_bytes",
+			Help: "A busy GPU's last sampled memory in use, by node and GPU."}, []string{"node", "gpu"}),
+		GPUPower: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mercator_gpu_power_watts",
+			Help: "A busy GPU's last sampled power draw, by node and GPU."}, []string{"node", "gpu"}),
 	}
-	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.Pruned, m.FactFlags, m.LoopPanics, m.Throttled, m.InFlight,
+	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.Pruned, m.FactFlags, m.LoopPanics, m.Throttled, m.InFlight, m.GPUs, m.GPUUtilization, m.GPUMemoryUsed, m.GPUPower,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -160,4 +178,33 @@ func (m *Set) Instrument(next http.Handler) http.Handler {
 		m.Requests.WithLabelValues(route, http.StatusText(rec.code)).Inc()
 		m.Latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	})
+}
+
+// SetGPUStates sets the GPU gauge from a count of GPUs by state.
+func (m *Set) SetGPUStates(counts map[string]int) {
+	for state, c := range counts {
+		m.GPUs.WithLabelValues(state).Set(float64(c))
+	}
+}
+
+// RecordGPUUsage sets the per-GPU gauges from the usage summaries in a
+// batch of one node's events, and drops a GPU's series once its attempt
+// ended. A figure the tool did not state (-1) leaves its gauge as it was.
+func (m *Set) RecordGPUUsage(nodeID string, batch nodeproto.EventBatch) {
+	gauges := []*prometheus.GaugeVec{m.GPUUtilization, m.GPUMemoryUsed, m.GPUPower}
+	for _, ev := range batch.Events {
+		if ev.Kind != nodeproto.EventWorkload || ev.Workload == nil {
+			continue
+		}
+		for _, u := range ev.Workload.GPUUsage {
+			for i, v := range []float64{u.UtilLast, u.MemoryLastMiB * (1 << 20), u.PowerLastW} {
+				switch {
+				case ev.Workload.Phase != nodeproto.PhaseRunning:
+					gauges[i].DeleteLabelValues(nodeID, u.UUID)
+				case v >= 0:
+					gauges[i].WithLabelValues(nodeID, u.UUID).Set(v)
+				}
+			}
+		}
+	}
 }

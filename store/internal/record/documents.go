@@ -140,6 +140,14 @@ type attemptDoc struct {
 	// Progress is stored as the API's three plain fields: it lasts only
 	// while an attempt prepares, and an older record simply has none.
 	Progress *api.PrepareProgress `json:"progress,omitempty"`
+	// Failure is stored in the api type's own JSON (kind, gpu, reason),
+	// which the conversion ties to this document: renaming one of its
+	// fields is a change of the stored format.
+	Failure *api.AttemptFailure `json:"failure,omitempty"`
+	// GPUUsage and Xids are stored in the api types' own JSON, as Failure
+	// is.
+	GPUUsage []api.GPUUsage `json:"gpu_usage,omitempty"`
+	Xids     []api.GPUXid   `json:"xids,omitempty"`
 }
 
 // artifactMountDoc is an api.ArtifactMount as stored.
