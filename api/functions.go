@@ -68,9 +68,16 @@ type App struct {
 	// SecretConfig (Mercator) is configuration whose values are never
 	// returned: reads show SecretRedacted.
 	SecretConfig map[string]string `json:"secret_config,omitempty"`
-	CreatedAt    time.Time         `json:"created_at"`
-	UpdatedAt    time.Time         `json:"updated_at"`
+	// Shape is Fn's architecture of the app's images (AppShapes; empty
+	// means unspecified): set at create, kept and returned, as Fn does.
+	// Mercator places calls by the nodes' facts, not by it.
+	Shape     string    `json:"shape,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
+
+// AppShapes are the shapes Fn accepts for an app.
+var AppShapes = []string{"GENERIC_X86", "GENERIC_ARM", "GENERIC_X86_ARM"}
 
 // Fn is a function.
 type Fn struct {
@@ -103,9 +110,12 @@ type Fn struct {
 	GPUModel string `json:"gpu_model,omitempty"`
 	// MaxConcurrency (Mercator) caps the function's containers, and so its
 	// concurrent calls, per node; 0 means only capacity limits it.
-	MaxConcurrency int       `json:"max_concurrency,omitempty"`
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// Shape is Fn's architecture of the function's image, kept and
+	// returned as Fn keeps it (unvalidated, as there).
+	Shape     string    `json:"shape,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Trigger binds a function to an event source; the only type is "http",

@@ -624,7 +624,7 @@ func relay(w http.ResponseWriter, resp *http.Response, maxResponse int64, report
 	if resp.ContentLength > maxResponse {
 		return false, "response too big", callErr(KindResponseTooBig, nil, "the response body is %d bytes; the function may send %d", resp.ContentLength, maxResponse), nil
 	}
-	copyUserHeaders(w.Header(), resp.Header)
+	copyUserHeaders(w.Header(), resp.Header, gatewayCall(resp.Request))
 	w.WriteHeader(status)
 
 	n, err := stream(w, resp.Body, maxResponse)
@@ -695,10 +695,16 @@ func (e *Engine) broken(ctx context.Context, c *hotContainer, err error, phase s
 	select {
 	case <-c.exited:
 		timer.Stop()
-		return e.exitError(c, "during the call")
+		cerr := e.exitError(c, "during the call")
+		if cerr.Kind != KindOutOfMemory {
+			// It had started and taken the call: not an init failure,
+			// whatever it served before.
+			cerr.Kind = KindNoResponse
+		}
+		return cerr
 	case <-timer.C:
 	}
-	return callErr(KindInvalidResponse, err, "the connection to container %s failed %s: %v", c.name, phase, err)
+	return callErr(KindNoResponse, err, "the connection to container %s failed %s: %v", c.name, phase, err)
 }
 
 // release ends c's call: back to the pool if keep (and it still runs),

@@ -294,7 +294,7 @@ func TestContractViolationsReplaceContainer(t *testing.T) {
 	}{
 		{"status:418", ErrInvalidResponse},
 		{"bad-status", ErrInvalidResponse},
-		{"crash", ErrFunctionFailed},
+		{"crash", ErrNoResponse},
 	} {
 		r := te.call(fn, c.test, "")
 		if !errors.Is(r.err, c.want) {

@@ -39,12 +39,17 @@ const (
 	// KindTimeout: the call's deadline passed while the function ran, or the
 	// FDK answered 504. The container is replaced. (Fn: 504.)
 	KindTimeout Kind = "timeout"
-	// KindFunctionFailed: the FDK answered 502 (the container is kept), or
-	// the container exited during the call (it is replaced). (Fn: 502.)
+	// KindFunctionFailed: the FDK answered 502; the container is kept.
+	// (Fn: 502 "function failed".)
 	KindFunctionFailed Kind = "function_failed"
+	// KindNoResponse: the container exited (crashed, was killed) or broke
+	// its connection during the call, before its response was whole; the
+	// container is replaced. (Fn: 502 "error receiving function
+	// response".) An out-of-memory kill is KindOutOfMemory.
+	KindNoResponse Kind = "no_response"
 	// KindInvalidResponse: the container answered outside the contract (a
-	// status other than 200, 502 or 504, a malformed Fn-Http-Status) or
-	// broke the connection; the container is replaced. (Fn: 502.)
+	// status other than 200, 502 or 504, a malformed Fn-Http-Status); the
+	// container is replaced. (Fn: 502 "invalid function response".)
 	KindInvalidResponse Kind = "invalid_response"
 	// KindRequestTooBig: the request body exceeds MaxRequestBytes. (Fn: 413.)
 	KindRequestTooBig Kind = "request_too_big"
@@ -127,6 +132,7 @@ var (
 	ErrTimeout           = &CallError{Kind: KindTimeout}
 	ErrFunctionFailed    = &CallError{Kind: KindFunctionFailed}
 	ErrInvalidResponse   = &CallError{Kind: KindInvalidResponse}
+	ErrNoResponse        = &CallError{Kind: KindNoResponse}
 	ErrRequestTooBig     = &CallError{Kind: KindRequestTooBig}
 	ErrResponseTooBig    = &CallError{Kind: KindResponseTooBig}
 	ErrInvalidCallConfig = &CallError{Kind: KindInvalid}

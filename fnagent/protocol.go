@@ -260,13 +260,16 @@ func userStatus(h http.Header) (int, error) {
 }
 
 // copyUserHeaders adds the function's headers in src to dst: Fn-Http-H-X
-// becomes X (the gateway form FDKs use for an HTTP-triggered call); other
-// headers pass as they are (Content-Type, Fn-Fdk-Version, and a function's
-// own headers on a plain invoke, which FDKs do not wrap). Fn-Http-Status,
+// becomes X (the gateway form FDKs use for an HTTP-triggered call). On a
+// plain invoke the other headers pass as they are (Content-Type,
+// Fn-Fdk-Version, a function's own headers, which FDKs do not wrap); on a
+// gateway call (an HTTP trigger's) only Content-Type does besides the
+// unwrapped ones, as Fn's trigger gateway passes them: what the FDK says
+// about itself is not the web client's business. Fn-Http-Status,
 // hop-by-hop headers, Content-Length and Date describe the container's
 // response, not the function's, and are dropped: the body is streamed, so
 // its length is the caller's transport's business.
-func copyUserHeaders(dst, src http.Header) {
+func copyUserHeaders(dst, src http.Header, gateway bool) {
 	skip := func(k string) bool { return hopByHop[k] || k == "Content-Length" || k == "Date" }
 	for k, vs := range src {
 		switch {
@@ -277,10 +280,17 @@ func copyUserHeaders(dst, src http.Header) {
 				dst[name] = append(dst[name], vs...)
 			}
 		case skip(k):
+		case gateway && k != "Content-Type":
 		default:
 			dst[k] = append(dst[k], vs...)
 		}
 	}
+}
+
+// gatewayCall reports whether the container's request was an HTTP
+// trigger's (Fn-Intent: httprequest, which the gateway sets).
+func gatewayCall(req *http.Request) bool {
+	return req != nil && req.Header.Get("Fn-Intent") == "httprequest"
 }
 
 // inMemoryLen is the unread length of a body held whole in memory, in one

@@ -51,7 +51,7 @@ func (s *Service) enqueue(w http.ResponseWriter, r *http.Request, e *fnEntry, he
 		return
 	}
 	if len(body) > api.FnMaxRequestBytes {
-		httpapi.WriteJSON(w, http.StatusRequestEntityTooLarge, api.FnError{Message: "Request content too large", Kind: "request_too_big"})
+		writeFnJSON(w, http.StatusRequestEntityTooLarge, api.FnError{Message: "Request content too large", Kind: "request_too_big"})
 		return
 	}
 	now := s.now()
@@ -64,7 +64,7 @@ func (s *Service) enqueue(w http.ResponseWriter, r *http.Request, e *fnEntry, he
 	s.metrics.durable.WithLabelValues(e.fn.ID, "enqueued").Inc()
 	s.wake()
 	w.Header().Set("Fn-Call-Id", call.ID)
-	httpapi.WriteJSON(w, http.StatusAccepted, api.DetachedCall{CallID: call.ID})
+	writeFnJSON(w, http.StatusAccepted, api.DetachedCall{CallID: call.ID})
 }
 
 func (s *Service) wake() {

@@ -103,7 +103,6 @@ var (
 	errFnMissingName       = fnError(http.StatusBadRequest, "Missing Name")
 	errFnAppTooLongName    = fnError(http.StatusBadRequest, "App name must be %d characters or less", api.MaxFnNameLength)
 	errFnAppInvalidName    = fnError(http.StatusBadRequest, "Invalid app name")
-	errFnMissingAppID      = fnError(http.StatusBadRequest, "Missing App ID")
 	errFnNotFound          = fnError(http.StatusNotFound, "Fn not found")
 	errFnExists            = fnError(http.StatusConflict, "Fn with specified name already exists")
 	errFnIDProvided        = fnError(http.StatusBadRequest, "ID cannot be provided for Fn creation")
@@ -116,7 +115,9 @@ var (
 	errFnMissingImage      = fnError(http.StatusBadRequest, "Missing image on Fn")
 	errFnInvalidTimeout    = fnError(http.StatusBadRequest, "timeout value is out of range, must be between 0 and %d", api.FnMaxTimeout)
 	errFnInvalidIdle       = fnError(http.StatusBadRequest, "idle_timeout value is out of range, must be between 0 and %d", api.FnMaxIdleTimeout)
-	errFnInvalidMemory     = fnError(http.StatusBadRequest, "memory value is out of range. It should be between %d and %d", api.FnMinMemoryMB, api.FnMaxMemoryMB)
+	errFnInvalidMemory     = fnError(http.StatusBadRequest, "memory value is out of range. It should be between 0 and %d", api.FnMaxMemoryMB)
+	errFnMemoryBelowFloor  = fnError(http.StatusBadRequest, "memory value is below Docker's floor of %d MB; send 0 for the default (%d) or at least %d", api.FnMinMemoryMB, api.FnDefaultMemoryMB, api.FnMinMemoryMB)
+	errFnAppInvalidShape   = fnError(http.StatusBadRequest, "Invalid app shape")
 	errTriggerNotFound     = fnError(http.StatusNotFound, "Trigger not found")
 	errTriggerExists       = fnError(http.StatusConflict, "Trigger already exists")
 	errTriggerSourceExists = fnError(http.StatusConflict, "Trigger with the same type and source exists on this app")
@@ -142,7 +143,20 @@ var (
 )
 
 func writeFnError(w http.ResponseWriter, status int, message string) {
-	httpapi.WriteJSON(w, status, api.FnError{Message: message})
+	writeFnJSON(w, status, api.FnError{Message: message})
+}
+
+// fnJSONType is the Content-Type of every JSON body the Fn routes write,
+// errors included, as Fn's router (gin) writes it.
+const fnJSONType = "application/json; charset=utf-8"
+
+// writeFnJSON answers with status and v as JSON, typed as Fn types it.
+func writeFnJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", fnJSONType)
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the status is sent; a failed write is the caller's loss
 }
 
 // fnFail writes err in Fn's shape: an fnErr as it is, a failure kind by its

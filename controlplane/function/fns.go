@@ -22,8 +22,10 @@ func validateFnResources(f api.Fn) error {
 		return errFnInvalidTimeout
 	case f.IdleTimeout < 0 || f.IdleTimeout > api.FnMaxIdleTimeout:
 		return errFnInvalidIdle
-	case f.Memory != 0 && (f.Memory < api.FnMinMemoryMB || f.Memory > api.FnMaxMemoryMB):
+	case f.Memory > api.FnMaxMemoryMB:
 		return errFnInvalidMemory
+	case f.Memory != 0 && f.Memory < api.FnMinMemoryMB:
+		return errFnMemoryBelowFloor
 	case f.CPU < 0 || f.CPU > 1024:
 		return fnError(http.StatusBadRequest, "cpu value is out of range. It should be between 0 and 1024 cores")
 	case f.GPUs < 0 || f.GPUs > 64:
@@ -71,12 +73,14 @@ func (s *Service) fnCreateFn(w http.ResponseWriter, r *http.Request) {
 	}
 	var err error
 	switch {
+	// Fn's order: its datastore checks the ID and the app before the
+	// model checks the name.
 	case in.ID != "":
 		err = errFnIDProvided
-	case validateFnName(in.Name) != nil:
-		err = validateFnName(in.Name)
 	case in.AppID == "":
 		err = errFnMissingFnAppID
+	case validateFnName(in.Name) != nil:
+		err = validateFnName(in.Name)
 	case in.Image == "":
 		err = errFnMissingImage
 	default:
@@ -122,7 +126,7 @@ func (s *Service) fnCreateFn(w http.ResponseWriter, r *http.Request) {
 	now := fnTime(s.now())
 	f := store.Fn{Fn: api.Fn{ID: id, Name: in.Name, AppID: in.AppID, Image: in.Image, PinnedImage: pinned,
 		Memory: in.Memory, Timeout: in.Timeout, IdleTimeout: in.IdleTimeout, Config: config, Annotations: ann,
-		CPU: in.CPU, GPUs: in.GPUs, GPUModel: in.GPUModel, MaxConcurrency: in.MaxConcurrency, CreatedAt: now, UpdatedAt: now},
+		CPU: in.CPU, GPUs: in.GPUs, GPUModel: in.GPUModel, MaxConcurrency: in.MaxConcurrency, Shape: in.Shape, CreatedAt: now, UpdatedAt: now},
 		SealedConfig: sealed}
 	if f.Memory == 0 {
 		f.Memory = api.FnDefaultMemoryMB
@@ -153,7 +157,7 @@ func (s *Service) fnCreateFn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("function created", "fn", f.ID, "app", f.AppID, "name", f.Name, "image", pinned)
-	httpapi.WriteJSON(w, http.StatusOK, s.fnView(f))
+	writeFnJSON(w, http.StatusOK, s.fnView(f))
 }
 
 func (s *Service) fnGetFn(w http.ResponseWriter, r *http.Request) {
@@ -166,14 +170,14 @@ func (s *Service) fnGetFn(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, s.fnView(f))
+	writeFnJSON(w, http.StatusOK, s.fnView(f))
 }
 
 func (s *Service) fnListFns(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	appID := q.Get("app_id")
 	if appID == "" {
-		s.fnFail(w, errFnMissingAppID)
+		s.fnFail(w, errFnMissingFnAppID) // Fn's datastore says this, not "Missing App ID"
 		return
 	}
 	after, perPage := httpapi.PageParams(r)
@@ -188,7 +192,7 @@ func (s *Service) fnListFns(w http.ResponseWriter, r *http.Request) {
 	}
 	var out api.FnList
 	out.Items, out.NextCursor = httpapi.ListPage(fns, perPage, s.fnView, func(f store.Fn) string { return f.Name })
-	httpapi.WriteJSON(w, http.StatusOK, out)
+	writeFnJSON(w, http.StatusOK, out)
 }
 
 // fnUpdateFn applies a patch as Fn does: zero fields are left as they are,
@@ -257,6 +261,9 @@ func (s *Service) fnUpdateFn(w http.ResponseWriter, r *http.Request) {
 		if patch.MaxConcurrency != 0 {
 			f.MaxConcurrency = patch.MaxConcurrency
 		}
+		if patch.Shape != "" {
+			f.Shape = patch.Shape
+		}
 		if f.Config, err = mergeConfig(f.Config, patch.Config); err != nil {
 			return err
 		}
@@ -280,7 +287,7 @@ func (s *Service) fnUpdateFn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.forgetFn(id)
-	httpapi.WriteJSON(w, http.StatusOK, s.fnView(f))
+	writeFnJSON(w, http.StatusOK, s.fnView(f))
 }
 
 // fnDeleteFn deletes a function and its triggers.

@@ -393,16 +393,18 @@ func callStatus(kind string) (int, string) {
 		return http.StatusBadGateway, "Container failed to initialize, please ensure you are using the latest fdk and check the logs"
 	case "container_init_timeout":
 		return http.StatusGatewayTimeout, "Container initialization timed out, please ensure you are using the latest fdk and check the logs"
-	case "out_of_memory", "function_failed":
+	case "function_failed":
 		return http.StatusBadGateway, "function failed"
+	case "out_of_memory", "no_response", kindNodeLost:
+		// Fn says this of any call whose container's answer did not
+		// arrive: a crash, an OOM kill, a broken connection.
+		return http.StatusBadGateway, "error receiving function response"
 	case "invalid_response":
 		return http.StatusBadGateway, "invalid function response"
 	case "request_too_big":
 		return http.StatusRequestEntityTooLarge, "Request content too large"
 	case "response_too_big":
 		return http.StatusBadGateway, "function response body too large"
-	case kindNodeLost:
-		return http.StatusBadGateway, "error receiving function response"
 	case "invalid":
 		return http.StatusBadRequest, "Invalid function configuration"
 	case kindCanceled:
@@ -487,7 +489,7 @@ func (s *Service) invokeSync(w http.ResponseWriter, r *http.Request, e *fnEntry,
 	callID := httpapi.NewID("call-")
 	if r.ContentLength > api.FnMaxRequestBytes {
 		w.Header().Set("Fn-Call-Id", callID)
-		httpapi.WriteJSON(w, http.StatusRequestEntityTooLarge, api.FnError{Message: "Request content too large", Kind: "request_too_big",
+		writeFnJSON(w, http.StatusRequestEntityTooLarge, api.FnError{Message: "Request content too large", Kind: "request_too_big",
 			Detail: fmt.Sprintf("the body is %d bytes; a function accepts %d", r.ContentLength, api.FnMaxRequestBytes)})
 		s.metrics.observe(e.fn.ID, "request_too_big", 0)
 		return
@@ -533,5 +535,5 @@ func (s *Service) invokeSync(w http.ResponseWriter, r *http.Request, e *fnEntry,
 	}
 	status, msg := callStatus(out.kind)
 	w.Header().Set("Fn-Call-Id", callID)
-	httpapi.WriteJSON(w, status, api.FnError{Message: msg, Kind: out.kind, Detail: out.message})
+	writeFnJSON(w, status, api.FnError{Message: msg, Kind: out.kind, Detail: out.message})
 }
