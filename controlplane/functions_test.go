@@ -424,7 +424,7 @@ func TestFunctionsAPIShapes(t *testing.T) {
 		t.Errorf("invoke endpoint annotation = %s", got)
 	}
 	f.wantFnError(409, "Fn with specified name already exists", "POST", "/v2/fns", api.Fn{Name: "hello", AppID: app.ID, Image: "x:1"})
-	f.wantFnError(400, "Missing App ID", "GET", "/v2/fns", nil)
+	f.wantFnError(400, "Missing AppID on Fn", "GET", "/v2/fns", nil)
 	var fns api.FnList
 	f.want(200, &fns, "GET", "/v2/fns?app_id="+app.ID+"&name=hello", nil)
 	if len(fns.Items) != 1 || fns.Items[0].ID != fn.ID {

@@ -96,6 +96,7 @@ func (s *Service) fnCreateApp(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
+	notePublicChange(r.Context(), "app "+app.Name, false, appPublic(app.Annotations))
 	writeFnJSON(w, http.StatusOK, s.appView(app))
 }
 
@@ -148,6 +149,7 @@ func (s *Service) fnUpdateApp(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
+	var wasPublic bool
 	var app store.App
 	err = s.store.Update(r.Context(), func(tx store.Tx) error {
 		var err error
@@ -159,6 +161,7 @@ func (s *Service) fnUpdateApp(w http.ResponseWriter, r *http.Request) {
 			return errFnAppNameImmutable
 		}
 		was, _ := json.Marshal(app)
+		wasPublic = appPublic(app.Annotations)
 		if app.Config, err = mergeConfig(app.Config, patch.Config); err != nil {
 			return err
 		}
@@ -185,6 +188,7 @@ func (s *Service) fnUpdateApp(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.forgetApp(app.ID)
+	notePublicChange(r.Context(), "app "+app.Name, wasPublic, appPublic(app.Annotations))
 	writeFnJSON(w, http.StatusOK, s.appView(app))
 }
 

@@ -80,13 +80,9 @@ func (s *Service) lookupFn(ctx context.Context, id string) (*fnEntry, error) {
 
 type triggerEntry struct {
 	appID, fnID string
-	public      bool // PublicAnnotation: callable without a credential
+	public      bool // callable without a credential (public.go)
 	at          time.Time
 }
-
-// PublicAnnotation, set to true on an HTTP trigger, lets callers without a
-// credential call it (off by default; httpapi.ConfineToApp).
-const PublicAnnotation = "mercator.dev/public"
 
 // lookupTrigger finds the function an HTTP trigger of the app names, and
 // whether the trigger is public.
@@ -109,7 +105,7 @@ func (s *Service) lookupTrigger(ctx context.Context, appName, source string) (*f
 		if err != nil {
 			return notFoundAs(err, errTriggerNotFound)
 		}
-		t = triggerEntry{appID: app.ID, fnID: tr.FnID, public: string(tr.Annotations[PublicAnnotation]) == "true", at: now}
+		t = triggerEntry{appID: app.ID, fnID: tr.FnID, public: triggerPublic(tr.Annotations) || appPublic(app.Annotations), at: now}
 		return nil
 	})
 	if err != nil {

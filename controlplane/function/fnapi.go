@@ -74,6 +74,45 @@ func (s *Service) Routes() []httpapi.Route {
 	return routes
 }
 
+// FnVersion is the Fn server release whose v2 API these routes match:
+// what /version answers, so a client that shows or compares the server's
+// version (`fn version`) sees one it knows. Mercator's own version is
+// `mercator version`'s.
+const FnVersion = "0.3.753"
+
+// Version answers Fn's GET /version, which needs no credential there
+// either.
+func (s *Service) Version(w http.ResponseWriter, _ *http.Request) {
+	writeFnJSON(w, http.StatusOK, map[string]string{"version": FnVersion})
+}
+
+// FallbackPrefixes are the paths under which every request is Fn's to
+// answer: what no route takes there gets Fallback's answer.
+var FallbackPrefixes = []string{"/v2/", "/invoke/", "/t/"}
+
+// Fallback answers a request under FallbackPrefixes that no route takes,
+// in Fn's words and shape: 405 "Method not allowed" when the path is
+// served with another method, 404 "Path not found" otherwise.
+func (s *Service) Fallback() http.Handler {
+	paths := http.NewServeMux()
+	seen := map[string]bool{}
+	served := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for _, rt := range s.Routes() {
+		_, path, _ := strings.Cut(rt.Pattern, " ")
+		if !seen[path] {
+			seen[path] = true
+			paths.Handle(path, served)
+		}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := paths.Handler(r); pattern != "" {
+			writeFnError(w, http.StatusMethodNotAllowed, "Method not allowed: "+r.Method+" "+r.URL.Path)
+			return
+		}
+		writeFnError(w, http.StatusNotFound, "Path not found: "+r.Method+" "+r.URL.Path)
+	})
+}
+
 // WriteAuthError writes a refusal of an API credential in Fn's error
 // shape, for the routes Routes returns.
 func WriteAuthError(w http.ResponseWriter, r *http.Request, err error) {

@@ -60,7 +60,10 @@ func (s *Service) pin(ctx context.Context, image string) (string, error) {
 		if errors.Is(err, failure.ErrUnavailable) {
 			status = http.StatusServiceUnavailable
 		}
-		return "", fnError(status, "Invalid image %q: %v", image, err)
+		// Fn resolves the image at the first call, and `fn deploy --local`
+		// leaves it in the builder's Docker only; Mercator pins it now
+		// (docs/functions.md says why), so say what would do.
+		return "", fnError(status, "Invalid image %q: %v (a function's image is pinned by digest when it is set, so it must be pushed to a registry the nodes can reach: `fn deploy` without --local)", image, err)
 	}
 	return pinned, nil
 }

@@ -427,13 +427,14 @@ func (s *Service) fnInvoke(w http.ResponseWriter, r *http.Request) {
 }
 
 // lookupInvoked is the function /invoke/{fn_id} names, refused to an
-// invoker key of another app (httpapi.ConfineToApp).
+// invoker key of another app, and to a caller without a credential unless
+// the app is public (httpapi.ConfineToApp, public.go).
 func (s *Service) lookupInvoked(r *http.Request) (*fnEntry, error) {
 	e, err := s.lookupFn(r.Context(), r.PathValue("fn_id"))
 	if err != nil {
 		return nil, err
 	}
-	if err := httpapi.ConfineToApp(r.Context(), e.app.Name, false, "invoke functions"); err != nil {
+	if err := httpapi.ConfineToApp(r.Context(), e.app.Name, appPublic(e.app.Annotations), "invoke functions"); err != nil {
 		return nil, err
 	}
 	return e, nil

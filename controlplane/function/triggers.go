@@ -113,6 +113,7 @@ func (s *Service) fnCreateTrigger(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
+	notePublicChange(r.Context(), "trigger "+t.Name, false, triggerPublic(t.Annotations))
 	writeFnJSON(w, http.StatusOK, s.triggerView(t, appName))
 }
 
@@ -182,6 +183,7 @@ func (s *Service) fnUpdateTrigger(w http.ResponseWriter, r *http.Request) {
 	}
 	var t store.Trigger
 	var appName string
+	var wasPublic bool
 	err = s.store.Update(r.Context(), func(tx store.Tx) error {
 		var err error
 		if t, err = tx.GetTrigger(id); err != nil {
@@ -194,6 +196,7 @@ func (s *Service) fnUpdateTrigger(w http.ResponseWriter, r *http.Request) {
 			return errTriggerType
 		}
 		was, _ := json.Marshal(t)
+		wasPublic = triggerPublic(t.Annotations)
 		if patch.Name != "" {
 			t.Name = patch.Name
 		}
@@ -222,6 +225,7 @@ func (s *Service) fnUpdateTrigger(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.forgetApp(t.AppID)
+	notePublicChange(r.Context(), "trigger "+t.Name, wasPublic, triggerPublic(t.Annotations))
 	writeFnJSON(w, http.StatusOK, s.triggerView(t, appName))
 }
 
