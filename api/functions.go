@@ -20,6 +20,10 @@ const (
 	AnnotationInvokeEndpoint = "fnproject.io/fn/invokeEndpoint"
 	// AnnotationTriggerEndpoint is an HTTP trigger's URL.
 	AnnotationTriggerEndpoint = "fnproject.io/trigger/httpEndpoint"
+	// AnnotationPublicInvoke (Mercator), "true" on an app, lets callers
+	// without a credential invoke its functions and call its triggers; on
+	// a trigger, that trigger (docs/functions.md). Off by default.
+	AnnotationPublicInvoke = "mercator.dev/public-invoke"
 )
 
 // Limits, Fn's unless marked.

@@ -67,6 +67,25 @@ func TestAppAndFnCommands(t *testing.T) {
 	if strings.Contains(cli("app", "get", "shop").stdout, "s3cret") {
 		t.Error("a secret was printed")
 	}
+	// Public invoke: off by default, on and off again by flag, shown in
+	// every read.
+	if out := cli("app", "get", "shop").stdout; !strings.Contains(out, "Public invoke:  no") {
+		t.Errorf("app get before --public-invoke = %q", out)
+	}
+	cli("app", "update", "shop", "--public-invoke")
+	if out := cli("app", "get", "shop").stdout; !strings.Contains(out, "Public invoke:  yes") {
+		t.Errorf("app get after --public-invoke = %q", out)
+	}
+	if out := cli("app", "ls").stdout; !strings.Contains(out, "PUBLIC INVOKE") || !strings.Contains(out, "yes") {
+		t.Errorf("app ls after --public-invoke = %q", out)
+	}
+	cli("app", "update", "shop", "--public-invoke=false")
+	if err := json.Unmarshal([]byte(cli("app", "get", "shop", "-o", "json").stdout), &app); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := app.Annotations[api.AnnotationPublicInvoke]; ok || string(app.Annotations["team"]) != `"ml"` {
+		t.Errorf("annotations after --public-invoke=false = %s", app.Annotations)
+	}
 
 	// deploy creates, then updates (pinning again), keeping what is not given.
 	id := strings.TrimSpace(cli("fn", "deploy", "--app", "shop", "cart", "--image", "reg.local/cart:1", "--memory", "256", "--timeout", "1m",

@@ -30,7 +30,7 @@ import (
 
 // PublicInvokeAnnotation, "true" on an app or a trigger, lets callers
 // without a credential invoke it (see above). Off by default.
-const PublicInvokeAnnotation = "mercator.dev/public-invoke"
+const PublicInvokeAnnotation = api.AnnotationPublicInvoke
 
 // PublicAnnotation is PublicInvokeAnnotation's earlier name, on triggers
 // only; still honoured.
