@@ -34,6 +34,7 @@ type hotContainer struct {
 	attached bool
 	attach   types.HijackedResponse
 	served   atomic.Int64
+	launched LaunchTimes // set by launch before the container is handed out
 
 	opMu   sync.Mutex // serializes pause and unpause
 	paused bool       // guarded by opMu
@@ -58,9 +59,16 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 	auth := p.auth
 	e.mu.Unlock()
 	ctx := e.ctx
+	var times LaunchTimes
+	mark := e.now()
+	lap := func(d *time.Duration) {
+		now := e.now()
+		*d, mark = now.Sub(mark), now
+	}
 	if err := e.ensureImage(ctx, fn.Image, auth); err != nil {
 		return nil, err
 	}
+	lap(&times.Image)
 	suffix := randomHex(8)
 	c := &hotContainer{
 		pool:        p,
@@ -105,12 +113,15 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 			e.destroyAsync(c, "exited while idle")
 		}
 	}()
+	lap(&times.Create)
 	if err := e.api.ContainerStart(ctx, c.id, container.StartOptions{}); err != nil {
 		return fail(callErr(KindInitFailed, err, "start container %s: %v", c.name, err))
 	}
+	lap(&times.Start)
 	initCtx, cancel := context.WithTimeout(ctx, fn.InitTimeout)
 	err = waitForSocket(initCtx, c.sockDir, c.exited)
 	cancel()
+	lap(&times.Socket)
 	switch {
 	case err == nil:
 	case errors.Is(err, errExited):
@@ -122,7 +133,9 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 			c.name, socketName, fn.InitTimeout, c.logs.Tail()))
 	}
 	c.transport = newTransport(c.sockDir)
-	e.log.Debug("function container ready", "container", c.name, "fn", fn.ID)
+	c.launched = times
+	e.log.Debug("function container ready", "container", c.name, "fn", fn.ID,
+		"image", times.Image, "create", times.Create, "start", times.Start, "socket", times.Socket)
 	return c, nil
 }
 

@@ -291,6 +291,10 @@ func (e *Engine) call(ctx context.Context, fn FunctionConfig, call CallRequest, 
 	}
 	report.ContainerID = c.id
 	report.Cold = c.served.Add(1) == 1
+	if report.Cold {
+		times := c.launched
+		report.Launch = &times
+	}
 	report.Wait = e.now().Sub(start)
 	return e.dispatch(ctx, p, c, call, length, w, deadline, report)
 }

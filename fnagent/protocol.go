@@ -118,12 +118,22 @@ func dialSocket(ctx context.Context, dir string) (net.Conn, error) {
 // errExited is waitForSocket's answer when the container ended first.
 var errExited = errors.New("the container exited")
 
-// waitForSocket polls until a connection to the listener in dir succeeds,
+// waitForSocket waits until a connection to the listener in dir succeeds,
 // the container exits (errExited), or ctx ends. A connection is the test,
 // not the file's existence: a server that binds lsnr.sock directly creates
 // the file before it listens.
+//
+// The directory is watched (inotify) rather than polled alone: an FDK
+// creates its socket, or the lsnr.sock symlink to it, once it listens, and
+// the event wakes the wait at once, where a poll found it up to a poll
+// interval late on every cold start. A short poll remains behind the
+// watch, for the moment between a direct bind and its listen (no event
+// follows it) and for a system without inotify.
 func waitForSocket(ctx context.Context, dir string, exited <-chan struct{}) error {
-	delay := 2 * time.Millisecond
+	events, stop := watchDir(dir)
+	defer stop()
+	const first, most = 2 * time.Millisecond, 25 * time.Millisecond
+	delay := first
 	var last error
 	for {
 		dialCtx, cancel := context.WithTimeout(ctx, time.Second)
@@ -142,10 +152,45 @@ func waitForSocket(ctx context.Context, dir string, exited <-chan struct{}) erro
 		case <-exited:
 			timer.Stop()
 			return errExited
+		case <-events:
+			timer.Stop()
+			delay = first // something appeared: look again soon if it is not listening yet
+			continue
 		case <-timer.C:
 		}
-		delay = min(delay*2, 25*time.Millisecond)
+		delay = min(delay*2, most)
 	}
+}
+
+// watchDir reports changes to dir's entries (created, moved in, changed)
+// on the returned channel, coalesced, until stop is called. Without
+// inotify the channel is nil, which never fires.
+func watchDir(dir string) (events <-chan struct{}, stop func()) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, func() {}
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_ATTRIB); err != nil {
+		unix.Close(fd)
+		return nil, func() {}
+	}
+	// A non-blocking descriptor goes to Go's poller, so Close ends the
+	// pending Read and the goroutine with it.
+	f := os.NewFile(uintptr(fd), "inotify:"+dir)
+	ch := make(chan struct{}, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := f.Read(buf); err != nil {
+				return
+			}
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return ch, func() { f.Close() }
 }
 
 // newTransport makes the HTTP transport of one container: one connection
