@@ -221,11 +221,18 @@ func (e *Engine) becameIdle(c *hotContainer, seq uint64) {
 	}
 	e.setState(c, ContainerIdle)
 	idle := c.pool.fn.IdleTimeout
-	timers := []*time.Timer{time.AfterFunc(idle, func() {
+	var expire func()
+	expire = func() {
+		// A held pool keeps its minimum past the idle timeout (Hold).
+		if e.keepWarm(c.pool) && c.pool.q.isIdle(c, seq) {
+			c.setTimers([]*time.Timer{time.AfterFunc(idle, expire)})
+			return
+		}
 		if c.pool.q.removeIdle(c, seq) {
 			e.destroyAsync(c, "idle timeout")
 		}
-	})}
+	}
+	timers := []*time.Timer{time.AfterFunc(idle, expire)}
 	if e.cfg.PauseAfter > 0 && e.cfg.PauseAfter < idle {
 		timers = append(timers, time.AfterFunc(e.cfg.PauseAfter, func() { e.pauseIdle(c, seq) }))
 	}

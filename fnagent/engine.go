@@ -66,6 +66,9 @@ type pool struct {
 	refs int
 	live int
 	auth string // the latest call's registry credential
+	// minHot containers are kept started until holdUntil (Engine.Hold).
+	minHot    int
+	holdUntil time.Time
 }
 
 // New connects to the Docker daemon (Config.DockerHost, else the
@@ -533,24 +536,29 @@ func (e *Engine) claimVictims(p *pool, short Resources) []*hotContainer {
 // startLaunch launches a container for p in the background; it goes to
 // target if target still waits, else to the longest waiter, else idle.
 func (e *Engine) startLaunch(p *pool, res *Reservation, target *slotWaiter[*hotContainer]) {
-	ok := e.goBackground(func() {
-		c, err := e.launch(p, res)
-		if err != nil {
-			e.log.Warn("function container launch failed", "fn", p.fn.ID, "err", err)
-			// Released before the error is delivered, so a caller that
-			// hears of the failure finds the capacity back.
-			res.Release()
-			p.q.launchFailed(err, target)
-			e.signal()
-			return
-		}
-		if idle, seq := p.q.launched(c, target); idle {
-			e.becameIdle(c, seq)
-		}
-	})
+	ok := e.goBackground(func() { e.runLaunch(p, res, target) })
 	if !ok {
 		res.Release()
 		p.q.launchFailed(callErr(KindBusy, nil, "the engine is closing"), target)
+	}
+}
+
+// runLaunch launches a container for p, claimed in its queue, and hands
+// it out as startLaunch says; it returns when the container is handed out
+// or its launch failed.
+func (e *Engine) runLaunch(p *pool, res *Reservation, target *slotWaiter[*hotContainer]) {
+	c, err := e.launch(p, res)
+	if err != nil {
+		e.log.Warn("function container launch failed", "fn", p.fn.ID, "err", err)
+		// Released before the error is delivered, so a caller that
+		// hears of the failure finds the capacity back.
+		res.Release()
+		p.q.launchFailed(err, target)
+		e.signal()
+		return
+	}
+	if idle, seq := p.q.launched(c, target); idle {
+		e.becameIdle(c, seq)
 	}
 }
 

@@ -46,6 +46,12 @@
 //     Agents at this version also hold every container to the node's
 //     containment (capabilities dropped, no-new-privileges, pids, log and
 //     default CPU and memory limits).
+//   - 6 (2026-12-01): warm capacity. The hold command (HoldCommand), sent
+//     down the session like invoke and never stored, asks the node to pull
+//     a function's image now and keep Count of its containers started until
+//     the hold lapses; the control plane repeats it while the policy
+//     stands. An older agent would take the unknown command for an
+//     operation, so it goes only to agents at VersionWarmCapacity or later.
 package nodeproto
 
 import (
@@ -56,7 +62,7 @@ import (
 
 // Version is the capability version this build speaks. See the package doc
 // for what each version added.
-const Version = 5
+const Version = 6
 
 // The first version of each feature a command may need, from the history
 // above. A control plane sends a command only to a node whose agent is at
@@ -72,6 +78,8 @@ const (
 	// VersionHardening: launch_workload carrying run secrets or
 	// containment fields.
 	VersionHardening = 5
+	// VersionWarmCapacity: the hold command (HoldCommand).
+	VersionWarmCapacity = 6
 )
 
 // Paths of the node protocol, relative to the control plane's base URL. Every

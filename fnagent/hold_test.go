@@ -1,0 +1,51 @@
+package fnagent
+
+import (
+	"testing"
+	"time"
+)
+
+// TestHoldKeepsContainersWarm: a hold pulls the image and starts its count
+// of containers before any call, keeps them past the idle timeout while it
+// stands (a function without a hold, idle since later, is gone first), the
+// next call finds one warm, and once the hold lapses they age out.
+func TestHoldKeepsContainersWarm(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, nil)
+	held := fnConfig(t, "held", rawImage)
+	held.IdleTimeout = 300 * time.Millisecond
+	free := fnConfig(t, "free", rawImage)
+	free.IdleTimeout = 300 * time.Millisecond
+	count := func(id string) (idle, all int) {
+		for _, s := range te.Stats() {
+			if s.FnID == id {
+				idle += s.Idle + s.Paused
+				all += s.Idle + s.Paused + s.Busy + s.Starting
+			}
+		}
+		return idle, all
+	}
+
+	if err := te.Hold(held, 2, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "two held containers started", func() bool { idle, _ := count("held"); return idle == 2 })
+	// A function without a hold, idle since after the held ones were.
+	te.mustCall(free, "echo", "x")
+	eventually(t, 30*time.Second, "the unheld function's container aged out", func() bool { _, all := count("free"); return all == 0 })
+	if idle, _ := count("held"); idle != 2 {
+		t.Fatalf("held containers after the idle timeout: %d idle, want 2", idle)
+	}
+	// The call takes a held container: none is started for it (the two
+	// held ones stay, so a launch would make three).
+	te.mustCall(held, "echo", "x")
+	if _, all := count("held"); all != 2 {
+		t.Errorf("containers after a call to the held function: %d, want the 2 held", all)
+	}
+	// A second hold replaces the first: lapsed at once, the containers
+	// age out as any others.
+	if err := te.Hold(held, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the lapsed hold's containers aged out", func() bool { _, all := count("held"); return all == 0 })
+}
