@@ -193,6 +193,8 @@ type fakeNode struct {
 	// counts the call_log commands it got (functions_logs_test.go).
 	logs  sync.Map
 	asked atomic.Int64
+	// holds are the hold commands the node got (functions_warm_test.go).
+	holds chan nodeproto.HoldCommand
 	// endExpected is set by a test that ends the session from the server's
 	// side on purpose (node rm); any other end is an error.
 	endExpected atomic.Bool
@@ -219,7 +221,7 @@ func (f *fnFixture) startNode(id string, handle func(n *fakeNode, inv nodeproto.
 	if _, err := f.tr.SendEvents(ctx, id, e.SessionToken, []nodeproto.Event{{ID: "facts-1", Kind: nodeproto.EventFacts, At: time.Now(), Facts: &facts}}); err != nil {
 		f.t.Fatal(err)
 	}
-	n := &fakeNode{f: f, id: id, tok: e.SessionToken, handle: handle, done: make(chan struct{})}
+	n := &fakeNode{f: f, id: id, tok: e.SessionToken, handle: handle, done: make(chan struct{}), holds: make(chan nodeproto.HoldCommand, 16)}
 	n.start()
 	f.t.Cleanup(n.stop)
 	return n
@@ -242,6 +244,12 @@ func (n *fakeNode) start() {
 					if cmd.Kind == nodeproto.KindCallLog {
 						n.asked.Add(1)
 						go n.answerLog(*cmd.CallLog)
+					}
+					if cmd.Kind == nodeproto.KindHold {
+						select {
+						case n.holds <- *cmd.Hold:
+						default: // a test that does not read them
+						}
 					}
 				case <-ctx.Done():
 					return

@@ -74,15 +74,27 @@ func (s *Service) wake() {
 	}
 }
 
-// StartAsync runs asyncLoop under sup (restarted after a panic); the
-// channel is closed once it returned.
+// StartAsync runs the service's loops under sup (each restarted after a
+// panic): asyncLoop, which delivers durable calls, and warmLoop, which
+// keeps warm capacity (warm.go). The channel is closed once both
+// returned.
 func (s *Service) StartAsync(ctx context.Context, sup supervise.Supervisor) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if s != nil {
-			sup.Run(ctx, "async-calls", s.asyncLoop)
+		if s == nil {
+			return
 		}
+		// Warm capacity (warm.go) runs beside delivery, under the same
+		// supervisor and context.
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sup.Run(ctx, "fn-warm-capacity", s.warmLoop)
+		}()
+		sup.Run(ctx, "async-calls", s.asyncLoop)
+		wg.Wait()
 	}()
 	return done
 }

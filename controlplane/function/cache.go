@@ -149,8 +149,18 @@ func (s *Service) forgetApp(id string) {
 }
 
 type fnNodeList struct {
-	at    time.Time
-	nodes []scheduler.FunctionNode
+	at       time.Time
+	nodes    []scheduler.FunctionNode
+	versions map[string]int // each node's agent capability version
+}
+
+// nodeVersions is the capability version of each node the last fleet read
+// found taking calls.
+func (s *Service) nodeVersions() map[string]int {
+	if l := s.nodes.Load(); l != nil {
+		return l.versions
+	}
+	return nil
 }
 
 // fleet is the nodes that take calls, read at most every cacheTTL.
@@ -165,6 +175,7 @@ func (s *Service) fleet(ctx context.Context) ([]scheduler.FunctionNode, error) {
 		return l.nodes, nil
 	}
 	var nodes []scheduler.FunctionNode
+	versions := map[string]int{}
 	err := s.store.View(ctx, func(tx store.Tx) error {
 		all, err := tx.ListNodes()
 		if err != nil {
@@ -173,6 +184,7 @@ func (s *Service) fleet(ctx context.Context) ([]scheduler.FunctionNode, error) {
 		for _, n := range all {
 			if fn, ok := fnNodeOf(n, s.host.NodeReady(n)); ok {
 				nodes = append(nodes, fn)
+				versions[n.ID] = n.Facts.CapabilityVersion
 			}
 		}
 		return nil
@@ -180,7 +192,7 @@ func (s *Service) fleet(ctx context.Context) ([]scheduler.FunctionNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.nodes.Store(&fnNodeList{at: now, nodes: nodes})
+	s.nodes.Store(&fnNodeList{at: now, nodes: nodes, versions: versions})
 	return nodes, nil
 }
 

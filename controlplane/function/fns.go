@@ -97,6 +97,9 @@ func (s *Service) fnCreateFn(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		ann, err = mergeAnnotations(nil, ann)
 	}
+	if err == nil {
+		_, err = minHotOf(ann)
+	}
 	if err != nil {
 		s.fnFail(w, err)
 		return
@@ -160,6 +163,7 @@ func (s *Service) fnCreateFn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("function created", "fn", f.ID, "app", f.AppID, "name", f.Name, "image", pinned)
+	go s.deployed(f) // its image prefetched, its minimum held (warm.go)
 	writeFnJSON(w, http.StatusOK, s.fnView(f))
 }
 
@@ -277,6 +281,9 @@ func (s *Service) fnUpdateFn(w http.ResponseWriter, r *http.Request) {
 		if f.Annotations, err = mergeAnnotations(f.Annotations, ann); err != nil {
 			return err
 		}
+		if _, err := minHotOf(f.Annotations); err != nil {
+			return err
+		}
 		if err := validateFnResources(f.Fn); err != nil {
 			return err
 		}
@@ -290,6 +297,7 @@ func (s *Service) fnUpdateFn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.forgetFn(id)
+	go s.deployed(f) // a new image prefetched, a new minimum held (warm.go)
 	writeFnJSON(w, http.StatusOK, s.fnView(f))
 }
 
