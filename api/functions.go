@@ -24,6 +24,10 @@ const (
 	// without a credential invoke its functions and call its triggers; on
 	// a trigger, that trigger (docs/functions.md). Off by default.
 	AnnotationPublicInvoke = "mercator.dev/public-invoke"
+	// AnnotationMinHot (Mercator), a whole number from 0 to 100 on a
+	// function, is how many of its containers the fleet keeps started
+	// with no calls (docs/functions.md, warm capacity). Default 0.
+	AnnotationMinHot = "mercator.dev/min-hot"
 )
 
 // Limits, Fn's unless marked.

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/bytesize"
 	"github.com/mercator/mercator/internal/termtext"
+	"github.com/mercator/mercator/nodeproto"
 )
 
 // `mercator fn …`: functions, through the Fn-compatible API. The verbs
@@ -115,6 +117,12 @@ its callers. Flags not given keep a function's current settings.
 --idle-timeout take seconds or a duration (30, 30s, 2m). --trigger adds an
 HTTP trigger, named like the function, at /t/APP/SOURCE.
 
+Warm capacity: --min-hot N keeps N containers started across the fleet with
+no calls (on the first nodes of the function's order; 0 lets it scale to
+zero), and the function's image is pulled on its first nodes at every
+deploy. --scale-down is how long an idle container beyond the minimum is
+kept: Fn's idle timeout, under the name the policy gives it.
+
 Prints the function's ID on stdout.`)
 	g := fs.clientFlags(true)
 	appName := fs.String("app", "", "the function's `app` (required)")
@@ -128,6 +136,8 @@ Prints the function's ID on stdout.`)
 	gpuModel := fs.String("gpu-model", "", "GPU `model` the function needs, matched as a case-insensitive substring")
 	maxConc := fs.Int("max-concurrency", 0, "most containers, and so concurrent calls, per node (0: no cap)")
 	trigger := fs.String("trigger", "", "add an HTTP trigger with this `source` path, e.g. /hello")
+	minHot := fs.Int("min-hot", -1, "`containers` kept started across the fleet with no calls (0 to 100; the annotation "+api.AnnotationMinHot+")")
+	scaleDown := fs.String("scale-down", "", "`duration` an idle container beyond --min-hot is kept before it goes (the idle timeout)")
 	cf := fs.configFlags()
 	pos, err := fs.parse(args)
 	if err != nil {
@@ -154,9 +164,15 @@ Prints the function's ID on stdout.`)
 			return usagef("--timeout: %v", err)
 		}
 	}
+	if *idle != "" && *scaleDown != "" {
+		return usagef("--scale-down is the idle timeout: give --scale-down or --idle-timeout, not both")
+	}
+	if *scaleDown != "" {
+		*idle = *scaleDown
+	}
 	if *idle != "" {
 		if patch.IdleTimeout, err = parseSeconds(*idle); err != nil {
-			return usagef("--idle-timeout: %v", err)
+			return usagef("--idle-timeout/--scale-down: %v", err)
 		}
 	}
 	if *trigger != "" && !strings.HasPrefix(*trigger, "/") {
@@ -164,6 +180,14 @@ Prints the function's ID on stdout.`)
 	}
 	if patch.Config, patch.SecretConfig, patch.Annotations, err = cf.maps(); err != nil {
 		return err
+	}
+	if *minHot >= 0 {
+		if patch.Annotations == nil {
+			patch.Annotations = api.Annotations{}
+		}
+		patch.Annotations[api.AnnotationMinHot] = json.RawMessage(strconv.Itoa(*minHot))
+	} else if *minHot != -1 {
+		return usagef("--min-hot %d: want 0 or more", *minHot)
 	}
 	c, err := inv.client(g)
 	if err != nil {
@@ -364,7 +388,7 @@ func fnList(ctx context.Context, inv *invocation, args []string) error {
 func fnGet(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("APP NAME [flags]", `Show a function: its pinned image, resources, configuration (secret values are never shown) and invoke endpoint.`)
 	g := fs.clientFlags(true)
-	_, fn, err := inv.connectFn(ctx, fs, g, args)
+	c, fn, err := inv.connectFn(ctx, fs, g, args)
 	if err != nil {
 		return err
 	}
@@ -391,7 +415,39 @@ func fnGet(ctx context.Context, inv *invocation, args []string) error {
 		}
 	}
 	printConfig(tw, fn.Config, fn.SecretConfig, ann)
+	printHot(ctx, tw, c, fn.ID)
 	return tw.Flush()
+}
+
+// printHot prints the function's containers on each node, as the nodes
+// last reported them: what its warm capacity holds and its calls started.
+// A caller whose role cannot list nodes sees a line saying so.
+func printHot(ctx context.Context, tw *tabwriter.Writer, c *client.Client, fnID string) {
+	nodes, err := c.ListNodes(ctx)
+	if err != nil {
+		termtext.Fprintf(tw, "Hot containers:	(cannot list nodes: %v)\n", err)
+		return
+	}
+	found := false
+	for _, n := range nodes.Nodes {
+		if n.Facts == nil {
+			continue
+		}
+		raw, _ := json.Marshal((*n.Facts)["functions"])
+		var share nodeproto.FunctionCapacity
+		if json.Unmarshal(raw, &share) != nil {
+			continue
+		}
+		for _, ct := range share.Containers {
+			if ct.FnID == fnID {
+				found = true
+				termtext.Fprintf(tw, "Hot on %s:\t%d idle, %d busy, %d starting\n", n.ID, ct.Idle, ct.Busy, ct.Starting)
+			}
+		}
+	}
+	if !found {
+		termtext.Fprintf(tw, "Hot containers:\tnone (as the nodes last reported)\n")
+	}
 }
 
 func fnDelete(ctx context.Context, inv *invocation, args []string) error {

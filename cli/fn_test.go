@@ -93,7 +93,8 @@ func TestAppAndFnCommands(t *testing.T) {
 	if !strings.HasPrefix(id, "fn-") {
 		t.Fatalf("deploy printed %q, want the function's ID", id)
 	}
-	again := strings.TrimSpace(cli("fn", "deploy", "--app", "shop", "cart", "--image", "reg.local/cart:2", "--memory", "512MiB").stdout)
+	again := strings.TrimSpace(cli("fn", "deploy", "--app", "shop", "cart", "--image", "reg.local/cart:2", "--memory", "512MiB",
+		"--min-hot", "2", "--scale-down", "5m").stdout)
 	if again != id {
 		t.Errorf("redeploy made %q, want the same function %q", again, id)
 	}
@@ -102,8 +103,15 @@ func TestAppAndFnCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	if fn.Image != "reg.local/cart:2" || !strings.HasPrefix(fn.PinnedImage, "reg.local/cart@sha256:") || fn.Memory != 512 ||
-		fn.Timeout != 60 || fn.CPU != 0.5 || fn.MaxConcurrency != 2 || fn.Config["B"] != "2" {
+		fn.Timeout != 60 || fn.CPU != 0.5 || fn.MaxConcurrency != 2 || fn.Config["B"] != "2" ||
+		fn.IdleTimeout != 300 || string(fn.Annotations[api.AnnotationMinHot]) != "2" {
 		t.Errorf("fn after redeploy = %+v", fn)
+	}
+	if out := cli("fn", "get", "shop", "cart").stdout; !strings.Contains(out, "none (as the nodes last reported)") {
+		t.Errorf("fn get without nodes = %q", out)
+	}
+	if res := runCLI(t, env, "fn", "deploy", "--app", "shop", "cart", "--scale-down", "1m", "--idle-timeout", "1m", "--token-file", tokFile); res.code != 2 {
+		t.Errorf("--scale-down with --idle-timeout: exit %d, %s", res.code, res.stderr)
 	}
 	if out := cli("fn", "ls", "shop").stdout; !strings.Contains(out, "cart") || !strings.Contains(out, "512MiB") {
 		t.Errorf("fn ls = %q", out)

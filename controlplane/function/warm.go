@@ -34,7 +34,7 @@ import (
 
 // MinHotAnnotation, a whole number on a function, is how many of its
 // containers the fleet keeps started with no calls (0, the default: none).
-const MinHotAnnotation = "mercator.dev/min-hot"
+const MinHotAnnotation = api.AnnotationMinHot
 
 const (
 	// maxMinHot bounds MinHotAnnotation: a policy, not a reservation of
