@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -23,6 +24,10 @@ import (
 //     its first call's latency at the caller;
 //   - the node alone: fnagent.Engine.Call of a function it never ran, in
 //     this process, with where the launch took its time (CallReport.Launch).
+//
+//   - with --min-hot 1 (warm capacity): the first call at once after the
+//     create, while the container the deploy asked for starts, and the
+//     first call once that container is up.
 //
 // It prints medians and ratios (target: cold first call ≤ 0.5× docker run)
 // and never fails on the figures. Run it with
@@ -53,7 +58,22 @@ func TestFunctionColdStartBench(t *testing.T) {
 	}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: c.tlsConfig()}}
 
-	var docker, through, alone []time.Duration
+	call := func(fnID string) time.Duration {
+		start := time.Now()
+		req, _ := http.NewRequestWithContext(c.ctx, http.MethodPost, c.url+"/invoke/"+fnID, strings.NewReader(`{}`))
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("call through the control plane: %d", resp.StatusCode)
+		}
+		return time.Since(start)
+	}
+	held := api.Annotations{api.AnnotationMinHot: []byte(`1`)}
+	var docker, through, alone, heldNow, heldReady []time.Duration
 	var steps []fnagent.LaunchTimes
 	for i := 0; i < rounds; i++ {
 		// docker run of the same image.
@@ -68,18 +88,21 @@ func TestFunctionColdStartBench(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		start = time.Now()
-		req, _ := http.NewRequestWithContext(c.ctx, http.MethodPost, c.url+"/invoke/"+fn.ID, strings.NewReader(`{}`))
-		req.Header.Set("Authorization", "Bearer "+c.token)
-		resp, err := hc.Do(req)
+		through = append(through, call(fn.ID))
+
+		// With --min-hot 1: called at once (the container the deploy
+		// started is on its way), and called once it is up.
+		fn, err = c.client.CreateFn(c.ctx, api.Fn{Name: fmt.Sprintf("held-now-%d", i), AppID: app.ID, Image: image, IdleTimeout: 5, Annotations: held})
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("cold call through the control plane: %d", resp.StatusCode)
+		heldNow = append(heldNow, call(fn.ID))
+		fn, err = c.client.CreateFn(c.ctx, api.Fn{Name: fmt.Sprintf("held-ready-%d", i), AppID: app.ID, Image: image, IdleTimeout: 5, Annotations: held})
+		if err != nil {
+			t.Fatal(err)
 		}
-		through = append(through, time.Since(start))
+		c.waitFor("the held container up", func() bool { return len(fnContainers(t, fn.ID)) == 1 && engineIdle(c, fn.ID) })
+		heldReady = append(heldReady, call(fn.ID))
 
 		// The node alone, a function it never ran.
 		rec := &discardWriter{h: http.Header{}}
@@ -107,8 +130,40 @@ func TestFunctionColdStartBench(t *testing.T) {
 	fmt.Printf("%-44s %10s %8s\n", "docker run --rm (same image)", ms(md), "1.00")
 	fmt.Printf("%-44s %10s %8.2f\n", "first call after create, through CP", ms(mt), float64(mt)/float64(md))
 	fmt.Printf("%-44s %10s %8.2f\n", "first call on the node alone (engine)", ms(ma), float64(ma)/float64(md))
+	fmt.Printf("%-44s %10s %8.2f\n", "--min-hot 1: first call at once after create", ms(median(heldNow)), float64(median(heldNow))/float64(md))
+	fmt.Printf("%-44s %10s %8.2f\n", "--min-hot 1: first call, held container up", ms(median(heldReady)), float64(median(heldReady))/float64(md))
 	fmt.Printf("  where the engine's launch went (medians): image %s, create+attach %s, start %s, socket %s\n",
 		ms(step(func(l fnagent.LaunchTimes) time.Duration { return l.Image })), ms(step(func(l fnagent.LaunchTimes) time.Duration { return l.Create })),
 		ms(step(func(l fnagent.LaunchTimes) time.Duration { return l.Start })), ms(step(func(l fnagent.LaunchTimes) time.Duration { return l.Socket })))
 	fmt.Printf("target: through CP ≤ 0.5× docker run: %v\n\n", float64(mt) <= 0.5*float64(md))
+}
+
+// engineIdle reports whether the node reports an idle container of fnID
+// (its facts: the held container is started and waiting).
+func engineIdle(c *cluster, fnID string) bool {
+	nodes, err := c.client.ListNodes(c.ctx)
+	if err != nil {
+		return false
+	}
+	for _, n := range nodes.Nodes {
+		if n.Facts == nil {
+			continue
+		}
+		raw, _ := json.Marshal((*n.Facts)["functions"])
+		var share struct {
+			Containers []struct {
+				FnID string `json:"fn_id"`
+				Idle int    `json:"idle"`
+			} `json:"containers"`
+		}
+		if json.Unmarshal(raw, &share) != nil {
+			continue
+		}
+		for _, ct := range share.Containers {
+			if ct.FnID == fnID && ct.Idle > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
