@@ -75,6 +75,7 @@ func TestFnCompatAnswers(t *testing.T) {
 		"out_of_memory":    {502, "error receiving function response"},
 		"function_failed":  {502, "function failed"},
 		"invalid_response": {502, "invalid function response"},
+		"capacity_timeout": {503, "Timed out - server too busy"},
 	} {
 		kind.Store(k)
 		status, h, body := f.do("POST", "/invoke/"+fn.ID, "x")

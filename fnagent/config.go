@@ -74,7 +74,8 @@ type Config struct {
 	// MaxSlotWait caps how long a call waits for capacity or for another
 	// call's container, whatever its deadline; default 10s. A call that
 	// waits this long with no launch of its function under way returns
-	// ErrBusy. A cold start under way is waited for until the deadline.
+	// ErrCapacityTimeout. A cold start under way is waited for until the
+	// deadline.
 	MaxSlotWait time.Duration
 	// PullTimeout bounds one image pull; default 5m.
 	PullTimeout time.Duration

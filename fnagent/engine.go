@@ -456,7 +456,7 @@ func (e *Engine) slot(ctx context.Context, p *pool, mode Mode) (*hotContainer, e
 			if c, ok := p.q.cancel(w); ok {
 				return c, nil
 			}
-			return nil, callErr(KindBusy, nil, "no container of the function was free within %v", e.cfg.MaxSlotWait)
+			return nil, callErr(KindCapacityTimeout, nil, "no container of the function was free within %v, and none was starting", e.cfg.MaxSlotWait)
 		}
 	}
 }

@@ -20,6 +20,11 @@ const (
 	// wait for a slot hit its bound, or the engine is closing. Nothing ran;
 	// another node may serve it. (Fn: 503.)
 	KindBusy Kind = "busy"
+	// KindCapacityTimeout: the call waited Config.MaxSlotWait for a
+	// container (another call's to free up, or capacity for a new one)
+	// with no launch of its function under way, and got none: the bound
+	// on waiting for capacity passed. Nothing ran. (Fn: 503.)
+	KindCapacityTimeout Kind = "capacity_timeout"
 	// KindImagePull: the image could not be pulled (unknown, unauthorized,
 	// registry unreachable). (Fn: 502/500.)
 	KindImagePull Kind = "image_pull_failed"
@@ -104,13 +109,13 @@ func (e *CallError) Is(target error) bool {
 	return ok && t.FnID == "" && t.CallID == "" && t.Message == "" && t.Err == nil && t.Kind == e.Kind
 }
 
-// Unwrap returns the cause and the failure kind the Kind implies (busy is
-// failure.ErrUnavailable, invalid failure.ErrInvalid), so code that knows
+// Unwrap returns the cause and the failure kind the Kind implies (busy and
+// capacity_timeout are failure.ErrUnavailable, invalid failure.ErrInvalid), so code that knows
 // only Mercator's general kinds still classifies it.
 func (e *CallError) Unwrap() []error {
 	var errs []error
 	switch e.Kind {
-	case KindBusy:
+	case KindBusy, KindCapacityTimeout:
 		errs = append(errs, failure.ErrUnavailable)
 	case KindInvalid:
 		errs = append(errs, failure.ErrInvalid)
@@ -124,6 +129,7 @@ func (e *CallError) Unwrap() []error {
 // Sentinels for errors.Is, one per kind a caller tells apart.
 var (
 	ErrBusy              = &CallError{Kind: KindBusy}
+	ErrCapacityTimeout   = &CallError{Kind: KindCapacityTimeout}
 	ErrImagePull         = &CallError{Kind: KindImagePull}
 	ErrImagePullTimeout  = &CallError{Kind: KindImagePullTimeout}
 	ErrInitFailed        = &CallError{Kind: KindInitFailed}

@@ -200,7 +200,7 @@ func finish(c *store.Call, now time.Time, kind, message string) {
 // retryableDurable are the ways a delivery can end that say nothing about
 // the function: it is delivered again.
 var retryableDurable = map[string]bool{kindBusy: true, kindNoCapacity: true, kindUnreachable: true, kindRefused: true,
-	kindUnavailable: true, kindNodeLost: true, kindCanceled: true}
+	kindUnavailable: true, kindNodeLost: true, kindCanceled: true, "capacity_timeout": true}
 
 // bufferSink keeps a durable call's response, up to limit bytes.
 type bufferSink struct {

@@ -381,7 +381,7 @@ func triggerHeader(r *http.Request) http.Header {
 // kind before its response began.
 func callStatus(kind string) (int, string) {
 	switch kind {
-	case kindBusy, kindNoCapacity, kindUnreachable, kindRefused, kindUnavailable:
+	case kindBusy, kindNoCapacity, kindUnreachable, kindRefused, kindUnavailable, "capacity_timeout":
 		return http.StatusServiceUnavailable, "Timed out - server too busy"
 	case kindTimeout:
 		return http.StatusGatewayTimeout, "Timed out"
