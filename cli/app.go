@@ -3,9 +3,9 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -87,41 +87,26 @@ func (c *configFlags) maps() (config, secret map[string]string, ann api.Annotati
 	return
 }
 
-// publicInvokeFlag is --public-invoke[=false]: whether it was given, and
-// its value (a bool flag: --public-invoke alone means true).
-type publicInvokeFlag struct{ set, on bool }
-
-func (p *publicInvokeFlag) String() string   { return strconv.FormatBool(p.on) }
-func (p *publicInvokeFlag) IsBoolFlag() bool { return true }
-func (p *publicInvokeFlag) Set(s string) error {
-	v, err := strconv.ParseBool(s)
-	if err != nil {
-		return fmt.Errorf("want true or false, not %q", s)
-	}
-	p.set, p.on = true, v
-	return nil
-}
-
-func (f *flagSet) publicInvokeFlag() *publicInvokeFlag {
-	p := &publicInvokeFlag{}
-	f.Var(p, "public-invoke", "let callers without a credential invoke the app's functions and call its triggers (the annotation "+
+// publicInvokeFlag adds --public-invoke[=false]. Its apply sets or removes
+// the annotation in ann when the flag was given (after parsing).
+func (f *flagSet) publicInvokeFlag() (apply func(ann api.Annotations) api.Annotations) {
+	on := f.Bool("public-invoke", false, "let callers without a credential invoke the app's functions and call its triggers (the annotation "+
 		api.AnnotationPublicInvoke+"; --public-invoke=false closes it again; off by default)")
-	return p
-}
-
-// apply sets or removes the annotation in ann when the flag was given.
-func (p *publicInvokeFlag) apply(ann api.Annotations) api.Annotations {
-	if !p.set {
+	return func(ann api.Annotations) api.Annotations {
+		given := false
+		f.Visit(func(fl *flag.Flag) { given = given || fl.Name == "public-invoke" })
+		if !given {
+			return ann
+		}
+		if ann == nil {
+			ann = api.Annotations{}
+		}
+		ann[api.AnnotationPublicInvoke] = json.RawMessage(`""`) // an update's deletion
+		if *on {
+			ann[api.AnnotationPublicInvoke] = json.RawMessage(`"true"`)
+		}
 		return ann
 	}
-	if ann == nil {
-		ann = api.Annotations{}
-	}
-	ann[api.AnnotationPublicInvoke] = json.RawMessage(`""`) // removes it
-	if p.on {
-		ann[api.AnnotationPublicInvoke] = json.RawMessage(`"true"`)
-	}
-	return ann
 }
 
 // publicInvoke says whether annotations open an app to callers without a
@@ -149,10 +134,9 @@ one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
 	if err != nil {
 		return err
 	}
-	if pub.set && !pub.on {
-		pub.set = false // off is the default; a create takes no deletion
+	if ann = pub(ann); string(ann[api.AnnotationPublicInvoke]) == `""` {
+		delete(ann, api.AnnotationPublicInvoke) // off is the default; a create takes no deletion
 	}
-	ann = pub.apply(ann)
 	app := api.App{Name: name, Config: config, SecretConfig: secret, Annotations: ann}
 	if *syslog != "" {
 		app.SyslogURL = syslog
@@ -257,7 +241,7 @@ them again. Both are recorded in the audit log.`)
 	if err != nil {
 		return err
 	}
-	ann = pub.apply(ann)
+	ann = pub(ann)
 	app, err := c.AppByName(ctx, name)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,7 +20,6 @@ import (
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/bytesize"
 	"github.com/mercator/mercator/internal/termtext"
-	"github.com/mercator/mercator/nodeproto"
 )
 
 // `mercator fn …`: functions, through the Fn-compatible API. The verbs
@@ -164,16 +164,8 @@ Prints the function's ID on stdout.`)
 			return usagef("--timeout: %v", err)
 		}
 	}
-	if *idle != "" && *scaleDown != "" {
-		return usagef("--scale-down is the idle timeout: give --scale-down or --idle-timeout, not both")
-	}
-	if *scaleDown != "" {
-		*idle = *scaleDown
-	}
-	if *idle != "" {
-		if patch.IdleTimeout, err = parseSeconds(*idle); err != nil {
-			return usagef("--idle-timeout/--scale-down: %v", err)
-		}
+	if patch.IdleTimeout, err = idleTimeoutFlag(*idle, *scaleDown); err != nil {
+		return err
 	}
 	if *trigger != "" && !strings.HasPrefix(*trigger, "/") {
 		*trigger = "/" + *trigger
@@ -181,13 +173,11 @@ Prints the function's ID on stdout.`)
 	if patch.Config, patch.SecretConfig, patch.Annotations, err = cf.maps(); err != nil {
 		return err
 	}
-	if *minHot >= 0 {
+	if *minHot != -1 { // given: the control plane checks the range
 		if patch.Annotations == nil {
 			patch.Annotations = api.Annotations{}
 		}
 		patch.Annotations[api.AnnotationMinHot] = json.RawMessage(strconv.Itoa(*minHot))
-	} else if *minHot != -1 {
-		return usagef("--min-hot %d: want 0 or more", *minHot)
 	}
 	c, err := inv.client(g)
 	if err != nil {
@@ -214,6 +204,22 @@ Prints the function's ID on stdout.`)
 	}
 	termtext.Fprintln(inv.stdout, fn.ID)
 	return nil
+}
+
+// idleTimeoutFlag is --idle-timeout, or --scale-down, its name in the
+// warm-capacity policy, in seconds; 0 when neither was given.
+func idleTimeoutFlag(idle, scaleDown string) (int32, error) {
+	if idle != "" && scaleDown != "" {
+		return 0, usagef("--scale-down is the idle timeout: give --scale-down or --idle-timeout, not both")
+	}
+	if v := cmp.Or(idle, scaleDown); v != "" {
+		n, err := parseSeconds(v)
+		if err != nil {
+			return 0, usagef("--idle-timeout/--scale-down: %v", err)
+		}
+		return n, nil
+	}
+	return 0, nil
 }
 
 // createOrUpdateFn creates app's function patch.Name from patch, or, when
@@ -420,33 +426,16 @@ func fnGet(ctx context.Context, inv *invocation, args []string) error {
 }
 
 // printHot prints the function's containers on each node, as the nodes
-// last reported them: what its warm capacity holds and its calls started.
-// A caller whose role cannot list nodes sees a line saying so.
+// last reported them (client.FunctionContainers).
 func printHot(ctx context.Context, tw *tabwriter.Writer, c *client.Client, fnID string) {
-	nodes, err := c.ListNodes(ctx)
+	hot, err := c.FunctionContainers(ctx, fnID)
 	if err != nil {
-		termtext.Fprintf(tw, "Hot containers:	(cannot list nodes: %v)\n", err)
-		return
-	}
-	found := false
-	for _, n := range nodes.Nodes {
-		if n.Facts == nil {
-			continue
-		}
-		raw, _ := json.Marshal((*n.Facts)["functions"])
-		var share nodeproto.FunctionCapacity
-		if json.Unmarshal(raw, &share) != nil {
-			continue
-		}
-		for _, ct := range share.Containers {
-			if ct.FnID == fnID {
-				found = true
-				termtext.Fprintf(tw, "Hot on %s:\t%d idle, %d busy, %d starting\n", n.ID, ct.Idle, ct.Busy, ct.Starting)
-			}
-		}
-	}
-	if !found {
+		termtext.Fprintf(tw, "Hot containers:\t(cannot list nodes: %v)\n", err)
+	} else if len(hot) == 0 {
 		termtext.Fprintf(tw, "Hot containers:\tnone (as the nodes last reported)\n")
+	}
+	for _, h := range hot {
+		termtext.Fprintf(tw, "Hot on %s:\t%d idle, %d busy, %d starting\n", h.NodeID, h.Idle, h.Busy, h.Starting)
 	}
 }
 

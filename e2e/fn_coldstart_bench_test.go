@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -141,28 +140,10 @@ func TestFunctionColdStartBench(t *testing.T) {
 // engineIdle reports whether the node reports an idle container of fnID
 // (its facts: the held container is started and waiting).
 func engineIdle(c *cluster, fnID string) bool {
-	nodes, err := c.client.ListNodes(c.ctx)
-	if err != nil {
-		return false
-	}
-	for _, n := range nodes.Nodes {
-		if n.Facts == nil {
-			continue
-		}
-		raw, _ := json.Marshal((*n.Facts)["functions"])
-		var share struct {
-			Containers []struct {
-				FnID string `json:"fn_id"`
-				Idle int    `json:"idle"`
-			} `json:"containers"`
-		}
-		if json.Unmarshal(raw, &share) != nil {
-			continue
-		}
-		for _, ct := range share.Containers {
-			if ct.FnID == fnID && ct.Idle > 0 {
-				return true
-			}
+	hot, err := c.client.FunctionContainers(c.ctx, fnID)
+	for _, h := range hot {
+		if h.Idle > 0 {
+			return err == nil
 		}
 	}
 	return false
