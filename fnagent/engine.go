@@ -299,6 +299,7 @@ func (e *Engine) call(ctx context.Context, fn FunctionConfig, call CallRequest, 
 		report.Launch = &times
 	}
 	report.Wait = e.now().Sub(start)
+	e.aheadOfDemand(p) // a held pool grows before the next call needs it (hold.go)
 	return e.dispatch(ctx, p, c, call, length, w, deadline, report)
 }
 

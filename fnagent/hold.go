@@ -15,6 +15,9 @@ import (
 // ones exempt from the idle timeout, while the hold lasts. Above the count,
 // containers come and go with calls as before, so the idle timeout is the
 // scale-down window; when the hold lapses, the held ones age out too.
+// While a hold stands, a call that takes the pool's last idle container
+// starts a spare (aheadOfDemand), so capacity grows ahead of the calls
+// rather than behind them.
 // Capacity still rules: held idle containers are evicted for another
 // function's calls like any idle container.
 
@@ -91,4 +94,35 @@ func (e *Engine) keepWarm(p *pool) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return p.minHot > 0 && e.now().Before(p.holdUntil) && p.q.total() <= p.minHot
+}
+
+// aheadOfDemand starts one more container of a held pool when a call has
+// just taken its last idle one and none is starting, so the next call
+// finds one started. Above the hold's count the spare ages out after the
+// idle timeout like any container; capacity and MaxConcurrency bound it.
+func (e *Engine) aheadOfDemand(p *pool) {
+	// The calling call's reference keeps p in the map until here; the
+	// spare's launch takes one of its own until it is registered.
+	e.mu.Lock()
+	held := p.minHot > 0 && e.now().Before(p.holdUntil) && !e.closed
+	e.mu.Unlock()
+	if !held || !p.q.claimSpare() {
+		return
+	}
+	e.mu.Lock()
+	p.refs++
+	e.mu.Unlock()
+	started := e.goBackground(func() {
+		defer e.releaseHold(p)
+		res, err := e.reserve(p)
+		if err != nil {
+			p.q.unclaim()
+			return
+		}
+		e.runLaunch(p, res, nil)
+	})
+	if !started {
+		p.q.unclaim()
+		e.releaseHold(p)
+	}
 }

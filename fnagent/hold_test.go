@@ -49,3 +49,35 @@ func TestHoldKeepsContainersWarm(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "the lapsed hold's containers aged out", func() bool { _, all := count("held"); return all == 0 })
 }
+
+// TestHoldStartsSpareAheadOfDemand: while a hold stands, a call that takes
+// the pool's last idle container starts another, so the next call finds
+// one started.
+func TestHoldStartsSpareAheadOfDemand(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, nil)
+	fn := fnConfig(t, "spare", rawImage)
+	state := func() (idle, busy, all int) {
+		for _, s := range te.Stats() {
+			if s.FnID == fn.ID {
+				idle += s.Idle + s.Paused
+				busy += s.Busy
+				all += s.Idle + s.Paused + s.Busy + s.Starting
+			}
+		}
+		return idle, busy, all
+	}
+	if err := te.Hold(fn, 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the held container started", func() bool { idle, _, _ := state(); return idle == 1 })
+	done := make(chan result)
+	go func() { done <- te.call(fn, "sleep:8000", "") }()
+	eventually(t, 30*time.Second, "a spare started beside the busy container", func() bool {
+		idle, busy, all := state()
+		return busy == 1 && idle == 1 && all == 2
+	})
+	if r := <-done; r.err != nil {
+		t.Fatalf("the call that took the held container: %v", r.err)
+	}
+}

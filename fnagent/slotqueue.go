@@ -132,6 +132,19 @@ func (q *slotQueue[S]) claimWarm(n int) int {
 	return k
 }
 
+// claimSpare claims one launch when the pool has no idle slot and none
+// starting, within max: a spare for the next call. The caller follows as
+// for claimLaunch.
+func (q *slotQueue[S]) claimSpare() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.idle) > 0 || q.starting > 0 || !q.belowMax() {
+		return false
+	}
+	q.starting++
+	return true
+}
+
 // unclaim takes back a claimed launch that never started.
 func (q *slotQueue[S]) unclaim() {
 	q.mu.Lock()
