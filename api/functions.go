@@ -28,6 +28,9 @@ const (
 	// function, is how many of its containers the fleet keeps started
 	// with no calls (docs/functions.md, warm capacity). Default 0.
 	AnnotationMinHot = "mercator.dev/min-hot"
+	// AnnotationMaxHot (Mercator), a whole number on a function, caps its
+	// containers across the fleet; 0 or absent, no cap.
+	AnnotationMaxHot = "mercator.dev/max-hot"
 )
 
 // Limits, Fn's unless marked.

@@ -119,8 +119,8 @@ HTTP trigger, named like the function, at /t/APP/SOURCE.
 
 Warm capacity: --min-hot N keeps N containers started across the fleet with
 no calls (on the first nodes of the function's order; 0 lets it scale to
-zero), and the function's image is pulled on its first nodes at every
-deploy. --scale-down is how long an idle container beyond the minimum is
+zero), --max-hot M caps them across the fleet, and the function's image is
+pulled on its first nodes at every deploy. --scale-down is how long an idle container beyond the minimum is
 kept: Fn's idle timeout, under the name the policy gives it.
 
 Prints the function's ID on stdout.`)
@@ -137,6 +137,7 @@ Prints the function's ID on stdout.`)
 	maxConc := fs.Int("max-concurrency", 0, "most containers, and so concurrent calls, per node (0: no cap)")
 	trigger := fs.String("trigger", "", "add an HTTP trigger with this `source` path, e.g. /hello")
 	minHot := fs.Int("min-hot", -1, "`containers` kept started across the fleet with no calls (0 to 100; the annotation "+api.AnnotationMinHot+")")
+	maxHot := fs.Int("max-hot", -1, "most `containers` across the fleet (0: no cap; the annotation "+api.AnnotationMaxHot+")")
 	scaleDown := fs.String("scale-down", "", "`duration` an idle container beyond --min-hot is kept before it goes (the idle timeout)")
 	cf := fs.configFlags()
 	pos, err := fs.parse(args)
@@ -173,12 +174,7 @@ Prints the function's ID on stdout.`)
 	if patch.Config, patch.SecretConfig, patch.Annotations, err = cf.maps(); err != nil {
 		return err
 	}
-	if *minHot != -1 { // given: the control plane checks the range
-		if patch.Annotations == nil {
-			patch.Annotations = api.Annotations{}
-		}
-		patch.Annotations[api.AnnotationMinHot] = json.RawMessage(strconv.Itoa(*minHot))
-	}
+	patch.Annotations = withCount(withCount(patch.Annotations, api.AnnotationMinHot, *minHot), api.AnnotationMaxHot, *maxHot)
 	c, err := inv.client(g)
 	if err != nil {
 		return err
@@ -204,6 +200,19 @@ Prints the function's ID on stdout.`)
 	}
 	termtext.Fprintln(inv.stdout, fn.ID)
 	return nil
+}
+
+// withCount sets annotation key to n in ann when the flag was given (n is
+// not -1; the control plane checks the range).
+func withCount(ann api.Annotations, key string, n int) api.Annotations {
+	if n == -1 {
+		return ann
+	}
+	if ann == nil {
+		ann = api.Annotations{}
+	}
+	ann[key] = json.RawMessage(strconv.Itoa(n))
+	return ann
 }
 
 // idleTimeoutFlag is --idle-timeout, or --scale-down, its name in the

@@ -16,11 +16,12 @@ import (
 
 // fnEntry is a function as the invoke path needs it.
 type fnEntry struct {
-	fn   store.Fn
-	app  store.App
-	spec nodeproto.FunctionSpec
-	need scheduler.FunctionNeed
-	at   time.Time
+	fn     store.Fn
+	app    store.App
+	spec   nodeproto.FunctionSpec
+	need   scheduler.FunctionNeed
+	maxHot int // MaxHotAnnotation; 0 no cap (warm.go)
+	at     time.Time
 }
 
 // newFnEntry is f's entry, with config the containers' environment
@@ -38,7 +39,8 @@ func newFnEntry(f store.Fn, app store.App, config map[string]string, at time.Tim
 	if spec.Timeout == 0 {
 		spec.Timeout = api.FnDefaultTimeout * time.Second
 	}
-	return &fnEntry{fn: f, app: app, spec: spec, at: at,
+	_, maxHot, _ := warmPolicy(f.Annotations) // checked when it was set
+	return &fnEntry{fn: f, app: app, spec: spec, at: at, maxHot: maxHot,
 		need: scheduler.FunctionNeed{MemoryBytes: spec.MemoryMB << 20, MilliCPUs: spec.MilliCPUs, GPUs: f.GPUs, GPUModel: f.GPUModel}}
 }
 

@@ -98,7 +98,7 @@ func (s *Service) fnCreateFn(w http.ResponseWriter, r *http.Request) {
 		ann, err = mergeAnnotations(nil, ann)
 	}
 	if err == nil {
-		_, err = minHotOf(ann)
+		_, _, err = warmPolicy(ann)
 	}
 	if err != nil {
 		s.fnFail(w, err)
@@ -281,7 +281,7 @@ func (s *Service) fnUpdateFn(w http.ResponseWriter, r *http.Request) {
 		if f.Annotations, err = mergeAnnotations(f.Annotations, ann); err != nil {
 			return err
 		}
-		if _, err := minHotOf(f.Annotations); err != nil {
+		if _, _, err := warmPolicy(f.Annotations); err != nil {
 			return err
 		}
 		if err := validateFnResources(f.Fn); err != nil {

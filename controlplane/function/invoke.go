@@ -175,10 +175,10 @@ func (s *Service) dispatch(ctx context.Context, c *fnCall) callOutcome {
 		}
 		return callOutcome{kind: kindNoCapacity, message: msg, retryable: true}
 	}
-	tries := min(len(nodes), maxTries)
+	tries := c.entry.tries(len(nodes))
 	var out callOutcome
 	for i := 0; i < tries; i++ {
-		out = s.attempt(ctx, c, nodes[i], i == tries-1)
+		out = s.attempt(ctx, c, nodes[i], c.entry.specFor(i, tries), i == tries-1)
 		out.tries = i + 1
 		if !out.retryable || ctx.Err() != nil || !s.now().Before(c.deadline) {
 			break
@@ -191,12 +191,11 @@ func (s *Service) dispatch(ctx context.Context, c *fnCall) callOutcome {
 }
 
 // attempt offers the call to one node and relays its answer.
-func (s *Service) attempt(ctx context.Context, c *fnCall, n scheduler.FunctionNode, last bool) callOutcome {
+func (s *Service) attempt(ctx context.Context, c *fnCall, n scheduler.FunctionNode, spec nodeproto.FunctionSpec, last bool) callOutcome {
 	remaining := c.deadline.Sub(s.now())
 	if remaining <= 0 {
 		return callOutcome{kind: kindTimeout, message: "the call's deadline passed before a node took it", nodeID: n.ID}
 	}
-	spec := c.entry.spec
 	cmd := nodeproto.InvokeCommand{
 		CallID: c.id, Rendezvous: httpapi.NewID("rv-"), URL: s.replicaURL(), Function: &spec,
 		Header: c.header, ContentLength: c.length, Timeout: remaining, NoWait: !last, Logs: c.logs,

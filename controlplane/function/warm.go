@@ -49,9 +49,39 @@ const (
 	prefetchNodes = 2
 )
 
-// minHotOf reads MinHotAnnotation: a JSON number or a string holding one.
+// MaxHotAnnotation, a whole number on a function, caps its containers
+// across the fleet (0, the default: only capacity and max_concurrency cap
+// them). The cap is split over the nodes a call may try, in their order,
+// as each one's per-node cap (fnEntry.specFor).
+const MaxHotAnnotation = api.AnnotationMaxHot
+
+// maxMaxHot bounds MaxHotAnnotation.
+const maxMaxHot = 10000
+
+// minHotOf reads MinHotAnnotation.
 func minHotOf(ann api.Annotations) (int, error) {
-	raw, ok := ann[MinHotAnnotation]
+	return wholeAnnotation(ann, MinHotAnnotation, maxMinHot, "the containers kept started with no calls")
+}
+
+// warmPolicy reads and checks a function's policy: min_hot and max_hot,
+// the first no more than the second when both are set.
+func warmPolicy(ann api.Annotations) (minHot, maxHot int, err error) {
+	if minHot, err = minHotOf(ann); err != nil {
+		return 0, 0, err
+	}
+	if maxHot, err = wholeAnnotation(ann, MaxHotAnnotation, maxMaxHot, "the most containers across the fleet, 0 for no cap"); err != nil {
+		return 0, 0, err
+	}
+	if maxHot > 0 && minHot > maxHot {
+		return 0, 0, fnError(http.StatusBadRequest, "Invalid annotations: %s %d is above %s %d", MinHotAnnotation, minHot, MaxHotAnnotation, maxHot)
+	}
+	return minHot, maxHot, nil
+}
+
+// wholeAnnotation reads annotation key as a whole number from 0 to most (a
+// JSON number or a string holding one); 0 when absent.
+func wholeAnnotation(ann api.Annotations, key string, most int, what string) (int, error) {
+	raw, ok := ann[key]
 	if !ok {
 		return 0, nil
 	}
@@ -61,11 +91,41 @@ func minHotOf(ann api.Annotations) (int, error) {
 		v = s
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 || n > maxMinHot {
-		return 0, fnError(http.StatusBadRequest, "Invalid annotation %s: %s; want a whole number from 0 to %d, the containers kept started with no calls",
-			MinHotAnnotation, raw, maxMinHot)
+	if err != nil || n < 0 || n > most {
+		return 0, fnError(http.StatusBadRequest, "Invalid annotation %s: %s; want a whole number from 0 to %d, %s", key, raw, most, what)
 	}
 	return n, nil
+}
+
+// tries is how many of its n candidate nodes a call of the function may
+// be offered to: at most maxTries, and no more than max_hot, so every
+// node tried has a share of it.
+func (e *fnEntry) tries(n int) int {
+	t := min(n, maxTries)
+	if e.maxHot > 0 {
+		t = min(t, e.maxHot)
+	}
+	return t
+}
+
+// specFor is the function's spec as the i-th of the k nodes a call may try
+// gets it: with max_hot, that node's share of it is its per-node cap
+// (within the function's own max_concurrency), so the fleet never runs
+// more than max_hot (except while the fleet changes and a node's share
+// with it: its old containers age out). Holds send the same spec, so a
+// node's held containers and its calls meet in one pool.
+func (e *fnEntry) specFor(i, k int) nodeproto.FunctionSpec {
+	spec := e.spec
+	if e.maxHot > 0 && k > 0 {
+		share := e.maxHot / k
+		if i < e.maxHot%k {
+			share++
+		}
+		if spec.MaxConcurrency == 0 || share < spec.MaxConcurrency {
+			spec.MaxConcurrency = share
+		}
+	}
+	return spec
 }
 
 // holdPlan is how many containers each of a function's first nodes holds,
@@ -115,9 +175,9 @@ func (s *Service) holdAll(ctx context.Context) {
 	}
 }
 
-// hold asks the function's first nodes that this replica reaches to hold
-// their share of count (holdPlan); count 0 is a prefetch. It reports how
-// many nodes it asked.
+// hold asks the function's first nodes that this replica reaches, among
+// those its calls may try, to hold their share of count (holdPlan); count
+// 0 is a prefetch. It reports how many nodes it asked.
 func (s *Service) hold(ctx context.Context, fnID string, count int) int {
 	e, err := s.lookupFn(ctx, fnID)
 	if err != nil {
@@ -129,12 +189,13 @@ func (s *Service) hold(ctx context.Context, fnID string, count int) int {
 	}
 	versions := s.nodeVersions()
 	asked := 0
-	for i, n := range holdPlan(len(nodes), count, prefetchNodes) {
+	k := e.tries(len(nodes)) // calls reach no other node
+	for i, n := range holdPlan(k, count, prefetchNodes) {
 		id := nodes[i].ID
 		if versions[id] < nodeproto.VersionWarmCapacity || !s.host.Holds(id) {
 			continue // an older agent would take the command for an operation
 		}
-		spec := e.spec
+		spec := e.specFor(i, k)
 		if _, _, sent := s.host.Send(id, nodeproto.Command{Kind: nodeproto.KindHold,
 			Hold: &nodeproto.HoldCommand{Function: &spec, Count: n, For: holdFor}}); sent {
 			asked++

@@ -41,3 +41,37 @@ func TestMinHotOf(t *testing.T) {
 		t.Errorf("no annotation = %d, %v", got, err)
 	}
 }
+
+// TestMaxHotSplit: max_hot is split over the nodes a call may try, each
+// node's share its per-node cap, never above the function's own, and never
+// more nodes tried than there are containers to share.
+func TestMaxHotSplit(t *testing.T) {
+	e := &fnEntry{maxHot: 5}
+	e.spec.MaxConcurrency = 2
+	if got := e.tries(10); got != maxTries {
+		t.Errorf("tries(10) with max_hot 5 = %d, want %d", got, maxTries)
+	}
+	var caps []int
+	total := 0
+	for i := range e.tries(10) {
+		c := e.specFor(i, e.tries(10)).MaxConcurrency
+		caps = append(caps, c)
+		total += c
+	}
+	if !slices.Equal(caps, []int{2, 1, 1, 1}) || total > 5 {
+		t.Errorf("per-node caps = %v, want [2 1 1 1] (max_hot 5 over 4 nodes, within max_concurrency 2)", caps)
+	}
+	one := &fnEntry{maxHot: 1}
+	if got := one.tries(10); got != 1 || one.specFor(0, 1).MaxConcurrency != 1 {
+		t.Errorf("max_hot 1: tries %d, cap %d; want one node capped at 1", got, one.specFor(0, 1).MaxConcurrency)
+	}
+	if free := (&fnEntry{}); free.tries(10) != maxTries || free.specFor(0, maxTries).MaxConcurrency != 0 {
+		t.Errorf("no max_hot: tries %d, cap %d", free.tries(10), free.specFor(0, maxTries).MaxConcurrency)
+	}
+	if _, _, err := warmPolicy(api.Annotations{MinHotAnnotation: []byte(`3`), MaxHotAnnotation: []byte(`2`)}); err == nil {
+		t.Error("min-hot above max-hot accepted")
+	}
+	if lo, hi, err := warmPolicy(api.Annotations{MinHotAnnotation: []byte(`2`), MaxHotAnnotation: []byte(`"50"`)}); err != nil || lo != 2 || hi != 50 {
+		t.Errorf("policy 2/50 = %d/%d, %v", lo, hi, err)
+	}
+}
