@@ -31,9 +31,11 @@ import (
 // its error shape) is untouched. Where Mercator differs, docs/functions.md
 // says how and why. The main ones:
 //
-//   - Every route needs the admin bearer credential, invoke and triggers
-//     included; Fn leaves that to an extension. Because Authorization
-//     carries Mercator's credential, it is never passed to a function.
+//   - Every route needs a bearer credential of a role that allows it,
+//     except invoke and triggers of an app (or a trigger) opened to
+//     callers without one (public.go); Fn leaves authentication to an
+//     extension. Because Authorization carries Mercator's credential, it
+//     is never passed to a function.
 //   - A function's image is pinned to a manifest digest when it is created
 //     or its image is set (PinnedImage), through the resolver Runs use.
 //   - Functions may ask for CPU, GPUs and a per-node concurrency cap, and
