@@ -50,9 +50,10 @@ type hotContainer struct {
 }
 
 // launch pulls the image if need be, creates and starts a container, and
-// waits for its socket. On failure the container is removed and the error
-// says which step failed (KindImagePull…, KindInitFailed, KindInitTimeout,
-// KindOutOfMemory).
+// waits for its socket. A container the pool has prepared (created and
+// attached ahead, prepare.go) is started instead of creating one. On
+// failure the container is removed and the error says which step failed
+// (KindImagePull…, KindInitFailed, KindInitTimeout, KindOutOfMemory).
 func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 	fn := p.fn
 	e.mu.Lock()
@@ -69,57 +70,25 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 		return nil, err
 	}
 	lap(&times.Image)
-	suffix := randomHex(8)
-	c := &hotContainer{
-		pool:        p,
-		name:        containerName(fn.ID, suffix),
-		sockDir:     filepath.Join(e.cfg.SocketRoot, suffix),
-		reservation: res,
-		logs:        newLogSink(e.logs),
-		exited:      make(chan struct{}),
+	c := e.takePrepared(p, res)
+	if c == nil {
+		var cerr *CallError
+		if c, cerr = e.create(p, res); cerr != nil {
+			return nil, cerr
+		}
 	}
-	e.register(c)
+	e.prepare(p) // the next one, while the pool's hold stands
+	lap(&times.Create)
 	fail := func(err *CallError) (*hotContainer, error) {
 		e.destroy(c, err.Message)
 		return nil, err
 	}
-	if err := os.Mkdir(c.sockDir, 0o700); err != nil {
-		return fail(callErr(KindInitFailed, err, "socket directory: %v", err))
-	}
-	// Whatever user the function runs as must be able to create its socket.
-	if err := os.Chmod(c.sockDir, 0o777); err != nil {
-		return fail(callErr(KindInitFailed, err, "socket directory: %v", err))
-	}
-	config, hostConfig := containerConfig(fn, p.key, c.sockDir, res.GPUs(), e.cfg)
-	created, err := e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
-	if err != nil {
-		return fail(callErr(KindInitFailed, err, "create container %s: %v", c.name, err))
-	}
-	c.id = created.ID
-	// Attached before the start, so no output is lost; the stream ends when
-	// the process does, which is how the engine learns of an exit.
-	attach, err := e.api.ContainerAttach(ctx, c.id, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
-	if err != nil {
-		return fail(callErr(KindInitFailed, err, "attach to container %s: %v", c.name, err))
-	}
-	c.attach, c.attached = attach, true
-	go func() {
-		_, _ = stdcopy.StdCopy(c.logs.writer(0), c.logs.writer(1), attach.Reader)
-		close(c.exited)
-	}()
-	go func() {
-		<-c.exited
-		if p.q.removeIdle(c, 0) {
-			e.destroyAsync(c, "exited while idle")
-		}
-	}()
-	lap(&times.Create)
 	if err := e.api.ContainerStart(ctx, c.id, container.StartOptions{}); err != nil {
 		return fail(callErr(KindInitFailed, err, "start container %s: %v", c.name, err))
 	}
 	lap(&times.Start)
 	initCtx, cancel := context.WithTimeout(ctx, fn.InitTimeout)
-	err = waitForSocket(initCtx, c.sockDir, c.exited)
+	err := waitForSocket(initCtx, c.sockDir, c.exited)
 	cancel()
 	lap(&times.Socket)
 	switch {
@@ -136,6 +105,64 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 	c.launched = times
 	e.log.Debug("function container ready", "container", c.name, "fn", fn.ID,
 		"image", times.Image, "create", times.Create, "start", times.Start, "socket", times.Socket)
+	return c, nil
+}
+
+// create makes a container of p, created and attached but not started,
+// holding res (nil for a container prepared ahead, which holds nothing
+// until a launch takes it). On failure the container is removed.
+func (e *Engine) create(p *pool, res *Reservation) (*hotContainer, *CallError) {
+	fn := p.fn
+	ctx := e.ctx
+	suffix := randomHex(8)
+	c := &hotContainer{
+		pool:        p,
+		name:        containerName(fn.ID, suffix),
+		sockDir:     filepath.Join(e.cfg.SocketRoot, suffix),
+		reservation: res,
+		logs:        newLogSink(e.logs),
+		exited:      make(chan struct{}),
+	}
+	e.register(c)
+	fail := func(err *CallError) (*hotContainer, *CallError) {
+		e.destroy(c, err.Message)
+		return nil, err
+	}
+	if err := os.Mkdir(c.sockDir, 0o700); err != nil {
+		return fail(callErr(KindInitFailed, err, "socket directory: %v", err))
+	}
+	// Whatever user the function runs as must be able to create its socket.
+	if err := os.Chmod(c.sockDir, 0o777); err != nil {
+		return fail(callErr(KindInitFailed, err, "socket directory: %v", err))
+	}
+	var gpus []string
+	if res != nil {
+		gpus = res.GPUs()
+	}
+	config, hostConfig := containerConfig(fn, p.key, c.sockDir, gpus, e.cfg)
+	created, err := e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
+	if err != nil {
+		return fail(callErr(KindInitFailed, err, "create container %s: %v", c.name, err))
+	}
+	c.id = created.ID
+	// Attached before the start, so no output is lost; the stream ends when
+	// the process does (or the container is removed unstarted), which is
+	// how the engine learns of an exit.
+	attach, err := e.api.ContainerAttach(ctx, c.id, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return fail(callErr(KindInitFailed, err, "attach to container %s: %v", c.name, err))
+	}
+	c.attach, c.attached = attach, true
+	go func() {
+		_, _ = stdcopy.StdCopy(c.logs.writer(0), c.logs.writer(1), attach.Reader)
+		close(c.exited)
+	}()
+	go func() {
+		<-c.exited
+		if p.q.removeIdle(c, 0) {
+			e.destroyAsync(c, "exited while idle")
+		}
+	}()
 	return c, nil
 }
 
@@ -324,7 +351,12 @@ func (e *Engine) destroy(c *hotContainer, reason string) {
 		if err := os.RemoveAll(c.sockDir); err != nil {
 			e.log.Warn("remove socket directory", "dir", c.sockDir, "err", err)
 		}
-		c.reservation.Release()
+		e.mu.Lock()
+		res := c.reservation // set late for a prepared container (takePrepared)
+		e.mu.Unlock()
+		if res != nil { // a prepared container holds none until taken
+			res.Release()
+		}
 		e.mu.Lock()
 		delete(e.containers, c)
 		c.pool.live--

@@ -69,6 +69,11 @@ type pool struct {
 	// minHot containers are kept started until holdUntil (Engine.Hold).
 	minHot    int
 	holdUntil time.Time
+	// prepared is a container created ahead for the pool's next launch
+	// while a hold stands, preparing whether one is being made
+	// (prepare.go).
+	prepared  *hotContainer
+	preparing bool
 }
 
 // New connects to the Docker daemon (Config.DockerHost, else the
@@ -177,6 +182,9 @@ type PoolStats struct {
 	Key string
 	// Idle includes Paused.
 	Idle, Paused, Busy, Starting, Waiting int
+	// Prepared counts a container created ahead for the next launch
+	// (prepare.go), not among the others.
+	Prepared int
 }
 
 // Stats returns every pool's counts, sorted by function ID and key.
@@ -186,7 +194,12 @@ func (e *Engine) Stats() []PoolStats {
 	for _, p := range e.pools {
 		pools = append(pools, p)
 	}
-	paused := map[*pool]int{}
+	paused, prepared := map[*pool]int{}, map[*pool]int{}
+	for _, p := range pools {
+		if p.prepared != nil {
+			prepared[p] = 1
+		}
+	}
 	for c := range e.containers {
 		c.stateMu.Lock()
 		if c.state == ContainerPaused {
@@ -198,7 +211,8 @@ func (e *Engine) Stats() []PoolStats {
 	stats := make([]PoolStats, 0, len(pools))
 	for _, p := range pools {
 		s := p.q.stats()
-		stats = append(stats, PoolStats{FnID: p.fn.ID, Key: p.key, Idle: s.Idle, Paused: paused[p], Busy: s.Busy, Starting: s.Starting, Waiting: s.Waiting})
+		stats = append(stats, PoolStats{FnID: p.fn.ID, Key: p.key, Idle: s.Idle, Paused: paused[p], Busy: s.Busy, Starting: s.Starting, Waiting: s.Waiting,
+			Prepared: prepared[p]})
 	}
 	sort.Slice(stats, func(i, j int) bool {
 		if stats[i].FnID != stats[j].FnID {

@@ -49,13 +49,18 @@ func (e *Engine) Hold(fn FunctionConfig, count int, d time.Duration) error {
 	p.refs++
 	p.auth = fn.RegistryAuth
 	p.minHot, p.holdUntil = count, e.now().Add(d)
+	prepared := p.prepared
 	e.mu.Unlock()
+	if prepared != nil {
+		e.expirePrepared(p, prepared) // checked again at the new lapse
+	}
 	started := e.goBackground(func() {
 		defer e.releaseHold(p)
 		if err := e.ensureImage(e.ctx, fn.Image, fn.RegistryAuth); err != nil {
 			e.log.Warn("prefetch of a held function's image failed", "fn", fn.ID, "err", err)
 			return
 		}
+		e.prepare(p) // the next launch's container, created ahead (prepare.go)
 		var wg sync.WaitGroup
 		for n := p.q.claimWarm(count); n > 0; n-- {
 			res, err := e.reserve(p)

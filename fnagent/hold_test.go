@@ -81,3 +81,45 @@ func TestHoldStartsSpareAheadOfDemand(t *testing.T) {
 		t.Fatalf("the call that took the held container: %v", r.err)
 	}
 }
+
+// TestPreparedContainer: a hold (a prefetch of none included) keeps one
+// container created ahead; the next launch starts that very container
+// rather than creating one, and once the hold lapses an unused one is
+// removed.
+func TestPreparedContainer(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, nil)
+	fn := fnConfig(t, "prepared", rawImage)
+	created := func() string {
+		for _, c := range te.containers() {
+			if c.State == "created" {
+				return c.ID
+			}
+		}
+		return ""
+	}
+	ready := func() bool {
+		for _, s := range te.Stats() {
+			if s.FnID == fn.ID && s.Prepared == 1 {
+				return true
+			}
+		}
+		return false
+	}
+	if err := te.Hold(fn, 0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "a container prepared", ready)
+	prepared := created()
+	r := te.mustCall(fn, "echo", "x")
+	if r.report.ContainerID != prepared || !r.report.Cold {
+		t.Errorf("the first call ran in %s (cold %v), want the prepared %s started", r.report.ContainerID, r.report.Cold, prepared)
+	}
+	// The hold still stands: the launch prepared the next one.
+	eventually(t, 30*time.Second, "the next container prepared", func() bool { return ready() && created() != prepared })
+	next := created()
+	if err := te.Hold(fn, 0, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the unused prepared container removed after the hold lapsed", func() bool { return te.state(next) == "gone" })
+}
