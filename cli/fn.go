@@ -444,7 +444,7 @@ func printHot(ctx context.Context, tw *tabwriter.Writer, c *client.Client, fnID 
 		termtext.Fprintf(tw, "Hot containers:\tnone (as the nodes last reported)\n")
 	}
 	for _, h := range hot {
-		termtext.Fprintf(tw, "Hot on %s:\t%d idle, %d busy, %d starting\n", h.NodeID, h.Idle, h.Busy, h.Starting)
+		termtext.Fprintf(tw, "Hot on %s:\t%d idle, %d busy, %d starting, %d prepared\n", h.NodeID, h.Idle, h.Busy, h.Starting, h.Prepared)
 	}
 }
 

@@ -403,8 +403,8 @@ func (c *Client) CallResult(ctx context.Context, fnID, callID string, out io.Wri
 // FnContainers is one node's containers of a function, as the node last
 // reported them in its facts.
 type FnContainers struct {
-	NodeID               string
-	Idle, Busy, Starting int
+	NodeID                         string
+	Idle, Busy, Starting, Prepared int
 }
 
 // FunctionContainers lists, node by node, the containers of function fnID
@@ -423,8 +423,8 @@ func (c *Client) FunctionContainers(ctx context.Context, fnID string) ([]FnConta
 		raw, _ := json.Marshal((*n.Facts)["functions"])
 		var share struct {
 			Containers []struct {
-				FnID                 string `json:"fn_id"`
-				Idle, Busy, Starting int
+				FnID                           string `json:"fn_id"`
+				Idle, Busy, Starting, Prepared int
 			} `json:"containers"`
 		}
 		if json.Unmarshal(raw, &share) != nil {
@@ -432,7 +432,7 @@ func (c *Client) FunctionContainers(ctx context.Context, fnID string) ([]FnConta
 		}
 		for _, ct := range share.Containers {
 			if ct.FnID == fnID {
-				out = append(out, FnContainers{NodeID: n.ID, Idle: ct.Idle, Busy: ct.Busy, Starting: ct.Starting})
+				out = append(out, FnContainers{NodeID: n.ID, Idle: ct.Idle, Busy: ct.Busy, Starting: ct.Starting, Prepared: ct.Prepared})
 			}
 		}
 	}

@@ -20,7 +20,9 @@ import (
 // create, start, wait and remove), rounds interleaved in one run:
 //
 //   - through the control plane: a function created and called at once,
-//     its first call's latency at the caller;
+//     its first call's latency at the caller, and called once the node
+//     reports the container its deploy prepared (created ahead);
+//
 //   - the node alone: fnagent.Engine.Call of a function it never ran, in
 //     this process, with where the launch took its time (CallReport.Launch).
 //
@@ -72,7 +74,7 @@ func TestFunctionColdStartBench(t *testing.T) {
 		return time.Since(start)
 	}
 	held := api.Annotations{api.AnnotationMinHot: []byte(`1`)}
-	var docker, through, alone, heldNow, heldReady []time.Duration
+	var docker, through, prepared, alone, heldNow, heldReady []time.Duration
 	var steps []fnagent.LaunchTimes
 	for i := 0; i < rounds; i++ {
 		// docker run of the same image.
@@ -88,6 +90,18 @@ func TestFunctionColdStartBench(t *testing.T) {
 			t.Fatal(err)
 		}
 		through = append(through, call(fn.ID))
+
+		// Created, and called once the node reports the container the
+		// deploy's hold prepared (created ahead, not started).
+		fn, err = c.client.CreateFn(c.ctx, api.Fn{Name: fmt.Sprintf("prepared-%d", i), AppID: app.ID, Image: image, IdleTimeout: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.waitFor("the prepared container", func() bool {
+			hot, err := c.client.FunctionContainers(c.ctx, fn.ID)
+			return err == nil && len(hot) == 1 && hot[0].Prepared == 1
+		})
+		prepared = append(prepared, call(fn.ID))
 
 		// With --min-hot 1: called at once (the container the deploy
 		// started is on its way), and called once it is up.
@@ -128,6 +142,7 @@ func TestFunctionColdStartBench(t *testing.T) {
 	fmt.Printf("%-44s %10s %8s\n", "", "median", "ratio")
 	fmt.Printf("%-44s %10s %8s\n", "docker run --rm (same image)", ms(md), "1.00")
 	fmt.Printf("%-44s %10s %8.2f\n", "first call after create, through CP", ms(mt), float64(mt)/float64(md))
+	fmt.Printf("%-44s %10s %8.2f\n", "first call, prepared container (created ahead)", ms(median(prepared)), float64(median(prepared))/float64(md))
 	fmt.Printf("%-44s %10s %8.2f\n", "first call on the node alone (engine)", ms(ma), float64(ma)/float64(md))
 	fmt.Printf("%-44s %10s %8.2f\n", "--min-hot 1: first call at once after create", ms(median(heldNow)), float64(median(heldNow))/float64(md))
 	fmt.Printf("%-44s %10s %8.2f\n", "--min-hot 1: first call, held container up", ms(median(heldReady)), float64(median(heldReady))/float64(md))

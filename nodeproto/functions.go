@@ -166,6 +166,9 @@ type FunctionContainers struct {
 	Paused   int    `json:"paused"`
 	Busy     int    `json:"busy"`
 	Starting int    `json:"starting"`
+	// Prepared counts containers created ahead for the next launch (not
+	// started; version 6 agents while a hold stands).
+	Prepared int `json:"prepared,omitempty"`
 }
 
 // HoldCommand asks a node for warm capacity of one function: pull its image
