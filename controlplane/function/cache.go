@@ -52,6 +52,17 @@ func (s *Service) lookupFn(ctx context.Context, id string) (*fnEntry, error) {
 			return e, nil
 		}
 	}
+	e, err := s.readFn(ctx, id, now)
+	if err != nil {
+		return nil, err
+	}
+	s.fns.Store(id, e)
+	return e, nil
+}
+
+// readFn reads the function and its app from the store, leaving the cache
+// as it is (the warm loop's reads are no calls).
+func (s *Service) readFn(ctx context.Context, id string, now time.Time) (*fnEntry, error) {
 	var e *fnEntry
 	err := s.store.View(ctx, func(tx store.Tx) error {
 		f, err := tx.GetFn(id)
@@ -76,7 +87,6 @@ func (s *Service) lookupFn(ctx context.Context, id string) (*fnEntry, error) {
 	// (Host.RegistryAuth); it travels with each command, never stored on the
 	// node, as a Run's does.
 	e.spec.RegistryAuth = s.host.RegistryAuth(ctx, e.spec.Image)
-	s.fns.Store(id, e)
 	return e, nil
 }
 

@@ -179,7 +179,7 @@ func (s *Service) holdAll(ctx context.Context) {
 // those its calls may try, to hold their share of count (holdPlan); count
 // 0 is a prefetch. It reports how many nodes it asked.
 func (s *Service) hold(ctx context.Context, fnID string, count int) int {
-	e, err := s.lookupFn(ctx, fnID)
+	e, err := s.readFn(ctx, fnID, s.now())
 	if err != nil {
 		return 0
 	}
