@@ -120,8 +120,9 @@ HTTP trigger, named like the function, at /t/APP/SOURCE.
 Warm capacity: --min-hot N keeps N containers started across the fleet with
 no calls (on the first nodes of the function's order; 0 lets it scale to
 zero), --max-hot M caps them across the fleet, and the function's image is
-pulled on its first nodes at every deploy. --scale-down is how long an idle container beyond the minimum is
-kept: Fn's idle timeout, under the name the policy gives it.
+pulled on its first nodes at every deploy. --scale-down is how long an idle
+container beyond the minimum is kept: Fn's idle timeout, under the name
+the policy gives it.
 
 Prints the function's ID on stdout.`)
 	g := fs.clientFlags(true)
