@@ -49,6 +49,10 @@ type AuditEntry struct {
 	Route  string `json:"route"`
 	Object string `json:"object,omitempty"`
 	Status int    `json:"status"`
+	// Detail says what a call changed where that matters to an audit
+	// beyond its route, e.g. "public invoke on" for an app opened to
+	// callers without a credential.
+	Detail string `json:"detail,omitempty"`
 }
 
 // AuditList is the body of GET /v1/audit, newest first.

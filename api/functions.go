@@ -20,6 +20,17 @@ const (
 	AnnotationInvokeEndpoint = "fnproject.io/fn/invokeEndpoint"
 	// AnnotationTriggerEndpoint is an HTTP trigger's URL.
 	AnnotationTriggerEndpoint = "fnproject.io/trigger/httpEndpoint"
+	// AnnotationPublicInvoke (Mercator), "true" on an app, lets callers
+	// without a credential invoke its functions and call its triggers; on
+	// a trigger, that trigger (docs/functions.md). Off by default.
+	AnnotationPublicInvoke = "mercator.dev/public-invoke"
+	// AnnotationMinHot (Mercator), a whole number from 0 to 100 on a
+	// function, is how many of its containers the fleet keeps started
+	// with no calls (docs/functions.md, warm capacity). Default 0.
+	AnnotationMinHot = "mercator.dev/min-hot"
+	// AnnotationMaxHot (Mercator), a whole number on a function, caps its
+	// containers across the fleet; 0 or absent, no cap.
+	AnnotationMaxHot = "mercator.dev/max-hot"
 )
 
 // Limits, Fn's unless marked.
@@ -68,9 +79,16 @@ type App struct {
 	// SecretConfig (Mercator) is configuration whose values are never
 	// returned: reads show SecretRedacted.
 	SecretConfig map[string]string `json:"secret_config,omitempty"`
-	CreatedAt    time.Time         `json:"created_at"`
-	UpdatedAt    time.Time         `json:"updated_at"`
+	// Shape is Fn's architecture of the app's images (AppShapes; empty
+	// means unspecified): set at create, kept and returned, as Fn does.
+	// Mercator places calls by the nodes' facts, not by it.
+	Shape     string    `json:"shape,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
+
+// AppShapes are the shapes Fn accepts for an app.
+var AppShapes = []string{"GENERIC_X86", "GENERIC_ARM", "GENERIC_X86_ARM"}
 
 // Fn is a function.
 type Fn struct {
@@ -103,9 +121,12 @@ type Fn struct {
 	GPUModel string `json:"gpu_model,omitempty"`
 	// MaxConcurrency (Mercator) caps the function's containers, and so its
 	// concurrent calls, per node; 0 means only capacity limits it.
-	MaxConcurrency int       `json:"max_concurrency,omitempty"`
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
+	// Shape is Fn's architecture of the function's image, kept and
+	// returned as Fn keeps it (unvalidated, as there).
+	Shape     string    `json:"shape,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Trigger binds a function to an event source; the only type is "http",

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"sort"
 	"strings"
@@ -86,12 +87,44 @@ func (c *configFlags) maps() (config, secret map[string]string, ann api.Annotati
 	return
 }
 
+// publicInvokeFlag adds --public-invoke[=false]. Its apply sets or removes
+// the annotation in ann when the flag was given (after parsing).
+func (f *flagSet) publicInvokeFlag() (apply func(ann api.Annotations) api.Annotations) {
+	on := f.Bool("public-invoke", false, "let callers without a credential invoke the app's functions and call its triggers (the annotation "+
+		api.AnnotationPublicInvoke+"; --public-invoke=false closes it again; off by default)")
+	return func(ann api.Annotations) api.Annotations {
+		given := false
+		f.Visit(func(fl *flag.Flag) { given = given || fl.Name == "public-invoke" })
+		if !given {
+			return ann
+		}
+		if ann == nil {
+			ann = api.Annotations{}
+		}
+		ann[api.AnnotationPublicInvoke] = json.RawMessage(`""`) // an update's deletion
+		if *on {
+			ann[api.AnnotationPublicInvoke] = json.RawMessage(`"true"`)
+		}
+		return ann
+	}
+}
+
+// publicInvoke says whether annotations open an app to callers without a
+// credential, as the control plane reads them.
+func publicInvoke(ann api.Annotations) string {
+	if v := strings.TrimSpace(string(ann[api.AnnotationPublicInvoke])); v == `"true"` || v == "true" {
+		return "yes"
+	}
+	return "no"
+}
+
 func appCreate(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("NAME [flags]", `
 Create an application: a named group of functions whose configuration every
 one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
 	g := fs.clientFlags(true)
 	cf := fs.configFlags()
+	pub := fs.publicInvokeFlag()
 	syslog := fs.String("syslog-url", "", "Fn's syslog `URL` (kept for compatibility; Mercator keeps function output itself)")
 	c, name, err := inv.connect(fs, g, args, "an app name")
 	if err != nil {
@@ -100,6 +133,9 @@ one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
 	config, secret, ann, err := cf.maps()
 	if err != nil {
 		return err
+	}
+	if ann = pub(ann); string(ann[api.AnnotationPublicInvoke]) == `""` {
+		delete(ann, api.AnnotationPublicInvoke) // off is the default; a create takes no deletion
 	}
 	app := api.App{Name: name, Config: config, SecretConfig: secret, Annotations: ann}
 	if *syslog != "" {
@@ -131,9 +167,9 @@ func appList(ctx context.Context, inv *invocation, args []string) error {
 		return inv.writeJSON(api.AppList{Items: append([]api.App{}, apps...)})
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tID\tCONFIG\tCREATED")
+	fmt.Fprintln(tw, "NAME\tID\tCONFIG\tPUBLIC INVOKE\tCREATED")
 	for _, a := range apps {
-		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.Name, a.ID, configSummary(a.Config, a.SecretConfig), formatTime(&a.CreatedAt))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.Name, a.ID, configSummary(a.Config, a.SecretConfig), publicInvoke(a.Annotations), formatTime(&a.CreatedAt))
 	}
 	return tw.Flush()
 }
@@ -166,7 +202,11 @@ func appGet(ctx context.Context, inv *invocation, args []string) error {
 		return inv.writeJSON(app)
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	termtext.Fprintf(tw, "Name:\t%s\nID:\t%s\nCreated:\t%s\nUpdated:\t%s\n", app.Name, app.ID, formatTime(&app.CreatedAt), formatTime(&app.UpdatedAt))
+	termtext.Fprintf(tw, "Name:\t%s\nID:\t%s\nPublic invoke:\t%s\nCreated:\t%s\nUpdated:\t%s\n", app.Name, app.ID, publicInvoke(app.Annotations),
+		formatTime(&app.CreatedAt), formatTime(&app.UpdatedAt))
+	if app.Shape != "" {
+		termtext.Fprintf(tw, "Shape:\t%s\n", app.Shape)
+	}
 	printConfig(tw, app.Config, app.SecretConfig, app.Annotations)
 	return tw.Flush()
 }
@@ -186,9 +226,13 @@ func printConfig(tw *tabwriter.Writer, config, secret map[string]string, ann api
 func appUpdate(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("NAME [flags]", `
 Change an application's configuration, secrets or annotations. Keys given
-are set; KEY= removes a key; keys not given are left as they are.`)
+are set; KEY= removes a key; keys not given are left as they are.
+--public-invoke opens the app's functions and triggers to callers without a
+credential (the Fn CLI's fn invoke, web hooks); --public-invoke=false closes
+them again. Both are recorded in the audit log.`)
 	g := fs.clientFlags(true)
 	cf := fs.configFlags()
+	pub := fs.publicInvokeFlag()
 	c, name, err := inv.connect(fs, g, args, "an app name")
 	if err != nil {
 		return err
@@ -197,6 +241,7 @@ are set; KEY= removes a key; keys not given are left as they are.`)
 	if err != nil {
 		return err
 	}
+	ann = pub(ann)
 	app, err := c.AppByName(ctx, name)
 	if err != nil {
 		return err

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -115,6 +117,13 @@ its callers. Flags not given keep a function's current settings.
 --idle-timeout take seconds or a duration (30, 30s, 2m). --trigger adds an
 HTTP trigger, named like the function, at /t/APP/SOURCE.
 
+Warm capacity: --min-hot N keeps N containers started across the fleet with
+no calls (on the first nodes of the function's order; 0 lets it scale to
+zero), --max-hot M caps them across the fleet, and the function's image is
+pulled on its first nodes at every deploy. --scale-down is how long an idle
+container beyond the minimum is kept: Fn's idle timeout, under the name
+the policy gives it.
+
 Prints the function's ID on stdout.`)
 	g := fs.clientFlags(true)
 	appName := fs.String("app", "", "the function's `app` (required)")
@@ -128,6 +137,9 @@ Prints the function's ID on stdout.`)
 	gpuModel := fs.String("gpu-model", "", "GPU `model` the function needs, matched as a case-insensitive substring")
 	maxConc := fs.Int("max-concurrency", 0, "most containers, and so concurrent calls, per node (0: no cap)")
 	trigger := fs.String("trigger", "", "add an HTTP trigger with this `source` path, e.g. /hello")
+	minHot := fs.Int("min-hot", -1, "`containers` kept started across the fleet with no calls (0 to 100; the annotation "+api.AnnotationMinHot+")")
+	maxHot := fs.Int("max-hot", -1, "most `containers` across the fleet (0: no cap; the annotation "+api.AnnotationMaxHot+")")
+	scaleDown := fs.String("scale-down", "", "`duration` an idle container beyond --min-hot is kept before it goes (the idle timeout)")
 	cf := fs.configFlags()
 	pos, err := fs.parse(args)
 	if err != nil {
@@ -154,10 +166,8 @@ Prints the function's ID on stdout.`)
 			return usagef("--timeout: %v", err)
 		}
 	}
-	if *idle != "" {
-		if patch.IdleTimeout, err = parseSeconds(*idle); err != nil {
-			return usagef("--idle-timeout: %v", err)
-		}
+	if patch.IdleTimeout, err = idleTimeoutFlag(*idle, *scaleDown); err != nil {
+		return err
 	}
 	if *trigger != "" && !strings.HasPrefix(*trigger, "/") {
 		*trigger = "/" + *trigger
@@ -165,6 +175,7 @@ Prints the function's ID on stdout.`)
 	if patch.Config, patch.SecretConfig, patch.Annotations, err = cf.maps(); err != nil {
 		return err
 	}
+	patch.Annotations = withCount(withCount(patch.Annotations, api.AnnotationMinHot, *minHot), api.AnnotationMaxHot, *maxHot)
 	c, err := inv.client(g)
 	if err != nil {
 		return err
@@ -190,6 +201,35 @@ Prints the function's ID on stdout.`)
 	}
 	termtext.Fprintln(inv.stdout, fn.ID)
 	return nil
+}
+
+// withCount sets annotation key to n in ann when the flag was given (n is
+// not -1; the control plane checks the range).
+func withCount(ann api.Annotations, key string, n int) api.Annotations {
+	if n == -1 {
+		return ann
+	}
+	if ann == nil {
+		ann = api.Annotations{}
+	}
+	ann[key] = json.RawMessage(strconv.Itoa(n))
+	return ann
+}
+
+// idleTimeoutFlag is --idle-timeout, or --scale-down, its name in the
+// warm-capacity policy, in seconds; 0 when neither was given.
+func idleTimeoutFlag(idle, scaleDown string) (int32, error) {
+	if idle != "" && scaleDown != "" {
+		return 0, usagef("--scale-down is the idle timeout: give --scale-down or --idle-timeout, not both")
+	}
+	if v := cmp.Or(idle, scaleDown); v != "" {
+		n, err := parseSeconds(v)
+		if err != nil {
+			return 0, usagef("--idle-timeout/--scale-down: %v", err)
+		}
+		return n, nil
+	}
+	return 0, nil
 }
 
 // createOrUpdateFn creates app's function patch.Name from patch, or, when
@@ -364,7 +404,7 @@ func fnList(ctx context.Context, inv *invocation, args []string) error {
 func fnGet(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("APP NAME [flags]", `Show a function: its pinned image, resources, configuration (secret values are never shown) and invoke endpoint.`)
 	g := fs.clientFlags(true)
-	_, fn, err := inv.connectFn(ctx, fs, g, args)
+	c, fn, err := inv.connectFn(ctx, fs, g, args)
 	if err != nil {
 		return err
 	}
@@ -391,7 +431,22 @@ func fnGet(ctx context.Context, inv *invocation, args []string) error {
 		}
 	}
 	printConfig(tw, fn.Config, fn.SecretConfig, ann)
+	printHot(ctx, tw, c, fn.ID)
 	return tw.Flush()
+}
+
+// printHot prints the function's containers on each node, as the nodes
+// last reported them (client.FunctionContainers).
+func printHot(ctx context.Context, tw *tabwriter.Writer, c *client.Client, fnID string) {
+	hot, err := c.FunctionContainers(ctx, fnID)
+	if err != nil {
+		termtext.Fprintf(tw, "Hot containers:\t(cannot list nodes: %v)\n", err)
+	} else if len(hot) == 0 {
+		termtext.Fprintf(tw, "Hot containers:\tnone (as the nodes last reported)\n")
+	}
+	for _, h := range hot {
+		termtext.Fprintf(tw, "Hot on %s:\t%d idle, %d busy, %d starting, %d prepared\n", h.NodeID, h.Idle, h.Busy, h.Starting, h.Prepared)
+	}
 }
 
 func fnDelete(ctx context.Context, inv *invocation, args []string) error {

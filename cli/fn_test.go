@@ -67,6 +67,25 @@ func TestAppAndFnCommands(t *testing.T) {
 	if strings.Contains(cli("app", "get", "shop").stdout, "s3cret") {
 		t.Error("a secret was printed")
 	}
+	// Public invoke: off by default, on and off again by flag, shown in
+	// every read.
+	if out := cli("app", "get", "shop").stdout; !strings.Contains(out, "Public invoke:  no") {
+		t.Errorf("app get before --public-invoke = %q", out)
+	}
+	cli("app", "update", "shop", "--public-invoke")
+	if out := cli("app", "get", "shop").stdout; !strings.Contains(out, "Public invoke:  yes") {
+		t.Errorf("app get after --public-invoke = %q", out)
+	}
+	if out := cli("app", "ls").stdout; !strings.Contains(out, "PUBLIC INVOKE") || !strings.Contains(out, "yes") {
+		t.Errorf("app ls after --public-invoke = %q", out)
+	}
+	cli("app", "update", "shop", "--public-invoke=false")
+	if err := json.Unmarshal([]byte(cli("app", "get", "shop", "-o", "json").stdout), &app); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := app.Annotations[api.AnnotationPublicInvoke]; ok || string(app.Annotations["team"]) != `"ml"` {
+		t.Errorf("annotations after --public-invoke=false = %s", app.Annotations)
+	}
 
 	// deploy creates, then updates (pinning again), keeping what is not given.
 	id := strings.TrimSpace(cli("fn", "deploy", "--app", "shop", "cart", "--image", "reg.local/cart:1", "--memory", "256", "--timeout", "1m",
@@ -74,7 +93,8 @@ func TestAppAndFnCommands(t *testing.T) {
 	if !strings.HasPrefix(id, "fn-") {
 		t.Fatalf("deploy printed %q, want the function's ID", id)
 	}
-	again := strings.TrimSpace(cli("fn", "deploy", "--app", "shop", "cart", "--image", "reg.local/cart:2", "--memory", "512MiB").stdout)
+	again := strings.TrimSpace(cli("fn", "deploy", "--app", "shop", "cart", "--image", "reg.local/cart:2", "--memory", "512MiB",
+		"--min-hot", "2", "--max-hot", "50", "--scale-down", "5m").stdout)
 	if again != id {
 		t.Errorf("redeploy made %q, want the same function %q", again, id)
 	}
@@ -83,8 +103,15 @@ func TestAppAndFnCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	if fn.Image != "reg.local/cart:2" || !strings.HasPrefix(fn.PinnedImage, "reg.local/cart@sha256:") || fn.Memory != 512 ||
-		fn.Timeout != 60 || fn.CPU != 0.5 || fn.MaxConcurrency != 2 || fn.Config["B"] != "2" {
+		fn.Timeout != 60 || fn.CPU != 0.5 || fn.MaxConcurrency != 2 || fn.Config["B"] != "2" ||
+		fn.IdleTimeout != 300 || string(fn.Annotations[api.AnnotationMinHot]) != "2" || string(fn.Annotations[api.AnnotationMaxHot]) != "50" {
 		t.Errorf("fn after redeploy = %+v", fn)
+	}
+	if out := cli("fn", "get", "shop", "cart").stdout; !strings.Contains(out, "none (as the nodes last reported)") {
+		t.Errorf("fn get without nodes = %q", out)
+	}
+	if res := runCLI(t, env, "fn", "deploy", "--app", "shop", "cart", "--scale-down", "1m", "--idle-timeout", "1m", "--token-file", tokFile); res.code != 2 {
+		t.Errorf("--scale-down with --idle-timeout: exit %d, %s", res.code, res.stderr)
 	}
 	if out := cli("fn", "ls", "shop").stdout; !strings.Contains(out, "cart") || !strings.Contains(out, "512MiB") {
 		t.Errorf("fn ls = %q", out)

@@ -399,3 +399,42 @@ func (c *Client) CallResult(ctx context.Context, fnID, callID string, out io.Wri
 	_, err = io.Copy(out, resp.Body)
 	return InvokeResult{Status: resp.StatusCode, Header: resp.Header, CallID: callID}, err
 }
+
+// FnContainers is one node's containers of a function, as the node last
+// reported them in its facts.
+type FnContainers struct {
+	NodeID                         string
+	Idle, Busy, Starting, Prepared int
+}
+
+// FunctionContainers lists, node by node, the containers of function fnID
+// the nodes last reported (their facts' function share): what warm
+// capacity holds and calls started. It needs a role that may list nodes.
+func (c *Client) FunctionContainers(ctx context.Context, fnID string) ([]FnContainers, error) {
+	nodes, err := c.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []FnContainers
+	for _, n := range nodes.Nodes {
+		if n.Facts == nil {
+			continue
+		}
+		raw, _ := json.Marshal((*n.Facts)["functions"])
+		var share struct {
+			Containers []struct {
+				FnID                           string `json:"fn_id"`
+				Idle, Busy, Starting, Prepared int
+			} `json:"containers"`
+		}
+		if json.Unmarshal(raw, &share) != nil {
+			continue
+		}
+		for _, ct := range share.Containers {
+			if ct.FnID == fnID {
+				out = append(out, FnContainers{NodeID: n.ID, Idle: ct.Idle, Busy: ct.Busy, Starting: ct.Starting, Prepared: ct.Prepared})
+			}
+		}
+	}
+	return out, nil
+}

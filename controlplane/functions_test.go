@@ -193,6 +193,8 @@ type fakeNode struct {
 	// counts the call_log commands it got (functions_logs_test.go).
 	logs  sync.Map
 	asked atomic.Int64
+	// holds are the hold commands the node got (functions_warm_test.go).
+	holds chan nodeproto.HoldCommand
 	// endExpected is set by a test that ends the session from the server's
 	// side on purpose (node rm); any other end is an error.
 	endExpected atomic.Bool
@@ -219,7 +221,7 @@ func (f *fnFixture) startNode(id string, handle func(n *fakeNode, inv nodeproto.
 	if _, err := f.tr.SendEvents(ctx, id, e.SessionToken, []nodeproto.Event{{ID: "facts-1", Kind: nodeproto.EventFacts, At: time.Now(), Facts: &facts}}); err != nil {
 		f.t.Fatal(err)
 	}
-	n := &fakeNode{f: f, id: id, tok: e.SessionToken, handle: handle, done: make(chan struct{})}
+	n := &fakeNode{f: f, id: id, tok: e.SessionToken, handle: handle, done: make(chan struct{}), holds: make(chan nodeproto.HoldCommand, 16)}
 	n.start()
 	f.t.Cleanup(n.stop)
 	return n
@@ -242,6 +244,12 @@ func (n *fakeNode) start() {
 					if cmd.Kind == nodeproto.KindCallLog {
 						n.asked.Add(1)
 						go n.answerLog(*cmd.CallLog)
+					}
+					if cmd.Kind == nodeproto.KindHold {
+						select {
+						case n.holds <- *cmd.Hold:
+						default: // a test that does not read them
+						}
 					}
 				case <-ctx.Done():
 					return
@@ -424,7 +432,7 @@ func TestFunctionsAPIShapes(t *testing.T) {
 		t.Errorf("invoke endpoint annotation = %s", got)
 	}
 	f.wantFnError(409, "Fn with specified name already exists", "POST", "/v2/fns", api.Fn{Name: "hello", AppID: app.ID, Image: "x:1"})
-	f.wantFnError(400, "Missing App ID", "GET", "/v2/fns", nil)
+	f.wantFnError(400, "Missing AppID on Fn", "GET", "/v2/fns", nil)
 	var fns api.FnList
 	f.want(200, &fns, "GET", "/v2/fns?app_id="+app.ID+"&name=hello", nil)
 	if len(fns.Items) != 1 || fns.Items[0].ID != fn.ID {

@@ -23,10 +23,11 @@ var (
 	operator  = httpapi.Access{Role: httpapi.RoleOperator}
 	admin     = httpapi.Access{Role: httpapi.RoleAdmin}
 	// invoke: submitter, or an invoker key of the app the call addresses
-	// (package function confines it, httpapi.ConfineToApp).
-	invoke = httpapi.Access{Role: httpapi.RoleSubmitter, Invoker: true}
-	// trigger: invoke, and a caller without a credential when the trigger
-	// is public (the function.PublicAnnotation annotation).
+	// (package function confines it, httpapi.ConfineToApp), or a caller
+	// without a credential when the app is public
+	// (function.PublicInvokeAnnotation).
+	invoke = httpapi.Access{Role: httpapi.RoleSubmitter, Invoker: true, Public: true}
+	// trigger: invoke, and public also when the trigger itself is.
 	trigger = httpapi.Access{Role: httpapi.RoleSubmitter, Invoker: true, Public: true}
 )
 
@@ -211,6 +212,12 @@ func (s *Server) Handler() http.Handler {
 	// The web console (package console), over the API in process.
 	var root http.Handler
 	s.newConsole(&root).Register(consoleAccess, byAddr)
+	// Fn's API answers what none of its routes take in its own shape, and
+	// /version as Fn's does (without a credential, as there).
+	byAddr("GET /version", http.HandlerFunc(s.fn.Version))
+	for _, p := range function.FallbackPrefixes {
+		byAddr(p, s.fn.Fallback())
+	}
 	// Signed content reads (package artifact): the signature is the credential.
 	byAddr("GET "+content.ReadPath+"{digest}", http.HandlerFunc(s.artifacts.ServeContent))
 	byAddr("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

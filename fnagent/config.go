@@ -74,7 +74,8 @@ type Config struct {
 	// MaxSlotWait caps how long a call waits for capacity or for another
 	// call's container, whatever its deadline; default 10s. A call that
 	// waits this long with no launch of its function under way returns
-	// ErrBusy. A cold start under way is waited for until the deadline.
+	// ErrCapacityTimeout. A cold start under way is waited for until the
+	// deadline.
 	MaxSlotWait time.Duration
 	// PullTimeout bounds one image pull; default 5m.
 	PullTimeout time.Duration
@@ -377,6 +378,9 @@ type CallReport struct {
 	ContainerID string
 	// Cold is true when the call was its container's first.
 	Cold bool
+	// Launch is where its container's start took the time, on a Cold
+	// call; nil otherwise.
+	Launch *LaunchTimes
 	// Wait is the time from arrival until a container was ready for it.
 	Wait time.Duration
 	// Duration is the time from arrival until Call returned.
@@ -385,4 +389,20 @@ type CallReport struct {
 	ResponseBytes int64
 	// Kind is empty for a successful call, else the error's kind.
 	Kind Kind
+}
+
+// LaunchTimes is where a container's start took its time, step by step,
+// so a cold start can be explained (and benchmarks can say which step
+// dominates).
+type LaunchTimes struct {
+	// Image is making sure the daemon holds the image: an inspect, or a
+	// pull.
+	Image time.Duration
+	// Create is the container's creation and the attach to its output.
+	Create time.Duration
+	// Start is the daemon's start of the container.
+	Start time.Duration
+	// Socket is from the start until the function's socket accepted a
+	// connection: the FDK's own start-up.
+	Socket time.Duration
 }

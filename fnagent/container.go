@@ -34,6 +34,7 @@ type hotContainer struct {
 	attached bool
 	attach   types.HijackedResponse
 	served   atomic.Int64
+	launched LaunchTimes // set by launch before the container is handed out
 
 	opMu   sync.Mutex // serializes pause and unpause
 	paused bool       // guarded by opMu
@@ -49,18 +50,70 @@ type hotContainer struct {
 }
 
 // launch pulls the image if need be, creates and starts a container, and
-// waits for its socket. On failure the container is removed and the error
-// says which step failed (KindImagePull…, KindInitFailed, KindInitTimeout,
-// KindOutOfMemory).
+// waits for its socket. A container the pool has prepared (created and
+// attached ahead, prepare.go) is started instead of creating one. On
+// failure the container is removed and the error says which step failed
+// (KindImagePull…, KindInitFailed, KindInitTimeout, KindOutOfMemory).
 func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 	fn := p.fn
 	e.mu.Lock()
 	auth := p.auth
 	e.mu.Unlock()
 	ctx := e.ctx
+	var times LaunchTimes
+	mark := e.now()
+	lap := func(d *time.Duration) {
+		now := e.now()
+		*d, mark = now.Sub(mark), now
+	}
 	if err := e.ensureImage(ctx, fn.Image, auth); err != nil {
 		return nil, err
 	}
+	lap(&times.Image)
+	c := e.takePrepared(p, res)
+	if c == nil {
+		var cerr *CallError
+		if c, cerr = e.create(p, res); cerr != nil {
+			return nil, cerr
+		}
+	}
+	e.prepare(p) // the next one, while the pool's hold stands
+	lap(&times.Create)
+	fail := func(err *CallError) (*hotContainer, error) {
+		e.destroy(c, err.Message)
+		return nil, err
+	}
+	if err := e.api.ContainerStart(ctx, c.id, container.StartOptions{}); err != nil {
+		return fail(callErr(KindInitFailed, err, "start container %s: %v", c.name, err))
+	}
+	lap(&times.Start)
+	initCtx, cancel := context.WithTimeout(ctx, fn.InitTimeout)
+	err := waitForSocket(initCtx, c.sockDir, c.exited)
+	cancel()
+	lap(&times.Socket)
+	switch {
+	case err == nil:
+	case errors.Is(err, errExited):
+		return fail(e.exitError(c, "before it opened its socket"))
+	case ctx.Err() != nil:
+		return fail(callErr(KindBusy, err, "the engine is closing"))
+	default:
+		return fail(callErr(KindInitTimeout, err, "container %s did not accept a connection on %s within %v; its output ends: %q",
+			c.name, socketName, fn.InitTimeout, c.logs.Tail()))
+	}
+	c.transport = newTransport(c.sockDir)
+	c.launched = times
+	e.log.Debug("function container ready", "container", c.name, "fn", fn.ID,
+		"image", times.Image, "create", times.Create, "start", times.Start, "socket", times.Socket)
+	return c, nil
+}
+
+// create makes a container of p, created and attached but not started,
+// holding res (nil for a container prepared ahead, which holds nothing
+// until a launch takes it). On failure the container is removed.
+func (e *Engine) create(p *pool, res *Reservation) (*hotContainer, *CallError) {
+	fn := p.fn
+	ctx := e.ctx
 	suffix := randomHex(8)
 	c := &hotContainer{
 		pool:        p,
@@ -71,7 +124,7 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 		exited:      make(chan struct{}),
 	}
 	e.register(c)
-	fail := func(err *CallError) (*hotContainer, error) {
+	fail := func(err *CallError) (*hotContainer, *CallError) {
 		e.destroy(c, err.Message)
 		return nil, err
 	}
@@ -82,14 +135,19 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 	if err := os.Chmod(c.sockDir, 0o777); err != nil {
 		return fail(callErr(KindInitFailed, err, "socket directory: %v", err))
 	}
-	config, hostConfig := containerConfig(fn, p.key, c.sockDir, res.GPUs(), e.cfg)
+	var gpus []string
+	if res != nil {
+		gpus = res.GPUs()
+	}
+	config, hostConfig := containerConfig(fn, p.key, c.sockDir, gpus, e.cfg)
 	created, err := e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
 	if err != nil {
 		return fail(callErr(KindInitFailed, err, "create container %s: %v", c.name, err))
 	}
 	c.id = created.ID
 	// Attached before the start, so no output is lost; the stream ends when
-	// the process does, which is how the engine learns of an exit.
+	// the process does (or the container is removed unstarted), which is
+	// how the engine learns of an exit.
 	attach, err := e.api.ContainerAttach(ctx, c.id, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
 	if err != nil {
 		return fail(callErr(KindInitFailed, err, "attach to container %s: %v", c.name, err))
@@ -105,24 +163,6 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 			e.destroyAsync(c, "exited while idle")
 		}
 	}()
-	if err := e.api.ContainerStart(ctx, c.id, container.StartOptions{}); err != nil {
-		return fail(callErr(KindInitFailed, err, "start container %s: %v", c.name, err))
-	}
-	initCtx, cancel := context.WithTimeout(ctx, fn.InitTimeout)
-	err = waitForSocket(initCtx, c.sockDir, c.exited)
-	cancel()
-	switch {
-	case err == nil:
-	case errors.Is(err, errExited):
-		return fail(e.exitError(c, "before it opened its socket"))
-	case ctx.Err() != nil:
-		return fail(callErr(KindBusy, err, "the engine is closing"))
-	default:
-		return fail(callErr(KindInitTimeout, err, "container %s did not accept a connection on %s within %v; its output ends: %q",
-			c.name, socketName, fn.InitTimeout, c.logs.Tail()))
-	}
-	c.transport = newTransport(c.sockDir)
-	e.log.Debug("function container ready", "container", c.name, "fn", fn.ID)
 	return c, nil
 }
 
@@ -208,11 +248,18 @@ func (e *Engine) becameIdle(c *hotContainer, seq uint64) {
 	}
 	e.setState(c, ContainerIdle)
 	idle := c.pool.fn.IdleTimeout
-	timers := []*time.Timer{time.AfterFunc(idle, func() {
+	var expire func()
+	expire = func() {
+		// A held pool keeps its minimum past the idle timeout (Hold).
+		if e.keepWarm(c.pool) && c.pool.q.isIdle(c, seq) {
+			c.setTimers([]*time.Timer{time.AfterFunc(idle, expire)})
+			return
+		}
 		if c.pool.q.removeIdle(c, seq) {
 			e.destroyAsync(c, "idle timeout")
 		}
-	})}
+	}
+	timers := []*time.Timer{time.AfterFunc(idle, expire)}
 	if e.cfg.PauseAfter > 0 && e.cfg.PauseAfter < idle {
 		timers = append(timers, time.AfterFunc(e.cfg.PauseAfter, func() { e.pauseIdle(c, seq) }))
 	}
@@ -304,7 +351,12 @@ func (e *Engine) destroy(c *hotContainer, reason string) {
 		if err := os.RemoveAll(c.sockDir); err != nil {
 			e.log.Warn("remove socket directory", "dir", c.sockDir, "err", err)
 		}
-		c.reservation.Release()
+		e.mu.Lock()
+		res := c.reservation // set late for a prepared container (takePrepared)
+		e.mu.Unlock()
+		if res != nil { // a prepared container holds none until taken
+			res.Release()
+		}
 		e.mu.Lock()
 		delete(e.containers, c)
 		c.pool.live--

@@ -66,6 +66,14 @@ type pool struct {
 	refs int
 	live int
 	auth string // the latest call's registry credential
+	// minHot containers are kept started until holdUntil (Engine.Hold).
+	minHot    int
+	holdUntil time.Time
+	// prepared is a container created ahead for the pool's next launch
+	// while a hold stands, preparing whether one is being made
+	// (prepare.go).
+	prepared  *hotContainer
+	preparing bool
 }
 
 // New connects to the Docker daemon (Config.DockerHost, else the
@@ -174,6 +182,9 @@ type PoolStats struct {
 	Key string
 	// Idle includes Paused.
 	Idle, Paused, Busy, Starting, Waiting int
+	// Prepared counts a container created ahead for the next launch
+	// (prepare.go), not among the others.
+	Prepared int
 }
 
 // Stats returns every pool's counts, sorted by function ID and key.
@@ -183,7 +194,12 @@ func (e *Engine) Stats() []PoolStats {
 	for _, p := range e.pools {
 		pools = append(pools, p)
 	}
-	paused := map[*pool]int{}
+	paused, prepared := map[*pool]int{}, map[*pool]int{}
+	for _, p := range pools {
+		if p.prepared != nil {
+			prepared[p] = 1
+		}
+	}
 	for c := range e.containers {
 		c.stateMu.Lock()
 		if c.state == ContainerPaused {
@@ -195,7 +211,8 @@ func (e *Engine) Stats() []PoolStats {
 	stats := make([]PoolStats, 0, len(pools))
 	for _, p := range pools {
 		s := p.q.stats()
-		stats = append(stats, PoolStats{FnID: p.fn.ID, Key: p.key, Idle: s.Idle, Paused: paused[p], Busy: s.Busy, Starting: s.Starting, Waiting: s.Waiting})
+		stats = append(stats, PoolStats{FnID: p.fn.ID, Key: p.key, Idle: s.Idle, Paused: paused[p], Busy: s.Busy, Starting: s.Starting, Waiting: s.Waiting,
+			Prepared: prepared[p]})
 	}
 	sort.Slice(stats, func(i, j int) bool {
 		if stats[i].FnID != stats[j].FnID {
@@ -291,7 +308,12 @@ func (e *Engine) call(ctx context.Context, fn FunctionConfig, call CallRequest, 
 	}
 	report.ContainerID = c.id
 	report.Cold = c.served.Add(1) == 1
+	if report.Cold {
+		times := c.launched
+		report.Launch = &times
+	}
 	report.Wait = e.now().Sub(start)
+	e.aheadOfDemand(p) // a held pool grows before the next call needs it (hold.go)
 	return e.dispatch(ctx, p, c, call, length, w, deadline, report)
 }
 
@@ -449,7 +471,7 @@ func (e *Engine) slot(ctx context.Context, p *pool, mode Mode) (*hotContainer, e
 			if c, ok := p.q.cancel(w); ok {
 				return c, nil
 			}
-			return nil, callErr(KindBusy, nil, "no container of the function was free within %v", e.cfg.MaxSlotWait)
+			return nil, callErr(KindCapacityTimeout, nil, "no container of the function was free within %v, and none was starting", e.cfg.MaxSlotWait)
 		}
 	}
 }
@@ -529,24 +551,29 @@ func (e *Engine) claimVictims(p *pool, short Resources) []*hotContainer {
 // startLaunch launches a container for p in the background; it goes to
 // target if target still waits, else to the longest waiter, else idle.
 func (e *Engine) startLaunch(p *pool, res *Reservation, target *slotWaiter[*hotContainer]) {
-	ok := e.goBackground(func() {
-		c, err := e.launch(p, res)
-		if err != nil {
-			e.log.Warn("function container launch failed", "fn", p.fn.ID, "err", err)
-			// Released before the error is delivered, so a caller that
-			// hears of the failure finds the capacity back.
-			res.Release()
-			p.q.launchFailed(err, target)
-			e.signal()
-			return
-		}
-		if idle, seq := p.q.launched(c, target); idle {
-			e.becameIdle(c, seq)
-		}
-	})
+	ok := e.goBackground(func() { e.runLaunch(p, res, target) })
 	if !ok {
 		res.Release()
 		p.q.launchFailed(callErr(KindBusy, nil, "the engine is closing"), target)
+	}
+}
+
+// runLaunch launches a container for p, claimed in its queue, and hands
+// it out as startLaunch says; it returns when the container is handed out
+// or its launch failed.
+func (e *Engine) runLaunch(p *pool, res *Reservation, target *slotWaiter[*hotContainer]) {
+	c, err := e.launch(p, res)
+	if err != nil {
+		e.log.Warn("function container launch failed", "fn", p.fn.ID, "err", err)
+		// Released before the error is delivered, so a caller that
+		// hears of the failure finds the capacity back.
+		res.Release()
+		p.q.launchFailed(err, target)
+		e.signal()
+		return
+	}
+	if idle, seq := p.q.launched(c, target); idle {
+		e.becameIdle(c, seq)
 	}
 }
 
@@ -624,7 +651,7 @@ func relay(w http.ResponseWriter, resp *http.Response, maxResponse int64, report
 	if resp.ContentLength > maxResponse {
 		return false, "response too big", callErr(KindResponseTooBig, nil, "the response body is %d bytes; the function may send %d", resp.ContentLength, maxResponse), nil
 	}
-	copyUserHeaders(w.Header(), resp.Header)
+	copyUserHeaders(w.Header(), resp.Header, gatewayCall(resp.Request))
 	w.WriteHeader(status)
 
 	n, err := stream(w, resp.Body, maxResponse)
@@ -695,10 +722,16 @@ func (e *Engine) broken(ctx context.Context, c *hotContainer, err error, phase s
 	select {
 	case <-c.exited:
 		timer.Stop()
-		return e.exitError(c, "during the call")
+		cerr := e.exitError(c, "during the call")
+		if cerr.Kind != KindOutOfMemory {
+			// It had started and taken the call: not an init failure,
+			// whatever it served before.
+			cerr.Kind = KindNoResponse
+		}
+		return cerr
 	case <-timer.C:
 	}
-	return callErr(KindInvalidResponse, err, "the connection to container %s failed %s: %v", c.name, phase, err)
+	return callErr(KindNoResponse, err, "the connection to container %s failed %s: %v", c.name, phase, err)
 }
 
 // release ends c's call: back to the pool if keep (and it still runs),

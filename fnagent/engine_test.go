@@ -294,7 +294,7 @@ func TestContractViolationsReplaceContainer(t *testing.T) {
 	}{
 		{"status:418", ErrInvalidResponse},
 		{"bad-status", ErrInvalidResponse},
-		{"crash", ErrFunctionFailed},
+		{"crash", ErrNoResponse},
 	} {
 		r := te.call(fn, c.test, "")
 		if !errors.Is(r.err, c.want) {
@@ -401,8 +401,8 @@ func TestBusyWithoutWaiting(t *testing.T) {
 			t.Fatalf("%s NoWait: err = %v after %v; want busy at once", fn.ID, r.err, r.took)
 		}
 		r = te.call(fn, "echo", "")
-		if !errors.Is(r.err, ErrBusy) || r.took < maxSlotWait {
-			t.Fatalf("%s Wait: err = %v after %v; want busy after MaxSlotWait", fn.ID, r.err, r.took)
+		if !errors.Is(r.err, ErrCapacityTimeout) || !errors.Is(r.err, failure.ErrUnavailable) || r.took < maxSlotWait {
+			t.Fatalf("%s Wait: err = %v after %v; want capacity_timeout after MaxSlotWait", fn.ID, r.err, r.took)
 		}
 		t.Logf("%s: %v", fn.ID, r.err)
 		if first := <-done; first.err != nil {

@@ -20,6 +20,11 @@ const (
 	// wait for a slot hit its bound, or the engine is closing. Nothing ran;
 	// another node may serve it. (Fn: 503.)
 	KindBusy Kind = "busy"
+	// KindCapacityTimeout: the call waited Config.MaxSlotWait for a
+	// container (another call's to free up, or capacity for a new one)
+	// with no launch of its function under way, and got none: the bound
+	// on waiting for capacity passed. Nothing ran. (Fn: 503.)
+	KindCapacityTimeout Kind = "capacity_timeout"
 	// KindImagePull: the image could not be pulled (unknown, unauthorized,
 	// registry unreachable). (Fn: 502/500.)
 	KindImagePull Kind = "image_pull_failed"
@@ -39,12 +44,17 @@ const (
 	// KindTimeout: the call's deadline passed while the function ran, or the
 	// FDK answered 504. The container is replaced. (Fn: 504.)
 	KindTimeout Kind = "timeout"
-	// KindFunctionFailed: the FDK answered 502 (the container is kept), or
-	// the container exited during the call (it is replaced). (Fn: 502.)
+	// KindFunctionFailed: the FDK answered 502; the container is kept.
+	// (Fn: 502 "function failed".)
 	KindFunctionFailed Kind = "function_failed"
+	// KindNoResponse: the container exited (crashed, was killed) or broke
+	// its connection during the call, before its response was whole; the
+	// container is replaced. (Fn: 502 "error receiving function
+	// response".) An out-of-memory kill is KindOutOfMemory.
+	KindNoResponse Kind = "no_response"
 	// KindInvalidResponse: the container answered outside the contract (a
-	// status other than 200, 502 or 504, a malformed Fn-Http-Status) or
-	// broke the connection; the container is replaced. (Fn: 502.)
+	// status other than 200, 502 or 504, a malformed Fn-Http-Status); the
+	// container is replaced. (Fn: 502 "invalid function response".)
 	KindInvalidResponse Kind = "invalid_response"
 	// KindRequestTooBig: the request body exceeds MaxRequestBytes. (Fn: 413.)
 	KindRequestTooBig Kind = "request_too_big"
@@ -99,13 +109,13 @@ func (e *CallError) Is(target error) bool {
 	return ok && t.FnID == "" && t.CallID == "" && t.Message == "" && t.Err == nil && t.Kind == e.Kind
 }
 
-// Unwrap returns the cause and the failure kind the Kind implies (busy is
-// failure.ErrUnavailable, invalid failure.ErrInvalid), so code that knows
+// Unwrap returns the cause and the failure kind the Kind implies (busy and
+// capacity_timeout are failure.ErrUnavailable, invalid failure.ErrInvalid), so code that knows
 // only Mercator's general kinds still classifies it.
 func (e *CallError) Unwrap() []error {
 	var errs []error
 	switch e.Kind {
-	case KindBusy:
+	case KindBusy, KindCapacityTimeout:
 		errs = append(errs, failure.ErrUnavailable)
 	case KindInvalid:
 		errs = append(errs, failure.ErrInvalid)
@@ -119,6 +129,7 @@ func (e *CallError) Unwrap() []error {
 // Sentinels for errors.Is, one per kind a caller tells apart.
 var (
 	ErrBusy              = &CallError{Kind: KindBusy}
+	ErrCapacityTimeout   = &CallError{Kind: KindCapacityTimeout}
 	ErrImagePull         = &CallError{Kind: KindImagePull}
 	ErrImagePullTimeout  = &CallError{Kind: KindImagePullTimeout}
 	ErrInitFailed        = &CallError{Kind: KindInitFailed}
@@ -127,6 +138,7 @@ var (
 	ErrTimeout           = &CallError{Kind: KindTimeout}
 	ErrFunctionFailed    = &CallError{Kind: KindFunctionFailed}
 	ErrInvalidResponse   = &CallError{Kind: KindInvalidResponse}
+	ErrNoResponse        = &CallError{Kind: KindNoResponse}
 	ErrRequestTooBig     = &CallError{Kind: KindRequestTooBig}
 	ErrResponseTooBig    = &CallError{Kind: KindResponseTooBig}
 	ErrInvalidCallConfig = &CallError{Kind: KindInvalid}

@@ -118,12 +118,22 @@ func dialSocket(ctx context.Context, dir string) (net.Conn, error) {
 // errExited is waitForSocket's answer when the container ended first.
 var errExited = errors.New("the container exited")
 
-// waitForSocket polls until a connection to the listener in dir succeeds,
+// waitForSocket waits until a connection to the listener in dir succeeds,
 // the container exits (errExited), or ctx ends. A connection is the test,
 // not the file's existence: a server that binds lsnr.sock directly creates
 // the file before it listens.
+//
+// The directory is watched (inotify) rather than polled alone: an FDK
+// creates its socket, or the lsnr.sock symlink to it, once it listens, and
+// the event wakes the wait at once, where a poll found it up to a poll
+// interval late on every cold start. A short poll remains behind the
+// watch, for the moment between a direct bind and its listen (no event
+// follows it) and for a system without inotify.
 func waitForSocket(ctx context.Context, dir string, exited <-chan struct{}) error {
-	delay := 2 * time.Millisecond
+	events, stop := watchDir(dir)
+	defer stop()
+	const first, most = 2 * time.Millisecond, 25 * time.Millisecond
+	delay := first
 	var last error
 	for {
 		dialCtx, cancel := context.WithTimeout(ctx, time.Second)
@@ -142,10 +152,45 @@ func waitForSocket(ctx context.Context, dir string, exited <-chan struct{}) erro
 		case <-exited:
 			timer.Stop()
 			return errExited
+		case <-events:
+			timer.Stop()
+			delay = first // something appeared: look again soon if it is not listening yet
+			continue
 		case <-timer.C:
 		}
-		delay = min(delay*2, 25*time.Millisecond)
+		delay = min(delay*2, most)
 	}
+}
+
+// watchDir reports changes to dir's entries (created, moved in, changed)
+// on the returned channel, coalesced, until stop is called. Without
+// inotify the channel is nil, which never fires.
+func watchDir(dir string) (events <-chan struct{}, stop func()) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, func() {}
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_ATTRIB); err != nil {
+		unix.Close(fd)
+		return nil, func() {}
+	}
+	// A non-blocking descriptor goes to Go's poller, so Close ends the
+	// pending Read and the goroutine with it.
+	f := os.NewFile(uintptr(fd), "inotify:"+dir)
+	ch := make(chan struct{}, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := f.Read(buf); err != nil {
+				return
+			}
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return ch, func() { f.Close() }
 }
 
 // newTransport makes the HTTP transport of one container: one connection
@@ -260,13 +305,16 @@ func userStatus(h http.Header) (int, error) {
 }
 
 // copyUserHeaders adds the function's headers in src to dst: Fn-Http-H-X
-// becomes X (the gateway form FDKs use for an HTTP-triggered call); other
-// headers pass as they are (Content-Type, Fn-Fdk-Version, and a function's
-// own headers on a plain invoke, which FDKs do not wrap). Fn-Http-Status,
+// becomes X (the gateway form FDKs use for an HTTP-triggered call). On a
+// plain invoke the other headers pass as they are (Content-Type,
+// Fn-Fdk-Version, a function's own headers, which FDKs do not wrap); on a
+// gateway call (an HTTP trigger's) only Content-Type does besides the
+// unwrapped ones, as Fn's trigger gateway passes them: what the FDK says
+// about itself is not the web client's business. Fn-Http-Status,
 // hop-by-hop headers, Content-Length and Date describe the container's
 // response, not the function's, and are dropped: the body is streamed, so
 // its length is the caller's transport's business.
-func copyUserHeaders(dst, src http.Header) {
+func copyUserHeaders(dst, src http.Header, gateway bool) {
 	skip := func(k string) bool { return hopByHop[k] || k == "Content-Length" || k == "Date" }
 	for k, vs := range src {
 		switch {
@@ -277,10 +325,17 @@ func copyUserHeaders(dst, src http.Header) {
 				dst[name] = append(dst[name], vs...)
 			}
 		case skip(k):
+		case gateway && k != "Content-Type":
 		default:
 			dst[k] = append(dst[k], vs...)
 		}
 	}
+}
+
+// gatewayCall reports whether the container's request was an HTTP
+// trigger's (Fn-Intent: httprequest, which the gateway sets).
+func gatewayCall(req *http.Request) bool {
+	return req != nil && req.Header.Get("Fn-Intent") == "httprequest"
 }
 
 // inMemoryLen is the unread length of a body held whole in memory, in one

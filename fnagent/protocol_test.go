@@ -176,15 +176,24 @@ func TestCopyUserHeaders(t *testing.T) {
 		"Fn-Fdk-Version":           {"fdk-go/0.0.50"},
 		"Transfer-Encoding":        {"chunked"},
 	}
-	dst := http.Header{}
-	copyUserHeaders(dst, src)
-	want := http.Header{"X-Custom": {"yes"}, "Cache-Control": {"no-store"}, "Content-Type": {"text/plain"}, "Fn-Fdk-Version": {"fdk-go/0.0.50"}}
-	if len(dst) != len(want) {
-		t.Fatalf("got %v; want %v", dst, want)
-	}
-	for k, v := range want {
-		if dst.Get(k) != v[0] {
-			t.Errorf("%s = %q; want %q", k, dst.Get(k), v[0])
+	for _, c := range []struct {
+		gateway bool
+		want    http.Header
+	}{
+		{false, http.Header{"X-Custom": {"yes"}, "Cache-Control": {"no-store"}, "Content-Type": {"text/plain"}, "Fn-Fdk-Version": {"fdk-go/0.0.50"}}},
+		// An HTTP trigger's caller gets the unwrapped headers and
+		// Content-Type only, as from Fn's gateway.
+		{true, http.Header{"X-Custom": {"yes"}, "Cache-Control": {"no-store"}, "Content-Type": {"text/plain"}}},
+	} {
+		dst := http.Header{}
+		copyUserHeaders(dst, src, c.gateway)
+		if len(dst) != len(c.want) {
+			t.Fatalf("gateway %v: got %v; want %v", c.gateway, dst, c.want)
+		}
+		for k, v := range c.want {
+			if dst.Get(k) != v[0] {
+				t.Errorf("gateway %v: %s = %q; want %q", c.gateway, k, dst.Get(k), v[0])
+			}
 		}
 	}
 }

@@ -114,6 +114,37 @@ func (q *slotQueue[S]) claimLaunch() bool {
 	return false
 }
 
+// claimWarm counts as in flight the launches that bring the pool to n
+// slots in all (idle, busy and starting), within max, and returns how
+// many it claimed. The caller follows each with launched, launchFailed or
+// unclaim, as for claimLaunch.
+func (q *slotQueue[S]) claimWarm(n int) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := n - q.total()
+	if q.max > 0 {
+		k = min(k, q.max-q.total())
+	}
+	if k <= 0 {
+		return 0
+	}
+	q.starting += k
+	return k
+}
+
+// claimSpare claims one launch when the pool has no idle slot and none
+// starting, within max: a spare for the next call. The caller follows as
+// for claimLaunch.
+func (q *slotQueue[S]) claimSpare() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.idle) > 0 || q.starting > 0 || !q.belowMax() {
+		return false
+	}
+	q.starting++
+	return true
+}
+
 // unclaim takes back a claimed launch that never started.
 func (q *slotQueue[S]) unclaim() {
 	q.mu.Lock()

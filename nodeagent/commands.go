@@ -27,6 +27,8 @@ func (a *Agent) dispatch(ctx context.Context, cmd nodeproto.Command) {
 		a.invoke(ctx, cmd) // hands the call to a worker
 	case nodeproto.KindCallLog:
 		go a.answerCallLog(ctx, cmd)
+	case nodeproto.KindHold:
+		a.hold(cmd) // returns at once (functions_hold.go)
 	default:
 		go a.handle(ctx, cmd)
 	}

@@ -106,9 +106,10 @@ func (a *Agent) functionFacts() *nodeproto.FunctionCapacity {
 		c.Paused += p.Paused
 		c.Busy += p.Busy
 		c.Starting += p.Starting
+		c.Prepared += p.Prepared
 	}
 	for _, c := range byFn {
-		if c.Idle+c.Busy+c.Starting > 0 {
+		if c.Idle+c.Busy+c.Starting+c.Prepared > 0 {
 			fc.Containers = append(fc.Containers, *c)
 		}
 	}

@@ -54,6 +54,12 @@
 //     stop for a bad GPU is stop_workload with reason "gpu_failed"), so an
 //     older agent needs nothing; a control plane older than this refuses
 //     the new fields, so control planes are upgraded first, as always.
+//   - 7 (2026-12-01): warm capacity. The hold command (HoldCommand), sent
+//     down the session like invoke and never stored, asks the node to pull
+//     a function's image now and keep Count of its containers started until
+//     the hold lapses; the control plane repeats it while the policy
+//     stands. An older agent would take the unknown command for an
+//     operation, so it goes only to agents at VersionWarmCapacity or later.
 package nodeproto
 
 import (
@@ -64,7 +70,7 @@ import (
 
 // Version is the capability version this build speaks. See the package doc
 // for what each version added.
-const Version = 6
+const Version = 7
 
 // The first version of each feature a command may need, from the history
 // above. A control plane sends a command only to a node whose agent is at
@@ -83,6 +89,8 @@ const (
 	// VersionGPUHealth: facts carrying GPUHealth, workload observations
 	// carrying GPUUsage.
 	VersionGPUHealth = 6
+	// VersionWarmCapacity: the hold command (HoldCommand).
+	VersionWarmCapacity = 7
 )
 
 // Paths of the node protocol, relative to the control plane's base URL. Every

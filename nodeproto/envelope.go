@@ -26,6 +26,11 @@ const (
 	// KindInvoke: no OperationID, the answer travels over the agent's own
 	// request.
 	KindCallLog = "call_log"
+	// KindHold asks the node to prefetch a function's image and keep some
+	// of its containers started (HoldCommand, capability version 6).
+	// Ephemeral like KindInvoke: no OperationID, no result; the control
+	// plane repeats it while it wants the containers held.
+	KindHold = "hold"
 	// KindKeepAlive carries nothing; it keeps idle proxies from closing the
 	// session stream and lets the agent notice a dead one.
 	KindKeepAlive = "keep_alive"
@@ -51,6 +56,7 @@ type Command struct {
 	StopWorkload    *StopWorkloadCommand    `json:"stop_workload,omitempty"`
 	Invoke          *InvokeCommand          `json:"invoke,omitempty"`
 	CallLog         *CallLogCommand         `json:"call_log,omitempty"`
+	Hold            *HoldCommand            `json:"hold,omitempty"`
 }
 
 // RequiredVersion is the lowest capability version whose agents can carry
@@ -78,6 +84,8 @@ func RequiredVersion(c Command) int {
 		return VersionFunctions
 	case KindCallLog:
 		return VersionCallLogs
+	case KindHold:
+		return VersionWarmCapacity
 	}
 	return 1
 }

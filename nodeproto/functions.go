@@ -166,4 +166,21 @@ type FunctionContainers struct {
 	Paused   int    `json:"paused"`
 	Busy     int    `json:"busy"`
 	Starting int    `json:"starting"`
+	// Prepared counts containers created ahead for the next launch (not
+	// started; version 6 agents while a hold stands).
+	Prepared int `json:"prepared,omitempty"`
+}
+
+// HoldCommand asks a node for warm capacity of one function: pull its image
+// now (so a first call never waits for a pull), and keep Count of its
+// containers started, idle ones exempt from the function's idle timeout,
+// until For has passed since the command arrived (a duration, so the clocks
+// need not agree). Count 0 is a prefetch only. The control plane sends it
+// when a function is deployed and again, well within For, while its
+// policy (min_hot) stands; when it stops, the hold lapses and the
+// containers age out as any others. Capability version 6.
+type HoldCommand struct {
+	Function *FunctionSpec `json:"function"`
+	Count    int           `json:"count"`
+	For      time.Duration `json:"for"`
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
@@ -48,6 +49,10 @@ func (s *Service) fnCreateApp(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
+	if in.Shape != "" && !slices.Contains(api.AppShapes, in.Shape) {
+		s.fnFail(w, errFnAppInvalidShape)
+		return
+	}
 	ann, err := compactAnnotations(in.Annotations, false)
 	if err == nil {
 		ann, err = mergeAnnotations(nil, ann)
@@ -76,7 +81,7 @@ func (s *Service) fnCreateApp(w http.ResponseWriter, r *http.Request) {
 	}
 	now := fnTime(s.now())
 	app := store.App{App: api.App{ID: id, Name: in.Name, Config: config, Annotations: ann,
-		SyslogURL: in.SyslogURL, CreatedAt: now, UpdatedAt: now}, SealedConfig: sealed}
+		SyslogURL: in.SyslogURL, Shape: in.Shape, CreatedAt: now, UpdatedAt: now}, SealedConfig: sealed}
 	err = s.store.Update(r.Context(), func(tx store.Tx) error {
 		if _, err := tx.GetAppByName(app.Name); err == nil {
 			return errFnAppExists
@@ -91,7 +96,8 @@ func (s *Service) fnCreateApp(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, s.appView(app))
+	notePublicChange(r.Context(), "app "+app.Name, false, appPublic(app.Annotations))
+	writeFnJSON(w, http.StatusOK, s.appView(app))
 }
 
 func (s *Service) fnGetApp(w http.ResponseWriter, r *http.Request) {
@@ -104,7 +110,7 @@ func (s *Service) fnGetApp(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, s.appView(app))
+	writeFnJSON(w, http.StatusOK, s.appView(app))
 }
 
 func (s *Service) fnListApps(w http.ResponseWriter, r *http.Request) {
@@ -120,7 +126,7 @@ func (s *Service) fnListApps(w http.ResponseWriter, r *http.Request) {
 	}
 	var out api.AppList
 	out.Items, out.NextCursor = httpapi.ListPage(apps, perPage, s.appView, func(a store.App) string { return a.Name })
-	httpapi.WriteJSON(w, http.StatusOK, out)
+	writeFnJSON(w, http.StatusOK, out)
 }
 
 func (s *Service) fnUpdateApp(w http.ResponseWriter, r *http.Request) {
@@ -143,6 +149,7 @@ func (s *Service) fnUpdateApp(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
+	var wasPublic bool
 	var app store.App
 	err = s.store.Update(r.Context(), func(tx store.Tx) error {
 		var err error
@@ -154,6 +161,7 @@ func (s *Service) fnUpdateApp(w http.ResponseWriter, r *http.Request) {
 			return errFnAppNameImmutable
 		}
 		was, _ := json.Marshal(app)
+		wasPublic = appPublic(app.Annotations)
 		if app.Config, err = mergeConfig(app.Config, patch.Config); err != nil {
 			return err
 		}
@@ -180,7 +188,8 @@ func (s *Service) fnUpdateApp(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.forgetApp(app.ID)
-	httpapi.WriteJSON(w, http.StatusOK, s.appView(app))
+	notePublicChange(r.Context(), "app "+app.Name, wasPublic, appPublic(app.Annotations))
+	writeFnJSON(w, http.StatusOK, s.appView(app))
 }
 
 // fnDeleteApp deletes an app with its functions and triggers (Fn's

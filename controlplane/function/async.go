@@ -51,7 +51,7 @@ func (s *Service) enqueue(w http.ResponseWriter, r *http.Request, e *fnEntry, he
 		return
 	}
 	if len(body) > api.FnMaxRequestBytes {
-		httpapi.WriteJSON(w, http.StatusRequestEntityTooLarge, api.FnError{Message: "Request content too large", Kind: "request_too_big"})
+		writeFnJSON(w, http.StatusRequestEntityTooLarge, api.FnError{Message: "Request content too large", Kind: "request_too_big"})
 		return
 	}
 	now := s.now()
@@ -64,7 +64,7 @@ func (s *Service) enqueue(w http.ResponseWriter, r *http.Request, e *fnEntry, he
 	s.metrics.durable.WithLabelValues(e.fn.ID, "enqueued").Inc()
 	s.wake()
 	w.Header().Set("Fn-Call-Id", call.ID)
-	httpapi.WriteJSON(w, http.StatusAccepted, api.DetachedCall{CallID: call.ID})
+	writeFnJSON(w, http.StatusAccepted, api.DetachedCall{CallID: call.ID})
 }
 
 func (s *Service) wake() {
@@ -74,15 +74,27 @@ func (s *Service) wake() {
 	}
 }
 
-// StartAsync runs asyncLoop under sup (restarted after a panic); the
-// channel is closed once it returned.
+// StartAsync runs the service's loops under sup (each restarted after a
+// panic): asyncLoop, which delivers durable calls, and warmLoop, which
+// keeps warm capacity (warm.go). The channel is closed once both
+// returned.
 func (s *Service) StartAsync(ctx context.Context, sup supervise.Supervisor) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if s != nil {
-			sup.Run(ctx, "async-calls", s.asyncLoop)
+		if s == nil {
+			return
 		}
+		// Warm capacity (warm.go) runs beside delivery, under the same
+		// supervisor and context.
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sup.Run(ctx, "fn-warm-capacity", s.warmLoop)
+		}()
+		sup.Run(ctx, "async-calls", s.asyncLoop)
+		wg.Wait()
 	}()
 	return done
 }
@@ -188,7 +200,7 @@ func finish(c *store.Call, now time.Time, kind, message string) {
 // retryableDurable are the ways a delivery can end that say nothing about
 // the function: it is delivered again.
 var retryableDurable = map[string]bool{kindBusy: true, kindNoCapacity: true, kindUnreachable: true, kindRefused: true,
-	kindUnavailable: true, kindNodeLost: true, kindCanceled: true}
+	kindUnavailable: true, kindNodeLost: true, kindCanceled: true, "capacity_timeout": true}
 
 // bufferSink keeps a durable call's response, up to limit bytes.
 type bufferSink struct {

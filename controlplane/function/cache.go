@@ -16,11 +16,12 @@ import (
 
 // fnEntry is a function as the invoke path needs it.
 type fnEntry struct {
-	fn   store.Fn
-	app  store.App
-	spec nodeproto.FunctionSpec
-	need scheduler.FunctionNeed
-	at   time.Time
+	fn     store.Fn
+	app    store.App
+	spec   nodeproto.FunctionSpec
+	need   scheduler.FunctionNeed
+	maxHot int // MaxHotAnnotation; 0 no cap (warm.go)
+	at     time.Time
 }
 
 // newFnEntry is f's entry, with config the containers' environment
@@ -38,7 +39,8 @@ func newFnEntry(f store.Fn, app store.App, config map[string]string, at time.Tim
 	if spec.Timeout == 0 {
 		spec.Timeout = api.FnDefaultTimeout * time.Second
 	}
-	return &fnEntry{fn: f, app: app, spec: spec, at: at,
+	_, maxHot, _ := warmPolicy(f.Annotations) // checked when it was set
+	return &fnEntry{fn: f, app: app, spec: spec, at: at, maxHot: maxHot,
 		need: scheduler.FunctionNeed{MemoryBytes: spec.MemoryMB << 20, MilliCPUs: spec.MilliCPUs, GPUs: f.GPUs, GPUModel: f.GPUModel}}
 }
 
@@ -50,6 +52,17 @@ func (s *Service) lookupFn(ctx context.Context, id string) (*fnEntry, error) {
 			return e, nil
 		}
 	}
+	e, err := s.readFn(ctx, id, now)
+	if err != nil {
+		return nil, err
+	}
+	s.fns.Store(id, e)
+	return e, nil
+}
+
+// readFn reads the function and its app from the store, leaving the cache
+// as it is (the warm loop's reads are no calls).
+func (s *Service) readFn(ctx context.Context, id string, now time.Time) (*fnEntry, error) {
 	var e *fnEntry
 	err := s.store.View(ctx, func(tx store.Tx) error {
 		f, err := tx.GetFn(id)
@@ -74,19 +87,14 @@ func (s *Service) lookupFn(ctx context.Context, id string) (*fnEntry, error) {
 	// (Host.RegistryAuth); it travels with each command, never stored on the
 	// node, as a Run's does.
 	e.spec.RegistryAuth = s.host.RegistryAuth(ctx, e.spec.Image)
-	s.fns.Store(id, e)
 	return e, nil
 }
 
 type triggerEntry struct {
 	appID, fnID string
-	public      bool // PublicAnnotation: callable without a credential
+	public      bool // callable without a credential (public.go)
 	at          time.Time
 }
-
-// PublicAnnotation, set to true on an HTTP trigger, lets callers without a
-// credential call it (off by default; httpapi.ConfineToApp).
-const PublicAnnotation = "mercator.dev/public"
 
 // lookupTrigger finds the function an HTTP trigger of the app names, and
 // whether the trigger is public.
@@ -109,7 +117,7 @@ func (s *Service) lookupTrigger(ctx context.Context, appName, source string) (*f
 		if err != nil {
 			return notFoundAs(err, errTriggerNotFound)
 		}
-		t = triggerEntry{appID: app.ID, fnID: tr.FnID, public: string(tr.Annotations[PublicAnnotation]) == "true", at: now}
+		t = triggerEntry{appID: app.ID, fnID: tr.FnID, public: triggerPublic(tr.Annotations) || appPublic(app.Annotations), at: now}
 		return nil
 	})
 	if err != nil {
@@ -153,8 +161,18 @@ func (s *Service) forgetApp(id string) {
 }
 
 type fnNodeList struct {
-	at    time.Time
-	nodes []scheduler.FunctionNode
+	at       time.Time
+	nodes    []scheduler.FunctionNode
+	versions map[string]int // each node's agent capability version
+}
+
+// nodeVersions is the capability version of each node the last fleet read
+// found taking calls.
+func (s *Service) nodeVersions() map[string]int {
+	if l := s.nodes.Load(); l != nil {
+		return l.versions
+	}
+	return nil
 }
 
 // fleet is the nodes that take calls, read at most every cacheTTL.
@@ -169,6 +187,7 @@ func (s *Service) fleet(ctx context.Context) ([]scheduler.FunctionNode, error) {
 		return l.nodes, nil
 	}
 	var nodes []scheduler.FunctionNode
+	versions := map[string]int{}
 	err := s.store.View(ctx, func(tx store.Tx) error {
 		all, err := tx.ListNodes()
 		if err != nil {
@@ -177,6 +196,7 @@ func (s *Service) fleet(ctx context.Context) ([]scheduler.FunctionNode, error) {
 		for _, n := range all {
 			if fn, ok := fnNodeOf(n, s.host.NodeReady(n)); ok {
 				nodes = append(nodes, fn)
+				versions[n.ID] = n.Facts.CapabilityVersion
 			}
 		}
 		return nil
@@ -184,7 +204,7 @@ func (s *Service) fleet(ctx context.Context) ([]scheduler.FunctionNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.nodes.Store(&fnNodeList{at: now, nodes: nodes})
+	s.nodes.Store(&fnNodeList{at: now, nodes: nodes, versions: versions})
 	return nodes, nil
 }
 

@@ -48,7 +48,7 @@ func (s *Service) fnGetCall(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, callView(c))
+	writeFnJSON(w, http.StatusOK, callView(c))
 }
 
 func (s *Service) fnListCalls(w http.ResponseWriter, r *http.Request) {
@@ -75,7 +75,7 @@ func (s *Service) fnListCalls(w http.ResponseWriter, r *http.Request) {
 	}
 	var out api.FnCallList
 	out.Items, out.NextCursor = httpapi.ListPage(calls, perPage, callView, func(c store.Call) string { return c.ID })
-	httpapi.WriteJSON(w, http.StatusOK, out)
+	writeFnJSON(w, http.StatusOK, out)
 }
 
 // fnGetCallLog answers with the call's output: text, or Fn's JSON body
@@ -97,7 +97,7 @@ func (s *Service) fnGetCallLog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if strings.Contains(r.Header.Get("Accept"), "application/json") {
-		httpapi.WriteJSON(w, http.StatusOK, api.CallLogResponse{Message: "Successfully loaded log", Log: api.CallLog{CallID: callID, Log: text}})
+		writeFnJSON(w, http.StatusOK, api.CallLogResponse{Message: "Successfully loaded log", Log: api.CallLog{CallID: callID, Log: text}})
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -31,9 +31,11 @@ import (
 // its error shape) is untouched. Where Mercator differs, docs/functions.md
 // says how and why. The main ones:
 //
-//   - Every route needs the admin bearer credential, invoke and triggers
-//     included; Fn leaves that to an extension. Because Authorization
-//     carries Mercator's credential, it is never passed to a function.
+//   - Every route needs a bearer credential of a role that allows it,
+//     except invoke and triggers of an app (or a trigger) opened to
+//     callers without one (public.go); Fn leaves authentication to an
+//     extension. Because Authorization carries Mercator's credential, it
+//     is never passed to a function.
 //   - A function's image is pinned to a manifest digest when it is created
 //     or its image is set (PinnedImage), through the resolver Runs use.
 //   - Functions may ask for CPU, GPUs and a per-node concurrency cap, and
@@ -74,6 +76,45 @@ func (s *Service) Routes() []httpapi.Route {
 	return routes
 }
 
+// FnVersion is the Fn server release whose v2 API these routes match:
+// what /version answers, so a client that shows or compares the server's
+// version (`fn version`) sees one it knows. Mercator's own version is
+// `mercator version`'s.
+const FnVersion = "0.3.753"
+
+// Version answers Fn's GET /version, which needs no credential there
+// either.
+func (s *Service) Version(w http.ResponseWriter, _ *http.Request) {
+	writeFnJSON(w, http.StatusOK, map[string]string{"version": FnVersion})
+}
+
+// FallbackPrefixes are the paths under which every request is Fn's to
+// answer: what no route takes there gets Fallback's answer.
+var FallbackPrefixes = []string{"/v2/", "/invoke/", "/t/"}
+
+// Fallback answers a request under FallbackPrefixes that no route takes,
+// in Fn's words and shape: 405 "Method not allowed" when the path is
+// served with another method, 404 "Path not found" otherwise.
+func (s *Service) Fallback() http.Handler {
+	paths := http.NewServeMux()
+	seen := map[string]bool{}
+	served := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for _, rt := range s.Routes() {
+		_, path, _ := strings.Cut(rt.Pattern, " ")
+		if !seen[path] {
+			seen[path] = true
+			paths.Handle(path, served)
+		}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := paths.Handler(r); pattern != "" {
+			writeFnError(w, http.StatusMethodNotAllowed, "Method not allowed: "+r.Method+" "+r.URL.Path)
+			return
+		}
+		writeFnError(w, http.StatusNotFound, "Path not found: "+r.Method+" "+r.URL.Path)
+	})
+}
+
 // WriteAuthError writes a refusal of an API credential in Fn's error
 // shape, for the routes Routes returns.
 func WriteAuthError(w http.ResponseWriter, r *http.Request, err error) {
@@ -103,7 +144,6 @@ var (
 	errFnMissingName       = fnError(http.StatusBadRequest, "Missing Name")
 	errFnAppTooLongName    = fnError(http.StatusBadRequest, "App name must be %d characters or less", api.MaxFnNameLength)
 	errFnAppInvalidName    = fnError(http.StatusBadRequest, "Invalid app name")
-	errFnMissingAppID      = fnError(http.StatusBadRequest, "Missing App ID")
 	errFnNotFound          = fnError(http.StatusNotFound, "Fn not found")
 	errFnExists            = fnError(http.StatusConflict, "Fn with specified name already exists")
 	errFnIDProvided        = fnError(http.StatusBadRequest, "ID cannot be provided for Fn creation")
@@ -116,7 +156,9 @@ var (
 	errFnMissingImage      = fnError(http.StatusBadRequest, "Missing image on Fn")
 	errFnInvalidTimeout    = fnError(http.StatusBadRequest, "timeout value is out of range, must be between 0 and %d", api.FnMaxTimeout)
 	errFnInvalidIdle       = fnError(http.StatusBadRequest, "idle_timeout value is out of range, must be between 0 and %d", api.FnMaxIdleTimeout)
-	errFnInvalidMemory     = fnError(http.StatusBadRequest, "memory value is out of range. It should be between %d and %d", api.FnMinMemoryMB, api.FnMaxMemoryMB)
+	errFnInvalidMemory     = fnError(http.StatusBadRequest, "memory value is out of range. It should be between 0 and %d", api.FnMaxMemoryMB)
+	errFnMemoryBelowFloor  = fnError(http.StatusBadRequest, "memory value is below Docker's floor of %d MB; send 0 for the default (%d) or at least %d", api.FnMinMemoryMB, api.FnDefaultMemoryMB, api.FnMinMemoryMB)
+	errFnAppInvalidShape   = fnError(http.StatusBadRequest, "Invalid app shape")
 	errTriggerNotFound     = fnError(http.StatusNotFound, "Trigger not found")
 	errTriggerExists       = fnError(http.StatusConflict, "Trigger already exists")
 	errTriggerSourceExists = fnError(http.StatusConflict, "Trigger with the same type and source exists on this app")
@@ -142,7 +184,20 @@ var (
 )
 
 func writeFnError(w http.ResponseWriter, status int, message string) {
-	httpapi.WriteJSON(w, status, api.FnError{Message: message})
+	writeFnJSON(w, status, api.FnError{Message: message})
+}
+
+// fnJSONType is the Content-Type of every JSON body the Fn routes write,
+// errors included, as Fn's router (gin) writes it.
+const fnJSONType = "application/json; charset=utf-8"
+
+// writeFnJSON answers with status and v as JSON, typed as Fn types it.
+func writeFnJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", fnJSONType)
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the status is sent; a failed write is the caller's loss
 }
 
 // fnFail writes err in Fn's shape: an fnErr as it is, a failure kind by its

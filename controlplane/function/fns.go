@@ -22,8 +22,10 @@ func validateFnResources(f api.Fn) error {
 		return errFnInvalidTimeout
 	case f.IdleTimeout < 0 || f.IdleTimeout > api.FnMaxIdleTimeout:
 		return errFnInvalidIdle
-	case f.Memory != 0 && (f.Memory < api.FnMinMemoryMB || f.Memory > api.FnMaxMemoryMB):
+	case f.Memory > api.FnMaxMemoryMB:
 		return errFnInvalidMemory
+	case f.Memory != 0 && f.Memory < api.FnMinMemoryMB:
+		return errFnMemoryBelowFloor
 	case f.CPU < 0 || f.CPU > 1024:
 		return fnError(http.StatusBadRequest, "cpu value is out of range. It should be between 0 and 1024 cores")
 	case f.GPUs < 0 || f.GPUs > 64:
@@ -58,7 +60,10 @@ func (s *Service) pin(ctx context.Context, image string) (string, error) {
 		if errors.Is(err, failure.ErrUnavailable) {
 			status = http.StatusServiceUnavailable
 		}
-		return "", fnError(status, "Invalid image %q: %v", image, err)
+		// Fn resolves the image at the first call, and `fn deploy --local`
+		// leaves it in the builder's Docker only; Mercator pins it now
+		// (docs/functions.md says why), so say what would do.
+		return "", fnError(status, "Invalid image %q: %v (a function's image is pinned by digest when it is set, so it must be pushed to a registry the nodes can reach: `fn deploy` without --local)", image, err)
 	}
 	return pinned, nil
 }
@@ -71,12 +76,14 @@ func (s *Service) fnCreateFn(w http.ResponseWriter, r *http.Request) {
 	}
 	var err error
 	switch {
+	// Fn's order: its datastore checks the ID and the app before the
+	// model checks the name.
 	case in.ID != "":
 		err = errFnIDProvided
-	case validateFnName(in.Name) != nil:
-		err = validateFnName(in.Name)
 	case in.AppID == "":
 		err = errFnMissingFnAppID
+	case validateFnName(in.Name) != nil:
+		err = validateFnName(in.Name)
 	case in.Image == "":
 		err = errFnMissingImage
 	default:
@@ -89,6 +96,9 @@ func (s *Service) fnCreateFn(w http.ResponseWriter, r *http.Request) {
 	ann, err := compactAnnotations(in.Annotations, false)
 	if err == nil {
 		ann, err = mergeAnnotations(nil, ann)
+	}
+	if err == nil {
+		_, _, err = warmPolicy(ann)
 	}
 	if err != nil {
 		s.fnFail(w, err)
@@ -122,7 +132,7 @@ func (s *Service) fnCreateFn(w http.ResponseWriter, r *http.Request) {
 	now := fnTime(s.now())
 	f := store.Fn{Fn: api.Fn{ID: id, Name: in.Name, AppID: in.AppID, Image: in.Image, PinnedImage: pinned,
 		Memory: in.Memory, Timeout: in.Timeout, IdleTimeout: in.IdleTimeout, Config: config, Annotations: ann,
-		CPU: in.CPU, GPUs: in.GPUs, GPUModel: in.GPUModel, MaxConcurrency: in.MaxConcurrency, CreatedAt: now, UpdatedAt: now},
+		CPU: in.CPU, GPUs: in.GPUs, GPUModel: in.GPUModel, MaxConcurrency: in.MaxConcurrency, Shape: in.Shape, CreatedAt: now, UpdatedAt: now},
 		SealedConfig: sealed}
 	if f.Memory == 0 {
 		f.Memory = api.FnDefaultMemoryMB
@@ -153,7 +163,8 @@ func (s *Service) fnCreateFn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("function created", "fn", f.ID, "app", f.AppID, "name", f.Name, "image", pinned)
-	httpapi.WriteJSON(w, http.StatusOK, s.fnView(f))
+	go s.deployed(f) // its image prefetched, its minimum held (warm.go)
+	writeFnJSON(w, http.StatusOK, s.fnView(f))
 }
 
 func (s *Service) fnGetFn(w http.ResponseWriter, r *http.Request) {
@@ -166,14 +177,14 @@ func (s *Service) fnGetFn(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, s.fnView(f))
+	writeFnJSON(w, http.StatusOK, s.fnView(f))
 }
 
 func (s *Service) fnListFns(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	appID := q.Get("app_id")
 	if appID == "" {
-		s.fnFail(w, errFnMissingAppID)
+		s.fnFail(w, errFnMissingFnAppID) // Fn's datastore says this, not "Missing App ID"
 		return
 	}
 	after, perPage := httpapi.PageParams(r)
@@ -188,7 +199,7 @@ func (s *Service) fnListFns(w http.ResponseWriter, r *http.Request) {
 	}
 	var out api.FnList
 	out.Items, out.NextCursor = httpapi.ListPage(fns, perPage, s.fnView, func(f store.Fn) string { return f.Name })
-	httpapi.WriteJSON(w, http.StatusOK, out)
+	writeFnJSON(w, http.StatusOK, out)
 }
 
 // fnUpdateFn applies a patch as Fn does: zero fields are left as they are,
@@ -257,6 +268,9 @@ func (s *Service) fnUpdateFn(w http.ResponseWriter, r *http.Request) {
 		if patch.MaxConcurrency != 0 {
 			f.MaxConcurrency = patch.MaxConcurrency
 		}
+		if patch.Shape != "" {
+			f.Shape = patch.Shape
+		}
 		if f.Config, err = mergeConfig(f.Config, patch.Config); err != nil {
 			return err
 		}
@@ -265,6 +279,9 @@ func (s *Service) fnUpdateFn(w http.ResponseWriter, r *http.Request) {
 		}
 		f.SecretConfig = nil
 		if f.Annotations, err = mergeAnnotations(f.Annotations, ann); err != nil {
+			return err
+		}
+		if _, _, err := warmPolicy(f.Annotations); err != nil {
 			return err
 		}
 		if err := validateFnResources(f.Fn); err != nil {
@@ -280,7 +297,8 @@ func (s *Service) fnUpdateFn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.forgetFn(id)
-	httpapi.WriteJSON(w, http.StatusOK, s.fnView(f))
+	go s.deployed(f) // a new image prefetched, a new minimum held (warm.go)
+	writeFnJSON(w, http.StatusOK, s.fnView(f))
 }
 
 // fnDeleteFn deletes a function and its triggers.

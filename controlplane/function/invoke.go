@@ -175,10 +175,10 @@ func (s *Service) dispatch(ctx context.Context, c *fnCall) callOutcome {
 		}
 		return callOutcome{kind: kindNoCapacity, message: msg, retryable: true}
 	}
-	tries := min(len(nodes), maxTries)
+	tries := c.entry.tries(len(nodes))
 	var out callOutcome
 	for i := 0; i < tries; i++ {
-		out = s.attempt(ctx, c, nodes[i], i == tries-1)
+		out = s.attempt(ctx, c, nodes[i], c.entry.specFor(i, tries), i == tries-1)
 		out.tries = i + 1
 		if !out.retryable || ctx.Err() != nil || !s.now().Before(c.deadline) {
 			break
@@ -191,12 +191,11 @@ func (s *Service) dispatch(ctx context.Context, c *fnCall) callOutcome {
 }
 
 // attempt offers the call to one node and relays its answer.
-func (s *Service) attempt(ctx context.Context, c *fnCall, n scheduler.FunctionNode, last bool) callOutcome {
+func (s *Service) attempt(ctx context.Context, c *fnCall, n scheduler.FunctionNode, spec nodeproto.FunctionSpec, last bool) callOutcome {
 	remaining := c.deadline.Sub(s.now())
 	if remaining <= 0 {
 		return callOutcome{kind: kindTimeout, message: "the call's deadline passed before a node took it", nodeID: n.ID}
 	}
-	spec := c.entry.spec
 	cmd := nodeproto.InvokeCommand{
 		CallID: c.id, Rendezvous: httpapi.NewID("rv-"), URL: s.replicaURL(), Function: &spec,
 		Header: c.header, ContentLength: c.length, Timeout: remaining, NoWait: !last, Logs: c.logs,
@@ -381,7 +380,7 @@ func triggerHeader(r *http.Request) http.Header {
 // kind before its response began.
 func callStatus(kind string) (int, string) {
 	switch kind {
-	case kindBusy, kindNoCapacity, kindUnreachable, kindRefused, kindUnavailable:
+	case kindBusy, kindNoCapacity, kindUnreachable, kindRefused, kindUnavailable, "capacity_timeout":
 		return http.StatusServiceUnavailable, "Timed out - server too busy"
 	case kindTimeout:
 		return http.StatusGatewayTimeout, "Timed out"
@@ -393,16 +392,18 @@ func callStatus(kind string) (int, string) {
 		return http.StatusBadGateway, "Container failed to initialize, please ensure you are using the latest fdk and check the logs"
 	case "container_init_timeout":
 		return http.StatusGatewayTimeout, "Container initialization timed out, please ensure you are using the latest fdk and check the logs"
-	case "out_of_memory", "function_failed":
+	case "function_failed":
 		return http.StatusBadGateway, "function failed"
+	case "out_of_memory", "no_response", kindNodeLost:
+		// Fn says this of any call whose container's answer did not
+		// arrive: a crash, an OOM kill, a broken connection.
+		return http.StatusBadGateway, "error receiving function response"
 	case "invalid_response":
 		return http.StatusBadGateway, "invalid function response"
 	case "request_too_big":
 		return http.StatusRequestEntityTooLarge, "Request content too large"
 	case "response_too_big":
 		return http.StatusBadGateway, "function response body too large"
-	case kindNodeLost:
-		return http.StatusBadGateway, "error receiving function response"
 	case "invalid":
 		return http.StatusBadRequest, "Invalid function configuration"
 	case kindCanceled:
@@ -425,13 +426,14 @@ func (s *Service) fnInvoke(w http.ResponseWriter, r *http.Request) {
 }
 
 // lookupInvoked is the function /invoke/{fn_id} names, refused to an
-// invoker key of another app (httpapi.ConfineToApp).
+// invoker key of another app, and to a caller without a credential unless
+// the app is public (httpapi.ConfineToApp, public.go).
 func (s *Service) lookupInvoked(r *http.Request) (*fnEntry, error) {
 	e, err := s.lookupFn(r.Context(), r.PathValue("fn_id"))
 	if err != nil {
 		return nil, err
 	}
-	if err := httpapi.ConfineToApp(r.Context(), e.app.Name, false, "invoke functions"); err != nil {
+	if err := httpapi.ConfineToApp(r.Context(), e.app.Name, appPublic(e.app.Annotations), "invoke functions"); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -487,7 +489,7 @@ func (s *Service) invokeSync(w http.ResponseWriter, r *http.Request, e *fnEntry,
 	callID := httpapi.NewID("call-")
 	if r.ContentLength > api.FnMaxRequestBytes {
 		w.Header().Set("Fn-Call-Id", callID)
-		httpapi.WriteJSON(w, http.StatusRequestEntityTooLarge, api.FnError{Message: "Request content too large", Kind: "request_too_big",
+		writeFnJSON(w, http.StatusRequestEntityTooLarge, api.FnError{Message: "Request content too large", Kind: "request_too_big",
 			Detail: fmt.Sprintf("the body is %d bytes; a function accepts %d", r.ContentLength, api.FnMaxRequestBytes)})
 		s.metrics.observe(e.fn.ID, "request_too_big", 0)
 		return
@@ -533,5 +535,5 @@ func (s *Service) invokeSync(w http.ResponseWriter, r *http.Request, e *fnEntry,
 	}
 	status, msg := callStatus(out.kind)
 	w.Header().Set("Fn-Call-Id", callID)
-	httpapi.WriteJSON(w, status, api.FnError{Message: msg, Kind: out.kind, Detail: out.message})
+	writeFnJSON(w, status, api.FnError{Message: msg, Kind: out.kind, Detail: out.message})
 }

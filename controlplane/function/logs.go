@@ -268,7 +268,7 @@ func (s *Service) deliverCallLog(topic string) {
 func (s *Service) callLogAnswer(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	v, ok := s.logAsks.Load(r.PathValue("id"))
 	if !ok {
-		httpapi.WriteJSON(w, http.StatusGone, api.ErrorOf(failure.NotFound("call log request", r.PathValue("id"))))
+		writeFnJSON(w, http.StatusGone, api.ErrorOf(failure.NotFound("call log request", r.PathValue("id"))))
 		return
 	}
 	q := v.(*logAsk)

@@ -84,7 +84,7 @@ func (rv *rendezvous) abandon() bool {
 func (s *Service) lookupRendezvous(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) *rendezvous {
 	v, ok := s.rvs.Load(r.PathValue("id"))
 	if !ok {
-		httpapi.WriteJSON(w, http.StatusGone, api.ErrorOf(failure.NotFound("call attempt", r.PathValue("id"))))
+		writeFnJSON(w, http.StatusGone, api.ErrorOf(failure.NotFound("call attempt", r.PathValue("id"))))
 		return nil
 	}
 	rv := v.(*rendezvous)
@@ -103,7 +103,7 @@ func (s *Service) callCommand(w http.ResponseWriter, r *http.Request, c httpapi.
 		return
 	}
 	rv.fetched.Store(true)
-	httpapi.WriteJSON(w, http.StatusOK, rv.cmd)
+	writeFnJSON(w, http.StatusOK, rv.cmd)
 }
 
 // callRequestBody streams the caller's request body to the agent, once.
@@ -154,7 +154,7 @@ func (s *Service) callResponse(w http.ResponseWriter, r *http.Request, c httpapi
 	if kind := r.Header.Get(nodeproto.HeaderCallError); kind != "" {
 		msg, _ := io.ReadAll(io.LimitReader(r.Body, 64<<10))
 		if !rv.deliver(&callAnswer{kind: kind, message: string(msg)}) {
-			httpapi.WriteJSON(w, http.StatusGone, api.ErrorOf(failure.Conflict("call attempt %s is over", rv.id)))
+			writeFnJSON(w, http.StatusGone, api.ErrorOf(failure.Conflict("call attempt %s is over", rv.id)))
 			return
 		}
 		w.WriteHeader(http.StatusOK)
@@ -174,7 +174,7 @@ func (s *Service) callResponse(w http.ResponseWriter, r *http.Request, c httpapi
 	a := &callAnswer{status: status, header: header, length: r.ContentLength, body: r.Body,
 		trailer: func() http.Header { return r.Trailer }, done: make(chan error, 1)}
 	if !rv.deliver(a) {
-		httpapi.WriteJSON(w, http.StatusGone, api.ErrorOf(failure.Conflict("call attempt %s is over", rv.id)))
+		writeFnJSON(w, http.StatusGone, api.ErrorOf(failure.Conflict("call attempt %s is over", rv.id)))
 		return
 	}
 	if err := <-a.done; err != nil {

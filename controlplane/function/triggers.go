@@ -113,7 +113,8 @@ func (s *Service) fnCreateTrigger(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, s.triggerView(t, appName))
+	notePublicChange(r.Context(), "trigger "+t.Name, false, triggerPublic(t.Annotations))
+	writeFnJSON(w, http.StatusOK, s.triggerView(t, appName))
 }
 
 func (s *Service) fnGetTrigger(w http.ResponseWriter, r *http.Request) {
@@ -133,14 +134,14 @@ func (s *Service) fnGetTrigger(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, s.triggerView(t, appName))
+	writeFnJSON(w, http.StatusOK, s.triggerView(t, appName))
 }
 
 func (s *Service) fnListTriggers(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	appID := q.Get("app_id")
 	if appID == "" {
-		s.fnFail(w, errFnMissingAppID)
+		s.fnFail(w, errTriggerMissingApp) // Fn's datastore says this
 		return
 	}
 	after, perPage := httpapi.PageParams(r)
@@ -161,7 +162,7 @@ func (s *Service) fnListTriggers(w http.ResponseWriter, r *http.Request) {
 	out.Items, out.NextCursor = httpapi.ListPage(triggers, perPage,
 		func(t store.Trigger) api.Trigger { return s.triggerView(t, appName) },
 		func(t store.Trigger) string { return t.Name })
-	httpapi.WriteJSON(w, http.StatusOK, out)
+	writeFnJSON(w, http.StatusOK, out)
 }
 
 func (s *Service) fnUpdateTrigger(w http.ResponseWriter, r *http.Request) {
@@ -182,6 +183,7 @@ func (s *Service) fnUpdateTrigger(w http.ResponseWriter, r *http.Request) {
 	}
 	var t store.Trigger
 	var appName string
+	var wasPublic bool
 	err = s.store.Update(r.Context(), func(tx store.Tx) error {
 		var err error
 		if t, err = tx.GetTrigger(id); err != nil {
@@ -194,6 +196,7 @@ func (s *Service) fnUpdateTrigger(w http.ResponseWriter, r *http.Request) {
 			return errTriggerType
 		}
 		was, _ := json.Marshal(t)
+		wasPublic = triggerPublic(t.Annotations)
 		if patch.Name != "" {
 			t.Name = patch.Name
 		}
@@ -222,7 +225,8 @@ func (s *Service) fnUpdateTrigger(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.forgetApp(t.AppID)
-	httpapi.WriteJSON(w, http.StatusOK, s.triggerView(t, appName))
+	notePublicChange(r.Context(), "trigger "+t.Name, wasPublic, triggerPublic(t.Annotations))
+	writeFnJSON(w, http.StatusOK, s.triggerView(t, appName))
 }
 
 func (s *Service) fnDeleteTrigger(w http.ResponseWriter, r *http.Request) {

@@ -16,15 +16,15 @@ import (
 
 func sampleApp(id, name string) store.App {
 	return store.App{App: api.App{ID: id, Name: name, Config: map[string]string{"A": "1"},
-		Annotations: api.Annotations{"team": json.RawMessage(`"ml"`)},
-		CreatedAt:   at(0), UpdatedAt: at(time.Second)},
+		Annotations: api.Annotations{"team": json.RawMessage(`"ml"`)}, Shape: "GENERIC_X86",
+		CreatedAt: at(0), UpdatedAt: at(time.Second)},
 		SealedConfig: map[string][]byte{"TOKEN": {0, 1, 2, 0xff}}}
 }
 
 func sampleFn(id, appID, name string) store.Fn {
 	return store.Fn{Fn: api.Fn{ID: id, AppID: appID, Name: name, Image: "registry.local/f:1",
 		PinnedImage: "registry.local/f@sha256:" + fmt.Sprintf("%064x", 1), Memory: 256, Timeout: 30, IdleTimeout: 30,
-		Config: map[string]string{"B": "2"}, CPU: 0.5, GPUs: 1, GPUModel: "H100", MaxConcurrency: 4,
+		Config: map[string]string{"B": "2"}, CPU: 0.5, GPUs: 1, GPUModel: "H100", MaxConcurrency: 4, Shape: "GENERIC_ARM",
 		CreatedAt: at(0), UpdatedAt: at(time.Second)},
 		SealedConfig: map[string][]byte{"KEY": {0xff, 0}}}
 }

@@ -99,7 +99,7 @@ func ConfineToApp(ctx context.Context, app string, public bool, action string) e
 	case !ok || (c.Role != RoleInvoker && c.Name != ""):
 		return nil
 	case c.Name == "" && !public:
-		return failure.Unauthorized("%s needs a credential: send `Authorization: Bearer <token>` (this trigger is not public)", action)
+		return failure.Unauthorized("%s needs a credential: send `Authorization: Bearer <token>` (the app is not open to public invoke: mercator app update APP --public-invoke)", action)
 	case c.Role == RoleInvoker && c.App != app:
 		return failure.Forbidden("invoker of app %q may not %s of app %q; it needs submitter", c.App, action, app)
 	}

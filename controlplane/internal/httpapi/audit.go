@@ -132,8 +132,8 @@ type auditKey struct{}
 // auditNote is what a handler learns about the caller, for the entry its
 // wrapper writes.
 type auditNote struct {
-	mu        sync.Mutex
-	who, role string
+	mu                sync.Mutex
+	who, role, detail string
 }
 
 // NoteWho tells the audit wrapper around this request who the caller is.
@@ -141,6 +141,20 @@ func NoteWho(ctx context.Context, who, role string) {
 	if n, ok := ctx.Value(auditKey{}).(*auditNote); ok {
 		n.mu.Lock()
 		n.who, n.role = who, role
+		n.mu.Unlock()
+	}
+}
+
+// NoteDetail tells the audit wrapper around this request what it changed
+// that its entry should say (store.AuditEntry.Detail); details noted
+// earlier in the same request are kept, joined by "; ".
+func NoteDetail(ctx context.Context, detail string) {
+	if n, ok := ctx.Value(auditKey{}).(*auditNote); ok {
+		n.mu.Lock()
+		if n.detail != "" {
+			detail = n.detail + "; " + detail
+		}
+		n.detail = detail
 		n.mu.Unlock()
 	}
 }
@@ -159,10 +173,10 @@ func (a *Auditor) Wrap(h http.Handler, skipMutations bool) http.Handler {
 			return
 		}
 		note.mu.Lock()
-		who, role := note.who, note.role
+		who, role, detail := note.who, note.role, note.detail
 		note.mu.Unlock()
 		a.Record(store.AuditEntry{Who: who, Role: role, Remote: r.RemoteAddr, Method: r.Method,
-			Route: r.Pattern, Object: objectOf(r), Status: rec.code})
+			Route: r.Pattern, Object: objectOf(r), Status: rec.code, Detail: detail})
 	})
 }
 

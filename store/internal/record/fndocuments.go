@@ -19,6 +19,7 @@ type appDoc struct {
 	Annotations  map[string]json.RawMessage `json:"annotations,omitempty"`
 	SyslogURL    *string                    `json:"syslog_url,omitempty"`
 	SecretConfig map[string]string          `json:"secret_config,omitempty"`
+	Shape        string                     `json:"shape,omitempty"`
 	CreatedAt    time.Time                  `json:"created_at"`
 	UpdatedAt    time.Time                  `json:"updated_at"`
 	SealedConfig map[string][]byte          `json:"sealed_config,omitempty"`
@@ -26,13 +27,13 @@ type appDoc struct {
 
 func appDocOf(a store.App) appDoc {
 	return appDoc{ID: a.ID, Name: a.Name, Config: a.Config, Annotations: a.Annotations,
-		SyslogURL: a.SyslogURL, SecretConfig: a.SecretConfig, CreatedAt: a.CreatedAt,
+		SyslogURL: a.SyslogURL, SecretConfig: a.SecretConfig, Shape: a.Shape, CreatedAt: a.CreatedAt,
 		UpdatedAt: a.UpdatedAt, SealedConfig: a.SealedConfig}
 }
 
 func (d appDoc) record() store.App {
 	return store.App{App: api.App{ID: d.ID, Name: d.Name, Config: d.Config, Annotations: d.Annotations,
-		SyslogURL: d.SyslogURL, SecretConfig: d.SecretConfig, CreatedAt: d.CreatedAt,
+		SyslogURL: d.SyslogURL, SecretConfig: d.SecretConfig, Shape: d.Shape, CreatedAt: d.CreatedAt,
 		UpdatedAt: d.UpdatedAt}, SealedConfig: d.SealedConfig}
 }
 
@@ -53,6 +54,7 @@ type fnDoc struct {
 	GPUs           int                        `json:"gpus,omitempty"`
 	GPUModel       string                     `json:"gpu_model,omitempty"`
 	MaxConcurrency int                        `json:"max_concurrency,omitempty"`
+	Shape          string                     `json:"shape,omitempty"`
 	CreatedAt      time.Time                  `json:"created_at"`
 	UpdatedAt      time.Time                  `json:"updated_at"`
 	SealedConfig   map[string][]byte          `json:"sealed_config,omitempty"`
@@ -62,7 +64,7 @@ func fnDocOf(f store.Fn) fnDoc {
 	return fnDoc{ID: f.ID, Name: f.Name, AppID: f.AppID, Image: f.Image, PinnedImage: f.PinnedImage,
 		Memory: f.Memory, Timeout: f.Timeout, IdleTimeout: f.IdleTimeout, Config: f.Config,
 		Annotations: f.Annotations, SecretConfig: f.SecretConfig, CPU: f.CPU, GPUs: f.GPUs,
-		GPUModel: f.GPUModel, MaxConcurrency: f.MaxConcurrency, CreatedAt: f.CreatedAt,
+		GPUModel: f.GPUModel, MaxConcurrency: f.MaxConcurrency, Shape: f.Shape, CreatedAt: f.CreatedAt,
 		UpdatedAt: f.UpdatedAt, SealedConfig: f.SealedConfig}
 }
 
@@ -70,7 +72,7 @@ func (d fnDoc) record() store.Fn {
 	return store.Fn{Fn: api.Fn{ID: d.ID, Name: d.Name, AppID: d.AppID, Image: d.Image, PinnedImage: d.PinnedImage,
 		Memory: d.Memory, Timeout: d.Timeout, IdleTimeout: d.IdleTimeout, Config: d.Config,
 		Annotations: d.Annotations, SecretConfig: d.SecretConfig, CPU: d.CPU, GPUs: d.GPUs,
-		GPUModel: d.GPUModel, MaxConcurrency: d.MaxConcurrency, CreatedAt: d.CreatedAt,
+		GPUModel: d.GPUModel, MaxConcurrency: d.MaxConcurrency, Shape: d.Shape, CreatedAt: d.CreatedAt,
 		UpdatedAt: d.UpdatedAt}, SealedConfig: d.SealedConfig}
 }
 
