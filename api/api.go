@@ -114,6 +114,15 @@ type RunSpec struct {
 	// PidsLimit, when positive, replaces the node's process limit; a node
 	// refuses one above its own maximum. 0 is the node's limit.
 	PidsLimit int64 `json:"pids_limit,omitempty"`
+
+	// Teams (issue 17, docs/teams.md). Project is the project the run
+	// belongs to and counts against; "" is DefaultProject, and the
+	// control plane stores the name. Priority orders the project's queue
+	// (higher first, then submission order) and decides what the run may
+	// preempt in its own project: from -MaxRunPriority to MaxRunPriority,
+	// 0 by default.
+	Project  string `json:"project,omitempty"`
+	Priority int    `json:"priority,omitempty"`
 }
 
 // NetworkNone is the one network a run may ask for instead of the node's

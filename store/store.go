@@ -141,6 +141,9 @@ type Tx interface {
 	// there is none.
 	DeleteRegistryCredential(host string) error
 
+	// Projects (projects.go).
+	ProjectsTx
+
 	// Functions: apps, fns, triggers and durable calls (see functions.go
 	// for the records and the ordering and uniqueness rules).
 	FunctionsTx
@@ -228,6 +231,9 @@ func RedactedSecrets(sealed map[string][]byte) map[string]string {
 type ListRunsOptions struct {
 	Statuses []string
 	NodeID   string // runs with an attempt on this node
+	// Project, when set, returns only the project's runs (a run stored
+	// without one is in api.DefaultProject).
+	Project string
 	// Before, when set, returns only runs created strictly before the run
 	// with this ID (a cursor for pagination).
 	Before string

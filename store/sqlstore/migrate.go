@@ -142,6 +142,11 @@ var migrations = []migration{
 		stmts:    retentionMigration, // in retention.go
 		backfill: retentionBackfill,
 	},
+	{
+		version: 6,
+		name:    "projects, and the runs' project column",
+		stmts:   projectsMigration, // in projects.go
+	},
 }
 
 // migrate brings db's schema up to the last of ms, in one write

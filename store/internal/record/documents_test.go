@@ -101,6 +101,7 @@ func TestDocumentsKeepEveryField(t *testing.T) {
 	t.Run("invitation", roundTrip[store.Invitation])
 	t.Run("token", roundTrip[store.Token])
 	t.Run("registry credential", roundTrip[store.RegistryCredential])
+	t.Run("project", roundTrip[store.Project])
 }
 
 // TestNilAttemptsStayNil: a run stored with no attempts ("attempts": null)
