@@ -175,6 +175,8 @@ type ListRunsOptions struct {
 	// Before is a run ID: only runs older than it are returned. Pass the ID
 	// of the last run of one page to get the next page.
 	Before string
+	// Project keeps only the project's runs; "" means every project.
+	Project string
 }
 
 // ListRuns returns runs, newest first (GET /v1/runs).
@@ -197,6 +199,9 @@ func (c *Client) ListRuns(ctx context.Context, opts ListRunsOptions) (api.RunLis
 	}
 	if opts.Before != "" {
 		q.Set("before", opts.Before)
+	}
+	if opts.Project != "" {
+		q.Set("project", opts.Project)
 	}
 	var list api.RunList
 	if err := c.do(ctx, http.MethodGet, "/runs", q, nil, &list); err != nil {

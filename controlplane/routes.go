@@ -66,6 +66,11 @@ var routeAccess = map[string]httpapi.Access{
 	"POST /v1/registries":                         operator,
 	"GET /v1/registries":                          reader,
 	"DELETE /v1/registries/{host}":                operator,
+	"POST /v1/projects":                           operator,
+	"GET /v1/projects":                            reader,
+	"GET /v1/projects/{name}":                     reader,
+	"PUT /v1/projects/{name}":                     operator,
+	"DELETE /v1/projects/{name}":                  operator,
 	"GET /v2/apps":                                reader,
 	"POST /v2/apps":                               operator,
 	"GET /v2/apps/{app_id}":                       reader,
@@ -129,7 +134,7 @@ func (s *Server) v1Routes() []httpapi.Route {
 		{Pattern: "POST /v1/nodes/{id}/uncordon", Handler: s.uncordonNode},
 		{Pattern: "POST /v1/nodes/{id}/drain", Handler: s.drainNode},
 		{Pattern: "POST /v1/nodes/{id}/gpus/{uuid}/clear", Handler: s.clearGPUDispute},
-	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes(), s.access.Routes())...)
+	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes(), s.projects.Routes(), s.access.Routes())...)
 }
 
 // writeAuthError writes a refusal of an API credential on a v1 route.

@@ -12,6 +12,7 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/runsecrets"
+	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
@@ -114,6 +115,10 @@ func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, pins map[string
 		return store.Run{}, err
 	}
 	if err := s.cfg.Retention.CheckLogLimit(spec); err != nil {
+		return store.Run{}, err
+	}
+	spec.Project = api.ProjectOf(spec.Project)
+	if err := s.store.View(ctx, func(tx store.Tx) error { return project.Exists(tx, "project", spec.Project) }); err != nil {
 		return store.Run{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -234,6 +239,13 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 			}
 			opts.Statuses = append(opts.Statuses, st)
 		}
+	}
+	if v := q.Get("project"); v != "" {
+		if err := api.ValidateProjectName("project", v); err != nil {
+			httpapi.WriteError(w, err)
+			return
+		}
+		opts.Project = v
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)

@@ -58,6 +58,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/metrics"
 	"github.com/mercator/mercator/controlplane/internal/nodeauth"
 	"github.com/mercator/mercator/controlplane/internal/retention"
+	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/internal/supervise"
 	"github.com/mercator/mercator/store"
@@ -187,6 +188,7 @@ type Server struct {
 	coord         Coordinator          // nil for a single replica
 	artifacts     *artifact.Service    // Artifacts and content (package artifact)
 	registries    *registry.Service    // registry credentials (package registry)
+	projects      *project.Service     // projects (package project)
 	access        *access.Service      // named tokens, the audit log, invitations (package access)
 	fn            *function.Service    // Functions (package function)
 	streams       livesession.Registry // sessions held here
@@ -225,6 +227,7 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 	s.artifacts = artifact.New(artifact.Config{Store: st, Now: s.now, Logger: s.log, Content: cfg.Content,
 		ReadTTL: cfg.ContentReadTTL, UploadDir: cfg.UploadDir, MaxUploadSize: cfg.Retention.MaxUploadSize})
 	s.registries = registry.New(st, s.now, s.log, serverKey{s})
+	s.projects = project.New(st, s.now, s.log)
 	s.access = access.New(st, s.now, s.tokenRemoved)
 	var pub function.Publisher
 	if coord != nil {

@@ -1,0 +1,94 @@
+package controlplane
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mercator/mercator/api"
+)
+
+// TestProjectsLifecycle drives the project routes over real HTTP and a
+// store: the default project is there before anyone creates it and cannot
+// be removed; a created project is read back as stored, replaced whole by
+// an update and refused when the body renames it; a run names an existing
+// project or none (default), is listed by project, and keeps its project
+// from being removed until it finishes.
+func TestProjectsLifecycle(t *testing.T) {
+	f := newRunsFixture(t)
+	var list api.ProjectList
+	f.want(http.StatusOK, &list, "GET", "/v1/projects", nil)
+	if len(list.Projects) != 1 || list.Projects[0].Name != api.DefaultProject {
+		t.Fatalf("projects before any = %+v, want only default", list.Projects)
+	}
+	f.refusedAs(http.StatusBadRequest, "name", "cannot be removed", "DELETE", "/v1/projects/default", nil)
+
+	vision := api.Project{Name: "vision", Quota: api.Quota{GPUs: map[string]int{"H100": 16}, CPU: 256}, MaxRunning: 40, Weight: 2, Pools: []string{"secure"}}
+	var got api.Project
+	f.want(http.StatusCreated, &got, "POST", "/v1/projects", vision)
+	if got.Quota.GPUs["H100"] != 16 || got.Weight != 2 || got.CreatedAt.IsZero() {
+		t.Errorf("created = %+v", got)
+	}
+	f.refusedAs(http.StatusConflict, "", "vision", "POST", "/v1/projects", vision)
+	f.refusedAs(http.StatusBadRequest, "quota.gpus", "contains", "POST", "/v1/projects",
+		api.Project{Name: "x", Quota: api.Quota{GPUs: map[string]int{"H100": 1, "H100-80GB": 1}}})
+	f.refusedAs(http.StatusBadRequest, "name", "project name", "POST", "/v1/projects", api.Project{Name: "Vision Team"})
+
+	vision.Quota = api.Quota{GPUs: map[string]int{"A100": 8}}
+	f.want(http.StatusOK, nil, "PUT", "/v1/projects/vision", vision)
+	got = api.Project{}
+	f.want(http.StatusOK, &got, "GET", "/v1/projects/vision", nil)
+	if got.Quota.GPUs["A100"] != 8 || got.Quota.GPUs["H100"] != 0 || got.Quota.CPU != 0 {
+		t.Errorf("after update = %+v, want the body's quota whole", got)
+	}
+	f.refusedAs(http.StatusBadRequest, "name", "cannot be renamed", "PUT", "/v1/projects/vision", api.Project{Name: "nlp"})
+	f.want(http.StatusOK, &got, "PUT", "/v1/projects/default", api.Project{Weight: 3})
+	f.want(http.StatusOK, &list, "GET", "/v1/projects", nil)
+	if names := projectNames(list); !slices.Equal(names, []string{"default", "vision"}) || list.Projects[0].Weight != 3 {
+		t.Errorf("projects = %+v", list.Projects)
+	}
+
+	spec := api.RunSpec{Image: "127.0.0.1:5000/hello:1", Command: []string{"/hello"}}
+	var plain, inVision api.Run
+	f.want(http.StatusCreated, &plain, "POST", "/v1/runs", spec)
+	spec.Project, spec.Priority = "vision", 100
+	f.want(http.StatusCreated, &inVision, "POST", "/v1/runs", spec)
+	if plain.Project != api.DefaultProject || inVision.Project != "vision" || inVision.Priority != 100 {
+		t.Errorf("runs' projects = %q, %q (priority %d)", plain.Project, inVision.Project, inVision.Priority)
+	}
+	spec.Project = "nlp"
+	f.refusedAs(http.StatusBadRequest, "project", "does not exist", "POST", "/v1/runs", spec)
+	var runs api.RunList
+	f.want(http.StatusOK, &runs, "GET", "/v1/runs?project=vision", nil)
+	if len(runs.Runs) != 1 || runs.Runs[0].ID != inVision.ID {
+		t.Errorf("vision's runs = %+v", runs.Runs)
+	}
+	f.refusedAs(http.StatusConflict, "", inVision.ID, "DELETE", "/v1/projects/vision", nil)
+	f.want(http.StatusOK, nil, "POST", "/v1/runs/"+inVision.ID+"/cancel", nil)
+	f.want(http.StatusOK, &got, "DELETE", "/v1/projects/vision", nil)
+	f.refusedAs(http.StatusNotFound, "", "project ls", "GET", "/v1/projects/vision", nil)
+}
+
+func projectNames(l api.ProjectList) []string {
+	var out []string
+	for _, p := range l.Projects {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// refusedAs calls a route and checks the answer is status in the API's
+// error shape, naming field (when not "") and saying says.
+func (f *runsFixture) refusedAs(status int, field, says, method, path string, body any) {
+	f.t.Helper()
+	got, _, data := f.do(method, path, body)
+	var e api.Error
+	if err := json.Unmarshal(data, &e); err != nil {
+		f.t.Fatalf("%s %s: answer %d %s is not the API's error shape: %v", method, path, got, data, err)
+	}
+	if got != status || (field != "" && e.Error.Field != field) || !strings.Contains(e.Error.Message, says) {
+		f.t.Errorf("%s %s = %d %s, want %d naming %q and saying %q", method, path, got, data, status, field, says)
+	}
+}
