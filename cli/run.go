@@ -91,6 +91,9 @@ TiB) units; a plain number is bytes.
 	if err != nil {
 		return err
 	}
+	if spec.Project == "" {
+		spec.Project = c.Project
+	}
 	if countSet {
 		return inv.submitCopies(ctx, c, spec, *sf.count, g.json())
 	}
@@ -119,6 +122,10 @@ type submitFlags struct {
 	readOnly      *bool
 	pidsLimit     *int64
 	secrets       secretflag.Flags
+	// Teams (docs/teams.md): the project (default: the context's) and
+	// the priority within it.
+	project  *string
+	priority *int
 	// set holds the names of the flags given on the command line.
 	set map[string]bool
 }
@@ -143,6 +150,8 @@ func (sf *submitFlags) define(fs *flagSet) {
 	sf.pidsLimit = fs.Int64("pids-limit", 0, "most `processes` the container may have (0: the node's limit; a node refuses more than its --max-pids)")
 	sf.count = fs.Int("count", 1, "submit `N` copies, each with "+runIndexEnv+"=0…N-1 in its environment, through the batch API")
 	sf.secrets.Define(fs.FlagSet)
+	sf.project = fs.String("project", "", "`project` the run belongs to and counts against (default: $MERCATOR_PROJECT, the context's, else default)")
+	sf.priority = fs.Int("priority", 0, "`N`: higher runs first within its project, and may preempt lower in the same project")
 }
 
 // spec builds the run spec the flags and command describe (a bare
@@ -154,7 +163,8 @@ func (sf *submitFlags) spec(command []string, env func(string) string) (api.RunS
 	spec := api.RunSpec{Image: *sf.image, Command: command, CPU: *sf.cpu, Retries: *sf.retries,
 		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout),
 		User: *sf.user, ReadOnlyRootfs: *sf.readOnly, Network: *sf.network, PidsLimit: *sf.pidsLimit,
-		MemoryBytes: int64(sf.memory), GPUMemoryBytes: int64(sf.gpuMemory), LogLimitBytes: int64(sf.logLimit)}
+		MemoryBytes: int64(sf.memory), GPUMemoryBytes: int64(sf.gpuMemory), LogLimitBytes: int64(sf.logLimit),
+		Project: *sf.project, Priority: *sf.priority}
 	var err error
 	if *sf.replaceAfter < 0 {
 		spec.ReplaceAfterSeconds = -1
@@ -200,7 +210,7 @@ var specFlags = map[string]string{
 	"timeout_seconds": "--timeout (in seconds)", "retries": "--retries", "gpus": "--gpus",
 	"gpu_model": "--gpu-model", "gpu_memory_bytes": "--gpu-memory",
 	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env", "secrets": "--secret", "log_limit_bytes": "--log-limit",
-	"user": "--user", "network": "--network", "pids_limit": "--pids-limit",
+	"user": "--user", "network": "--network", "pids_limit": "--pids-limit", "project": "--project", "priority": "--priority",
 }
 
 // specUsageError turns api.RunSpec.Validate's error into a usage error
@@ -380,6 +390,7 @@ ID of the last run of the previous page.`)
 	fs.Var(&statuses, "status", "keep runs with this `status` (repeatable, or comma-separated)")
 	limit := fs.Int("limit", 0, "list at most `N` runs (0: the server's default)")
 	before := fs.String("before", "", "list only runs older than `RUN_ID`")
+	project := fs.String("project", "", "list only this `project`'s runs (default: $MERCATOR_PROJECT or the context's; every project when neither)")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -393,7 +404,7 @@ ID of the last run of the previous page.`)
 	if *limit < 0 {
 		return usagef("--limit must not be negative, got %d", *limit)
 	}
-	opts := client.ListRunsOptions{Limit: *limit, Before: *before}
+	opts := client.ListRunsOptions{Limit: *limit, Before: *before, Project: *project}
 	for _, s := range statuses {
 		for _, one := range strings.Split(s, ",") {
 			one = strings.TrimSpace(one)
@@ -409,6 +420,9 @@ ID of the last run of the previous page.`)
 	c, err := inv.client(g)
 	if err != nil {
 		return err
+	}
+	if opts.Project == "" {
+		opts.Project = c.Project
 	}
 	list, err := c.ListRuns(ctx, opts)
 	if err != nil {

@@ -50,6 +50,9 @@ type Client struct {
 	base  string // without trailing slash, e.g. "http://127.0.0.1:7070"
 	token string
 	hc    *http.Client
+	// Project is the project the caller's commands use when they name
+	// none (Config.Project); the client itself sends it nowhere.
+	Project string
 
 	// waitPoll is the timeout each WaitRun request asks for.
 	waitPoll time.Duration
