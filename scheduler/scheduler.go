@@ -52,6 +52,12 @@ type Snapshot struct {
 	Nodes []Node
 	// Pending runs, in the order they should be considered (oldest first).
 	Pending []Run
+	// Teams (projects.go, preempt.go): with Projects set, runs are planned
+	// by project quota, priority and fair share, and Running is the work
+	// they account for and may preempt. Without, the policy is the one
+	// above, first come first served.
+	Projects []Project
+	Running  []Running
 }
 
 // Node is one machine as the scheduler sees it.
@@ -115,6 +121,10 @@ type Run struct {
 	// MinAgentVersion is the capability version the run's commands need
 	// (nodeproto.RequiredVersion); 0 or 1 is any agent.
 	MinAgentVersion int
+	// Project ("" is "default") and Priority order it when the snapshot
+	// names projects (projects.go).
+	Project  string
+	Priority int
 }
 
 // Plan is the scheduler's answer.
@@ -122,6 +132,9 @@ type Plan struct {
 	Placements []Placement
 	// Waiting explains every run not placed, by run ID.
 	Waiting map[string]string
+	// Preemptions are the running attempts to stop to make room for
+	// waiting runs (preempt.go); only with projects.
+	Preemptions []Preemption
 }
 
 // Placement assigns one run to one node and, for GPU runs, to exact devices.
@@ -148,6 +161,9 @@ type Placement struct {
 // shares nothing with s (GPU slices are fresh). A Run asking for zero or
 // fewer GPUs is a CPU run. It is safe to call concurrently.
 func Schedule(s Snapshot) Plan {
+	if len(s.Projects) > 0 {
+		return scheduleTeams(s) // projects.go
+	}
 	x := newIndex(s.Nodes)
 	plan := Plan{Waiting: map[string]string{}}
 	for i := range s.Pending {
