@@ -63,33 +63,56 @@ const (
 
 // preemption is the preemption pass's state.
 type preemption struct {
-	t       *teams
-	byNode  map[int32][]*Running
-	nodes   []int32 // with running attempts, in rank order
-	chosen  map[string]bool
-	taken   map[int32]bool
-	tried   map[string]bool
-	reclaim map[string]bool // project names with work over quota anywhere
+	t      *teams
+	byNode map[int32][]*victim
+	nodes  []int32 // with running attempts, in rank order
+	chosen map[string]bool
+	taken  map[int32]bool
+	tried  map[string]bool
+	// lowest is the lowest priority each project runs at: a run at or
+	// below it, and within no quota, has nothing to preempt.
+	lowest map[*projectState]int
+}
+
+// victim is a running attempt with what the pass reads of it, worked out
+// once.
+type victim struct {
+	*Running
+	project *projectState
+	gpuDims []int
 }
 
 func (t *teams) preempt() {
 	if len(t.s.Running) == 0 || len(t.plan.Waiting) == 0 {
 		return
 	}
-	p := &preemption{t: t, byNode: map[int32][]*Running{}, chosen: map[string]bool{}, taken: map[int32]bool{}, tried: map[string]bool{}}
+	p := &preemption{t: t, byNode: map[int32][]*victim{}, chosen: map[string]bool{}, taken: map[int32]bool{}, tried: map[string]bool{},
+		lowest: map[*projectState]int{}}
 	for i := range t.s.Running {
 		r := &t.s.Running[i]
+		v := &victim{Running: r, project: t.project(r.Project), gpuDims: t.gpuDims(r.NodeID, r.GPUs)}
+		if low, ok := p.lowest[v.project]; !ok || r.Priority < low {
+			p.lowest[v.project] = r.Priority
+		}
 		if ni, ok := t.nodeOf[r.NodeID]; ok && t.x.nodes[ni].static == fits {
 			if p.byNode[ni] == nil {
 				p.nodes = append(p.nodes, ni)
 			}
-			p.byNode[ni] = append(p.byNode[ni], r)
+			p.byNode[ni] = append(p.byNode[ni], v)
+		}
+	}
+	waiting := map[*projectState][]int32{}
+	for i := range t.s.Pending {
+		r := &t.s.Pending[i]
+		if _, waits := t.plan.Waiting[r.ID]; waits {
+			ps := t.project(r.Project)
+			waiting[ps] = append(waiting[ps], int32(i))
 		}
 	}
 	slices.SortFunc(p.nodes, func(a, b int32) int { return cmp.Compare(t.x.nodes[a].rank, t.x.nodes[b].rank) })
 	considered := 0
 	for _, ps := range t.sharedOrder() {
-		for _, i := range t.orderQueue(t.waitingOf(ps)) {
+		for _, i := range t.orderQueue(waiting[ps]) {
 			if considered == maxPreemptors {
 				return
 			}
@@ -109,31 +132,21 @@ func (t *teams) sharedOrder() []*projectState {
 	return out
 }
 
-// waitingOf is the project's runs the plan leaves waiting, in Pending's
-// order.
-func (t *teams) waitingOf(ps *projectState) []int32 {
-	var out []int32
-	for i := range t.s.Pending {
-		r := &t.s.Pending[i]
-		if _, waits := t.plan.Waiting[r.ID]; waits && t.project(r.Project) == ps {
-			out = append(out, int32(i))
-		}
-	}
-	return out
-}
-
 // consider looks for room for waiting run i by preemption, and reports
 // whether it searched (false when nothing could be preempted for it at all,
 // which costs nothing and counts against no budget).
 func (p *preemption) consider(ps *projectState, i int32) bool {
 	t := p.t
 	r := &t.s.Pending[i]
+	if low, ok := p.lowest[ps]; (!ok || r.Priority <= low) && t.runDim(r) != -2 && ps.over(r, t.runDim(r)) >= 0 {
+		return false // nothing lower to preempt, and no quota to reclaim
+	}
 	sh := shapeOf(r)
 	memo := fmt.Sprintf("%s\x00%d\x00%v", ps.name, r.Priority, sh.key())
 	if p.tried[memo] {
 		return false
 	}
-	best, bestVictims, bestFreed := int32(-1), []*Running(nil), false
+	best, bestVictims, bestFreed := int32(-1), []*victim(nil), false
 	for _, ni := range p.nodes {
 		if p.taken[ni] {
 			continue
@@ -166,8 +179,9 @@ func (p *preemption) consider(ps *projectState, i int32) bool {
 		return true
 	}
 	var ids []string
+	d := p.dimension(r, &sh, best)
 	for _, v := range bestVictims {
-		kind := p.kind(ps, r, &sh, best, v)
+		kind := p.kind(ps, r, d, v)
 		key, why := "reclaim:"+ps.name, fmt.Sprintf("to reclaim project %s's quota", ps.name)
 		if kind == lowerPriority {
 			key, why = "priority:"+ps.name, fmt.Sprintf("a higher-priority run of project %s", ps.name)
@@ -183,26 +197,47 @@ func (p *preemption) consider(ps *projectState, i int32) bool {
 }
 
 // release takes a victim's resources off its project's figures.
-func (p *preemption) release(v *Running) {
-	q := p.t.project(v.Project)
-	q.running--
-	q.used[dimCPU] -= v.CPU
-	q.used[dimMem] -= float64(v.MemoryBytes)
-	for _, d := range p.t.gpuDims(v.NodeID, v.GPUs) {
-		q.used[d]--
+func (p *preemption) release(v *victim) {
+	v.project.running--
+	v.project.take(v)
+}
+
+// take subtracts an attempt's resources from the project's use.
+func (ps *projectState) take(v *victim) {
+	ps.used[dimCPU] -= v.CPU
+	ps.used[dimMem] -= float64(v.MemoryBytes)
+	for _, d := range v.gpuDims {
+		ps.used[d]--
 	}
+}
+
+// dimension is the resource a run needs most on node ni, the one a reclaim
+// for it is counted in: its GPU kind there, else CPU, else memory.
+func (p *preemption) dimension(r *Run, sh *shape, ni int32) int {
+	switch {
+	case sh.gpus > 0:
+		return p.t.nodeDim(ni, sh)
+	case r.CPU > 0:
+		return dimCPU
+	}
+	return dimMem
 }
 
 // onNode is the victims that make room for r on node ni, fewest first by
 // the greedy order, and whether any do (an empty list: the node has room
 // once its stopping attempts are gone).
-func (p *preemption) onNode(ps *projectState, r *Run, sh *shape, ni int32) ([]*Running, bool) {
-	var stopping, candidates []*Running
+func (p *preemption) onNode(ps *projectState, r *Run, sh *shape, ni int32) ([]*victim, bool) {
+	n := &p.t.x.nodes[ni]
+	if sh.cpu > n.node.CPU || sh.mem > n.node.MemoryBytes || (sh.gpus > 0 && p.t.x.matching(n.sig, sh) < sh.gpus) {
+		return nil, false // too small even empty
+	}
+	d := p.dimension(r, sh, ni)
+	var stopping, candidates []*victim
 	for _, v := range p.byNode[ni] {
 		switch {
 		case v.Stopping:
 			stopping = append(stopping, v)
-		case !p.chosen[v.RunID] && p.kind(ps, r, sh, ni, v) != notVictim:
+		case !p.chosen[v.RunID] && p.kind(ps, r, d, v) != notVictim:
 			candidates = append(candidates, v)
 		}
 	}
@@ -212,13 +247,13 @@ func (p *preemption) onNode(ps *projectState, r *Run, sh *shape, ni int32) ([]*R
 	if p.fitsWithout(ni, sh, stopping) {
 		return nil, len(stopping) > 0
 	}
-	slices.SortFunc(candidates, func(a, b *Running) int {
-		return cmp.Or(cmp.Compare(p.kind(ps, r, sh, ni, a), p.kind(ps, r, sh, ni, b)), cmp.Compare(a.Priority, b.Priority), cmp.Compare(b.Order, a.Order))
+	slices.SortFunc(candidates, func(a, b *victim) int {
+		return cmp.Or(cmp.Compare(p.kind(ps, r, d, a), p.kind(ps, r, d, b)), cmp.Compare(a.Priority, b.Priority), cmp.Compare(b.Order, a.Order))
 	})
 	// Taking borrowed work lowers its project's excess; each victim must
 	// still leave its project at or above its quota, so the check is
 	// made with the figures as the earlier victims leave them.
-	var victims []*Running
+	var victims []*victim
 	saved := map[*projectState][]float64{}
 	defer func() {
 		for q, used := range saved {
@@ -226,19 +261,14 @@ func (p *preemption) onNode(ps *projectState, r *Run, sh *shape, ni int32) ([]*R
 		}
 	}()
 	for _, v := range candidates {
-		if p.kind(ps, r, sh, ni, v) == notVictim {
+		if p.kind(ps, r, d, v) == notVictim {
 			continue
 		}
-		q := p.t.project(v.Project)
-		if _, ok := saved[q]; !ok {
-			saved[q] = slices.Clone(q.used)
+		if _, ok := saved[v.project]; !ok {
+			saved[v.project] = slices.Clone(v.project.used)
 		}
 		victims = append(victims, v)
-		q.used[dimCPU] -= v.CPU
-		q.used[dimMem] -= float64(v.MemoryBytes)
-		for _, d := range p.t.gpuDims(v.NodeID, v.GPUs) {
-			q.used[d]--
-		}
+		v.project.take(v)
 		if p.fitsWithout(ni, sh, append(slices.Clone(stopping), victims...)) {
 			return victims, true
 		}
@@ -246,9 +276,10 @@ func (p *preemption) onNode(ps *projectState, r *Run, sh *shape, ni int32) ([]*R
 	return nil, false
 }
 
-// kind is whether v may be preempted for r on node ni, and as what.
-func (p *preemption) kind(ps *projectState, r *Run, sh *shape, ni int32, v *Running) victimKind {
-	if v.Project == ps.name || (v.Project == "" && ps.name == "default") {
+// kind is whether v may be preempted for r, which needs dimension d
+// most on v's node, and as what.
+func (p *preemption) kind(ps *projectState, r *Run, d int, v *victim) victimKind {
+	if v.project == ps {
 		if v.Priority < r.Priority && !slices.Contains(v.PreemptedFor, "priority:"+ps.name) {
 			return lowerPriority
 		}
@@ -257,19 +288,20 @@ func (p *preemption) kind(ps *projectState, r *Run, sh *shape, ni int32, v *Runn
 	if slices.Contains(v.PreemptedFor, "reclaim:"+ps.name) {
 		return notVictim
 	}
-	d, share := dimCPU, v.CPU
-	switch {
-	case sh.gpus > 0:
-		d, share = p.t.nodeDim(ni, sh), 0
-		for _, vd := range p.t.gpuDims(v.NodeID, v.GPUs) {
+	share := 0.0
+	switch d {
+	case dimCPU:
+		share = v.CPU
+	case dimMem:
+		share = float64(v.MemoryBytes)
+	default:
+		for _, vd := range v.gpuDims {
 			if vd == d {
 				share++
 			}
 		}
-	case r.CPU <= 0:
-		d, share = dimMem, float64(v.MemoryBytes)
 	}
-	q := p.t.project(v.Project)
+	q := v.project
 	if share <= 0 || ps.over(r, d) >= 0 || q.used[d]-share < q.quota[d]-1e-9 {
 		return notVictim
 	}
@@ -279,7 +311,7 @@ func (p *preemption) kind(ps *projectState, r *Run, sh *shape, ni int32, v *Runn
 // fitsWithout reports whether r's shape fits node ni once the attempts
 // gone are gone. It frees them on the node's state, checks, and puts them
 // back, so the index is as it was.
-func (p *preemption) fitsWithout(ni int32, sh *shape, gone []*Running) bool {
+func (p *preemption) fitsWithout(ni int32, sh *shape, gone []*victim) bool {
 	n := &p.t.x.nodes[ni]
 	cpu, mem, used := n.freeCPU, n.freeMem, slices.Clone(n.used)
 	for _, v := range gone {

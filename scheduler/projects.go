@@ -102,9 +102,6 @@ type teams struct {
 	projects []*projectState
 	byName   map[string]*projectState
 	nodeOf   map[string]int32
-	// quotaWait is the quota part of each waiting run's reason, by index
-	// in Pending.
-	quotaWait map[int32]string
 }
 
 // projectState is one project during one call.
@@ -136,7 +133,7 @@ func scheduleTeams(s Snapshot) Plan {
 
 func newTeams(s *Snapshot) *teams {
 	t := &teams{s: s, x: newIndex(s.Nodes), plan: &Plan{Waiting: map[string]string{}}, dimOf: map[string]int{},
-		byName: map[string]*projectState{}, nodeOf: make(map[string]int32, len(s.Nodes)), quotaWait: map[int32]string{}}
+		byName: map[string]*projectState{}, nodeOf: make(map[string]int32, len(s.Nodes))}
 	seen := map[string]string{}
 	for _, p := range s.Projects {
 		for w := range p.GPUs {
@@ -396,18 +393,25 @@ func (t *teams) tryBorrowing(ps *projectState, i int32) bool {
 		t.commit(ps, r, ni, sh)
 		return true
 	}
-	why := strings.TrimPrefix(t.x.explain(sh), "waiting: ")
-	if d := ps.over(r, t.runDim(r)); d >= 0 {
-		quota := t.quotaText(ps, d)
-		t.quotaWait[i] = quota
-		if t.free[d] < 1e-9 || (d >= dimGPU0 && t.free[d] < float64(r.GPUs)) {
-			why = quota
-		} else {
-			why = quota + "; " + why
-		}
+	// The quota is the reason when the run needs to borrow more than the
+	// fleet has free; otherwise the nodes are, as without projects.
+	if d := ps.over(r, t.runDim(r)); d >= 0 && t.free[d] < need(r, d)-1e-9 {
+		t.plan.Waiting[r.ID] = "waiting: " + t.quotaText(ps, d)
+		return false
 	}
-	t.plan.Waiting[r.ID] = "waiting: " + why
+	t.plan.Waiting[r.ID] = t.x.explain(sh)
 	return false
+}
+
+// need is what run r asks of dimension d.
+func need(r *Run, d int) float64 {
+	switch d {
+	case dimCPU:
+		return r.CPU
+	case dimMem:
+		return float64(r.MemoryBytes)
+	}
+	return float64(r.GPUs)
 }
 
 // commit records a placement and its cost to the project.

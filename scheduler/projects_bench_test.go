@@ -1,0 +1,88 @@
+package scheduler
+
+// Placement throughput with projects. Run it with
+//
+//	go test -run '^$' -bench ScheduleProjects -benchtime 3x ./scheduler
+//
+// It plans the same fleet and queue as BenchmarkSchedule's 10,000 machines
+// and 100,000 runs twice in one run: plainly, and with 20 projects
+// (quotas of H100s, A100s, CPU and memory adding up to about 60% of the
+// fleet, weights 1 to 3, decayed history), three priorities, and the work
+// already on the fleet as running attempts of those projects, so quota
+// accounting, borrowing and the preemption pass all do their work. It
+// prints both figures and their ratio.
+
+import (
+	"fmt"
+	"math/rand"
+	"os"
+	"testing"
+	"text/tabwriter"
+	"time"
+)
+
+// benchProjects turns s into the same workload shared by n projects.
+func benchProjects(s Snapshot, n int, seed int64) Snapshot {
+	rng := rand.New(rand.NewSource(seed))
+	var h100, a100, cpu, mem float64
+	for _, node := range s.Nodes {
+		cpu += node.CPU
+		mem += float64(node.MemoryBytes)
+		for _, g := range node.GPUs {
+			switch g.Model {
+			case benchShapes[0].model:
+				h100++
+			case benchShapes[1].model:
+				a100++
+			}
+		}
+	}
+	share := 0.6 / float64(n)
+	for k := range n {
+		s.Projects = append(s.Projects, Project{Name: fmt.Sprintf("team-%02d", k),
+			GPUs: map[string]int{"H100": int(h100 * share), "A100": int(a100 * share)}, CPU: cpu * share, MemoryBytes: int64(mem * share),
+			Weight: float64(1 + rng.Intn(3)), History: rng.Float64() * 0.05})
+	}
+	pending := make([]Run, len(s.Pending))
+	copy(pending, s.Pending)
+	for i := range pending {
+		pending[i].Project = s.Projects[int(float64(n)*rng.Float64()*rng.Float64())].Name // a few teams submit most
+		pending[i].Priority = []int{0, 0, 10, 100}[rng.Intn(4)]
+	}
+	s.Pending = pending
+	for i, node := range s.Nodes {
+		var gpus []string
+		for _, g := range node.GPUs {
+			if node.UsedGPUs[g.UUID] {
+				gpus = append(gpus, g.UUID)
+			}
+		}
+		if node.UsedCPU == 0 && len(gpus) == 0 {
+			continue
+		}
+		s.Running = append(s.Running, Running{RunID: fmt.Sprintf("r-run-%06d", i), NodeID: node.ID, Project: s.Projects[rng.Intn(n)].Name,
+			Priority: []int{0, 10}[rng.Intn(2)], Order: int64(i), CPU: node.UsedCPU, MemoryBytes: node.UsedMemory, GPUs: gpus})
+	}
+	return s
+}
+
+func BenchmarkScheduleProjects(b *testing.B) {
+	plain := benchSnapshot(10_000, 100_000, 1)
+	withProjects := benchProjects(plain, 20, 1)
+	var p, t benchResult
+	var preempted int
+	b.Run("plain", func(b *testing.B) { p = measure(b, plain, Schedule) })
+	b.Run("projects=20", func(b *testing.B) {
+		t = measure(b, withProjects, func(s Snapshot) Plan {
+			plan := Schedule(s)
+			preempted = len(plan.Preemptions)
+			return plan
+		})
+	})
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "\nnodes\truns\tprojects\tplaced\tpreempted\ttime/call\tplacements/s\tvs plain\t")
+	fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%s\t%.0f\t%.2f×\t\n", p.nodes, p.runs, 0, p.placed, 0, p.perCall.Round(time.Millisecond), p.placementsPerSecond(), 1.0)
+	fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%s\t%.0f\t%.2f×\t\n", t.nodes, t.runs, len(withProjects.Projects), t.placed, preempted,
+		t.perCall.Round(time.Millisecond), t.placementsPerSecond(), t.placementsPerSecond()/p.placementsPerSecond())
+	w.Flush()
+}
