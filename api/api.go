@@ -37,6 +37,9 @@ const (
 	AttemptFailed    = "failed"
 	AttemptCancelled = "cancelled"
 	AttemptUnknown   = "unknown"
+	// AttemptPreempted: stopped to make room for other work
+	// (Attempt.PreemptedBy says for what); its run is queued again.
+	AttemptPreempted = "preempted"
 )
 
 // Terminal reports whether a run status is final.
@@ -123,6 +126,11 @@ type RunSpec struct {
 	// 0 by default.
 	Project  string `json:"project,omitempty"`
 	Priority int    `json:"priority,omitempty"`
+	// GraceSeconds is how long the container has between SIGTERM and
+	// SIGKILL when it is stopped (preempted, cancelled, drained): 0 means
+	// the default (10 s); more than the control plane's maximum is
+	// refused at submit.
+	GraceSeconds int64 `json:"grace_seconds,omitempty"`
 }
 
 // NetworkNone is the one network a run may ask for instead of the node's
@@ -167,6 +175,14 @@ type Attempt struct {
 	PlacedAt      time.Time  `json:"placed_at"`
 	StartedAt     *time.Time `json:"started_at,omitempty"`
 	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+	// Preemption (docs/teams.md): PreemptedBy says who stopped the
+	// attempt and why ("preempted by r-… (priority 100) to reclaim project
+	// nlp's quota"), PreemptedFor is that reason as a word
+	// ("reclaim:nlp"), PreemptedAt when it was decided. The attempt ends
+	// preempted and the run is queued again without spending a retry.
+	PreemptedBy  string     `json:"preempted_by,omitempty"`
+	PreemptedFor string     `json:"preempted_for,omitempty"`
+	PreemptedAt  *time.Time `json:"preempted_at,omitempty"`
 }
 
 // RunList is the body of GET /v1/runs, and of the answer to POST

@@ -27,6 +27,8 @@ const (
 	MaxProjectPools     = 16
 	// MaxRunPriority bounds RunSpec.Priority either way.
 	MaxRunPriority = 1_000_000
+	// MaxRunGrace bounds RunSpec.GraceSeconds, in seconds.
+	MaxRunGrace = 3600
 )
 
 var (

@@ -101,12 +101,17 @@ func Observe(r *api.Run, nodeID string, o nodeproto.WorkloadObservation, now tim
 			a.Status = api.AttemptCancelled
 		case code == 0 && o.StopReason == "":
 			a.Status = api.AttemptSucceeded
+		case a.PreemptedBy != "":
+			a.Status = api.AttemptPreempted
 		default:
 			a.Status = api.AttemptFailed
 			a.Error = exitError(r, code, o)
 		}
 	case nodeproto.PhaseFailed, nodeproto.PhaseMissing:
 		a.Status = api.AttemptFailed
+		if a.PreemptedBy != "" {
+			a.Status = api.AttemptPreempted
+		}
 		a.Error = o.Error
 		if a.FinishedAt == nil {
 			t := now
@@ -151,7 +156,8 @@ func sameAttempt(x, y api.Attempt) bool {
 		x.ContainerID == y.ContainerID && sameInt(x.ExitCode, y.ExitCode) && x.OOMKilled == y.OOMKilled &&
 		x.Error == y.Error && x.StopReason == y.StopReason && x.Replaced == y.Replaced &&
 		x.StopRequested == y.StopRequested && x.PlacedAt.Equal(y.PlacedAt) &&
-		sameTime(x.StartedAt, y.StartedAt) && sameTime(x.FinishedAt, y.FinishedAt)
+		sameTime(x.StartedAt, y.StartedAt) && sameTime(x.FinishedAt, y.FinishedAt) &&
+		x.PreemptedBy == y.PreemptedBy && x.PreemptedFor == y.PreemptedFor && sameTime(x.PreemptedAt, y.PreemptedAt)
 }
 
 func sameInt(x, y *int) bool { return x == y || (x != nil && y != nil && *x == *y) }
@@ -200,14 +206,21 @@ func settle(r *api.Run, a *api.Attempt, now time.Time) {
 		finish(r, api.RunSucceeded, "", a.ExitCode, now)
 	case api.AttemptCancelled:
 		finish(r, api.RunCancelled, "cancelled by request", a.ExitCode, now)
+	case api.AttemptPreempted:
+		if r.Cancel {
+			finish(r, api.RunCancelled, "cancelled by request", a.ExitCode, now)
+			return
+		}
+		r.Status = api.RunQueued
+		r.Reason = fmt.Sprintf("attempt %d %s; queued again (no retry spent)", a.Number, a.PreemptedBy)
 	case api.AttemptFailed:
 		if r.Cancel {
 			finish(r, api.RunCancelled, "cancelled by request", a.ExitCode, now)
 			return
 		}
-		if len(r.Attempts) <= r.Retries && a.StopReason != "timeout" {
+		if spent := Spent(r); spent <= r.Retries && a.StopReason != "timeout" {
 			r.Status = api.RunQueued
-			r.Reason = fmt.Sprintf("attempt %d failed (%s); retrying (%d of %d retries used)", a.Number, a.Error, len(r.Attempts), r.Retries)
+			r.Reason = fmt.Sprintf("attempt %d failed (%s); retrying (%d of %d retries used)", a.Number, a.Error, spent, r.Retries)
 			return
 		}
 		finish(r, api.RunFailed, fmt.Sprintf("attempt %d %s", a.Number, a.Error), a.ExitCode, now)
@@ -290,4 +303,36 @@ func Cancel(r *api.Run, now time.Time) *api.Attempt {
 	}
 	finish(r, api.RunCancelled, "cancelled by request", nil, now)
 	return nil
+}
+
+// Spent is how many of a run's attempts count against its retries: all but
+// the preempted ones, which were stopped for someone else's sake.
+func Spent(r *api.Run) int {
+	n := 0
+	for _, a := range r.Attempts {
+		if a.Status != api.AttemptPreempted {
+			n++
+		}
+	}
+	return n
+}
+
+// Preempt marks a run's active attempt as stopped to make room for other
+// work, with who and why (why is the sentence, key the reason's word, as
+// the scheduler gives them). It returns the attempt, whose stop the caller
+// issues, or nil when the attempt is no longer active or already stopping
+// (the plan was made on an older snapshot). The attempt ends preempted
+// when its node reports the exit, and the run is queued again then.
+func Preempt(r *api.Run, attempt int, why, key string, now time.Time) *api.Attempt {
+	a := Find(r, attempt)
+	if a == nil || !Active(*a) || a.StopRequested || r.Cancel || api.Terminal(r.Status) {
+		return nil
+	}
+	a.StopRequested = true
+	a.PreemptedBy, a.PreemptedFor = why, key
+	t := now
+	a.PreemptedAt = &t
+	r.Reason = "stopping: " + why
+	r.UpdatedAt = now
+	return a
 }

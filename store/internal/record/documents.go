@@ -124,8 +124,9 @@ type runDoc struct {
 	LogLimitBytes int64 `json:"log_limit_bytes,omitempty"`
 
 	// Teams (api.RunSpec): the project and the priority.
-	Project  string `json:"project,omitempty"`
-	Priority int    `json:"priority,omitempty"`
+	Project      string `json:"project,omitempty"`
+	Priority     int    `json:"priority,omitempty"`
+	GraceSeconds int64  `json:"grace_seconds,omitempty"`
 }
 
 // attemptDoc is an api.Attempt as stored: the same fields, so that a
@@ -145,6 +146,9 @@ type attemptDoc struct {
 	PlacedAt      time.Time  `json:"placed_at"`
 	StartedAt     *time.Time `json:"started_at,omitempty"`
 	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+	PreemptedBy   string     `json:"preempted_by,omitempty"`
+	PreemptedFor  string     `json:"preempted_for,omitempty"`
+	PreemptedAt   *time.Time `json:"preempted_at,omitempty"`
 }
 
 // artifactMountDoc is an api.ArtifactMount as stored.
@@ -166,7 +170,7 @@ func runDocOf(r store.Run) runDoc {
 		Cancel: r.Cancel, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
 		NextCheck: r.NextCheck, SealedSecrets: r.SealedSecrets,
 		User: r.User, ReadOnlyRootfs: r.ReadOnlyRootfs, Network: r.Network, PidsLimit: r.PidsLimit,
-		LogLimitBytes: r.LogLimitBytes, Project: r.Project, Priority: r.Priority,
+		LogLimitBytes: r.LogLimitBytes, Project: r.Project, Priority: r.Priority, GraceSeconds: r.GraceSeconds,
 	}
 	d.Artifacts = convertAll(r.Artifacts, func(m api.ArtifactMount) artifactMountDoc { return artifactMountDoc(m) })
 	d.Attempts = convertAll(r.Attempts, func(a api.Attempt) attemptDoc { return attemptDoc(a) })
@@ -182,7 +186,7 @@ func (d runDoc) record() store.Run {
 			GPUs: d.GPUs, GPUModel: d.GPUModel, GPUMemoryBytes: d.GPUMemoryBytes,
 			ReplaceAfterSeconds: d.ReplaceAfterSeconds,
 			User:                d.User, ReadOnlyRootfs: d.ReadOnlyRootfs, Network: d.Network, PidsLimit: d.PidsLimit,
-			LogLimitBytes: d.LogLimitBytes, Project: d.Project, Priority: d.Priority,
+			LogLimitBytes: d.LogLimitBytes, Project: d.Project, Priority: d.Priority, GraceSeconds: d.GraceSeconds,
 		},
 		PinnedImage: d.PinnedImage, Status: d.Status, Reason: d.Reason, ExitCode: d.ExitCode,
 		Cancel: d.Cancel, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, FinishedAt: d.FinishedAt,
