@@ -117,6 +117,9 @@ func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, pins map[string
 	if err := s.cfg.Retention.CheckLogLimit(spec); err != nil {
 		return store.Run{}, err
 	}
+	if time.Duration(spec.GraceSeconds)*time.Second > s.cfg.MaxGrace {
+		return store.Run{}, failure.Invalid("grace_seconds", "%d s is more than this control plane's maximum grace period, %s", spec.GraceSeconds, s.cfg.MaxGrace)
+	}
 	spec.Project = api.ProjectOf(spec.Project)
 	if err := s.store.View(ctx, func(tx store.Tx) error { return project.Exists(tx, "project", spec.Project) }); err != nil {
 		return store.Run{}, err
@@ -290,7 +293,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
 			nodeID = a.NodeID
 			a.StopRequested = true
 			if err := s.issue(tx, a.NodeID, nodeproto.Command{Kind: nodeproto.KindStopWorkload, StopWorkload: &nodeproto.StopWorkloadCommand{
-				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "cancelled", GracePeriod: 10 * time.Second}}); err != nil {
+				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "cancelled", GracePeriod: graceOf(run)}}); err != nil {
 				return err
 			}
 		}

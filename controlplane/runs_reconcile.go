@@ -214,7 +214,8 @@ func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each fun
 		}
 		pending[r.ID] = r
 		sr := scheduler.Run{ID: r.ID, Image: r.PinnedImage, CPU: r.CPU, MemoryBytes: r.MemoryBytes,
-			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes, MinAgentVersion: agentVersionFor(r)}
+			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes, MinAgentVersion: agentVersionFor(r),
+			Project: api.ProjectOf(r.Project), Priority: r.Priority}
 		artifactDemand(&sr, r.RunSpec)
 		snap.Pending = append(snap.Pending, sr)
 	}
@@ -330,7 +331,13 @@ func (s *Server) reconcile(ctx context.Context) error {
 			fn(u)
 		})
 	}, queued)
+	if err := s.withTeams(ctx, &snap, queued); err != nil { // runs_teams.go
+		return err
+	}
 	plan := scheduler.Schedule(snap)
+	if err := s.commitPreemptions(ctx, plan); err != nil {
+		return err
+	}
 	placed := 0
 	chunk := s.placeChunk()
 	for start := 0; start < len(plan.Placements); start += chunk {

@@ -138,6 +138,14 @@ type Config struct {
 	// (package limits; every zero field takes its default). Serve applies
 	// the timeouts; LimitListener the connection cap.
 	Limits Limits
+	// Teams (runs_teams.go, docs/teams.md). MaxGrace is the longest grace
+	// period a run may ask for between SIGTERM and SIGKILL (default 5
+	// minutes); PreemptWindow how long an attempt preempted for a reason is
+	// not preempted again for it (default 10 minutes); ShareHalfLife how
+	// fast a project's past use fades from fair share (default 30 minutes).
+	MaxGrace      time.Duration
+	PreemptWindow time.Duration
+	ShareHalfLife time.Duration
 }
 
 // Limits are the server's limits: timeouts, connections, requests in
@@ -171,6 +179,15 @@ func (c *Config) defaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.MaxGrace == 0 {
+		c.MaxGrace = 5 * time.Minute
+	}
+	if c.PreemptWindow == 0 {
+		c.PreemptWindow = 10 * time.Minute
+	}
+	if c.ShareHalfLife == 0 {
+		c.ShareHalfLife = 30 * time.Minute
+	}
 }
 
 // Server is one control-plane process.
@@ -195,6 +212,7 @@ type Server struct {
 
 	live       *liveness.Tracker      // package liveness
 	sched      schedState             // runs_schedstate.go: the reconcile loop's copies
+	teams      teamsHistory           // runs_teams.go: projects' decayed shares
 	commits    *groupcommit.Committer // the hot write paths' group commit (batch)
 	outbox     chan string            // replicas_signal.go: signals for other replicas
 	replicaID  string

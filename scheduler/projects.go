@@ -128,6 +128,10 @@ func scheduleTeams(s Snapshot) Plan {
 	t.pass(func(p *projectState) *[]int32 { return &p.queue }, t.tryGuaranteed)
 	t.pass(func(p *projectState) *[]int32 { return &p.deferred }, t.tryBorrowing)
 	t.preempt()
+	t.plan.Shares = make(map[string]float64, len(t.projects))
+	for _, ps := range t.projects {
+		t.plan.Shares[ps.name] = t.dominant(ps)
+	}
 	return *t.plan
 }
 
@@ -319,13 +323,19 @@ func (t *teams) orderQueue(q []int32) []int32 {
 
 // reshare recomputes a project's weighted dominant share.
 func (t *teams) reshare(ps *projectState) {
-	dominant := 0.0
-	for d, c := range t.capacity {
+	ps.share = (t.dominant(ps) + ps.history) / ps.weight
+}
+
+// dominant is the largest share of any resource of the fleet the project
+// holds.
+func (t *teams) dominant(ps *projectState) float64 {
+	d := 0.0
+	for k, c := range t.capacity {
 		if c > 0 {
-			dominant = math.Max(dominant, ps.used[d]/c)
+			d = math.Max(d, ps.used[k]/c)
 		}
 	}
-	ps.share = (dominant + ps.history) / ps.weight
+	return d
 }
 
 // pass offers every run of the queue each project's field names to try,

@@ -133,8 +133,11 @@ type Plan struct {
 	// Waiting explains every run not placed, by run ID.
 	Waiting map[string]string
 	// Preemptions are the running attempts to stop to make room for
-	// waiting runs (preempt.go); only with projects.
+	// waiting runs (preempt.go), and Shares each project's dominant share
+	// of the fleet once the plan is carried out (projects.go, for the
+	// caller's History); only with projects.
 	Preemptions []Preemption
+	Shares      map[string]float64
 }
 
 // Placement assigns one run to one node and, for GPU runs, to exact devices.
