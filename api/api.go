@@ -152,6 +152,26 @@ type Run struct {
 	CreatedAt   time.Time  `json:"created_at"`
 	UpdatedAt   time.Time  `json:"updated_at"`
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	// Queue is where a queued run stands in its project's queue, as the
+	// scheduler's last pass left it; absent for a run not queued, or
+	// before a pass (docs/teams.md).
+	Queue *QueuePosition `json:"queue,omitempty"`
+}
+
+// QueuePosition is a queued run's place in its project's queue: the order
+// the scheduler considers the project's runs in (priority, then
+// submission).
+type QueuePosition struct {
+	Project string `json:"project"`
+	// Position is 1 for the next run of the project, Of how many wait.
+	Position int `json:"position"`
+	Of       int `json:"of"`
+	// Ahead are the runs just ahead of it (up to three, nearest last).
+	Ahead []string `json:"ahead,omitempty"`
+	// EarliestStart, when set, is a bound from running work with
+	// timeouts: by then at least Position of the fleet's running runs
+	// must have ended. It is not a promise; other work may come first.
+	EarliestStart *time.Time `json:"earliest_start,omitempty"`
 }
 
 // Attempt is one placement of a run.

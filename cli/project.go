@@ -265,3 +265,30 @@ func projectRemove(ctx context.Context, inv *invocation, args []string) error {
 	termtext.Fprintf(inv.stderr, "removed project %s\n", name)
 	return nil
 }
+
+// describeQueue is a queued run's position on one line: "2 of 5 in vision;
+// ahead: r-a, r-b; earliest start 2026-…".
+func describeQueue(q api.QueuePosition) string {
+	s := fmt.Sprintf("%d of %d in %s", q.Position, q.Of, q.Project)
+	if len(q.Ahead) > 0 {
+		s += "; ahead: " + strings.Join(q.Ahead, ", ")
+	}
+	if q.EarliestStart != nil {
+		s += "; earliest start " + formatTime(q.EarliestStart)
+	}
+	return s
+}
+
+// printQueue prints `run ls --queue`: the queued runs in scheduling order.
+func (inv *invocation) printQueue(list api.RunList) error {
+	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROJECT\tPOS\tPRIORITY\tID\tIMAGE\tREASON")
+	for _, r := range list.Runs {
+		pos := "-"
+		if r.Queue != nil {
+			pos = fmt.Sprintf("%d/%d", r.Queue.Position, r.Queue.Of)
+		}
+		termtext.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", api.ProjectOf(r.Project), pos, r.Priority, r.ID, orDash(r.Image), orDash(r.Reason))
+	}
+	return tw.Flush()
+}

@@ -126,6 +126,7 @@ type submitFlags struct {
 	// the priority within it.
 	project  *string
 	priority *int
+	grace    *time.Duration
 	// set holds the names of the flags given on the command line.
 	set map[string]bool
 }
@@ -152,6 +153,7 @@ func (sf *submitFlags) define(fs *flagSet) {
 	sf.secrets.Define(fs.FlagSet)
 	sf.project = fs.String("project", "", "`project` the run belongs to and counts against (default: $MERCATOR_PROJECT, the context's, else default)")
 	sf.priority = fs.Int("priority", 0, "`N`: higher runs first within its project, and may preempt lower in the same project")
+	sf.grace = fs.Duration("grace", 0, "time between SIGTERM and SIGKILL when the run is stopped (preempted, cancelled), e.g. 30s (0: 10s; at most the server's maximum)")
 }
 
 // spec builds the run spec the flags and command describe (a bare
@@ -164,7 +166,7 @@ func (sf *submitFlags) spec(command []string, env func(string) string) (api.RunS
 		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout),
 		User: *sf.user, ReadOnlyRootfs: *sf.readOnly, Network: *sf.network, PidsLimit: *sf.pidsLimit,
 		MemoryBytes: int64(sf.memory), GPUMemoryBytes: int64(sf.gpuMemory), LogLimitBytes: int64(sf.logLimit),
-		Project: *sf.project, Priority: *sf.priority}
+		Project: *sf.project, Priority: *sf.priority, GraceSeconds: wholeSeconds(*sf.grace)}
 	var err error
 	if *sf.replaceAfter < 0 {
 		spec.ReplaceAfterSeconds = -1
@@ -211,6 +213,7 @@ var specFlags = map[string]string{
 	"gpu_model": "--gpu-model", "gpu_memory_bytes": "--gpu-memory",
 	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env", "secrets": "--secret", "log_limit_bytes": "--log-limit",
 	"user": "--user", "network": "--network", "pids_limit": "--pids-limit", "project": "--project", "priority": "--priority",
+	"grace_seconds": "--grace (in seconds)",
 }
 
 // specUsageError turns api.RunSpec.Validate's error into a usage error
@@ -334,6 +337,10 @@ func (inv *invocation) printRun(r api.Run) error {
 	}
 	row("Status", status)
 	row("Reason", orDash(r.Reason))
+	row("Project", fmt.Sprintf("%s (priority %d)", api.ProjectOf(r.Project), r.Priority))
+	if r.Queue != nil {
+		row("Queue", describeQueue(*r.Queue))
+	}
 	row("Image", orDash(r.Image))
 	row("Pinned image", orDash(r.PinnedImage))
 	if len(r.Command) > 0 {
@@ -365,6 +372,9 @@ func (inv *invocation) printRun(r api.Run) error {
 		if a.StopReason != "" {
 			errText = strings.TrimSpace(errText + " (stopped: " + a.StopReason + ")")
 		}
+		if a.PreemptedBy != "" {
+			errText = a.PreemptedBy
+		}
 		termtext.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, orDash(a.NodeID), a.Status,
 			orDash(shortID(a.ContainerID)), formatTime(a.StartedAt), formatTime(a.FinishedAt), exit, orDash(errText))
 	}
@@ -391,6 +401,7 @@ ID of the last run of the previous page.`)
 	limit := fs.Int("limit", 0, "list at most `N` runs (0: the server's default)")
 	before := fs.String("before", "", "list only runs older than `RUN_ID`")
 	project := fs.String("project", "", "list only this `project`'s runs (default: $MERCATOR_PROJECT or the context's; every project when neither)")
+	queue := fs.Bool("queue", false, "list the queued runs in scheduling order (priority, then submission), by project, with their positions")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -404,7 +415,7 @@ ID of the last run of the previous page.`)
 	if *limit < 0 {
 		return usagef("--limit must not be negative, got %d", *limit)
 	}
-	opts := client.ListRunsOptions{Limit: *limit, Before: *before, Project: *project}
+	opts := client.ListRunsOptions{Limit: *limit, Before: *before, Project: *project, Queue: *queue}
 	for _, s := range statuses {
 		for _, one := range strings.Split(s, ",") {
 			one = strings.TrimSpace(one)
@@ -433,6 +444,9 @@ ID of the last run of the previous page.`)
 			list.Runs[i] = normalizeRun(list.Runs[i])
 		}
 		return inv.writeJSON(list)
+	}
+	if *queue {
+		return inv.printQueue(list)
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tIMAGE\tEXIT\tCREATED\tFINISHED\tREASON")

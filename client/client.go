@@ -180,6 +180,9 @@ type ListRunsOptions struct {
 	Before string
 	// Project keeps only the project's runs; "" means every project.
 	Project string
+	// Queue lists the queued runs in scheduling order instead, by project,
+	// each with its position (api.Run.Queue).
+	Queue bool
 }
 
 // ListRuns returns runs, newest first (GET /v1/runs).
@@ -205,6 +208,9 @@ func (c *Client) ListRuns(ctx context.Context, opts ListRunsOptions) (api.RunLis
 	}
 	if opts.Project != "" {
 		q.Set("project", opts.Project)
+	}
+	if opts.Queue {
+		q.Set("queue", "1")
 	}
 	var list api.RunList
 	if err := c.do(ctx, http.MethodGet, "/runs", q, nil, &list); err != nil {

@@ -116,6 +116,7 @@ func TestOpenAPIDocumentsEveryRouteAndField(t *testing.T) {
 	check("Project", api.Project{})
 	check("Quota", api.Quota{})
 	check("ProjectList", api.ProjectList{})
+	check("QueuePosition", api.QueuePosition{})
 }
 
 func walkJSONFields(t reflect.Type, fn func(string)) {

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -90,5 +91,39 @@ func (f *runsFixture) refusedAs(status int, field, says, method, path string, bo
 	}
 	if got != status || (field != "" && e.Error.Field != field) || !strings.Contains(e.Error.Message, says) {
 		f.t.Errorf("%s %s = %d %s, want %d naming %q and saying %q", method, path, got, data, status, field, says)
+	}
+}
+
+// TestQueuePositions: after a pass, a queued run shows its place in its
+// project's queue (priority first, then submission), the runs just ahead,
+// and the queue lists in that order; another project's runs are not in it.
+func TestQueuePositions(t *testing.T) {
+	f := newRunsFixture(t)
+	f.want(http.StatusCreated, nil, "POST", "/v1/projects", api.Project{Name: "vision"})
+	spec := api.RunSpec{Image: "127.0.0.1:5000/hello:1", Command: []string{"/hello"}, Project: "vision", CPU: 1}
+	var ids []string
+	for _, priority := range []int{0, 0, 100} {
+		spec.Priority = priority
+		var r api.Run
+		f.want(http.StatusCreated, &r, "POST", "/v1/runs", spec)
+		ids = append(ids, r.ID)
+	}
+	f.want(http.StatusCreated, nil, "POST", "/v1/runs", api.RunSpec{Image: spec.Image, Command: spec.Command})
+	if err := f.srv.reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var got api.Run
+	f.want(http.StatusOK, &got, "GET", "/v1/runs/"+ids[1], nil)
+	if q := got.Queue; q == nil || q.Project != "vision" || q.Position != 3 || q.Of != 3 || !slices.Equal(q.Ahead, []string{ids[2], ids[0]}) {
+		t.Errorf("queue position of the second run at priority 0: %+v", got.Queue)
+	}
+	var queue api.RunList
+	f.want(http.StatusOK, &queue, "GET", "/v1/runs?queue=1&project=vision", nil)
+	var order []string
+	for _, r := range queue.Runs {
+		order = append(order, r.ID)
+	}
+	if want := []string{ids[2], ids[0], ids[1]}; !slices.Equal(order, want) {
+		t.Errorf("vision's queue = %v, want %v", order, want)
 	}
 }

@@ -175,6 +175,9 @@ func (s *Server) view(run store.Run, unreachable map[string]bool) api.Run {
 			out.Attempts[i].Status = api.AttemptUnknown
 		}
 	}
+	if pos, ok := s.queue.position(run.ID); ok && run.Status == api.RunQueued {
+		out.Queue = &pos
+	}
 	return out
 }
 
@@ -257,6 +260,10 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		opts.Limit = n
+	}
+	if v := q.Get("queue"); v != "" {
+		s.listQueue(w, r, opts)
+		return
 	}
 	out := api.RunList{Runs: []api.Run{}}
 	err := s.store.View(r.Context(), func(tx store.Tx) error {

@@ -30,6 +30,7 @@ type runTeams struct {
 	placed   time.Time // of the current attempt: newer victims go first
 	stopping bool      // the current attempt has a stop on its way
 	gpus     []string  // the current attempt's
+	deadline time.Time // when its timeout ends it, if it has one and started
 	// preempted is each reason its attempts were preempted for, with when.
 	preempted map[string]time.Time
 }
@@ -39,6 +40,9 @@ func teamsOf(r store.Run) runTeams {
 	t := runTeams{project: api.ProjectOf(r.Project), priority: r.Priority}
 	if a := lifecycle.Current(&r.Run); a != nil {
 		t.placed, t.stopping, t.gpus = a.PlacedAt, a.StopRequested, a.GPUs
+		if r.TimeoutSeconds > 0 && a.StartedAt != nil {
+			t.deadline = a.StartedAt.Add(time.Duration(r.TimeoutSeconds) * time.Second)
+		}
 	}
 	for _, a := range r.Attempts {
 		if a.PreemptedFor != "" && a.PreemptedAt != nil {
