@@ -153,3 +153,29 @@ func TestOneProjectPlansAsBefore(t *testing.T) {
 		}
 	}
 }
+
+// TestConstraintsSelectNodesAndExplainMisses: a constrained run goes only
+// to a node whose labels match (one of the values a key accepts), and
+// waits saying how many nodes lack the label.
+func TestConstraintsSelectNodesAndExplainMisses(t *testing.T) {
+	secure, plain, gpu := h100Node("n-secure"), h100Node("n-plain"), h100Node("n-gpu")
+	secure.Labels = map[string]string{"pool": "secure"}
+	gpu.Labels = map[string]string{"pool": "gpu", "zone": "b"}
+	s := Snapshot{Nodes: []Node{plain, secure, gpu}}
+	s.Pending = []Run{
+		{ID: "r-secure", CPU: 1, Constraints: map[string][]string{"pool": {"secure"}}},
+		{ID: "r-either", CPU: 1, GPUs: 8, Constraints: map[string][]string{"pool": {"gpu", "secure"}}},
+		{ID: "r-zone", CPU: 1, Constraints: map[string][]string{"pool": {"secure"}, "zone": {"b"}}},
+	}
+	plan := Schedule(s)
+	where := map[string]string{}
+	for _, p := range plan.Placements {
+		where[p.RunID] = p.NodeID
+	}
+	if where["r-secure"] != "n-secure" || (where["r-either"] != "n-secure" && where["r-either"] != "n-gpu") {
+		t.Errorf("placements %v", where)
+	}
+	if want := "waiting: 3 nodes have no label pool=secure,zone=b"; plan.Waiting["r-zone"] != want {
+		t.Errorf("reason %q, want %q", plan.Waiting["r-zone"], want)
+	}
+}

@@ -86,6 +86,9 @@ type Node struct {
 	// none (see artifacts.go).
 	Artifacts    map[string]bool
 	LinkFloorBPS int64
+	// Labels are the node's labels (its agent's and its operator's), which
+	// runs' Constraints select on.
+	Labels map[string]string
 	// AgentVersion is the capability version the node's agent speaks
 	// (nodeproto.Version as the agent reported it; 0, not reported, is
 	// read as 1). A run needing a later one does not go there: the node
@@ -125,6 +128,9 @@ type Run struct {
 	// names projects (projects.go).
 	Project  string
 	Priority int
+	// Constraints are the node labels it requires: each key's label must
+	// be one of its values (labels.go); nil is any node.
+	Constraints map[string][]string
 }
 
 // Plan is the scheduler's answer.
@@ -194,7 +200,8 @@ const (
 	noFacts
 	// The rest depend on the run, and the four "free" ones on what was
 	// placed before it.
-	olderAgent // the node's agent is older than the run needs
+	missingLabel // the node lacks a label the run requires (labels.go)
+	olderAgent   // the node's agent is older than the run needs
 	fewerCPUs
 	lessMemory
 	freeCPU
@@ -226,6 +233,8 @@ func (why rejection) text(sh shape) string {
 		return floorText(sh)
 	case olderAgent:
 		return olderAgentText(sh.minVersion)
+	case missingLabel:
+		return "have no label " + sh.labels
 	case cordoned:
 		return "is cordoned"
 	case noFacts:
