@@ -131,6 +131,10 @@ type RunSpec struct {
 	// the default (10 s); more than the control plane's maximum is
 	// refused at submit.
 	GraceSeconds int64 `json:"grace_seconds,omitempty"`
+	// Constraints are node labels the run requires: it goes only to
+	// nodes whose label KEY is VALUE (and, in a project restricted to
+	// pools, whose pool label is one of them).
+	Constraints map[string]string `json:"constraints,omitempty"`
 }
 
 // NetworkNone is the one network a run may ask for instead of the node's
@@ -253,6 +257,16 @@ type Node struct {
 	// a GPU UUID another node also claims, figures that contradict each
 	// other. Empty when nothing was found.
 	Flags []NodeFlag `json:"flags,omitempty"`
+	// Labels are the node's labels as its operator set them (`mercator
+	// node label`), which runs' constraints and projects' pools select on.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// NodeLabelsRequest is the body of POST /v1/nodes/{id}/labels: labels to
+// set (replacing a key's value) and keys to remove.
+type NodeLabelsRequest struct {
+	Set    map[string]string `json:"set,omitempty"`
+	Remove []string          `json:"remove,omitempty"`
 }
 
 // Kinds of NodeFlag. A node flagged NodeFlagFactsRefused takes no new work

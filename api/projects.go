@@ -29,6 +29,8 @@ const (
 	MaxRunPriority = 1_000_000
 	// MaxRunGrace bounds RunSpec.GraceSeconds, in seconds.
 	MaxRunGrace = 3600
+	// MaxLabels bounds a node's labels and a run's constraints.
+	MaxLabels = 32
 )
 
 var (
@@ -146,4 +148,22 @@ func ProjectOf(name string) string {
 		return DefaultProject
 	}
 	return name
+}
+
+// labelPart is a label's key or value: letters, digits, '.', '_', '-' and
+// '/', up to 63, starting with a letter or digit.
+var labelPart = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
+
+// ValidateLabels checks labels or constraints: at most MaxLabels, each key
+// and value a labelPart.
+func ValidateLabels(field string, labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return failure.Invalid(field, "%d labels; at most %d", len(labels), MaxLabels)
+	}
+	for k, v := range labels {
+		if !labelPart.MatchString(k) || !labelPart.MatchString(v) {
+			return failure.Invalid(field, "%q=%q: keys and values are letters, digits, '.', '_', '-' and '/', up to 63, starting with a letter or digit", k, v)
+		}
+	}
+	return nil
 }

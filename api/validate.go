@@ -268,6 +268,9 @@ func (s RunSpec) validateTeams() error {
 	if s.Priority < -MaxRunPriority || s.Priority > MaxRunPriority {
 		return failure.Invalid("priority", "%d: must be from %d to %d", s.Priority, -MaxRunPriority, MaxRunPriority)
 	}
+	if err := ValidateLabels("constraints", s.Constraints); err != nil {
+		return err
+	}
 	if s.GraceSeconds < 0 || s.GraceSeconds > MaxRunGrace {
 		return failure.Invalid("grace_seconds", "%d: must be from 0 (the default, 10 s) to %d (an hour); a control plane's own maximum may be lower", s.GraceSeconds, MaxRunGrace)
 	}

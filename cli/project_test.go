@@ -68,4 +68,19 @@ func TestProjectCommands(t *testing.T) {
 	}
 	ok("run", "cancel", id)
 	ok("project", "rm", "vision")
+
+	// Constraints travel with the run; labels are checked before a call.
+	delete(env, "MERCATOR_PROJECT")
+	sub = runCLI(t, env, "run", "submit", "--token-file", admin, "--image", "127.0.0.1:5000/hello:1", "--constraint", "pool=secure", "--grace", "30s", "--", "/hello")
+	var run api.Run
+	if err := json.Unmarshal([]byte(ok("run", "get", strings.TrimSpace(sub.stdout), "-o", "json")), &run); err != nil ||
+		run.Constraints["pool"] != "secure" || run.GraceSeconds != 30 || run.Project != api.DefaultProject {
+		t.Errorf("constrained run: %+v (%v)", run.RunSpec, err)
+	}
+	if res := mercator("node", "label", "n1", "pool"); res.code != 2 || !strings.Contains(res.stderr, "KEY=VALUE") {
+		t.Errorf("node label without =: exit %d, %s", res.code, res.stderr)
+	}
+	if res := mercator("node", "label", "n1", "pool=a b"); res.code != 2 {
+		t.Errorf("node label with a space: exit %d, %s", res.code, res.stderr)
+	}
 }

@@ -117,6 +117,7 @@ type submitFlags struct {
 	timeout, replaceAfter *time.Duration
 	retries, gpus, count  *int
 	env, artifacts        stringList
+	constraints           stringList
 	// Containment the run asks for (api.RunSpec's block of it).
 	user, network *string
 	readOnly      *bool
@@ -153,6 +154,7 @@ func (sf *submitFlags) define(fs *flagSet) {
 	sf.secrets.Define(fs.FlagSet)
 	sf.project = fs.String("project", "", "`project` the run belongs to and counts against (default: $MERCATOR_PROJECT, the context's, else default)")
 	sf.priority = fs.Int("priority", 0, "`N`: higher runs first within its project, and may preempt lower in the same project")
+	fs.Var(&sf.constraints, "constraint", "run only on nodes labelled `KEY=VALUE` (repeatable; see `mercator node label`)")
 	sf.grace = fs.Duration("grace", 0, "time between SIGTERM and SIGKILL when the run is stopped (preempted, cancelled), e.g. 30s (0: 10s; at most the server's maximum)")
 }
 
@@ -177,6 +179,9 @@ func (sf *submitFlags) spec(command []string, env func(string) string) (api.RunS
 		return spec, usagef("--count must be 1 or more, got %d", *sf.count)
 	}
 	if spec.Env, err = keyValues("env", sf.env, "the value may be empty: KEY="); err != nil {
+		return spec, err
+	}
+	if spec.Constraints, err = keyValues("constraint", sf.constraints, "write KEY=VALUE"); err != nil {
 		return spec, err
 	}
 	if _, ok := spec.Env[runIndexEnv]; ok && sf.set["count"] {
@@ -213,7 +218,7 @@ var specFlags = map[string]string{
 	"gpu_model": "--gpu-model", "gpu_memory_bytes": "--gpu-memory",
 	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env", "secrets": "--secret", "log_limit_bytes": "--log-limit",
 	"user": "--user", "network": "--network", "pids_limit": "--pids-limit", "project": "--project", "priority": "--priority",
-	"grace_seconds": "--grace (in seconds)",
+	"grace_seconds": "--grace (in seconds)", "constraints": "--constraint",
 }
 
 // specUsageError turns api.RunSpec.Validate's error into a usage error

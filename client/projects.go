@@ -55,3 +55,8 @@ func (c *Client) RemoveProject(ctx context.Context, name string) (api.Project, e
 	}
 	return out, nil
 }
+
+// LabelNode sets and removes a node's labels (operator).
+func (c *Client) LabelNode(ctx context.Context, nodeID string, req api.NodeLabelsRequest) (api.Node, error) {
+	return c.nodeAction(ctx, nodeID, "labels", req)
+}

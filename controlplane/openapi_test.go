@@ -117,6 +117,7 @@ func TestOpenAPIDocumentsEveryRouteAndField(t *testing.T) {
 	check("Quota", api.Quota{})
 	check("ProjectList", api.ProjectList{})
 	check("QueuePosition", api.QueuePosition{})
+	check("NodeLabelsRequest", api.NodeLabelsRequest{})
 }
 
 func walkJSONFields(t reflect.Type, fn func(string)) {

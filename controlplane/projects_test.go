@@ -127,3 +127,43 @@ func TestQueuePositions(t *testing.T) {
 		t.Errorf("vision's queue = %v, want %v", order, want)
 	}
 }
+
+// TestLabelsConstraintsAndPools: an operator labels a node; a project
+// restricted to a pool runs only there; a run constrained to a label no
+// node has waits saying so; one asking for a pool outside its project's
+// never runs.
+func TestLabelsConstraintsAndPools(t *testing.T) {
+	f := newRunsFixture(t)
+	f.putNode("n1", 64<<30, 0)
+	f.putNode("n2", 64<<30, 0)
+	var node api.Node
+	f.want(http.StatusOK, nil, "POST", "/v1/nodes/n2/labels", api.NodeLabelsRequest{Set: map[string]string{"pool": "secure", "zone": "b"}})
+	f.want(http.StatusOK, &node, "POST", "/v1/nodes/n2/labels", api.NodeLabelsRequest{Remove: []string{"zone"}})
+	if len(node.Labels) != 1 || node.Labels["pool"] != "secure" {
+		t.Fatalf("labels = %v", node.Labels)
+	}
+	f.refusedAs(http.StatusBadRequest, "set", "letters", "POST", "/v1/nodes/n2/labels", api.NodeLabelsRequest{Set: map[string]string{"pool": "a b"}})
+	f.want(http.StatusCreated, nil, "POST", "/v1/projects", api.Project{Name: "secure-team", Pools: []string{"secure"}})
+	spec := api.RunSpec{Image: "127.0.0.1:5000/hello:1", Command: []string{"/hello"}, CPU: 1, Project: "secure-team"}
+	var inPool, elsewhere, nowhere api.Run
+	f.want(http.StatusCreated, &inPool, "POST", "/v1/runs", spec)
+	spec.Constraints = map[string]string{"pool": "gpu"}
+	f.want(http.StatusCreated, &elsewhere, "POST", "/v1/runs", spec)
+	f.want(http.StatusCreated, &nowhere, "POST", "/v1/runs", api.RunSpec{Image: spec.Image, Command: spec.Command, Constraints: map[string]string{"zone": "x"}})
+	if err := f.srv.reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var got api.Run
+	f.want(http.StatusOK, &got, "GET", "/v1/runs/"+inPool.ID, nil)
+	if len(got.Attempts) != 1 || got.Attempts[0].NodeID != "n2" {
+		t.Errorf("the pool's run: %s %q %+v, want placed on n2", got.Status, got.Reason, got.Attempts)
+	}
+	f.want(http.StatusOK, &got, "GET", "/v1/runs/"+elsewhere.ID, nil)
+	if got.Status != api.RunQueued || !strings.Contains(got.Reason, "2 nodes have no label pool=gpu (outside the project's pools)") {
+		t.Errorf("a run outside its project's pools: %s %q", got.Status, got.Reason)
+	}
+	f.want(http.StatusOK, &got, "GET", "/v1/runs/"+nowhere.ID, nil)
+	if got.Status != api.RunQueued || got.Reason != "waiting: 2 nodes have no label zone=x" {
+		t.Errorf("a run no node matches: %s %q", got.Status, got.Reason)
+	}
+}

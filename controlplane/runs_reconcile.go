@@ -104,7 +104,7 @@ func lostSince(n store.Node, status string, seen *time.Time, lease time.Duration
 // schedNode is a node as the scheduler sees it, with the status given,
 // without what its active attempts hold (buildSnapshot adds that).
 func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
-	sn := scheduler.Node{ID: n.ID, Images: map[string]bool{}} // UsedGPUs: set by whoever counts attempts
+	sn := scheduler.Node{ID: n.ID, Images: map[string]bool{}, Labels: n.Labels} // UsedGPUs: set by whoever counts attempts
 	switch status {
 	case api.NodeReady:
 		sn.Ready = true
@@ -215,7 +215,7 @@ func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each fun
 		pending[r.ID] = r
 		sr := scheduler.Run{ID: r.ID, Image: r.PinnedImage, CPU: r.CPU, MemoryBytes: r.MemoryBytes,
 			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes, MinAgentVersion: agentVersionFor(r),
-			Project: api.ProjectOf(r.Project), Priority: r.Priority}
+			Project: api.ProjectOf(r.Project), Priority: r.Priority, Constraints: constraintsOf(r.RunSpec, nil)}
 		artifactDemand(&sr, r.RunSpec)
 		snap.Pending = append(snap.Pending, sr)
 	}
@@ -331,7 +331,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 			fn(u)
 		})
 	}, queued)
-	if err := s.withTeams(ctx, &snap, queued); err != nil { // runs_teams.go
+	if err := s.withTeams(ctx, &snap, queued, pending); err != nil { // runs_teams.go
 		return err
 	}
 	plan := scheduler.Schedule(snap)

@@ -80,7 +80,7 @@ func (h *teamsHistory) decay(shares map[string]float64, now time.Time, halfLife 
 
 // withTeams adds the projects and the running work to a snapshot when there
 // is anything to plan by.
-func (s *Server) withTeams(ctx context.Context, snap *scheduler.Snapshot, queued []store.Run) error {
+func (s *Server) withTeams(ctx context.Context, snap *scheduler.Snapshot, queued []store.Run, pending map[string]store.Run) error {
 	projects, err := project.Load(ctx, s.store)
 	if err != nil {
 		return err
@@ -90,11 +90,16 @@ func (s *Server) withTeams(ctx context.Context, snap *scheduler.Snapshot, queued
 		needed = needed || r.Priority != 0 || api.ProjectOf(r.Project) != api.DefaultProject
 	}
 	for _, p := range projects {
-		needed = needed || p.Weight != 0 || p.MaxRunning != 0 || p.Quota.CPU != 0 || p.Quota.MemoryBytes != 0 || len(p.Quota.GPUs) > 0
+		needed = needed || p.Weight != 0 || p.MaxRunning != 0 || p.Quota.CPU != 0 || p.Quota.MemoryBytes != 0 || len(p.Quota.GPUs) > 0 || len(p.Pools) > 0
 	}
 	if !needed {
 		return nil
 	}
+	pools := map[string][]string{}
+	for name, p := range projects {
+		pools[name] = p.Pools
+	}
+	withPools(snap, pools, pending) // nodes_labels.go
 	names := make([]string, 0, len(projects))
 	for name := range projects {
 		names = append(names, name)

@@ -174,6 +174,8 @@ type Node struct {
 	// (package controlplane/internal/factcheck): replaced at every report, except the
 	// GPU disputes, which only an operator clears.
 	Flags []api.NodeFlag `json:"flags,omitempty"`
+	// Labels are the labels its operator set (`mercator node label`).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Invitation is a single-use enrollment credential, stored by hash only.

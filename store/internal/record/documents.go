@@ -127,6 +127,8 @@ type runDoc struct {
 	Project      string `json:"project,omitempty"`
 	Priority     int    `json:"priority,omitempty"`
 	GraceSeconds int64  `json:"grace_seconds,omitempty"`
+	// Constraints: the node labels the run requires.
+	Constraints map[string]string `json:"constraints,omitempty"`
 }
 
 // attemptDoc is an api.Attempt as stored: the same fields, so that a
@@ -170,7 +172,7 @@ func runDocOf(r store.Run) runDoc {
 		Cancel: r.Cancel, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
 		NextCheck: r.NextCheck, SealedSecrets: r.SealedSecrets,
 		User: r.User, ReadOnlyRootfs: r.ReadOnlyRootfs, Network: r.Network, PidsLimit: r.PidsLimit,
-		LogLimitBytes: r.LogLimitBytes, Project: r.Project, Priority: r.Priority, GraceSeconds: r.GraceSeconds,
+		LogLimitBytes: r.LogLimitBytes, Project: r.Project, Priority: r.Priority, GraceSeconds: r.GraceSeconds, Constraints: r.Constraints,
 	}
 	d.Artifacts = convertAll(r.Artifacts, func(m api.ArtifactMount) artifactMountDoc { return artifactMountDoc(m) })
 	d.Attempts = convertAll(r.Attempts, func(a api.Attempt) attemptDoc { return attemptDoc(a) })
@@ -186,7 +188,7 @@ func (d runDoc) record() store.Run {
 			GPUs: d.GPUs, GPUModel: d.GPUModel, GPUMemoryBytes: d.GPUMemoryBytes,
 			ReplaceAfterSeconds: d.ReplaceAfterSeconds,
 			User:                d.User, ReadOnlyRootfs: d.ReadOnlyRootfs, Network: d.Network, PidsLimit: d.PidsLimit,
-			LogLimitBytes: d.LogLimitBytes, Project: d.Project, Priority: d.Priority, GraceSeconds: d.GraceSeconds,
+			LogLimitBytes: d.LogLimitBytes, Project: d.Project, Priority: d.Priority, GraceSeconds: d.GraceSeconds, Constraints: d.Constraints,
 		},
 		PinnedImage: d.PinnedImage, Status: d.Status, Reason: d.Reason, ExitCode: d.ExitCode,
 		Cancel: d.Cancel, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, FinishedAt: d.FinishedAt,
