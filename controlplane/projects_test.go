@@ -167,3 +167,46 @@ func TestLabelsConstraintsAndPools(t *testing.T) {
 		t.Errorf("a run no node matches: %s %q", got.Status, got.Reason)
 	}
 }
+
+// TestProjectScopedToken: an operator token confined to vision submits
+// there by default and nowhere else, lists and reads only vision's runs
+// and projects, and may not change projects; an admin token cannot be
+// confined, nor a token to a project that does not exist.
+func TestProjectScopedToken(t *testing.T) {
+	f := newRunsFixture(t)
+	for _, name := range []string{"vision", "nlp"} {
+		f.want(http.StatusCreated, nil, "POST", "/v1/projects", api.Project{Name: name})
+	}
+	f.refusedAs(http.StatusBadRequest, "projects", "admin", "POST", "/v1/tokens", api.TokenRequest{Name: "a", Role: "admin", Projects: []string{"vision"}})
+	f.refusedAs(http.StatusBadRequest, "projects", "does not exist", "POST", "/v1/tokens", api.TokenRequest{Name: "x", Role: "submitter", Projects: []string{"cv"}})
+	var created api.TokenCreated
+	f.want(http.StatusCreated, &created, "POST", "/v1/tokens", api.TokenRequest{Name: "vision-ops", Role: "operator", Projects: []string{"vision"}})
+	var other api.Run
+	f.want(http.StatusCreated, &other, "POST", "/v1/runs", api.RunSpec{Image: "127.0.0.1:5000/hello:1", Command: []string{"/hello"}, Project: "nlp"})
+
+	admin := f.token
+	f.token = created.Secret
+	defer func() { f.token = admin }()
+	var mine api.Run
+	f.want(http.StatusCreated, &mine, "POST", "/v1/runs", api.RunSpec{Image: "127.0.0.1:5000/hello:1", Command: []string{"/hello"}})
+	if mine.Project != "vision" {
+		t.Errorf("a confined token's run went to %q, want its project", mine.Project)
+	}
+	f.refusedAs(http.StatusForbidden, "", "confined to project(s) vision", "POST", "/v1/runs",
+		api.RunSpec{Image: "127.0.0.1:5000/hello:1", Command: []string{"/hello"}, Project: "nlp"})
+	f.refusedAs(http.StatusForbidden, "", "may not read runs", "GET", "/v1/runs/"+other.ID, nil)
+	f.refusedAs(http.StatusForbidden, "", "may not cancel runs", "POST", "/v1/runs/"+other.ID+"/cancel", nil)
+	f.want(http.StatusOK, nil, "GET", "/v1/runs/"+mine.ID, nil)
+	var runs api.RunList
+	f.want(http.StatusOK, &runs, "GET", "/v1/runs", nil)
+	if len(runs.Runs) != 1 || runs.Runs[0].ID != mine.ID {
+		t.Errorf("a confined token lists %+v, want only its run", runs.Runs)
+	}
+	f.refusedAs(http.StatusForbidden, "", "may not list runs", "GET", "/v1/runs?project=nlp", nil)
+	var projects api.ProjectList
+	f.want(http.StatusOK, &projects, "GET", "/v1/projects", nil)
+	if names := projectNames(projects); !slices.Equal(names, []string{"vision"}) {
+		t.Errorf("a confined token sees projects %v", names)
+	}
+	f.refusedAs(http.StatusForbidden, "", "confined to projects", "PUT", "/v1/projects/vision", api.Project{Quota: api.Quota{CPU: 1000}})
+}

@@ -28,6 +28,10 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
+	if err := scopeSubmit(r, &spec); err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
 	run, err := s.admitRun(r.Context(), spec, nil)
 	if err != nil {
 		httpapi.WriteError(w, err)
@@ -71,6 +75,10 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 	runs := make([]store.Run, len(req.Runs))
 	pins := map[string]string{}
 	for i, spec := range req.Runs {
+		if err := scopeSubmit(r, &spec); err != nil {
+			httpapi.WriteError(w, atBatchIndex(i, err))
+			return
+		}
 		run, err := s.admitRun(r.Context(), spec, pins)
 		if err != nil {
 			httpapi.WriteError(w, atBatchIndex(i, err))
@@ -260,6 +268,10 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		opts.Limit = n
+	}
+	if err := scopeList(r, &opts); err != nil {
+		httpapi.WriteError(w, err)
+		return
 	}
 	if v := q.Get("queue"); v != "" {
 		s.listQueue(w, r, opts)

@@ -94,7 +94,20 @@ func Exists(tx store.Tx, field, name string) error {
 	return nil
 }
 
+// unscoped refuses a change of projects by a credential confined to some:
+// it could raise its own quota.
+func unscoped(r *http.Request) error {
+	if httpapi.ProjectScope(r.Context()) != nil {
+		return failure.Forbidden("a token confined to projects may not create, change or remove projects; use an operator token for every project")
+	}
+	return nil
+}
+
 func (s *Service) create(w http.ResponseWriter, r *http.Request) {
+	if err := unscoped(r); err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
 	var p api.Project
 	if err := httpapi.Decode(r, httpapi.MaxBody, &p); err != nil {
 		httpapi.WriteError(w, err)
@@ -133,7 +146,9 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 		ps, err := List(tx)
 		out.Projects = out.Projects[:0]
 		for _, p := range ps {
-			out.Projects = append(out.Projects, p.Project)
+			if httpapi.ConfineToProject(r.Context(), p.Name, "") == nil {
+				out.Projects = append(out.Projects, p.Project)
+			}
 		}
 		return err
 	})
@@ -146,10 +161,13 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) get(w http.ResponseWriter, r *http.Request) {
 	var p store.Project
-	err := s.store.View(r.Context(), func(tx store.Tx) (err error) {
-		p, err = Get(tx, r.PathValue("name"))
-		return err
-	})
+	err := httpapi.ConfineToProject(r.Context(), r.PathValue("name"), "read the project")
+	if err == nil {
+		err = s.store.View(r.Context(), func(tx store.Tx) (err error) {
+			p, err = Get(tx, r.PathValue("name"))
+			return err
+		})
+	}
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -161,6 +179,10 @@ func (s *Service) get(w http.ResponseWriter, r *http.Request) {
 // body's (a whole replacement, so the answer is exactly what is stored);
 // the default project is stored on its first update.
 func (s *Service) update(w http.ResponseWriter, r *http.Request) {
+	if err := unscoped(r); err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
 	var p api.Project
 	if err := httpapi.Decode(r, httpapi.MaxBody, &p); err != nil {
 		httpapi.WriteError(w, err)
@@ -202,6 +224,10 @@ func (s *Service) update(w http.ResponseWriter, r *http.Request) {
 // /v1/projects/{name}. Finished runs keep its name (their history).
 func (s *Service) remove(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
+	if err := unscoped(r); err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
 	if name == api.DefaultProject {
 		httpapi.WriteError(w, failure.Invalid("name", "the default project cannot be removed: runs that name no project count against it"))
 		return
