@@ -257,8 +257,9 @@ type Node struct {
 	// a GPU UUID another node also claims, figures that contradict each
 	// other. Empty when nothing was found.
 	Flags []NodeFlag `json:"flags,omitempty"`
-	// Labels are the node's labels as its operator set them (`mercator
-	// node label`), which runs' constraints and projects' pools select on.
+	// Labels are the node's labels: its agent's (`mercator agent
+	// --label`), with its operator's (`mercator node label`) over them.
+	// Runs' constraints and projects' pools select on them.
 	Labels map[string]string `json:"labels,omitempty"`
 }
 

@@ -85,3 +85,14 @@ func withPools(snap *scheduler.Snapshot, pools map[string][]string, specs map[st
 		}
 	}
 }
+
+// nodeLabels is a node's labels: its agent's (`agent --label`), with its
+// operator's (`node label`) over them.
+func nodeLabels(n store.Node) map[string]string {
+	if n.Facts == nil || len(n.Facts.Labels) == 0 {
+		return n.Labels
+	}
+	out := maps.Clone(n.Facts.Labels)
+	maps.Copy(out, n.Labels)
+	return out
+}

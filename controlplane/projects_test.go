@@ -7,8 +7,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/nodeproto"
+	"github.com/mercator/mercator/store"
 )
 
 // TestProjectsLifecycle drives the project routes over real HTTP and a
@@ -209,4 +212,22 @@ func TestProjectScopedToken(t *testing.T) {
 		t.Errorf("a confined token sees projects %v", names)
 	}
 	f.refusedAs(http.StatusForbidden, "", "confined to projects", "PUT", "/v1/projects/vision", api.Project{Quota: api.Quota{CPU: 1000}})
+}
+
+// TestAgentLabelsUnderOperatorLabels: the labels an agent reports with its
+// facts are the node's, and an operator's label of the same key wins.
+func TestAgentLabelsUnderOperatorLabels(t *testing.T) {
+	f := newRunsFixture(t)
+	now := time.Now()
+	if err := f.srv.update(context.Background(), func(tx store.Tx) error {
+		return tx.PutNode(store.Node{ID: "n1", CreatedAt: now, EnrolledAt: &now, LastSeenAt: &now,
+			Facts: &nodeproto.NodeFacts{CPUs: 16, MemoryBytes: 64 << 30, Labels: map[string]string{"pool": "gpu", "zone": "a"}}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var node api.Node
+	f.want(http.StatusOK, &node, "POST", "/v1/nodes/n1/labels", api.NodeLabelsRequest{Set: map[string]string{"zone": "b"}})
+	if len(node.Labels) != 2 || node.Labels["pool"] != "gpu" || node.Labels["zone"] != "b" {
+		t.Errorf("labels = %v, want the agent's pool and the operator's zone", node.Labels)
+	}
 }

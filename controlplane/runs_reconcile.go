@@ -104,7 +104,7 @@ func lostSince(n store.Node, status string, seen *time.Time, lease time.Duration
 // schedNode is a node as the scheduler sees it, with the status given,
 // without what its active attempts hold (buildSnapshot adds that).
 func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
-	sn := scheduler.Node{ID: n.ID, Images: map[string]bool{}, Labels: n.Labels} // UsedGPUs: set by whoever counts attempts
+	sn := scheduler.Node{ID: n.ID, Images: map[string]bool{}, Labels: nodeLabels(n)} // UsedGPUs: set by whoever counts attempts
 	switch status {
 	case api.NodeReady:
 		sn.Ready = true

@@ -41,7 +41,9 @@ type AgentOptions struct {
 	AcceleratorTool string
 	KernelReports   string
 	Heartbeat       time.Duration
-	Logger          *slog.Logger
+	// Labels are reported with the node's facts (`--label`).
+	Labels map[string]string
+	Logger *slog.Logger
 	// Functions configures the hot-container engine (package fnagent).
 	Functions nodeagent.FunctionsOptions
 
@@ -104,6 +106,9 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	aopts := []nodeagent.Option{nodeagent.WithLogger(o.Logger), nodeagent.WithTLS(pki.ClientTLSConfig(roots))}
 	if o.Heartbeat > 0 {
 		aopts = append(aopts, nodeagent.WithHeartbeat(o.Heartbeat))
+	}
+	if len(o.Labels) > 0 {
+		aopts = append(aopts, nodeagent.WithLabels(o.Labels))
 	}
 	fnOpts, stopFunctions, err := startFunctions(ctx, o, rt)
 	if err != nil {

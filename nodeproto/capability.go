@@ -152,6 +152,10 @@ type NodeFacts struct {
 	// containers, and what runs in it; nil when the node runs no functions.
 	Functions *FunctionCapacity `json:"functions,omitempty"`
 	Notes     []string          `json:"notes,omitempty"`
+	// Labels are the node's labels as its agent was started with them
+	// (`mercator agent --label KEY=VALUE`); an operator's `node label`
+	// overrides them. Runs' constraints and projects' pools select on them.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // HeldArtifact is one Artifact content a node holds, by digest, with the
