@@ -331,11 +331,8 @@ func (s *Server) reconcile(ctx context.Context) error {
 			fn(u)
 		})
 	}, queued)
-	if err := s.withTeams(ctx, &snap, queued, pending); err != nil { // runs_teams.go
-		return err
-	}
-	plan := scheduler.Schedule(snap)
-	if err := s.commitPreemptions(ctx, plan); err != nil {
+	plan, err := s.schedule(ctx, snap, queued, pending) // runs_teams.go
+	if err != nil {
 		return err
 	}
 	placed := 0

@@ -128,6 +128,16 @@ func (s *Server) withTeams(ctx context.Context, snap *scheduler.Snapshot, queued
 	return nil
 }
 
+// schedule plans a pass: by project when there is anything to plan by,
+// carrying out the plan's preemptions before its placements are committed.
+func (s *Server) schedule(ctx context.Context, snap scheduler.Snapshot, queued []store.Run, pending map[string]store.Run) (scheduler.Plan, error) {
+	if err := s.withTeams(ctx, &snap, queued, pending); err != nil {
+		return scheduler.Plan{}, err
+	}
+	plan := scheduler.Schedule(snap)
+	return plan, s.commitPreemptions(ctx, plan)
+}
+
 // graceOf is the time a run's container gets between SIGTERM and SIGKILL.
 func graceOf(r store.Run) time.Duration {
 	if r.GraceSeconds > 0 {
