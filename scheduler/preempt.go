@@ -66,7 +66,6 @@ type preemption struct {
 	t      *teams
 	byNode map[int32][]*victim
 	nodes  []int32 // with running attempts, in rank order
-	chosen map[string]bool
 	taken  map[int32]bool
 	tried  map[string]bool
 	// lowest is the lowest priority each project runs at: a run at or
@@ -80,13 +79,14 @@ type victim struct {
 	*Running
 	project *projectState
 	gpuDims []int
+	chosen  bool // in this plan already
 }
 
 func (t *teams) preempt() {
 	if len(t.s.Running) == 0 || len(t.plan.Waiting) == 0 {
 		return
 	}
-	p := &preemption{t: t, byNode: map[int32][]*victim{}, chosen: map[string]bool{}, taken: map[int32]bool{}, tried: map[string]bool{},
+	p := &preemption{t: t, byNode: map[int32][]*victim{}, taken: map[int32]bool{}, tried: map[string]bool{},
 		lowest: map[*projectState]int{}}
 	for i := range t.s.Running {
 		r := &t.s.Running[i]
@@ -188,7 +188,7 @@ func (p *preemption) consider(ps *projectState, i int32) bool {
 		}
 		t.plan.Preemptions = append(t.plan.Preemptions, Preemption{RunID: v.RunID, NodeID: nodeID, By: r.ID, ByPriority: r.Priority,
 			Key: key, Reason: fmt.Sprintf("preempted by %s (priority %d) %s", r.ID, r.Priority, why)})
-		p.chosen[v.RunID] = true
+		v.chosen = true
 		p.release(v)
 		ids = append(ids, v.RunID)
 	}
@@ -237,7 +237,7 @@ func (p *preemption) onNode(ps *projectState, r *Run, sh *shape, ni int32) ([]*v
 		switch {
 		case v.Stopping:
 			stopping = append(stopping, v)
-		case !p.chosen[v.RunID] && p.kind(ps, r, d, v) != notVictim:
+		case !v.chosen && p.kind(ps, r, d, v) != notVictim:
 			candidates = append(candidates, v)
 		}
 	}

@@ -97,6 +97,7 @@ type teams struct {
 	words    []string // lowercased GPU quota words, sorted
 	display  []string // the words as the quotas spell them
 	dimOf    map[string]int
+	slotDim  [][]int   // by node and GPU slot (eligible nodes only)
 	capacity []float64 // on nodes that can take work
 	free     []float64 // of capacity, not held: what can be borrowed
 	projects []*projectState
@@ -164,14 +165,17 @@ func newTeams(s *Snapshot) *teams {
 	for i := range t.x.nodes {
 		t.nodeOf[s.Nodes[i].ID] = int32(i)
 	}
+	t.slotDim = make([][]int, len(t.x.nodes))
 	for _, ni := range t.x.eligible {
 		ns := &t.x.nodes[ni]
 		t.capacity[dimCPU] += ns.node.CPU
 		t.capacity[dimMem] += float64(ns.node.MemoryBytes)
 		t.free[dimCPU] += max(ns.freeCPU, 0)
 		t.free[dimMem] += float64(max(ns.freeMem, 0))
+		t.slotDim[ni] = make([]int, len(ns.gpus))
 		for k := range ns.gpus {
 			d := t.dim(ns.models[k])
+			t.slotDim[ni][k] = d
 			t.capacity[d]++
 			if !ns.used[k] {
 				t.free[d]++
@@ -288,7 +292,7 @@ func (t *teams) nodeDim(ni int32, sh *shape) int {
 	n := &t.x.nodes[ni]
 	for k, g := range n.gpus {
 		if matches(n.models[k], g.MemoryBytes, sh) {
-			return t.dim(n.models[k])
+			return t.slotDim[ni][k]
 		}
 	}
 	return dimGPU0 + len(t.words)
