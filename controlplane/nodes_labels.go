@@ -3,10 +3,10 @@ package controlplane
 import (
 	"maps"
 	"net/http"
-	"slices"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
@@ -49,39 +49,12 @@ func (s *Server) labelNode(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// constraintsOf is a run's constraints as the scheduler reads them, with
-// its project's pools (when it is restricted to some) as the values its
-// node's "pool" label may have: a run asking for a pool outside them
-// accepts none, and waits saying so.
-func constraintsOf(spec api.RunSpec, pools []string) map[string][]string {
-	if len(spec.Constraints) == 0 && len(pools) == 0 {
-		return nil
-	}
-	out := make(map[string][]string, len(spec.Constraints)+1)
-	for k, v := range spec.Constraints {
-		out[k] = []string{v}
-	}
-	if len(pools) > 0 {
-		want, asked := spec.Constraints[poolLabel]
-		switch {
-		case !asked:
-			out[poolLabel] = pools
-		case !slices.Contains(pools, want):
-			out[poolLabel] = []string{want + " (outside the project's pools)"}
-		}
-	}
-	return out
-}
-
-// poolLabel is the label a project's pools name.
-const poolLabel = "pool"
-
 // withPools restricts the pending runs of projects limited to pools.
 func withPools(snap *scheduler.Snapshot, pools map[string][]string, specs map[string]store.Run) {
 	for i := range snap.Pending {
 		sr := &snap.Pending[i]
 		if p := pools[sr.Project]; len(p) > 0 {
-			sr.Constraints = constraintsOf(specs[sr.ID].RunSpec, p)
+			sr.Constraints = project.Constraints(specs[sr.ID].RunSpec, p)
 		}
 	}
 }

@@ -183,7 +183,7 @@ func (s *Server) view(run store.Run, unreachable map[string]bool) api.Run {
 			out.Attempts[i].Status = api.AttemptUnknown
 		}
 	}
-	if pos, ok := s.queue.position(run.ID); ok && run.Status == api.RunQueued {
+	if pos, ok := s.queue.Position(run.ID); ok && run.Status == api.RunQueued {
 		out.Queue = &pos
 	}
 	return out

@@ -12,6 +12,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/runsecrets"
+	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
 
@@ -215,7 +216,7 @@ func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each fun
 		pending[r.ID] = r
 		sr := scheduler.Run{ID: r.ID, Image: r.PinnedImage, CPU: r.CPU, MemoryBytes: r.MemoryBytes,
 			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes, MinAgentVersion: agentVersionFor(r),
-			Project: api.ProjectOf(r.Project), Priority: r.Priority, Constraints: constraintsOf(r.RunSpec, nil)}
+			Project: api.ProjectOf(r.Project), Priority: r.Priority, Constraints: project.Constraints(r.RunSpec, nil)}
 		artifactDemand(&sr, r.RunSpec)
 		snap.Pending = append(snap.Pending, sr)
 	}

@@ -3,7 +3,6 @@ package controlplane
 import (
 	"context"
 	"errors"
-	"math"
 	"sort"
 	"time"
 
@@ -57,27 +56,6 @@ func teamsOf(r store.Run) runTeams {
 	return t
 }
 
-// teamsHistory is each project's decayed dominant share (scheduler.Project.
-// History), kept by the reconcile loop alone.
-type teamsHistory struct {
-	share map[string]float64
-	at    time.Time
-}
-
-// decay folds the shares a plan leaves into the history: each project's
-// history moves towards its current share with the configured half-life,
-// so use a half-life ago weighs half as much as use now.
-func (h *teamsHistory) decay(shares map[string]float64, now time.Time, halfLife time.Duration) {
-	if h.share == nil {
-		h.share, h.at = map[string]float64{}, now
-	}
-	keep := math.Exp2(-now.Sub(h.at).Seconds() / halfLife.Seconds())
-	for name, s := range shares {
-		h.share[name] = h.share[name]*keep + s*(1-keep)
-	}
-	h.at = now
-}
-
 // withTeams adds the projects and the running work to a snapshot when there
 // is anything to plan by.
 func (s *Server) withTeams(ctx context.Context, snap *scheduler.Snapshot, queued []store.Run, pending map[string]store.Run) error {
@@ -108,7 +86,7 @@ func (s *Server) withTeams(ctx context.Context, snap *scheduler.Snapshot, queued
 	for _, name := range names {
 		p := projects[name]
 		snap.Projects = append(snap.Projects, scheduler.Project{Name: name, GPUs: p.Quota.GPUs, CPU: p.Quota.CPU, MemoryBytes: p.Quota.MemoryBytes,
-			MaxRunning: p.MaxRunning, Weight: p.Weight, History: s.teams.share[name]})
+			MaxRunning: p.MaxRunning, Weight: p.Weight, History: s.teams.Of(name)})
 	}
 	now := s.now()
 	s.sched.eachActive(func(id string, u runUsage) {
@@ -153,7 +131,7 @@ func graceOf(r store.Run) time.Duration {
 // sees it as it is. It also folds the plan's shares into the history.
 func (s *Server) commitPreemptions(ctx context.Context, plan scheduler.Plan) error {
 	if plan.Shares != nil {
-		s.teams.decay(plan.Shares, s.now(), s.cfg.ShareHalfLife)
+		s.teams.Decay(plan.Shares, s.now(), s.cfg.ShareHalfLife)
 	}
 	if len(plan.Preemptions) == 0 {
 		return nil

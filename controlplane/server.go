@@ -212,8 +212,8 @@ type Server struct {
 
 	live       *liveness.Tracker      // package liveness
 	sched      schedState             // runs_schedstate.go: the reconcile loop's copies
-	teams      teamsHistory           // runs_teams.go: projects' decayed shares
-	queue      queueState             // runs_queue.go: queue positions
+	teams      project.History        // runs_teams.go: projects' decayed shares
+	queue      project.Queue          // runs_queue.go: queue positions
 	commits    *groupcommit.Committer // the hot write paths' group commit (batch)
 	outbox     chan string            // replicas_signal.go: signals for other replicas
 	replicaID  string
