@@ -28,7 +28,7 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
-	if err := scopeSubmit(r, &spec); err != nil {
+	if err := project.ScopeSubmit(r, &spec); err != nil {
 		httpapi.WriteError(w, err)
 		return
 	}
@@ -75,7 +75,7 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 	runs := make([]store.Run, len(req.Runs))
 	pins := map[string]string{}
 	for i, spec := range req.Runs {
-		if err := scopeSubmit(r, &spec); err != nil {
+		if err := project.ScopeSubmit(r, &spec); err != nil {
 			httpapi.WriteError(w, atBatchIndex(i, err))
 			return
 		}
@@ -269,7 +269,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		}
 		opts.Limit = n
 	}
-	if err := scopeList(r, &opts); err != nil {
+	if err := project.ScopeList(r, &opts); err != nil {
 		httpapi.WriteError(w, err)
 		return
 	}

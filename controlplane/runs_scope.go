@@ -5,14 +5,14 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
-	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
 )
 
 // Tokens confined to projects (docs/teams.md): such a credential sees and
 // touches only its projects' runs. Submission names (or defaults to) one
-// of them (admitRun); the routes about one run check the run's project
-// first (confinedRun); a listing is of one of them (scopeList).
+// of them (project.ScopeSubmit); the routes about one run check the run's
+// project first (confinedRun); a listing is of one of them
+// (project.ScopeList).
 
 // confinedRun wraps a route about run {id}: a caller confined to projects
 // gets the route only for a run of one of them.
@@ -31,29 +31,4 @@ func (s *Server) confinedRun(action string, h http.HandlerFunc) http.HandlerFunc
 		}
 		h(w, r)
 	}
-}
-
-// scopeList confines a listing to the caller's projects: the one asked for
-// if it is one of them, its only one if none was asked for.
-func scopeList(r *http.Request, opts *store.ListRunsOptions) error {
-	scope := httpapi.ProjectScope(r.Context())
-	switch {
-	case scope == nil:
-		return nil
-	case opts.Project != "":
-		return httpapi.ConfineToProject(r.Context(), opts.Project, "list runs")
-	case len(scope) == 1:
-		opts.Project = scope[0]
-		return nil
-	}
-	return failure.Invalid("project", "this token is confined to several projects; name one with ?project= (`run ls --project`)")
-}
-
-// scopeSubmit gives a spec without a project the caller's first project,
-// and refuses one of another project.
-func scopeSubmit(r *http.Request, spec *api.RunSpec) error {
-	if scope := httpapi.ProjectScope(r.Context()); scope != nil && spec.Project == "" {
-		spec.Project = scope[0]
-	}
-	return httpapi.ConfineToProject(r.Context(), api.ProjectOf(spec.Project), "submit runs")
 }
