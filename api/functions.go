@@ -70,6 +70,10 @@ type App struct {
 	SecretConfig map[string]string `json:"secret_config,omitempty"`
 	CreatedAt    time.Time         `json:"created_at"`
 	UpdatedAt    time.Time         `json:"updated_at"`
+	// Project (Mercator, docs/teams.md) is the project the app and its
+	// functions belong to: set at creation ("" is DefaultProject), then
+	// kept.
+	Project string `json:"project,omitempty"`
 }
 
 // Fn is a function.

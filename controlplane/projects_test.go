@@ -231,3 +231,25 @@ func TestAgentLabelsUnderOperatorLabels(t *testing.T) {
 		t.Errorf("labels = %v, want the agent's pool and the operator's zone", node.Labels)
 	}
 }
+
+// TestAppsBelongToAProject: an app is created in an existing project (the
+// default one when it names none), and keeps it.
+func TestAppsBelongToAProject(t *testing.T) {
+	f := newRunsFixture(t)
+	f.want(http.StatusCreated, nil, "POST", "/v1/projects", api.Project{Name: "nlp"})
+	var app api.App
+	f.want(http.StatusOK, &app, "POST", "/v2/apps", api.App{Name: "plain"})
+	if app.Project != api.DefaultProject {
+		t.Errorf("an app naming no project is in %q", app.Project)
+	}
+	f.want(http.StatusOK, &app, "POST", "/v2/apps", api.App{Name: "tagger", Project: "nlp"})
+	if app.Project != "nlp" {
+		t.Errorf("app project = %q", app.Project)
+	}
+	if status, _, body := f.do("POST", "/v2/apps", api.App{Name: "x", Project: "cv"}); status != http.StatusBadRequest || !strings.Contains(string(body), "does not exist") {
+		t.Errorf("an app in a missing project: %d %s", status, body)
+	}
+	if status, _, body := f.do("PUT", "/v2/apps/"+app.ID, api.App{Project: "default"}); status != http.StatusBadRequest || !strings.Contains(string(body), "set when it is created") {
+		t.Errorf("moving an app: %d %s", status, body)
+	}
+}
