@@ -93,6 +93,7 @@ one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
 	g := fs.clientFlags(true)
 	cf := fs.configFlags()
 	syslog := fs.String("syslog-url", "", "Fn's syslog `URL` (kept for compatibility; Mercator keeps function output itself)")
+	project := fs.String("project", "", "`project` the app and its functions belong to (default: $MERCATOR_PROJECT, the context's, else default)")
 	c, name, err := inv.connect(fs, g, args, "an app name")
 	if err != nil {
 		return err
@@ -101,7 +102,10 @@ one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
 	if err != nil {
 		return err
 	}
-	app := api.App{Name: name, Config: config, SecretConfig: secret, Annotations: ann}
+	app := api.App{Name: name, Config: config, SecretConfig: secret, Annotations: ann, Project: *project}
+	if app.Project == "" {
+		app.Project = c.Project
+	}
 	if *syslog != "" {
 		app.SyslogURL = syslog
 	}
