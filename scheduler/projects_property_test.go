@@ -317,13 +317,18 @@ func TestPropertyQuotaGuaranteedAndReclaimed(t *testing.T) {
 
 // TestPropertyFairShareFollowsWeights: projects with no quota and endless
 // queues share a contended fleet in proportion to their weights over a
-// long horizon, within 10% of each one's due.
+// long horizon, within 10% of each one's due (1,000 rounds; 400 in short
+// mode, within 15%).
 func TestPropertyFairShareFollowsWeights(t *testing.T) {
 	for seed := int64(1); seed <= 3; seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		projects := []Project{{Name: "a", Weight: 1}, {Name: "b", Weight: 2}, {Name: "c", Weight: 3 + float64(rng.Intn(3))}}
 		f := newFleetSim(t, seed, 4, projects)
-		for round := 0; round < 1000; round++ {
+		rounds := 1000
+		if testing.Short() {
+			rounds = 400 // CI's short mode, under the race detector
+		}
+		for round := 0; round < rounds; round++ {
 			for _, p := range projects {
 				for len(f.queued(p.Name)) < 40 {
 					f.submit(p.Name, 1+rng.Intn(2), 0, 1+rng.Intn(20))
@@ -340,7 +345,7 @@ func TestPropertyFairShareFollowsWeights(t *testing.T) {
 		for _, p := range projects {
 			got, due := f.gpuRounds[p.Name]/total, p.Weight/weights
 			t.Logf("seed %d: project %s (weight %g): %.3f of the GPU time, due %.3f", seed, p.Name, p.Weight, got, due)
-			if math.Abs(got-due) > 0.1*due {
+			if tolerance := map[bool]float64{false: 0.1, true: 0.15}[testing.Short()]; math.Abs(got-due) > tolerance*due {
 				t.Errorf("seed %d: project %s (weight %g) had %.3f of the GPU time, due %.3f", seed, p.Name, p.Weight, got, due)
 			}
 		}

@@ -1,13 +1,17 @@
 // Package project holds the control plane's projects: a team's guaranteed
 // quota, its weight in fair share and the pools its work may use
-// (docs/teams.md). It stores and serves them; the scheduler reads them
-// through Load to plan.
+// (docs/teams.md). It stores and serves them, and holds the pure parts of
+// planning by project that are the control plane's rather than the
+// scheduler's: queue positions (queue.go), decayed shares (share.go), a
+// project's pools as a run's constraints (pools.go), and what a token
+// confined to projects may list and submit (scope.go).
 //
 // The default project always exists: reads show it with no quota until an
 // operator updates it, and it cannot be removed, so a run that names no
 // project always has one to count against.
 //
-// Only package controlplane may import it.
+// Only the control plane's packages (controlplane, and its access and
+// function packages, which check that a project exists) import it.
 package project
 
 import (
