@@ -84,3 +84,22 @@ func TestProjectCommands(t *testing.T) {
 		t.Errorf("node label with a space: exit %d, %s", res.code, res.stderr)
 	}
 }
+
+// TestRunGetShowsProjectQueueAndPreemption: run get prints the run's
+// project and priority, a queued run's position, and a preempted attempt's
+// who and why in place of an error.
+func TestRunGetShowsProjectQueueAndPreemption(t *testing.T) {
+	f := newFakeAPI(t)
+	r := sampleRun()
+	r.Status, r.Project, r.Priority = api.RunQueued, "vision", 100
+	r.Queue = &api.QueuePosition{Project: "vision", Position: 2, Of: 5, Ahead: []string{"r-1"}}
+	r.Attempts[0].Status, r.Attempts[0].Error = api.AttemptPreempted, ""
+	r.Attempts[0].PreemptedBy = "preempted by r-9 (priority 500) to reclaim project nlp's quota"
+	f.addRun(r)
+	res := f.cli(t, "run", "get", "r-7")
+	for _, want := range []string{"vision (priority 100)", "2 of 5 in vision; ahead: r-1", "preempted by r-9 (priority 500) to reclaim project nlp's quota"} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("run get lacks %q:\n%s", want, res.stdout)
+		}
+	}
+}
