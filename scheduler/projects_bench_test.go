@@ -7,9 +7,12 @@ package scheduler
 // It plans the same fleet and queue as BenchmarkSchedule's 10,000 machines
 // and 100,000 runs twice in one run: plainly, and with 20 projects
 // (quotas of H100s, A100s, CPU and memory adding up to about 60% of the
-// fleet, weights 1 to 3, decayed history), three priorities, and the work
-// already on the fleet as running attempts of those projects, so quota
-// accounting, borrowing and the preemption pass all do their work. It
+// fleet, weights 1 to 3, decayed history), three priorities, constraints (a
+// tenth of the machines labelled pool=secure, where two projects' runs must
+// go, and one run in fifty asking for a zone), and the work already on the
+// fleet as running attempts of those projects, so quota accounting,
+// borrowing, constrained searches and the preemption pass all do their
+// work. It
 // prints both figures and their ratio, by wall clock and by the process's
 // CPU time (which a machine shared with other work disturbs less).
 
@@ -45,11 +48,27 @@ func benchProjects(s Snapshot, n int, seed int64) Snapshot {
 			GPUs: map[string]int{"H100": int(h100 * share), "A100": int(a100 * share)}, CPU: cpu * share, MemoryBytes: int64(mem * share),
 			Weight: float64(1 + rng.Intn(3)), History: rng.Float64() * 0.05})
 	}
+	nodes := make([]Node, len(s.Nodes))
+	copy(nodes, s.Nodes)
+	for i := range nodes {
+		nodes[i].Labels = map[string]string{"zone": []string{"a", "b", "c"}[i%3]}
+		if rng.Intn(10) == 0 {
+			nodes[i].Labels["pool"] = "secure"
+		}
+	}
+	s.Nodes = nodes
 	pending := make([]Run, len(s.Pending))
 	copy(pending, s.Pending)
 	for i := range pending {
-		pending[i].Project = s.Projects[int(float64(n)*rng.Float64()*rng.Float64())].Name // a few teams submit most
+		k := int(float64(n) * rng.Float64() * rng.Float64()) // a few teams submit most
+		pending[i].Project = s.Projects[k].Name
 		pending[i].Priority = []int{0, 0, 10, 100}[rng.Intn(4)]
+		switch {
+		case k == 3 || k == 7: // restricted to the secure pool
+			pending[i].Constraints = map[string][]string{"pool": {"secure"}}
+		case rng.Intn(50) == 0:
+			pending[i].Constraints = map[string][]string{"zone": {"b"}}
+		}
 	}
 	s.Pending = pending
 	for i, node := range s.Nodes {
