@@ -253,3 +253,32 @@ func TestAppsBelongToAProject(t *testing.T) {
 		t.Errorf("moving an app: %d %s", status, body)
 	}
 }
+
+// TestFunctionContainersCountAgainstTheProject: the containers of an app's
+// functions, as nodes report them, count against the app's project: with
+// them the project is at its CPU quota, and its run waits saying so.
+func TestFunctionContainersCountAgainstTheProject(t *testing.T) {
+	f := newRunsFixture(t)
+	f.want(http.StatusCreated, nil, "POST", "/v1/projects", api.Project{Name: "nlp", Quota: api.Quota{CPU: 2, MemoryBytes: 1 << 30}})
+	var app api.App
+	f.want(http.StatusOK, &app, "POST", "/v2/apps", api.App{Name: "tagger", Project: "nlp"})
+	var fn api.Fn
+	f.want(http.StatusOK, &fn, "POST", "/v2/fns", api.Fn{Name: "tag", AppID: app.ID, Image: "registry.local/f:1", CPU: 1})
+	now := time.Now()
+	if err := f.srv.update(context.Background(), func(tx store.Tx) error {
+		return tx.PutNode(store.Node{ID: "n1", CreatedAt: now, EnrolledAt: &now, LastSeenAt: &now,
+			Facts: &nodeproto.NodeFacts{CPUs: 2, MemoryBytes: 8 << 30, Functions: &nodeproto.FunctionCapacity{MilliCPUs: 2000, MemoryBytes: 1 << 30,
+				Containers: []nodeproto.FunctionContainers{{FnID: fn.ID, Busy: 1, Idle: 1}}}}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var run api.Run
+	f.want(http.StatusCreated, &run, "POST", "/v1/runs", api.RunSpec{Image: "127.0.0.1:5000/hello:1", Command: []string{"/hello"}, CPU: 1, Project: "nlp"})
+	if err := f.srv.reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.want(http.StatusOK, &run, "GET", "/v1/runs/"+run.ID, nil)
+	if want := "waiting: project nlp is at its quota of 2 CPUs (2 in use, 0 borrowable)"; run.Reason != want {
+		t.Errorf("reason %q, want %q", run.Reason, want)
+	}
+}

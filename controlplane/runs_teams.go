@@ -88,6 +88,11 @@ func (s *Server) withTeams(ctx context.Context, snap *scheduler.Snapshot, queued
 		snap.Projects = append(snap.Projects, scheduler.Project{Name: name, GPUs: p.Quota.GPUs, CPU: p.Quota.CPU, MemoryBytes: p.Quota.MemoryBytes,
 			MaxRunning: p.MaxRunning, Weight: p.Weight, History: s.teams.Of(name)})
 	}
+	use, err := s.functionUse(ctx, s.sched.viewFrom) // runs_teams_functions.go
+	if err != nil {
+		return err
+	}
+	withFunctionUse(snap, use)
 	now := s.now()
 	s.sched.eachActive(func(id string, u runUsage) {
 		if u.current == "" {

@@ -56,6 +56,12 @@ type Project struct {
 	// the recent past (0 to 1), kept by the caller, which alone reads a
 	// clock; 0 when it has none.
 	History float64
+	// FunctionCPU and FunctionMemoryBytes are what the project's function
+	// containers hold now, in nodes' function shares: they count against
+	// its quota and its share like running work, but are not preempted
+	// here (their engine scales them).
+	FunctionCPU         float64
+	FunctionMemoryBytes int64
 }
 
 // Running is one running (or placed) attempt, for quota accounting and
@@ -158,6 +164,8 @@ func newTeams(s *Snapshot) *teams {
 			ps.quota[t.dim(w)] += float64(count)
 		}
 		ps.max, ps.history = p.MaxRunning, p.History
+		ps.used[dimCPU] += p.FunctionCPU
+		ps.used[dimMem] += float64(p.FunctionMemoryBytes)
 		if p.Weight > 0 {
 			ps.weight = p.Weight
 		}

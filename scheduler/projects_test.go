@@ -179,3 +179,20 @@ func TestConstraintsSelectNodesAndExplainMisses(t *testing.T) {
 		t.Errorf("reason %q, want %q", plan.Waiting["r-zone"], want)
 	}
 }
+
+// TestFunctionsCountAgainstTheQuota: what a project's function containers
+// hold counts as its use, so a run that would fit its quota alone borrows,
+// and with nothing to borrow waits on the quota.
+func TestFunctionsCountAgainstTheQuota(t *testing.T) {
+	n := h100Node("n1")
+	n.UsedCPU = 64 // the fleet is full
+	s := Snapshot{Nodes: []Node{n}, Projects: []Project{{Name: "nlp", CPU: 8, MemoryBytes: 64 * gib, FunctionCPU: 6}}}
+	s.Pending = []Run{{ID: "r-1", Project: "nlp", CPU: 4}}
+	plan := Schedule(s)
+	if want := "waiting: project nlp is at its quota of 8 CPUs (6 in use, 0 borrowable)"; plan.Waiting["r-1"] != want {
+		t.Errorf("reason %q, want %q", plan.Waiting["r-1"], want)
+	}
+	if plan.Shares["nlp"] == 0 {
+		t.Error("the functions' use is not in the project's share")
+	}
+}
