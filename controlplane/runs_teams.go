@@ -88,11 +88,14 @@ func (s *Server) withTeams(ctx context.Context, snap *scheduler.Snapshot, queued
 		snap.Projects = append(snap.Projects, scheduler.Project{Name: name, GPUs: p.Quota.GPUs, CPU: p.Quota.CPU, MemoryBytes: p.Quota.MemoryBytes,
 			MaxRunning: p.MaxRunning, Weight: p.Weight, History: s.teams.Of(name)})
 	}
-	use, err := s.functionUse(ctx, s.sched.viewFrom) // runs_teams_functions.go
+	use, err := project.FunctionUses(ctx, s.store, s.sched.viewFrom)
 	if err != nil {
 		return err
 	}
-	withFunctionUse(snap, use)
+	for i := range snap.Projects {
+		u := use[snap.Projects[i].Name]
+		snap.Projects[i].FunctionCPU, snap.Projects[i].FunctionMemoryBytes = u.CPU, u.MemoryBytes
+	}
 	now := s.now()
 	s.sched.eachActive(func(id string, u runUsage) {
 		if u.current == "" {

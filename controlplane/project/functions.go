@@ -1,24 +1,24 @@
-package controlplane
+package project
 
 import (
 	"context"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 )
 
-// functionUse is what function containers hold, by project: each
+// FunctionUse is what function containers hold, by project: each
 // container of a function reserves its CPU and memory in its node's
 // function share (as its agent last reported), and counts against the
 // project of its function's app (docs/teams.md). Nodes without function
 // containers cost nothing; with some, the apps and functions are read once.
-type functionUse struct {
-	cpu float64
-	mem int64
+type FunctionUse struct {
+	CPU         float64
+	MemoryBytes int64
 }
 
-func (s *Server) functionUse(ctx context.Context, nodes []store.Node) (map[string]functionUse, error) {
+// FunctionUses reads what FunctionUse says from the nodes' records and st.
+func FunctionUses(ctx context.Context, st store.Store, nodes []store.Node) (map[string]FunctionUse, error) {
 	counts := map[string]int{} // function ID → containers holding a reservation
 	for _, n := range nodes {
 		if n.Facts == nil || n.Facts.Functions == nil {
@@ -31,8 +31,8 @@ func (s *Server) functionUse(ctx context.Context, nodes []store.Node) (map[strin
 	if len(counts) == 0 {
 		return nil, nil
 	}
-	out := map[string]functionUse{}
-	err := s.store.View(ctx, func(tx store.Tx) error {
+	out := map[string]FunctionUse{}
+	err := st.View(ctx, func(tx store.Tx) error {
 		apps, err := tx.ListApps(store.ListFnOptions{})
 		if err != nil {
 			return err
@@ -55,20 +55,11 @@ func (s *Server) functionUse(ctx context.Context, nodes []store.Node) (map[strin
 				mem = api.FnDefaultMemoryMB
 			}
 			u := out[projectOf[fn.AppID]]
-			u.cpu += float64(n) * fn.CPU
-			u.mem += int64(n) * int64(mem) << 20
+			u.CPU += float64(n) * fn.CPU
+			u.MemoryBytes += int64(n) * int64(mem) << 20
 			out[projectOf[fn.AppID]] = u
 		}
 		return nil
 	})
 	return out, err
-}
-
-// withFunctionUse adds what each project's function containers hold to
-// the snapshot's projects.
-func withFunctionUse(snap *scheduler.Snapshot, use map[string]functionUse) {
-	for i := range snap.Projects {
-		u := use[snap.Projects[i].Name]
-		snap.Projects[i].FunctionCPU, snap.Projects[i].FunctionMemoryBytes = u.cpu, u.mem
-	}
 }
