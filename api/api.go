@@ -10,7 +10,10 @@
 package api
 
 import (
+	"fmt"
 	"time"
+
+	"github.com/mercator/mercator/internal/bytesize"
 )
 
 // Prefix is the version prefix of every public route.
@@ -207,6 +210,69 @@ type Attempt struct {
 	PreemptedBy  string     `json:"preempted_by,omitempty"`
 	PreemptedFor string     `json:"preempted_for,omitempty"`
 	PreemptedAt  *time.Time `json:"preempted_at,omitempty"`
+	// Progress is how the node's preparation of a preparing attempt goes
+	// (pulling the image, copying the Artifacts), as the node last
+	// reported it (every few seconds); nil before a report and once the
+	// attempt is past preparing.
+	Progress *PrepareProgress `json:"progress,omitempty"`
+}
+
+// PrepareProgress is a preparing attempt's progress: Step is "image"
+// (pulling it) or "artifacts" (copying them); DoneBytes of TotalBytes where
+// the node can tell (TotalBytes 0: not known).
+type PrepareProgress struct {
+	Step       string `json:"step"`
+	DoneBytes  int64  `json:"done_bytes,omitempty"`
+	TotalBytes int64  `json:"total_bytes,omitempty"`
+}
+
+// String is the progress in words, as the CLI and the console show it:
+// "pulling the image: 45% (117.0 MiB of 260.0 MiB)", "copying the
+// Artifacts (1.2 GiB)".
+func (p PrepareProgress) String() string {
+	switch {
+	case p.Step == "artifacts" && p.TotalBytes > 0:
+		return "copying the Artifacts (" + bytesize.Format(p.TotalBytes) + ")"
+	case p.Step == "artifacts":
+		return "copying the Artifacts"
+	case p.TotalBytes > 0:
+		return fmt.Sprintf("pulling the image: %d%% (%s of %s)", p.DoneBytes*100/p.TotalBytes, bytesize.Format(p.DoneBytes), bytesize.Format(p.TotalBytes))
+	case p.DoneBytes > 0:
+		return "pulling the image: " + bytesize.Format(p.DoneBytes)
+	}
+	return "pulling the image"
+}
+
+// Stage is where a run stands, in words, as `run wait` shows it on a
+// terminal: "queued: REASON", "placed on node N", "preparing on node N:
+// pulling the image: 45% (…)" (the progress its node last reported),
+// "running on node N"; "" once the run has ended.
+func (r Run) Stage() string {
+	var cur Attempt
+	if n := len(r.Attempts); n > 0 {
+		cur = r.Attempts[n-1]
+	}
+	switch r.Status {
+	case RunQueued:
+		if r.Reason != "" {
+			return "queued: " + r.Reason
+		}
+		return "queued"
+	case RunPlaced:
+		return "placed on node " + cur.NodeID
+	case RunPreparing:
+		what := "pulling the image"
+		if len(r.Artifacts) > 0 {
+			what += fmt.Sprintf(", copying %d Artifact(s)", len(r.Artifacts))
+		}
+		if cur.Progress != nil {
+			what = cur.Progress.String()
+		}
+		return "preparing on node " + cur.NodeID + ": " + what
+	case RunRunning:
+		return "running on node " + cur.NodeID
+	}
+	return ""
 }
 
 // RunList is the body of GET /v1/runs, and of the answer to POST
@@ -243,6 +309,9 @@ type Node struct {
 	Facts        *NodeFactsDoc `json:"facts,omitempty"`
 	// Running lists the attempts the control plane believes are on the node.
 	Running []string `json:"running,omitempty"`
+	// GPUsInUse are the UUIDs of the GPUs its active attempts hold (the
+	// rest of its accelerators are free, unless a flag names them).
+	GPUsInUse []string `json:"gpus_in_use,omitempty"`
 	// Cordoned: the node takes no new work. Draining: cordoned, and its
 	// remaining work is stopped at DrainDeadline when one is set.
 	Cordoned      bool       `json:"cordoned"`
@@ -308,7 +377,23 @@ type NodeFactsDoc = map[string]any
 // NodeList is the body of GET /v1/nodes.
 type NodeList struct {
 	Nodes []Node `json:"nodes"`
+	// A page (?limit=N): Next is the after= of the next page, "" on the
+	// last; Summary counts the whole fleet, whatever the page and filter.
+	Next    string        `json:"next,omitempty"`
+	Summary *FleetSummary `json:"summary,omitempty"`
 }
+
+// FleetSummary counts a fleet: its nodes by status (and "cordoned"), its
+// GPUs "busy" (an active attempt holds it), "flagged" (a node flag names it)
+// and "idle", and Matching, the nodes a page's status filter keeps.
+type FleetSummary struct {
+	Nodes    map[string]int `json:"nodes"`
+	GPUs     map[string]int `json:"gpus"`
+	Matching int            `json:"matching"`
+}
+
+// MaxNodePage is the most nodes one page of GET /v1/nodes holds.
+const MaxNodePage = 1000
 
 // InvitationRequest is the body of POST /v1/nodes/{id}/invitations.
 type InvitationRequest struct {

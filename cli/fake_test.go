@@ -35,6 +35,9 @@ type fakeAPI struct {
 	// is the call (1-based) that is answered 503 and creates nothing.
 	batches   int
 	failBatch int
+	// onCreate, when set, changes each run as it is created (a test of
+	// run submit --wait makes it terminal, so the wait ends).
+	onCreate func(api.Run) api.Run
 }
 
 const testToken = "tok-admin"
@@ -107,6 +110,9 @@ func (f *fakeAPI) create(spec api.RunSpec) api.Run {
 	f.mu.Unlock()
 	run := api.Run{ID: id, RunSpec: spec, PinnedImage: spec.Image + "@sha256:abc", Status: api.RunQueued,
 		Attempts: []api.Attempt{}, CreatedAt: t0, UpdatedAt: t0}
+	if f.onCreate != nil {
+		run = f.onCreate(run)
+	}
 	f.addRun(run)
 	return run
 }

@@ -55,6 +55,10 @@ the first argument that is not a flag) on is the command and its arguments.
 A command is required; when the image has an ENTRYPOINT, the command is
 passed to it as arguments.
 
+--wait prints the ID, then waits as 'mercator run wait' does: on a terminal,
+stderr shows the run moving (queued and why, preparing on its node, running),
+then a summary; the exit status is the run's (see 'mercator run wait -h').
+
 --count N submits N copies of the run (a sweep), each with
 MERCATOR_RUN_INDEX set to its index, 0 to N-1, in its environment, through
 the batch API: one call per 1,000 runs, each call all or nothing. It
@@ -71,6 +75,7 @@ TiB) units; a plain number is bytes.
 	g := fs.clientFlags(true)
 	var sf submitFlags
 	sf.define(fs)
+	wait := fs.Bool("wait", false, "after printing the ID, wait for the run to end as 'mercator run wait' does (its progress on a terminal, its exit status)")
 	command, err := fs.parseHead(args)
 	if err != nil {
 		return err
@@ -95,11 +100,24 @@ TiB) units; a plain number is bytes.
 		spec.Project = c.Project
 	}
 	if countSet {
+		if *wait {
+			return usagef("--wait waits for one run; with --count, wait for each ID with 'mercator run wait'")
+		}
 		return inv.submitCopies(ctx, c, spec, *sf.count, g.json())
 	}
 	run, err := c.SubmitRun(ctx, spec)
 	if err != nil {
 		return err
+	}
+	if *wait {
+		// The ID first, so that a script that captures it still can
+		// (with -o json, the run as it ended is the output).
+		if !g.json() {
+			if _, err := termtext.Fprintln(inv.stdout, run.ID); err != nil {
+				return err
+			}
+		}
+		return inv.waitForRun(ctx, c, run.ID, g.json())
 	}
 	if g.json() {
 		return inv.writeJSON(normalizeRun(run))
@@ -479,7 +497,9 @@ const (
 func runWait(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("[flags] RUN_ID", `
 Wait until the run ends, print a one-line summary to stderr, and exit with
-the run's status, so that a script can chain on the run itself:
+the run's status, so that a script can chain on the run itself (on a
+terminal, stderr also shows each stage the run reaches: queued and why,
+placed, preparing on its node, running):
 
     mercator run wait "$id" && echo done
 
@@ -501,34 +521,7 @@ With -o json the run as it ended is printed on stdout as well.`)
 	if err != nil {
 		return err
 	}
-	var observe func(api.Run)
-	if inv.stderrIsTerminal() {
-		last := ""
-		observe = func(r api.Run) {
-			if r.Status != last && !api.Terminal(r.Status) {
-				last = r.Status
-				termtext.Fprintf(inv.stderr, "run %s is %s\n", r.ID, r.Status)
-			}
-		}
-	}
-	run, err := c.WaitRunFunc(ctx, id, observe)
-	if err != nil {
-		if ctx.Err() != nil {
-			termtext.Fprintf(inv.stderr, "stopped waiting; run %s goes on (mercator run cancel %s stops it)\n", id, id)
-			return exitCode(exitCancelled)
-		}
-		return err
-	}
-	if g.json() {
-		if err := inv.writeJSON(normalizeRun(run)); err != nil {
-			return err
-		}
-	}
-	termtext.Fprintln(inv.stderr, runSummaryLine(run))
-	if code := waitExitCode(run); code != 0 {
-		return exitCode(code)
-	}
-	return nil
+	return inv.waitForRun(ctx, c, id, g.json())
 }
 
 // waitExitCode is the exit status of `run wait` for a terminal run; see its

@@ -247,13 +247,20 @@ func (c *Client) WaitRun(ctx context.Context, id string) (api.Run, error) {
 
 // WaitRunFunc is WaitRun calling observe (when not nil) with every run state
 // a poll returned, terminal one included, from the calling goroutine. It is
-// how a caller shows progress while waiting.
+// how a caller shows progress while waiting: with observe, each poll asks to
+// be answered at the run's next change (changed_since), at most one a
+// second.
 func (c *Client) WaitRunFunc(ctx context.Context, id string, observe func(api.Run)) (api.Run, error) {
 	var last api.Run
 	failures := 0
 	q := url.Values{"timeout": {c.waitPoll.String()}}
 	path := "/runs/" + url.PathEscape(id) + "/wait"
 	for {
+		if observe != nil {
+			// Answered at each change, so every stage is observed (a
+			// server without changed_since answers at the end only).
+			q.Set("changed_since", last.UpdatedAt.UTC().Format(time.RFC3339Nano))
+		}
 		start := c.now()
 		var run api.Run
 		err := c.do(ctx, http.MethodGet, path, q, nil, &run)

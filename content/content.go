@@ -2,10 +2,12 @@
 // every Artifact version live, keyed by their SHA-256 digest, and how a node
 // is given one read of one object.
 //
-// Two implementations stand behind the Store interface. Local keeps content
-// in a directory under the server's data directory and serves it itself,
-// through URLs signed with an HMAC key the server generated on first start;
-// it is the embedded default. S3 keeps content in any S3-compatible bucket
+// Three implementations stand behind the Store interface. Local keeps
+// content in a directory under the server's data directory and serves it
+// itself, through URLs signed with an HMAC key the server generated on first
+// start; it is the embedded default. Postgres keeps it in the PostgreSQL
+// database replicas share, and every replica serves it the same way; it is
+// the default there. S3 keeps content in any S3-compatible bucket
 // and hands out presigned GETs, so the bytes go from the bucket to the node
 // without passing through the control plane; it is the choice for scale.
 //
@@ -74,12 +76,18 @@ func checkDigest(d string) error {
 
 // Options says how Open builds a Store.
 type Options struct {
-	// Spec is "" or "local" for the directory under DataDir, or
+	// Spec is "local" for the directory under DataDir, "postgres" for the
+	// PostgreSQL database Database names, "" for the default (postgres when
+	// Database is set, else local), or
 	// "s3://BUCKET[/PREFIX]?endpoint=HOST:PORT[&region=R][&insecure=true]"
 	// for an S3-compatible store. The bucket's credentials come from Env:
 	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN
 	// when set), never from the spec, so the spec can be logged.
 	Spec string
+	// Database is the control plane's store when it is PostgreSQL (its
+	// postgres:// DSN), "" with SQLite. Replicas sharing that database
+	// must share content, so the local store is refused beside it.
+	Database string
 	// DataDir is the server's data directory: the local store keeps its
 	// content and its signing key under it.
 	DataDir string
@@ -93,13 +101,27 @@ type Options struct {
 }
 
 // Open builds the Store Options describe. A local store creates its
-// directory and, on first start, its signing key (see OpenLocal).
-func Open(o Options) (Store, error) {
+// directory and, on first start, its signing key (see OpenLocal); a
+// PostgreSQL one its tables and the key the replicas share (OpenPostgres).
+func Open(ctx context.Context, o Options) (Store, error) {
 	if o.Env == nil {
 		o.Env = os.Getenv
 	}
+	if o.Spec == "" {
+		o.Spec = "local"
+		if o.Database != "" {
+			o.Spec = "postgres"
+		}
+	}
 	switch {
-	case o.Spec == "" || o.Spec == "local":
+	case o.Spec == "local" && o.Database != "":
+		return nil, failure.Invalid("content", "--content local cannot serve replicas sharing a PostgreSQL store: content pushed through one replica must be readable through every other, and a local directory is one replica's alone; leave --content unset to keep content in PostgreSQL, or give every replica the same s3://BUCKET?endpoint=HOST:PORT")
+	case o.Spec == "postgres":
+		if o.Database == "" {
+			return nil, failure.Invalid("content", "--content postgres keeps content in the control plane's PostgreSQL store, and this one is not on PostgreSQL (--db sqlite://…); use --content local")
+		}
+		return OpenPostgres(ctx, o.Database, o.PublicURL, o.Now)
+	case o.Spec == "local":
 		if o.DataDir == "" {
 			return nil, fmt.Errorf("content store: a data directory is required for the local store")
 		}
@@ -122,5 +144,5 @@ func Open(o Options) (Store, error) {
 			SessionToken: o.Env("AWS_SESSION_TOKEN"),
 		})
 	}
-	return nil, failure.Invalid("content", "content store %q: want \"local\" or s3://BUCKET[/PREFIX]?endpoint=HOST:PORT", o.Spec)
+	return nil, failure.Invalid("content", "content store %q: want \"local\", \"postgres\" or s3://BUCKET[/PREFIX]?endpoint=HOST:PORT", o.Spec)
 }

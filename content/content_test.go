@@ -29,7 +29,7 @@ func digestOf(b []byte) string {
 }
 
 // stage writes data to a file a Put may consume.
-func stage(t *testing.T, data []byte) string {
+func stage(t testing.TB, data []byte) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "upload")
 	if err := os.WriteFile(p, data, 0o600); err != nil {
@@ -243,7 +243,7 @@ func TestS3ReadURLCarriesNoKey(t *testing.T) {
 
 func TestOpen(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Open(Options{DataDir: dir, PublicURL: "http://cp"})
+	s, err := Open(t.Context(), Options{DataDir: dir, PublicURL: "http://cp"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestOpen(t *testing.T) {
 		t.Errorf("default store is %T, want *Local", s)
 	}
 	env := map[string]string{"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "sk"}
-	s, err = Open(Options{Spec: "s3://bucket/some/prefix?endpoint=127.0.0.1:9000&insecure=true", Env: func(k string) string { return env[k] }})
+	s, err = Open(t.Context(), Options{Spec: "s3://bucket/some/prefix?endpoint=127.0.0.1:9000&insecure=true", Env: func(k string) string { return env[k] }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,10 +259,19 @@ func TestOpen(t *testing.T) {
 	if s3.cfg.Bucket != "bucket" || s3.cfg.Prefix != "some/prefix" || !s3.cfg.Insecure || s3.cfg.Endpoint != "127.0.0.1:9000" {
 		t.Errorf("parsed %+v", s3.cfg)
 	}
-	if _, err := Open(Options{Spec: "s3://bucket?endpoint=x", Env: func(string) string { return "" }}); !errors.Is(err, failure.ErrInvalid) {
+	if _, err := Open(t.Context(), Options{Spec: "s3://bucket?endpoint=x", Env: func(string) string { return "" }}); !errors.Is(err, failure.ErrInvalid) {
 		t.Errorf("S3 without credentials = %v, want ErrInvalid", err)
 	}
-	if _, err := Open(Options{Spec: "ftp://x"}); !errors.Is(err, failure.ErrInvalid) {
+	if _, err := Open(t.Context(), Options{Spec: "ftp://x"}); !errors.Is(err, failure.ErrInvalid) {
 		t.Errorf("unknown scheme = %v, want ErrInvalid", err)
+	}
+	// Beside a PostgreSQL store a directory of one replica's is refused,
+	// saying what to do; postgres without one is refused too.
+	_, err = Open(t.Context(), Options{Spec: "local", Database: "postgres://db/mercator", DataDir: dir})
+	if !errors.Is(err, failure.ErrInvalid) || !strings.Contains(err.Error(), "leave --content unset") {
+		t.Errorf("local beside PostgreSQL = %v, want ErrInvalid saying what to do", err)
+	}
+	if _, err := Open(t.Context(), Options{Spec: "postgres", DataDir: dir}); !errors.Is(err, failure.ErrInvalid) {
+		t.Errorf("postgres without a PostgreSQL store = %v, want ErrInvalid", err)
 	}
 }

@@ -2,25 +2,18 @@ package content
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/failure"
 )
 
@@ -48,19 +41,14 @@ const keySize = 32
 // Several control-plane replicas sharing one database cannot share a Local
 // store (each has its own directory); that is what the S3 store is for.
 type Local struct {
-	dir     string
-	key     []byte
-	baseURL string
-	now     func() time.Time
+	dir string
+	signedReads
 }
 
 // OpenLocal opens (creating when missing) the store in dir with the signing
 // key in keyFile (created, mode 0600, when missing). baseURL is the control
 // plane's public URL, under which reads are minted. now may be nil.
 func OpenLocal(dir, keyFile, baseURL string, now func() time.Time) (*Local, error) {
-	if now == nil {
-		now = time.Now
-	}
 	if err := os.MkdirAll(filepath.Join(dir, "sha256"), 0o700); err != nil {
 		return nil, fmt.Errorf("content store: %w", err)
 	}
@@ -68,7 +56,7 @@ func OpenLocal(dir, keyFile, baseURL string, now func() time.Time) (*Local, erro
 	if err != nil {
 		return nil, err
 	}
-	return &Local{dir: dir, key: key, baseURL: strings.TrimRight(baseURL, "/"), now: now}, nil
+	return &Local{dir: dir, signedReads: newSignedReads(key, baseURL, now)}, nil
 }
 
 // loadOrCreateKey reads a hex key from path, or writes a new random one
@@ -209,79 +197,22 @@ func copyInto(src, dst string) error {
 	return os.Remove(src)
 }
 
-// ReadURL implements Store: BASE/v1/content/DIGEST?expires=UNIX&sig=SIG.
-// The expiry is whole seconds, rounded up.
-func (l *Local) ReadURL(ctx context.Context, digest string, ttl time.Duration) (string, time.Time, error) {
-	if err := checkDigest(digest); err != nil {
-		return "", time.Time{}, err
-	}
-	if ttl <= 0 {
-		return "", time.Time{}, failure.Invalid("ttl", "a read must live a positive time, not %s", ttl)
-	}
-	exp := l.now().Add(ttl + time.Second - 1).Truncate(time.Second).UTC()
-	q := url.Values{"expires": {strconv.FormatInt(exp.Unix(), 10)}, "sig": {l.sign(digest, exp.Unix())}}
-	return l.baseURL + ReadPath + digest + "?" + q.Encode(), exp, nil
-}
-
-func (l *Local) sign(digest string, expires int64) string {
-	mac := hmac.New(sha256.New, l.key)
-	fmt.Fprintf(mac, "mercator content read\n%s\n%d", digest, expires)
-	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
-}
-
-// verify checks a read's signature and expiry, in Mercator's words.
-func (l *Local) verify(digest, expires, sig string) error {
-	exp, err := strconv.ParseInt(expires, 10, 64)
-	if err != nil || sig == "" {
-		return failure.Unauthorized("this content read carries no valid signature and expiry; content is read only through a location the control plane minted for one fetch")
-	}
-	if !hmac.Equal([]byte(sig), []byte(l.sign(digest, exp))) {
-		return failure.Unauthorized("the signature of this content read does not match: it was not minted by this control plane for content %s", digest)
-	}
-	if !l.now().Before(time.Unix(exp, 0)) {
-		return failure.Unauthorized("this content read of %s expired at %s; a node must be sent a freshly minted one", digest, time.Unix(exp, 0).UTC().Format(time.RFC3339))
-	}
-	return nil
-}
-
-// ServeRead serves GET ReadPath+DIGEST. It checks the signature and expiry
-// before touching the disk, so a refused read learns nothing about what is
-// stored. Range requests are honoured (http.ServeContent), which lets an
-// interrupted fetch resume within its read's life.
+// ServeRead serves GET ReadPath+DIGEST from the directory (see
+// signedReads.serve).
 func (l *Local) ServeRead(w http.ResponseWriter, r *http.Request) {
-	digest := strings.TrimPrefix(r.URL.Path, ReadPath)
-	if !ValidDigest(digest) {
-		writeError(w, failure.NotFound("content", digest))
-		return
-	}
-	q := r.URL.Query()
-	if err := l.verify(digest, q.Get("expires"), q.Get("sig")); err != nil {
-		writeError(w, err)
-		return
-	}
-	f, err := os.Open(l.path(digest))
-	if errors.Is(err, os.ErrNotExist) {
-		writeError(w, failure.NotFound("content", digest))
-		return
-	}
-	if err != nil {
-		writeError(w, fmt.Errorf("content %s: %w", digest, err))
-		return
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Cache-Control", "private, max-age=0, no-store")
-	w.Header().Set("ETag", `"`+digest+`"`)
-	http.ServeContent(w, r, "", fi.ModTime(), f)
-}
-
-func writeError(w http.ResponseWriter, err error) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(api.StatusOf(err))
-	_ = json.NewEncoder(w).Encode(api.ErrorOf(err))
+	l.serve(w, r, func(digest string) (io.ReadSeekCloser, time.Time, error) {
+		f, err := os.Open(l.path(digest))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, time.Time{}, failure.NotFound("content", digest)
+		}
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("content %s: %w", digest, err)
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, time.Time{}, err
+		}
+		return f, fi.ModTime(), nil
+	})
 }

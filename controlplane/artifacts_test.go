@@ -71,7 +71,7 @@ func (f *artifactFixture) start(t *testing.T) {
 	mux := http.NewServeMux()
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
-	cs, err := content.Open(content.Options{DataDir: f.dataDir, PublicURL: ts.URL, Now: f.clock.Now})
+	cs, err := content.Open(t.Context(), content.Options{DataDir: f.dataDir, PublicURL: ts.URL, Now: f.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,9 @@ import (
 	"context"
 
 	"errors"
-	"github.com/mercator/mercator/api"
 	"net/http"
+
+	"github.com/mercator/mercator/api"
 
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/nodeauth"

@@ -12,6 +12,7 @@ import (
 	"github.com/mercator/mercator/controlplane/access"
 	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/nodepage"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/pki"
@@ -63,8 +64,9 @@ func freshest(n store.Node, mem map[string]time.Time) *time.Time {
 	return &t
 }
 
-func (s *Server) nodeView(n store.Node, running []string) api.Node {
-	out := api.Node{ID: n.ID, Status: s.nodeStatus(n), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: s.live.LastSeen(n), Running: running,
+func (s *Server) nodeView(n store.Node, active nodeWork) api.Node {
+	out := api.Node{ID: n.ID, Status: s.nodeStatus(n), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: s.live.LastSeen(n),
+		Running: active.running, GPUsInUse: active.gpus,
 		Cordoned: n.Cordoned || n.Draining, Draining: n.Draining, DrainDeadline: n.DrainDeadline, RemovedAt: n.RemovedAt, Flags: n.Flags, Labels: nodeLabels(n)}
 	if n.Facts != nil {
 		data, _ := json.Marshal(n.Facts)
@@ -73,36 +75,89 @@ func (s *Server) nodeView(n store.Node, running []string) api.Node {
 	return out
 }
 
-// activeByNode lists "RUN/ATTEMPT" of every active attempt, by node; with
+// nodeWork is what a node's active attempts are and hold: "RUN/ATTEMPT"
+// of each, and the GPUs they hold.
+type nodeWork struct {
+	running, gpus []string
+}
+
+// activeByNode is the work of every node with an active attempt; with
 // nodeID, only that node's (read through the store's index of runs by node
 // rather than every active run).
-func activeByNode(tx store.Tx, nodeID string) (map[string][]string, error) {
+func activeByNode(tx store.Tx, nodeID string) (map[string]nodeWork, error) {
 	runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: nodeID, Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
 	if err != nil {
 		return nil, err
 	}
-	out := map[string][]string{}
+	out := map[string]nodeWork{}
 	for _, r := range runs {
 		if a := lifecycle.Current(&r.Run); a != nil && lifecycle.Active(*a) {
-			out[a.NodeID] = append(out[a.NodeID], fmt.Sprintf("%s/%d", r.ID, a.Number))
+			w := out[a.NodeID]
+			w.running = append(w.running, fmt.Sprintf("%s/%d", r.ID, a.Number))
+			w.gpus = append(w.gpus, a.GPUs...)
+			out[a.NodeID] = w
 		}
 	}
 	return out, nil
 }
 
+// fleetCopyAge is how old the copy of the fleet (every node's record and
+// work) a page of nodes is built from may be. Paging and counting the whole
+// fleet means reading every node and every active run: at 10,000 nodes and
+// 100,000 runs, seconds. A console open on the Fleet page (or several)
+// reads them at most this often; a node written on this replica (a
+// cordon, a drain) drops the copy at once, so the page shows it; the
+// unpaged listing reads afresh.
+const fleetCopyAge = 2 * time.Second
+
+// fleetCopy is every node and its work (activeByNode), from the replica's
+// copy at most fleetCopyAge old when cached is set. The caller must not
+// modify what it gets: it is shared.
+func (s *Server) fleetCopy(tx store.Tx, cached bool) ([]store.Node, map[string]nodeWork, error) {
+	now := time.Now()
+	c, fresh, gen := s.fleetCache.Get("", now, fleetCopyAge)
+	if cached && fresh {
+		return c.nodes, c.work, nil
+	}
+	nodes, err := tx.ListNodes()
+	if err != nil {
+		return nil, nil, err
+	}
+	work, err := activeByNode(tx, "")
+	if err == nil && cached {
+		s.fleetCache.Put("", fleet{nodes, work}, gen, now)
+	}
+	return nodes, work, err
+}
+
+// fleet is the copy fleetCopy keeps.
+type fleet struct {
+	nodes []store.Node
+	work  map[string]nodeWork
+}
+
+// listNodes lists every node, or with ?limit a page of them and the
+// fleet counted (package nodepage).
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 	out := api.NodeList{Nodes: []api.Node{}}
-	err := s.store.View(r.Context(), func(tx store.Tx) error {
-		nodes, err := tx.ListNodes()
-		if err != nil {
+	opts, paged, err := nodepage.Parse(r.URL.Query())
+	if err == nil {
+		err = s.store.View(r.Context(), func(tx store.Tx) error {
+			nodes, active, err := s.fleetCopy(tx, paged)
+			if err != nil {
+				return err
+			}
+			if paged {
+				var sum api.FleetSummary
+				nodes, out.Next, sum = nodepage.Page(nodes, opts, s.nodeStatus, func(id string) []string { return active[id].gpus })
+				out.Summary = &sum
+			}
+			for _, n := range nodes {
+				out.Nodes = append(out.Nodes, s.nodeView(n, active[n.ID]))
+			}
 			return err
-		}
-		active, err := activeByNode(tx, "")
-		for _, n := range nodes {
-			out.Nodes = append(out.Nodes, s.nodeView(n, active[n.ID]))
-		}
-		return err
-	})
+		})
+	}
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return

@@ -11,6 +11,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/retention"
+	"github.com/mercator/mercator/controlplane/internal/txrecord"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
@@ -154,7 +155,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 		if fence > c.Session.FencingToken {
 			return fencedError(c.NodeID, fence, c.Session.FencingToken)
 		}
-		tx = newRunMemo(tx) // events about one run: one read, one write
+		tx = txrecord.NewMemo(tx) // events about one run: one read, one write
 		for _, ev := range batch.Events {
 			if ev.ID == "" {
 				return failure.Invalid("events.id", "every event needs an ID")
@@ -179,7 +180,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 		if err := s.watermarks.Advance(tx, c.NodeID, batch.Through); err != nil { // why: retention/watermark.go
 			return err
 		}
-		return tx.(*runMemo).flush()
+		return tx.(*txrecord.Memo).Flush()
 	})
 	if err != nil {
 		httpapi.WriteError(w, err)

@@ -34,10 +34,17 @@ type Coordinator interface {
 	Publish(ctx context.Context, topic string) error
 	// Subscribe delivers signals published by other replicas until ctx ends.
 	Subscribe(ctx context.Context) <-chan string
-	// Leader reports whether this replica currently holds the scheduler's
-	// leadership. Exactly one replica places runs at a time, so two
+	// Leader reports whether this replica believes it holds the
+	// scheduler's leadership. A belief can outlive the fact (a lost
+	// connection is noticed only so fast), so placements are also fenced
+	// by the store: the replica starts a scheduling epoch (store.Lead) as
+	// it starts to lead and every placement transaction checks it, so two
 	// snapshots of the same capacity never both commit placements onto it.
 	Leader() bool
+	// Term changes each time this replica takes the leadership, so that
+	// it starts a new epoch even when it lost and retook the leadership
+	// between two looks at Leader.
+	Term() uint64
 }
 
 // Signal topics.
@@ -202,6 +209,14 @@ func (s *Server) wakeReconcile() { s.signal(topicReconcile) }
 
 // leader reports whether this replica runs the reconcile loop's decisions.
 func (s *Server) leader() bool { return s.coord == nil || s.coord.Leader() }
+
+// term is the coordinator's leadership term (0 for a single replica).
+func (s *Server) term() uint64 {
+	if s.coord == nil {
+		return 0
+	}
+	return s.coord.Term()
+}
 
 // receive delivers other replicas' signals until ctx ends.
 func (s *Server) receive(ctx context.Context) {

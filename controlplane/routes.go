@@ -101,6 +101,32 @@ var routeAccess = map[string]httpapi.Access{
 	"OPTIONS /t/{app_name}/{source...}":           trigger,
 }
 
+// consoleAccess is the least role of every web console route (package
+// console); the console checks it against the session's credential before
+// it calls the API, which checks the API route's own role again. Sign-in
+// and the static files need no session.
+var consoleAccess = map[string]httpapi.Role{
+	"GET /ui/{$}":                               httpapi.RoleReader,
+	"GET /ui/static/":                           "",
+	"GET /ui/signin":                            "",
+	"POST /ui/signin":                           "",
+	"POST /ui/signout":                          httpapi.RoleReader,
+	"GET /ui/fleet":                             httpapi.RoleReader,
+	"GET /ui/fleet/gpus.png":                    httpapi.RoleReader,
+	"POST /ui/nodes/{id}/{action}":              httpapi.RoleOperator,
+	"GET /ui/runs":                              httpapi.RoleReader,
+	"GET /ui/runs/{id}":                         httpapi.RoleReader,
+	"GET /ui/runs/{id}/log":                     httpapi.RoleReader,
+	"POST /ui/runs/{id}/cancel":                 httpapi.RoleSubmitter,
+	"POST /ui/runs/{id}/resubmit":               httpapi.RoleSubmitter,
+	"GET /ui":                                   "",
+	"GET /ui/functions":                         httpapi.RoleReader,
+	"GET /ui/functions/{fn_id}":                 httpapi.RoleReader,
+	"GET /ui/functions/{fn_id}/calls/{call_id}": httpapi.RoleReader,
+	"GET /ui/artifacts":                         httpapi.RoleReader,
+	"GET /ui/audit":                             httpapi.RoleAdmin,
+}
+
 // publicRoutes is the public API, every route behind an API credential
 // with the access the table above gives it: Mercator's own (v1Routes) and
 // the Fn-compatible ones (package function). openapi.json documents
@@ -185,10 +211,14 @@ func (s *Server) Handler() http.Handler {
 	for _, rt := range s.fn.NodeRoutes() { // the calls paths, call_log answers
 		nodeRoute(rt.Pattern, rt.Handler)
 	}
+	// The web console (package console), over the API in process.
+	var root http.Handler
+	s.newConsole(&root).Register(consoleAccess, byAddr)
 	// Signed content reads (package artifact): the signature is the credential.
 	byAddr("GET "+content.ReadPath+"{digest}", http.HandlerFunc(s.artifacts.ServeContent))
 	byAddr("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, &failure.Error{Kind: failure.ErrNotFound, Message: fmt.Sprintf("no route %s %s; see /v1/openapi.json", r.Method, r.URL.Path)})
 	}))
-	return httpapi.Recoverer(s.log, s.metrics.Instrument(mux))
+	root = httpapi.Recoverer(s.log, s.metrics.Instrument(mux))
+	return root
 }

@@ -342,6 +342,17 @@ func (s *Server) waitRun(w http.ResponseWriter, r *http.Request) {
 		}
 		timeout = d
 	}
+	// changed_since: answer at the run's next change too (a client
+	// showing progress), not only at its end.
+	var since *time.Time
+	if v := r.URL.Query().Get("changed_since"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			httpapi.WriteError(w, failure.Invalid("changed_since", "must be an RFC 3339 time, such as a run's updated_at, got %q", v))
+			return
+		}
+		since = &t
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	id := r.PathValue("id")
@@ -352,7 +363,7 @@ func (s *Server) waitRun(w http.ResponseWriter, r *http.Request) {
 			httpapi.WriteError(w, err)
 			return
 		}
-		if api.Terminal(run.Status) {
+		if api.Terminal(run.Status) || (since != nil && run.UpdatedAt.After(*since)) {
 			httpapi.WriteJSON(w, http.StatusOK, run)
 			return
 		}

@@ -26,23 +26,23 @@ import (
 func (s *Server) reconcileLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.ReconcileEvery)
 	defer t.Stop()
-	wasLeading := false
+	led, ledTerm := false, uint64(0) // whether, and in which term, this replica started an epoch
 	for {
 		// Only the leader schedules; other replicas serve API calls and
 		// sessions and check again on the next tick.
 		leading := s.leader()
+		if leading && (!led || s.term() != ledTerm) {
+			leading = s.startEpoch(ctx)
+			led, ledTerm = leading, s.term()
+		}
+		if !leading {
+			led = false
+		}
 		if leading {
 			s.metrics.Leader.Set(1)
 		} else {
 			s.metrics.Leader.Set(0)
 		}
-		if leading && !wasLeading {
-			// What this replica copied while another led may have missed
-			// that one's placements: start from the store.
-			s.sched.invalidate()
-			s.sched.forgetNodes()
-		}
-		wasLeading = leading
 		if leading {
 			start := time.Now()
 			if err := s.reconcile(ctx); err != nil && ctx.Err() == nil {
@@ -68,6 +68,26 @@ func (s *Server) reconcileLoop(ctx context.Context) {
 	}
 }
 
+// startEpoch starts a scheduling epoch as this replica starts to lead
+// (store.Lead: the placements of a replica that led before are committed,
+// or will be refused, from here on) and drops what this replica copied
+// while another led, which may have missed that one's placements. False
+// when the store could not start one; the loop tries again next tick.
+func (s *Server) startEpoch(ctx context.Context) bool {
+	epoch, err := s.store.Lead(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("start a scheduling epoch; will retry", "err", err)
+		}
+		return false
+	}
+	s.epoch.Store(epoch)
+	s.sched.invalidate()
+	s.sched.forgetNodes()
+	s.log.Info("scheduling", "epoch", epoch)
+	return true
+}
+
 // issue stores a command for a node under the node's current fencing token.
 // The caller notifies the node's session after its transaction commits.
 func (s *Server) issue(tx store.Tx, nodeID string, cmd nodeproto.Command) error {
@@ -82,10 +102,16 @@ func (s *Server) issue(tx store.Tx, nodeID string, cmd nodeproto.Command) error 
 // issueFenced is issue with the node's fencing token already read in tx; it
 // returns the command as stored.
 func (s *Server) issueFenced(tx store.Tx, nodeID string, fence uint64, cmd nodeproto.Command) (nodeproto.Command, error) {
+	op := s.operation(nodeID, fence, cmd)
+	return op.Command, tx.PutOperation(op)
+}
+
+// operation is cmd as a new operation for the node under fence.
+func (s *Server) operation(nodeID string, fence uint64, cmd nodeproto.Command) store.Operation {
 	cmd.OperationID = httpapi.NewID("op-")
 	cmd.FencingToken = fence
 	cmd.CreatedAt = s.now()
-	return cmd, tx.PutOperation(store.Operation{ID: cmd.OperationID, NodeID: nodeID, CreatedAt: cmd.CreatedAt, Command: cmd})
+	return store.Operation{ID: cmd.OperationID, NodeID: nodeID, CreatedAt: cmd.CreatedAt, Command: cmd}
 }
 
 // lostSince is when a node's work became lost, or nil while it is not: a
@@ -361,7 +387,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 
 // commitPlacements commits placements in one transaction, returning how
 // many it made (their launches reach the nodes' sessions as the
-// transaction commits: see runTx) and, by run ID, why a placement on a
+// transaction commits: see txrecord.Tx) and, by run ID, why a placement on a
 // node whose agent is too old for its commands was not made. A run that
 // changed since the snapshot is left for the next pass.
 func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Placement, pending map[string]store.Run) (int, map[string]string, error) {
@@ -378,34 +404,54 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 	nodeIDs = slices.Compact(nodeIDs)
 	err := s.updateLocked(ctx, func(tx store.Tx) error {
 		placed = 0
+		// Refused, whole, once another replica has started to schedule:
+		// this one's belief that it leads may have outlived the fact.
+		if err := tx.CheckEpoch(s.epoch.Load()); err != nil {
+			return err
+		}
 		// The nodes' records first, once each and in ID order: on
 		// PostgreSQL each read locks its row, and a liveness flush
 		// (package liveness) writes node rows in ID order too, so the two wait
 		// for each other rather than deadlock (which PostgreSQL breaks
 		// only after a second, and which, with the rows taken in plan
 		// order, stalled placements at tens a second behind a long queue).
-		fences := make(map[string]uint64, len(nodeIDs))
-		versions := make(map[string]int, len(nodeIDs))
+		// Every read and write here is a batch (store.Tx.GetNodes, GetRuns,
+		// PutOperations, PutRuns), a few statements for the whole chunk.
+		nodes, err := tx.GetNodes(nodeIDs)
+		if err != nil {
+			return err
+		}
+		fences := make(map[string]uint64, len(nodes))
+		versions := make(map[string]int, len(nodes))
 		clear(tooOld)
-		for _, id := range nodeIDs {
-			n, err := tx.GetNode(id)
-			if err != nil {
-				return err
-			}
-			fences[id] = n.FencingToken
+		for _, n := range nodes {
+			fences[n.ID] = n.FencingToken
 			if n.Facts != nil {
-				versions[id] = n.Facts.CapabilityVersion
+				versions[n.ID] = n.Facts.CapabilityVersion
 			}
 		}
+		runIDs := make([]string, len(placements))
+		for i, p := range placements {
+			runIDs[i] = p.RunID
+		}
+		stored, err := tx.GetRuns(runIDs)
+		if err != nil {
+			return err
+		}
+		runs := make(map[string]store.Run, len(stored))
+		for _, r := range stored {
+			runs[r.ID] = r
+		}
 		now := s.now()
+		var ops []store.Operation
+		var written []store.Run
 		for _, p := range placements {
-			run, err := tx.GetRun(p.RunID)
-			if err != nil {
-				return err
+			run, ok := runs[p.RunID]
+			fence, known := fences[p.NodeID]
+			if !ok || !known || run.Status != api.RunQueued || run.Cancel || len(run.Attempts) != len(pending[p.RunID].Attempts) {
+				continue // gone or changed since the snapshot; the next pass sees it
 			}
-			if run.Status != api.RunQueued || run.Cancel || len(run.Attempts) != len(pending[p.RunID].Attempts) {
-				continue // changed since the snapshot; the next pass sees it
-			}
+			delete(runs, p.RunID) // placed once, whatever the plan says
 			a := lifecycle.Place(&run.Run, p.NodeID, p.GPUs, now)
 			cmd := launchCommand(run, a.Number, p.GPUs)
 			prepares, err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
@@ -419,19 +465,16 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 				continue
 			}
 			for _, prep := range prepares {
-				if _, err := s.issueFenced(tx, p.NodeID, fences[p.NodeID], prep); err != nil {
-					return err
-				}
+				ops = append(ops, s.operation(p.NodeID, fence, prep))
 			}
-			if _, err := s.issueFenced(tx, p.NodeID, fences[p.NodeID], cmd); err != nil {
-				return err
-			}
-			if err := tx.PutRun(run); err != nil {
-				return err
-			}
-			placed++
+			ops = append(ops, s.operation(p.NodeID, fence, cmd))
+			written = append(written, run)
 		}
-		return nil
+		if err := tx.PutOperations(ops); err != nil {
+			return err
+		}
+		placed = len(written)
+		return tx.PutRuns(written)
 	})
 	if err != nil {
 		return 0, nil, err
@@ -449,6 +492,7 @@ func launchCommand(run store.Run, attempt int, gpus []string) nodeproto.Command 
 		Timeout:     time.Duration(run.TimeoutSeconds) * time.Second,
 		SecretNames: runsecrets.Names(run), // the values are attached as it is sent
 		User:        run.User, ReadOnlyRootfs: run.ReadOnlyRootfs, Network: run.Network, PidsLimit: run.PidsLimit,
+		ReportProgress: true, // shown on the run (api.Attempt.Progress); older agents ignore it
 	}}
 }
 

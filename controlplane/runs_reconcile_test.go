@@ -2,12 +2,14 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
 
 	"github.com/mercator/mercator/store"
@@ -75,5 +77,35 @@ func TestRunWaitsForAnAgentThatSpeaksItsCommands(t *testing.T) {
 	}
 	if kinds[nodeproto.KindPrepareArtifact] != 1 || kinds[nodeproto.KindLaunchWorkload] != 1 {
 		t.Errorf("commands after the upgrade = %v, want one prepare_artifact and one launch", kinds)
+	}
+}
+
+// TestPlacementsOfAReplicaThatNoLongerLeadsAreRefused: a replica whose
+// belief that it leads outlived the fact (another started an epoch since,
+// store.Lead) commits no placement: its pass fails as fenced and the run
+// stays queued; the replica that leads now places it, once.
+func TestPlacementsOfAReplicaThatNoLongerLeadsAreRefused(t *testing.T) {
+	f := newRunsFixture(t)
+	ctx := context.Background()
+	f.addNodes(1)
+	stale := New(Config{Lease: time.Minute}, f.st, pinResolver{}, nil)
+	if !stale.startEpoch(ctx) || !f.srv.startEpoch(ctx) {
+		t.Fatal("could not start the epochs")
+	}
+	var run api.Run
+	f.want(http.StatusCreated, &run, "POST", "/v1/runs", specAt(0, "reg/app:1"))
+	if err := stale.reconcile(ctx); !errors.Is(err, failure.ErrFenced) {
+		t.Fatalf("the stale leader's pass = %v, want ErrFenced", err)
+	}
+	f.want(http.StatusOK, &run, "GET", "/v1/runs/"+run.ID, nil)
+	if run.Status != api.RunQueued || len(run.Attempts) != 0 {
+		t.Fatalf("after the stale leader's pass the run is %s with %d attempts, want queued with none", run.Status, len(run.Attempts))
+	}
+	if err := f.srv.reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.want(http.StatusOK, &run, "GET", "/v1/runs/"+run.ID, nil)
+	if run.Status != api.RunPlaced || len(run.Attempts) != 1 {
+		t.Fatalf("after the leader's pass the run is %s with %d attempts, want placed once", run.Status, len(run.Attempts))
 	}
 }

@@ -43,6 +43,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mercator/mercator/content"
@@ -50,6 +51,7 @@ import (
 	"github.com/mercator/mercator/controlplane/artifact"
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/broadcast"
+	"github.com/mercator/mercator/controlplane/internal/expiring"
 	"github.com/mercator/mercator/controlplane/internal/groupcommit"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/limits"
@@ -224,6 +226,9 @@ type Server struct {
 	mailboxes  sync.Map             // node ID → *mailbox (nodes_mailbox.go)
 	limiter    *limits.Limiter      // every route's limits (package limits)
 	watermarks retention.Watermarks // event watermarks written (package retention)
+	epoch      atomic.Int64         // the scheduling epoch this replica leads under (startEpoch)
+
+	fleetCache expiring.Map[fleet] // nodes_handlers.go: fleetCopy
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.

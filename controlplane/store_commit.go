@@ -2,9 +2,8 @@ package controlplane
 
 import (
 	"context"
-	"sort"
 
-	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/txrecord"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
@@ -40,19 +39,20 @@ func (s *Server) updateLocked(ctx context.Context, fn func(tx store.Tx) error) e
 }
 
 func (s *Server) write(ctx context.Context, run func(context.Context, func(store.Tx) error) error, fn func(tx store.Tx) error) error {
-	var rt *runTx
+	var rt *txrecord.Tx
 	err := run(ctx, func(tx store.Tx) error {
-		rt = &runTx{Tx: tx}
+		rt = txrecord.New(tx)
 		return fn(rt)
 	})
-	if err == nil && rt != nil && len(rt.runs) > 0 {
-		s.runsWritten(rt.runs)
+	if err == nil && rt != nil && len(rt.Runs) > 0 {
+		s.runsWritten(rt.Runs)
 	}
-	if err == nil && rt != nil && len(rt.nodes) > 0 {
-		s.sched.patchNodes(rt.nodes)
+	if err == nil && rt != nil && len(rt.Nodes) > 0 {
+		s.sched.patchNodes(rt.Nodes)
+		s.fleetCache.Forget("")
 	}
 	if err == nil && rt != nil {
-		for id, cmds := range rt.cmds {
+		for id, cmds := range rt.Cmds {
 			s.handOver(id, cmds)
 		}
 	}
@@ -69,120 +69,4 @@ func (s *Server) handOver(nodeID string, cmds []nodeproto.Command) {
 	} else {
 		s.nodeChanged(nodeID)
 	}
-}
-
-// runTx is a store.Tx that remembers the runs and nodes written through
-// it, the last version of each, and the commands issued through it (pending
-// operations), which write delivers once the transaction committed: every
-// path that issues a command (a placement, a stop, a prepare) reaches the
-// node's session at once, not at its next read of the store.
-type runTx struct {
-	store.Tx
-	runs  map[string]store.Run
-	nodes map[string]store.Node
-	cmds  map[string][]nodeproto.Command // by node
-}
-
-func (t *runTx) PutOperation(op store.Operation) error {
-	if err := t.Tx.PutOperation(op); err != nil {
-		return err
-	}
-	if op.Result == nil {
-		if t.cmds == nil {
-			t.cmds = map[string][]nodeproto.Command{}
-		}
-		t.cmds[op.NodeID] = append(t.cmds[op.NodeID], op.Command)
-	}
-	return nil
-}
-
-func (t *runTx) PutNode(n store.Node) error {
-	if err := t.Tx.PutNode(n); err != nil {
-		return err
-	}
-	if t.nodes == nil {
-		t.nodes = map[string]store.Node{}
-	}
-	t.nodes[n.ID] = n
-	return nil
-}
-
-func (t *runTx) note(r store.Run) {
-	if t.runs == nil {
-		t.runs = map[string]store.Run{}
-	}
-	r.Attempts = append([]api.Attempt(nil), r.Attempts...) // the caller may reuse its slice
-	t.runs[r.ID] = r
-}
-
-func (t *runTx) CreateRun(r store.Run) error {
-	if err := t.Tx.CreateRun(r); err != nil {
-		return err
-	}
-	t.note(r)
-	return nil
-}
-
-func (t *runTx) PutRun(r store.Run) error {
-	if err := t.Tx.PutRun(r); err != nil {
-		return err
-	}
-	t.note(r)
-	return nil
-}
-
-// runMemo is a store.Tx that keeps the runs read and written through it,
-// so that several events about one run in one batch (a launch's
-// "preparing" observation and its result usually travel together) read the
-// run once and write it once, when flush is called. Reads of a run return
-// the latest version written through the memo, as a transaction would.
-type runMemo struct {
-	store.Tx
-	runs  map[string]store.Run
-	dirty map[string]bool
-}
-
-func newRunMemo(tx store.Tx) *runMemo {
-	return &runMemo{Tx: tx, runs: map[string]store.Run{}, dirty: map[string]bool{}}
-}
-
-func (m *runMemo) GetRun(id string) (store.Run, error) {
-	r, ok := m.runs[id]
-	if !ok {
-		var err error
-		if r, err = m.Tx.GetRun(id); err != nil {
-			return r, err
-		}
-		m.runs[id] = r
-	}
-	r.Attempts = append([]api.Attempt(nil), r.Attempts...) // the caller owns what it gets
-	return r, nil
-}
-
-func (m *runMemo) PutRun(r store.Run) error {
-	if _, ok := m.runs[r.ID]; !ok {
-		if _, err := m.Tx.GetRun(r.ID); err != nil {
-			return err // PutRun replaces an existing run only
-		}
-	}
-	r.Attempts = append([]api.Attempt(nil), r.Attempts...)
-	m.runs[r.ID] = r
-	m.dirty[r.ID] = true
-	return nil
-}
-
-// flush writes the runs written through the memo, once each.
-func (m *runMemo) flush() error {
-	ids := make([]string, 0, len(m.dirty))
-	for id := range m.dirty {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		if err := m.Tx.PutRun(m.runs[id]); err != nil {
-			return err
-		}
-	}
-	clear(m.dirty)
-	return nil
 }

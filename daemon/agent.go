@@ -102,7 +102,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		return err
 	}
 	defer state.Close()
-	hc := agentHTTPClient(roots)
+	hc := AgentHTTPClient(roots, nil)
 	aopts := []nodeagent.Option{nodeagent.WithLogger(o.Logger), nodeagent.WithTLS(pki.ClientTLSConfig(roots))}
 	if o.Heartbeat > 0 {
 		aopts = append(aopts, nodeagent.WithHeartbeat(o.Heartbeat))

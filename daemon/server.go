@@ -95,7 +95,7 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	if !strings.HasPrefix(o.DB, "sqlite://") && !strings.HasPrefix(o.DB, "postgres://") && !strings.HasPrefix(o.DB, "postgresql://") {
 		return fmt.Errorf("--db %q: want sqlite://PATH or postgres://USER:PASSWORD@HOST/DB", sqlstore.Redacted(o.DB))
 	}
-	postgres := !strings.HasPrefix(o.DB, "sqlite://")
+	postgres := sharedDSN(o.DB) != ""
 	if postgres && !o.InsecureHTTP && o.TLS.CertFile == "" && o.TLS.CACertFile == "" {
 		return errNoSharedCA
 	}
@@ -121,7 +121,7 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 		cfg.CAFingerprint = certs.Fingerprint()
 	}
 	if cfg.Content == nil {
-		if cfg.Content, err = content.Open(content.Options{Spec: o.Content, DataDir: o.DataDir, PublicURL: cfg.PublicURL, Now: cfg.Now}); err != nil {
+		if cfg.Content, err = content.Open(ctx, content.Options{Spec: o.Content, Database: sharedDSN(o.DB), DataDir: o.DataDir, PublicURL: cfg.PublicURL, Now: cfg.Now}); err != nil {
 			return fmt.Errorf("content store: %w", err)
 		}
 	}
@@ -290,4 +290,13 @@ func (a *refResolver) Resolve(ctx context.Context, s string) (string, error) {
 		return "", err
 	}
 	return pinned.String(), nil
+}
+
+// sharedDSN is the store's DSN when replicas may share it (PostgreSQL),
+// "" for SQLite: what content.Options.Database wants.
+func sharedDSN(db string) string {
+	if strings.HasPrefix(db, "sqlite://") {
+		return ""
+	}
+	return db
 }

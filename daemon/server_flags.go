@@ -29,7 +29,7 @@ func ServerFlags(fs *flag.FlagSet, env func(string) string, span func(string) (t
 	fs.DurationVar(&o.Config.Lease, "lease", 30*time.Second, "how long a node stays ready without reporting")
 	fs.DurationVar(&o.Config.SessionTTL, "session-ttl", 24*time.Hour, "life of a node's session credential; agents renew it after two thirds")
 	insecure := fs.String("insecure-registries", "", "comma-separated `hosts` reached over plain HTTP when pinning images (loopback always is)")
-	fs.StringVar(&o.Content, "content", "local", "Artifact content store: local (under DATA_DIR, signed URLs) or `s3://BUCKET/PREFIX?endpoint=HOST:PORT` (credential from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
+	fs.StringVar(&o.Content, "content", "", "Artifact content store: local (under DATA_DIR, signed URLs; the default with SQLite), postgres (in the PostgreSQL store, served by every replica; the default with --db postgres://…) or `s3://BUCKET/PREFIX?endpoint=HOST:PORT` (credential from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
 	keyFile := fs.String("registry-key-file", "", "`file` holding the 32-byte key (hex) that seals registry credentials and secret configuration (default: $MERCATOR_REGISTRY_KEY, else DATA_DIR/registry-key, generated on first start)")
 	fs.StringVar(&o.TLS.CertFile, "tls-cert", "", "`file` of the server's certificate chain (PEM), instead of one from the server's own CA; re-read when it changes")
 	fs.StringVar(&o.TLS.KeyFile, "tls-key", "", "`file` of the private key of --tls-cert")

@@ -183,19 +183,49 @@ func fetchCA(ctx context.Context, o AgentOptions, fingerprint string) (*x509.Cer
 	}
 }
 
-// agentHTTPClient is the client of the agent's node-protocol calls: every
-// connection is verified against roots, kept alive between calls, and a
-// reconnect resumes the TLS session rather than doing a full handshake.
-func agentHTTPClient(roots []*x509.Certificate) *http.Client {
-	return &http.Client{Transport: pki.Explaining(&http.Transport{
+// AgentHTTPClient is the client of an agent's node-protocol calls (the
+// session stream, events, logs, renewals): every connection is verified
+// against roots, kept alive between calls, and a reconnect resumes the TLS
+// session rather than doing a full handshake. Over TLS it speaks HTTP/2
+// where the server offers it (ALPN; a proxy that speaks only HTTP/1.1 still
+// works), so the session stream and every call share one connection: a
+// fleet reconnecting after a cut costs one handshake a node, not one for
+// the stream and more for the calls beside it. HTTP/2 pings a connection
+// that fell silent, so a cut the kernel has not noticed ends it within
+// agentPingAfter plus agentPingTimeout. Without roots the agent speaks
+// plain HTTP/1.1 (loopback only). A nil dial is the default dialer; the
+// fleet simulator passes its router.
+func AgentHTTPClient(roots []*x509.Certificate, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Client {
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	tr := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
-		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         dial,
 		TLSClientConfig:     pki.ClientTLSConfig(roots),
 		TLSHandshakeTimeout: 10 * time.Second,
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
-	}, roots)}
+	}
+	if tr.TLSClientConfig != nil {
+		// A custom TLS configuration turns Go's automatic HTTP/2 off;
+		// ask for it explicitly, HTTP/1.1 remaining the fallback.
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetHTTP1(true)
+		tr.Protocols.SetHTTP2(true)
+		tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: agentPingAfter, PingTimeout: agentPingTimeout}
+	}
+	return &http.Client{Transport: pki.Explaining(tr, roots)}
 }
+
+// agentPingAfter is how long an agent's HTTP/2 connection may stay silent
+// before the agent pings it, and agentPingTimeout how long the answer may
+// take. The control plane sends a keep-alive on every session every few
+// seconds, so a connection silent for agentPingAfter is suspect.
+const (
+	agentPingAfter   = 15 * time.Second
+	agentPingTimeout = 10 * time.Second
+)
 
 // logTLS logs where the CA clients pin is and its fingerprint.
 func logTLS(log *slog.Logger, s *pki.Server) {

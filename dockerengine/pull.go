@@ -121,6 +121,9 @@ func (e *StreamError) Unwrap() error { return e.Err }
 // A refusal is a *RefusedError, a broken stream a *StreamError, and ctx
 // ending ctx.Err(). Success is the daemon's word only; callers that must
 // know the image is held inspect it afterwards.
+//
+// A progress function ctx carries (WithPullProgress) is called with the
+// bytes downloaded so far after each message that moved them.
 func Pull(ctx context.Context, api API, ref, auth string) error {
 	stream, err := api.ImagePull(ctx, ref, image.PullOptions{RegistryAuth: auth})
 	if err != nil {
@@ -128,6 +131,8 @@ func Pull(ctx context.Context, api API, ref, auth string) error {
 	}
 	defer stream.Close()
 	decoder := json.NewDecoder(stream)
+	progress, _ := ctx.Value(progressKey{}).(PullProgress)
+	var layers layerBytes
 	for {
 		var message pullProgress
 		if err := decoder.Decode(&message); err != nil {
@@ -145,14 +150,77 @@ func Pull(ctx context.Context, api API, ref, auth string) error {
 		if message.ErrorMessage != "" {
 			return &RefusedError{Message: message.ErrorMessage}
 		}
+		if progress != nil && layers.note(message) {
+			progress(layers.sum())
+		}
 	}
 }
 
+// PullProgress is told the bytes of a pull's layers downloaded so far and
+// the bytes of the layers whose size the daemon has stated (a layer's size
+// is known once its download starts, so total grows early in a pull).
+// Layers the daemon already held count neither way.
+type PullProgress func(done, total int64)
+
+type progressKey struct{}
+
+// WithPullProgress returns ctx carrying f, which Pull calls as the pull
+// moves. Pulls.Do runs a shared pull under the context of the caller that
+// started it, so that caller's f is the one told.
+func WithPullProgress(ctx context.Context, f PullProgress) context.Context {
+	return context.WithValue(ctx, progressKey{}, f)
+}
+
+// layerBytes is each layer's downloaded and total bytes, by layer ID.
+type layerBytes map[string][2]int64
+
+// note takes one message of the stream; it reports whether the bytes moved.
+func (l *layerBytes) note(m pullProgress) bool {
+	if m.ID == "" {
+		return false
+	}
+	if *l == nil {
+		*l = layerBytes{}
+	}
+	cur := (*l)[m.ID]
+	switch m.Status {
+	case "Downloading":
+		if m.Detail == nil || m.Detail.Total <= 0 {
+			return false
+		}
+		cur = [2]int64{min(m.Detail.Current, m.Detail.Total), m.Detail.Total}
+	case "Download complete", "Verifying Checksum", "Pull complete":
+		if cur[1] == 0 || cur[0] == cur[1] {
+			return false
+		}
+		cur[0] = cur[1]
+	default:
+		return false
+	}
+	(*l)[m.ID] = cur
+	return true
+}
+
+func (l layerBytes) sum() (done, total int64) {
+	for _, b := range l {
+		done += b[0]
+		total += b[1]
+	}
+	return done, total
+}
+
 // pullProgress is the part of one message of the daemon's pull stream that
-// is read (the Engine API's JSONMessage): the error fields. It is declared
-// here rather than imported from the client's jsonmessage package, which
-// would bring a terminal library in for two strings.
+// is read (the Engine API's JSONMessage): the error fields, and a layer's
+// status and bytes. It is declared here rather than imported from the
+// client's jsonmessage package, which would bring a terminal library in for
+// a few fields.
 type pullProgress struct {
+	ID     string `json:"id,omitempty"`
+	Status string `json:"status,omitempty"`
+	Detail *struct {
+		Current int64 `json:"current"`
+		Total   int64 `json:"total"`
+	} `json:"progressDetail,omitempty"`
 	Error *struct {
 		Message string `json:"message"`
 	} `json:"errorDetail,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -147,5 +148,30 @@ func TestSafeName(t *testing.T) {
 		if got != tc.want || safe != tc.safe {
 			t.Errorf("SafeName(%q, %d) = %q, %v; want %q, %v", tc.in, tc.max, got, safe, tc.want, tc.safe)
 		}
+	}
+}
+
+// TestPullReportsBytes: the bytes downloaded across layers, as the daemon's
+// messages move them; a layer already held counts neither way.
+func TestPullReportsBytes(t *testing.T) {
+	stream := `{"status":"Pulling from x","id":"latest"}
+{"status":"Already exists","id":"held"}
+{"status":"Pulling fs layer","id":"a"}
+{"status":"Downloading","progressDetail":{"current":100,"total":1000},"id":"a"}
+{"status":"Downloading","progressDetail":{"current":50,"total":500},"id":"b"}
+{"status":"Downloading","progressDetail":{"current":600,"total":1000},"id":"a"}
+{"status":"Download complete","id":"b"}
+{"status":"Extracting","progressDetail":{"current":10,"total":500},"id":"b"}
+{"status":"Download complete","id":"a"}
+{"status":"Pull complete","id":"a"}
+{"status":"Digest: sha256:abc"}`
+	var got [][2]int64
+	ctx := WithPullProgress(context.Background(), func(done, total int64) { got = append(got, [2]int64{done, total}) })
+	if err := Pull(ctx, pullAPI{stream: stream}, "ref", ""); err != nil {
+		t.Fatal(err)
+	}
+	want := [][2]int64{{100, 1000}, {150, 1500}, {650, 1500}, {1100, 1500}, {1500, 1500}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("progress %v, want %v", got, want)
 	}
 }

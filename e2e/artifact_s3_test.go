@@ -110,7 +110,7 @@ func TestArtifactS3ContentStore(t *testing.T) {
 	// life, used once that second has passed on the clock the server
 	// checks: refused as expired. (The wait is for wall-clock time itself,
 	// the property under test, not for another goroutine.)
-	store, err := content.Open(content.Options{Spec: spec})
+	store, err := content.Open(t.Context(), content.Options{Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}

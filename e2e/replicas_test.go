@@ -176,3 +176,43 @@ func replicaAgent(t *testing.T, c *cluster, r *replicaProc, nodeID, stateDir, in
 	})
 	return stop
 }
+
+// TestReplicasShareContent: two replicas on one PostgreSQL database with
+// the default content store. An Artifact pushed through replica A is
+// mounted by a run whose node holds its session on replica B, so B mints
+// the node's read and serves it: the content must be B's to serve (it is
+// kept in the shared database), not in A's data directory alone.
+func TestReplicasShareContent(t *testing.T) {
+	dsn := postgresDSN(t)
+	c := startCluster(t) // for the registry and the workload image
+	a, b := startReplica(t, dsn), startReplica(t, dsn)
+
+	nodeID := uniqueNodeID(t, "repc")
+	inv, err := b.client.InviteNode(c.ctx, nodeID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicaAgent(t, c, b, nodeID, filepath.Join(t.TempDir(), "agent"), inv.Token)
+	t.Cleanup(func() { removeContainers(t, []string{nodeID}) })
+
+	data := []byte(strings.Repeat("pushed through replica A\n", 100_000))
+	v, err := a.client.PushArtifact(c.ctx, "pgfile", client.BytesPayload(data, sha256Hex(data), api.ArtifactFile), client.PushOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := b.client.SubmitRun(c.ctx, api.RunSpec{Image: c.workload, Command: []string{"sha256", "/d"},
+		Artifacts: []api.ArtifactMount{{Name: "pgfile", MountPath: "/d"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(c.ctx, 2*time.Minute)
+	defer wcancel()
+	done, err := b.client.WaitRun(wctx, run.ID)
+	if err != nil || done.Status != api.RunSucceeded {
+		t.Fatalf("a run on replica B's node mounting content pushed through A: %v %s %q %s", err, done.Status, done.Reason, attemptErrors(done))
+	}
+	var logs strings.Builder
+	if err := b.client.Logs(c.ctx, run.ID, false, &logs); err != nil || !strings.Contains(logs.String(), v.SHA256) {
+		t.Fatalf("the run printed %q (%v), want the pushed content's digest %s", logs.String(), err, v.SHA256)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mercator/mercator/nodeagent"
@@ -46,7 +47,7 @@ type fleetSpec struct {
 // len(Replicas), or the next one that answers.
 func runAgents(ctx context.Context, spec fleetSpec, sink sink, log slog.Handler) error {
 	router := newRouter(spec.Replicas)
-	obs := &observer{sink: sink, index: map[string]int{}}
+	obs := &observer{router: router, sink: sink, index: map[string]int{}, bad: new(atomic.Int64)}
 	for i, id := range spec.IDs {
 		obs.index[id] = spec.First + i
 	}
@@ -59,8 +60,8 @@ func runAgents(ctx context.Context, spec fleetSpec, sink sink, log slog.Handler)
 		}
 		scheme = "https://"
 	}
-	hc := agentClient(router, spec.HTTP2, roots, obs)
-	defer hc.CloseIdleConnections()
+	clients := newAgentClients(router, spec.HTTP2, roots, obs)
+	defer clients.closeIdle()
 	var stateOpts []nodeagent.StateOption
 	if spec.NoFsync {
 		stateOpts = append(stateOpts, nodeagent.WithoutFsync())
@@ -95,7 +96,7 @@ func runAgents(ctx context.Context, spec fleetSpec, sink sink, log slog.Handler)
 		base := scheme + replicaHost(n%len(spec.Replicas))
 		rt := NewRuntime(id, RuntimeConfig{CPUs: spec.NodeCPUs, MemoryBytes: spec.NodeMemory, StartTime: spec.StartTime, RunTime: spec.RunTime},
 			func(key nodeproto.WorkloadKey, at time.Time) { sink.launched(n, key, at) })
-		tr := &simTransport{inner: nodeagent.NewHTTPTransport(base, hc), sink: sink, n: n, release: release}
+		tr := &simTransport{inner: nodeagent.NewHTTPTransport(base, clients.next()), sink: sink, n: n, release: release}
 		agent := nodeagent.New(nodeagent.Identity{ControlPlaneURL: base, NodeID: id, EnrollmentToken: spec.Tokens[i], AgentVersion: "fleetsim"},
 			rt, tr, states[i], nodeagent.WithHeartbeat(spec.Heartbeat), nodeagent.WithObserveInterval(spec.ObserveEvery),
 			nodeagent.WithLogger(slog.New(log)))

@@ -335,9 +335,12 @@ func (s *sim) progress(format string, args ...any) {
 // ends of the connections.
 func (s *sim) checkOpenFiles() error {
 	cfg := &s.cfg
-	conns := uint64(cfg.Nodes) + uint64(cfg.Nodes)/5
-	if cfg.HTTP2 {
+	conns := uint64(cfg.Nodes) + uint64(cfg.Nodes)/5 // a session each, a shared pool for calls
+	switch {
+	case cfg.HTTP2:
 		conns = 256
+	case !cfg.Plaintext:
+		conns = uint64(cfg.Nodes) + 64 // one HTTP/2 connection each
 	}
 	need := conns + 1024
 	if cfg.AgentProcesses == 0 {

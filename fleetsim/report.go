@@ -371,9 +371,12 @@ func transportRow(r *Report) string {
 }
 
 func agentsRow(r *Report) string {
-	proto := "HTTP/1.1, a connection each"
-	if r.HTTP2 {
-		proto = "HTTP/2, multiplexed"
+	proto := "HTTP/1.1, a session connection each and a shared pool for calls"
+	switch {
+	case r.HTTP2:
+		proto = "HTTP/2, multiplexed over a few connections per process"
+	case r.TLS:
+		proto = "each its own client, the real agent's: HTTP/2, one connection carrying its session and calls"
 	}
 	if r.AgentProcesses == 0 {
 		return "in the control plane's process; " + proto

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/nodeagent"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/pki"
@@ -80,18 +81,60 @@ func (r *router) dial(ctx context.Context, network, addr string) (net.Conn, erro
 // descriptor each.
 const idleConns = 256
 
+// agentClients hands each simulated agent its HTTP client. Over TLS (the
+// default) every agent gets a client of its own, the real agent's
+// (daemon.AgentHTTPClient: HTTP/2 by ALPN, exactly the run's CA, its own
+// TLS session cache), so each node holds one connection carrying its
+// session stream and its calls, and a reconnect storm costs the control
+// plane what a real fleet's would: one resumed handshake a node. In
+// plaintext, and with shared (the --http2 mode), the agents of one process
+// share a client (agentClient), which fits a fleet the open-file limit
+// would not otherwise allow.
+type agentClients struct {
+	shared *http.Client // nil: one client per agent
+	own    []*http.Client
+	router *router
+	roots  []*x509.Certificate
+	obs    *observer
+}
+
+func newAgentClients(r *router, shared bool, roots []*x509.Certificate, obs *observer) *agentClients {
+	c := &agentClients{router: r, roots: roots, obs: obs}
+	if roots == nil || shared {
+		c.shared = agentClient(r, shared, roots, obs)
+	}
+	return c
+}
+
+// next is the client of the next agent to start.
+func (c *agentClients) next() *http.Client {
+	if c.shared != nil {
+		return c.shared
+	}
+	hc := daemon.AgentHTTPClient(c.roots, c.router.dial)
+	o := c.obs.around(hc.Transport)
+	c.own = append(c.own, hc)
+	return &http.Client{Transport: o}
+}
+
+func (c *agentClients) closeIdle() {
+	if c.shared != nil {
+		c.shared.CloseIdleConnections()
+	}
+	for _, hc := range c.own {
+		hc.CloseIdleConnections()
+	}
+}
+
 // agentClient is the HTTP client a group of simulated agents shares. With
-// HTTP/1.1 (the default) each session stream holds a connection of its own,
+// HTTP/1.1 (plaintext) each session stream holds a connection of its own,
 // as a real agent's does, and requests reuse a pool of idle connections.
 // With http2, streams are multiplexed over a few connections (over TLS
 // negotiated by ALPN, else plaintext HTTP/2 with prior knowledge), which is
 // how more nodes fit under one process's open-file limit than it has
-// descriptors for. With roots (the default), the transport is the real
-// agent's over TLS (daemon's agentHTTPClient): pki.ClientTLSConfig
-// verifies every replica against exactly those CAs, with the host name,
-// and keeps a session cache so that a reconnect resumes its TLS session;
-// the agents of one process share it, as they share the transport (see
-// sharedSessions).
+// descriptors for. With roots, the transport verifies every replica
+// against exactly those CAs, with the host name, and keeps a session cache
+// the agents of the process share (see sharedSessions).
 func agentClient(r *router, http2 bool, roots []*x509.Certificate, obs *observer) *http.Client {
 	tlsConfig := pki.ClientTLSConfig(roots)
 	if tlsConfig != nil {
@@ -114,11 +157,11 @@ func agentClient(r *router, http2 bool, roots []*x509.Certificate, obs *observer
 			tr.Protocols.SetUnencryptedHTTP2(true)
 		}
 	}
-	obs.base, obs.router = tr, r
+	var base http.RoundTripper = tr
 	if roots != nil {
-		obs.base = pki.Explaining(tr, roots)
+		base = pki.Explaining(tr, roots)
 	}
-	return &http.Client{Transport: obs}
+	return &http.Client{Transport: obs.around(base)}
 }
 
 // sharedSessions is the TLS session cache the agents of one process share.
@@ -146,7 +189,12 @@ type observer struct {
 	router *router
 	sink   sink
 	index  map[string]int // node ID → node index
-	bad    atomic.Int64   // 400 answers seen
+	bad    *atomic.Int64  // 400 answers seen, by every observer of the process
+}
+
+// around is an observer of the same process's agents over base.
+func (o *observer) around(base http.RoundTripper) *observer {
+	return &observer{base: base, router: o.router, sink: o.sink, index: o.index, bad: o.bad}
 }
 
 func (o *observer) RoundTrip(req *http.Request) (*http.Response, error) {

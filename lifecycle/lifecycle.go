@@ -81,10 +81,16 @@ func Observe(r *api.Run, nodeID string, o nodeproto.WorkloadObservation, now tim
 	if !Active(*a) && a.Status != api.AttemptUnknown {
 		return changed(before, r, a, now)
 	}
+	if o.Phase != nodeproto.PhasePreparing {
+		a.Progress = nil // past preparing
+	}
 	switch o.Phase {
 	case nodeproto.PhasePreparing, nodeproto.PhaseCreated:
 		if a.Status == api.AttemptPlaced || a.Status == api.AttemptUnknown {
 			a.Status = api.AttemptPreparing
+		}
+		if p := o.Progress; p != nil && o.Phase == nodeproto.PhasePreparing && a.Status == api.AttemptPreparing {
+			a.Progress = &api.PrepareProgress{Step: p.Step, DoneBytes: max(p.DoneBytes, 0), TotalBytes: max(p.TotalBytes, 0)}
 		}
 	case nodeproto.PhaseRunning:
 		a.Status = api.AttemptRunning
@@ -157,7 +163,8 @@ func sameAttempt(x, y api.Attempt) bool {
 		x.Error == y.Error && x.StopReason == y.StopReason && x.Replaced == y.Replaced &&
 		x.StopRequested == y.StopRequested && x.PlacedAt.Equal(y.PlacedAt) &&
 		sameTime(x.StartedAt, y.StartedAt) && sameTime(x.FinishedAt, y.FinishedAt) &&
-		x.PreemptedBy == y.PreemptedBy && x.PreemptedFor == y.PreemptedFor && sameTime(x.PreemptedAt, y.PreemptedAt)
+		x.PreemptedBy == y.PreemptedBy && x.PreemptedFor == y.PreemptedFor && sameTime(x.PreemptedAt, y.PreemptedAt) &&
+		(x.Progress == y.Progress || (x.Progress != nil && y.Progress != nil && *x.Progress == *y.Progress))
 }
 
 func sameInt(x, y *int) bool { return x == y || (x != nil && y != nil && *x == *y) }

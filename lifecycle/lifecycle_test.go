@@ -148,3 +148,33 @@ func TestReplaceAndStrays(t *testing.T) {
 		t.Fatal("negative replace-after means never")
 	}
 }
+
+// TestPrepareProgress: a preparing observation's progress is shown on the
+// attempt, a repeat of it changes nothing, and it is gone once the attempt
+// runs (a late progress report does not bring it back).
+func TestPrepareProgress(t *testing.T) {
+	r := &api.Run{ID: "r1", RunSpec: api.RunSpec{}, Status: api.RunQueued}
+	Place(r, "n1", nil, t0)
+	o := obs(1, nodeproto.PhasePreparing, nil)
+	o.Progress = &nodeproto.PrepareProgress{Step: nodeproto.ProgressImage, DoneBytes: 10, TotalBytes: 100}
+	if !Observe(r, "n1", o, t0) || r.Status != api.RunPreparing || *r.Attempts[0].Progress != (api.PrepareProgress{Step: "image", DoneBytes: 10, TotalBytes: 100}) {
+		t.Fatalf("first report: %s %+v", r.Status, r.Attempts[0].Progress)
+	}
+	again := o
+	again.Progress = &nodeproto.PrepareProgress{Step: nodeproto.ProgressImage, DoneBytes: 10, TotalBytes: 100}
+	if Observe(r, "n1", again, t0) {
+		t.Error("the same progress again reported a change")
+	}
+	again.Progress = &nodeproto.PrepareProgress{Step: nodeproto.ProgressImage, DoneBytes: 60, TotalBytes: 100}
+	if !Observe(r, "n1", again, t0) || r.Attempts[0].Progress.DoneBytes != 60 {
+		t.Errorf("moved progress: %+v", r.Attempts[0].Progress)
+	}
+	Observe(r, "n1", obs(1, nodeproto.PhaseRunning, nil), t0)
+	if r.Attempts[0].Progress != nil {
+		t.Errorf("running attempt keeps its progress: %+v", r.Attempts[0].Progress)
+	}
+	Observe(r, "n1", o, t0)
+	if r.Attempts[0].Progress != nil || r.Status != api.RunRunning {
+		t.Errorf("a late report: %s %+v", r.Status, r.Attempts[0].Progress)
+	}
+}

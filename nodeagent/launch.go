@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/mercator/mercator/nodeproto"
@@ -17,8 +18,11 @@ import (
 // are not undone: an image pulled or an Artifact copied stays held, so the
 // launch's redelivery finds it there. Steps are stateless and safe for
 // concurrent launches.
+//
+// report, when not nil, is told how the step goes (the launch asked,
+// LaunchWorkloadCommand.ReportProgress); it rate-limits itself.
 type prestartStep interface {
-	run(ctx context.Context, rt Runtime, l nodeproto.LaunchWorkloadCommand) error
+	run(ctx context.Context, rt Runtime, l nodeproto.LaunchWorkloadCommand, report func(nodeproto.PrepareProgress)) error
 }
 
 // launchSteps is every launch's steps, in order.
@@ -27,13 +31,60 @@ var launchSteps = []prestartStep{imageStep{}, artifactsStep{}, containerStep{}}
 // launch runs the prestart steps of one launch. A launch that takes longer
 // than preparingAfter (a pull, a copy) is reported as preparing meanwhile.
 func (a *Agent) launch(ctx context.Context, l nodeproto.LaunchWorkloadCommand) error {
-	defer a.reportPreparingAfter(nodeproto.WorkloadObservation{WorkloadKey: l.WorkloadKey, Image: l.Image, Phase: nodeproto.PhasePreparing, Timeout: l.Timeout})()
+	preparing := nodeproto.WorkloadObservation{WorkloadKey: l.WorkloadKey, Image: l.Image, Phase: nodeproto.PhasePreparing, Timeout: l.Timeout}
+	defer a.reportPreparingAfter(preparing)()
+	var report func(nodeproto.PrepareProgress)
+	if l.ReportProgress {
+		p := &progressReporter{agent: a, preparing: preparing, start: a.now()}
+		defer p.stop()
+		report = p.report
+	}
 	for _, step := range launchSteps {
-		if err := step.run(ctx, a.runtime, l); err != nil {
+		if err := step.run(ctx, a.runtime, l, report); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// progressEvery is the least time between two progress reports of one
+// step: each is a durable write on the node and a transaction on the
+// control plane, so a pull of minutes costs tens of them, not thousands.
+const progressEvery = 2 * time.Second
+
+// progressReporter reports a launch's progress as preparing observations:
+// none before preparingAfter (a launch that quick is never reported as
+// preparing), then a step's first report and at most one every
+// progressEvery after it. Once stop returns nothing more is reported, so
+// the launch's result is never followed by a stale progress report.
+type progressReporter struct {
+	agent     *Agent
+	preparing nodeproto.WorkloadObservation
+	start     time.Time
+
+	mu       sync.Mutex
+	stopped  bool
+	lastStep string
+	last     time.Time
+}
+
+func (p *progressReporter) report(pr nodeproto.PrepareProgress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.agent.now()
+	if p.stopped || now.Sub(p.start) < p.agent.preparingAfter || (pr.Step == p.lastStep && now.Sub(p.last) < progressEvery) {
+		return
+	}
+	p.lastStep, p.last = pr.Step, now
+	o := p.preparing
+	o.Progress = &pr
+	p.agent.spoolObservation(o, false)
+}
+
+func (p *progressReporter) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
 }
 
 // defaultPreparingAfter is how long a launch runs before the agent reports

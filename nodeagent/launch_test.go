@@ -41,7 +41,7 @@ func (r *recordingRuntime) LaunchWorkload(ctx context.Context, c nodeproto.Launc
 
 func runSteps(rt Runtime, l nodeproto.LaunchWorkloadCommand) error {
 	for _, step := range launchSteps {
-		if err := step.run(context.Background(), rt, l); err != nil {
+		if err := step.run(context.Background(), rt, l, nil); err != nil {
 			return err
 		}
 	}

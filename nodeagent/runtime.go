@@ -33,6 +33,15 @@ type Runtime interface {
 	Observe(ctx context.Context) ([]nodeproto.WorkloadObservation, error)
 }
 
+// ImageProgress is an optional Runtime extension: PrepareImage telling how
+// its pull goes (report is called with the bytes downloaded and the bytes
+// known in all, possibly often; the agent rate-limits what it reports). A
+// runtime without it prepares images silently, and the agent reports only
+// that the launch is preparing.
+type ImageProgress interface {
+	PrepareImageProgress(ctx context.Context, command nodeproto.PrepareImageCommand, report func(done, total int64)) error
+}
+
 // LogSource is the optional part of a Runtime that can read a workload's
 // output. It is separate from Runtime because output is a convenience the
 // control plane can live without, while the six methods above are what a

@@ -12,7 +12,14 @@ import (
 // launch without Artifacts asks nothing.
 type artifactsStep struct{}
 
-func (artifactsStep) run(ctx context.Context, rt Runtime, l nodeproto.LaunchWorkloadCommand) error {
+func (artifactsStep) run(ctx context.Context, rt Runtime, l nodeproto.LaunchWorkloadCommand, report func(nodeproto.PrepareProgress)) error {
+	if report != nil && len(l.Artifacts) > 0 {
+		var total int64
+		for _, a := range l.Artifacts {
+			total += a.Size
+		}
+		report(nodeproto.PrepareProgress{Step: nodeproto.ProgressArtifacts, TotalBytes: total})
+	}
 	seen := map[string]bool{}
 	for _, a := range l.Artifacts {
 		if seen[a.SHA256] {

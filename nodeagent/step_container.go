@@ -12,6 +12,6 @@ import (
 // how it runs.
 type containerStep struct{}
 
-func (containerStep) run(ctx context.Context, rt Runtime, l nodeproto.LaunchWorkloadCommand) error {
+func (containerStep) run(ctx context.Context, rt Runtime, l nodeproto.LaunchWorkloadCommand, _ func(nodeproto.PrepareProgress)) error {
 	return rt.LaunchWorkload(ctx, l)
 }

@@ -12,8 +12,17 @@ import (
 // one place a launch prepares its image: the container step finds it held.
 type imageStep struct{}
 
-func (imageStep) run(ctx context.Context, rt Runtime, l nodeproto.LaunchWorkloadCommand) error {
-	if err := rt.PrepareImage(ctx, nodeproto.PrepareImageCommand{Image: l.Image, RegistryAuth: l.RegistryAuth}); err != nil {
+func (imageStep) run(ctx context.Context, rt Runtime, l nodeproto.LaunchWorkloadCommand, report func(nodeproto.PrepareProgress)) error {
+	c := nodeproto.PrepareImageCommand{Image: l.Image, RegistryAuth: l.RegistryAuth}
+	var err error
+	if p, ok := rt.(ImageProgress); ok && report != nil {
+		err = p.PrepareImageProgress(ctx, c, func(done, total int64) {
+			report(nodeproto.PrepareProgress{Step: nodeproto.ProgressImage, DoneBytes: done, TotalBytes: total})
+		})
+	} else {
+		err = rt.PrepareImage(ctx, c)
+	}
+	if err != nil {
 		return fmt.Errorf("prepare image: %w", err)
 	}
 	return nil

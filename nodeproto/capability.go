@@ -292,6 +292,29 @@ type LaunchWorkloadCommand struct {
 	// PidsLimit, when positive, replaces the node's process limit, up to
 	// the node's maximum; a launch above it fails.
 	PidsLimit int64 `json:"pids_limit,omitempty"`
+
+	// ReportProgress asks the node to report how its preparation goes
+	// (WorkloadObservation.Progress). It needs no capability version:
+	// an agent that does not know it ignores it (agents decode commands
+	// leniently), and an agent reports progress only when asked, so a
+	// control plane that does not know the field is never sent it.
+	ReportProgress bool `json:"report_progress,omitempty"`
+}
+
+// Steps of a launch's preparation that a node reports progress on.
+const (
+	ProgressImage     = "image"     // pulling the image
+	ProgressArtifacts = "artifacts" // copying the Artifacts
+)
+
+// PrepareProgress is how far a launch's preparation has come: the step
+// and, where the node can tell, the bytes done of the bytes in all (Total 0:
+// not known yet). A node reports it with a preparing observation at most
+// every few seconds, and only while the launch prepares.
+type PrepareProgress struct {
+	Step       string `json:"step"`
+	DoneBytes  int64  `json:"done_bytes,omitempty"`
+	TotalBytes int64  `json:"total_bytes,omitempty"`
 }
 
 // Environment is the container's environment: Env and Secrets together
@@ -374,6 +397,9 @@ type WorkloadObservation struct {
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
 	StopReason  string     `json:"stop_reason,omitempty"`
 	Error       string     `json:"error,omitempty"`
+	// Progress is a preparing launch's progress, when the launch asked for
+	// it (LaunchWorkloadCommand.ReportProgress); nil otherwise.
+	Progress *PrepareProgress `json:"progress,omitempty"`
 	// Timeout is the launch's timeout as the container's labels state it, so
 	// a restarted agent still enforces it; zero means none.
 	Timeout time.Duration `json:"timeout_ns,omitempty"`
@@ -397,7 +423,8 @@ func (o WorkloadObservation) Same(p WorkloadObservation) bool {
 	return o.WorkloadKey == p.WorkloadKey && o.ContainerID == p.ContainerID &&
 		o.Phase == p.Phase && eqInt(o.ExitCode, p.ExitCode) && o.OOMKilled == p.OOMKilled &&
 		eqTime(o.StartedAt, p.StartedAt) && eqTime(o.FinishedAt, p.FinishedAt) &&
-		o.StopReason == p.StopReason && o.Error == p.Error
+		o.StopReason == p.StopReason && o.Error == p.Error &&
+		(o.Progress == p.Progress || (o.Progress != nil && p.Progress != nil && *o.Progress == *p.Progress))
 }
 
 // LogChunk is a piece of one attempt's combined stdout and stderr. Offset is

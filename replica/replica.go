@@ -36,6 +36,7 @@ type Coordinator struct {
 	log     *slog.Logger
 
 	leader atomic.Bool
+	term   atomic.Uint64 // leaderships taken (see Term)
 	subsMu sync.Mutex
 	subs   []chan string
 	cancel context.CancelFunc
@@ -109,6 +110,9 @@ func (c *Coordinator) Subscribe(ctx context.Context) <-chan string {
 
 // Leader implements controlplane.Coordinator.
 func (c *Coordinator) Leader() bool { return c.leader.Load() }
+
+// Term implements controlplane.Coordinator.
+func (c *Coordinator) Term() uint64 { return c.term.Load() }
 
 // listen holds one connection in LISTEN and fans notifications out,
 // reconnecting after a failure. Its own notifications come back too; a
@@ -202,6 +206,7 @@ func (c *Coordinator) campaign(ctx context.Context) {
 			}
 			if got {
 				c.log.Info("this replica now schedules")
+				c.term.Add(1)
 				c.leader.Store(true)
 			}
 		}

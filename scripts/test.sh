@@ -17,6 +17,12 @@ bash scripts/ensure-docker.sh
 # saying what to do, rather than kill them. Never install it on a real GPU
 # machine.
 bash scripts/install-gpu-hook-standin.sh
+# The web console's browser tests (e2e/console_test.go) drive Debian's
+# chromium headless; install it once when missing.
+if [ ! -x /usr/bin/chromium ]; then
+  sudo=; [ "$(id -u)" -ne 0 ] && sudo=sudo
+  $sudo apt-get install -y chromium chromium-driver >/dev/null || { $sudo apt-get update >/dev/null && $sudo apt-get install -y chromium chromium-driver >/dev/null; }
+fi
 MERCATOR_TEST_POSTGRES=$(bash scripts/ensure-postgres.sh)
 export MERCATOR_TEST_POSTGRES
 # A real S3-compatible server (SeaweedFS, built once from the Go module proxy

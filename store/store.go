@@ -52,6 +52,15 @@ type Store interface {
 	UpdateLocked(ctx context.Context, fn func(tx Tx) error) error
 	// View runs fn in a read-only transaction with a consistent snapshot.
 	View(ctx context.Context, fn func(tx Tx) error) error
+	// Lead starts a new scheduling epoch and returns it. From then on a
+	// transaction that checks an older epoch (Tx.CheckEpoch) fails with
+	// failure.ErrFenced, and every transaction that checked the old one
+	// before has ended when Lead returns. A replica calls it as it starts
+	// to schedule and checks its epoch in every placement transaction, so
+	// a replica that still believes it leads after another took over is
+	// refused by the database rather than trusted: no window exists in
+	// which two replicas commit placements.
+	Lead(ctx context.Context) (int64, error)
 	// Close releases the database. Calls after Close fail.
 	Close() error
 }
@@ -61,11 +70,29 @@ type Store interface {
 // failure.ErrConflict for a Create whose key exists, anything else wraps the
 // database's error. A Tx must not be used after fn returns.
 type Tx interface {
+	// NodesSeen records that each node was heard from at its moment,
+	// never moving a node's LastSeenAt backwards, and returns, for each
+	// node stored, the LastSeenAt it had before (zero when it had none);
+	// IDs of nodes not stored are skipped. It is liveness's narrow write:
+	// a store writes the moment alone, without decoding and re-encoding
+	// the node's record.
+	NodesSeen(seen map[string]time.Time) (before map[string]time.Time, err error)
+	// CheckEpoch fails with failure.ErrFenced unless epoch is the current
+	// scheduling epoch (Store.Lead), and keeps it current until the
+	// transaction ends.
+	CheckEpoch(epoch int64) error
 	GetNode(id string) (Node, error)
 	// PutNode creates or replaces a node.
 	PutNode(n Node) error
 	// ListNodes returns every node ordered by ID.
 	ListNodes() ([]Node, error)
+	// GetNodes returns the stored nodes among ids, ordered by ID (a
+	// missing one is absent, not an error); in UpdateLocked each is locked,
+	// in that order. The batch forms (GetNodes, GetRuns, PutRuns,
+	// PutOperations) are what the scheduler's placements use: a store may
+	// make each one statement for the whole batch, where a call per record
+	// was a round trip per record (PostgreSQL).
+	GetNodes(ids []string) ([]Node, error)
 
 	// CreateInvitation stores a new invitation; ErrConflict if the hash exists.
 	CreateInvitation(inv Invitation) error
@@ -89,11 +116,20 @@ type Tx interface {
 	GetRun(id string) (Run, error)
 	// PutRun replaces an existing run; ErrNotFound if it does not exist.
 	PutRun(r Run) error
+	// GetRuns returns the stored runs among ids, ordered by ID (a missing
+	// one is absent, not an error); in UpdateLocked each is locked.
+	GetRuns(ids []string) ([]Run, error)
+	// PutRuns is PutRun for each run, IDs distinct; ErrNotFound if any
+	// does not exist (the transaction then keeps nothing, as with any error
+	// fn returns).
+	PutRuns(runs []Run) error
 	// ListRuns returns runs newest first (by CreatedAt, then ID).
 	ListRuns(opts ListRunsOptions) ([]Run, error)
 
 	// PutOperation creates or replaces an operation.
 	PutOperation(op Operation) error
+	// PutOperations is PutOperation for each operation, IDs distinct.
+	PutOperations(ops []Operation) error
 	GetOperation(id string) (Operation, error)
 	// PendingOperations returns a node's operations without a result,
 	// oldest first.

@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
@@ -125,10 +124,13 @@ func LookupVersion(tx store.Tx, name, version string) (store.Artifact, error) {
 	return vs[len(vs)-1], nil
 }
 
-// ServeContent serves the local content store's signed reads. With another
-// store, content is never served here.
+// ServeContent serves the signed reads of a content store the control
+// plane serves itself (the local directory, PostgreSQL). With S3, content
+// is never served here: nodes read it from the bucket.
 func (s *Service) ServeContent(w http.ResponseWriter, r *http.Request) {
-	if l, ok := s.cfg.Content.(*content.Local); ok {
+	if l, ok := s.cfg.Content.(interface {
+		ServeRead(http.ResponseWriter, *http.Request)
+	}); ok {
 		l.ServeRead(w, r)
 		return
 	}

@@ -4,7 +4,7 @@
 // when the test ends. Without the variable a test fails in CI (CI is set)
 // and is skipped elsewhere, saying how to run it.
 //
-// Only tests import it: the store's, the replicas', the composition
+// Only tests import it: the store's, the content store's, the replicas', the composition
 // root's and the end-to-end tests.
 package pgtest
 

@@ -38,6 +38,17 @@ import (
 // naming the image and saying why ("manifest unknown" matches
 // failure.ErrNotFound, a denied credential failure.ErrUnauthorized).
 func (docker *Runtime) PrepareImage(ctx context.Context, command nodeproto.PrepareImageCommand) error {
+	return docker.PrepareImageProgress(ctx, command, nil)
+}
+
+// PrepareImageProgress is PrepareImage telling report, when not nil, the
+// bytes its pull has downloaded (nodeagent.ImageProgress). A caller that
+// joins a pull another started is not told: the pull reports to the
+// caller that started it.
+func (docker *Runtime) PrepareImageProgress(ctx context.Context, command nodeproto.PrepareImageCommand, report func(done, total int64)) error {
+	if report != nil {
+		ctx = dockerengine.WithPullProgress(ctx, report)
+	}
 	ref, err := pinnedImage(command.Image)
 	if err != nil {
 		return err

@@ -90,6 +90,7 @@ type state struct {
 	events      map[eventKey]time.Time
 	watermarks  map[eventKey]int64 // by node and incarnation
 	logs        map[nodeproto.WorkloadKey][]byte
+	epoch       int64 // the scheduling epoch (Store.Lead)
 }
 
 type eventKey struct{ node, event string }

@@ -54,6 +54,9 @@ type dialect struct {
 	// uniqueViolation reports whether err is a unique or primary key
 	// constraint failure.
 	uniqueViolation func(err error) bool
+	// arrays is set when the database takes array parameters (unnest,
+	// = ANY), which the batch forms of the placement path use (batch.go).
+	arrays bool
 	// textIsUTF8 is set when TEXT columns hold only valid UTF-8 without
 	// NUL (PostgreSQL). Keys that cannot be stored are then caught before
 	// they reach the database (see txn.unstorable), rather than failing

@@ -144,6 +144,17 @@ var migrations = []migration{
 	},
 	{
 		version: 6,
+		name:    "scheduling epoch: placements fenced by the database",
+		stmts:   epochMigration, // in epoch.go
+	},
+	{
+		version:  7,
+		name:     "node liveness in a column of its own",
+		stmts:    liveMigration, // in nodes.go
+		backfill: liveBackfill,
+	},
+	{
+		version: 8,
 		name:    "projects, and the runs' project column",
 		stmts:   projectsMigration, // in projects.go
 	},

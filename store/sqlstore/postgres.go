@@ -69,6 +69,7 @@ const postgresMaxAttempts = 64
 // Update, where reads are serializable, and never on what a View saw.
 var postgresDialect = &dialect{
 	name:   "postgres",
+	arrays: true,
 	driver: "pgx",
 	types: strings.NewReplacer(
 		"{{BLOB}}", "BYTEA",

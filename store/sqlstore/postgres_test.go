@@ -338,3 +338,84 @@ func TestOpenPostgresHidesPassword(t *testing.T) {
 		}
 	}
 }
+
+// TestPostgresLeadWaitsForThePlacementInFlight is the fence's other half:
+// a replica (a) in the middle of a placement transaction that checked its
+// epoch is not overtaken by another (b) starting to lead. b's Lead waits,
+// seen by the database as waiting on a lock, until a's transaction commits;
+// a's next transaction is refused; what a committed is there for b to read.
+func TestPostgresLeadWaitsForThePlacementInFlight(t *testing.T) {
+	a, dsn := postgresDB.open(t)
+	b, err := Open(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := t.Context()
+	epoch, err := a.Lead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked, commit := make(chan struct{}), make(chan struct{})
+	placed := make(chan error, 1)
+	go func() {
+		placed <- a.UpdateLocked(ctx, func(tx store.Tx) error {
+			if err := tx.CheckEpoch(epoch); err != nil {
+				return err
+			}
+			if err := tx.PutNode(store.Node{ID: "placed-by-a"}); err != nil {
+				return err
+			}
+			close(checked)
+			<-commit
+			return nil
+		})
+	}()
+	<-checked
+	led := make(chan int64, 1)
+	go func() {
+		e, err := b.Lead(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		led <- e
+	}()
+	// b's UPDATE of the epoch is blocked on a's shared lock: the database
+	// says so, without a sleep standing in for it.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var waiting int
+		err := b.db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE scheduling_epoch%'`).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		select {
+		case e := <-led:
+			t.Fatalf("b led (epoch %d) while a's placement that checked epoch %d was still open", e, epoch)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b's Lead never waited on a's lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(commit)
+	if err := <-placed; err != nil {
+		t.Fatalf("a's placement, checked before b led: %v", err)
+	}
+	next := <-led
+	if next <= epoch {
+		t.Fatalf("b's epoch %d is not after a's %d", next, epoch)
+	}
+	err = a.UpdateLocked(ctx, func(tx store.Tx) error { return tx.CheckEpoch(epoch) })
+	if !errors.Is(err, failure.ErrFenced) {
+		t.Fatalf("a's next placement under epoch %d = %v, want ErrFenced", epoch, err)
+	}
+	if err := b.View(ctx, func(tx store.Tx) error { _, err := tx.GetNode("placed-by-a"); return err }); err != nil {
+		t.Fatalf("b does not see what a committed before b led: %v", err)
+	}
+}

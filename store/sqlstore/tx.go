@@ -156,57 +156,77 @@ func decode[T any](what, id string, doc []byte) (T, error) {
 // getDoc returns the record the one-column, at-most-one-row query finds.
 func getDoc[T any](t *txn, what, id, query string, args ...any) (T, error) {
 	var zero T
-	if err := t.readable(); err != nil {
+	var doc []byte
+	if err := t.getRow(what, id, query, args, &doc); err != nil {
 		return zero, err
 	}
+	return decode[T](what, id, doc)
+}
+
+// getRow scans the one row query finds into dest: failure.ErrNotFound
+// when there is none. In an UpdateLocked transaction the row is locked.
+func (t *txn) getRow(what, id, query string, args []any, dest ...any) error {
+	if err := t.readable(); err != nil {
+		return err
+	}
 	if _, bad := t.unstorable(args); bad {
-		return zero, failure.NotFound(what, id)
+		return failure.NotFound(what, id)
 	}
 	if t.lockRows {
 		query += " FOR UPDATE"
 	}
-	var doc []byte
-	err := t.queryRowContext(query, args...).Scan(&doc)
+	err := t.queryRowContext(query, args...).Scan(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
-		return zero, failure.NotFound(what, id)
+		return failure.NotFound(what, id)
 	}
 	if err != nil {
-		return zero, t.dbError(err, "get", what, id)
+		return t.dbError(err, "get", what, id)
 	}
-	return decode[T](what, id, doc)
+	return nil
 }
 
 // listDocs returns the records a query of (id, doc) rows finds, in order.
 // The result is never nil.
 func listDocs[T any](t *txn, what, query string, args ...any) ([]T, error) {
-	if err := t.readable(); err != nil {
+	out := []T{}
+	var id string
+	var doc []byte
+	err := t.listRows(what, query, args, func() error {
+		v, err := decode[T](what, id, doc)
+		out = append(out, v)
+		return err
+	}, &id, &doc)
+	if err != nil {
 		return nil, err
 	}
+	return out, nil
+}
+
+// listRows scans each row query finds into dest and calls each after it.
+func (t *txn) listRows(what, query string, args []any, each func() error, dest ...any) error {
+	if err := t.readable(); err != nil {
+		return err
+	}
 	if _, bad := t.unstorable(args); bad {
-		return []T{}, nil
+		return nil
 	}
 	rows, err := t.queryContext(query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("sqlstore: list %ss: %w", what, t.note(err))
+		return fmt.Errorf("sqlstore: list %ss: %w", what, t.note(err))
 	}
 	defer rows.Close()
-	out := []T{}
 	for rows.Next() {
-		var id string
-		var doc []byte
-		if err := rows.Scan(&id, &doc); err != nil {
-			return nil, fmt.Errorf("sqlstore: list %ss: %w", what, t.note(err))
+		if err := rows.Scan(dest...); err != nil {
+			return fmt.Errorf("sqlstore: list %ss: %w", what, t.note(err))
 		}
-		v, err := decode[T](what, id, doc)
-		if err != nil {
-			return nil, err
+		if err := each(); err != nil {
+			return err
 		}
-		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlstore: list %ss: %w", what, t.note(err))
+		return fmt.Errorf("sqlstore: list %ss: %w", what, t.note(err))
 	}
-	return out, nil
+	return nil
 }
 
 // create runs an INSERT … ON CONFLICT DO NOTHING and reports a conflict if
@@ -233,31 +253,6 @@ func (t *txn) replace(what, id, query string, args ...any) error {
 		return failure.NotFound(what, id)
 	}
 	return nil
-}
-
-func (t *txn) GetNode(id string) (store.Node, error) {
-	return getDoc[store.Node](t, "node", id, `SELECT doc FROM nodes WHERE id = $1`, id)
-}
-
-func (t *txn) PutNode(n store.Node) error {
-	if err := record.Node(n); err != nil {
-		return err
-	}
-	if err := t.writable(); err != nil {
-		return err
-	}
-	doc, err := encode("node", n.ID, n)
-	if err != nil {
-		return err
-	}
-	_, err = t.exec("put", "node", n.ID,
-		`INSERT INTO nodes (id, doc) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET doc = excluded.doc`,
-		n.ID, doc)
-	return err
-}
-
-func (t *txn) ListNodes() ([]store.Node, error) {
-	return listDocs[store.Node](t, "node", `SELECT id, doc FROM nodes ORDER BY id`)
 }
 
 func (t *txn) CreateInvitation(inv store.Invitation) error {

@@ -24,7 +24,7 @@ import (
 // purpose, add the new format's documents beside these (testdata/v4/...)
 // with the migration that reads the old ones; never edit a committed one.
 // testdata/v5 is schema version 5's: the run's log_limit_bytes added.
-// testdata/v6 is schema version 6's (issue 17): projects, and the run's
+// testdata/v8 is schema version 8's (issue 17): projects, and the run's
 // project, priority, grace period, constraints and preemptions, a token's
 // projects, a node's labels. A kind that did not exist yet has no document
 // in the older directories (goldenKind.since).
@@ -79,7 +79,7 @@ var goldenKinds = []goldenKind{
 		store.Tx.CreateTrigger, func(tx store.Tx, k []string) (store.Trigger, error) { return tx.GetTrigger(k[0]) }),
 	golden("call", func(r store.Call) []string { return []string{r.ID} }, nil,
 		store.Tx.CreateCall, func(tx store.Tx, k []string) (store.Call, error) { return tx.GetCall(k[0]) }),
-	since(6, golden("project", func(r store.Project) []string { return []string{r.Name} }, nil,
+	since(8, golden("project", func(r store.Project) []string { return []string{r.Name} }, nil,
 		store.Tx.CreateProject, func(tx store.Tx, k []string) (store.Project, error) { return tx.GetProject(k[0]) })),
 }
 

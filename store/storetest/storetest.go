@@ -95,6 +95,9 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opts Opti
 		{"PruneRuns", testPruneRuns},
 		{"PruneRecords", testPruneRecords},
 		{"EventWatermark", testEventWatermark},
+		{"Epochs", testEpochs},
+		{"NodesSeen", testNodesSeen},
+		{"Batches", testBatches},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -43,6 +43,7 @@ var classes = map[string]Class{
 	"POST /v1/runs/batch":                           Handled,
 	"GET /v1/runs/{id}/wait":                        Stream,
 	"GET /v1/runs/{id}/logs":                        Stream,
+	"GET /ui/runs/{id}/log":                         Stream, // the console's live log (server-sent events)
 	"PUT /v1/uploads/{id}":                          Upload,
 	"POST /invoke/{fn_id}":                          Invocation,
 	"POST /invoke/{fn_id}/async":                    Handled,

@@ -12,7 +12,10 @@
 //     20ms and 1s) the replica writes what it heard since the last flush to
 //     the nodes' records (store.Node.LastSeenAt), in batched transactions
 //     that never move a LastSeenAt backwards. That is how other replicas,
-//     and this one after a restart, learn of those reports.
+//     and this one after a restart, learn of those reports. The write is
+//     narrow (store.Tx.NodesSeen): the moment alone, never the record,
+//     which at 10,000 8-GPU nodes cost 0.17 (PostgreSQL) to 0.41 (SQLite)
+//     of decoding and rewriting each record (BenchmarkFlush10k).
 //   - A node's status is judged on the freshest moment known: this
 //     replica's memory or the record. A record may lag the truth by the
 //     flush period, and the copy of the records a decision reads (the
@@ -37,14 +40,12 @@ package liveness
 
 import (
 	"context"
-	"errors"
 	"hash/fnv"
 	"log/slog"
 	"sort"
 	"sync"
 	"time"
 
-	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
 )
 
@@ -229,29 +230,23 @@ func (l *Tracker) flushOnce(ctx context.Context, f Flusher) {
 		lapses := 0
 		err := f.Store.Update(ctx, func(tx store.Tx) error {
 			lapses = 0
+			seen := make(map[string]time.Time, len(chunk))
 			for _, id := range chunk {
-				n, err := tx.GetNode(id)
-				if errors.Is(err, failure.ErrNotFound) {
-					continue
-				}
-				if err != nil {
-					return err
-				}
+				seen[id] = batch[id].last
+			}
+			// The narrow write: the moments alone, never the records.
+			before, err := tx.NodesSeen(seen)
+			if err != nil {
+				return err
+			}
+			for id, recorded := range before {
 				p := batch[id]
 				known := p.before
-				if n.LastSeenAt != nil && n.LastSeenAt.After(known) {
-					known = *n.LastSeenAt
+				if recorded.After(known) {
+					known = recorded
 				}
 				if !known.IsZero() && p.first.Sub(known) > l.lease {
 					lapses++
-				}
-				if n.LastSeenAt != nil && !p.last.After(*n.LastSeenAt) {
-					continue
-				}
-				last := p.last
-				n.LastSeenAt = &last
-				if err := tx.PutNode(n); err != nil {
-					return err
 				}
 			}
 			return nil

@@ -151,6 +151,9 @@ type attemptDoc struct {
 	PreemptedBy   string     `json:"preempted_by,omitempty"`
 	PreemptedFor  string     `json:"preempted_for,omitempty"`
 	PreemptedAt   *time.Time `json:"preempted_at,omitempty"`
+	// Progress is stored as the API's three plain fields: it lasts only
+	// while an attempt prepares, and an older record simply has none.
+	Progress *api.PrepareProgress `json:"progress,omitempty"`
 }
 
 // artifactMountDoc is an api.ArtifactMount as stored.

@@ -1,0 +1,31 @@
+// Mercator console: follows a run's log and status over server-sent events. The
+// pages work without it (everything else is plain links and forms).
+"use strict";
+document.addEventListener("DOMContentLoaded", function () {
+  var log = document.getElementById("log");
+  if (!log || !log.dataset.src || !window.EventSource) {
+    return;
+  }
+  var state = document.getElementById("log-state");
+  var src = new EventSource(log.dataset.src);
+  src.onmessage = function (e) {
+    var atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+    log.appendChild(document.createTextNode(e.data + "\n"));
+    if (atEnd) {
+      log.scrollTop = log.scrollHeight;
+    }
+  };
+  src.addEventListener("status", function (e) {
+    var run = JSON.parse(e.data);
+    document.getElementById("run-status").textContent = run.status;
+    document.getElementById("run-stage").textContent = run.stage ? ": " + run.stage : "";
+  });
+  src.addEventListener("failure", function (e) {
+    state.textContent = "The log could not be read: " + e.data;
+  });
+  src.addEventListener("end", function () {
+    src.close();
+    state.textContent = "The run ended; its log is complete.";
+    log.dataset.done = "true";
+  });
+});

@@ -1,0 +1,80 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/store"
+)
+
+// testBatches: the batch forms the placement path uses read and write what
+// their single-record forms do. GetNodes and GetRuns return the stored
+// records among the IDs, in ID order, once each, skipping missing ones (in
+// both kinds of write transaction, where they lock); PutRuns rewrites the
+// runs and their node index, and refuses a run that does not exist;
+// PutOperations stores operations as pending work for their nodes.
+func testBatches(t *testing.T, s store.Store) {
+	update(t, s, func(tx store.Tx) error {
+		for _, id := range []string{"node-a", "node-b", "node-c"} {
+			must(t, tx.PutNode(sampleNode(id)))
+		}
+		must(t, tx.CreateRun(sampleRun("run-1", at(0), api.RunQueued)))
+		must(t, tx.CreateRun(sampleRun("run-2", at(time.Second), api.RunRunning, "node-a")))
+		return nil
+	})
+	for name, write := range map[string]func(func(store.Tx) error){
+		"Update":       func(fn func(store.Tx) error) { update(t, s, fn) },
+		"UpdateLocked": func(fn func(store.Tx) error) { must(t, s.UpdateLocked(t.Context(), fn)) },
+	} {
+		write(func(tx store.Tx) error {
+			nodes := must1[[]store.Node](t)(tx.GetNodes([]string{"node-c", "nobody", "node-a", "node-c"}))
+			wantIDs(t, name+" GetNodes", ids(nodes, func(n store.Node) string { return n.ID }), []string{"node-a", "node-c"})
+			same(t, name+" GetNodes node-a", nodes[0], sampleNode("node-a"))
+			runs := must1[[]store.Run](t)(tx.GetRuns([]string{"run-2", "run-9", "run-1"}))
+			wantIDs(t, name+" GetRuns", ids(runs, func(r store.Run) string { return r.ID }), []string{"run-1", "run-2"})
+			same(t, name+" GetRuns run-2", runs[1], sampleRun("run-2", at(time.Second), api.RunRunning, "node-a"))
+			if got := must1[[]store.Node](t)(tx.GetNodes(nil)); len(got) != 0 {
+				t.Errorf("%s GetNodes(nil) = %d nodes", name, len(got))
+			}
+			return nil
+		})
+	}
+	// run-1 placed on node-b, run-2 moved from node-a to node-c; two
+	// launches for them.
+	placed := sampleRun("run-1", at(0), api.RunPlaced, "node-b")
+	moved := sampleRun("run-2", at(time.Second), api.RunRunning, "node-c")
+	ops := []store.Operation{sampleOperation("op-1", "node-b", at(time.Minute)), sampleOperation("op-2", "node-c", at(time.Minute))}
+	must(t, s.UpdateLocked(t.Context(), func(tx store.Tx) error {
+		must1[[]store.Run](t)(tx.GetRuns([]string{"run-1", "run-2"}))
+		must(t, tx.PutRuns([]store.Run{placed, moved}))
+		return tx.PutOperations(ops)
+	}))
+	view(t, s, func(tx store.Tx) error {
+		same(t, "run-1 after PutRuns", must1[store.Run](t)(tx.GetRun("run-1")), placed)
+		same(t, "run-2 after PutRuns", must1[store.Run](t)(tx.GetRun("run-2")), moved)
+		for node, want := range map[string][]string{"node-a": nil, "node-b": {"run-1"}, "node-c": {"run-2"}} {
+			got := must1[[]store.Run](t)(tx.ListRuns(store.ListRunsOptions{NodeID: node}))
+			wantIDs(t, "runs on "+node, ids(got, func(r store.Run) string { return r.ID }), want)
+		}
+		for _, op := range ops {
+			pending := must1[[]store.Operation](t)(tx.PendingOperations(op.NodeID))
+			if len(pending) != 1 || pending[0].ID != op.ID {
+				t.Errorf("pending on %s = %v, want %s", op.NodeID, pending, op.ID)
+			}
+			same(t, "operation "+op.ID, must1[store.Operation](t)(tx.GetOperation(op.ID)), op)
+		}
+		return nil
+	})
+	// A run that does not exist is refused, and the transaction keeps
+	// nothing.
+	err := s.Update(t.Context(), func(tx store.Tx) error {
+		return tx.PutRuns([]store.Run{sampleRun("run-1", at(0), api.RunFailed), sampleRun("run-404", at(0), api.RunQueued)})
+	})
+	wantKind(t, err, failure.ErrNotFound, "run-404")
+	view(t, s, func(tx store.Tx) error {
+		same(t, "run-1 after a refused PutRuns", must1[store.Run](t)(tx.GetRun("run-1")), placed)
+		return nil
+	})
+}
