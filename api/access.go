@@ -11,6 +11,10 @@ type TokenRequest struct {
 	App string `json:"app,omitempty"`
 	// ExpiresSeconds is the credential's life; 0 means it never expires.
 	ExpiresSeconds int64 `json:"expires_seconds,omitempty"`
+	// Projects, when set, confine the credential to those projects: it
+	// sees and touches only their runs and records (not for admin or
+	// invoker tokens). Empty is every project.
+	Projects []string `json:"projects,omitempty"`
 }
 
 // Token is a named API credential as listed: never its secret.
@@ -18,6 +22,7 @@ type Token struct {
 	Name       string     `json:"name"`
 	Role       string     `json:"role"`
 	App        string     `json:"app,omitempty"`
+	Projects   []string   `json:"projects,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 	LastUsedAt *time.Time `json:"last_used_at,omitempty"`

@@ -40,6 +40,9 @@ const (
 	AttemptFailed    = "failed"
 	AttemptCancelled = "cancelled"
 	AttemptUnknown   = "unknown"
+	// AttemptPreempted: stopped to make room for other work
+	// (Attempt.PreemptedBy says for what); its run is queued again.
+	AttemptPreempted = "preempted"
 )
 
 // Terminal reports whether a run status is final.
@@ -117,6 +120,24 @@ type RunSpec struct {
 	// PidsLimit, when positive, replaces the node's process limit; a node
 	// refuses one above its own maximum. 0 is the node's limit.
 	PidsLimit int64 `json:"pids_limit,omitempty"`
+
+	// Teams (issue 17, docs/teams.md). Project is the project the run
+	// belongs to and counts against; "" is DefaultProject, and the
+	// control plane stores the name. Priority orders the project's queue
+	// (higher first, then submission order) and decides what the run may
+	// preempt in its own project: from -MaxRunPriority to MaxRunPriority,
+	// 0 by default.
+	Project  string `json:"project,omitempty"`
+	Priority int    `json:"priority,omitempty"`
+	// GraceSeconds is how long the container has between SIGTERM and
+	// SIGKILL when it is stopped (preempted, cancelled, drained): 0 means
+	// the default (10 s); more than the control plane's maximum is
+	// refused at submit.
+	GraceSeconds int64 `json:"grace_seconds,omitempty"`
+	// Constraints are node labels the run requires: it goes only to
+	// nodes whose label KEY is VALUE (and, in a project restricted to
+	// pools, whose pool label is one of them).
+	Constraints map[string]string `json:"constraints,omitempty"`
 }
 
 // NetworkNone is the one network a run may ask for instead of the node's
@@ -138,6 +159,26 @@ type Run struct {
 	CreatedAt   time.Time  `json:"created_at"`
 	UpdatedAt   time.Time  `json:"updated_at"`
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	// Queue is where a queued run stands in its project's queue, as the
+	// scheduler's last pass left it; absent for a run not queued, or
+	// before a pass (docs/teams.md).
+	Queue *QueuePosition `json:"queue,omitempty"`
+}
+
+// QueuePosition is a queued run's place in its project's queue: the order
+// the scheduler considers the project's runs in (priority, then
+// submission).
+type QueuePosition struct {
+	Project string `json:"project"`
+	// Position is 1 for the next run of the project, Of how many wait.
+	Position int `json:"position"`
+	Of       int `json:"of"`
+	// Ahead are the runs just ahead of it (up to three, nearest last).
+	Ahead []string `json:"ahead,omitempty"`
+	// EarliestStart, when set, is a bound from running work with
+	// timeouts: by then at least Position of the fleet's running runs
+	// must have ended. It is not a promise; other work may come first.
+	EarliestStart *time.Time `json:"earliest_start,omitempty"`
 }
 
 // Attempt is one placement of a run.
@@ -161,6 +202,14 @@ type Attempt struct {
 	PlacedAt      time.Time  `json:"placed_at"`
 	StartedAt     *time.Time `json:"started_at,omitempty"`
 	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+	// Preemption (docs/teams.md): PreemptedBy says who stopped the
+	// attempt and why ("preempted by r-… (priority 100) to reclaim project
+	// nlp's quota"), PreemptedFor is that reason as a word
+	// ("reclaim:nlp"), PreemptedAt when it was decided. The attempt ends
+	// preempted and the run is queued again without spending a retry.
+	PreemptedBy  string     `json:"preempted_by,omitempty"`
+	PreemptedFor string     `json:"preempted_for,omitempty"`
+	PreemptedAt  *time.Time `json:"preempted_at,omitempty"`
 	// Progress is how the node's preparation of a preparing attempt goes
 	// (pulling the image, copying the Artifacts), as the node last
 	// reported it (every few seconds); nil before a report and once the
@@ -287,6 +336,17 @@ type Node struct {
 	Flags []NodeFlag `json:"flags,omitempty"`
 	// GPUs is each GPU the node lists with its health (gpus.go).
 	GPUs []NodeGPU `json:"gpus,omitempty"`
+	// Labels are the node's labels: its agent's (`mercator agent
+	// --label`), with its operator's (`mercator node label`) over them.
+	// Runs' constraints and projects' pools select on them.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// NodeLabelsRequest is the body of POST /v1/nodes/{id}/labels: labels to
+// set (replacing a key's value) and keys to remove.
+type NodeLabelsRequest struct {
+	Set    map[string]string `json:"set,omitempty"`
+	Remove []string          `json:"remove,omitempty"`
 }
 
 // Kinds of NodeFlag. A node flagged NodeFlagFactsRefused takes no new work

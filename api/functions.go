@@ -85,6 +85,10 @@ type App struct {
 	Shape     string    `json:"shape,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Project (Mercator, docs/teams.md) is the project the app and its
+	// functions belong to: set at creation ("" is DefaultProject), then
+	// kept.
+	Project string `json:"project,omitempty"`
 }
 
 // AppShapes are the shapes Fn accepts for an app.

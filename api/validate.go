@@ -75,6 +75,9 @@ func (s RunSpec) Validate() error {
 	if err := s.validateContainment(); err != nil {
 		return err
 	}
+	if err := s.validateTeams(); err != nil {
+		return err
+	}
 	return ValidateArtifactMounts(s.Artifacts)
 }
 
@@ -251,6 +254,25 @@ func validateMountPath(field string, m ArtifactMount) error {
 		return failure.Invalid(field, "%q is not clean; write %q", p, path.Clean(p))
 	case len(p) > 1024:
 		return failure.Invalid(field, "is longer than 1024 bytes")
+	}
+	return nil
+}
+
+// validateTeams checks the project and priority a run asks for (issue 17).
+func (s RunSpec) validateTeams() error {
+	if s.Project != "" {
+		if err := ValidateProjectName("project", s.Project); err != nil {
+			return err
+		}
+	}
+	if s.Priority < -MaxRunPriority || s.Priority > MaxRunPriority {
+		return failure.Invalid("priority", "%d: must be from %d to %d", s.Priority, -MaxRunPriority, MaxRunPriority)
+	}
+	if err := ValidateLabels("constraints", s.Constraints); err != nil {
+		return err
+	}
+	if s.GraceSeconds < 0 || s.GraceSeconds > MaxRunGrace {
+		return failure.Invalid("grace_seconds", "%d: must be from 0 (the default, 10 s) to %d (an hour); a control plane's own maximum may be lower", s.GraceSeconds, MaxRunGrace)
 	}
 	return nil
 }

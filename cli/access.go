@@ -88,6 +88,8 @@ The control plane keeps only the secret's hash. Remove it with
 	g := fs.clientFlags(true)
 	role := fs.String("role", "", "the credential's `role`: reader, submitter, operator, admin or invoker (required)")
 	app := fs.String("app", "", "the `app` an invoker may call (role invoker only)")
+	var projects stringList
+	fs.Var(&projects, "project", "confine the credential to this `project`'s runs and records (repeatable; not for admin or invoker; default every project)")
 	var expires time.Duration
 	fs.Var(spanFlag{&expires}, "expires", "the credential's `life`, e.g. 30d or 12h (default: it never expires)")
 	c, name, err := inv.connect(fs, g, args, "NAME")
@@ -97,7 +99,8 @@ The control plane keeps only the secret's hash. Remove it with
 	if *role == "" {
 		return usagef("--role is required: reader, submitter, operator, admin, or invoker with --app")
 	}
-	out, err := c.CreateToken(ctx, api.TokenRequest{Name: name, Role: *role, App: *app, ExpiresSeconds: int64(expires.Round(time.Second) / time.Second)})
+	out, err := c.CreateToken(ctx, api.TokenRequest{Name: name, Role: *role, App: *app, ExpiresSeconds: int64(expires.Round(time.Second) / time.Second),
+		Projects: projects})
 	if err != nil {
 		return err
 	}

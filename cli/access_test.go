@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,9 +9,6 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/controlplane"
-	"github.com/mercator/mercator/daemon"
-	"github.com/mercator/mercator/store/sqlstore"
 )
 
 // TestTokenAuditAndNodeRevocationCommands drives `mercator token …`,
@@ -21,26 +16,7 @@ import (
 // control plane.
 func TestTokenAuditAndNodeRevocationCommands(t *testing.T) {
 	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	st, err := sqlstore.Open(ctx, "sqlite://"+filepath.Join(dir, "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	adminFile, err := daemon.EnsureAdminToken(ctx, st, dir, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := controlplane.New(controlplane.Config{PublicURL: "http://" + l.Addr().String()}, st, pinAll{}, nil)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, l) }()
-	defer func() { cancel(); <-served }()
-	env := map[string]string{"MERCATOR_ADDR": "http://" + l.Addr().String(), "HOME": t.TempDir()}
+	env, adminFile := startControlPlane(t, dir)
 	as := func(tokenFile string, args ...string) result {
 		t.Helper()
 		return runCLI(t, env, append(args, "--token-file", tokenFile)...)

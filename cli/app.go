@@ -126,6 +126,7 @@ one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
 	cf := fs.configFlags()
 	pub := fs.publicInvokeFlag()
 	syslog := fs.String("syslog-url", "", "Fn's syslog `URL` (kept for compatibility; Mercator keeps function output itself)")
+	project := fs.String("project", "", "`project` the app and its functions belong to (default: $MERCATOR_PROJECT, the context's, else default)")
 	c, name, err := inv.connect(fs, g, args, "an app name")
 	if err != nil {
 		return err
@@ -137,7 +138,10 @@ one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
 	if ann = pub(ann); string(ann[api.AnnotationPublicInvoke]) == `""` {
 		delete(ann, api.AnnotationPublicInvoke) // off is the default; a create takes no deletion
 	}
-	app := api.App{Name: name, Config: config, SecretConfig: secret, Annotations: ann}
+	app := api.App{Name: name, Config: config, SecretConfig: secret, Annotations: ann, Project: *project}
+	if app.Project == "" {
+		app.Project = c.Project
+	}
 	if *syslog != "" {
 		app.SyslogURL = syslog
 	}

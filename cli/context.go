@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/internal/termtext"
 	"github.com/mercator/mercator/pki"
@@ -45,6 +46,7 @@ trusted (a server with a public certificate).`)
 	tokenFile := fs.String("token-file", "", "`file` holding the bearer token (the file is named, not copied)")
 	caFile := fs.String("ca-file", "", "`file` of the CA certificate the server's chain must lead to")
 	fingerprint := fs.String("ca-fingerprint", "", "SHA-256 `fingerprint` of the server's CA: fetch the CA and pin it")
+	project := fs.String("project", "", "default `project` of client commands in this context ($MERCATOR_PROJECT beats it)")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -61,7 +63,12 @@ trusted (a server with a public certificate).`)
 	if err != nil {
 		return err
 	}
-	c := client.Context{Addr: *addr, TokenFile: absPath(*tokenFile), CAFile: absPath(*caFile)}
+	if *project != "" {
+		if err := api.ValidateProjectName("--project", *project); err != nil {
+			return err
+		}
+	}
+	c := client.Context{Addr: *addr, TokenFile: absPath(*tokenFile), CAFile: absPath(*caFile), Project: *project}
 	if *fingerprint != "" {
 		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		ca, err := client.FetchCA(fctx, *addr, *fingerprint)

@@ -96,6 +96,9 @@ TiB) units; a plain number is bytes.
 	if err != nil {
 		return err
 	}
+	if spec.Project == "" {
+		spec.Project = c.Project
+	}
 	if countSet {
 		if *wait {
 			return usagef("--wait waits for one run; with --count, wait for each ID with 'mercator run wait'")
@@ -132,11 +135,17 @@ type submitFlags struct {
 	timeout, replaceAfter *time.Duration
 	retries, gpus, count  *int
 	env, artifacts        stringList
+	constraints           stringList
 	// Containment the run asks for (api.RunSpec's block of it).
 	user, network *string
 	readOnly      *bool
 	pidsLimit     *int64
 	secrets       secretflag.Flags
+	// Teams (docs/teams.md): the project (default: the context's) and
+	// the priority within it.
+	project  *string
+	priority *int
+	grace    *time.Duration
 	// set holds the names of the flags given on the command line.
 	set map[string]bool
 }
@@ -161,6 +170,10 @@ func (sf *submitFlags) define(fs *flagSet) {
 	sf.pidsLimit = fs.Int64("pids-limit", 0, "most `processes` the container may have (0: the node's limit; a node refuses more than its --max-pids)")
 	sf.count = fs.Int("count", 1, "submit `N` copies, each with "+runIndexEnv+"=0…N-1 in its environment, through the batch API")
 	sf.secrets.Define(fs.FlagSet)
+	sf.project = fs.String("project", "", "`project` the run belongs to and counts against (default: $MERCATOR_PROJECT, the context's, else default)")
+	sf.priority = fs.Int("priority", 0, "`N`: higher runs first within its project, and may preempt lower in the same project")
+	fs.Var(&sf.constraints, "constraint", "run only on nodes labelled `KEY=VALUE` (repeatable; see `mercator node label`)")
+	sf.grace = fs.Duration("grace", 0, "time between SIGTERM and SIGKILL when the run is stopped (preempted, cancelled), e.g. 30s (0: 10s; at most the server's maximum)")
 }
 
 // spec builds the run spec the flags and command describe (a bare
@@ -172,7 +185,8 @@ func (sf *submitFlags) spec(command []string, env func(string) string) (api.RunS
 	spec := api.RunSpec{Image: *sf.image, Command: command, CPU: *sf.cpu, Retries: *sf.retries,
 		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout),
 		User: *sf.user, ReadOnlyRootfs: *sf.readOnly, Network: *sf.network, PidsLimit: *sf.pidsLimit,
-		MemoryBytes: int64(sf.memory), GPUMemoryBytes: int64(sf.gpuMemory), LogLimitBytes: int64(sf.logLimit)}
+		MemoryBytes: int64(sf.memory), GPUMemoryBytes: int64(sf.gpuMemory), LogLimitBytes: int64(sf.logLimit),
+		Project: *sf.project, Priority: *sf.priority, GraceSeconds: wholeSeconds(*sf.grace)}
 	var err error
 	if *sf.replaceAfter < 0 {
 		spec.ReplaceAfterSeconds = -1
@@ -183,6 +197,9 @@ func (sf *submitFlags) spec(command []string, env func(string) string) (api.RunS
 		return spec, usagef("--count must be 1 or more, got %d", *sf.count)
 	}
 	if spec.Env, err = keyValues("env", sf.env, "the value may be empty: KEY="); err != nil {
+		return spec, err
+	}
+	if spec.Constraints, err = keyValues("constraint", sf.constraints, "write KEY=VALUE"); err != nil {
 		return spec, err
 	}
 	if _, ok := spec.Env[runIndexEnv]; ok && sf.set["count"] {
@@ -218,7 +235,8 @@ var specFlags = map[string]string{
 	"timeout_seconds": "--timeout (in seconds)", "retries": "--retries", "gpus": "--gpus",
 	"gpu_model": "--gpu-model", "gpu_memory_bytes": "--gpu-memory",
 	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env", "secrets": "--secret", "log_limit_bytes": "--log-limit",
-	"user": "--user", "network": "--network", "pids_limit": "--pids-limit",
+	"user": "--user", "network": "--network", "pids_limit": "--pids-limit", "project": "--project", "priority": "--priority",
+	"grace_seconds": "--grace (in seconds)", "constraints": "--constraint",
 }
 
 // specUsageError turns api.RunSpec.Validate's error into a usage error
@@ -342,6 +360,10 @@ func (inv *invocation) printRun(r api.Run) error {
 	}
 	row("Status", status)
 	row("Reason", orDash(r.Reason))
+	row("Project", fmt.Sprintf("%s (priority %d)", api.ProjectOf(r.Project), r.Priority))
+	if r.Queue != nil {
+		row("Queue", describeQueue(*r.Queue))
+	}
 	row("Image", orDash(r.Image))
 	row("Pinned image", orDash(r.PinnedImage))
 	if len(r.Command) > 0 {
@@ -373,6 +395,9 @@ func (inv *invocation) printRun(r api.Run) error {
 		if a.StopReason != "" {
 			errText = strings.TrimSpace(errText + " (stopped: " + a.StopReason + ")")
 		}
+		if a.PreemptedBy != "" {
+			errText = a.PreemptedBy
+		}
 		termtext.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, orDash(a.NodeID), a.Status,
 			orDash(shortID(a.ContainerID)), formatTime(a.StartedAt), formatTime(a.FinishedAt), exit, orDash(errText))
 	}
@@ -401,6 +426,8 @@ ID of the last run of the previous page.`)
 	fs.Var(&statuses, "status", "keep runs with this `status` (repeatable, or comma-separated)")
 	limit := fs.Int("limit", 0, "list at most `N` runs (0: the server's default)")
 	before := fs.String("before", "", "list only runs older than `RUN_ID`")
+	project := fs.String("project", "", "list only this `project`'s runs (default: $MERCATOR_PROJECT or the context's; every project when neither)")
+	queue := fs.Bool("queue", false, "list the queued runs in scheduling order (priority, then submission), by project, with their positions")
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -414,7 +441,7 @@ ID of the last run of the previous page.`)
 	if *limit < 0 {
 		return usagef("--limit must not be negative, got %d", *limit)
 	}
-	opts := client.ListRunsOptions{Limit: *limit, Before: *before}
+	opts := client.ListRunsOptions{Limit: *limit, Before: *before, Project: *project, Queue: *queue}
 	for _, s := range statuses {
 		for _, one := range strings.Split(s, ",") {
 			one = strings.TrimSpace(one)
@@ -431,6 +458,9 @@ ID of the last run of the previous page.`)
 	if err != nil {
 		return err
 	}
+	if opts.Project == "" {
+		opts.Project = c.Project
+	}
 	list, err := c.ListRuns(ctx, opts)
 	if err != nil {
 		return err
@@ -440,6 +470,9 @@ ID of the last run of the previous page.`)
 			list.Runs[i] = normalizeRun(list.Runs[i])
 		}
 		return inv.writeJSON(list)
+	}
+	if *queue {
+		return inv.printQueue(list)
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tIMAGE\tEXIT\tCREATED\tFINISHED\tREASON")

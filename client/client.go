@@ -50,6 +50,9 @@ type Client struct {
 	base  string // without trailing slash, e.g. "http://127.0.0.1:7070"
 	token string
 	hc    *http.Client
+	// Project is the project the caller's commands use when they name
+	// none (Config.Project); the client itself sends it nowhere.
+	Project string
 
 	// waitPoll is the timeout each WaitRun request asks for.
 	waitPoll time.Duration
@@ -175,6 +178,11 @@ type ListRunsOptions struct {
 	// Before is a run ID: only runs older than it are returned. Pass the ID
 	// of the last run of one page to get the next page.
 	Before string
+	// Project keeps only the project's runs; "" means every project.
+	Project string
+	// Queue lists the queued runs in scheduling order instead, by project,
+	// each with its position (api.Run.Queue).
+	Queue bool
 }
 
 // ListRuns returns runs, newest first (GET /v1/runs).
@@ -197,6 +205,12 @@ func (c *Client) ListRuns(ctx context.Context, opts ListRunsOptions) (api.RunLis
 	}
 	if opts.Before != "" {
 		q.Set("before", opts.Before)
+	}
+	if opts.Project != "" {
+		q.Set("project", opts.Project)
+	}
+	if opts.Queue {
+		q.Set("queue", "1")
 	}
 	var list api.RunList
 	if err := c.do(ctx, http.MethodGet, "/runs", q, nil, &list); err != nil {

@@ -20,6 +20,9 @@ const (
 	// EnvCAFile names a file of the CA certificate(s) the server's chain
 	// must lead to, overriding the context's.
 	EnvCAFile = "MERCATOR_CA_FILE"
+	// EnvProject names the project commands submit to and list by
+	// default, overriding the context's.
+	EnvProject = "MERCATOR_PROJECT"
 	// DefaultAddr is where `mercator dev` listens; it is the address when a
 	// token is configured but no address is.
 	DefaultAddr = "https://127.0.0.1:7070"
@@ -35,6 +38,10 @@ type Config struct {
 	// CAFile, when set, holds the CA certificate(s) the server's chain must
 	// lead to (see NewFromConfig); empty means the system's CAs.
 	CAFile string
+	// Project is the project commands use when they are given none
+	// ($MERCATOR_PROJECT, then the context's); "" leaves it to the server
+	// (api.DefaultProject).
+	Project string
 }
 
 // Overrides are values a caller was given explicitly (the CLI's --addr,
@@ -100,6 +107,7 @@ func LoadConfigOverrides(env func(string) string, o Overrides) (Config, error) {
 	if cfg.CAFile == "" {
 		cfg.CAFile = strings.TrimSpace(env(EnvCAFile))
 	}
+	cfg.Project = strings.TrimSpace(env(EnvProject))
 	path := ContextPath(env)
 	if (cfg.Addr == "" || cfg.Token == "" || cfg.CAFile == "") && path != "" {
 		if err := fillFromContext(&cfg, path); err != nil {

@@ -22,6 +22,8 @@ type Context struct {
 	Addr      string `json:"addr"`
 	TokenFile string `json:"token_file"`
 	CAFile    string `json:"ca_file,omitempty"`
+	// Project is the context's default project (EnvProject beats it).
+	Project string `json:"project,omitempty"`
 }
 
 // ContextFile is the JSON file of the CLI's contexts (`mercator context
@@ -84,6 +86,9 @@ func fillFromContext(cfg *Config, path string) error {
 	}
 	if cfg.CAFile == "" {
 		cfg.CAFile = rel(c.CAFile)
+	}
+	if cfg.Project == "" {
+		cfg.Project = c.Project
 	}
 	if cfg.Token == "" && c.TokenFile != "" {
 		tok, err := readToken(rel(c.TokenFile))

@@ -24,7 +24,9 @@ func NewFromConfig(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(cfg.Addr, cfg.Token, hc), nil
+	c := New(cfg.Addr, cfg.Token, hc)
+	c.Project = cfg.Project
+	return c, nil
 }
 
 // HTTPClient is an http.Client trusting the CA certificate(s) in caFile

@@ -113,6 +113,11 @@ func TestOpenAPIDocumentsEveryRouteAndField(t *testing.T) {
 	check("AuditList", api.AuditList{})
 	check("InvitationInfo", api.InvitationInfo{})
 	check("InvitationList", api.InvitationList{})
+	check("Project", api.Project{})
+	check("Quota", api.Quota{})
+	check("ProjectList", api.ProjectList{})
+	check("QueuePosition", api.QueuePosition{})
+	check("NodeLabelsRequest", api.NodeLabelsRequest{})
 }
 
 func walkJSONFields(t reflect.Type, fn func(string)) {

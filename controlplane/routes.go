@@ -50,6 +50,7 @@ var routeAccess = map[string]httpapi.Access{
 	"POST /v1/nodes/{id}/invitations":             operator,
 	"GET /v1/nodes/{id}/invitations":              operator,
 	"POST /v1/nodes/{id}/cordon":                  operator,
+	"POST /v1/nodes/{id}/labels":                  operator,
 	"POST /v1/nodes/{id}/uncordon":                operator,
 	"POST /v1/nodes/{id}/drain":                   operator,
 	"POST /v1/nodes/{id}/gpus/{uuid}/clear":       operator,
@@ -69,6 +70,11 @@ var routeAccess = map[string]httpapi.Access{
 	"POST /v1/registries":                         operator,
 	"GET /v1/registries":                          reader,
 	"DELETE /v1/registries/{host}":                operator,
+	"POST /v1/projects":                           operator,
+	"GET /v1/projects":                            reader,
+	"GET /v1/projects/{name}":                     reader,
+	"PUT /v1/projects/{name}":                     operator,
+	"DELETE /v1/projects/{name}":                  operator,
 	"GET /v2/apps":                                reader,
 	"POST /v2/apps":                               operator,
 	"GET /v2/apps/{app_id}":                       reader,
@@ -146,21 +152,22 @@ func (s *Server) v1Routes() []httpapi.Route {
 		{Pattern: "POST /v1/runs", Handler: s.submitRun},
 		{Pattern: "POST /v1/runs/batch", Handler: s.submitRuns},
 		{Pattern: "GET /v1/runs", Handler: s.listRuns},
-		{Pattern: "GET /v1/runs/{id}", Handler: s.getRun},
-		{Pattern: "POST /v1/runs/{id}/cancel", Handler: s.cancelRun},
-		{Pattern: "GET /v1/runs/{id}/wait", Handler: s.waitRun},
-		{Pattern: "GET /v1/runs/{id}/logs", Handler: s.runLogs},
+		{Pattern: "GET /v1/runs/{id}", Handler: s.confinedRun("read runs", s.getRun)}, // runs_scope.go
+		{Pattern: "POST /v1/runs/{id}/cancel", Handler: s.confinedRun("cancel runs", s.cancelRun)},
+		{Pattern: "GET /v1/runs/{id}/wait", Handler: s.confinedRun("read runs", s.waitRun)},
+		{Pattern: "GET /v1/runs/{id}/logs", Handler: s.confinedRun("read the logs", s.runLogs)},
 		{Pattern: "GET /v1/nodes", Handler: s.listNodes},
 		{Pattern: "GET /v1/nodes/{id}", Handler: s.getNode},
 		{Pattern: "DELETE /v1/nodes/{id}", Handler: s.removeNode},
 		{Pattern: "POST /v1/nodes/{id}/invitations", Handler: s.inviteNode},
 		{Pattern: "POST /v1/nodes/{id}/cordon", Handler: s.cordonNode},
+		{Pattern: "POST /v1/nodes/{id}/labels", Handler: s.labelNode},
 		{Pattern: "POST /v1/nodes/{id}/uncordon", Handler: s.uncordonNode},
 		{Pattern: "POST /v1/nodes/{id}/drain", Handler: s.drainNode},
 		{Pattern: "POST /v1/nodes/{id}/gpus/{uuid}/clear", Handler: s.clearGPUDispute},
 		{Pattern: "POST /v1/nodes/{id}/gpus/{uuid}/cordon", Handler: s.cordonGPU},
 		{Pattern: "POST /v1/nodes/{id}/gpus/{uuid}/uncordon", Handler: s.uncordonGPU},
-	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes(), s.access.Routes())...)
+	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes(), s.projects.Routes(), s.access.Routes())...)
 }
 
 // writeAuthError writes a refusal of an API credential on a v1 route.

@@ -12,6 +12,7 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/runsecrets"
+	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
@@ -24,6 +25,10 @@ import (
 func (s *Server) submitRun(w http.ResponseWriter, r *http.Request) {
 	var spec api.RunSpec
 	if err := httpapi.Decode(r, httpapi.MaxBody, &spec); err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	if err := project.ScopeSubmit(r, &spec); err != nil {
 		httpapi.WriteError(w, err)
 		return
 	}
@@ -70,6 +75,10 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 	runs := make([]store.Run, len(req.Runs))
 	pins := map[string]string{}
 	for i, spec := range req.Runs {
+		if err := project.ScopeSubmit(r, &spec); err != nil {
+			httpapi.WriteError(w, atBatchIndex(i, err))
+			return
+		}
 		run, err := s.admitRun(r.Context(), spec, pins)
 		if err != nil {
 			httpapi.WriteError(w, atBatchIndex(i, err))
@@ -114,6 +123,13 @@ func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, pins map[string
 		return store.Run{}, err
 	}
 	if err := s.cfg.Retention.CheckLogLimit(spec); err != nil {
+		return store.Run{}, err
+	}
+	if time.Duration(spec.GraceSeconds)*time.Second > s.cfg.MaxGrace {
+		return store.Run{}, failure.Invalid("grace_seconds", "%d s is more than this control plane's maximum grace period, %s", spec.GraceSeconds, s.cfg.MaxGrace)
+	}
+	spec.Project = api.ProjectOf(spec.Project)
+	if err := s.store.View(ctx, func(tx store.Tx) error { return project.Exists(tx, "project", spec.Project) }); err != nil {
 		return store.Run{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -166,6 +182,9 @@ func (s *Server) view(run store.Run, unreachable map[string]bool) api.Run {
 		if unreachable[a.NodeID] && lifecycle.Active(a) {
 			out.Attempts[i].Status = api.AttemptUnknown
 		}
+	}
+	if pos, ok := s.queue.Position(run.ID); ok && run.Status == api.RunQueued {
+		out.Queue = &pos
 	}
 	return out
 }
@@ -235,6 +254,13 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 			opts.Statuses = append(opts.Statuses, st)
 		}
 	}
+	if v := q.Get("project"); v != "" {
+		if err := api.ValidateProjectName("project", v); err != nil {
+			httpapi.WriteError(w, err)
+			return
+		}
+		opts.Project = v
+	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
@@ -242,6 +268,14 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		opts.Limit = n
+	}
+	if err := project.ScopeList(r, &opts); err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	if v := q.Get("queue"); v != "" {
+		s.listQueue(w, r, opts)
+		return
 	}
 	out := api.RunList{Runs: []api.Run{}}
 	err := s.store.View(r.Context(), func(tx store.Tx) error {
@@ -278,7 +312,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
 			nodeID = a.NodeID
 			a.StopRequested = true
 			if err := s.issue(tx, a.NodeID, nodeproto.Command{Kind: nodeproto.KindStopWorkload, StopWorkload: &nodeproto.StopWorkloadCommand{
-				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "cancelled", GracePeriod: 10 * time.Second}}); err != nil {
+				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "cancelled", GracePeriod: graceOf(run)}}); err != nil {
 				return err
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/runsecrets"
+	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
 
@@ -130,7 +131,7 @@ func lostSince(n store.Node, status string, seen *time.Time, lease time.Duration
 // schedNode is a node as the scheduler sees it, with the status given,
 // without what its active attempts hold (buildSnapshot adds that).
 func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
-	sn := scheduler.Node{ID: n.ID, Images: map[string]bool{}} // UsedGPUs: set by whoever counts attempts
+	sn := scheduler.Node{ID: n.ID, Images: map[string]bool{}, Labels: nodeLabels(n)} // UsedGPUs: set by whoever counts attempts
 	switch status {
 	case api.NodeReady:
 		sn.Ready = true
@@ -240,7 +241,8 @@ func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each fun
 		}
 		pending[r.ID] = r
 		sr := scheduler.Run{ID: r.ID, Image: r.PinnedImage, CPU: r.CPU, MemoryBytes: r.MemoryBytes,
-			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes, MinAgentVersion: agentVersionFor(r)}
+			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes, MinAgentVersion: agentVersionFor(r),
+			Project: api.ProjectOf(r.Project), Priority: r.Priority, Constraints: project.Constraints(r.RunSpec, nil)}
 		artifactDemand(&sr, r.RunSpec)
 		snap.Pending = append(snap.Pending, sr)
 	}
@@ -357,7 +359,10 @@ func (s *Server) reconcile(ctx context.Context) error {
 			fn(u)
 		})
 	}, queued)
-	plan := scheduler.Schedule(snap)
+	plan, err := s.schedule(ctx, snap, queued, pending) // runs_teams.go
+	if err != nil {
+		return err
+	}
 	placed := 0
 	chunk := s.placeChunk()
 	for start := 0; start < len(plan.Placements); start += chunk {
@@ -371,6 +376,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 	if err := s.commitReasons(ctx, plan.Waiting, pending); err != nil {
 		return err
 	}
+	s.noteQueue(plan.Waiting, pending) // runs_queue.go
 	s.metrics.Placements.Add(float64(placed))
 	s.metrics.Pending.Set(float64(len(plan.Waiting)))
 	if placed > 0 {

@@ -70,6 +70,9 @@ type runUsage struct {
 	mem      int64
 	attempts []attemptUsage // the attempts that may hold resources
 	current  string         // the node of the current attempt, if it is active
+	// What the scheduler reads of it when it plans by project
+	// (runs_teams.go).
+	teams runTeams
 }
 
 type attemptUsage struct {
@@ -136,6 +139,7 @@ func usageOf(r store.Run) (runUsage, bool) {
 			u.attempts = append(u.attempts, attemptUsage{node: a.NodeID, gpus: a.GPUs})
 		}
 	}
+	u.teams = teamsOf(r) // runs_teams.go
 	if a := lifecycle.Current(&r.Run); a != nil && lifecycle.Active(*a) {
 		u.current = a.NodeID
 	}

@@ -60,6 +60,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/metrics"
 	"github.com/mercator/mercator/controlplane/internal/nodeauth"
 	"github.com/mercator/mercator/controlplane/internal/retention"
+	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/internal/supervise"
 	"github.com/mercator/mercator/store"
@@ -139,6 +140,14 @@ type Config struct {
 	// (package limits; every zero field takes its default). Serve applies
 	// the timeouts; LimitListener the connection cap.
 	Limits Limits
+	// Teams (runs_teams.go, docs/teams.md). MaxGrace is the longest grace
+	// period a run may ask for between SIGTERM and SIGKILL (default 5
+	// minutes); PreemptWindow how long an attempt preempted for a reason is
+	// not preempted again for it (default 10 minutes); ShareHalfLife how
+	// fast a project's past use fades from fair share (default 30 minutes).
+	MaxGrace      time.Duration
+	PreemptWindow time.Duration
+	ShareHalfLife time.Duration
 }
 
 // Limits are the server's limits: timeouts, connections, requests in
@@ -172,6 +181,15 @@ func (c *Config) defaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.MaxGrace == 0 {
+		c.MaxGrace = 5 * time.Minute
+	}
+	if c.PreemptWindow == 0 {
+		c.PreemptWindow = 10 * time.Minute
+	}
+	if c.ShareHalfLife == 0 {
+		c.ShareHalfLife = 30 * time.Minute
+	}
 }
 
 // Server is one control-plane process.
@@ -189,12 +207,15 @@ type Server struct {
 	coord         Coordinator          // nil for a single replica
 	artifacts     *artifact.Service    // Artifacts and content (package artifact)
 	registries    *registry.Service    // registry credentials (package registry)
+	projects      *project.Service     // projects (package project)
 	access        *access.Service      // named tokens, the audit log, invitations (package access)
 	fn            *function.Service    // Functions (package function)
 	streams       livesession.Registry // sessions held here
 
 	live       *liveness.Tracker      // package liveness
 	sched      schedState             // runs_schedstate.go: the reconcile loop's copies
+	teams      project.History        // runs_teams.go: projects' decayed shares
+	queue      project.Queue          // runs_queue.go: queue positions
 	commits    *groupcommit.Committer // the hot write paths' group commit (batch)
 	outbox     chan string            // replicas_signal.go: signals for other replicas
 	replicaID  string
@@ -230,6 +251,7 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 	s.artifacts = artifact.New(artifact.Config{Store: st, Now: s.now, Logger: s.log, Content: cfg.Content,
 		ReadTTL: cfg.ContentReadTTL, UploadDir: cfg.UploadDir, MaxUploadSize: cfg.Retention.MaxUploadSize})
 	s.registries = registry.New(st, s.now, s.log, serverKey{s})
+	s.projects = project.New(st, s.now, s.log)
 	s.access = access.New(st, s.now, s.tokenRemoved)
 	var pub function.Publisher
 	if coord != nil {

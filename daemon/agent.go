@@ -45,7 +45,9 @@ type AgentOptions struct {
 	KernelLog      string
 	GPUSampleEvery time.Duration
 	Heartbeat      time.Duration
-	Logger         *slog.Logger
+	// Labels are reported with the node's facts (`--label`).
+	Labels map[string]string
+	Logger *slog.Logger
 	// Functions configures the hot-container engine (package fnagent).
 	Functions nodeagent.FunctionsOptions
 
@@ -110,6 +112,9 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		aopts = append(aopts, nodeagent.WithHeartbeat(o.Heartbeat))
 	}
 	aopts = append(aopts, nodeagent.WithGPUSampleEvery(o.GPUSampleEvery))
+	if len(o.Labels) > 0 {
+		aopts = append(aopts, nodeagent.WithLabels(o.Labels))
+	}
 	fnOpts, stopFunctions, err := startFunctions(ctx, o, rt)
 	if err != nil {
 		return err

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/internal/bytesize"
 	"github.com/mercator/mercator/nodeagent"
@@ -32,6 +34,11 @@ func AgentFlags(fs *flag.FlagSet) func() (AgentOptions, error) {
 	fs.StringVar(&o.KernelLog, "kernel-log", "", "kernel message log `path` the GPU health sampler reads Xids from (default /dev/kmsg)")
 	fs.DurationVar(&o.GPUSampleEvery, "gpu-sample-every", nodeagent.DefaultGPUSampleEvery, "how often to sample each GPU's health through the accelerator tool")
 	fs.DurationVar(&o.Heartbeat, "heartbeat", 0, "how often to report liveness and facts (default 5s, and at most a third of the lease)")
+	var labels []string
+	fs.Func("label", "a node label `KEY=VALUE` runs' constraints and projects' pools select on, e.g. pool=secure (repeatable)", func(s string) error {
+		labels = append(labels, s)
+		return nil
+	})
 	functions := functionFlags(fs)
 	o.Containment = containmentFlags(fs)
 	return func() (AgentOptions, error) {
@@ -52,6 +59,9 @@ func AgentFlags(fs *flag.FlagSet) func() (AgentOptions, error) {
 			return o, fmt.Errorf("--gpu-sample-every %s: must be from 1s to 1h (each sample runs the accelerator tool; the default is %s)", o.GPUSampleEvery, nodeagent.DefaultGPUSampleEvery)
 		}
 		var err error
+		if o.Labels, err = parseLabels(labels); err != nil {
+			return o, err
+		}
 		o.Functions, err = functions()
 		return o, err
 	}
@@ -88,4 +98,24 @@ func containmentFlags(fs *flag.FlagSet) *dockerengine.Containment {
 	fs.Int64Var(&c.MaxPidsLimit, "max-pids", c.MaxPidsLimit, "most `processes` a Run may ask for (--pids-limit)")
 	fs.Var((*bytesize.Value)(&c.LogMaxBytes), "workload-log-size", "most `size` of a Run container's output kept on this node's disk")
 	return &c
+}
+
+// parseLabels reads --label KEY=VALUE flags, checked as an operator's
+// labels are (api.ValidateLabels).
+func parseLabels(flags []string) (map[string]string, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, f := range flags {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			return nil, fmt.Errorf("--label %q: write KEY=VALUE, such as pool=secure", f)
+		}
+		out[k] = v
+	}
+	if err := api.ValidateLabels("--label", out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -70,19 +70,6 @@ func GPUFailed(r *api.Run, nodeID string, sick []SickGPU, now time.Time) *api.At
 	return a
 }
 
-// spentAttempts is how many of the run's attempts count against its retry
-// budget: all of them but those ended by a bad GPU (up to
-// maxExcusedGPUFailures of those).
-func spentAttempts(r *api.Run) int {
-	excused := 0
-	for _, a := range r.Attempts {
-		if a.Failure != nil && a.Failure.Kind == api.AttemptFailureGPU && excused < maxExcusedGPUFailures {
-			excused++
-		}
-	}
-	return len(r.Attempts) - excused
-}
-
 // recordUsage keeps the GPU usage summary an observation carries, when it
 // carries one.
 func recordUsage(a *api.Attempt, usage []nodeproto.GPUUsage) {

@@ -108,12 +108,17 @@ func Observe(r *api.Run, nodeID string, o nodeproto.WorkloadObservation, now tim
 			a.Status = api.AttemptCancelled
 		case code == 0 && o.StopReason == "":
 			a.Status = api.AttemptSucceeded
+		case a.PreemptedBy != "":
+			a.Status = api.AttemptPreempted
 		default:
 			a.Status = api.AttemptFailed
 			a.Error = exitError(r, code, o)
 		}
 	case nodeproto.PhaseFailed, nodeproto.PhaseMissing:
 		a.Status = api.AttemptFailed
+		if a.PreemptedBy != "" {
+			a.Status = api.AttemptPreempted
+		}
 		a.Error = o.Error
 		if a.FinishedAt == nil {
 			t := now
@@ -159,6 +164,7 @@ func sameAttempt(x, y api.Attempt) bool {
 		x.Error == y.Error && x.StopReason == y.StopReason && x.Replaced == y.Replaced &&
 		x.StopRequested == y.StopRequested && x.PlacedAt.Equal(y.PlacedAt) &&
 		sameTime(x.StartedAt, y.StartedAt) && sameTime(x.FinishedAt, y.FinishedAt) &&
+		x.PreemptedBy == y.PreemptedBy && x.PreemptedFor == y.PreemptedFor && sameTime(x.PreemptedAt, y.PreemptedAt) &&
 		(x.Progress == y.Progress || (x.Progress != nil && y.Progress != nil && *x.Progress == *y.Progress)) &&
 		x.Failure == y.Failure && sameUsage(x.GPUUsage, y.GPUUsage) && len(x.Xids) == len(y.Xids)
 }
@@ -209,16 +215,23 @@ func settle(r *api.Run, a *api.Attempt, now time.Time) {
 		finish(r, api.RunSucceeded, "", a.ExitCode, now)
 	case api.AttemptCancelled:
 		finish(r, api.RunCancelled, "cancelled by request", a.ExitCode, now)
+	case api.AttemptPreempted:
+		if r.Cancel {
+			finish(r, api.RunCancelled, "cancelled by request", a.ExitCode, now)
+			return
+		}
+		r.Status = api.RunQueued
+		r.Reason = fmt.Sprintf("attempt %d %s; queued again (no retry spent)", a.Number, a.PreemptedBy)
 	case api.AttemptFailed:
 		if r.Cancel {
 			finish(r, api.RunCancelled, "cancelled by request", a.ExitCode, now)
 			return
 		}
-		if spent := spentAttempts(r); spent <= r.Retries && a.StopReason != "timeout" {
+		if spent := Spent(r); spent <= r.Retries && a.StopReason != "timeout" {
 			r.Status = api.RunQueued
 			r.Reason = fmt.Sprintf("attempt %d failed (%s); retrying (%d of %d retries used)", a.Number, a.Error, spent, r.Retries)
 			if spent < len(r.Attempts) {
-				r.Reason += fmt.Sprintf("; %d attempts ended by a bad GPU did not count", len(r.Attempts)-spent)
+				r.Reason += fmt.Sprintf("; %d attempts ended by a bad GPU or preempted did not count", len(r.Attempts)-spent)
 			}
 			return
 		}
@@ -302,4 +315,42 @@ func Cancel(r *api.Run, now time.Time) *api.Attempt {
 	}
 	finish(r, api.RunCancelled, "cancelled by request", nil, now)
 	return nil
+}
+
+// Spent is how many of a run's attempts count against its retries: all but
+// the preempted ones, which were stopped for someone else's sake, and those
+// ended by a bad GPU (up to maxExcusedGPUFailures of them: gpu.go), which
+// were the machine's fault.
+func Spent(r *api.Run) int {
+	n, excused := 0, 0
+	for _, a := range r.Attempts {
+		switch {
+		case a.Status == api.AttemptPreempted:
+		case a.Failure != nil && a.Failure.Kind == api.AttemptFailureGPU && excused < maxExcusedGPUFailures:
+			excused++
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// Preempt marks a run's active attempt as stopped to make room for other
+// work, with who and why (why is the sentence, key the reason's word, as
+// the scheduler gives them). It returns the attempt, whose stop the caller
+// issues, or nil when the attempt is no longer active or already stopping
+// (the plan was made on an older snapshot). The attempt ends preempted
+// when its node reports the exit, and the run is queued again then.
+func Preempt(r *api.Run, attempt int, why, key string, now time.Time) *api.Attempt {
+	a := Find(r, attempt)
+	if a == nil || !Active(*a) || a.StopRequested || r.Cancel || api.Terminal(r.Status) {
+		return nil
+	}
+	a.StopRequested = true
+	a.PreemptedBy, a.PreemptedFor = why, key
+	t := now
+	a.PreemptedAt = &t
+	r.Reason = "stopping: " + why
+	r.UpdatedAt = now
+	return a
 }

@@ -38,6 +38,7 @@ var ErrReenrollRequired = errors.New("this agent needs a new invitation")
 
 // Agent runs one machine's side of the node protocol.
 type Agent struct {
+	labels    map[string]string // reported with the facts (labels.go)
 	identity  Identity
 	runtime   Runtime
 	transport Transport
@@ -381,6 +382,7 @@ func (a *Agent) factsLoop(ctx context.Context) {
 			facts.AgentVersion = a.identity.AgentVersion
 			facts.CapabilityVersion = nodeproto.Version
 			facts.Functions = a.functionFacts()
+			facts.Labels = a.labels // labels.go
 			if last == nil || !reflect.DeepEqual(*last, facts) {
 				if id, err := a.state.NextEventID(); err == nil {
 					if err := a.state.Spool(nodeproto.Event{ID: id, Kind: nodeproto.EventFacts, At: a.now().UTC(), Facts: &facts}); err == nil {

@@ -176,6 +176,10 @@ type NodeFacts struct {
 	// plane reads as "no word", never as "sick".
 	GPUHealth []GPUHealth `json:"gpu_health,omitempty"`
 	Notes     []string    `json:"notes,omitempty"`
+	// Labels are the node's labels as its agent was started with them
+	// (`mercator agent --label KEY=VALUE`); an operator's `node label`
+	// overrides them. Runs' constraints and projects' pools select on them.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // HeldArtifact is one Artifact content a node holds, by digest, with the

@@ -36,6 +36,9 @@ const (
 	// their references, function containers) and each container count:
 	// the inventory of one machine, not of a registry.
 	MaxFactList = 65536
+	// MaxFactLabels bounds the node's labels (as api.MaxLabels does an
+	// operator's).
+	MaxFactLabels = 32
 	// MaxFactNotes bounds the notes, and MaxFactStringBytes the length of
 	// every string in the facts (a note included).
 	MaxFactNotes       = 256
@@ -67,6 +70,10 @@ func CheckFacts(f *NodeFacts) []string {
 	c.list("images", len(f.Images), MaxFactList)
 	for i, img := range f.Images {
 		c.str(fmt.Sprintf("images[%d]", i), img)
+	}
+	c.list("labels", len(f.Labels), MaxFactLabels)
+	for k, v := range f.Labels {
+		c.str("labels["+k+"]", k+v)
 	}
 	c.list("accelerators", len(f.Accelerators), MaxFactGPUs)
 	for i, a := range f.Accelerators {

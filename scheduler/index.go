@@ -64,6 +64,8 @@ type shape struct {
 	minRead int64
 	// minVersion is the agent capability version the run needs.
 	minVersion int
+	// labels is the run's constraints, canonical ("" for none; labels.go).
+	labels string
 }
 
 // shapeKey is a shape as a map key: the CPU figure by its bits, so a NaN is
@@ -76,15 +78,16 @@ type shapeKey struct {
 	gpuMem     int64
 	minRead    int64
 	minVersion int
+	labels     string
 }
 
 func shapeOf(r *Run) shape {
 	return shape{cpu: r.CPU, mem: r.MemoryBytes, gpus: max(r.GPUs, 0), model: strings.ToLower(r.GPUModel), gpuMem: r.GPUMemory,
-		minRead: max(r.MinReadBPS, 0), minVersion: r.MinAgentVersion}
+		minRead: max(r.MinReadBPS, 0), minVersion: r.MinAgentVersion, labels: canonicalConstraints(r.Constraints)}
 }
 
 func (sh *shape) key() shapeKey {
-	return shapeKey{cpu: math.Float64bits(sh.cpu), mem: sh.mem, gpus: sh.gpus, model: sh.model, gpuMem: sh.gpuMem, minRead: sh.minRead, minVersion: sh.minVersion}
+	return shapeKey{cpu: math.Float64bits(sh.cpu), mem: sh.mem, gpus: sh.gpus, model: sh.model, gpuMem: sh.gpuMem, minRead: sh.minRead, minVersion: sh.minVersion, labels: sh.labels}
 }
 
 // nodeState is one node during one call: the snapshot's node, read only,
@@ -166,6 +169,10 @@ type index struct {
 	changes      []int32          // nodes placed on, in order
 	cands        []*tree          // scratch for one GPU search
 	gangWaits    map[shapeKey]int // gang.go
+	// Constraints (labels.go): parsed by canonical form, and the pool of
+	// eligible nodes matching each, built on first use.
+	constraints map[string]map[string][]string
+	labelPools  map[string]*pool
 }
 
 func newIndex(nodes []Node) *index {
@@ -311,6 +318,9 @@ func (x *index) place(r *Run, sh shape) int32 {
 	if x.nowhere[key] != nil {
 		return -1
 	}
+	if sh.labels != "" {
+		return x.placeConstrained(r, sh, key) // labels.go
+	}
 	if n := x.placeOnArtifactHolders(r, &sh, key); n >= 0 {
 		return n
 	}
@@ -388,6 +398,8 @@ func (x *index) check(ni int32, sh *shape) rejection {
 		return n.static
 	}
 	switch {
+	case sh.labels != "" && !x.labelsMatch(ni, sh.labels):
+		return missingLabel
 	case sh.minVersion > max(n.node.AgentVersion, 1):
 		return olderAgent
 	case belowLinkFloor(n.node, sh):

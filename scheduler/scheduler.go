@@ -52,6 +52,12 @@ type Snapshot struct {
 	Nodes []Node
 	// Pending runs, in the order they should be considered (oldest first).
 	Pending []Run
+	// Teams (projects.go, preempt.go): with Projects set, runs are planned
+	// by project quota, priority and fair share, and Running is the work
+	// they account for and may preempt. Without, the policy is the one
+	// above, first come first served.
+	Projects []Project
+	Running  []Running
 }
 
 // Node is one machine as the scheduler sees it.
@@ -80,6 +86,9 @@ type Node struct {
 	// none (see artifacts.go).
 	Artifacts    map[string]bool
 	LinkFloorBPS int64
+	// Labels are the node's labels (its agent's and its operator's), which
+	// runs' Constraints select on.
+	Labels map[string]string
 	// AgentVersion is the capability version the node's agent speaks
 	// (nodeproto.Version as the agent reported it; 0, not reported, is
 	// read as 1). A run needing a later one does not go there: the node
@@ -121,6 +130,13 @@ type Run struct {
 	// Nodes, when above 1, makes the run a gang: that many members of this
 	// shape, one per node, placed together or not at all (gang.go).
 	Nodes int
+	// Project ("" is "default") and Priority order it when the snapshot
+	// names projects (projects.go).
+	Project  string
+	Priority int
+	// Constraints are the node labels it requires: each key's label must
+	// be one of its values (labels.go); nil is any node.
+	Constraints map[string][]string
 }
 
 // Plan is the scheduler's answer.
@@ -128,6 +144,12 @@ type Plan struct {
 	Placements []Placement
 	// Waiting explains every run not placed, by run ID.
 	Waiting map[string]string
+	// Preemptions are the running attempts to stop to make room for
+	// waiting runs (preempt.go), and Shares each project's dominant share
+	// of the fleet once the plan is carried out (projects.go, for the
+	// caller's History); only with projects.
+	Preemptions []Preemption
+	Shares      map[string]float64
 }
 
 // Placement assigns one run to one node and, for GPU runs, to exact devices.
@@ -156,6 +178,9 @@ type Placement struct {
 // shares nothing with s (GPU slices are fresh). A Run asking for zero or
 // fewer GPUs is a CPU run. It is safe to call concurrently.
 func Schedule(s Snapshot) Plan {
+	if len(s.Projects) > 0 {
+		return scheduleTeams(s) // projects.go
+	}
 	x := newIndex(s.Nodes)
 	plan := Plan{Waiting: map[string]string{}}
 	for i := range s.Pending {
@@ -187,7 +212,8 @@ const (
 	noFacts
 	// The rest depend on the run, and the four "free" ones on what was
 	// placed before it.
-	olderAgent // the node's agent is older than the run needs
+	missingLabel // the node lacks a label the run requires (labels.go)
+	olderAgent   // the node's agent is older than the run needs
 	fewerCPUs
 	lessMemory
 	freeCPU
@@ -219,6 +245,8 @@ func (why rejection) text(sh shape) string {
 		return floorText(sh)
 	case olderAgent:
 		return olderAgentText(sh.minVersion)
+	case missingLabel:
+		return "have no label " + sh.labels
 	case cordoned:
 		return "is cordoned"
 	case noFacts:

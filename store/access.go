@@ -41,7 +41,10 @@ type Token struct {
 	// and reads as admin.
 	Role string `json:"role,omitempty"`
 	// App is the app an invoker may call, by name.
-	App        string     `json:"app,omitempty"`
+	App string `json:"app,omitempty"`
+	// Projects, when set, confine the token to those projects' runs and
+	// records (docs/teams.md); empty is every project.
+	Projects   []string   `json:"projects,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
 	LastUsedAt *time.Time `json:"last_used_at,omitempty"`

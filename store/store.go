@@ -177,6 +177,9 @@ type Tx interface {
 	// there is none.
 	DeleteRegistryCredential(host string) error
 
+	// Projects (projects.go).
+	ProjectsTx
+
 	// Functions: apps, fns, triggers and durable calls (see functions.go
 	// for the records and the ordering and uniqueness rules).
 	FunctionsTx
@@ -207,6 +210,8 @@ type Node struct {
 	// (package controlplane/internal/factcheck): replaced at every report, except the
 	// GPU disputes, which only an operator clears.
 	Flags []api.NodeFlag `json:"flags,omitempty"`
+	// Labels are the labels its operator set (`mercator node label`).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Invitation is a single-use enrollment credential, stored by hash only.
@@ -264,6 +269,9 @@ func RedactedSecrets(sealed map[string][]byte) map[string]string {
 type ListRunsOptions struct {
 	Statuses []string
 	NodeID   string // runs with an attempt on this node
+	// Project, when set, returns only the project's runs (a run stored
+	// without one is in api.DefaultProject).
+	Project string
 	// Before, when set, returns only runs created strictly before the run
 	// with this ID (a cursor for pagination).
 	Before string

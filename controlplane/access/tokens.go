@@ -18,6 +18,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
 )
@@ -63,7 +64,7 @@ const RenewOverlap = time.Minute
 const maxTokenLife = 10 * 365 * 24 * time.Hour
 
 func tokenView(t store.Token) api.Token {
-	return api.Token{Name: t.Name, Role: string(httpapi.RoleOf(t)), App: t.App, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, LastUsedAt: t.LastUsedAt}
+	return api.Token{Name: t.Name, Role: string(httpapi.RoleOf(t)), App: t.App, Projects: t.Projects, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, LastUsedAt: t.LastUsedAt}
 }
 
 // createToken mints a named credential with a role and shows its secret,
@@ -85,6 +86,15 @@ func (s *Service) createToken(w http.ResponseWriter, r *http.Request) {
 		err = failure.Invalid("app", "only an invoker key is confined to an app; a %s token may not name one", role)
 	case req.ExpiresSeconds < 0 || time.Duration(req.ExpiresSeconds)*time.Second > maxTokenLife:
 		err = failure.Invalid("expires_seconds", "must be from 1 second to 10 years, or 0 for a token that never expires")
+	case len(req.Projects) > 0 && (role == httpapi.RoleAdmin || role == httpapi.RoleInvoker):
+		err = failure.Invalid("projects", "a %s token cannot be confined to projects; give a reader, submitter or operator role", role)
+	case len(req.Projects) > api.MaxProjectGPUModels:
+		err = failure.Invalid("projects", "%d projects; at most %d", len(req.Projects), api.MaxProjectGPUModels)
+	}
+	for _, p := range req.Projects {
+		if err == nil {
+			err = api.ValidateProjectName("projects", p)
+		}
 	}
 	if err != nil {
 		httpapi.WriteError(w, err)
@@ -92,7 +102,7 @@ func (s *Service) createToken(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.now()
 	secret := NewSecret()
-	t := store.Token{Hash: httpapi.HashToken(secret), Name: req.Name, Role: string(role), App: req.App, CreatedAt: now}
+	t := store.Token{Hash: httpapi.HashToken(secret), Name: req.Name, Role: string(role), App: req.App, Projects: req.Projects, CreatedAt: now}
 	if req.ExpiresSeconds > 0 {
 		exp := now.Add(time.Duration(req.ExpiresSeconds) * time.Second)
 		t.ExpiresAt = &exp
@@ -102,6 +112,11 @@ func (s *Service) createToken(w http.ResponseWriter, r *http.Request) {
 			return failure.Conflict("a token named %q exists; remove it first (`mercator token rm %s`) or choose another name", req.Name, req.Name)
 		} else if !failureIsNotFound(err) {
 			return err
+		}
+		for _, p := range req.Projects {
+			if err := project.Exists(tx, "projects", p); err != nil {
+				return err
+			}
 		}
 		return tx.CreateToken(t)
 	})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
 )
@@ -53,6 +54,11 @@ func (s *Service) fnCreateApp(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, errFnAppInvalidShape)
 		return
 	}
+	in.Project = api.ProjectOf(in.Project) // teams: docs/teams.md
+	if err := httpapi.ConfineToProject(r.Context(), in.Project, "create apps"); err != nil {
+		s.fnFail(w, err)
+		return
+	}
 	ann, err := compactAnnotations(in.Annotations, false)
 	if err == nil {
 		ann, err = mergeAnnotations(nil, ann)
@@ -81,10 +87,13 @@ func (s *Service) fnCreateApp(w http.ResponseWriter, r *http.Request) {
 	}
 	now := fnTime(s.now())
 	app := store.App{App: api.App{ID: id, Name: in.Name, Config: config, Annotations: ann,
-		SyslogURL: in.SyslogURL, Shape: in.Shape, CreatedAt: now, UpdatedAt: now}, SealedConfig: sealed}
+		SyslogURL: in.SyslogURL, Shape: in.Shape, CreatedAt: now, UpdatedAt: now, Project: in.Project}, SealedConfig: sealed}
 	err = s.store.Update(r.Context(), func(tx store.Tx) error {
 		if _, err := tx.GetAppByName(app.Name); err == nil {
 			return errFnAppExists
+		}
+		if err := project.Exists(tx, "project", app.Project); err != nil {
+			return err
 		}
 		err := tx.CreateApp(app)
 		if errors.Is(err, failure.ErrConflict) {
@@ -159,6 +168,9 @@ func (s *Service) fnUpdateApp(w http.ResponseWriter, r *http.Request) {
 		}
 		if patch.Name != "" && patch.Name != app.Name {
 			return errFnAppNameImmutable
+		}
+		if patch.Project != "" && patch.Project != api.ProjectOf(app.Project) {
+			return failure.Invalid("project", "an app's project is set when it is created; create the app again in project %q", patch.Project)
 		}
 		was, _ := json.Marshal(app)
 		wasPublic = appPublic(app.Annotations)

@@ -63,6 +63,7 @@ func New() *Store {
 		audit:       map[string][]byte{},
 		artifacts:   map[string][]byte{},
 		registries:  map[string][]byte{},
+		projects:    map[string][]byte{},
 		functions:   newFunctionTables(),
 		events:      map[eventKey]time.Time{},
 		watermarks:  map[eventKey]int64{},
@@ -84,6 +85,7 @@ type state struct {
 	audit       map[string][]byte // by entry ID
 	artifacts   map[string][]byte // by record.ArtifactKey
 	registries  map[string][]byte
+	projects    map[string][]byte
 	functions   functionTables
 	events      map[eventKey]time.Time
 	watermarks  map[eventKey]int64 // by node and incarnation
@@ -396,6 +398,9 @@ func (t *tx) ListRuns(opts store.ListRunsOptions) ([]store.Run, error) {
 			continue
 		}
 		if opts.NodeID != "" && !slices.Contains(record.NodeIDs(r), opts.NodeID) {
+			continue
+		}
+		if opts.Project != "" && record.RunProject(r) != opts.Project {
 			continue
 		}
 		if cursor != nil && newer(r, *cursor) <= 0 {

@@ -25,6 +25,7 @@ var documentTables = map[string]struct {
 	"fn":                  {"fn_fns", []string{"id"}},
 	"trigger":             {"fn_triggers", []string{"id"}},
 	"call":                {"fn_calls", []string{"id"}},
+	"project":             {"projects", []string{"name"}},
 }
 
 // writeDocument is storetest's DocumentWriter for sqlstore: it replaces

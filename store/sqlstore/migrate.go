@@ -153,6 +153,11 @@ var migrations = []migration{
 		stmts:    liveMigration, // in nodes.go
 		backfill: liveBackfill,
 	},
+	{
+		version: 8,
+		name:    "projects, and the runs' project column",
+		stmts:   projectsMigration, // in projects.go
+	},
 }
 
 // migrate brings db's schema up to the last of ms, in one write

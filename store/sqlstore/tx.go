@@ -349,9 +349,9 @@ func (t *txn) CreateRun(r store.Run) error {
 		return err
 	}
 	if err := t.create("run", r.ID,
-		`INSERT INTO runs (id, created_sec, created_nsec, status, doc, finished_sec) VALUES ($1, $2, $3, $4, $5, $6)
+		`INSERT INTO runs (id, created_sec, created_nsec, status, doc, finished_sec, project) VALUES ($1, $2, $3, $4, $5, $6, $7)
 		 ON CONFLICT (id) DO NOTHING`,
-		r.ID, r.CreatedAt.Unix(), r.CreatedAt.Nanosecond(), r.Status, doc, nullable(record.RunFinished(r))); err != nil {
+		r.ID, r.CreatedAt.Unix(), r.CreatedAt.Nanosecond(), r.Status, doc, nullable(record.RunFinished(r)), record.RunProject(r)); err != nil {
 		return err
 	}
 	nodes := record.NodeIDs(r)
@@ -382,8 +382,8 @@ func (t *txn) PutRun(r store.Run) error {
 		return err
 	}
 	if err := t.replace("run", r.ID,
-		`UPDATE runs SET created_sec = $2, created_nsec = $3, status = $4, doc = $5, finished_sec = $6 WHERE id = $1`,
-		r.ID, r.CreatedAt.Unix(), r.CreatedAt.Nanosecond(), r.Status, doc, nullable(record.RunFinished(r))); err != nil {
+		`UPDATE runs SET created_sec = $2, created_nsec = $3, status = $4, doc = $5, finished_sec = $6, project = $7 WHERE id = $1`,
+		r.ID, r.CreatedAt.Unix(), r.CreatedAt.Nanosecond(), r.Status, doc, nullable(record.RunFinished(r)), record.RunProject(r)); err != nil {
 		return err
 	}
 	nodes := record.NodeIDs(r)
@@ -447,6 +447,9 @@ func (t *txn) ListRuns(opts store.ListRunsOptions) ([]store.Run, error) {
 			ph = append(ph, "NULL") // matches nothing; Before is still checked
 		}
 		where = append(where, "r.status IN ("+strings.Join(ph, ", ")+")")
+	}
+	if opts.Project != "" {
+		where = append(where, "r.project = "+arg(opts.Project))
 	}
 	if opts.NodeID != "" {
 		where = append(where, "EXISTS (SELECT 1 FROM run_nodes n WHERE n.run_id = r.id AND n.node_id = "+arg(opts.NodeID)+")")

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"path"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/mercator/mercator/store"
@@ -22,6 +24,10 @@ import (
 // purpose, add the new format's documents beside these (testdata/v4/...)
 // with the migration that reads the old ones; never edit a committed one.
 // testdata/v5 is schema version 5's: the run's log_limit_bytes added.
+// testdata/v8 is schema version 8's (issue 17): projects, and the run's
+// project, priority, grace period, constraints and preemptions, a token's
+// projects, a node's labels. A kind that did not exist yet has no document
+// in the older directories (goldenKind.since).
 //
 //go:embed testdata
 var goldenFS embed.FS
@@ -37,6 +43,9 @@ type DocumentWriter func(t *testing.T, s store.Store, kind string, key []string,
 // goldenKind is how the check stores and reads one kind of record.
 type goldenKind struct {
 	name string
+	// since is the schema version that first stored the kind (0: every
+	// version with golden documents).
+	since int
 	// check decodes the golden document doc and checks it as checkGolden
 	// says.
 	check func(t *testing.T, s store.Store, w DocumentWriter, doc []byte)
@@ -70,6 +79,14 @@ var goldenKinds = []goldenKind{
 		store.Tx.CreateTrigger, func(tx store.Tx, k []string) (store.Trigger, error) { return tx.GetTrigger(k[0]) }),
 	golden("call", func(r store.Call) []string { return []string{r.ID} }, nil,
 		store.Tx.CreateCall, func(tx store.Tx, k []string) (store.Call, error) { return tx.GetCall(k[0]) }),
+	since(8, golden("project", func(r store.Project) []string { return []string{r.Name} }, nil,
+		store.Tx.CreateProject, func(tx store.Tx, k []string) (store.Project, error) { return tx.GetProject(k[0]) })),
+}
+
+// since marks a kind as first stored at schema version v.
+func since(v int, k goldenKind) goldenKind {
+	k.since = v
+	return k
 }
 
 // golden makes the check of one record kind T: key is the record's key,
@@ -175,7 +192,11 @@ func (h *harness) testGoldenDocuments(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dir := range dirs {
+		version, _ := strconv.Atoi(strings.TrimPrefix(dir.Name(), "v"))
 		for _, k := range goldenKinds {
+			if version < k.since {
+				continue
+			}
 			t.Run(dir.Name()+"/"+k.name, func(t *testing.T) {
 				doc, err := goldenFS.ReadFile(path.Join("testdata", dir.Name(), k.name+".json"))
 				if err != nil {

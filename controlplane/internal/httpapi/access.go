@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,6 +80,8 @@ type Caller struct {
 	Name string
 	Role Role
 	App  string // an invoker's app
+	// Projects confine the caller to those projects; nil is every one.
+	Projects []string
 }
 
 type callerKey struct{}
@@ -151,7 +155,7 @@ func (a *Tokens) Check(ctx context.Context, tok string) (Caller, error) {
 		return Caller{}, failure.Unauthorized("the credential %q expired at %s", t.Name, t.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	a.noteUse(t, now)
-	return Caller{Name: t.Name, Role: RoleOf(t), App: t.App}, nil
+	return Caller{Name: t.Name, Role: RoleOf(t), App: t.App, Projects: t.Projects}, nil
 }
 
 // noteUse records the token's last use, at most once every lastUseEvery,
@@ -223,4 +227,23 @@ func Describe(r Role) string {
 		return "one app's functions and triggers, nothing else"
 	}
 	return fmt.Sprintf("unknown role %q", string(r))
+}
+
+// ProjectScope is the projects the request's caller is confined to; nil
+// means every project (an unscoped credential, or a route not behind
+// Tokens.Require).
+func ProjectScope(ctx context.Context) []string {
+	c, _ := CallerOf(ctx)
+	return c.Projects
+}
+
+// ConfineToProject refuses action on project by a credential confined to
+// other projects (docs/teams.md).
+func ConfineToProject(ctx context.Context, project, action string) error {
+	scope := ProjectScope(ctx)
+	if scope == nil || slices.Contains(scope, project) {
+		return nil
+	}
+	c, _ := CallerOf(ctx)
+	return failure.Forbidden("token %q is confined to project(s) %s and may not %s of project %q", c.Name, strings.Join(scope, ", "), action, project)
 }

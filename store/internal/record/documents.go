@@ -39,6 +39,8 @@ func Encode(v any) ([]byte, error) {
 		v = triggerDocOf(r.Trigger)
 	case store.Call:
 		v = callDocOf(r)
+	case store.Project:
+		v = projectDocOf(r)
 	}
 	return json.Marshal(v)
 }
@@ -56,6 +58,8 @@ func Decode[T any](doc []byte) (T, error) {
 		err = decodeAs(doc, p, func(d artifactDoc) store.Artifact {
 			return store.Artifact{ArtifactVersion: api.ArtifactVersion(d.artifactVersionDoc), Seq: d.Seq}
 		})
+	case *store.Project:
+		err = decodeAs(doc, p, projectDoc.record)
 	case *store.App:
 		err = decodeAs(doc, p, appDoc.record)
 	case *store.Fn:
@@ -118,6 +122,13 @@ type runDoc struct {
 
 	// The log cap the run asked for (api.RunSpec.LogLimitBytes).
 	LogLimitBytes int64 `json:"log_limit_bytes,omitempty"`
+
+	// Teams (api.RunSpec): the project and the priority.
+	Project      string `json:"project,omitempty"`
+	Priority     int    `json:"priority,omitempty"`
+	GraceSeconds int64  `json:"grace_seconds,omitempty"`
+	// Constraints: the node labels the run requires.
+	Constraints map[string]string `json:"constraints,omitempty"`
 }
 
 // attemptDoc is an api.Attempt as stored: the same fields, so that a
@@ -137,6 +148,9 @@ type attemptDoc struct {
 	PlacedAt      time.Time  `json:"placed_at"`
 	StartedAt     *time.Time `json:"started_at,omitempty"`
 	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+	PreemptedBy   string     `json:"preempted_by,omitempty"`
+	PreemptedFor  string     `json:"preempted_for,omitempty"`
+	PreemptedAt   *time.Time `json:"preempted_at,omitempty"`
 	// Progress is stored as the API's three plain fields: it lasts only
 	// while an attempt prepares, and an older record simply has none.
 	Progress *api.PrepareProgress `json:"progress,omitempty"`
@@ -169,7 +183,7 @@ func runDocOf(r store.Run) runDoc {
 		Cancel: r.Cancel, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
 		NextCheck: r.NextCheck, SealedSecrets: r.SealedSecrets,
 		User: r.User, ReadOnlyRootfs: r.ReadOnlyRootfs, Network: r.Network, PidsLimit: r.PidsLimit,
-		LogLimitBytes: r.LogLimitBytes,
+		LogLimitBytes: r.LogLimitBytes, Project: r.Project, Priority: r.Priority, GraceSeconds: r.GraceSeconds, Constraints: r.Constraints,
 	}
 	d.Artifacts = convertAll(r.Artifacts, func(m api.ArtifactMount) artifactMountDoc { return artifactMountDoc(m) })
 	d.Attempts = convertAll(r.Attempts, func(a api.Attempt) attemptDoc { return attemptDoc(a) })
@@ -185,7 +199,7 @@ func (d runDoc) record() store.Run {
 			GPUs: d.GPUs, GPUModel: d.GPUModel, GPUMemoryBytes: d.GPUMemoryBytes,
 			ReplaceAfterSeconds: d.ReplaceAfterSeconds,
 			User:                d.User, ReadOnlyRootfs: d.ReadOnlyRootfs, Network: d.Network, PidsLimit: d.PidsLimit,
-			LogLimitBytes: d.LogLimitBytes,
+			LogLimitBytes: d.LogLimitBytes, Project: d.Project, Priority: d.Priority, GraceSeconds: d.GraceSeconds, Constraints: d.Constraints,
 		},
 		PinnedImage: d.PinnedImage, Status: d.Status, Reason: d.Reason, ExitCode: d.ExitCode,
 		Cancel: d.Cancel, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, FinishedAt: d.FinishedAt,
@@ -223,4 +237,27 @@ type artifactVersionDoc struct {
 type artifactDoc struct {
 	artifactVersionDoc
 	Seq int `json:"seq"`
+}
+
+// projectDoc is an api.Project as stored.
+type projectDoc struct {
+	Name        string         `json:"name"`
+	GPUs        map[string]int `json:"quota_gpus,omitempty"`
+	CPU         float64        `json:"quota_cpu,omitempty"`
+	MemoryBytes int64          `json:"quota_memory_bytes,omitempty"`
+	MaxRunning  int            `json:"max_running,omitempty"`
+	Weight      float64        `json:"weight,omitempty"`
+	Pools       []string       `json:"pools,omitempty"`
+	CreatedAt   time.Time      `json:"created_at"`
+	UpdatedAt   time.Time      `json:"updated_at"`
+}
+
+func projectDocOf(p store.Project) projectDoc {
+	return projectDoc{Name: p.Name, GPUs: p.Quota.GPUs, CPU: p.Quota.CPU, MemoryBytes: p.Quota.MemoryBytes,
+		MaxRunning: p.MaxRunning, Weight: p.Weight, Pools: p.Pools, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
+}
+
+func (d projectDoc) record() store.Project {
+	return store.Project{Project: api.Project{Name: d.Name, Quota: api.Quota{GPUs: d.GPUs, CPU: d.CPU, MemoryBytes: d.MemoryBytes},
+		MaxRunning: d.MaxRunning, Weight: d.Weight, Pools: d.Pools, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt}}
 }

@@ -88,7 +88,10 @@ func TestDocumentsKeepEveryField(t *testing.T) {
 	// A storable run's Secrets are its sealed secrets' names, redacted
 	// (Run refuses any other), read back from SealedSecrets.
 	t.Run("run", func(t *testing.T) {
-		roundTripValid(t, func(r *store.Run) { r.Secrets = store.RedactedSecrets(r.SealedSecrets) })
+		roundTripValid(t, func(r *store.Run) {
+			// Derived on every read, never stored: the redacted secrets, the queue position.
+			r.Secrets, r.Queue = store.RedactedSecrets(r.SealedSecrets), nil
+		})
 	})
 	t.Run("artifact", roundTrip[store.Artifact])
 	t.Run("app", roundTrip[store.App])
@@ -101,6 +104,7 @@ func TestDocumentsKeepEveryField(t *testing.T) {
 	t.Run("invitation", roundTrip[store.Invitation])
 	t.Run("token", roundTrip[store.Token])
 	t.Run("registry credential", roundTrip[store.RegistryCredential])
+	t.Run("project", roundTrip[store.Project])
 }
 
 // TestNilAttemptsStayNil: a run stored with no attempts ("attempts": null)

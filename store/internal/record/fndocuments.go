@@ -23,18 +23,19 @@ type appDoc struct {
 	CreatedAt    time.Time                  `json:"created_at"`
 	UpdatedAt    time.Time                  `json:"updated_at"`
 	SealedConfig map[string][]byte          `json:"sealed_config,omitempty"`
+	Project      string                     `json:"project,omitempty"`
 }
 
 func appDocOf(a store.App) appDoc {
 	return appDoc{ID: a.ID, Name: a.Name, Config: a.Config, Annotations: a.Annotations,
 		SyslogURL: a.SyslogURL, SecretConfig: a.SecretConfig, Shape: a.Shape, CreatedAt: a.CreatedAt,
-		UpdatedAt: a.UpdatedAt, SealedConfig: a.SealedConfig}
+		UpdatedAt: a.UpdatedAt, SealedConfig: a.SealedConfig, Project: a.Project}
 }
 
 func (d appDoc) record() store.App {
 	return store.App{App: api.App{ID: d.ID, Name: d.Name, Config: d.Config, Annotations: d.Annotations,
 		SyslogURL: d.SyslogURL, SecretConfig: d.SecretConfig, Shape: d.Shape, CreatedAt: d.CreatedAt,
-		UpdatedAt: d.UpdatedAt}, SealedConfig: d.SealedConfig}
+		UpdatedAt: d.UpdatedAt, Project: d.Project}, SealedConfig: d.SealedConfig}
 }
 
 // fnDoc is a store.Fn as stored; SecretConfig as appDoc's.

@@ -180,3 +180,14 @@ func AuditNewer(a, b store.AuditEntry) int {
 	}
 	return strings.Compare(b.ID, a.ID)
 }
+
+// Project checks that p can be stored: it needs a name.
+func Project(p store.Project) error {
+	return required("name", p.Name)
+}
+
+// RunProject is the project a run counts against, as ListRunsOptions.Project
+// filters it: api.DefaultProject for a run stored without one.
+func RunProject(r store.Run) string {
+	return api.ProjectOf(r.Project)
+}
