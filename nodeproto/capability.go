@@ -46,6 +46,11 @@
 //     Agents at this version also hold every container to the node's
 //     containment (capabilities dropped, no-new-privileges, pids, log and
 //     default CPU and memory limits).
+//   - 6 (2026-12-01): self-upgrade. The upgrade_agent command
+//     (UpgradeAgentCommand, upgrade.go): fetch a release through a minted
+//     read, verify it, replace the agent's own binary and re-exec. An older
+//     agent would take the unknown kind for an operation and fail it, so
+//     a control plane sends it only to agents at VersionUpgrade or later.
 package nodeproto
 
 import (
@@ -56,7 +61,7 @@ import (
 
 // Version is the capability version this build speaks. See the package doc
 // for what each version added.
-const Version = 5
+const Version = 6
 
 // The first version of each feature a command may need, from the history
 // above. A control plane sends a command only to a node whose agent is at
@@ -72,6 +77,8 @@ const (
 	// VersionHardening: launch_workload carrying run secrets or
 	// containment fields.
 	VersionHardening = 5
+	// VersionUpgrade: the upgrade_agent command (UpgradeAgentCommand).
+	VersionUpgrade = 6
 )
 
 // Paths of the node protocol, relative to the control plane's base URL. Every

@@ -51,6 +51,8 @@ type Command struct {
 	StopWorkload    *StopWorkloadCommand    `json:"stop_workload,omitempty"`
 	Invoke          *InvokeCommand          `json:"invoke,omitempty"`
 	CallLog         *CallLogCommand         `json:"call_log,omitempty"`
+	// UpgradeAgent: capability version VersionUpgrade (upgrade.go).
+	UpgradeAgent *UpgradeAgentCommand `json:"upgrade_agent,omitempty"`
 }
 
 // RequiredVersion is the lowest capability version whose agents can carry
@@ -78,6 +80,8 @@ func RequiredVersion(c Command) int {
 		return VersionFunctions
 	case KindCallLog:
 		return VersionCallLogs
+	case KindUpgradeAgent:
+		return VersionUpgrade
 	}
 	return 1
 }

@@ -63,6 +63,8 @@ func New() *Store {
 		audit:       map[string][]byte{},
 		artifacts:   map[string][]byte{},
 		registries:  map[string][]byte{},
+		releases:    map[string][]byte{},
+		rollouts:    map[string][]byte{},
 		functions:   newFunctionTables(),
 		events:      map[eventKey]time.Time{},
 		watermarks:  map[eventKey]int64{},
@@ -84,6 +86,8 @@ type state struct {
 	audit       map[string][]byte // by entry ID
 	artifacts   map[string][]byte // by record.ArtifactKey
 	registries  map[string][]byte
+	releases    map[string][]byte // agent releases, by record.AgentReleaseKey
+	rollouts    map[string][]byte
 	functions   functionTables
 	events      map[eventKey]time.Time
 	watermarks  map[eventKey]int64 // by node and incarnation

@@ -147,6 +147,11 @@ var migrations = []migration{
 		name:    "scheduling epoch: placements fenced by the database",
 		stmts:   epochMigration, // in epoch.go
 	},
+	{
+		version: 7,
+		name:    "agent releases and rollouts",
+		stmts:   upgradesMigration, // in upgrades.go
+	},
 }
 
 // migrate brings db's schema up to the last of ms, in one write

@@ -72,6 +72,8 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opts Opti
 		{"Audit", testAudit},
 		{"Artifacts", testArtifacts},
 		{"RegistryCredentials", testRegistryCredentials},
+		{"AgentReleases", testAgentReleases},
+		{"Rollouts", testRollouts},
 		{"Apps", testApps},
 		{"Fns", testFns},
 		{"Triggers", testTriggers},
