@@ -113,6 +113,11 @@ func TestOpenAPIDocumentsEveryRouteAndField(t *testing.T) {
 	check("AuditList", api.AuditList{})
 	check("InvitationInfo", api.InvitationInfo{})
 	check("InvitationList", api.InvitationList{})
+	// Agent releases and rollouts (upgrades.go).
+	for name, v := range map[string]any{"AgentRelease": api.AgentRelease{}, "AgentReleaseList": api.AgentReleaseList{},
+		"RolloutRequest": api.RolloutRequest{}, "Rollout": api.Rollout{}, "RolloutNode": api.RolloutNode{}, "RolloutList": api.RolloutList{}} {
+		check(name, v)
+	}
 }
 
 func walkJSONFields(t reflect.Type, fn func(string)) {

@@ -93,6 +93,13 @@ var routeAccess = map[string]httpapi.Access{
 	"PATCH /t/{app_name}/{source...}":             trigger,
 	"DELETE /t/{app_name}/{source...}":            trigger,
 	"OPTIONS /t/{app_name}/{source...}":           trigger,
+	// Agent releases and rollouts (upgrades.go).
+	"POST /v1/agent-releases":             admin,
+	"GET /v1/agent-releases":              reader,
+	"DELETE /v1/agent-releases/{version}": admin,
+	"POST /v1/rollouts":                   operator,
+	"GET /v1/rollouts":                    reader,
+	"GET /v1/rollouts/{id}":               reader,
 }
 
 // publicRoutes is the public API, every route behind an API credential
@@ -129,7 +136,7 @@ func (s *Server) v1Routes() []httpapi.Route {
 		{Pattern: "POST /v1/nodes/{id}/uncordon", Handler: s.uncordonNode},
 		{Pattern: "POST /v1/nodes/{id}/drain", Handler: s.drainNode},
 		{Pattern: "POST /v1/nodes/{id}/gpus/{uuid}/clear", Handler: s.clearGPUDispute},
-	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes(), s.access.Routes())...)
+	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes(), s.access.Routes(), s.upgradeRoutes())...)
 }
 
 // writeAuthError writes a refusal of an API credential on a v1 route.

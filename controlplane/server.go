@@ -38,6 +38,7 @@ package controlplane
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"log/slog"
 	"net"
@@ -134,6 +135,9 @@ type Config struct {
 	// Retention is how long what the store holds is kept, and the caps
 	// on logs and uploads (retention.go).
 	Retention RetentionConfig
+	// ReleaseKey, when set, is the Ed25519 public key every agent release
+	// must be signed with (docs/upgrades.md); nodes check it again.
+	ReleaseKey ed25519.PublicKey
 	// Limits bound connections, requests in flight, bodies and timeouts
 	// (package limits; every zero field takes its default). Serve applies
 	// the timeouts; LimitListener the connection cap.
@@ -264,6 +268,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		s.live.FlushLoop(ctx, liveness.Flusher{Store: s.store, Log: s.log, Lapses: func(n int) { s.metrics.LeaseLapses.Add(float64(n)) }})
 	})
 	loops.Go("publish", s.publishLoop)
+	loops.Go("rollouts", s.rolloutLoop) // agent upgrades (upgrades_rollout.go)
 	for range s.cfg.WriteConcurrency {
 		loops.Go("batch", s.commits.Run)
 	}

@@ -44,6 +44,7 @@ var classes = map[string]Class{
 	"GET /v1/runs/{id}/wait":                        Stream,
 	"GET /v1/runs/{id}/logs":                        Stream,
 	"PUT /v1/uploads/{id}":                          Upload,
+	"POST /v1/agent-releases":                       Upload,
 	"POST /invoke/{fn_id}":                          Invocation,
 	"POST /invoke/{fn_id}/async":                    Handled,
 	"GET /t/{app_name}/{source...}":                 Invocation,
