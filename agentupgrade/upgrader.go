@@ -64,7 +64,7 @@ type Config struct {
 	Args   []string
 	// Version is this build's agent version.
 	Version string
-	// Client fetches the minted read.
+	// Client fetches the minted read; nil is http.DefaultClient.
 	Client *http.Client
 	Logger *slog.Logger
 	// Now is the clock; nil is time.Now.
@@ -93,6 +93,9 @@ func New(cfg Config) *Upgrader {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Client == nil {
+		cfg.Client = http.DefaultClient
 	}
 	return &Upgrader{cfg: cfg, confirmed: make(chan struct{})}
 }

@@ -76,6 +76,11 @@ func (s *Server) receiveRelease(r *http.Request) (store.AgentRelease, error) {
 	if s.cfg.Content == nil {
 		return rel, failure.Unavailable("this control plane has no content store, so it cannot hold agent releases")
 	}
+	if s.cfg.UploadDir != "" {
+		if err := os.MkdirAll(s.cfg.UploadDir, 0o700); err != nil {
+			return rel, err
+		}
+	}
 	f, err := os.CreateTemp(s.cfg.UploadDir, "release-*")
 	if err != nil {
 		return rel, err

@@ -1,0 +1,208 @@
+package e2e
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/mercator/mercator/api"
+)
+
+// Fleet upgrades (docs/upgrades.md): a real `mercator agent` process,
+// built at one version, upgraded through the control plane to another
+// build while a Run sleeps, then refused a corrupted release and a binary
+// that cannot start.
+
+// buildAgentVersion builds the mercator binary with its agent version set
+// to version, into dir.
+func buildAgentVersion(t *testing.T, dir, version string) string {
+	t.Helper()
+	out := filepath.Join(dir, version, "mercator")
+	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/mercator/mercator/nodeagent.Version="+version, "-o", out, "./cmd/mercator")
+	cmd.Dir = repoRoot(t)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", version, err, b)
+	}
+	return out
+}
+
+func copyExecutable(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *cluster) pushRelease(path, version string) api.AgentRelease {
+	c.t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	rel, err := c.client.PushAgentRelease(c.ctx, version, runtime.GOOS+"/"+runtime.GOARCH, f, st.Size(), nil)
+	if err != nil {
+		c.t.Fatalf("push release %s: %v", version, err)
+	}
+	return rel
+}
+
+// rollout upgrades node to version and waits until the rollout ends.
+func (c *cluster) rollout(node, version string) api.Rollout {
+	c.t.Helper()
+	ro, err := c.client.StartRollout(c.ctx, api.RolloutRequest{Nodes: []string{node}, Version: version, Platform: runtime.GOOS + "/" + runtime.GOARCH, DeadlineSeconds: 60})
+	if err != nil {
+		c.t.Fatalf("start rollout to %s: %v", version, err)
+	}
+	c.waitFor("rollout "+ro.ID+" to end", func() bool {
+		ro, err = c.client.GetRollout(c.ctx, ro.ID)
+		return err == nil && ro.State != api.RolloutRunning
+	})
+	return ro
+}
+
+func (c *cluster) agentVersion(node string) string {
+	n, err := c.client.GetNode(c.ctx, node)
+	if err != nil || n.Facts == nil {
+		return ""
+	}
+	v, _ := (*n.Facts)["agent_version"].(string)
+	return v
+}
+
+func TestUpgradeKeepsRunningWork(t *testing.T) {
+	c := startCluster(t)
+	bins := t.TempDir()
+	v1 := buildAgentVersion(t, bins, "e2e-v1")
+	v2 := buildAgentVersion(t, bins, "e2e-v2")
+	// The agent runs from a directory of its own, which it rewrites.
+	agentDir := t.TempDir()
+	agentBin := filepath.Join(agentDir, "mercator")
+	copyExecutable(t, v1, agentBin)
+	t.Setenv("MERCATOR_E2E_BINARY", agentBin)
+	p := c.startProcessAgent("upg")
+	node := p.nodeID
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("agent log:\n%s", readFile(p.log))
+		}
+	})
+	if v := c.agentVersion(node); v != "e2e-v1" {
+		t.Fatalf("node reports agent version %q before the upgrade", v)
+	}
+
+	run := c.submit(api.RunSpec{Command: []string{"sleep", "20"}, ReplaceAfterSeconds: -1})
+	var before api.Run
+	c.waitFor("the run running", func() bool {
+		before, _ = c.client.GetRun(c.ctx, run.ID)
+		return before.Status == api.RunRunning && len(before.Attempts) == 1 && before.Attempts[0].ContainerID != ""
+	})
+	c.pushRelease(v2, "e2e-v2")
+	ro := c.rollout(node, "e2e-v2")
+	if ro.State != api.RolloutSucceeded {
+		t.Fatalf("rollout %s: %s (%s); agent log:\n%s", ro.ID, ro.State, ro.Reason, readFile(p.log))
+	}
+	if r, _ := c.client.GetRun(c.ctx, run.ID); r.Status != api.RunRunning {
+		t.Fatalf("the run was %s when the upgrade finished: it must sleep through it (lengthen its sleep)", r.Status)
+	}
+	if v := c.agentVersion(node); v != "e2e-v2" {
+		t.Fatalf("node reports %q after the upgrade", v)
+	}
+	select {
+	case <-p.done:
+		t.Fatalf("the agent process exited during the upgrade:\n%s", readFile(p.log))
+	default: // same process ID: re-exec'd in place
+	}
+	if b, _ := os.ReadFile(agentBin + ".prev"); !bytes.Equal(b, mustRead(t, v1)) {
+		t.Error("the previous binary was not kept as .prev")
+	}
+
+	done := c.wait(run.ID)
+	at := done.Attempts[0]
+	if done.Status != api.RunSucceeded || at.ExitCode == nil || *at.ExitCode != 0 || len(done.Attempts) != 1 {
+		t.Fatalf("run after the upgrade: %s, attempts %+v", done.Status, done.Attempts)
+	}
+	if at.ContainerID != before.Attempts[0].ContainerID {
+		t.Fatalf("container %s after the upgrade, %s before: not adopted", at.ContainerID, before.Attempts[0].ContainerID)
+	}
+	if n := containersFor(t, run.ID); n != 1 {
+		t.Fatalf("%d containers for the run, want exactly one", n)
+	}
+	if got := c.logs(run.ID); got != "sleeping\nslept\n" {
+		t.Fatalf("log after the upgrade: %q", got)
+	}
+
+	// A corrupted release: the bytes in the content store no longer hash
+	// to the release's SHA-256. The node refuses it; the rollout stops.
+	corrupt := c.pushRelease(v1, "e2e-v3")
+	corruptContent(t, c.dataDir, corrupt.SHA256)
+	ro = c.rollout(node, "e2e-v3")
+	if ro.State != api.RolloutStopped || !strings.Contains(ro.Reason, "hashes to") {
+		t.Fatalf("corrupted release: rollout %s (%s)", ro.State, ro.Reason)
+	}
+	// A binary that cannot start: refused by the probe, nothing replaced.
+	bad := filepath.Join(bins, "bad")
+	if err := os.WriteFile(bad, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c.pushRelease(bad, "e2e-bad")
+	ro = c.rollout(node, "e2e-bad")
+	if ro.State != api.RolloutStopped || !strings.Contains(ro.Reason, "does not start") {
+		t.Fatalf("binary that exits at start: rollout %s (%s)", ro.State, ro.Reason)
+	}
+	if v := c.agentVersion(node); v != "e2e-v2" {
+		t.Fatalf("node reports %q after two refused upgrades, want e2e-v2", v)
+	}
+	if b, _ := os.ReadFile(agentBin); !bytes.Equal(b, mustRead(t, v2)) {
+		t.Fatal("a refused release replaced the agent's binary")
+	}
+	if n, err := c.client.GetNode(c.ctx, node); err != nil || n.Status != api.NodeReady {
+		t.Fatalf("node after the refusals: %v %v", n.Status, err)
+	}
+}
+
+// corruptContent flips a byte of the content stored under digest in the
+// server's local content store.
+func corruptContent(t *testing.T, dataDir, digest string) {
+	t.Helper()
+	found := ""
+	filepath.WalkDir(dataDir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == digest {
+			found = path
+		}
+		return nil
+	})
+	if found == "" {
+		t.Fatalf("content %s not found under %s", digest, dataDir)
+	}
+	b := mustRead(t, found)
+	b[len(b)/2] ^= 0xff
+	os.Chmod(found, 0o644)
+	if err := os.WriteFile(found, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func readFile(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
