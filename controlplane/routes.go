@@ -93,7 +93,7 @@ var routeAccess = map[string]httpapi.Access{
 	"PATCH /t/{app_name}/{source...}":             trigger,
 	"DELETE /t/{app_name}/{source...}":            trigger,
 	"OPTIONS /t/{app_name}/{source...}":           trigger,
-	// Agent releases and rollouts (upgrades.go).
+	// Agent releases and rollouts (package upgrade).
 	"POST /v1/agent-releases":             admin,
 	"GET /v1/agent-releases":              reader,
 	"DELETE /v1/agent-releases/{version}": admin,
@@ -136,7 +136,7 @@ func (s *Server) v1Routes() []httpapi.Route {
 		{Pattern: "POST /v1/nodes/{id}/uncordon", Handler: s.uncordonNode},
 		{Pattern: "POST /v1/nodes/{id}/drain", Handler: s.drainNode},
 		{Pattern: "POST /v1/nodes/{id}/gpus/{uuid}/clear", Handler: s.clearGPUDispute},
-	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes(), s.access.Routes(), s.upgradeRoutes())...)
+	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes(), s.access.Routes(), s.upgrades.Routes())...)
 }
 
 // writeAuthError writes a refusal of an API credential on a v1 route.

@@ -141,14 +141,9 @@ func (s *Server) outbound(ctx context.Context, cmd nodeproto.Command) nodeproto.
 		}
 		runsecrets.Attach(ctx, s.store, serverKey{s}, s.log, &l)
 		cmd.LaunchWorkload = &l
-	case cmd.UpgradeAgent != nil: // the release's read (upgrades.go)
+	case cmd.UpgradeAgent != nil: // the release's read (package upgrade)
 		c := *cmd.UpgradeAgent
-		if s.cfg.Content != nil {
-			var err error
-			if c.URL, c.ExpiresAt, err = s.cfg.Content.ReadURL(ctx, c.SHA256, artifact.DefaultContentReadTTL); err != nil {
-				s.log.Warn("cannot mint a read of the agent release; the command goes without one", "version", c.Version, "err", err)
-			}
-		}
+		s.upgrades.Mint(ctx, &c)
 		cmd.UpgradeAgent = &c
 	case cmd.PrepareImage != nil:
 		c := *cmd.PrepareImage

@@ -40,6 +40,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"github.com/mercator/mercator/controlplane/upgrade"
 	"log/slog"
 	"net"
 	"net/http"
@@ -193,6 +194,7 @@ type Server struct {
 	artifacts     *artifact.Service    // Artifacts and content (package artifact)
 	registries    *registry.Service    // registry credentials (package registry)
 	access        *access.Service      // named tokens, the audit log, invitations (package access)
+	upgrades      *upgrade.Service     // agent releases and rollouts (package upgrade)
 	fn            *function.Service    // Functions (package function)
 	streams       livesession.Registry // sessions held here
 
@@ -232,6 +234,7 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		ReadTTL: cfg.ContentReadTTL, UploadDir: cfg.UploadDir, MaxUploadSize: cfg.Retention.MaxUploadSize})
 	s.registries = registry.New(st, s.now, s.log, serverKey{s})
 	s.access = access.New(st, s.now, s.tokenRemoved)
+	s.upgrades = s.newUpgrades() // upgrades.go
 	var pub function.Publisher
 	if coord != nil {
 		pub = coord
@@ -268,7 +271,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		s.live.FlushLoop(ctx, liveness.Flusher{Store: s.store, Log: s.log, Lapses: func(n int) { s.metrics.LeaseLapses.Add(float64(n)) }})
 	})
 	loops.Go("publish", s.publishLoop)
-	loops.Go("rollouts", s.rolloutLoop) // agent upgrades (upgrades_rollout.go)
+	loops.Go("rollouts", s.upgrades.Run) // agent upgrades (package upgrade)
 	for range s.cfg.WriteConcurrency {
 		loops.Go("batch", s.commits.Run)
 	}

@@ -123,7 +123,7 @@ func TestRolloutIssuesSignedCommandAndHoldsRelease(t *testing.T) {
 	if _, err := f.client.StartRollout(ctx, api.RolloutRequest{Nodes: []string{"a"}}); !errors.Is(err, failure.ErrConflict) {
 		t.Errorf("second rollout while one runs: %v", err)
 	}
-	if err := f.srv.advanceRollouts(ctx); err != nil {
+	if err := f.srv.upgrades.Advance(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var ops []store.Operation
@@ -166,7 +166,7 @@ func TestRolloutStopsOnAgentTooOld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.srv.advanceRollouts(ctx); err != nil {
+	if err := f.srv.upgrades.Advance(ctx); err != nil {
 		t.Fatal(err)
 	}
 	ro, err = f.client.GetRollout(ctx, ro.ID)

@@ -1,4 +1,4 @@
-package controlplane
+package upgrade
 
 import (
 	"context"
@@ -6,22 +6,21 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/rollout"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
 
-// rolloutLoop advances running rollouts (package rollout decides; this
-// does the I/O) every ReconcileEvery, on the leader only, so two replicas
+// Run advances running rollouts (package rollout decides; this
+// does the I/O) every Every, on the leader only, until ctx ends, so two replicas
 // never send one node two upgrades.
-func (s *Server) rolloutLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.ReconcileEvery)
+func (s *Service) Run(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Every)
 	defer t.Stop()
 	for {
-		if s.leader() {
-			if err := s.advanceRollouts(ctx); err != nil && ctx.Err() == nil {
+		if s.cfg.Leader() {
+			if err := s.Advance(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("advance rollouts", "err", err)
 			}
 		}
@@ -33,12 +32,12 @@ func (s *Server) rolloutLoop(ctx context.Context) {
 	}
 }
 
-// advanceRollouts takes one step of every running rollout in one
+// Advance takes one step of every running rollout in one
 // transaction: settles its nodes from their facts and the upgrade
 // commands' results, and issues the command to the nodes that go next.
-func (s *Server) advanceRollouts(ctx context.Context) error {
+func (s *Service) Advance(ctx context.Context) error {
 	var sent []string
-	err := s.store.Update(ctx, func(tx store.Tx) error {
+	err := s.cfg.Store.Update(ctx, func(tx store.Tx) error {
 		sent = nil
 		ros, err := tx.ListRollouts()
 		if err != nil {
@@ -57,12 +56,12 @@ func (s *Server) advanceRollouts(ctx context.Context) error {
 		return nil
 	})
 	for _, id := range sent {
-		s.nodeChanged(id)
+		s.cfg.NodeChanged(id)
 	}
 	return err
 }
 
-func (s *Server) advanceRollout(tx store.Tx, ro store.Rollout) ([]string, error) {
+func (s *Service) advanceRollout(tx store.Tx, ro store.Rollout) ([]string, error) {
 	views := make(map[string]rollout.Node, len(ro.Nodes))
 	fences := make(map[string]uint64, len(ro.Nodes))
 	for _, rn := range ro.Nodes {
@@ -74,7 +73,7 @@ func (s *Server) advanceRollout(tx store.Tx, ro store.Rollout) ([]string, error)
 		if err != nil {
 			return nil, err
 		}
-		v := rollout.Node{Ready: s.nodeStatus(n) == api.NodeReady, Gone: n.RemovedAt != nil, Capability: n.Capability, Version: n.AgentVersion}
+		v := rollout.Node{Ready: s.cfg.NodeReady(n), Gone: n.RemovedAt != nil, Capability: n.Capability, Version: n.AgentVersion}
 		if n.Facts != nil {
 			v.Version, v.Capability = n.Facts.AgentVersion, n.Facts.CapabilityVersion
 		}
@@ -101,7 +100,7 @@ func (s *Server) advanceRollout(tx store.Tx, ro store.Rollout) ([]string, error)
 				continue
 			}
 			c := cmd
-			issued, err := s.issueFenced(tx, rn.ID, fences[rn.ID], nodeproto.Command{Kind: nodeproto.KindUpgradeAgent, UpgradeAgent: &c})
+			issued, err := s.cfg.Issue(tx, rn.ID, fences[rn.ID], nodeproto.Command{Kind: nodeproto.KindUpgradeAgent, UpgradeAgent: &c})
 			if err != nil {
 				return nil, err
 			}
