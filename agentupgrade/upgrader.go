@@ -246,22 +246,35 @@ func keyOf(b []byte) ed25519.PublicKey {
 	return ed25519.PublicKey(b)
 }
 
-// probe runs the staged binary's `version -o json` and requires it to
-// state want as its agent version.
+// probe requires the staged binary to state want as its agent version.
 func probe(ctx context.Context, path, want string) error {
+	got, _, err := Probe(ctx, path)
+	if err != nil {
+		return failure.Invalid("release", "the new binary does not start: %v", err)
+	}
+	if got != want {
+		return failure.Invalid("release", "the new binary says it is agent version %q, not %q", got, want)
+	}
+	return nil
+}
+
+// Probe runs the mercator binary at path as `version -o json`, for at most
+// probeTimeout, and returns the agent version and platform it states.
+func Probe(ctx context.Context, path string) (version, platform string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, path, "version", "-o", "json").Output()
 	if err != nil {
-		return failure.Invalid("release", "the new binary does not start: `version -o json` failed: %v", err)
+		return "", "", fmt.Errorf("`%s version -o json` failed: %v", path, err)
 	}
 	var v struct {
 		AgentVersion string `json:"agent_version"`
+		Platform     string `json:"platform"`
 	}
-	if err := json.Unmarshal(out, &v); err != nil || v.AgentVersion != want {
-		return failure.Invalid("release", "the new binary says it is agent version %q, not %q", v.AgentVersion, want)
+	if err := json.Unmarshal(out, &v); err != nil || v.AgentVersion == "" {
+		return "", "", fmt.Errorf("%s does not state an agent version", path)
 	}
-	return nil
+	return v.AgentVersion, v.Platform, nil
 }
 
 // replace puts staged in place of the binary, keeping the binary as

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/mercator/mercator/agentupgrade"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,7 +21,7 @@ func TestAgentInstallWritesUnitAndModes(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	for rel, mode := range map[string]os.FileMode{installState: 0o700 | os.ModeDir, installInvitation: 0o600, installBinary: 0o755, installUnit: 0o644} {
+	for rel, mode := range map[string]os.FileMode{agentupgrade.InstallState: 0o700 | os.ModeDir, agentupgrade.InstallInvitation: 0o600, agentupgrade.InstallBinary: 0o755, agentupgrade.InstallUnit: 0o644} {
 		st, err := os.Stat(filepath.Join(root, rel))
 		if err != nil {
 			t.Fatal(err)
@@ -29,13 +30,13 @@ func TestAgentInstallWritesUnitAndModes(t *testing.T) {
 			t.Errorf("%s: mode %s, want %s", rel, st.Mode(), mode)
 		}
 	}
-	unit, _ := os.ReadFile(filepath.Join(root, installUnit))
+	unit, _ := os.ReadFile(filepath.Join(root, agentupgrade.InstallUnit))
 	for _, want := range []string{"ExecStart=/usr/local/bin/mercator agent --control-plane https://cp.example:7070 --node-id gpu-7 --state /var/lib/mercator/agent --token-file /etc/mercator/agent-invitation", "Restart=always"} {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("unit lacks %q:\n%s", want, unit)
 		}
 	}
-	if b, _ := os.ReadFile(filepath.Join(root, installInvitation)); strings.TrimSpace(string(b)) != "mci_secret" {
+	if b, _ := os.ReadFile(filepath.Join(root, agentupgrade.InstallInvitation)); strings.TrimSpace(string(b)) != "mci_secret" {
 		t.Errorf("invitation %q", b)
 	}
 	if !strings.Contains(r.stdout, "systemctl daemon-reload && systemctl enable --now mercator-agent") {

@@ -3,16 +3,15 @@ package cli
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/mercator/mercator/agentrelease"
+	"github.com/mercator/mercator/agentupgrade"
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/internal/bytesize"
@@ -54,9 +53,9 @@ A server started with --release-key refuses a release whose --signature
 		return err
 	}
 	if *version == "" || *platform == "" {
-		v, p, err := binaryVersion(ctx, path)
+		v, p, err := agentupgrade.Probe(ctx, path)
 		if err != nil {
-			return fmt.Errorf("%w; give --version and --platform", err)
+			return fmt.Errorf("cannot read the release's version: %w; give --version and --platform", err)
 		}
 		*version, *platform = cmp.Or(*version, v), cmp.Or(*platform, p)
 	}
@@ -94,22 +93,6 @@ A server started with --release-key refuses a release whose --signature
 	}
 	_, err = termtext.Fprintf(inv.stdout, "stored agent release %s %s (%s, sha256 %s, signed: %t)\n", rel.Version, rel.Platform, bytesize.Format(rel.Size), rel.SHA256, rel.Signed)
 	return err
-}
-
-// binaryVersion runs `path version -o json` for its agent version and
-// platform.
-func binaryVersion(ctx context.Context, path string) (version, platform string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "version", "-o", "json").Output()
-	if err != nil {
-		return "", "", fmt.Errorf("cannot read the release's version: `%s version -o json`: %v", path, err)
-	}
-	var vi versionInfo
-	if err := json.Unmarshal(out, &vi); err != nil || vi.AgentVersion == "" {
-		return "", "", fmt.Errorf("cannot read the release's version: %s does not print an agent version", path)
-	}
-	return vi.AgentVersion, vi.Platform, nil
 }
 
 func releaseList(ctx context.Context, inv *invocation, args []string) error {
