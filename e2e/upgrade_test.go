@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/internal/faultproxy"
 )
 
 // Fleet upgrades (docs/upgrades.md): a real `mercator agent` process,
@@ -18,16 +20,23 @@ import (
 // build while a Run sleeps, then refused a corrupted release and a binary
 // that cannot start.
 
+// agentBuilds holds the builds of this test binary, by agent version.
+var agentBuilds sync.Map
+
 // buildAgentVersion builds the mercator binary with its agent version set
-// to version, into dir.
+// to version, once per test binary, into dir.
 func buildAgentVersion(t *testing.T, dir, version string) string {
 	t.Helper()
+	if p, ok := agentBuilds.Load(version); ok {
+		return p.(string)
+	}
 	out := filepath.Join(dir, version, "mercator")
 	cmd := exec.Command("go", "build", "-ldflags", "-X github.com/mercator/mercator/nodeagent.Version="+version, "-o", out, "./cmd/mercator")
 	cmd.Dir = repoRoot(t)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", version, err, b)
 	}
+	agentBuilds.Store(version, out)
 	return out
 }
 
@@ -59,8 +68,13 @@ func (c *cluster) pushRelease(path, version string) api.AgentRelease {
 
 // rollout upgrades node to version and waits until the rollout ends.
 func (c *cluster) rollout(node, version string) api.Rollout {
+	return c.rolloutWithin(node, version, 60)
+}
+
+// rolloutWithin is rollout with the new agent's deadline, in seconds.
+func (c *cluster) rolloutWithin(node, version string, deadline int) api.Rollout {
 	c.t.Helper()
-	ro, err := c.client.StartRollout(c.ctx, api.RolloutRequest{Nodes: []string{node}, Version: version, Platform: runtime.GOOS + "/" + runtime.GOARCH, DeadlineSeconds: 60})
+	ro, err := c.client.StartRollout(c.ctx, api.RolloutRequest{Nodes: []string{node}, Version: version, Platform: runtime.GOOS + "/" + runtime.GOARCH, DeadlineSeconds: deadline})
 	if err != nil {
 		c.t.Fatalf("start rollout to %s: %v", version, err)
 	}
@@ -80,9 +94,20 @@ func (c *cluster) agentVersion(node string) string {
 	return v
 }
 
+// upgradeBuilds is a directory for the builds, left behind as
+// buildMercator's is (builds are cached for the test binary's life).
+func upgradeBuilds(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "mercator-e2e-upgrade-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func TestUpgradeKeepsRunningWork(t *testing.T) {
 	c := startCluster(t)
-	bins := t.TempDir()
+	bins := upgradeBuilds(t)
 	v1 := buildAgentVersion(t, bins, "e2e-v1")
 	v2 := buildAgentVersion(t, bins, "e2e-v2")
 	// The agent runs from a directory of its own, which it rewrites.
@@ -170,6 +195,86 @@ func TestUpgradeKeepsRunningWork(t *testing.T) {
 		t.Fatalf("node after the refusals: %v %v", n.Status, err)
 	}
 }
+
+// TestUpgradeRollsBackWhenNotBack: the new agent cannot reach the control
+// plane (the network to it is cut right after the upgrade command went
+// down), so it does not come back connected by its deadline: it restores
+// the previous binary and execs it, and that agent, once it reaches the
+// control plane again, reports the failed upgrade with its reason. The
+// rollout stops and the node runs the previous version.
+func TestUpgradeRollsBackWhenNotBack(t *testing.T) {
+	c := startCluster(t)
+	bins := upgradeBuilds(t)
+	v1 := buildAgentVersion(t, bins, "e2e-v1")
+	v2 := buildAgentVersion(t, bins, "e2e-v2")
+	agentDir := t.TempDir()
+	agentBin := filepath.Join(agentDir, "mercator")
+	copyExecutable(t, v1, agentBin)
+	t.Setenv("MERCATOR_E2E_BINARY", agentBin)
+	tap := &commandTap{seen: make(chan struct{})}
+	proxy, err := faultproxy.Start(strings.TrimPrefix(c.url, "http://"), faultproxy.WithTap(tap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	p := c.startProcessAgent("rb", "--control-plane", "http://"+proxy.Addr())
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("agent log:\n%s", readFile(p.log))
+		}
+	})
+	c.pushRelease(v2, "e2e-v2")
+	go func() {
+		<-tap.seen
+		proxy.Cut() // the upgrade command went down; nothing reaches the control plane now
+	}()
+	ro, err := c.client.StartRollout(c.ctx, api.RolloutRequest{Nodes: []string{p.nodeID}, Version: "e2e-v2", Platform: runtime.GOOS + "/" + runtime.GOARCH, DeadlineSeconds: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := filepath.Join(c.dataDir, "process-agent-"+p.nodeID, "state", "upgrade.json")
+	c.waitFor("the agent to roll itself back", func() bool {
+		b, _ := os.ReadFile(record)
+		return strings.Contains(string(b), `"failed"`)
+	})
+	if b := mustRead(t, agentBin); !bytes.Equal(b, mustRead(t, v1)) {
+		t.Fatal("after the rollback the binary is not the previous one")
+	}
+	proxy.Restore()
+	c.waitFor("rollout "+ro.ID+" to stop", func() bool {
+		ro, err = c.client.GetRollout(c.ctx, ro.ID)
+		return err == nil && ro.State != api.RolloutRunning
+	})
+	if ro.State != api.RolloutStopped || !strings.Contains(ro.Reason, "rolled back to e2e-v1") || !strings.Contains(ro.Reason, "did not come back connected") {
+		t.Fatalf("rollout %s: %q", ro.State, ro.Reason)
+	}
+	c.waitFor("the node back on e2e-v1", func() bool {
+		n, err := c.client.GetNode(c.ctx, p.nodeID)
+		return err == nil && n.Status == api.NodeReady && c.agentVersion(p.nodeID) == "e2e-v1"
+	})
+	select {
+	case <-p.done:
+		t.Fatalf("the agent process exited:\n%s", readFile(p.log))
+	default: // the same process throughout: exec'd twice
+	}
+}
+
+// commandTap closes seen when an upgrade_agent command goes down to the
+// agent, and closes that connection right after forwarding it.
+type commandTap struct {
+	once sync.Once
+	seen chan struct{}
+}
+
+func (c *commandTap) Data(_ uint64, dir faultproxy.Direction, p []byte) faultproxy.Verdict {
+	if dir == faultproxy.ServerToClient && bytes.Contains(p, []byte(`"upgrade_agent"`)) {
+		c.once.Do(func() { close(c.seen) })
+		return faultproxy.ForwardThenClose
+	}
+	return faultproxy.Forward
+}
+
+func (c *commandTap) Closed(uint64) {}
 
 // corruptContent flips a byte of the content stored under digest in the
 // server's local content store.
