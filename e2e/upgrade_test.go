@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/internal/faultproxy"
@@ -132,8 +135,50 @@ func TestUpgradeKeepsRunningWork(t *testing.T) {
 		before, _ = c.client.GetRun(c.ctx, run.ID)
 		return before.Status == api.RunRunning && len(before.Attempts) == 1 && before.Attempts[0].ContainerID != ""
 	})
+	// A function with a hot container, called back to back through the
+	// upgrade: the calls that fail are counted, not hidden.
+	_, fn := c.deployHello("upg", api.Fn{})
+	if status, _ := c.invoke(fn.ID, `{}`); status != 200 {
+		t.Fatal("warm-up call failed")
+	}
+	type callStats struct {
+		ok, failed        int
+		firstErr          string
+		firstFail, lastOK time.Time
+		lastFail          time.Time
+	}
+	stopCalls, callsDone := make(chan struct{}), make(chan callStats)
+	go func() {
+		var st callStats
+		for {
+			select {
+			case <-stopCalls:
+				callsDone <- st
+				return
+			default:
+			}
+			res, err := c.client.Invoke(c.ctx, fn.ID, strings.NewReader(`{}`), nil, io.Discard)
+			switch {
+			case err == nil && res.Status == 200:
+				st.ok++
+			default:
+				if st.failed == 0 {
+					st.firstErr, st.firstFail = fmt.Sprintf("status %d, %v", res.Status, err), time.Now()
+				}
+				st.failed++
+				st.lastFail = time.Now()
+			}
+		}
+	}()
 	c.pushRelease(v2, "e2e-v2")
 	ro := c.rollout(node, "e2e-v2")
+	close(stopCalls)
+	calls := <-callsDone
+	t.Logf("function calls during the upgrade: %d ok, %d failed over %v (first: %s)", calls.ok, calls.failed,
+		calls.lastFail.Sub(calls.firstFail).Round(time.Millisecond), calls.firstErr)
+	if status, _ := c.invoke(fn.ID, `{}`); status != 200 {
+		t.Fatal("the function does not answer after the upgrade")
+	}
 	if ro.State != api.RolloutSucceeded {
 		t.Fatalf("rollout %s: %s (%s); agent log:\n%s", ro.ID, ro.State, ro.Reason, readFile(p.log))
 	}
