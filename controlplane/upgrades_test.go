@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -175,5 +176,41 @@ func TestRolloutStopsOnAgentTooOld(t *testing.T) {
 	}
 	if err := f.client.RemoveAgentRelease(ctx, "v2", "linux/amd64"); err != nil {
 		t.Errorf("remove after the rollout stopped: %v", err)
+	}
+}
+
+// TestRolloutRetentionKeepsTheNewest: starting a rollout deletes the
+// oldest beyond store.KeepRollouts, so the table does not grow without
+// bound.
+func TestRolloutRetentionKeepsTheNewest(t *testing.T) {
+	f := newUpgradeFixture(t, nil)
+	ctx := context.Background()
+	if _, err := f.push("v2", []byte("bin"), nil); err != nil {
+		t.Fatal(err)
+	}
+	f.addNode(t, "a", nodeproto.VersionUpgrade)
+	base := f.clock.Now().Add(-time.Hour)
+	if err := f.st.Update(ctx, func(tx store.Tx) error {
+		for i := range store.KeepRollouts + 5 {
+			at := base.Add(time.Duration(i) * time.Second)
+			if err := tx.PutRollout(store.Rollout{ID: fmt.Sprintf("old-%03d", i), Version: "v1", Platform: "linux/amd64",
+				State: store.RolloutSucceeded, CreatedAt: at, UpdatedAt: at}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := f.client.StartRollout(ctx, api.RolloutRequest{Nodes: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := f.client.ListRollouts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Rollouts) != store.KeepRollouts || list.Rollouts[0].ID != ro.ID || list.Rollouts[len(list.Rollouts)-1].ID != "old-006" {
+		t.Fatalf("%d rollouts kept, newest %s, oldest %s", len(list.Rollouts), list.Rollouts[0].ID, list.Rollouts[len(list.Rollouts)-1].ID)
 	}
 }
