@@ -25,6 +25,8 @@ var documentTables = map[string]struct {
 	"fn":                  {"fn_fns", []string{"id"}},
 	"trigger":             {"fn_triggers", []string{"id"}},
 	"call":                {"fn_calls", []string{"id"}},
+	"agent_release":       {"agent_releases", []string{"version", "platform"}},
+	"rollout":             {"rollouts", []string{"id"}},
 }
 
 // writeDocument is storetest's DocumentWriter for sqlstore: it replaces

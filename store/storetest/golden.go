@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"path"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/mercator/mercator/store"
@@ -22,6 +24,7 @@ import (
 // purpose, add the new format's documents beside these (testdata/v4/...)
 // with the migration that reads the old ones; never edit a committed one.
 // testdata/v5 is schema version 5's: the run's log_limit_bytes added.
+// testdata/v7 is schema version 7's: agent releases and rollouts added.
 //
 //go:embed testdata
 var goldenFS embed.FS
@@ -37,6 +40,10 @@ type DocumentWriter func(t *testing.T, s store.Store, kind string, key []string,
 // goldenKind is how the check stores and reads one kind of record.
 type goldenKind struct {
 	name string
+	// since is the first schema version that stored the kind (0: from
+	// the first golden documents on); older testdata directories have
+	// no document of it.
+	since int
 	// check decodes the golden document doc and checks it as checkGolden
 	// says.
 	check func(t *testing.T, s store.Store, w DocumentWriter, doc []byte)
@@ -70,6 +77,17 @@ var goldenKinds = []goldenKind{
 		store.Tx.CreateTrigger, func(tx store.Tx, k []string) (store.Trigger, error) { return tx.GetTrigger(k[0]) }),
 	golden("call", func(r store.Call) []string { return []string{r.ID} }, nil,
 		store.Tx.CreateCall, func(tx store.Tx, k []string) (store.Call, error) { return tx.GetCall(k[0]) }),
+	// Agent releases and rollouts: schema version 7 (testdata/v7).
+	since(7, golden("agent_release", func(r store.AgentRelease) []string { return []string{r.Version, r.Platform} }, nil,
+		store.Tx.CreateAgentRelease, func(tx store.Tx, k []string) (store.AgentRelease, error) { return tx.GetAgentRelease(k[0], k[1]) })),
+	since(7, golden("rollout", func(r store.Rollout) []string { return []string{r.ID} }, nil,
+		store.Tx.PutRollout, func(tx store.Tx, k []string) (store.Rollout, error) { return tx.GetRollout(k[0]) })),
+}
+
+// since marks k as stored from schema version v on.
+func since(v int, k goldenKind) goldenKind {
+	k.since = v
+	return k
 }
 
 // golden makes the check of one record kind T: key is the record's key,
@@ -175,7 +193,11 @@ func (h *harness) testGoldenDocuments(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dir := range dirs {
+		version, _ := strconv.Atoi(strings.TrimPrefix(dir.Name(), "v"))
 		for _, k := range goldenKinds {
+			if version < k.since {
+				continue // the kind did not exist yet
+			}
 			t.Run(dir.Name()+"/"+k.name, func(t *testing.T) {
 				doc, err := goldenFS.ReadFile(path.Join("testdata", dir.Name(), k.name+".json"))
 				if err != nil {
