@@ -49,7 +49,9 @@ func (i Install) Write() error {
 	return nil
 }
 
-// Unit is the agent's systemd unit. Restart=always is half of the rollback
+// Unit is the agent's systemd unit: restarted always, and after a failed
+// end the previous binary's `agent recover` (Recover) counts it against
+// an upgrade on trial. Restart=always is half of the rollback
 // (docs/upgrades.md): a new binary that crashes before it confirms is
 // started again, and rolled back by itself on its fourth start.
 func Unit(controlPlane, nodeID string) string {
@@ -66,6 +68,9 @@ func Unit(controlPlane, nodeID string) string {
 			" --state /" + InstallState + " --token-file /" + InstallInvitation,
 		"Restart=always",
 		"RestartSec=2s",
+		// After a failed end, the previous binary (when an upgrade kept
+		// one) counts it against the new binary's trial (Recover).
+		"ExecStopPost=-/bin/sh -c 'test -x /" + InstallBinary + ".prev && exec /" + InstallBinary + ".prev agent recover --state /" + InstallState + "'",
 		"",
 		"[Install]",
 		"WantedBy=multi-user.target",

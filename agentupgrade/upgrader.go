@@ -17,7 +17,9 @@
 //     one arms a timer; it confirms when the control plane's redelivered
 //     command reaches it (proof that it is connected and speaking), and
 //     otherwise restores BINARY.prev and execs it. A binary crashing at
-//     start under a service manager is rolled back on its fourth start.
+//     start under a service manager is rolled back on its fourth start;
+//     one that dies before it counts is counted by the previous binary,
+//     run after each failed end by the unit's ExecStopPost (Recover).
 //
 // The state file is never touched: the new process resumes the session,
 // adopts the running containers and replays the spool, as after any
@@ -152,14 +154,22 @@ func (u *Upgrader) watch(ctx context.Context, rec *Record) {
 // rollBack restores the previous binary, records why, and execs it.
 func (u *Upgrader) rollBack(rec *Record, reason string) error {
 	u.cfg.Logger.Error("rolling back the agent upgrade", "to", rec.From, "reason", reason)
-	if err := os.Rename(rec.Prev, rec.Binary); err != nil {
-		return fmt.Errorf("roll back: restore %s: %w", rec.Prev, err)
+	if err := restore(rec); err != nil {
+		return err
 	}
 	rec.Failed = reason
 	if err := writeRecord(u.cfg.StateDir, rec); err != nil {
 		return err
 	}
 	return u.cfg.Exec(rec.Binary, u.cfg.Args, os.Environ())
+}
+
+// restore puts the previous binary back in place.
+func restore(rec *Record) error {
+	if err := os.Rename(rec.Prev, rec.Binary); err != nil {
+		return fmt.Errorf("roll back: restore %s: %w", rec.Prev, err)
+	}
+	return nil
 }
 
 // Upgrade carries out one upgrade_agent command, operation opID. It

@@ -248,3 +248,37 @@ func TestDecide(t *testing.T) {
 		}
 	}
 }
+
+// TestRecoverAfterFailedEnds: the service manager's half. A clean stop
+// counts nothing; each failed end of the binary on trial counts a start;
+// past maxStarts the previous binary is put back and the failure recorded
+// for the restored agent to report.
+func TestRecoverAfterFailedEnds(t *testing.T) {
+	h := newHarness(t)
+	h.pending(t0.Add(time.Hour))
+	if restored, err := Recover(h.dir, false); restored || err != nil {
+		t.Fatalf("clean stop: %v %v", restored, err)
+	}
+	for i := 1; i <= maxStarts; i++ {
+		if restored, err := Recover(h.dir, true); restored || err != nil {
+			t.Fatalf("failed end %d: %v %v", i, restored, err)
+		}
+	}
+	if h.binary() != string(script("v2")) {
+		t.Fatal("restored before the count was reached")
+	}
+	restored, err := Recover(h.dir, true)
+	if !restored || err != nil || h.binary() != string(script("v1")) {
+		t.Fatalf("past the count: %v %v, binary %q", restored, err, h.binary())
+	}
+	old := h.upgrader("v1", t0)
+	if err := old.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Upgrade(context.Background(), "op-1", h.command(script("v2"), "v2")); err == nil || !strings.Contains(err.Error(), "ended in failure 4 times") {
+		t.Fatalf("restored agent answers %v", err)
+	}
+	if restored, err := Recover(h.dir, true); restored || err != nil {
+		t.Fatalf("nothing on trial any more: %v %v", restored, err)
+	}
+}

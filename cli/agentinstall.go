@@ -17,6 +17,25 @@ import (
 
 var nodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
+// agentRecover is `mercator agent recover --state DIR`, the unit's
+// ExecStopPost (agentupgrade.Recover); systemd states how the agent ended
+// in $SERVICE_RESULT.
+func agentRecover(ctx context.Context, inv *invocation, args []string) error {
+	fs := inv.flags("--state DIR", `
+Run by the agent's systemd unit after the agent ended: when it ended in
+failure while an upgrade was on trial, count it, and past three put the
+previous binary back (docs/upgrades.md, "Rollback").`)
+	state := fs.String("state", "/"+agentupgrade.InstallState, "the agent's state `directory`")
+	if _, err := fs.parse(args); err != nil {
+		return err
+	}
+	restored, err := agentupgrade.Recover(*state, inv.env("SERVICE_RESULT") != "success")
+	if restored {
+		termtext.Fprintf(inv.stderr, "restored the previous agent binary: the upgrade on trial kept failing\n")
+	}
+	return err
+}
+
 func agentInstall(ctx context.Context, inv *invocation, args []string) error {
 	fs := inv.flags("--control-plane URL --node-id N --token-file F [flags]", `
 Install the agent on this machine as a systemd service: the running binary
@@ -24,9 +43,9 @@ copied to /usr/local/bin/mercator (mode 0755; the agent replaces it on an
 upgrade, keeping the previous one as mercator.prev), the invitation to
 /etc/mercator/agent-invitation (0600), the state directory
 /var/lib/mercator/agent (0700) and the unit
-/etc/systemd/system/mercator-agent.service (0644), restarted always: an
-upgraded agent that keeps crashing is rolled back on its fourth start
-(docs/upgrades.md). Nothing is started; it prints the systemctl line to run.
+/etc/systemd/system/mercator-agent.service (0644), restarted always, and
+after a failed end the previous binary's `+"`agent recover`"+` counts it: an
+upgraded agent that keeps failing is rolled back (docs/upgrades.md). Nothing is started; it prints the systemctl line to run.
 --root writes under another directory (an image being built, a test).`)
 	cp := fs.String("control-plane", "", "control plane `URL` (https://HOST:PORT)")
 	nodeID := fs.String("node-id", "", "this machine's node `ID`, as invited")

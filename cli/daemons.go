@@ -76,8 +76,11 @@ on a loopback address.`)
 }
 
 func runAgent(ctx context.Context, inv *invocation, args []string) error {
-	if len(args) > 0 && args[0] == "install" { // agentinstall.go
-		inv.path += " install"
+	if len(args) > 0 && (args[0] == "install" || args[0] == "recover") { // agentinstall.go
+		inv.path += " " + args[0]
+		if args[0] == "recover" {
+			return agentRecover(ctx, inv, args[1:])
+		}
 		return agentInstall(ctx, inv, args[1:])
 	}
 	fs := inv.flags("[flags]", `Run the node agent: it connects to the control plane (outbound only) and runs
