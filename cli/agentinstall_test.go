@@ -31,7 +31,7 @@ func TestAgentInstallWritesUnitAndModes(t *testing.T) {
 		}
 	}
 	unit, _ := os.ReadFile(filepath.Join(root, agentupgrade.InstallUnit))
-	for _, want := range []string{"ExecStart=/usr/local/bin/mercator agent --control-plane https://cp.example:7070 --node-id gpu-7 --state /var/lib/mercator/agent --token-file /etc/mercator/agent-invitation", "Restart=always"} {
+	for _, want := range []string{"ExecStart=/usr/local/bin/mercator agent --control-plane https://cp.example:7070 --node-id gpu-7 --state /var/lib/mercator/agent --token-file /etc/mercator/agent-invitation", "Restart=always", "ExecStopPost=-/bin/sh -c 'test -x /usr/local/bin/mercator.prev && exec /usr/local/bin/mercator.prev agent recover --state /var/lib/mercator/agent'"} {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("unit lacks %q:\n%s", want, unit)
 		}
