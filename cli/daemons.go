@@ -17,7 +17,7 @@ import (
 
 func init() {
 	register(&command{name: "server", summary: "Run the control plane", run: runServer})
-	register(&command{name: "agent", summary: "Run the node agent on this machine", run: runAgent})
+	register(&command{name: "agent", summary: "Run the node agent on this machine (`agent install`: as a systemd service)", run: runAgent})
 	register(&command{name: "dev", summary: "Run a control plane, a local agent and a registry on loopback, with embedded defaults", run: runDev})
 }
 
@@ -76,6 +76,13 @@ on a loopback address.`)
 }
 
 func runAgent(ctx context.Context, inv *invocation, args []string) error {
+	if len(args) > 0 && (args[0] == "install" || args[0] == "recover") { // agentinstall.go
+		inv.path += " " + args[0]
+		if args[0] == "recover" {
+			return agentRecover(ctx, inv, args[1:])
+		}
+		return agentInstall(ctx, inv, args[1:])
+	}
 	fs := inv.flags("[flags]", `Run the node agent: it connects to the control plane (outbound only) and runs
 the work placed on this machine through the local Docker daemon.
 

@@ -80,11 +80,13 @@ inside their lease) and unreachable (past their lease).`)
 		return inv.writeJSON(list)
 	}
 	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tCPUS\tMEMORY\tGPUS\tRUNNING\tLAST SEEN\tFLAGS")
+	fmt.Fprintln(tw, "ID\tSTATUS\tCPUS\tMEMORY\tGPUS\tRUNNING\tLAST SEEN\tFLAGS\tAGENT\tCAP")
 	for _, n := range list.Nodes {
 		f := factsOf(n.Facts)
-		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\n", n.ID, n.Status, f.number("cpus"), f.bytes("memory_bytes"),
-			gpuCount(n.GPUs), len(n.Running), inv.durationSince(n.LastSeenAt), len(n.Flags)) // gpuCount: gpu.go
+		// AGENT and CAP: the agent version and capability version its last
+		// facts stated (docs/upgrades.md).
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", n.ID, n.Status, f.number("cpus"), f.bytes("memory_bytes"),
+			gpuCount(n.GPUs), len(n.Running), inv.durationSince(n.LastSeenAt), len(n.Flags), orDash(f.str("agent_version")), f.number("capability_version")) // gpuCount: gpu.go
 	}
 	return tw.Flush()
 }

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 
 	"github.com/mercator/mercator/internal/termtext"
+	"github.com/mercator/mercator/nodeagent"
 	"github.com/mercator/mercator/nodeproto"
 )
 
@@ -21,7 +22,11 @@ func init() {
 
 // versionInfo is what `mercator version -o json` prints.
 type versionInfo struct {
-	Version           string `json:"version"`
+	Version string `json:"version"`
+	// AgentVersion is the version this binary's agent reports: what an
+	// agent release is pushed as, and what the upgrade's probe asks of a
+	// staged binary (package agentupgrade).
+	AgentVersion      string `json:"agent_version"`
 	CapabilityVersion int    `json:"capability_version"`
 	Go                string `json:"go"`
 	Platform          string `json:"platform"`
@@ -77,7 +82,7 @@ contact the control plane.`)
 	if len(pos) > 0 {
 		return usagef("unexpected argument %q", pos[0])
 	}
-	vi := versionInfo{Version: buildVersion(), CapabilityVersion: nodeproto.Version,
+	vi := versionInfo{Version: buildVersion(), AgentVersion: nodeagent.Version, CapabilityVersion: nodeproto.Version,
 		Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if *output == "json" {
 		return inv.writeJSON(vi)

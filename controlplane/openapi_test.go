@@ -118,6 +118,11 @@ func TestOpenAPIDocumentsEveryRouteAndField(t *testing.T) {
 	check("ProjectList", api.ProjectList{})
 	check("QueuePosition", api.QueuePosition{})
 	check("NodeLabelsRequest", api.NodeLabelsRequest{})
+	// Agent releases and rollouts (upgrades.go).
+	for name, v := range map[string]any{"AgentRelease": api.AgentRelease{}, "AgentReleaseList": api.AgentReleaseList{},
+		"RolloutRequest": api.RolloutRequest{}, "Rollout": api.Rollout{}, "RolloutNode": api.RolloutNode{}, "RolloutList": api.RolloutList{}} {
+		check(name, v)
+	}
 }
 
 func walkJSONFields(t reflect.Type, fn func(string)) {

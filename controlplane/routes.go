@@ -102,6 +102,13 @@ var routeAccess = map[string]httpapi.Access{
 	"PATCH /t/{app_name}/{source...}":             trigger,
 	"DELETE /t/{app_name}/{source...}":            trigger,
 	"OPTIONS /t/{app_name}/{source...}":           trigger,
+	// Agent releases and rollouts (package upgrade).
+	"POST /v1/agent-releases":             admin,
+	"GET /v1/agent-releases":              reader,
+	"DELETE /v1/agent-releases/{version}": admin,
+	"POST /v1/rollouts":                   operator,
+	"GET /v1/rollouts":                    reader,
+	"GET /v1/rollouts/{id}":               reader,
 }
 
 // consoleAccess is the least role of every web console route (package
@@ -167,7 +174,7 @@ func (s *Server) v1Routes() []httpapi.Route {
 		{Pattern: "POST /v1/nodes/{id}/gpus/{uuid}/clear", Handler: s.clearGPUDispute},
 		{Pattern: "POST /v1/nodes/{id}/gpus/{uuid}/cordon", Handler: s.cordonGPU},
 		{Pattern: "POST /v1/nodes/{id}/gpus/{uuid}/uncordon", Handler: s.uncordonGPU},
-	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes(), s.projects.Routes(), s.access.Routes())...)
+	}, slices.Concat(s.artifacts.Routes(), s.registries.Routes(), s.projects.Routes(), s.access.Routes(), s.upgrades.Routes())...)
 }
 
 // writeAuthError writes a refusal of an API credential on a v1 route.

@@ -141,6 +141,10 @@ func (s *Server) outbound(ctx context.Context, cmd nodeproto.Command) nodeproto.
 		}
 		runsecrets.Attach(ctx, s.store, serverKey{s}, s.log, &l)
 		cmd.LaunchWorkload = &l
+	case cmd.UpgradeAgent != nil: // the release's read (package upgrade)
+		c := *cmd.UpgradeAgent
+		s.upgrades.Mint(ctx, &c)
+		cmd.UpgradeAgent = &c
 	case cmd.PrepareImage != nil:
 		c := *cmd.PrepareImage
 		if c.RegistryAuth == "" {

@@ -38,7 +38,9 @@ package controlplane
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
+	"github.com/mercator/mercator/controlplane/upgrade"
 	"log/slog"
 	"net"
 	"net/http"
@@ -136,6 +138,9 @@ type Config struct {
 	// Retention is how long what the store holds is kept, and the caps
 	// on logs and uploads (retention.go).
 	Retention RetentionConfig
+	// ReleaseKey, when set, is the Ed25519 public key every agent release
+	// must be signed with (docs/upgrades.md); nodes check it again.
+	ReleaseKey ed25519.PublicKey
 	// Limits bound connections, requests in flight, bodies and timeouts
 	// (package limits; every zero field takes its default). Serve applies
 	// the timeouts; LimitListener the connection cap.
@@ -209,6 +214,7 @@ type Server struct {
 	registries    *registry.Service    // registry credentials (package registry)
 	projects      *project.Service     // projects (package project)
 	access        *access.Service      // named tokens, the audit log, invitations (package access)
+	upgrades      *upgrade.Service     // agent releases and rollouts (package upgrade)
 	fn            *function.Service    // Functions (package function)
 	streams       livesession.Registry // sessions held here
 
@@ -253,6 +259,7 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 	s.registries = registry.New(st, s.now, s.log, serverKey{s})
 	s.projects = project.New(st, s.now, s.log)
 	s.access = access.New(st, s.now, s.tokenRemoved)
+	s.upgrades = s.newUpgrades() // upgrades.go
 	var pub function.Publisher
 	if coord != nil {
 		pub = coord
@@ -289,6 +296,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		s.live.FlushLoop(ctx, liveness.Flusher{Store: s.store, Log: s.log, Lapses: func(n int) { s.metrics.LeaseLapses.Add(float64(n)) }})
 	})
 	loops.Go("publish", s.publishLoop)
+	loops.Go("rollouts", s.upgrades.Run) // agent upgrades (package upgrade)
 	for range s.cfg.WriteConcurrency {
 		loops.Go("batch", s.commits.Run)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"github.com/mercator/mercator/agentupgrade"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -91,6 +92,10 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	if err != nil {
 		return err
 	}
+	upgrader, err := startUpgrader(ctx, o, roots)
+	if err != nil {
+		return fmt.Errorf("self-upgrade: %w", err)
+	}
 	rt, err := agentRuntime(o, roots)
 	if err != nil {
 		return fmt.Errorf("docker runtime: %w", err)
@@ -107,7 +112,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	}
 	defer state.Close()
 	hc := AgentHTTPClient(roots, nil)
-	aopts := []nodeagent.Option{nodeagent.WithLogger(o.Logger), nodeagent.WithTLS(pki.ClientTLSConfig(roots))}
+	aopts := []nodeagent.Option{nodeagent.WithLogger(o.Logger), nodeagent.WithTLS(pki.ClientTLSConfig(roots)), nodeagent.WithUpgrader(upgrader)}
 	if o.Heartbeat > 0 {
 		aopts = append(aopts, nodeagent.WithHeartbeat(o.Heartbeat))
 	}
@@ -124,6 +129,22 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	agent := nodeagent.New(nodeagent.Identity{ControlPlaneURL: o.ControlPlaneURL, NodeID: o.NodeID, EnrollmentToken: o.Invitation, AgentVersion: nodeagent.Version},
 		rt, nodeagent.NewHTTPTransport(o.ControlPlaneURL, hc), state, aopts...)
 	return agent.Run(ctx)
+}
+
+// startUpgrader is the agent's self-upgrade (package agentupgrade) over
+// the running binary and its arguments; it acts on an upgrade pending from
+// the previous process first (a rollback execs the previous binary now).
+func startUpgrader(ctx context.Context, o AgentOptions, roots []*x509.Certificate) (*agentupgrade.Upgrader, error) {
+	bin, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	if bin, err = filepath.EvalSymlinks(bin); err != nil {
+		return nil, err
+	}
+	u := agentupgrade.New(agentupgrade.Config{StateDir: o.StateDir, Binary: bin, Args: os.Args, Version: nodeagent.Version,
+		Client: contentClient(roots), Logger: o.Logger.With("component", "upgrade")})
+	return u, u.Start(ctx)
 }
 
 // agentRuntime is the Docker runtime the options describe, labelling its

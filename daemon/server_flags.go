@@ -3,6 +3,8 @@ package daemon
 import (
 	"flag"
 	"fmt"
+	"github.com/mercator/mercator/agentrelease"
+	"os"
 	"strings"
 	"time"
 
@@ -37,6 +39,7 @@ func ServerFlags(fs *flag.FlagSet, env func(string) string, span func(string) (t
 	fs.StringVar(&o.TLS.CAKeyFile, "tls-ca-key", "", "`file` of the private key of --tls-ca-cert")
 	fs.BoolVar(&o.InsecureHTTP, "insecure-http", false, "serve plain HTTP instead of HTTPS; refused unless --listen is a loopback address")
 	fs.BoolVar(&o.Config.MetricsPublic, "metrics-public", false, "serve /metrics without a credential (default: a reader's is needed)")
+	releaseKey := fs.String("release-key", "", "`file` of the Ed25519 public key (PEM, or 32 bytes raw or base64) every agent release must be signed with (docs/upgrades.md); without it releases are checked by SHA-256 only")
 	limits := LimitFlags(fs) // timeouts, connection and request caps
 	retention := RetentionFlags(fs, span)
 	return func() (ServerOptions, error) {
@@ -50,6 +53,15 @@ func ServerFlags(fs *flag.FlagSet, env func(string) string, span func(string) (t
 				return o, fmt.Errorf("--registry-key-file: %w", err)
 			}
 			o.RegistryKey = key
+		}
+		if *releaseKey != "" {
+			b, err := os.ReadFile(*releaseKey)
+			if err != nil {
+				return o, fmt.Errorf("--release-key: %w", err)
+			}
+			if o.Config.ReleaseKey, err = agentrelease.ParsePublicKey(b); err != nil {
+				return o, fmt.Errorf("--release-key %s: %w", *releaseKey, err)
+			}
 		}
 		o.Config.Limits, o.Config.Retention = limits(), *retention
 		return o, nil

@@ -167,7 +167,7 @@ func TestGPUDisappearsMidRun(t *testing.T) {
 	}
 	held := attemptGPUs(t, r, 8)
 	const line = 5
-	lost := strings.TrimSpace(strings.Split(strings.Split(mustRead(t, filepath.Join(first.dir, "query.csv")), "\n")[line], ",")[1])
+	lost := strings.TrimSpace(strings.Split(strings.Split(string(mustRead(t, filepath.Join(first.dir, "query.csv"))), "\n")[line], ",")[1])
 	if !slices.Contains(held, lost) {
 		t.Fatalf("attempt holds %v, not the card about to go (%s)", held, lost)
 	}
@@ -239,15 +239,6 @@ func TestGPUDisappearsMidRun(t *testing.T) {
 	c.wait(run.ID)
 }
 
-func mustRead(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // TestGPUUsagePerAttempt: while an attempt runs, its node samples its two
 // GPUs and reports a summary with its observations: `run get` shows the
 // average and peak of each (the stand-in tool's figures for those cards),
@@ -261,7 +252,7 @@ func TestGPUUsagePerAttempt(t *testing.T) {
 	m := newSwitchableMachine(t, gpuMachine, "")
 	nodeID := c.startSwitchableAgent(t, "gpuu", m)
 	want := map[string][]string{} // UUID → its health.csv fields
-	for _, line := range strings.Split(strings.TrimSpace(mustRead(t, filepath.Join(m.dir, "health.csv"))), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(string(mustRead(t, filepath.Join(m.dir, "health.csv")))), "\n") {
 		f := strings.Split(line, ", ")
 		want[f[0]] = f
 	}
@@ -297,7 +288,7 @@ func TestGPUUsagePerAttempt(t *testing.T) {
 	// Xid is filed against the attempt, and the card stays healthy.
 	held := r.Attempts[0].GPUs[0]
 	bus := ""
-	for _, line := range strings.Split(mustRead(t, filepath.Join(m.dir, "query.csv")), "\n") {
+	for _, line := range strings.Split(string(mustRead(t, filepath.Join(m.dir, "query.csv"))), "\n") {
 		if f := strings.Split(line, ", "); len(f) == 5 && f[1] == held {
 			bus = strings.ToLower(f[4][4:14]) // "00000000:18:00.0" → "0000:18:00"
 		}

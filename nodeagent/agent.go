@@ -70,7 +70,19 @@ type Agent struct {
 	functions *agentFunctions // nil without WithFunctions; see functions.go
 	tls       *tls.Config     // nil without WithTLS; see transport.go
 	cpClient  *http.Client    // controlPlaneClient's, made once in New
+	upgrader  Upgrader        // nil without WithUpgrader
 }
+
+// Upgrader carries out upgrade_agent commands (package agentupgrade). Upgrade
+// returns nil when the agent already runs the release, an error when the
+// release was refused or the upgrade rolled back, and otherwise does not
+// return: the process is replaced.
+type Upgrader interface {
+	Upgrade(ctx context.Context, operationID string, c nodeproto.UpgradeAgentCommand) error
+}
+
+// WithUpgrader lets the agent upgrade itself.
+func WithUpgrader(u Upgrader) Option { return func(a *Agent) { a.upgrader = u } }
 
 // Option configures an Agent.
 type Option func(*Agent)

@@ -140,6 +140,14 @@ func (a *Agent) apply(ctx context.Context, cmd nodeproto.Command, result *nodepr
 			}
 		}
 		return a.runtime.StopWorkload(ctx, *s)
+	case nodeproto.KindUpgradeAgent:
+		if cmd.UpgradeAgent == nil {
+			return failure.Invalid("upgrade_agent", "command carries no payload")
+		}
+		if a.upgrader == nil {
+			return failure.Invalid("upgrade_agent", "this agent was started without self-upgrade (it cannot replace its own binary)")
+		}
+		return a.upgrader.Upgrade(ctx, cmd.OperationID, *cmd.UpgradeAgent)
 	}
 	return failure.Invalid("kind", "unknown command kind %q (this agent speaks capability version %d)", cmd.Kind, nodeproto.Version)
 }

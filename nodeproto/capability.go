@@ -60,6 +60,11 @@
 //     the hold lapses; the control plane repeats it while the policy
 //     stands. An older agent would take the unknown command for an
 //     operation, so it goes only to agents at VersionWarmCapacity or later.
+//   - 8 (2026-12-01): self-upgrade. The upgrade_agent command
+//     (UpgradeAgentCommand, upgrade.go): fetch a release through a minted
+//     read, verify it, replace the agent's own binary and re-exec. An older
+//     agent would take the unknown kind for an operation and fail it, so
+//     a control plane sends it only to agents at VersionUpgrade or later.
 package nodeproto
 
 import (
@@ -70,7 +75,7 @@ import (
 
 // Version is the capability version this build speaks. See the package doc
 // for what each version added.
-const Version = 7
+const Version = 8
 
 // The first version of each feature a command may need, from the history
 // above. A control plane sends a command only to a node whose agent is at
@@ -91,6 +96,8 @@ const (
 	VersionGPUHealth = 6
 	// VersionWarmCapacity: the hold command (HoldCommand).
 	VersionWarmCapacity = 7
+	// VersionUpgrade: the upgrade_agent command (UpgradeAgentCommand).
+	VersionUpgrade = 8
 )
 
 // Paths of the node protocol, relative to the control plane's base URL. Every

@@ -57,6 +57,8 @@ type Command struct {
 	Invoke          *InvokeCommand          `json:"invoke,omitempty"`
 	CallLog         *CallLogCommand         `json:"call_log,omitempty"`
 	Hold            *HoldCommand            `json:"hold,omitempty"`
+	// UpgradeAgent: capability version VersionUpgrade (upgrade.go).
+	UpgradeAgent *UpgradeAgentCommand `json:"upgrade_agent,omitempty"`
 }
 
 // RequiredVersion is the lowest capability version whose agents can carry
@@ -86,6 +88,8 @@ func RequiredVersion(c Command) int {
 		return VersionCallLogs
 	case KindHold:
 		return VersionWarmCapacity
+	case KindUpgradeAgent:
+		return VersionUpgrade
 	}
 	return 1
 }

@@ -183,6 +183,9 @@ type Tx interface {
 	// Functions: apps, fns, triggers and durable calls (see functions.go
 	// for the records and the ordering and uniqueness rules).
 	FunctionsTx
+
+	// Agent releases and rollouts (upgrades.go).
+	UpgradeTx
 }
 
 // Node is one machine. FencingToken rises with every enrollment.

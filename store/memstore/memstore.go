@@ -64,6 +64,8 @@ func New() *Store {
 		artifacts:   map[string][]byte{},
 		registries:  map[string][]byte{},
 		projects:    map[string][]byte{},
+		releases:    map[string][]byte{},
+		rollouts:    map[string][]byte{},
 		functions:   newFunctionTables(),
 		events:      map[eventKey]time.Time{},
 		watermarks:  map[eventKey]int64{},
@@ -86,6 +88,8 @@ type state struct {
 	artifacts   map[string][]byte // by record.ArtifactKey
 	registries  map[string][]byte
 	projects    map[string][]byte
+	releases    map[string][]byte // agent releases, by record.AgentReleaseKey
+	rollouts    map[string][]byte
 	functions   functionTables
 	events      map[eventKey]time.Time
 	watermarks  map[eventKey]int64 // by node and incarnation

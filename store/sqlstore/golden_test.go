@@ -26,6 +26,8 @@ var documentTables = map[string]struct {
 	"trigger":             {"fn_triggers", []string{"id"}},
 	"call":                {"fn_calls", []string{"id"}},
 	"project":             {"projects", []string{"name"}},
+	"agent_release":       {"agent_releases", []string{"version", "platform"}},
+	"rollout":             {"rollouts", []string{"id"}},
 }
 
 // writeDocument is storetest's DocumentWriter for sqlstore: it replaces

@@ -158,6 +158,11 @@ var migrations = []migration{
 		name:    "projects, and the runs' project column",
 		stmts:   projectsMigration, // in projects.go
 	},
+	{
+		version: 9,
+		name:    "agent releases and rollouts",
+		stmts:   upgradesMigration, // in upgrades.go
+	},
 }
 
 // migrate brings db's schema up to the last of ms, in one write

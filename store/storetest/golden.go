@@ -28,6 +28,7 @@ import (
 // project, priority, grace period, constraints and preemptions, a token's
 // projects, a node's labels. A kind that did not exist yet has no document
 // in the older directories (goldenKind.since).
+// testdata/v9 is schema version 9's (issue 20): agent releases and rollouts.
 //
 //go:embed testdata
 var goldenFS embed.FS
@@ -81,6 +82,11 @@ var goldenKinds = []goldenKind{
 		store.Tx.CreateCall, func(tx store.Tx, k []string) (store.Call, error) { return tx.GetCall(k[0]) }),
 	since(8, golden("project", func(r store.Project) []string { return []string{r.Name} }, nil,
 		store.Tx.CreateProject, func(tx store.Tx, k []string) (store.Project, error) { return tx.GetProject(k[0]) })),
+	// Agent releases and rollouts: schema version 9 (testdata/v9).
+	since(9, golden("agent_release", func(r store.AgentRelease) []string { return []string{r.Version, r.Platform} }, nil,
+		store.Tx.CreateAgentRelease, func(tx store.Tx, k []string) (store.AgentRelease, error) { return tx.GetAgentRelease(k[0], k[1]) })),
+	since(9, golden("rollout", func(r store.Rollout) []string { return []string{r.ID} }, nil,
+		store.Tx.PutRollout, func(tx store.Tx, k []string) (store.Rollout, error) { return tx.GetRollout(k[0]) })),
 }
 
 // since marks a kind as first stored at schema version v.

@@ -74,6 +74,8 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opts Opti
 		{"RegistryCredentials", testRegistryCredentials},
 		{"Projects", testProjects},
 		{"ListRunsByProject", testListRunsByProject},
+		{"AgentReleases", testAgentReleases},
+		{"Rollouts", testRollouts},
 		{"Apps", testApps},
 		{"Fns", testFns},
 		{"Triggers", testTriggers},

@@ -45,6 +45,7 @@ var classes = map[string]Class{
 	"GET /v1/runs/{id}/logs":                        Stream,
 	"GET /ui/runs/{id}/log":                         Stream, // the console's live log (server-sent events)
 	"PUT /v1/uploads/{id}":                          Upload,
+	"POST /v1/agent-releases":                       Upload,
 	"POST /invoke/{fn_id}":                          Invocation,
 	"POST /invoke/{fn_id}/async":                    Handled,
 	"GET /t/{app_name}/{source...}":                 Invocation,
