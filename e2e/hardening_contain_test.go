@@ -53,9 +53,12 @@ func fnContainerID(t *testing.T, fnID string) string {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	list, err := cli.ContainerList(context.Background(), container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", dockerengine.LabelFn+"="+fnID))})
+	// The one started: a deploy also has the node prepare the next
+	// container, created and not started (fnagent's prepare.go).
+	list, err := cli.ContainerList(context.Background(), container.ListOptions{Filters: filters.NewArgs(
+		filters.Arg("label", dockerengine.LabelFn+"="+fnID), filters.Arg("status", "running"))})
 	if err != nil || len(list) != 1 {
-		t.Fatalf("containers of function %s: %d, %v; want one", fnID, len(list), err)
+		t.Fatalf("running containers of function %s: %d, %v; want one", fnID, len(list), err)
 	}
 	return list[0].ID
 }
