@@ -98,6 +98,9 @@ type Config struct {
 	// time is then its call's start, and RunRate paces the calls: a batch
 	// is due when its first run is.
 	SubmitBatch int
+	// Projects, when positive, splits the fleet into that many projects'
+	// quotas and submits the runs to them in turn (projects.go).
+	Projects int
 	// RunsTimeout bounds how long the hold is extended for runs not yet
 	// running (default 10m).
 	RunsTimeout time.Duration
@@ -546,17 +549,18 @@ func addrsOf(rs []*replica) []string {
 func submitRuns(ctx context.Context, cfg Config, clients []*client.Client, spec api.RunSpec, rec *recorder, submitted, failed *atomic.Int64) {
 	batch := max(1, cfg.SubmitBatch)
 	calls := (cfg.Runs + batch - 1) / batch
-	specs := make([]api.RunSpec, batch) // read only, shared by every call
-	for i := range specs {
-		specs[i] = spec
-	}
-	// submit makes one call of n runs on c and returns their IDs.
-	submit := func(c *client.Client, n int) ([]string, error) {
+	// submit makes call k, of n runs, on c and returns their IDs.
+	submit := func(c *client.Client, k, n int) ([]string, error) {
+		sp := forCall(cfg, spec, k)
 		if batch == 1 {
-			run, err := c.SubmitRun(ctx, spec)
+			run, err := c.SubmitRun(ctx, sp)
 			return []string{run.ID}, err
 		}
-		runs, err := c.SubmitRuns(ctx, specs[:n])
+		specs := make([]api.RunSpec, n)
+		for i := range specs {
+			specs[i] = sp
+		}
+		runs, err := c.SubmitRuns(ctx, specs)
 		ids := make([]string, len(runs))
 		for i, r := range runs {
 			ids[i] = r.ID
@@ -587,7 +591,7 @@ func submitRuns(ctx context.Context, cfg Config, clients []*client.Client, spec 
 				var ids []string
 				var err error
 				for try := range 3 * len(clients) {
-					ids, err = submit(clients[(k+try)%len(clients)], n)
+					ids, err = submit(clients[(k+try)%len(clients)], k, n)
 					if err == nil || !errors.Is(err, failure.ErrUnavailable) {
 						break
 					}

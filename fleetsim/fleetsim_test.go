@@ -7,6 +7,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/mercator/mercator/api"
 )
 
 // TestShortFleet is the simulator's short mode, for CI: 200 nodes with a
@@ -104,9 +106,15 @@ func TestShardedFleet(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			var progress bytes.Buffer
+			// In plaintext the runs also go to three projects (projects.go):
+			// a submission to a project that was not created would fail.
+			projects := 0
+			if plaintext {
+				projects = 3
+			}
 			rep, err := Run(ctx, Config{
 				Nodes: 40, Duration: 5 * time.Second, Heartbeat: time.Second, Lease: 5 * time.Second, Plaintext: plaintext,
-				Runs: 80, SubmitBatch: 7, RunTime: 2 * time.Second, RunsTimeout: 30 * time.Second,
+				Runs: 80, SubmitBatch: 7, RunTime: 2 * time.Second, RunsTimeout: 30 * time.Second, Projects: projects,
 				AgentProcesses: 2, ShardCommand: []string{"env", "FLEETSIM_SHARD=1", exe, "-test.run=^$"},
 				Dir: t.TempDir(), Progress: &progress,
 			})
@@ -124,5 +132,21 @@ func TestShardedFleet(t *testing.T) {
 				t.Errorf("sharded fleet:\n%s\n%s", report.String(), progress.String())
 			}
 		})
+	}
+}
+
+// TestForCall: with projects, call k's runs go to project k mod Projects
+// and every fourth call's at priority 10; without, the spec is unchanged.
+func TestForCall(t *testing.T) {
+	spec := api.RunSpec{Image: "x"}
+	if got := forCall(Config{}, spec, 5); got.Project != "" || got.Priority != 0 {
+		t.Errorf("without projects: %+v", got)
+	}
+	cfg := Config{Projects: 3}
+	for k, want := range map[int][2]any{0: {"team-00", 10}, 1: {"team-01", 0}, 5: {"team-02", 0}, 8: {"team-02", 10}} {
+		got := forCall(cfg, spec, k)
+		if got.Project != want[0] || got.Priority != want[1] {
+			t.Errorf("call %d: project %q priority %d, want %v", k, got.Project, got.Priority, want)
+		}
 	}
 }

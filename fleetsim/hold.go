@@ -51,6 +51,11 @@ type holdState struct {
 // every submitted run is running. It samples memory and scrapes the
 // replicas' metrics every 5 seconds.
 func (s *sim) hold(ctx context.Context) (*holdState, error) {
+	if s.cfg.Projects > 0 {
+		if err := s.createProjects(ctx, s.adminClient(s.survivors[0])); err != nil {
+			return nil, err
+		}
+	}
 	h := s.beginHold(ctx)
 	killTimer, stormTimer := make(<-chan time.Time), make(<-chan time.Time)
 	if s.cfg.KillReplicaAt > 0 {

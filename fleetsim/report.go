@@ -326,6 +326,9 @@ func (s *sim) reportNotes(rep *Report) {
 		fmt.Sprintf("a simulated launch takes %s and its container then %s", cfg.StartTime, runTimeNote(cfg.RunTime)),
 		fmt.Sprintf("agents observe every %s and on every simulated start and exit", cfg.ObserveEvery),
 		memoryNote(len(s.shards)))
+	if cfg.Projects > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("runs submitted to %d projects in turn (quotas splitting the fleet's CPU and memory, weights 1–3, a quarter of the calls at priority 10): the scheduler plans by project", cfg.Projects))
+	}
 	if cfg.HTTP2 {
 		rep.Notes = append(rep.Notes, "agents speak plaintext HTTP/2 with prior knowledge, streams multiplexed over a few connections per agent process, instead of one HTTP/1.1 connection per agent")
 	}
