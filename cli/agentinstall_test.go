@@ -1,11 +1,12 @@
 package cli
 
 import (
-	"github.com/mercator/mercator/agentupgrade"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mercator/mercator/agentupgrade"
 )
 
 // TestAgentInstallWritesUnitAndModes: `agent install --root` writes the

@@ -1,4 +1,4 @@
-package cli
+package command
 
 import (
 	"strconv"
@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// formatDuration rounds d for people: tenths of a second under a minute,
+// FormatDuration rounds d for people: tenths of a second under a minute,
 // whole seconds under an hour, whole minutes above ("1.2s", "4m5s", "24h0m").
-func formatDuration(d time.Duration) string {
+func FormatDuration(d time.Duration) string {
 	switch a := d.Abs(); {
 	case a < time.Minute:
 		return d.Round(100 * time.Millisecond).String()
@@ -24,22 +24,24 @@ func formatDuration(d time.Duration) string {
 // sub-second order matters when reading them.
 const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 
-func formatTime(t *time.Time) string {
+// FormatTime prints t for a table, "-" when it is unset.
+func FormatTime(t *time.Time) string {
 	if t == nil || t.IsZero() {
 		return "-"
 	}
 	return t.Format(timeLayout)
 }
 
-func formatExit(code *int) string {
+// FormatExit prints an exit code for a table, "-" when there is none.
+func FormatExit(code *int) string {
 	if code == nil {
 		return "-"
 	}
 	return strconv.Itoa(*code)
 }
 
-// orDash prints "-" for an empty table cell.
-func orDash(s string) string {
+// OrDash prints "-" for an empty table cell.
+func OrDash(s string) string {
 	if s == "" {
 		return "-"
 	}
