@@ -59,6 +59,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/cli/command"
+	"github.com/mercator/mercator/cli/fncmd"
 	"github.com/mercator/mercator/internal/termtext"
 )
 
@@ -199,4 +200,9 @@ func printUsage(w io.Writer, subs map[string]*command.Command, prefix string) {
 	walk(prefix, subs)
 	_ = tw.Flush()
 	fmt.Fprintln(w, "\nRun 'mercator <command> --help' for a command's flags.")
+}
+
+// The command groups that live in packages of their own.
+func init() {
+	fncmd.Register(registerSub)
 }

@@ -1,4 +1,4 @@
-package cli
+package fncmd
 
 import (
 	"context"
@@ -18,7 +18,8 @@ import (
 // verbs follow the Fn CLI's (create, list, inspect, update, delete) with
 // Mercator's spelling (ls, get).
 
-func init() {
+// registerApp adds `mercator app …` through registerSub (see Register).
+func registerApp(registerSub func(group, groupSummary string, c *command.Command)) {
 	const group = "Manage function applications (Fn-compatible apps)"
 	registerSub("app", group, &command.Command{Name: "create", Summary: "Create an app", Run: appCreate})
 	registerSub("app", group, &command.Command{Name: "ls", Summary: "List apps", Run: appList})

@@ -1,4 +1,4 @@
-package cli
+package fncmd
 
 import (
 	"cmp"
@@ -28,7 +28,8 @@ import (
 // ls, inspect as get, delete); deploy takes an image, since Mercator builds
 // nothing, and pins it through the control plane as `run submit` does.
 
-func init() {
+// registerFn adds `mercator fn …` through registerSub (see Register).
+func registerFn(registerSub func(group, groupSummary string, c *command.Command)) {
 	const group = "Deploy and call functions (Fn-compatible)"
 	registerSub("fn", group, &command.Command{Name: "deploy", Summary: "Create or update a function from an image", Run: fnDeploy})
 	registerSub("fn", group, &command.Command{Name: "invoke", Summary: "Call a function: stdin in, the response out", Run: fnInvoke})
