@@ -3,8 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -29,50 +27,6 @@ func init() {
 	registerSub("node", nodeSummary, &command.Command{Name: "invitations", Summary: "List a node's invitations", Run: nodeInvitations})
 }
 
-// maxSpan is the longest span parseSpan accepts: 100 years, far beyond
-// any expiry or look-back a person means, and far inside time.Duration's
-// 292 years, so no span wraps around.
-const maxSpan = 100 * 365 * 24 * time.Hour
-
-// parseSpan reads a duration that may count days ("30d") as well as
-// Go's units ("12h", "90m"). Negative spans and spans over maxSpan are
-// errors.
-func parseSpan(s string) (time.Duration, error) {
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.ParseFloat(days, 64)
-		if err != nil || !(n >= 0) || n > float64(maxSpan/(24*time.Hour)) {
-			return 0, fmt.Errorf("%q is not a number of days from 0 to %d", s, maxSpan/(24*time.Hour))
-		}
-		return time.Duration(n * float64(24*time.Hour)), nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration (e.g. 30d, 12h, 90m)", s)
-	}
-	if d < 0 || d > maxSpan {
-		return 0, fmt.Errorf("%q is outside 0 to %dd", s, maxSpan/(24*time.Hour))
-	}
-	return d, nil
-}
-
-// spanFlag is a flag.Value of parseSpan's durations.
-type spanFlag struct{ d *time.Duration }
-
-func (f spanFlag) String() string {
-	if f.d == nil {
-		return ""
-	}
-	return f.d.String()
-}
-
-func (f spanFlag) Set(s string) error {
-	d, err := parseSpan(s)
-	if err == nil {
-		*f.d = d
-	}
-	return err
-}
-
 func tokenCreate(ctx context.Context, inv *command.Invocation, args []string) error {
 	fs := inv.Flags("[flags] NAME --role ROLE", `
 Create a named API credential and print its secret, once, alone on stdout
@@ -92,7 +46,7 @@ The control plane keeps only the secret's hash. Remove it with
 	var projects command.StringList
 	fs.Var(&projects, "project", "confine the credential to this `project`'s runs and records (repeatable; not for admin or invoker; default every project)")
 	var expires time.Duration
-	fs.Var(spanFlag{&expires}, "expires", "the credential's `life`, e.g. 30d or 12h (default: it never expires)")
+	fs.Var(command.SpanFlag(&expires), "expires", "the credential's `life`, e.g. 30d or 12h (default: it never expires)")
 	c, name, err := inv.Connect(fs, g, args, "NAME")
 	if err != nil {
 		return err
@@ -165,7 +119,7 @@ credential, with when, who (a token's name, or node:ID), from where, what
 not recorded one by one; their refusals are. Admin only.`)
 	g := fs.ClientFlags(true)
 	var since time.Duration
-	fs.Var(spanFlag{&since}, "since", "only entries of the last `span`, e.g. 1h or 7d")
+	fs.Var(command.SpanFlag(&since), "since", "only entries of the last `span`, e.g. 1h or 7d")
 	who := fs.String("who", "", "only entries of this `name` (a token's name, or node:ID)")
 	limit := fs.Int("limit", 1000, "at most `N` entries (up to 10000)")
 	c, _, err := inv.Connect(fs, g, args, "")

@@ -1,7 +1,9 @@
-// Package cli is the command line of the one `mercator` binary: the client
-// commands (`run …`, `node …`, `version`) that talk to the control plane's
-// public HTTP API through package client, and the registry the server-side
-// commands (`server`, `agent`, `dev`) join from their own files.
+// Package cli is the command line of the one `mercator` binary: Main, the
+// command table, and the client commands (`run …`, `node …`, `version`)
+// that talk to the control plane's public HTTP API through package client.
+// The table also holds the commands of cli/fncmd (`app …`, `fn …`) and
+// cli/daemoncmd (`server`, `agent`, `dev`, `bench …`), which add themselves
+// through their Register functions, called from this package's init.
 //
 // cmd/mercator is a thin wrapper around Main; end-to-end tests call Main
 // directly with their own arguments, streams and environment, so nothing here
@@ -30,9 +32,9 @@
 //	}
 //
 // A subcommand of a group ("run submit") is added with registerSub. A
-// package of commands (cli/fncmd) cannot see the registry; it exports a
-// Register function that takes registerSub, called from this package's
-// init. The plumbing a command uses (command.Invocation, command.FlagSet,
+// package of commands (cli/fncmd, cli/daemoncmd) cannot see the registry;
+// it exports a Register function that takes register and registerSub,
+// called from this package's init. The plumbing a command uses (command.Invocation, command.FlagSet,
 // the client flags, output helpers) is package cli/command. A Run function
 // returns nil for exit status 0; an error from command.Usagef (or from
 // Parse) for a usage error, exit status 2; command.ExitCode(n) to end with
@@ -59,6 +61,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/cli/command"
+	"github.com/mercator/mercator/cli/daemoncmd"
 	"github.com/mercator/mercator/cli/fncmd"
 	"github.com/mercator/mercator/internal/termtext"
 )
@@ -205,4 +208,5 @@ func printUsage(w io.Writer, subs map[string]*command.Command, prefix string) {
 // The command groups that live in packages of their own.
 func init() {
 	fncmd.Register(registerSub)
+	daemoncmd.Register(register, registerSub)
 }

@@ -182,17 +182,6 @@ and every invitation pins it.`)
 		return err
 	}
 	termtext.Fprintf(inv.Stdout, "%s\n", certPath)
-	printCA(inv, certPath)
+	command.PrintCA(inv, certPath)
 	return nil
-}
-
-// printCA prints where the CA certificate is and its fingerprint, the two
-// things a client needs to trust the server.
-func printCA(inv *command.Invocation, caFile string) {
-	certs, err := pki.ReadCertsFile(caFile)
-	if err != nil {
-		termtext.Fprintf(inv.Stderr, "CA certificate: %v\n", err)
-		return
-	}
-	termtext.Fprintf(inv.Stderr, "CA certificate in %s\nCA fingerprint sha256:%s\n", caFile, pki.Fingerprint(certs[0]))
 }

@@ -1,4 +1,4 @@
-package cli
+package daemoncmd
 
 import (
 	"context"
@@ -15,7 +15,8 @@ import (
 // This file holds the benchmark commands. `bench fleet` is flags and wiring
 // around fleetsim.Run.
 
-func init() {
+// registerBench adds the `bench` group through registerSub (see Register).
+func registerBench(registerSub func(group, groupSummary string, c *command.Command)) {
 	registerSub("bench", "Measure Mercator on this machine", &command.Command{Name: "fleet",
 		Summary: "Simulate a fleet of nodes against a real control plane in this process", Run: benchFleet})
 	registerSub("bench", "Measure Mercator on this machine", &command.Command{Name: "fleet-shard",

@@ -1,4 +1,4 @@
-package cli
+package daemoncmd
 
 import (
 	"context"
@@ -16,12 +16,15 @@ import (
 // flags and wiring only; the work is in daemon.RunServer, nodeagent.Run and
 // devenv.Run, which end-to-end tests call directly.
 
-func init() {
+// registerDaemons adds `server`, `agent` and `dev` through register (see
+// Register).
+func registerDaemons(register func(c *command.Command)) {
 	register(&command.Command{Name: "server", Summary: "Run the control plane", Run: runServer})
 	register(&command.Command{Name: "agent", Summary: "Run the node agent on this machine (`agent install`: as a systemd service)", Run: runAgent})
 	register(&command.Command{Name: "dev", Summary: "Run a control plane, a local agent and a registry on loopback, with embedded defaults", Run: runDev})
 }
 
+// logger is the daemons' log, to stderr, at the --log-level given.
 func logger(inv *command.Invocation, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
@@ -48,7 +51,7 @@ the CA with `+"`mercator context add … --ca-file DATA_DIR/ca.pem`"+` or
 replica the same --tls-ca-cert and --tls-ca-key (`+"`mercator ca create DIR`"+`),
 or the same --tls-cert and --tls-key. Plain HTTP only with --insecure-http,
 on a loopback address.`)
-	options := daemon.ServerFlags(fs.FlagSet, inv.Env, parseSpan)
+	options := daemon.ServerFlags(fs.FlagSet, inv.Env, command.ParseSpan)
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
 	if pos, err := fs.Parse(args); err != nil {
 		return err
@@ -70,7 +73,7 @@ on a loopback address.`)
 		}
 		termtext.Fprintf(inv.Stderr, "control plane at %s\nadmin credential in %s\n", url, tokenFile)
 		if strings.HasPrefix(url, "https://") {
-			printCA(inv, daemon.CAFile(o.DataDir))
+			command.PrintCA(inv, daemon.CAFile(o.DataDir))
 		}
 	}
 	return daemon.RunServer(ctx, o)
