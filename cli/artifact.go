@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/cli/command"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/internal/bytesize"
 	"github.com/mercator/mercator/internal/termtext"
@@ -34,13 +35,13 @@ import (
 const artifactSummary = "Push immutable Artifact versions and list them"
 
 func init() {
-	registerSub("artifact", artifactSummary, &command{name: "push", summary: "Upload a file or directory as an Artifact version and print NAME@VERSION", run: artifactPush})
-	registerSub("artifact", artifactSummary, &command{name: "ls", summary: "List Artifact versions", run: artifactList})
-	registerSub("artifact", artifactSummary, &command{name: "get", summary: "Show one Artifact version (NAME or NAME@VERSION)", run: artifactGet})
+	registerSub("artifact", artifactSummary, &command.Command{Name: "push", Summary: "Upload a file or directory as an Artifact version and print NAME@VERSION", Run: artifactPush})
+	registerSub("artifact", artifactSummary, &command.Command{Name: "ls", Summary: "List Artifact versions", Run: artifactList})
+	registerSub("artifact", artifactSummary, &command.Command{Name: "get", Summary: "Show one Artifact version (NAME or NAME@VERSION)", Run: artifactGet})
 }
 
-func artifactPush(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] NAME PATH", `
+func artifactPush(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags] NAME PATH", `
 Upload a file, or a directory (as one deterministic tar archive), as a new
 immutable version of the Artifact NAME, and print its reference,
 NAME@VERSION, alone on stdout:
@@ -58,20 +59,20 @@ nothing is sent if it is that version. An interrupted push resumes where it
 stopped, within the run and across runs of this command (the upload's ID is
 kept in the CLI's configuration directory). Progress goes to stderr when it
 is a terminal.`)
-	g := fs.clientFlags(true)
-	pos, err := fs.parse(args)
+	g := fs.ClientFlags(true)
+	pos, err := fs.Parse(args)
 	if err != nil {
 		return err
 	}
-	if err := g.check(); err != nil {
+	if err := g.Check(); err != nil {
 		return err
 	}
 	if len(pos) != 2 {
-		return usagef("want NAME and PATH, got %d argument(s)", len(pos))
+		return command.Usagef("want NAME and PATH, got %d argument(s)", len(pos))
 	}
 	name, src := pos[0], pos[1]
 	if strings.ContainsAny(name, "@:/ ") || name == "" {
-		return usagef("artifact name %q must not contain '@', ':', '/' or spaces", name)
+		return command.Usagef("artifact name %q must not contain '@', ':', '/' or spaces", name)
 	}
 	fi, err := os.Stat(src)
 	if err != nil {
@@ -88,11 +89,11 @@ is a terminal.`)
 	if err != nil {
 		return err
 	}
-	c, err := inv.client(g)
+	c, err := inv.Client(g)
 	if err != nil {
 		return err
 	}
-	resume := inv.uploadMemory()
+	resume := newUploadMemory(inv)
 	key, err := uploadKey(name, src, fi, payload.Size)
 	if err != nil {
 		return err
@@ -101,7 +102,7 @@ is a terminal.`)
 		UploadID: resume.get(key),
 		Started:  func(id string) { resume.put(key, id) },
 	}
-	if inv.stderrIsTerminal() {
+	if inv.StderrIsTerminal() {
 		// The rate is of this run's sending: a resumed push's first report
 		// is where it resumed, which this run did not send.
 		var from int64
@@ -118,21 +119,21 @@ is a terminal.`)
 			if total > 0 {
 				pct = 100 * float64(sent) / float64(total)
 			}
-			termtext.Fprintf(inv.stderr, "\rpushing %s: %s / %s (%.0f%%)%s   ", name, bytesize.Format(sent), bytesize.Format(total), pct, rate)
+			termtext.Fprintf(inv.Stderr, "\rpushing %s: %s / %s (%.0f%%)%s   ", name, bytesize.Format(sent), bytesize.Format(total), pct, rate)
 		}
 	}
 	v, err := c.PushArtifact(ctx, name, payload, opts)
 	if opts.Progress != nil {
-		termtext.Fprintln(inv.stderr)
+		termtext.Fprintln(inv.Stderr)
 	}
 	if err != nil {
 		return err
 	}
 	resume.put(key, "")
-	if g.json() {
-		return inv.writeJSON(v)
+	if g.JSON() {
+		return inv.WriteJSON(v)
 	}
-	_, err = termtext.Fprintln(inv.stdout, v.Ref())
+	_, err = termtext.Fprintln(inv.Stdout, v.Ref())
 	return err
 }
 
@@ -255,15 +256,15 @@ func writeTree(dir string, w io.Writer) error {
 	return tw.Close()
 }
 
-func artifactList(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] [NAME]", `
+func artifactList(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags] [NAME]", `
 List Artifact versions, by name and then oldest first; with NAME, only its
 versions.`)
-	g := fs.clientFlags(true)
+	g := fs.ClientFlags(true)
 	name := ""
-	c, err := inv.connectWith(fs, g, args, func(pos []string) error {
+	c, err := inv.ConnectWith(fs, g, args, func(pos []string) error {
 		if len(pos) > 1 {
-			return usagef("want at most one NAME, got %d arguments", len(pos))
+			return command.Usagef("want at most one NAME, got %d arguments", len(pos))
 		}
 		if len(pos) == 1 {
 			name = pos[0]
@@ -277,23 +278,23 @@ versions.`)
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(list)
+	if g.JSON() {
+		return inv.WriteJSON(list)
 	}
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "REFERENCE\tSIZE\tFORMAT\tSHA256\tCREATED")
 	for _, v := range list.Artifacts {
 		created := v.CreatedAt
-		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.Ref(), bytesize.Format(v.Size), v.Format, v.SHA256[:min(12, len(v.SHA256))], formatTime(&created))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.Ref(), bytesize.Format(v.Size), v.Format, v.SHA256[:min(12, len(v.SHA256))], command.FormatTime(&created))
 	}
 	return tw.Flush()
 }
 
-func artifactGet(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] NAME[@VERSION]", `
+func artifactGet(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags] NAME[@VERSION]", `
 Show one Artifact version; without @VERSION, the newest.`)
-	g := fs.clientFlags(true)
-	c, ref, err := inv.connect(fs, g, args, "NAME[@VERSION]")
+	g := fs.ClientFlags(true)
+	c, ref, err := inv.Connect(fs, g, args, "NAME[@VERSION]")
 	if err != nil {
 		return err
 	}
@@ -302,13 +303,13 @@ Show one Artifact version; without @VERSION, the newest.`)
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(v)
+	if g.JSON() {
+		return inv.WriteJSON(v)
 	}
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	created := v.CreatedAt
 	termtext.Fprintf(tw, "Reference:\t%s\nSHA256:\t%s\nSize:\t%s (%d bytes)\nFormat:\t%s\nCreated:\t%s\n",
-		v.Ref(), v.SHA256, bytesize.Format(v.Size), v.Size, v.Format, formatTime(&created))
+		v.Ref(), v.SHA256, bytesize.Format(v.Size), v.Size, v.Format, command.FormatTime(&created))
 	return tw.Flush()
 }
 
@@ -359,8 +360,8 @@ func uploadKey(name, src string, fi os.FileInfo, size int64) (string, error) {
 // CLI's context file; without one, nothing is remembered.
 type uploadMemory struct{ path string }
 
-func (inv *invocation) uploadMemory() uploadMemory {
-	p := client.ContextPath(inv.env)
+func newUploadMemory(inv *command.Invocation) uploadMemory {
+	p := client.ContextPath(inv.Env)
 	if p == "" {
 		return uploadMemory{}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/cli/command"
 	"github.com/mercator/mercator/client"
 )
 
@@ -330,10 +331,10 @@ func TestRunWaitInterrupted(t *testing.T) {
 	f.addRun(api.Run{ID: "r-1", Status: api.RunRunning, CreatedAt: t0})
 	var stdout, stderr bytes.Buffer
 	env := map[string]string{"MERCATOR_ADDR": f.srv.URL, "MERCATOR_TOKEN": testToken}
-	inv := &invocation{stdout: &stdout, stderr: &stderr, env: func(k string) string { return env[k] }, now: time.Now}
+	inv := &command.Invocation{Stdout: &stdout, Stderr: &stderr, Env: func(k string) string { return env[k] }, Now: time.Now}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	if code := inv.main(ctx, []string{"run", "wait", "r-1"}); code != 130 {
+	if code := execute(ctx, inv, []string{"run", "wait", "r-1"}); code != 130 {
 		t.Errorf("exit %d, want 130", code)
 	}
 	if !strings.Contains(stderr.String(), "run r-1 goes on") {
@@ -552,12 +553,12 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("exit %d", res.code)
 	}
 	var leaves []string
-	for _, name := range sortedKeys(commands) {
+	for _, name := range command.SortedKeys(commands) {
 		c := commands[name]
-		if c.subs == nil {
+		if c.Subs == nil {
 			leaves = append(leaves, name)
 		}
-		for _, sub := range sortedKeys(c.subs) {
+		for _, sub := range command.SortedKeys(c.Subs) {
 			leaves = append(leaves, name+" "+sub)
 		}
 	}
@@ -599,5 +600,5 @@ func TestRegisterRejectsDuplicates(t *testing.T) {
 			t.Error("registering run twice did not panic")
 		}
 	}()
-	register(&command{name: "run"})
+	register(&command.Command{Name: "run"})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/cli/command"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/internal/termtext"
 	"github.com/mercator/mercator/pki"
@@ -20,22 +21,22 @@ import (
 
 func init() {
 	const summary = "Choose which control plane client commands talk to"
-	registerSub("context", summary, &command{name: "add", summary: "Save a control plane's address, credential and CA under a name", run: contextAdd})
-	registerSub("context", summary, &command{name: "use", summary: "Make a saved context the current one", run: contextUse})
-	registerSub("context", summary, &command{name: "ls", summary: "List saved contexts", run: contextList})
-	registerSub("ca", "Manage the CA of a deployment's replicas", &command{name: "create", summary: "Create a CA for replicas to share (--tls-ca-cert, --tls-ca-key)", run: caCreate})
+	registerSub("context", summary, &command.Command{Name: "add", Summary: "Save a control plane's address, credential and CA under a name", Run: contextAdd})
+	registerSub("context", summary, &command.Command{Name: "use", Summary: "Make a saved context the current one", Run: contextUse})
+	registerSub("context", summary, &command.Command{Name: "ls", Summary: "List saved contexts", Run: contextList})
+	registerSub("ca", "Manage the CA of a deployment's replicas", &command.Command{Name: "create", Summary: "Create a CA for replicas to share (--tls-ca-cert, --tls-ca-key)", Run: caCreate})
 }
 
-func (inv *invocation) contextPath() (string, error) {
-	p := client.ContextPath(inv.env)
+func contextPath(inv *command.Invocation) (string, error) {
+	p := client.ContextPath(inv.Env)
 	if p == "" {
 		return "", fmt.Errorf("no place for the context file: set %s, XDG_CONFIG_HOME or HOME", client.EnvConfig)
 	}
 	return p, nil
 }
 
-func contextAdd(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("NAME --addr URL --token-file FILE [--ca-file FILE | --ca-fingerprint SHA256]", `Save a control plane under NAME and make it the current context.
+func contextAdd(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("NAME --addr URL --token-file FILE [--ca-file FILE | --ca-fingerprint SHA256]", `Save a control plane under NAME and make it the current context.
 
 The server is verified with the CA in --ca-file, or with the CA whose
 SHA-256 fingerprint --ca-fingerprint gives (as `+"`mercator server`"+` prints
@@ -47,19 +48,19 @@ trusted (a server with a public certificate).`)
 	caFile := fs.String("ca-file", "", "`file` of the CA certificate the server's chain must lead to")
 	fingerprint := fs.String("ca-fingerprint", "", "SHA-256 `fingerprint` of the server's CA: fetch the CA and pin it")
 	project := fs.String("project", "", "default `project` of client commands in this context ($MERCATOR_PROJECT beats it)")
-	pos, err := fs.parse(args)
+	pos, err := fs.Parse(args)
 	if err != nil {
 		return err
 	}
 	switch {
 	case len(pos) != 1:
-		return usagef("want one context NAME")
+		return command.Usagef("want one context NAME")
 	case *addr == "" || *tokenFile == "":
-		return usagef("--addr and --token-file are required")
+		return command.Usagef("--addr and --token-file are required")
 	case *caFile != "" && *fingerprint != "":
-		return usagef("give --ca-file or --ca-fingerprint, not both")
+		return command.Usagef("give --ca-file or --ca-fingerprint, not both")
 	}
-	path, err := inv.contextPath()
+	path, err := contextPath(inv)
 	if err != nil {
 		return err
 	}
@@ -89,7 +90,7 @@ trusted (a server with a public certificate).`)
 	if err := client.SaveContext(path, pos[0], c, true); err != nil {
 		return err
 	}
-	termtext.Fprintf(inv.stderr, "context %s saved in %s and in use\n", pos[0], path)
+	termtext.Fprintf(inv.Stderr, "context %s saved in %s and in use\n", pos[0], path)
 	return nil
 }
 
@@ -103,30 +104,30 @@ func absPath(p string) string {
 	return p
 }
 
-func contextUse(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("NAME", "Make the saved context NAME the current one.")
-	pos, err := fs.parse(args)
+func contextUse(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("NAME", "Make the saved context NAME the current one.")
+	pos, err := fs.Parse(args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usagef("want one context NAME")
+		return command.Usagef("want one context NAME")
 	}
-	path, err := inv.contextPath()
+	path, err := contextPath(inv)
 	if err != nil {
 		return err
 	}
 	return client.UseContext(path, pos[0])
 }
 
-func contextList(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("", "List the saved contexts; * marks the current one.")
-	if pos, err := fs.parse(args); err != nil {
+func contextList(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("", "List the saved contexts; * marks the current one.")
+	if pos, err := fs.Parse(args); err != nil {
 		return err
 	} else if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
+		return command.Usagef("unexpected argument %q", pos[0])
 	}
-	path, err := inv.contextPath()
+	path, err := contextPath(inv)
 	if err != nil {
 		return err
 	}
@@ -134,7 +135,7 @@ func contextList(ctx context.Context, inv *invocation, args []string) error {
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CURRENT\tNAME\tADDR\tCA")
 	if len(cf.Contexts) == 0 && cf.Addr != "" {
 		termtext.Fprintf(tw, "*\t(default)\t%s\t-\n", cf.Addr)
@@ -155,17 +156,17 @@ func contextList(ctx context.Context, inv *invocation, args []string) error {
 	return tw.Flush()
 }
 
-func caCreate(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("DIR", `Create a CA (ECDSA P-256, valid ten years) in DIR/ca.pem and DIR/ca-key.pem
+func caCreate(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("DIR", `Create a CA (ECDSA P-256, valid ten years) in DIR/ca.pem and DIR/ca-key.pem
 (mode 0600). Give both files to every replica of one deployment with
 --tls-ca-cert and --tls-ca-key, so they all serve certificates from one CA
 and every invitation pins it.`)
-	pos, err := fs.parse(args)
+	pos, err := fs.Parse(args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usagef("want one DIR")
+		return command.Usagef("want one DIR")
 	}
 	certPath, keyPath := filepath.Join(pos[0], "ca.pem"), filepath.Join(pos[0], "ca-key.pem")
 	for _, p := range []string{certPath, keyPath} {
@@ -180,18 +181,7 @@ and every invitation pins it.`)
 	if err := ca.Write(certPath, keyPath); err != nil {
 		return err
 	}
-	termtext.Fprintf(inv.stdout, "%s\n", certPath)
-	printCA(inv, certPath)
+	termtext.Fprintf(inv.Stdout, "%s\n", certPath)
+	command.PrintCA(inv, certPath)
 	return nil
-}
-
-// printCA prints where the CA certificate is and its fingerprint, the two
-// things a client needs to trust the server.
-func printCA(inv *invocation, caFile string) {
-	certs, err := pki.ReadCertsFile(caFile)
-	if err != nil {
-		termtext.Fprintf(inv.stderr, "CA certificate: %v\n", err)
-		return
-	}
-	termtext.Fprintf(inv.stderr, "CA certificate in %s\nCA fingerprint sha256:%s\n", caFile, pki.Fingerprint(certs[0]))
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mercator/mercator/cli/internal/clitest"
 	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/store/sqlstore"
@@ -30,7 +31,7 @@ func startControlPlane(t *testing.T, dir string) (env map[string]string, adminFi
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := controlplane.New(controlplane.Config{PublicURL: "http://" + l.Addr().String()}, st, pinAll{}, nil)
+	srv := controlplane.New(controlplane.Config{PublicURL: "http://" + l.Addr().String()}, st, clitest.PinAll{}, nil)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, l) }()
 	t.Cleanup(func() { cancel(); <-served; st.Close() })

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/cli/command"
 )
 
 // t0 is the fake's clock and the CLI's "now" in tests.
@@ -203,7 +204,7 @@ func (f *fakeAPI) nodeList(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	list := api.NodeList{Nodes: []api.Node{}}
-	for _, id := range sortedKeys(f.nodes) {
+	for _, id := range command.SortedKeys(f.nodes) {
 		list.Nodes = append(list.Nodes, f.nodes[id])
 	}
 	writeJSON(w, 200, list)
@@ -267,10 +268,10 @@ func (f *fakeAPI) cli(t *testing.T, args ...string) result {
 func runCLI(t *testing.T, env map[string]string, args ...string) result {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	inv := &invocation{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr,
-		env: func(k string) string { return env[k] }, now: func() time.Time { return t0 }}
+	inv := &command.Invocation{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+		Env: func(k string) string { return env[k] }, Now: func() time.Time { return t0 }}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	code := inv.main(ctx, args)
+	code := execute(ctx, inv, args)
 	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
 }

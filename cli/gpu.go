@@ -8,27 +8,28 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/cli/command"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/internal/termtext"
 )
 
 func init() {
-	registerSub("node", nodeSummary, &command{name: "gpu", summary: "List, cordon and uncordon a node's GPUs", subs: map[string]*command{
-		"ls":       {name: "ls", summary: "List a node's GPUs with their health", run: nodeGPUList},
-		"cordon":   {name: "cordon", summary: "Place nothing more on one GPU of a node", run: nodeGPUCordon},
-		"uncordon": {name: "uncordon", summary: "Return one GPU of a node to service (after a reset)", run: nodeGPUUncordon},
+	registerSub("node", nodeSummary, &command.Command{Name: "gpu", Summary: "List, cordon and uncordon a node's GPUs", Subs: map[string]*command.Command{
+		"ls":       {Name: "ls", Summary: "List a node's GPUs with their health", Run: nodeGPUList},
+		"cordon":   {Name: "cordon", Summary: "Place nothing more on one GPU of a node", Run: nodeGPUCordon},
+		"uncordon": {Name: "uncordon", Summary: "Return one GPU of a node to service (after a reset)", Run: nodeGPUUncordon},
 	}})
 }
 
-func nodeGPUList(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] NODE_ID", `
+func nodeGPUList(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags] NODE_ID", `
 List NODE_ID's GPUs with their health: STATE is healthy (placed on), sick
 (the node reported it so: quarantined until uncordoned), cordoned (an
 operator withheld it) or disputed (another node claims the same UUID);
 REASON and DETAIL say why, SINCE when it was first seen, REPORTED the
 node's own present word. See docs/gpus.md.`)
-	g := fs.clientFlags(true)
-	c, id, err := inv.connect(fs, g, args, "NODE_ID")
+	g := fs.ClientFlags(true)
+	c, id, err := inv.Connect(fs, g, args, "NODE_ID")
 	if err != nil {
 		return err
 	}
@@ -36,29 +37,29 @@ node's own present word. See docs/gpus.md.`)
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(n.GPUs)
+	if g.JSON() {
+		return inv.WriteJSON(n.GPUs)
 	}
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "UUID\tMODEL\tSTATE\tREASON\tSINCE\tREPORTED\tDETAIL")
 	for _, gpu := range n.GPUs {
 		since := "-"
 		if !gpu.Since.IsZero() {
-			since = formatTime(&gpu.Since)
+			since = command.FormatTime(&gpu.Since)
 		}
-		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", gpu.UUID, gpu.Model, gpu.State, orDash(gpu.Reason), since, orDash(gpu.Reported), orDash(gpu.Detail))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", gpu.UUID, gpu.Model, gpu.State, command.OrDash(gpu.Reason), since, command.OrDash(gpu.Reported), command.OrDash(gpu.Detail))
 	}
 	return tw.Flush()
 }
 
-func nodeGPUCordon(ctx context.Context, inv *invocation, args []string) error {
+func nodeGPUCordon(ctx context.Context, inv *command.Invocation, args []string) error {
 	return nodeGPUAction(ctx, inv, args, `
 Cordon GPU_UUID on NODE_ID: nothing more is placed on it until it is
 uncordoned. What runs on it goes on; the node keeps serving with its other
 GPUs.`, "cordoned: nothing more is placed on it", (*client.Client).CordonGPU)
 }
 
-func nodeGPUUncordon(ctx context.Context, inv *invocation, args []string) error {
+func nodeGPUUncordon(ctx context.Context, inv *command.Invocation, args []string) error {
 	return nodeGPUAction(ctx, inv, args, `
 Return GPU_UUID on NODE_ID to service, typically after the card was reset
 or the machine rebooted: its cordon and its quarantine are lifted. A
@@ -68,13 +69,13 @@ quarantines the card again.`, "uncordoned: it may be placed on again", (*client.
 
 // nodeGPUAction is the shape of gpu cordon and uncordon: NODE_ID GPU_UUID,
 // one call, the GPU's new state printed.
-func nodeGPUAction(ctx context.Context, inv *invocation, args []string, help, done string, call func(*client.Client, context.Context, string, string) (api.Node, error)) error {
-	fs := inv.flags("[flags] NODE_ID GPU_UUID", help)
-	g := fs.clientFlags(true)
+func nodeGPUAction(ctx context.Context, inv *command.Invocation, args []string, help, done string, call func(*client.Client, context.Context, string, string) (api.Node, error)) error {
+	fs := inv.Flags("[flags] NODE_ID GPU_UUID", help)
+	g := fs.ClientFlags(true)
 	var id, uuid string
-	c, err := inv.connectWith(fs, g, args, func(pos []string) error {
+	c, err := inv.ConnectWith(fs, g, args, func(pos []string) error {
 		if len(pos) != 2 {
-			return usagef("want NODE_ID GPU_UUID, got %d arguments", len(pos))
+			return command.Usagef("want NODE_ID GPU_UUID, got %d arguments", len(pos))
 		}
 		id, uuid = pos[0], pos[1]
 		return nil
@@ -86,10 +87,10 @@ func nodeGPUAction(ctx context.Context, inv *invocation, args []string, help, do
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(n)
+	if g.JSON() {
+		return inv.WriteJSON(n)
 	}
-	_, err = termtext.Fprintf(inv.stdout, "node %s: GPU %s %s (%s)\n", n.ID, uuid, done, gpuCount(n.GPUs))
+	_, err = termtext.Fprintf(inv.Stdout, "node %s: GPU %s %s (%s)\n", n.ID, uuid, done, gpuCount(n.GPUs))
 	return err
 }
 
@@ -117,14 +118,14 @@ func gpuHealthText(g api.NodeGPU) string {
 	if g.State == api.GPUStateHealthy {
 		return g.UUID + " healthy"
 	}
-	return fmt.Sprintf("%s %s: %s (since %s): %s", g.UUID, g.State, g.Reason, formatTime(&g.Since), g.Detail)
+	return fmt.Sprintf("%s %s: %s (since %s): %s", g.UUID, g.State, g.Reason, command.FormatTime(&g.Since), g.Detail)
 }
 
 // printGPUUsage prints, for each attempt that reported GPU usage, a line per
 // GPU: utilization, memory and power as average/peak, the longest idle
 // stretch, and IDLE when that reached api.GPUIdleFlagAfter.
-func printGPUUsage(inv *invocation, attempts []api.Attempt) error {
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+func printGPUUsage(inv *command.Invocation, attempts []api.Attempt) error {
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	header := false
 	for _, a := range attempts {
 		for _, u := range a.GPUUsage {
@@ -132,7 +133,7 @@ func printGPUUsage(inv *invocation, attempts []api.Attempt) error {
 				fmt.Fprintln(tw, "\nATTEMPT\tGPU\tUTIL AVG/PEAK\tMEMORY AVG/PEAK\tPOWER AVG/PEAK\tLONGEST IDLE\tSAMPLES")
 				header = true
 			}
-			idle := formatDuration(time.Duration(u.LongestIdleSec) * time.Second)
+			idle := command.FormatDuration(time.Duration(u.LongestIdleSec) * time.Second)
 			if u.Idle {
 				idle += " IDLE"
 			}

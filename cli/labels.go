@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/cli/command"
 	"github.com/mercator/mercator/internal/termtext"
 )
 
@@ -14,11 +15,11 @@ import (
 // (`run submit --constraint`) and projects' pools select on (docs/teams.md).
 
 func init() {
-	registerSub("node", nodeSummary, &command{name: "label", summary: "Set (KEY=VALUE) or remove (KEY-) a node's labels", run: nodeLabel})
+	registerSub("node", nodeSummary, &command.Command{Name: "label", Summary: "Set (KEY=VALUE) or remove (KEY-) a node's labels", Run: nodeLabel})
 }
 
-func nodeLabel(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] NODE_ID KEY=VALUE... KEY-...", `
+func nodeLabel(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags] NODE_ID KEY=VALUE... KEY-...", `
 Set and remove a node's labels. Runs select nodes by label with
 `+"`run submit --constraint KEY=VALUE`"+`, and a project restricted to pools
 (`+"`project create --pools`"+`) runs only on nodes whose pool label is one of
@@ -26,12 +27,12 @@ them:
 
     mercator node label gpu-7 pool=secure zone=b
     mercator node label gpu-7 zone-`)
-	g := fs.clientFlags(true)
+	g := fs.ClientFlags(true)
 	var nodeID string
 	var req api.NodeLabelsRequest
-	c, err := inv.connectWith(fs, g, args, func(pos []string) error {
+	c, err := inv.ConnectWith(fs, g, args, func(pos []string) error {
 		if len(pos) < 2 {
-			return usagef("want a NODE_ID and at least one KEY=VALUE or KEY-")
+			return command.Usagef("want a NODE_ID and at least one KEY=VALUE or KEY-")
 		}
 		nodeID = pos[0]
 		for _, arg := range pos[1:] {
@@ -41,7 +42,7 @@ them:
 			}
 			k, v, ok := strings.Cut(arg, "=")
 			if !ok {
-				return usagef("%q: write KEY=VALUE to set a label or KEY- to remove one", arg)
+				return command.Usagef("%q: write KEY=VALUE to set a label or KEY- to remove one", arg)
 			}
 			if req.Set == nil {
 				req.Set = map[string]string{}
@@ -57,13 +58,13 @@ them:
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(n)
+	if g.JSON() {
+		return inv.WriteJSON(n)
 	}
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(n.Labels)) {
 		parts = append(parts, k+"="+n.Labels[k])
 	}
-	termtext.Fprintf(inv.stderr, "node %s labels: %s\n", n.ID, orDash(strings.Join(parts, " ")))
+	termtext.Fprintf(inv.Stderr, "node %s labels: %s\n", n.ID, command.OrDash(strings.Join(parts, " ")))
 	return nil
 }

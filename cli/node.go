@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/mercator/mercator/cli/command"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/internal/bytesize"
 	"github.com/mercator/mercator/internal/termtext"
@@ -20,55 +21,55 @@ import (
 const nodeSummary = "Invite, list and inspect nodes"
 
 func init() {
-	registerSub("node", nodeSummary, &command{name: "invite", summary: "Mint a single-use invitation for a node to enroll", run: nodeInvite})
-	registerSub("node", nodeSummary, &command{name: "ls", summary: "List nodes", run: nodeList})
-	registerSub("node", nodeSummary, &command{name: "get", summary: "Show a node and the facts it reported", run: nodeGet})
-	registerSub("node", nodeSummary, &command{name: "cordon", summary: "Place no new work on a node", run: nodeCordon})
-	registerSub("node", nodeSummary, &command{name: "uncordon", summary: "Return a cordoned or draining node to service", run: nodeUncordon})
-	registerSub("node", nodeSummary, &command{name: "drain", summary: "Cordon a node and, after an optional deadline, stop its work", run: nodeDrain})
-	registerSub("node", nodeSummary, &command{name: "gpu-clear", summary: "Clear a GPU dispute: this node's claim to the GPU stands", run: nodeGPUClear})
+	registerSub("node", nodeSummary, &command.Command{Name: "invite", Summary: "Mint a single-use invitation for a node to enroll", Run: nodeInvite})
+	registerSub("node", nodeSummary, &command.Command{Name: "ls", Summary: "List nodes", Run: nodeList})
+	registerSub("node", nodeSummary, &command.Command{Name: "get", Summary: "Show a node and the facts it reported", Run: nodeGet})
+	registerSub("node", nodeSummary, &command.Command{Name: "cordon", Summary: "Place no new work on a node", Run: nodeCordon})
+	registerSub("node", nodeSummary, &command.Command{Name: "uncordon", Summary: "Return a cordoned or draining node to service", Run: nodeUncordon})
+	registerSub("node", nodeSummary, &command.Command{Name: "drain", Summary: "Cordon a node and, after an optional deadline, stop its work", Run: nodeDrain})
+	registerSub("node", nodeSummary, &command.Command{Name: "gpu-clear", Summary: "Clear a GPU dispute: this node's claim to the GPU stands", Run: nodeGPUClear})
 }
 
-func nodeInvite(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] NODE_ID", `
+func nodeInvite(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags] NODE_ID", `
 Mint a single-use invitation for the machine that will be NODE_ID, and
 print its token and the exact command line to run on that machine: the
 agent spends the invitation to enroll, connecting out to the control plane.
 The token is a secret until it is spent or expires. -o json prints the
 invitation object (node_id, token, expires_at, command).`)
-	g := fs.clientFlags(true)
+	g := fs.ClientFlags(true)
 	ttl := fs.Duration("ttl", 0, "how long the invitation may be spent, e.g. 24h (0: the server's default, 24h)")
-	c, id, err := inv.connect(fs, g, args, "NODE_ID")
+	c, id, err := inv.Connect(fs, g, args, "NODE_ID")
 	if err != nil {
 		return err
 	}
 	if *ttl < 0 {
-		return usagef("--ttl must not be negative, got %s", *ttl)
+		return command.Usagef("--ttl must not be negative, got %s", *ttl)
 	}
 	invitation, err := c.InviteNode(ctx, id, *ttl)
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(invitation)
+	if g.JSON() {
+		return inv.WriteJSON(invitation)
 	}
-	expires := formatTime(&invitation.ExpiresAt)
+	expires := command.FormatTime(&invitation.ExpiresAt)
 	if !invitation.ExpiresAt.IsZero() {
-		expires += " (in " + formatDuration(invitation.ExpiresAt.Sub(inv.now())) + ")"
+		expires += " (in " + command.FormatDuration(invitation.ExpiresAt.Sub(inv.Now())) + ")"
 	}
-	_, err = termtext.Fprintf(inv.stdout, "Invitation for node %s, single use, expires %s.\n"+
+	_, err = termtext.Fprintf(inv.Stdout, "Invitation for node %s, single use, expires %s.\n"+
 		"Token: %s\n\n"+
 		"Run this on the machine to enroll it:\n\n"+
 		"  %s\n", invitation.NodeID, expires, invitation.Token, invitation.Command)
 	return err
 }
 
-func nodeList(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags]", `
+func nodeList(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags]", `
 List the nodes the control plane knows: invited, ready (enrolled and
 inside their lease) and unreachable (past their lease).`)
-	g := fs.clientFlags(true)
-	c, _, err := inv.connect(fs, g, args, "")
+	g := fs.ClientFlags(true)
+	c, _, err := inv.Connect(fs, g, args, "")
 	if err != nil {
 		return err
 	}
@@ -76,31 +77,31 @@ inside their lease) and unreachable (past their lease).`)
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(list)
+	if g.JSON() {
+		return inv.WriteJSON(list)
 	}
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tCPUS\tMEMORY\tGPUS\tRUNNING\tLAST SEEN\tFLAGS\tAGENT\tCAP")
 	for _, n := range list.Nodes {
 		f := factsOf(n.Facts)
 		// AGENT and CAP: the agent version and capability version its last
 		// facts stated (docs/upgrades.md).
 		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", n.ID, n.Status, f.number("cpus"), f.bytes("memory_bytes"),
-			gpuCount(n.GPUs), len(n.Running), inv.durationSince(n.LastSeenAt), len(n.Flags), orDash(f.str("agent_version")), f.number("capability_version")) // gpuCount: gpu.go
+			gpuCount(n.GPUs), len(n.Running), durationSince(inv, n.LastSeenAt), len(n.Flags), command.OrDash(f.str("agent_version")), f.number("capability_version")) // gpuCount: gpu.go
 	}
 	return tw.Flush()
 }
 
-func nodeGet(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] NODE_ID", `
+func nodeGet(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags] NODE_ID", `
 Show a node: its status, fencing token (the enrollment commands must carry)
 and when it was last seen, and the facts it last reported as it measured
 them: CPUs, memory, free disk, the container runtime and its version, the
 images it holds, its accelerators, and any notes about what it could not
 measure; then the flags the control plane raised about those facts (a
 refused report, a disputed GPU: see docs/hardening.md, "Node facts").`)
-	g := fs.clientFlags(true)
-	c, id, err := inv.connect(fs, g, args, "NODE_ID")
+	g := fs.ClientFlags(true)
+	c, id, err := inv.Connect(fs, g, args, "NODE_ID")
 	if err != nil {
 		return err
 	}
@@ -108,26 +109,26 @@ refused report, a disputed GPU: see docs/hardening.md, "Node facts").`)
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(n)
+	if g.JSON() {
+		return inv.WriteJSON(n)
 	}
 	f := factsOf(n.Facts)
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	row := func(k, v string) { termtext.Fprintf(tw, "%s\t%s\n", labelOf(k), v) }
 	row("ID", n.ID)
 	row("Status", n.Status)
 	row("Fencing token", strconv.FormatUint(n.FencingToken, 10))
-	row("Enrolled", formatTime(n.EnrolledAt))
-	lastSeen := formatTime(n.LastSeenAt)
+	row("Enrolled", command.FormatTime(n.EnrolledAt))
+	lastSeen := command.FormatTime(n.LastSeenAt)
 	if n.LastSeenAt != nil {
-		lastSeen += " (" + inv.durationSince(n.LastSeenAt) + ")"
+		lastSeen += " (" + durationSince(inv, n.LastSeenAt) + ")"
 	}
 	row("Last seen", lastSeen)
 	if n.Facts == nil {
 		row("Facts", "none reported yet")
 	} else {
-		row("Hostname", orDash(f.str("hostname")))
-		row("OS/arch", orDash(strings.Trim(f.str("os")+"/"+f.str("arch"), "/")))
+		row("Hostname", command.OrDash(f.str("hostname")))
+		row("OS/arch", command.OrDash(strings.Trim(f.str("os")+"/"+f.str("arch"), "/")))
 		row("CPUs", f.number("cpus"))
 		row("Memory", f.bytes("memory_bytes"))
 		row("Disk free", f.bytes("disk_free_bytes"))
@@ -135,7 +136,7 @@ refused report, a disputed GPU: see docs/hardening.md, "Node facts").`)
 		if v := f.str("runtime_api_version"); v != "" {
 			runtime += " (API " + v + ")"
 		}
-		row("Runtime", orDash(runtime))
+		row("Runtime", command.OrDash(runtime))
 		row("Images", strconv.Itoa(len(f.list("images"))))
 		accs := f.list("accelerators")
 		if len(accs) == 0 {
@@ -152,7 +153,7 @@ refused report, a disputed GPU: see docs/hardening.md, "Node facts").`)
 			}
 			row(firstOnly("Accelerators", i), desc)
 		}
-		row("Agent", strings.TrimSpace(orDash(f.str("agent_version"))+", capability "+f.number("capability_version")))
+		row("Agent", strings.TrimSpace(command.OrDash(f.str("agent_version"))+", capability "+f.number("capability_version")))
 		for i, note := range f.list("notes") {
 			row(firstOnly("Notes", i), fmt.Sprint(note))
 		}
@@ -178,7 +179,7 @@ func flagText(f api.NodeFlag) string {
 	if f.GPU != "" {
 		kind += " " + f.GPU
 	}
-	return kind + " (since " + formatTime(&f.Since) + "): " + f.Detail
+	return kind + " (since " + command.FormatTime(&f.Since) + "): " + f.Detail
 }
 
 // labelOf is a detail row's label: "K:", or nothing for a row that
@@ -255,35 +256,35 @@ func (f facts) list(k string) []any {
 	return l
 }
 
-func nodeCordon(ctx context.Context, inv *invocation, args []string) error {
+func nodeCordon(ctx context.Context, inv *command.Invocation, args []string) error {
 	return nodeAction(ctx, inv, args, `
 Cordon a node: the scheduler places no new work on it; what runs there goes
 on. Undo with `+"`mercator node uncordon`"+`.`, nil, func(c *client.Client, id string) (api.Node, error) { return c.CordonNode(ctx, id) })
 }
 
-func nodeUncordon(ctx context.Context, inv *invocation, args []string) error {
+func nodeUncordon(ctx context.Context, inv *command.Invocation, args []string) error {
 	return nodeAction(ctx, inv, args, `
 Return a cordoned or draining node to service.`, nil, func(c *client.Client, id string) (api.Node, error) { return c.UncordonNode(ctx, id) })
 }
 
-func nodeDrain(ctx context.Context, inv *invocation, args []string) error {
+func nodeDrain(ctx context.Context, inv *command.Invocation, args []string) error {
 	var deadline *time.Duration
 	return nodeAction(ctx, inv, args, `
 Drain a node: no new work is placed on it and running work may finish. With
 --deadline, work still running when it passes is stopped (reason "drained"),
 and each stopped run's retry policy decides whether it is placed elsewhere.`,
-		func(fs *flagSet) {
+		func(fs *command.FlagSet) {
 			deadline = fs.Duration("deadline", 0, "stop remaining work after this `duration`, e.g. 1h (0: none)")
 		},
 		func(c *client.Client, id string) (api.Node, error) {
 			if *deadline < 0 {
-				return api.Node{}, usagef("--deadline must not be negative, got %s", *deadline)
+				return api.Node{}, command.Usagef("--deadline must not be negative, got %s", *deadline)
 			}
 			return c.DrainNode(ctx, id, *deadline)
 		})
 }
 
-func nodeGPUClear(ctx context.Context, inv *invocation, args []string) error {
+func nodeGPUClear(ctx context.Context, inv *command.Invocation, args []string) error {
 	return nodeGPUAction(ctx, inv, args, `
 Clear the dispute over GPU_UUID on NODE_ID. When two nodes report the same
 GPU UUID, neither gets work on that GPU until an operator has looked: find
@@ -295,13 +296,13 @@ dispute stays until then). `+"`mercator node get NODE_ID`"+` lists a node's flag
 
 // nodeAction is the shape of cordon, uncordon and drain: flags, one node ID,
 // one call, the node printed as it now is.
-func nodeAction(ctx context.Context, inv *invocation, args []string, help string, extra func(*flagSet), call func(*client.Client, string) (api.Node, error)) error {
-	fs := inv.flags("[flags] NODE_ID", help)
-	g := fs.clientFlags(true)
+func nodeAction(ctx context.Context, inv *command.Invocation, args []string, help string, extra func(*command.FlagSet), call func(*client.Client, string) (api.Node, error)) error {
+	fs := inv.Flags("[flags] NODE_ID", help)
+	g := fs.ClientFlags(true)
 	if extra != nil {
 		extra(fs)
 	}
-	c, id, err := inv.connect(fs, g, args, "NODE_ID")
+	c, id, err := inv.Connect(fs, g, args, "NODE_ID")
 	if err != nil {
 		return err
 	}
@@ -309,8 +310,8 @@ func nodeAction(ctx context.Context, inv *invocation, args []string, help string
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(n)
+	if g.JSON() {
+		return inv.WriteJSON(n)
 	}
 	state := "in service"
 	switch {
@@ -323,6 +324,6 @@ func nodeAction(ctx context.Context, inv *invocation, args []string, help string
 	case n.Cordoned:
 		state = "cordoned"
 	}
-	_, err = termtext.Fprintf(inv.stdout, "node %s: %s (%d attempts on it)\n", n.ID, state, len(n.Running))
+	_, err = termtext.Fprintf(inv.Stdout, "node %s: %s (%d attempts on it)\n", n.ID, state, len(n.Running))
 	return err
 }

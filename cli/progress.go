@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/cli/command"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/internal/termtext"
 )
@@ -13,27 +14,27 @@ import (
 // showing on stderr, when it is a terminal, each stage the run reaches;
 // then a summary line, the run as JSON on stdout with asJSON, and the
 // run's exit status (waitExitCode).
-func (inv *invocation) waitForRun(ctx context.Context, c *client.Client, id string, asJSON bool) error {
+func waitForRun(ctx context.Context, inv *command.Invocation, c *client.Client, id string, asJSON bool) error {
 	var observe func(api.Run)
-	if inv.stderrIsTerminal() {
-		observe = (&runProgress{w: inv.stderr}).observe
+	if inv.StderrIsTerminal() {
+		observe = (&runProgress{w: inv.Stderr}).observe
 	}
 	run, err := c.WaitRunFunc(ctx, id, observe)
 	if err != nil {
 		if ctx.Err() != nil {
-			termtext.Fprintf(inv.stderr, "stopped waiting; run %s goes on (mercator run cancel %s stops it)\n", id, id)
-			return exitCode(exitCancelled)
+			termtext.Fprintf(inv.Stderr, "stopped waiting; run %s goes on (mercator run cancel %s stops it)\n", id, id)
+			return command.ExitCode(exitCancelled)
 		}
 		return err
 	}
 	if asJSON {
-		if err := inv.writeJSON(normalizeRun(run)); err != nil {
+		if err := inv.WriteJSON(normalizeRun(run)); err != nil {
 			return err
 		}
 	}
-	termtext.Fprintln(inv.stderr, runSummaryLine(run))
+	termtext.Fprintln(inv.Stderr, runSummaryLine(run))
 	if code := waitExitCode(run); code != 0 {
-		return exitCode(code)
+		return command.ExitCode(code)
 	}
 	return nil
 }

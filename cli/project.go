@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/cli/command"
 	"github.com/mercator/mercator/internal/bytesize"
 	"github.com/mercator/mercator/internal/termtext"
 )
@@ -21,11 +22,11 @@ import (
 const projectSummary = "Share the fleet between teams: projects, quotas and weights"
 
 func init() {
-	registerSub("project", projectSummary, &command{name: "create", summary: "Create a project with its quota, cap, weight and pools", run: projectCreate})
-	registerSub("project", projectSummary, &command{name: "update", summary: "Change a project's quota, cap, weight or pools (flags not given are kept)", run: projectUpdate})
-	registerSub("project", projectSummary, &command{name: "ls", summary: "List projects", run: projectList})
-	registerSub("project", projectSummary, &command{name: "get", summary: "Show one project", run: projectGet})
-	registerSub("project", projectSummary, &command{name: "rm", summary: "Remove a project without unfinished runs", run: projectRemove})
+	registerSub("project", projectSummary, &command.Command{Name: "create", Summary: "Create a project with its quota, cap, weight and pools", Run: projectCreate})
+	registerSub("project", projectSummary, &command.Command{Name: "update", Summary: "Change a project's quota, cap, weight or pools (flags not given are kept)", Run: projectUpdate})
+	registerSub("project", projectSummary, &command.Command{Name: "ls", Summary: "List projects", Run: projectList})
+	registerSub("project", projectSummary, &command.Command{Name: "get", Summary: "Show one project", Run: projectGet})
+	registerSub("project", projectSummary, &command.Command{Name: "rm", Summary: "Remove a project without unfinished runs", Run: projectRemove})
 }
 
 const projectHelp = `
@@ -46,7 +47,7 @@ type projectFlags struct {
 	set         map[string]bool
 }
 
-func (pf *projectFlags) define(fs *flagSet) {
+func (pf *projectFlags) define(fs *command.FlagSet) {
 	pf.gpus = fs.String("gpus", "", "guaranteed GPUs by model, `MODEL=N,...` such as H100=16,A100=8")
 	pf.cpu = fs.Float64("cpu", 0, "guaranteed CPU `cores`")
 	fs.Var(&pf.memory, "memory", "guaranteed memory `size`, such as 2TiB")
@@ -97,7 +98,7 @@ func parseGPUQuota(s string) (map[string]int, error) {
 		model, n, ok := strings.Cut(part, "=")
 		count, err := strconv.Atoi(strings.TrimSpace(n))
 		if !ok || err != nil || strings.TrimSpace(model) == "" {
-			return nil, usagef("--gpus %q: write MODEL=N pairs separated by commas, such as H100=16,A100=8", part)
+			return nil, command.Usagef("--gpus %q: write MODEL=N pairs separated by commas, such as H100=16,A100=8", part)
 		}
 		out[strings.TrimSpace(model)] = count
 	}
@@ -105,14 +106,14 @@ func parseGPUQuota(s string) (map[string]int, error) {
 }
 
 // parseProject parses a project command's flags and its NAME.
-func (inv *invocation) parseProject(fs *flagSet, args []string) (*projectFlags, string, error) {
+func parseProject(inv *command.Invocation, fs *command.FlagSet, args []string) (*projectFlags, string, error) {
 	var pf projectFlags
 	pf.define(fs)
-	pos, err := fs.parse(args)
+	pos, err := fs.Parse(args)
 	if err != nil {
 		return nil, "", err
 	}
-	name, err := oneArg(pos, "NAME")
+	name, err := command.OneArg(pos, "NAME")
 	if err != nil {
 		return nil, "", err
 	}
@@ -121,42 +122,42 @@ func (inv *invocation) parseProject(fs *flagSet, args []string) (*projectFlags, 
 	return &pf, name, nil
 }
 
-func projectCreate(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("NAME [--gpus MODEL=N,...] [--cpu N] [--memory SIZE] [--max-running N] [--weight W] [--pools P1,P2]", "Create a project."+projectHelp)
-	g := fs.clientFlags(true)
-	pf, name, err := inv.parseProject(fs, args)
+func projectCreate(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("NAME [--gpus MODEL=N,...] [--cpu N] [--memory SIZE] [--max-running N] [--weight W] [--pools P1,P2]", "Create a project."+projectHelp)
+	g := fs.ClientFlags(true)
+	pf, name, err := parseProject(inv, fs, args)
 	if err != nil {
 		return err
 	}
-	if err := g.check(); err != nil {
+	if err := g.Check(); err != nil {
 		return err
 	}
 	p := api.Project{Name: name}
 	if err := pf.apply(&p); err != nil {
 		return err
 	}
-	c, err := inv.client(g)
+	c, err := inv.Client(g)
 	if err != nil {
 		return err
 	}
 	if p, err = c.CreateProject(ctx, p); err != nil {
 		return err
 	}
-	return inv.printProject(g.json(), p, "created")
+	return printProject(inv, g.JSON(), p, "created")
 }
 
-func projectUpdate(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("NAME [--gpus MODEL=N,...] [--cpu N] [--memory SIZE] [--max-running N] [--weight W] [--pools P1,P2]",
+func projectUpdate(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("NAME [--gpus MODEL=N,...] [--cpu N] [--memory SIZE] [--max-running N] [--weight W] [--pools P1,P2]",
 		"Change a project: the flags given replace those values, the rest are kept. --gpus replaces the whole GPU quota (--gpus '' removes it)."+projectHelp)
-	g := fs.clientFlags(true)
-	pf, name, err := inv.parseProject(fs, args)
+	g := fs.ClientFlags(true)
+	pf, name, err := parseProject(inv, fs, args)
 	if err != nil {
 		return err
 	}
-	if err := g.check(); err != nil {
+	if err := g.Check(); err != nil {
 		return err
 	}
-	c, err := inv.client(g)
+	c, err := inv.Client(g)
 	if err != nil {
 		return err
 	}
@@ -170,21 +171,21 @@ func projectUpdate(ctx context.Context, inv *invocation, args []string) error {
 	if p, err = c.UpdateProject(ctx, p); err != nil {
 		return err
 	}
-	return inv.printProject(g.json(), p, "updated")
+	return printProject(inv, g.JSON(), p, "updated")
 }
 
-func (inv *invocation) printProject(asJSON bool, p api.Project, did string) error {
+func printProject(inv *command.Invocation, asJSON bool, p api.Project, did string) error {
 	if asJSON {
-		return inv.writeJSON(p)
+		return inv.WriteJSON(p)
 	}
-	termtext.Fprintf(inv.stderr, "%s project %s: %s\n", did, p.Name, describeProject(p))
+	termtext.Fprintf(inv.Stderr, "%s project %s: %s\n", did, p.Name, describeProject(p))
 	return nil
 }
 
 // describeProject is a project's quota and limits on one line.
 func describeProject(p api.Project) string {
-	return fmt.Sprintf("quota %s, max running %s, weight %g, pools %s", formatQuota(p.Quota), orDash(formatCount(p.MaxRunning)),
-		p.EffectiveWeight(), orDash(strings.Join(p.Pools, ",")))
+	return fmt.Sprintf("quota %s, max running %s, weight %g, pools %s", formatQuota(p.Quota), command.OrDash(formatCount(p.MaxRunning)),
+		p.EffectiveWeight(), command.OrDash(strings.Join(p.Pools, ",")))
 }
 
 func formatCount(n int) string {
@@ -212,10 +213,10 @@ func formatQuota(q api.Quota) string {
 	return strings.Join(parts, ",")
 }
 
-func projectList(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags]", "List the projects by name; the default project is always there.")
-	g := fs.clientFlags(true)
-	c, _, err := inv.connect(fs, g, args, "")
+func projectList(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags]", "List the projects by name; the default project is always there.")
+	g := fs.ClientFlags(true)
+	c, _, err := inv.Connect(fs, g, args, "")
 	if err != nil {
 		return err
 	}
@@ -223,21 +224,21 @@ func projectList(ctx context.Context, inv *invocation, args []string) error {
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(list)
+	if g.JSON() {
+		return inv.WriteJSON(list)
 	}
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tQUOTA\tMAX RUNNING\tWEIGHT\tPOOLS")
 	for _, p := range list.Projects {
-		termtext.Fprintf(tw, "%s\t%s\t%s\t%g\t%s\n", p.Name, formatQuota(p.Quota), orDash(formatCount(p.MaxRunning)), p.EffectiveWeight(), orDash(strings.Join(p.Pools, ",")))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%g\t%s\n", p.Name, formatQuota(p.Quota), command.OrDash(formatCount(p.MaxRunning)), p.EffectiveWeight(), command.OrDash(strings.Join(p.Pools, ",")))
 	}
 	return tw.Flush()
 }
 
-func projectGet(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] NAME", "Show one project.")
-	g := fs.clientFlags(true)
-	c, name, err := inv.connect(fs, g, args, "NAME")
+func projectGet(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags] NAME", "Show one project.")
+	g := fs.ClientFlags(true)
+	c, name, err := inv.Connect(fs, g, args, "NAME")
 	if err != nil {
 		return err
 	}
@@ -245,24 +246,24 @@ func projectGet(ctx context.Context, inv *invocation, args []string) error {
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(p)
+	if g.JSON() {
+		return inv.WriteJSON(p)
 	}
-	termtext.Fprintf(inv.stdout, "%s: %s\n", p.Name, describeProject(p))
+	termtext.Fprintf(inv.Stdout, "%s: %s\n", p.Name, describeProject(p))
 	return nil
 }
 
-func projectRemove(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] NAME", "Remove a project. Its unfinished runs must be cancelled or finished first; the default project cannot be removed.")
-	g := fs.clientFlags(false)
-	c, name, err := inv.connect(fs, g, args, "NAME")
+func projectRemove(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags] NAME", "Remove a project. Its unfinished runs must be cancelled or finished first; the default project cannot be removed.")
+	g := fs.ClientFlags(false)
+	c, name, err := inv.Connect(fs, g, args, "NAME")
 	if err != nil {
 		return err
 	}
 	if _, err := c.RemoveProject(ctx, name); err != nil {
 		return err
 	}
-	termtext.Fprintf(inv.stderr, "removed project %s\n", name)
+	termtext.Fprintf(inv.Stderr, "removed project %s\n", name)
 	return nil
 }
 
@@ -274,21 +275,21 @@ func describeQueue(q api.QueuePosition) string {
 		s += "; ahead: " + strings.Join(q.Ahead, ", ")
 	}
 	if q.EarliestStart != nil {
-		s += "; earliest start " + formatTime(q.EarliestStart)
+		s += "; earliest start " + command.FormatTime(q.EarliestStart)
 	}
 	return s
 }
 
 // printQueue prints `run ls --queue`: the queued runs in scheduling order.
-func (inv *invocation) printQueue(list api.RunList) error {
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+func printQueue(inv *command.Invocation, list api.RunList) error {
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROJECT\tPOS\tPRIORITY\tID\tIMAGE\tREASON")
 	for _, r := range list.Runs {
 		pos := "-"
 		if r.Queue != nil {
 			pos = fmt.Sprintf("%d/%d", r.Queue.Position, r.Queue.Of)
 		}
-		termtext.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", api.ProjectOf(r.Project), pos, r.Priority, r.ID, orDash(r.Image), orDash(r.Reason))
+		termtext.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", api.ProjectOf(r.Project), pos, r.Priority, r.ID, command.OrDash(r.Image), command.OrDash(r.Reason))
 	}
 	return tw.Flush()
 }

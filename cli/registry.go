@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/mercator/mercator/cli/command"
 	"github.com/mercator/mercator/internal/termtext"
 )
 
@@ -16,13 +17,13 @@ import (
 const registrySummary = "Store credentials for private image registries"
 
 func init() {
-	registerSub("registry", registrySummary, &command{name: "add", summary: "Store a registry credential (password from stdin)", run: registryAdd})
-	registerSub("registry", registrySummary, &command{name: "ls", summary: "List registries with a stored credential", run: registryList})
-	registerSub("registry", registrySummary, &command{name: "rm", summary: "Remove a registry credential", run: registryRemove})
+	registerSub("registry", registrySummary, &command.Command{Name: "add", Summary: "Store a registry credential (password from stdin)", Run: registryAdd})
+	registerSub("registry", registrySummary, &command.Command{Name: "ls", Summary: "List registries with a stored credential", Run: registryList})
+	registerSub("registry", registrySummary, &command.Command{Name: "rm", Summary: "Remove a registry credential", Run: registryRemove})
 }
 
-func registryAdd(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] HOST --username USER --password-stdin", `
+func registryAdd(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags] HOST --username USER --password-stdin", `
 Store the credential Mercator uses to pull images from HOST (as image
 references name it: ghcr.io, registry.example.com:5000, docker.io) and to
 resolve their tags at submit. The password, or token, is read from stdin, so
@@ -33,27 +34,27 @@ it appears in no command line or shell history:
 It is stored encrypted and never returned. A node receives it only inside
 the command that pulls the image, and keeps it nowhere. Adding a host again
 replaces its credential.`)
-	g := fs.clientFlags(true)
+	g := fs.ClientFlags(true)
 	user := fs.String("username", "", "registry `user` name (required)")
 	stdin := fs.Bool("password-stdin", false, "read the password or token from stdin (required)")
-	pos, err := fs.parse(args)
+	pos, err := fs.Parse(args)
 	if err != nil {
 		return err
 	}
-	if err := g.check(); err != nil {
+	if err := g.Check(); err != nil {
 		return err
 	}
-	host, err := oneArg(pos, "HOST")
+	host, err := command.OneArg(pos, "HOST")
 	if err != nil {
 		return err
 	}
 	if *user == "" {
-		return usagef("--username is required")
+		return command.Usagef("--username is required")
 	}
 	if !*stdin {
-		return usagef("--password-stdin is required: the password is read from stdin, never from a flag")
+		return command.Usagef("--password-stdin is required: the password is read from stdin, never from a flag")
 	}
-	line, err := bufio.NewReader(inv.stdin).ReadString('\n')
+	line, err := bufio.NewReader(inv.Stdin).ReadString('\n')
 	password := strings.TrimRight(line, "\r\n")
 	if password == "" {
 		if err != nil {
@@ -61,7 +62,7 @@ replaces its credential.`)
 		}
 		return fmt.Errorf("the password read from stdin is empty")
 	}
-	c, err := inv.client(g)
+	c, err := inv.Client(g)
 	if err != nil {
 		return err
 	}
@@ -69,17 +70,17 @@ replaces its credential.`)
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(r)
+	if g.JSON() {
+		return inv.WriteJSON(r)
 	}
-	termtext.Fprintf(inv.stderr, "stored the credential of %s for user %s\n", r.Host, r.Username)
+	termtext.Fprintf(inv.Stderr, "stored the credential of %s for user %s\n", r.Host, r.Username)
 	return nil
 }
 
-func registryList(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags]", `List the registries with a stored credential. Passwords are never shown.`)
-	g := fs.clientFlags(true)
-	c, _, err := inv.connect(fs, g, args, "")
+func registryList(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags]", `List the registries with a stored credential. Passwords are never shown.`)
+	g := fs.ClientFlags(true)
+	c, _, err := inv.Connect(fs, g, args, "")
 	if err != nil {
 		return err
 	}
@@ -87,22 +88,22 @@ func registryList(ctx context.Context, inv *invocation, args []string) error {
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(list)
+	if g.JSON() {
+		return inv.WriteJSON(list)
 	}
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOST\tUSERNAME\tUPDATED")
 	for _, r := range list.Registries {
 		updated := r.UpdatedAt
-		termtext.Fprintf(tw, "%s\t%s\t%s\n", r.Host, r.Username, formatTime(&updated))
+		termtext.Fprintf(tw, "%s\t%s\t%s\n", r.Host, r.Username, command.FormatTime(&updated))
 	}
 	return tw.Flush()
 }
 
-func registryRemove(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] HOST", `Remove the credential of a registry host.`)
-	g := fs.clientFlags(false)
-	c, host, err := inv.connect(fs, g, args, "HOST")
+func registryRemove(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags] HOST", `Remove the credential of a registry host.`)
+	g := fs.ClientFlags(false)
+	c, host, err := inv.Connect(fs, g, args, "HOST")
 	if err != nil {
 		return err
 	}
@@ -110,6 +111,6 @@ func registryRemove(ctx context.Context, inv *invocation, args []string) error {
 	if err != nil {
 		return err
 	}
-	termtext.Fprintf(inv.stderr, "removed the credential of %s\n", r.Host)
+	termtext.Fprintf(inv.Stderr, "removed the credential of %s\n", r.Host)
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/cli/command"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/bytesize"
@@ -23,27 +24,16 @@ import (
 const runSummary = "Submit, inspect, wait on and cancel runs"
 
 func init() {
-	registerSub("run", runSummary, &command{name: "submit", summary: "Submit a run (or --count N copies) and print its ID", run: runSubmit})
-	registerSub("run", runSummary, &command{name: "get", summary: "Show a run and its attempts", run: runGet})
-	registerSub("run", runSummary, &command{name: "ls", summary: "List runs, newest first", run: runList})
-	registerSub("run", runSummary, &command{name: "wait", summary: "Wait for a run to end and exit with its exit code", run: runWait})
-	registerSub("run", runSummary, &command{name: "logs", summary: "Print a run's output (-f to follow it)", run: runLogs})
-	registerSub("run", runSummary, &command{name: "cancel", summary: "Cancel a run", run: runCancel})
+	registerSub("run", runSummary, &command.Command{Name: "submit", Summary: "Submit a run (or --count N copies) and print its ID", Run: runSubmit})
+	registerSub("run", runSummary, &command.Command{Name: "get", Summary: "Show a run and its attempts", Run: runGet})
+	registerSub("run", runSummary, &command.Command{Name: "ls", Summary: "List runs, newest first", Run: runList})
+	registerSub("run", runSummary, &command.Command{Name: "wait", Summary: "Wait for a run to end and exit with its exit code", Run: runWait})
+	registerSub("run", runSummary, &command.Command{Name: "logs", Summary: "Print a run's output (-f to follow it)", Run: runLogs})
+	registerSub("run", runSummary, &command.Command{Name: "cancel", Summary: "Cancel a run", Run: runCancel})
 }
 
-// oneArg checks that exactly one positional argument, named what, was given.
-func oneArg(pos []string, what string) (string, error) {
-	if len(pos) != 1 {
-		return "", usagef("want exactly one %s, got %d argument(s)", what, len(pos))
-	}
-	if strings.TrimSpace(pos[0]) == "" {
-		return "", usagef("%s must not be empty", what)
-	}
-	return pos[0], nil
-}
-
-func runSubmit(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("--image REF [flags] [--] [CMD [ARGS...]]", `
+func runSubmit(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("--image REF [flags] [--] [CMD [ARGS...]]", `
 Submit a run: one container started from the image with the command, on a
 node the control plane picks. The image is pinned to its digest at submit.
 Prints the new run's ID, and nothing else, on stdout, so that
@@ -72,15 +62,15 @@ many were created and which indexes were not. --count 1 is a sweep of one
 Sizes for --memory take decimal (KB, MB, GB, TB) or binary (KiB, MiB, GiB,
 TiB) units; a plain number is bytes.
 `+secretflag.Help)
-	g := fs.clientFlags(true)
+	g := fs.ClientFlags(true)
 	var sf submitFlags
 	sf.define(fs)
 	wait := fs.Bool("wait", false, "after printing the ID, wait for the run to end as 'mercator run wait' does (its progress on a terminal, its exit status)")
-	command, err := fs.parseHead(args)
+	argv, err := fs.ParseHead(args)
 	if err != nil {
 		return err
 	}
-	if err := g.check(); err != nil {
+	if err := g.Check(); err != nil {
 		return err
 	}
 	countSet := false
@@ -88,11 +78,11 @@ TiB) units; a plain number is bytes.
 		sf.set[f.Name] = true
 		countSet = countSet || f.Name == "count"
 	})
-	spec, err := sf.spec(command, inv.env)
+	spec, err := sf.spec(argv, inv.Env)
 	if err != nil {
 		return err
 	}
-	c, err := inv.client(g)
+	c, err := inv.Client(g)
 	if err != nil {
 		return err
 	}
@@ -101,9 +91,9 @@ TiB) units; a plain number is bytes.
 	}
 	if countSet {
 		if *wait {
-			return usagef("--wait waits for one run; with --count, wait for each ID with 'mercator run wait'")
+			return command.Usagef("--wait waits for one run; with --count, wait for each ID with 'mercator run wait'")
 		}
-		return inv.submitCopies(ctx, c, spec, *sf.count, g.json())
+		return submitCopies(ctx, inv, c, spec, *sf.count, g.JSON())
 	}
 	run, err := c.SubmitRun(ctx, spec)
 	if err != nil {
@@ -112,17 +102,17 @@ TiB) units; a plain number is bytes.
 	if *wait {
 		// The ID first, so that a script that captures it still can
 		// (with -o json, the run as it ended is the output).
-		if !g.json() {
-			if _, err := termtext.Fprintln(inv.stdout, run.ID); err != nil {
+		if !g.JSON() {
+			if _, err := termtext.Fprintln(inv.Stdout, run.ID); err != nil {
 				return err
 			}
 		}
-		return inv.waitForRun(ctx, c, run.ID, g.json())
+		return waitForRun(ctx, inv, c, run.ID, g.JSON())
 	}
-	if g.json() {
-		return inv.writeJSON(normalizeRun(run))
+	if g.JSON() {
+		return inv.WriteJSON(normalizeRun(run))
 	}
-	_, err = termtext.Fprintln(inv.stdout, run.ID)
+	_, err = termtext.Fprintln(inv.Stdout, run.ID)
 	return err
 }
 
@@ -134,8 +124,8 @@ type submitFlags struct {
 	cpu                   *float64
 	timeout, replaceAfter *time.Duration
 	retries, gpus, count  *int
-	env, artifacts        stringList
-	constraints           stringList
+	env, artifacts        command.StringList
+	constraints           command.StringList
 	// Containment the run asks for (api.RunSpec's block of it).
 	user, network *string
 	readOnly      *bool
@@ -150,7 +140,7 @@ type submitFlags struct {
 	set map[string]bool
 }
 
-func (sf *submitFlags) define(fs *flagSet) {
+func (sf *submitFlags) define(fs *command.FlagSet) {
 	sf.set = map[string]bool{}
 	sf.image = fs.String("image", "", "image `REF` to run, with a tag or a digest (required)")
 	sf.cpu = fs.Float64("cpu", 0, "CPU `cores` to limit the run to, e.g. 0.5 (0: the node's default, one core unless its operator says otherwise)")
@@ -181,8 +171,8 @@ func (sf *submitFlags) define(fs *flagSet) {
 // the control plane's own checks, so that a spec the control plane would
 // refuse is a usage error that names the flag to change, and no request is
 // sent.
-func (sf *submitFlags) spec(command []string, env func(string) string) (api.RunSpec, error) {
-	spec := api.RunSpec{Image: *sf.image, Command: command, CPU: *sf.cpu, Retries: *sf.retries,
+func (sf *submitFlags) spec(argv []string, env func(string) string) (api.RunSpec, error) {
+	spec := api.RunSpec{Image: *sf.image, Command: argv, CPU: *sf.cpu, Retries: *sf.retries,
 		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout),
 		User: *sf.user, ReadOnlyRootfs: *sf.readOnly, Network: *sf.network, PidsLimit: *sf.pidsLimit,
 		MemoryBytes: int64(sf.memory), GPUMemoryBytes: int64(sf.gpuMemory), LogLimitBytes: int64(sf.logLimit),
@@ -194,24 +184,24 @@ func (sf *submitFlags) spec(command []string, env func(string) string) (api.RunS
 		spec.ReplaceAfterSeconds = wholeSeconds(*sf.replaceAfter)
 	}
 	if *sf.count < 1 {
-		return spec, usagef("--count must be 1 or more, got %d", *sf.count)
+		return spec, command.Usagef("--count must be 1 or more, got %d", *sf.count)
 	}
-	if spec.Env, err = keyValues("env", sf.env, "the value may be empty: KEY="); err != nil {
+	if spec.Env, err = command.KeyValues("env", sf.env, "the value may be empty: KEY="); err != nil {
 		return spec, err
 	}
-	if spec.Constraints, err = keyValues("constraint", sf.constraints, "write KEY=VALUE"); err != nil {
+	if spec.Constraints, err = command.KeyValues("constraint", sf.constraints, "write KEY=VALUE"); err != nil {
 		return spec, err
 	}
 	if _, ok := spec.Env[runIndexEnv]; ok && sf.set["count"] {
-		return spec, usagef("--env %s cannot be combined with --count: --count sets %s to each copy's index, 0 to N-1", runIndexEnv, runIndexEnv)
+		return spec, command.Usagef("--env %s cannot be combined with --count: --count sets %s to each copy's index, 0 to N-1", runIndexEnv, runIndexEnv)
 	}
 	if spec.Secrets, err = sf.secrets.Read(env); err != nil {
-		return spec, usagef("%v", err)
+		return spec, command.Usagef("%v", err)
 	}
 	for _, a := range sf.artifacts {
 		m, err := parseArtifactFlag(a)
 		if err != nil {
-			return spec, usagef("%v", err)
+			return spec, command.Usagef("%v", err)
 		}
 		spec.Artifacts = append(spec.Artifacts, m)
 	}
@@ -248,14 +238,14 @@ func specUsageError(err error) error {
 	}
 	name, ok := specFlags[fe.Field]
 	if !ok {
-		return usagef("%v", err)
+		return command.Usagef("%v", err)
 	}
 	for _, verb := range []string{"is ", "are ", "has ", "must "} {
 		if strings.HasPrefix(fe.Message, verb) {
-			return usagef("%s %s", name, fe.Message)
+			return command.Usagef("%s %s", name, fe.Message)
 		}
 	}
-	return usagef("%s: %s", name, fe.Message)
+	return command.Usagef("%s: %s", name, fe.Message)
 }
 
 // runIndexEnv is the variable `run submit --count` sets to each copy's
@@ -270,7 +260,7 @@ const runIndexEnv = "MERCATOR_RUN_INDEX"
 // failure or not. A failed call ends it: stderr then says how many runs
 // were created and which indexes were not, and the call's error is
 // returned.
-func (inv *invocation) submitCopies(ctx context.Context, c *client.Client, spec api.RunSpec, n int, asJSON bool) error {
+func submitCopies(ctx context.Context, inv *command.Invocation, c *client.Client, spec api.RunSpec, n int, asJSON bool) error {
 	created := api.RunList{Runs: []api.Run{}}
 	var failed error
 	for first := 0; first < n; first += api.MaxRunBatch {
@@ -283,14 +273,14 @@ func (inv *invocation) submitCopies(ctx context.Context, c *client.Client, spec 
 		for _, r := range runs {
 			created.Runs = append(created.Runs, normalizeRun(r))
 			if !asJSON {
-				if _, err := termtext.Fprintln(inv.stdout, r.ID); err != nil {
+				if _, err := termtext.Fprintln(inv.Stdout, r.ID); err != nil {
 					return err
 				}
 			}
 		}
 	}
 	if asJSON {
-		if err := inv.writeJSON(created); err != nil {
+		if err := inv.WriteJSON(created); err != nil {
 			return err
 		}
 	}
@@ -299,7 +289,7 @@ func (inv *invocation) submitCopies(ctx context.Context, c *client.Client, spec 
 		if asJSON {
 			where = "on stdout, as JSON"
 		}
-		termtext.Fprintf(inv.stderr, "%d of %d runs were created (indexes 0 to %d; their IDs are %s); indexes %d to %d were not\n",
+		termtext.Fprintf(inv.Stderr, "%d of %d runs were created (indexes 0 to %d; their IDs are %s); indexes %d to %d were not\n",
 			len(created.Runs), n, len(created.Runs)-1, where, len(created.Runs), n-1)
 	}
 	return failed
@@ -329,14 +319,14 @@ func normalizeRun(r api.Run) api.Run {
 	return r
 }
 
-func runGet(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] RUN_ID", `
+func runGet(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags] RUN_ID", `
 Show a run: its status and why, its image as submitted and as pinned, its
 exit code and moments, then each attempt: the node it was placed on, its
 status, its container, when the container started and finished (the
 daemon's own moments), its exit code and error.`)
-	g := fs.clientFlags(true)
-	c, id, err := inv.connect(fs, g, args, "RUN_ID")
+	g := fs.ClientFlags(true)
+	c, id, err := inv.Connect(fs, g, args, "RUN_ID")
 	if err != nil {
 		return err
 	}
@@ -344,14 +334,14 @@ daemon's own moments), its exit code and error.`)
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(normalizeRun(run))
+	if g.JSON() {
+		return inv.WriteJSON(normalizeRun(run))
 	}
-	return inv.printRun(run)
+	return printRun(inv, run)
 }
 
-func (inv *invocation) printRun(r api.Run) error {
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+func printRun(inv *command.Invocation, r api.Run) error {
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	row := func(k, v string) { termtext.Fprintf(tw, "%s:\t%s\n", k, v) }
 	row("ID", r.ID)
 	status := r.Status
@@ -359,35 +349,35 @@ func (inv *invocation) printRun(r api.Run) error {
 		status += " (cancel requested)"
 	}
 	row("Status", status)
-	row("Reason", orDash(r.Reason))
+	row("Reason", command.OrDash(r.Reason))
 	row("Project", fmt.Sprintf("%s (priority %d)", api.ProjectOf(r.Project), r.Priority))
 	if r.Queue != nil {
 		row("Queue", describeQueue(*r.Queue))
 	}
-	row("Image", orDash(r.Image))
-	row("Pinned image", orDash(r.PinnedImage))
+	row("Image", command.OrDash(r.Image))
+	row("Pinned image", command.OrDash(r.PinnedImage))
 	if len(r.Command) > 0 {
 		row("Command", strings.Join(r.Command, " "))
 	}
-	row("Exit code", formatExit(r.ExitCode))
-	row("Created", formatTime(&r.CreatedAt))
-	finished := formatTime(r.FinishedAt)
+	row("Exit code", command.FormatExit(r.ExitCode))
+	row("Created", command.FormatTime(&r.CreatedAt))
+	finished := command.FormatTime(r.FinishedAt)
 	if r.FinishedAt != nil && !r.CreatedAt.IsZero() {
-		finished += " (after " + formatDuration(r.FinishedAt.Sub(r.CreatedAt)) + ")"
+		finished += " (after " + command.FormatDuration(r.FinishedAt.Sub(r.CreatedAt)) + ")"
 	}
 	row("Finished", finished)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	termtext.Fprintln(inv.stdout)
+	termtext.Fprintln(inv.Stdout)
 	if len(r.Attempts) == 0 {
-		_, err := fmt.Fprintln(inv.stdout, "No attempts yet.")
+		_, err := fmt.Fprintln(inv.Stdout, "No attempts yet.")
 		return err
 	}
-	tw = tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	tw = tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ATTEMPT\tNODE\tSTATUS\tCONTAINER\tSTARTED\tFINISHED\tEXIT\tERROR")
 	for _, a := range r.Attempts {
-		exit := formatExit(a.ExitCode)
+		exit := command.FormatExit(a.ExitCode)
 		if a.OOMKilled {
 			exit += " (OOM)"
 		}
@@ -398,8 +388,8 @@ func (inv *invocation) printRun(r api.Run) error {
 		if a.PreemptedBy != "" {
 			errText = a.PreemptedBy
 		}
-		termtext.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, orDash(a.NodeID), a.Status,
-			orDash(shortID(a.ContainerID)), formatTime(a.StartedAt), formatTime(a.FinishedAt), exit, orDash(errText))
+		termtext.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, command.OrDash(a.NodeID), a.Status,
+			command.OrDash(shortID(a.ContainerID)), command.FormatTime(a.StartedAt), command.FormatTime(a.FinishedAt), exit, command.OrDash(errText))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -415,31 +405,31 @@ func shortID(id string) string {
 	return id
 }
 
-func runList(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags]", `
+func runList(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags]", `
 List runs, newest first. --status keeps runs in the given statuses
 (repeatable or comma-separated: queued, placed, preparing, running,
 succeeded, failed, cancelled). Page with --limit and --before, passing the
 ID of the last run of the previous page.`)
-	g := fs.clientFlags(true)
-	var statuses stringList
+	g := fs.ClientFlags(true)
+	var statuses command.StringList
 	fs.Var(&statuses, "status", "keep runs with this `status` (repeatable, or comma-separated)")
 	limit := fs.Int("limit", 0, "list at most `N` runs (0: the server's default)")
 	before := fs.String("before", "", "list only runs older than `RUN_ID`")
 	project := fs.String("project", "", "list only this `project`'s runs (default: $MERCATOR_PROJECT or the context's; every project when neither)")
 	queue := fs.Bool("queue", false, "list the queued runs in scheduling order (priority, then submission), by project, with their positions")
-	pos, err := fs.parse(args)
+	pos, err := fs.Parse(args)
 	if err != nil {
 		return err
 	}
-	if err := g.check(); err != nil {
+	if err := g.Check(); err != nil {
 		return err
 	}
 	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
+		return command.Usagef("unexpected argument %q", pos[0])
 	}
 	if *limit < 0 {
-		return usagef("--limit must not be negative, got %d", *limit)
+		return command.Usagef("--limit must not be negative, got %d", *limit)
 	}
 	opts := client.ListRunsOptions{Limit: *limit, Before: *before, Project: *project, Queue: *queue}
 	for _, s := range statuses {
@@ -449,12 +439,12 @@ ID of the last run of the previous page.`)
 				continue
 			}
 			if !knownRunStatus(one) {
-				return usagef("--status %q is not a run status; use queued, placed, preparing, running, succeeded, failed or cancelled", one)
+				return command.Usagef("--status %q is not a run status; use queued, placed, preparing, running, succeeded, failed or cancelled", one)
 			}
 			opts.Statuses = append(opts.Statuses, one)
 		}
 	}
-	c, err := inv.client(g)
+	c, err := inv.Client(g)
 	if err != nil {
 		return err
 	}
@@ -465,20 +455,20 @@ ID of the last run of the previous page.`)
 	if err != nil {
 		return err
 	}
-	if g.json() {
+	if g.JSON() {
 		for i := range list.Runs {
 			list.Runs[i] = normalizeRun(list.Runs[i])
 		}
-		return inv.writeJSON(list)
+		return inv.WriteJSON(list)
 	}
 	if *queue {
-		return inv.printQueue(list)
+		return printQueue(inv, list)
 	}
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tIMAGE\tEXIT\tCREATED\tFINISHED\tREASON")
 	for _, r := range list.Runs {
-		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Status, orDash(r.Image), formatExit(r.ExitCode),
-			formatTime(&r.CreatedAt), formatTime(r.FinishedAt), orDash(r.Reason))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Status, command.OrDash(r.Image), command.FormatExit(r.ExitCode),
+			command.FormatTime(&r.CreatedAt), command.FormatTime(r.FinishedAt), command.OrDash(r.Reason))
 	}
 	return tw.Flush()
 }
@@ -497,8 +487,8 @@ const (
 	exitCancelled    = 130 // cancelled, as a shell reports a SIGINT'd command
 )
 
-func runWait(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] RUN_ID", `
+func runWait(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags] RUN_ID", `
 Wait until the run ends, print a one-line summary to stderr, and exit with
 the run's status, so that a script can chain on the run itself (on a
 terminal, stderr also shows each stage the run reaches: queued and why,
@@ -519,12 +509,12 @@ Exit status:
   2                     the command line was wrong
 
 With -o json the run as it ended is printed on stdout as well.`)
-	g := fs.clientFlags(true)
-	c, id, err := inv.connect(fs, g, args, "RUN_ID")
+	g := fs.ClientFlags(true)
+	c, id, err := inv.Connect(fs, g, args, "RUN_ID")
 	if err != nil {
 		return err
 	}
-	return inv.waitForRun(ctx, c, id, g.json())
+	return waitForRun(ctx, inv, c, id, g.JSON())
 }
 
 // waitExitCode is the exit status of `run wait` for a terminal run; see its
@@ -555,7 +545,7 @@ func runSummaryLine(r api.Run) string {
 		termtext.Fprintf(&b, " (exit %d)", *r.ExitCode)
 	}
 	if r.FinishedAt != nil && !r.CreatedAt.IsZero() {
-		termtext.Fprintf(&b, " in %s", formatDuration(r.FinishedAt.Sub(r.CreatedAt)))
+		termtext.Fprintf(&b, " in %s", command.FormatDuration(r.FinishedAt.Sub(r.CreatedAt)))
 	}
 	if r.Reason != "" {
 		termtext.Fprintf(&b, ": %s", r.Reason)
@@ -563,32 +553,32 @@ func runSummaryLine(r api.Run) string {
 	return b.String()
 }
 
-func runLogs(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] RUN_ID", `
+func runLogs(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags] RUN_ID", `
 Print the combined stdout and stderr of the run's latest attempt as it
 arrives. With -f, keep printing until the run ends and all its output was
 printed. To a file or a pipe it is byte for byte; to a terminal, its control
 characters and escape sequences are shown escaped (\x1b[2J), not obeyed,
 unless --raw is given (docs/hardening.md, "Terminal output").`)
-	g := fs.clientFlags(false)
+	g := fs.ClientFlags(false)
 	follow := fs.Bool("follow", false, "keep streaming until the run ends")
-	fs.aliasShort("f", "follow")
-	raw := rawFlag(fs)
-	c, id, err := inv.connect(fs, g, args, "RUN_ID")
+	fs.AliasShort("f", "follow")
+	raw := command.RawFlag(fs)
+	c, id, err := inv.Connect(fs, g, args, "RUN_ID")
 	if err != nil {
 		return err
 	}
-	w, finish := termtext.Output(inv.stdout, *raw)
+	w, finish := termtext.Output(inv.Stdout, *raw)
 	return finish(c.Logs(ctx, id, *follow, w))
 }
 
-func runCancel(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags] RUN_ID", `
+func runCancel(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags] RUN_ID", `
 Ask the control plane to cancel a run. Cancelling is asynchronous: the
 run's container is stopped on its node, and the run ends as cancelled; use
 'mercator run wait' to see it end.`)
-	g := fs.clientFlags(true)
-	c, id, err := inv.connect(fs, g, args, "RUN_ID")
+	g := fs.ClientFlags(true)
+	c, id, err := inv.Connect(fs, g, args, "RUN_ID")
 	if err != nil {
 		return err
 	}
@@ -596,17 +586,17 @@ run's container is stopped on its node, and the run ends as cancelled; use
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(normalizeRun(run))
+	if g.JSON() {
+		return inv.WriteJSON(normalizeRun(run))
 	}
-	_, err = termtext.Fprintf(inv.stdout, "run %s: cancel requested (status %s)\n", run.ID, run.Status)
+	_, err = termtext.Fprintf(inv.Stdout, "run %s: cancel requested (status %s)\n", run.ID, run.Status)
 	return err
 }
 
 // durationSince is how long ago t was, for "last seen" columns.
-func (inv *invocation) durationSince(t *time.Time) string {
+func durationSince(inv *command.Invocation, t *time.Time) string {
 	if t == nil || t.IsZero() {
 		return "never"
 	}
-	return formatDuration(inv.now().Sub(*t).Truncate(time.Second)) + " ago"
+	return command.FormatDuration(inv.Now().Sub(*t).Truncate(time.Second)) + " ago"
 }

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
+	"github.com/mercator/mercator/cli/command"
 	"github.com/mercator/mercator/internal/termtext"
 	"github.com/mercator/mercator/nodeagent"
 	"github.com/mercator/mercator/nodeproto"
@@ -17,7 +18,7 @@ import (
 var Version = ""
 
 func init() {
-	register(&command{name: "version", summary: "Print the version of this binary", run: runVersion})
+	register(&command.Command{Name: "version", Summary: "Print the version of this binary", Run: runVersion})
 }
 
 // versionInfo is what `mercator version -o json` prints.
@@ -65,28 +66,28 @@ func buildVersion() string {
 	return v
 }
 
-func runVersion(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags]", `
+func runVersion(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags]", `
 Print the version of this binary, the node-protocol capability version it
 speaks, and the Go toolchain and platform it was built for. It does not
 contact the control plane.`)
 	output := fs.String("output", "table", "output `format`: table or json")
-	fs.aliasShort("o", "output")
-	pos, err := fs.parse(args)
+	fs.AliasShort("o", "output")
+	pos, err := fs.Parse(args)
 	if err != nil {
 		return err
 	}
-	if err := (&clientFlags{output: *output}).check(); err != nil {
+	if err := command.CheckOutput(*output); err != nil {
 		return err
 	}
 	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
+		return command.Usagef("unexpected argument %q", pos[0])
 	}
 	vi := versionInfo{Version: buildVersion(), AgentVersion: nodeagent.Version, CapabilityVersion: nodeproto.Version,
 		Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if *output == "json" {
-		return inv.writeJSON(vi)
+		return inv.WriteJSON(vi)
 	}
-	_, err = termtext.Fprintf(inv.stdout, "mercator %s (capability %d, %s, %s)\n", vi.Version, vi.CapabilityVersion, vi.Go, vi.Platform)
+	_, err = termtext.Fprintf(inv.Stdout, "mercator %s (capability %d, %s, %s)\n", vi.Version, vi.CapabilityVersion, vi.Go, vi.Platform)
 	return err
 }

@@ -1,4 +1,4 @@
-package cli
+package fncmd
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/cli/command"
 	"github.com/mercator/mercator/internal/termtext"
 )
 
@@ -17,22 +18,23 @@ import (
 // verbs follow the Fn CLI's (create, list, inspect, update, delete) with
 // Mercator's spelling (ls, get).
 
-func init() {
+// registerApp adds `mercator app …` through registerSub (see Register).
+func registerApp(registerSub func(group, groupSummary string, c *command.Command)) {
 	const group = "Manage function applications (Fn-compatible apps)"
-	registerSub("app", group, &command{name: "create", summary: "Create an app", run: appCreate})
-	registerSub("app", group, &command{name: "ls", summary: "List apps", run: appList})
-	registerSub("app", group, &command{name: "get", summary: "Show an app", run: appGet})
-	registerSub("app", group, &command{name: "update", summary: "Change an app's configuration or annotations", run: appUpdate})
-	registerSub("app", group, &command{name: "delete", summary: "Delete an app with its functions and triggers", run: appDelete})
+	registerSub("app", group, &command.Command{Name: "create", Summary: "Create an app", Run: appCreate})
+	registerSub("app", group, &command.Command{Name: "ls", Summary: "List apps", Run: appList})
+	registerSub("app", group, &command.Command{Name: "get", Summary: "Show an app", Run: appGet})
+	registerSub("app", group, &command.Command{Name: "update", Summary: "Change an app's configuration or annotations", Run: appUpdate})
+	registerSub("app", group, &command.Command{Name: "delete", Summary: "Delete an app with its functions and triggers", Run: appDelete})
 }
 
 // configFlags are the repeatable --config, --secret and --annotation flags
 // of app and function commands.
 type configFlags struct {
-	config, secret, annotation stringList
+	config, secret, annotation command.StringList
 }
 
-func (f *flagSet) configFlags() *configFlags {
+func defineConfigFlags(f *command.FlagSet) *configFlags {
 	c := &configFlags{}
 	f.Var(&c.config, "config", "set `KEY=VALUE` in the configuration, passed to the function as environment (repeatable; KEY= removes it)")
 	f.Var(&c.secret, "secret", "set `KEY=VALUE` in the secret configuration, which is never shown again (repeatable; KEY= removes it)")
@@ -40,34 +42,16 @@ func (f *flagSet) configFlags() *configFlags {
 	return c
 }
 
-// keyValues returns a repeatable KEY=VALUE flag's values as a map, nil
-// when none were given; one without "=" or KEY is a usage error naming
-// the flag, and saying what KEY= means (empty).
-func keyValues(flag string, list stringList, empty string) (map[string]string, error) {
-	if len(list) == 0 {
-		return nil, nil
-	}
-	m := map[string]string{}
-	for _, s := range list {
-		k, v, ok := strings.Cut(s, "=")
-		if !ok || k == "" {
-			return nil, usagef("--%s %q: want KEY=VALUE (%s)", flag, s, empty)
-		}
-		m[k] = v
-	}
-	return m, nil
-}
-
 // maps returns the flags as the API's maps; nil for flags not given.
 func (c *configFlags) maps() (config, secret map[string]string, ann api.Annotations, err error) {
 	const removes = "KEY= removes the key"
-	if config, err = keyValues("config", c.config, removes); err != nil {
+	if config, err = command.KeyValues("config", c.config, removes); err != nil {
 		return
 	}
-	if secret, err = keyValues("secret", c.secret, removes); err != nil {
+	if secret, err = command.KeyValues("secret", c.secret, removes); err != nil {
 		return
 	}
-	raw, err := keyValues("annotation", c.annotation, removes)
+	raw, err := command.KeyValues("annotation", c.annotation, removes)
 	if err != nil || raw == nil {
 		return
 	}
@@ -89,7 +73,7 @@ func (c *configFlags) maps() (config, secret map[string]string, ann api.Annotati
 
 // publicInvokeFlag adds --public-invoke[=false]. Its apply sets or removes
 // the annotation in ann when the flag was given (after parsing).
-func (f *flagSet) publicInvokeFlag() (apply func(ann api.Annotations) api.Annotations) {
+func publicInvokeFlag(f *command.FlagSet) (apply func(ann api.Annotations) api.Annotations) {
 	on := f.Bool("public-invoke", false, "let callers without a credential invoke the app's functions and call its triggers (the annotation "+
 		api.AnnotationPublicInvoke+"; --public-invoke=false closes it again; off by default)")
 	return func(ann api.Annotations) api.Annotations {
@@ -118,16 +102,16 @@ func publicInvoke(ann api.Annotations) string {
 	return "no"
 }
 
-func appCreate(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("NAME [flags]", `
+func appCreate(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("NAME [flags]", `
 Create an application: a named group of functions whose configuration every
 one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
-	g := fs.clientFlags(true)
-	cf := fs.configFlags()
-	pub := fs.publicInvokeFlag()
+	g := fs.ClientFlags(true)
+	cf := defineConfigFlags(fs)
+	pub := publicInvokeFlag(fs)
 	syslog := fs.String("syslog-url", "", "Fn's syslog `URL` (kept for compatibility; Mercator keeps function output itself)")
 	project := fs.String("project", "", "`project` the app and its functions belong to (default: $MERCATOR_PROJECT, the context's, else default)")
-	c, name, err := inv.connect(fs, g, args, "an app name")
+	c, name, err := inv.Connect(fs, g, args, "an app name")
 	if err != nil {
 		return err
 	}
@@ -149,17 +133,17 @@ one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(created)
+	if g.JSON() {
+		return inv.WriteJSON(created)
 	}
-	termtext.Fprintln(inv.stdout, created.ID)
+	termtext.Fprintln(inv.Stdout, created.ID)
 	return nil
 }
 
-func appList(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags]", `List applications by name.`)
-	g := fs.clientFlags(true)
-	c, _, err := inv.connect(fs, g, args, "")
+func appList(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags]", `List applications by name.`)
+	g := fs.ClientFlags(true)
+	c, _, err := inv.Connect(fs, g, args, "")
 	if err != nil {
 		return err
 	}
@@ -167,13 +151,13 @@ func appList(ctx context.Context, inv *invocation, args []string) error {
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(api.AppList{Items: append([]api.App{}, apps...)})
+	if g.JSON() {
+		return inv.WriteJSON(api.AppList{Items: append([]api.App{}, apps...)})
 	}
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tID\tCONFIG\tPUBLIC INVOKE\tCREATED")
 	for _, a := range apps {
-		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.Name, a.ID, configSummary(a.Config, a.SecretConfig), publicInvoke(a.Annotations), formatTime(&a.CreatedAt))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.Name, a.ID, configSummary(a.Config, a.SecretConfig), publicInvoke(a.Annotations), command.FormatTime(&a.CreatedAt))
 	}
 	return tw.Flush()
 }
@@ -188,13 +172,13 @@ func configSummary(config, secret map[string]string) string {
 		keys = append(keys, k+"(secret)")
 	}
 	sort.Strings(keys)
-	return orDash(strings.Join(keys, ","))
+	return command.OrDash(strings.Join(keys, ","))
 }
 
-func appGet(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("NAME [flags]", `Show an application (secret configuration values are never shown).`)
-	g := fs.clientFlags(true)
-	c, name, err := inv.connect(fs, g, args, "an app name")
+func appGet(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("NAME [flags]", `Show an application (secret configuration values are never shown).`)
+	g := fs.ClientFlags(true)
+	c, name, err := inv.Connect(fs, g, args, "an app name")
 	if err != nil {
 		return err
 	}
@@ -202,12 +186,12 @@ func appGet(ctx context.Context, inv *invocation, args []string) error {
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(app)
+	if g.JSON() {
+		return inv.WriteJSON(app)
 	}
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	termtext.Fprintf(tw, "Name:\t%s\nID:\t%s\nPublic invoke:\t%s\nCreated:\t%s\nUpdated:\t%s\n", app.Name, app.ID, publicInvoke(app.Annotations),
-		formatTime(&app.CreatedAt), formatTime(&app.UpdatedAt))
+		command.FormatTime(&app.CreatedAt), command.FormatTime(&app.UpdatedAt))
 	if app.Shape != "" {
 		termtext.Fprintf(tw, "Shape:\t%s\n", app.Shape)
 	}
@@ -216,28 +200,28 @@ func appGet(ctx context.Context, inv *invocation, args []string) error {
 }
 
 func printConfig(tw *tabwriter.Writer, config, secret map[string]string, ann api.Annotations) {
-	for _, k := range sortedKeys(config) {
+	for _, k := range command.SortedKeys(config) {
 		termtext.Fprintf(tw, "Config:\t%s=%s\n", k, config[k])
 	}
-	for _, k := range sortedKeys(secret) {
+	for _, k := range command.SortedKeys(secret) {
 		termtext.Fprintf(tw, "Secret:\t%s=%s\n", k, secret[k])
 	}
-	for _, k := range sortedKeys(ann) {
+	for _, k := range command.SortedKeys(ann) {
 		termtext.Fprintf(tw, "Annotation:\t%s=%s\n", k, ann[k])
 	}
 }
 
-func appUpdate(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("NAME [flags]", `
+func appUpdate(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("NAME [flags]", `
 Change an application's configuration, secrets or annotations. Keys given
 are set; KEY= removes a key; keys not given are left as they are.
 --public-invoke opens the app's functions and triggers to callers without a
 credential (the Fn CLI's fn invoke, web hooks); --public-invoke=false closes
 them again. Both are recorded in the audit log.`)
-	g := fs.clientFlags(true)
-	cf := fs.configFlags()
-	pub := fs.publicInvokeFlag()
-	c, name, err := inv.connect(fs, g, args, "an app name")
+	g := fs.ClientFlags(true)
+	cf := defineConfigFlags(fs)
+	pub := publicInvokeFlag(fs)
+	c, name, err := inv.Connect(fs, g, args, "an app name")
 	if err != nil {
 		return err
 	}
@@ -254,17 +238,17 @@ them again. Both are recorded in the audit log.`)
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(updated)
+	if g.JSON() {
+		return inv.WriteJSON(updated)
 	}
-	termtext.Fprintln(inv.stdout, updated.ID)
+	termtext.Fprintln(inv.Stdout, updated.ID)
 	return nil
 }
 
-func appDelete(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("NAME [flags]", `Delete an application with its functions and triggers. Durable calls stay readable.`)
-	g := fs.clientFlags(false)
-	c, name, err := inv.connect(fs, g, args, "an app name")
+func appDelete(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("NAME [flags]", `Delete an application with its functions and triggers. Durable calls stay readable.`)
+	g := fs.ClientFlags(false)
+	c, name, err := inv.Connect(fs, g, args, "an app name")
 	if err != nil {
 		return err
 	}
@@ -275,6 +259,6 @@ func appDelete(ctx context.Context, inv *invocation, args []string) error {
 	if err := c.DeleteApp(ctx, app.ID); err != nil {
 		return err
 	}
-	termtext.Fprintf(inv.stderr, "app %s deleted\n", name)
+	termtext.Fprintf(inv.Stderr, "app %s deleted\n", name)
 	return nil
 }

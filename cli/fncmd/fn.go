@@ -1,4 +1,4 @@
-package cli
+package fncmd
 
 import (
 	"cmp"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/cli/command"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/bytesize"
@@ -27,15 +28,16 @@ import (
 // ls, inspect as get, delete); deploy takes an image, since Mercator builds
 // nothing, and pins it through the control plane as `run submit` does.
 
-func init() {
+// registerFn adds `mercator fn …` through registerSub (see Register).
+func registerFn(registerSub func(group, groupSummary string, c *command.Command)) {
 	const group = "Deploy and call functions (Fn-compatible)"
-	registerSub("fn", group, &command{name: "deploy", summary: "Create or update a function from an image", run: fnDeploy})
-	registerSub("fn", group, &command{name: "invoke", summary: "Call a function: stdin in, the response out", run: fnInvoke})
-	registerSub("fn", group, &command{name: "ls", summary: "List an app's functions", run: fnList})
-	registerSub("fn", group, &command{name: "get", summary: "Show a function", run: fnGet})
-	registerSub("fn", group, &command{name: "delete", summary: "Delete a function and its triggers", run: fnDelete})
-	registerSub("fn", group, &command{name: "call", summary: "Show a durable call's status (and its result)", run: fnCall})
-	registerSub("fn", group, &command{name: "logs", summary: "Print a call's output", run: fnLogs})
+	registerSub("fn", group, &command.Command{Name: "deploy", Summary: "Create or update a function from an image", Run: fnDeploy})
+	registerSub("fn", group, &command.Command{Name: "invoke", Summary: "Call a function: stdin in, the response out", Run: fnInvoke})
+	registerSub("fn", group, &command.Command{Name: "ls", Summary: "List an app's functions", Run: fnList})
+	registerSub("fn", group, &command.Command{Name: "get", Summary: "Show a function", Run: fnGet})
+	registerSub("fn", group, &command.Command{Name: "delete", Summary: "Delete a function and its triggers", Run: fnDelete})
+	registerSub("fn", group, &command.Command{Name: "call", Summary: "Show a durable call's status (and its result)", Run: fnCall})
+	registerSub("fn", group, &command.Command{Name: "logs", Summary: "Print a call's output", Run: fnLogs})
 }
 
 // appFn finds APP's function NAME.
@@ -50,9 +52,9 @@ func appFn(ctx context.Context, c *client.Client, appName, fnName string) (api.A
 
 // connectFn parses a command's flags and its APP NAME arguments, connects,
 // and finds the function.
-func (inv *invocation) connectFn(ctx context.Context, fs *flagSet, g *clientFlags, args []string) (*client.Client, api.Fn, error) {
+func connectFn(ctx context.Context, inv *command.Invocation, fs *command.FlagSet, g *command.ClientFlags, args []string) (*client.Client, api.Fn, error) {
 	var appName, name string
-	c, err := inv.connectWith(fs, g, args, func(pos []string) (err error) {
+	c, err := inv.ConnectWith(fs, g, args, func(pos []string) (err error) {
 		appName, name, err = twoArgs(pos)
 		return err
 	})
@@ -66,7 +68,7 @@ func (inv *invocation) connectFn(ctx context.Context, fs *flagSet, g *clientFlag
 // twoArgs checks for exactly APP and NAME.
 func twoArgs(pos []string) (string, string, error) {
 	if len(pos) != 2 || strings.TrimSpace(pos[0]) == "" || strings.TrimSpace(pos[1]) == "" {
-		return "", "", usagef("want APP and NAME, got %d argument(s)", len(pos))
+		return "", "", command.Usagef("want APP and NAME, got %d argument(s)", len(pos))
 	}
 	return pos[0], pos[1], nil
 }
@@ -105,8 +107,8 @@ func parseSeconds(s string) (int32, error) {
 	return int32(math.Ceil(d.Seconds())), nil
 }
 
-func fnDeploy(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("--app APP NAME --image REF [flags]", `
+func fnDeploy(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("--app APP NAME --image REF [flags]", `
 Deploy a function: create APP's function NAME from the image, or, when it
 exists, update it. The image is pinned to its digest by the control plane
 (as run submit pins a run's), every time it is deployed, so redeploying a
@@ -125,7 +127,7 @@ container beyond the minimum is kept: Fn's idle timeout, under the name
 the policy gives it.
 
 Prints the function's ID on stdout.`)
-	g := fs.clientFlags(true)
+	g := fs.ClientFlags(true)
 	appName := fs.String("app", "", "the function's `app` (required)")
 	createApp := fs.Bool("create-app", false, "create the app if it does not exist")
 	image := fs.String("image", "", "image `REF`, with a tag or a digest (required for a new function)")
@@ -140,30 +142,30 @@ Prints the function's ID on stdout.`)
 	minHot := fs.Int("min-hot", -1, "`containers` kept started across the fleet with no calls (0 to 100; the annotation "+api.AnnotationMinHot+")")
 	maxHot := fs.Int("max-hot", -1, "most `containers` across the fleet (0: no cap; the annotation "+api.AnnotationMaxHot+")")
 	scaleDown := fs.String("scale-down", "", "`duration` an idle container beyond --min-hot is kept before it goes (the idle timeout)")
-	cf := fs.configFlags()
-	pos, err := fs.parse(args)
+	cf := defineConfigFlags(fs)
+	pos, err := fs.Parse(args)
 	if err != nil {
 		return err
 	}
-	name, err := oneArg(pos, "function name")
+	name, err := command.OneArg(pos, "function name")
 	if err != nil {
 		return err
 	}
-	if err := g.check(); err != nil {
+	if err := g.Check(); err != nil {
 		return err
 	}
 	if *appName == "" {
-		return usagef("--app is required")
+		return command.Usagef("--app is required")
 	}
 	patch := api.Fn{Name: name, Image: strings.TrimSpace(*image), CPU: *cpu, GPUs: *gpus, GPUModel: *gpuModel, MaxConcurrency: *maxConc}
 	if *memory != "" {
 		if patch.Memory, err = parseFnMemory(*memory); err != nil {
-			return usagef("--memory: %v", err)
+			return command.Usagef("--memory: %v", err)
 		}
 	}
 	if *timeout != "" {
 		if patch.Timeout, err = parseSeconds(*timeout); err != nil {
-			return usagef("--timeout: %v", err)
+			return command.Usagef("--timeout: %v", err)
 		}
 	}
 	if patch.IdleTimeout, err = idleTimeoutFlag(*idle, *scaleDown); err != nil {
@@ -176,7 +178,7 @@ Prints the function's ID on stdout.`)
 		return err
 	}
 	patch.Annotations = withCount(withCount(patch.Annotations, api.AnnotationMinHot, *minHot), api.AnnotationMaxHot, *maxHot)
-	c, err := inv.client(g)
+	c, err := inv.Client(g)
 	if err != nil {
 		return err
 	}
@@ -187,7 +189,7 @@ Prints the function's ID on stdout.`)
 	if err != nil {
 		return err
 	}
-	fn, err := inv.createOrUpdateFn(ctx, c, app, patch)
+	fn, err := createOrUpdateFn(ctx, inv, c, app, patch)
 	if err != nil {
 		return err
 	}
@@ -196,10 +198,10 @@ Prints the function's ID on stdout.`)
 			return err
 		}
 	}
-	if g.json() {
-		return inv.writeJSON(fn)
+	if g.JSON() {
+		return inv.WriteJSON(fn)
 	}
-	termtext.Fprintln(inv.stdout, fn.ID)
+	termtext.Fprintln(inv.Stdout, fn.ID)
 	return nil
 }
 
@@ -220,12 +222,12 @@ func withCount(ann api.Annotations, key string, n int) api.Annotations {
 // warm-capacity policy, in seconds; 0 when neither was given.
 func idleTimeoutFlag(idle, scaleDown string) (int32, error) {
 	if idle != "" && scaleDown != "" {
-		return 0, usagef("--scale-down is the idle timeout: give --scale-down or --idle-timeout, not both")
+		return 0, command.Usagef("--scale-down is the idle timeout: give --scale-down or --idle-timeout, not both")
 	}
 	if v := cmp.Or(idle, scaleDown); v != "" {
 		n, err := parseSeconds(v)
 		if err != nil {
-			return 0, usagef("--idle-timeout/--scale-down: %v", err)
+			return 0, command.Usagef("--idle-timeout/--scale-down: %v", err)
 		}
 		return n, nil
 	}
@@ -235,20 +237,20 @@ func idleTimeoutFlag(idle, scaleDown string) (int32, error) {
 // createOrUpdateFn creates app's function patch.Name from patch, or, when
 // it exists, updates it with the fields patch sets, and says which on
 // stderr.
-func (inv *invocation) createOrUpdateFn(ctx context.Context, c *client.Client, app api.App, patch api.Fn) (api.Fn, error) {
+func createOrUpdateFn(ctx context.Context, inv *command.Invocation, c *client.Client, app api.App, patch api.Fn) (api.Fn, error) {
 	name := patch.Name
 	existing, err := c.FnByName(ctx, app.ID, name)
 	switch {
 	case errors.Is(err, failure.ErrNotFound):
 		if patch.Image == "" {
-			return api.Fn{}, usagef("--image is required for a new function")
+			return api.Fn{}, command.Usagef("--image is required for a new function")
 		}
 		patch.AppID = app.ID
 		fn, err := c.CreateFn(ctx, patch)
 		if err != nil {
 			return api.Fn{}, err
 		}
-		termtext.Fprintf(inv.stderr, "created function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
+		termtext.Fprintf(inv.Stderr, "created function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
 		return fn, nil
 	case err != nil:
 		return api.Fn{}, err
@@ -258,19 +260,19 @@ func (inv *invocation) createOrUpdateFn(ctx context.Context, c *client.Client, a
 	if err != nil {
 		return api.Fn{}, err
 	}
-	termtext.Fprintf(inv.stderr, "updated function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
+	termtext.Fprintf(inv.Stderr, "updated function %s in app %s, image %s\n", name, app.Name, fn.PinnedImage)
 	return fn, nil
 }
 
 // ensureTrigger gives fn an HTTP trigger at source, named like it.
-func ensureTrigger(ctx context.Context, inv *invocation, c *client.Client, app api.App, fn api.Fn, source string) error {
+func ensureTrigger(ctx context.Context, inv *command.Invocation, c *client.Client, app api.App, fn api.Fn, source string) error {
 	triggers, err := c.ListTriggers(ctx, app.ID, fn.ID)
 	if err != nil {
 		return err
 	}
 	for _, t := range triggers {
 		if t.Source == source {
-			termtext.Fprintf(inv.stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
+			termtext.Fprintf(inv.Stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
 			return nil
 		}
 	}
@@ -278,7 +280,7 @@ func ensureTrigger(ctx context.Context, inv *invocation, c *client.Client, app a
 	if err != nil {
 		return err
 	}
-	termtext.Fprintf(inv.stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
+	termtext.Fprintf(inv.Stderr, "trigger at %s\n", endpointOf(t.Annotations, api.AnnotationTriggerEndpoint))
 	return nil
 }
 
@@ -287,11 +289,11 @@ func endpointOf(ann api.Annotations, key string) string {
 	if raw, ok := ann[key]; ok {
 		s = strings.Trim(string(raw), `"`)
 	}
-	return orDash(s)
+	return command.OrDash(s)
 }
 
-func fnInvoke(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("APP NAME [flags]", `
+func fnInvoke(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("APP NAME [flags]", `
 Call APP's function NAME: standard input is streamed to it as the request
 body (nothing when it is a terminal) and its response body is streamed to
 standard output as it arrives. The call goes through the control plane to
@@ -300,15 +302,15 @@ printing its body; --detached stores the call and prints its ID instead
 (see fn call and fn logs); --call-id prints a synchronous call's ID to
 standard error, for fn logs. The response reaches a terminal escaped unless
 --raw is given, as with run logs.`)
-	g := fs.clientFlags(false)
+	g := fs.ClientFlags(false)
 	contentType := fs.String("content-type", "", "the request's Content-Type, e.g. application/json")
 	detached := fs.Bool("detached", false, "store the call and return its ID at once (Fn-Invoke-Type: detached)")
 	showID := fs.Bool("call-id", false, "print the call's ID to standard error once it ends (read its output with fn logs)")
-	raw := rawFlag(fs)
-	var headers stringList
+	raw := command.RawFlag(fs)
+	var headers command.StringList
 	fs.Var(&headers, "header", "add a request header `'NAME: VALUE'` (repeatable)")
-	fs.aliasShort("H", "header")
-	pos, err := fs.parse(args)
+	fs.AliasShort("H", "header")
+	pos, err := fs.Parse(args)
 	if err != nil {
 		return err
 	}
@@ -320,14 +322,14 @@ standard error, for fn logs. The response reaches a terminal escaped unless
 	for _, kv := range headers {
 		k, v, ok := strings.Cut(kv, ":")
 		if !ok || strings.TrimSpace(k) == "" {
-			return usagef("--header %q: want 'NAME: VALUE'", kv)
+			return command.Usagef("--header %q: want 'NAME: VALUE'", kv)
 		}
 		h.Add(strings.TrimSpace(k), strings.TrimSpace(v))
 	}
 	if *contentType != "" {
 		h.Set("Content-Type", *contentType)
 	}
-	c, err := inv.client(g)
+	c, err := inv.Client(g)
 	if err != nil {
 		return err
 	}
@@ -335,8 +337,8 @@ standard error, for fn logs. The response reaches a terminal escaped unless
 	if err != nil {
 		return err
 	}
-	var body io.Reader = inv.stdin
-	if f, ok := inv.stdin.(*os.File); ok {
+	var body io.Reader = inv.Stdin
+	if f, ok := inv.Stdin.(*os.File); ok {
 		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 			body = http.NoBody
 		}
@@ -349,29 +351,29 @@ standard error, for fn logs. The response reaches a terminal escaped unless
 		if err != nil {
 			return err
 		}
-		termtext.Fprintln(inv.stdout, id)
+		termtext.Fprintln(inv.Stdout, id)
 		return nil
 	}
-	out, finish := termtext.Output(inv.stdout, *raw)
+	out, finish := termtext.Output(inv.Stdout, *raw)
 	res, err := c.Invoke(ctx, fn.ID, body, h, out)
 	err = finish(err)
 	if *showID && res.CallID != "" {
-		termtext.Fprintf(inv.stderr, "call %s\n", res.CallID)
+		termtext.Fprintf(inv.Stderr, "call %s\n", res.CallID)
 	}
 	if err != nil {
 		return err
 	}
 	if res.Status >= 400 {
-		termtext.Fprintf(inv.stderr, "error: the function answered %d %s (call %s)\n", res.Status, http.StatusText(res.Status), res.CallID)
-		return exitCode(1)
+		termtext.Fprintf(inv.Stderr, "error: the function answered %d %s (call %s)\n", res.Status, http.StatusText(res.Status), res.CallID)
+		return command.ExitCode(1)
 	}
 	return nil
 }
 
-func fnList(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("APP [flags]", `List an app's functions by name.`)
-	g := fs.clientFlags(true)
-	c, appName, err := inv.connect(fs, g, args, "app name")
+func fnList(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("APP [flags]", `List an app's functions by name.`)
+	g := fs.ClientFlags(true)
+	c, appName, err := inv.Connect(fs, g, args, "app name")
 	if err != nil {
 		return err
 	}
@@ -383,10 +385,10 @@ func fnList(ctx context.Context, inv *invocation, args []string) error {
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(api.FnList{Items: append([]api.Fn{}, fns...)})
+	if g.JSON() {
+		return inv.WriteJSON(api.FnList{Items: append([]api.Fn{}, fns...)})
 	}
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tID\tIMAGE\tMEMORY\tTIMEOUT\tCPU\tGPUS")
 	for _, f := range fns {
 		cpu, gpus := "-", "-"
@@ -401,17 +403,17 @@ func fnList(ctx context.Context, inv *invocation, args []string) error {
 	return tw.Flush()
 }
 
-func fnGet(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("APP NAME [flags]", `Show a function: its pinned image, resources, configuration (secret values are never shown) and invoke endpoint.`)
-	g := fs.clientFlags(true)
-	c, fn, err := inv.connectFn(ctx, fs, g, args)
+func fnGet(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("APP NAME [flags]", `Show a function: its pinned image, resources, configuration (secret values are never shown) and invoke endpoint.`)
+	g := fs.ClientFlags(true)
+	c, fn, err := connectFn(ctx, inv, fs, g, args)
 	if err != nil {
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(fn)
+	if g.JSON() {
+		return inv.WriteJSON(fn)
 	}
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	termtext.Fprintf(tw, "Name:\t%s\nID:\t%s\nApp:\t%s\nImage:\t%s\nPinned:\t%s\n", fn.Name, fn.ID, fn.AppID, fn.Image, fn.PinnedImage)
 	termtext.Fprintf(tw, "Memory:\t%d MiB\nTimeout:\t%ds\nIdle timeout:\t%ds\n", fn.Memory, fn.Timeout, fn.IdleTimeout)
 	if fn.CPU > 0 {
@@ -449,30 +451,30 @@ func printHot(ctx context.Context, tw *tabwriter.Writer, c *client.Client, fnID 
 	}
 }
 
-func fnDelete(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("APP NAME [flags]", `Delete a function and its triggers. Its durable calls stay readable.`)
-	g := fs.clientFlags(false)
-	c, fn, err := inv.connectFn(ctx, fs, g, args)
+func fnDelete(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("APP NAME [flags]", `Delete a function and its triggers. Its durable calls stay readable.`)
+	g := fs.ClientFlags(false)
+	c, fn, err := connectFn(ctx, inv, fs, g, args)
 	if err != nil {
 		return err
 	}
 	if err := c.DeleteFn(ctx, fn.ID); err != nil {
 		return err
 	}
-	termtext.Fprintf(inv.stderr, "function %s deleted\n", fn.Name)
+	termtext.Fprintf(inv.Stderr, "function %s deleted\n", fn.Name)
 	return nil
 }
 
-func fnCall(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("APP NAME CALL_ID [flags]", `
+func fnCall(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("APP NAME CALL_ID [flags]", `
 Show a durable (detached) call: its status, deliveries, node and outcome.
 --wait waits until it has ended; --result prints the function's response
 body instead.`)
-	g := fs.clientFlags(true)
+	g := fs.ClientFlags(true)
 	wait := fs.Bool("wait", false, "wait until the call has ended")
 	result := fs.Bool("result", false, "print the function's response body")
 	var pos []string
-	c, err := inv.connectWith(fs, g, args, func(p []string) error { pos = p; return callArgs(p) })
+	c, err := inv.ConnectWith(fs, g, args, func(p []string) error { pos = p; return callArgs(p) })
 	if err != nil {
 		return err
 	}
@@ -493,21 +495,21 @@ body instead.`)
 		return err
 	}
 	if *result {
-		_, err := c.CallResult(ctx, fn.ID, call.ID, inv.stdout)
+		_, err := c.CallResult(ctx, fn.ID, call.ID, inv.Stdout)
 		return err
 	}
-	if g.json() {
-		return inv.writeJSON(call)
+	if g.JSON() {
+		return inv.WriteJSON(call)
 	}
-	tw := tabwriter.NewWriter(inv.stdout, 0, 0, 2, ' ', 0)
-	termtext.Fprintf(tw, "ID:\t%s\nStatus:\t%s\nDeliveries:\t%d\nNode:\t%s\n", call.ID, call.Status, call.Attempts, orDash(call.NodeID))
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
+	termtext.Fprintf(tw, "ID:\t%s\nStatus:\t%s\nDeliveries:\t%d\nNode:\t%s\n", call.ID, call.Status, call.Attempts, command.OrDash(call.NodeID))
 	if call.ResponseStatus != 0 {
 		termtext.Fprintf(tw, "Response:\t%d\n", call.ResponseStatus)
 	}
 	if call.Error != "" {
 		termtext.Fprintf(tw, "Error:\t%s (%s)\n", call.Error, call.ErrorKind)
 	}
-	termtext.Fprintf(tw, "Created:\t%s\nStarted:\t%s\nCompleted:\t%s\n", formatTime(&call.CreatedAt), formatTime(call.StartedAt), formatTime(call.CompletedAt))
+	termtext.Fprintf(tw, "Created:\t%s\nStarted:\t%s\nCompleted:\t%s\n", command.FormatTime(&call.CreatedAt), command.FormatTime(call.StartedAt), command.FormatTime(call.CompletedAt))
 	return tw.Flush()
 }
 
@@ -515,22 +517,22 @@ body instead.`)
 // call: APP NAME CALL_ID.
 func callArgs(pos []string) error {
 	if len(pos) != 3 {
-		return usagef("want APP, NAME and CALL_ID, got %d argument(s)", len(pos))
+		return command.Usagef("want APP, NAME and CALL_ID, got %d argument(s)", len(pos))
 	}
 	return nil
 }
 
-func fnLogs(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("APP NAME CALL_ID [flags]", `
+func fnLogs(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("APP NAME CALL_ID [flags]", `
 Print what the function wrote to stdout and stderr during a call. A durable
 call's output is stored with it; a synchronous call's is asked of the nodes
 that keep it, which keep only their most recent calls' (fn invoke --call-id
 prints a synchronous call's ID). It reaches a terminal escaped unless --raw
 is given, as with run logs.`)
-	g := fs.clientFlags(false)
-	raw := rawFlag(fs)
+	g := fs.ClientFlags(false)
+	raw := command.RawFlag(fs)
 	var pos []string
-	c, err := inv.connectWith(fs, g, args, func(p []string) error { pos = p; return callArgs(p) })
+	c, err := inv.ConnectWith(fs, g, args, func(p []string) error { pos = p; return callArgs(p) })
 	if err != nil {
 		return err
 	}
@@ -542,7 +544,7 @@ is given, as with run logs.`)
 	if err != nil {
 		return err
 	}
-	w, finish := termtext.Output(inv.stdout, *raw)
+	w, finish := termtext.Output(inv.Stdout, *raw)
 	_, err = io.WriteString(w, log)
 	return finish(err)
 }

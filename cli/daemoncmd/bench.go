@@ -1,4 +1,4 @@
-package cli
+package daemoncmd
 
 import (
 	"context"
@@ -8,17 +8,19 @@ import (
 	"os"
 	"time"
 
+	"github.com/mercator/mercator/cli/command"
 	"github.com/mercator/mercator/fleetsim"
 )
 
 // This file holds the benchmark commands. `bench fleet` is flags and wiring
 // around fleetsim.Run.
 
-func init() {
-	registerSub("bench", "Measure Mercator on this machine", &command{name: "fleet",
-		summary: "Simulate a fleet of nodes against a real control plane in this process", run: benchFleet})
-	registerSub("bench", "Measure Mercator on this machine", &command{name: "fleet-shard",
-		summary: "Run a share of bench fleet's simulated agents (bench fleet starts it; not for direct use)", run: benchFleetShard})
+// registerBench adds the `bench` group through registerSub (see Register).
+func registerBench(registerSub func(group, groupSummary string, c *command.Command)) {
+	registerSub("bench", "Measure Mercator on this machine", &command.Command{Name: "fleet",
+		Summary: "Simulate a fleet of nodes against a real control plane in this process", Run: benchFleet})
+	registerSub("bench", "Measure Mercator on this machine", &command.Command{Name: "fleet-shard",
+		Summary: "Run a share of bench fleet's simulated agents (bench fleet starts it; not for direct use)", Run: benchFleetShard})
 }
 
 // agentsPerProcess is how many simulated agents one agent process gets by
@@ -27,22 +29,22 @@ func init() {
 // (20000) could not be raised.
 const agentsPerProcess, agentsPerProcessHTTP2 = 4000, 15000
 
-func benchFleetShard(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("", `
+func benchFleetShard(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("", `
 Run a share of the simulated agents of `+"`mercator bench fleet`"+`, which starts this
 command itself: it reads the share's description as one JSON line on stdin
 and writes what its agents observe as JSON lines on stdout, until stdin is
 closed.`)
-	if pos, err := fs.parse(args); err != nil {
+	if pos, err := fs.Parse(args); err != nil {
 		return err
 	} else if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
+		return command.Usagef("unexpected argument %q", pos[0])
 	}
-	return fleetsim.RunShard(ctx, inv.stdin, inv.stdout)
+	return fleetsim.RunShard(ctx, inv.Stdin, inv.Stdout)
 }
 
-func benchFleet(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("--nodes N [flags]", `
+func benchFleet(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("--nodes N [flags]", `
 Start a real control plane (SQLite, or --db postgres://… with --replicas K)
 serving HTTPS with a CA made for the run, and N simulated nodes: the real agent
 over the real node protocol, verifying the CA its invitation pins, with an
@@ -81,17 +83,17 @@ reports both side by side. Choices that change the figures (--no-fsync,
 	debugAddr := fs.String("debug-addr", "", "serve Go's /debug/pprof on this `address` while the simulation runs")
 	heapProfile := fs.String("memprofile", "", "write this process's heap profile to `file` when the hold ends")
 	output := fs.String("output", "table", "output `format`: table or json")
-	fs.aliasShort("o", "output")
-	if pos, err := fs.parse(args); err != nil {
+	fs.AliasShort("o", "output")
+	if pos, err := fs.Parse(args); err != nil {
 		return err
 	} else if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
+		return command.Usagef("unexpected argument %q", pos[0])
 	}
 	if *nodes <= 0 {
-		return usagef("--nodes must be positive")
+		return command.Usagef("--nodes must be positive")
 	}
 	if *output != "table" && *output != "json" {
-		return usagef("--output must be table or json, not %q", *output)
+		return command.Usagef("--output must be table or json, not %q", *output)
 	}
 	if *debugAddr != "" {
 		go http.ListenAndServe(*debugAddr, nil) // the default mux holds net/http/pprof's handlers
@@ -115,7 +117,7 @@ reports both side by side. Choices that change the figures (--no-fsync,
 		AgentProcesses: *procs, ShardCommand: shardCmd, HTTP2: *http2, Plaintext: *plaintext,
 		Nodes: *nodes, Duration: *duration, DB: *db, Replicas: *replicas, Heartbeat: *heartbeat, Lease: *lease,
 		Runs: *runs, RunRate: *rate, Submitters: *submitters, SubmitBatch: *submitBatch, StartTime: *startTime, RunTime: *runTime, RunsTimeout: *runsTimeout,
-		NoFsync: *noFsync, KillReplicaAt: *kill, StormAt: *storm, EnrollConcurrency: *enroll, Progress: inv.stderr, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
+		NoFsync: *noFsync, KillReplicaAt: *kill, StormAt: *storm, EnrollConcurrency: *enroll, Progress: inv.Stderr, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
 	}
 	var rep interface{ WriteText(io.Writer) }
 	var err error
@@ -128,8 +130,8 @@ reports both side by side. Choices that change the figures (--no-fsync,
 		return err
 	}
 	if *output == "json" {
-		return inv.writeJSON(rep)
+		return inv.WriteJSON(rep)
 	}
-	rep.WriteText(inv.stdout)
+	rep.WriteText(inv.Stdout)
 	return nil
 }

@@ -1,27 +1,9 @@
-package cli
+package fncmd
 
 import (
 	"testing"
 	"time"
 )
-
-// FuzzParseSpan: a --since or --expires value is a duration of 0 or more,
-// at most maxSpan, or an error; never a panic, never a negative or
-// wrapped-around duration.
-func FuzzParseSpan(f *testing.F) {
-	for _, s := range []string{"30d", "12h", "90m", "1.5d", "-1d", "-5h", "NaNd", "Infd", "1e300d", "d", "", "106751d", "2562047h"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		d, err := parseSpan(s)
-		if err != nil {
-			return
-		}
-		if d < 0 || d > maxSpan {
-			t.Fatalf("parseSpan(%q) = %v, outside 0..%v", s, d, maxSpan)
-		}
-	})
-}
 
 // FuzzParseSeconds: Fn's --timeout and --idle-timeout are whole seconds
 // from 0 up, or an error; never a negative or wrapped-around count.

@@ -1,6 +1,7 @@
-package cli
+package fncmd_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http/httptest"
@@ -10,18 +11,12 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/cli"
+	"github.com/mercator/mercator/cli/internal/clitest"
 	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/store/sqlstore"
 )
-
-// pinAll pins any reference to a fixed digest.
-type pinAll struct{}
-
-func (pinAll) Resolve(_ context.Context, ref string) (string, error) {
-	name, _, _ := strings.Cut(ref, ":")
-	return name + "@sha256:" + strings.Repeat("b", 64), nil
-}
 
 // TestAppAndFnCommands drives `mercator app …` and `mercator fn …` against
 // a real control plane (no nodes: calls are the end-to-end tests').
@@ -40,7 +35,7 @@ func TestAppAndFnCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := controlplane.New(controlplane.Config{RegistryKey: key}, st, pinAll{}, nil)
+	srv := controlplane.New(controlplane.Config{RegistryKey: key}, st, clitest.PinAll{}, nil)
 	h := httptest.NewServer(srv.Handler())
 	defer h.Close()
 	env := map[string]string{"MERCATOR_ADDR": h.URL, "MERCATOR_TOKEN_FILE": tokFile, "HOME": t.TempDir()}
@@ -129,4 +124,21 @@ func TestAppAndFnCommands(t *testing.T) {
 	if res := runCLI(t, env, "app", "get", "shop", "--token-file", tokFile); res.code != 1 {
 		t.Errorf("get a deleted app: exit %d", res.code)
 	}
+}
+
+// result is what one execution of the command line produced.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// runCLI runs the whole command line, as the binary does, with env as its
+// environment.
+func runCLI(t *testing.T, env map[string]string, args ...string) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code := cli.Main(ctx, args, strings.NewReader(""), &stdout, &stderr, func(k string) string { return env[k] })
+	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
 }

@@ -1,10 +1,11 @@
-package cli
+package daemoncmd
 
 import (
 	"context"
 	"log/slog"
 	"strings"
 
+	"github.com/mercator/mercator/cli/command"
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/devenv"
@@ -15,22 +16,25 @@ import (
 // flags and wiring only; the work is in daemon.RunServer, nodeagent.Run and
 // devenv.Run, which end-to-end tests call directly.
 
-func init() {
-	register(&command{name: "server", summary: "Run the control plane", run: runServer})
-	register(&command{name: "agent", summary: "Run the node agent on this machine (`agent install`: as a systemd service)", run: runAgent})
-	register(&command{name: "dev", summary: "Run a control plane, a local agent and a registry on loopback, with embedded defaults", run: runDev})
+// registerDaemons adds `server`, `agent` and `dev` through register (see
+// Register).
+func registerDaemons(register func(c *command.Command)) {
+	register(&command.Command{Name: "server", Summary: "Run the control plane", Run: runServer})
+	register(&command.Command{Name: "agent", Summary: "Run the node agent on this machine (`agent install`: as a systemd service)", Run: runAgent})
+	register(&command.Command{Name: "dev", Summary: "Run a control plane, a local agent and a registry on loopback, with embedded defaults", Run: runDev})
 }
 
-func (inv *invocation) logger(level string) (*slog.Logger, error) {
+// logger is the daemons' log, to stderr, at the --log-level given.
+func logger(inv *command.Invocation, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, usagef("--log-level must be debug, info, warn or error, not %q", level)
+		return nil, command.Usagef("--log-level must be debug, info, warn or error, not %q", level)
 	}
-	return slog.New(slog.NewTextHandler(inv.stderr, &slog.HandlerOptions{Level: l})), nil
+	return slog.New(slog.NewTextHandler(inv.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
 
-func runServer(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags]", `Run the control plane: the public API, the node protocol and the scheduler.
+func runServer(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags]", `Run the control plane: the public API, the node protocol and the scheduler.
 
 On first start it creates an admin credential, the named token "admin",
 writes it (mode 0600) to DATA_DIR/admin-token and prints the path; give it
@@ -47,14 +51,14 @@ the CA with `+"`mercator context add … --ca-file DATA_DIR/ca.pem`"+` or
 replica the same --tls-ca-cert and --tls-ca-key (`+"`mercator ca create DIR`"+`),
 or the same --tls-cert and --tls-key. Plain HTTP only with --insecure-http,
 on a loopback address.`)
-	options := daemon.ServerFlags(fs.FlagSet, inv.env, parseSpan)
+	options := daemon.ServerFlags(fs.FlagSet, inv.Env, command.ParseSpan)
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
-	if pos, err := fs.parse(args); err != nil {
+	if pos, err := fs.Parse(args); err != nil {
 		return err
 	} else if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
+		return command.Usagef("unexpected argument %q", pos[0])
 	}
-	log, err := inv.logger(*level)
+	log, err := logger(inv, *level)
 	if err != nil {
 		return err
 	}
@@ -67,23 +71,23 @@ on a loopback address.`)
 		if tokenFile == "" {
 			tokenFile = "(removed with `mercator token rm`; use another admin credential)"
 		}
-		termtext.Fprintf(inv.stderr, "control plane at %s\nadmin credential in %s\n", url, tokenFile)
+		termtext.Fprintf(inv.Stderr, "control plane at %s\nadmin credential in %s\n", url, tokenFile)
 		if strings.HasPrefix(url, "https://") {
-			printCA(inv, daemon.CAFile(o.DataDir))
+			command.PrintCA(inv, daemon.CAFile(o.DataDir))
 		}
 	}
 	return daemon.RunServer(ctx, o)
 }
 
-func runAgent(ctx context.Context, inv *invocation, args []string) error {
+func runAgent(ctx context.Context, inv *command.Invocation, args []string) error {
 	if len(args) > 0 && (args[0] == "install" || args[0] == "recover") { // agentinstall.go
-		inv.path += " " + args[0]
+		inv.Path += " " + args[0]
 		if args[0] == "recover" {
 			return agentRecover(ctx, inv, args[1:])
 		}
 		return agentInstall(ctx, inv, args[1:])
 	}
-	fs := inv.flags("[flags]", `Run the node agent: it connects to the control plane (outbound only) and runs
+	fs := inv.Flags("[flags]", `Run the node agent: it connects to the control plane (outbound only) and runs
 the work placed on this machine through the local Docker daemon.
 
 The first start needs a single-use invitation (--token-file) from
@@ -97,45 +101,45 @@ the pin for an operator's own PKI. Plain http:// is refused unless the
 control plane is on loopback.`)
 	options := daemon.AgentFlags(fs.FlagSet)
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
-	if pos, err := fs.parse(args); err != nil {
+	if pos, err := fs.Parse(args); err != nil {
 		return err
 	} else if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
+		return command.Usagef("unexpected argument %q", pos[0])
 	}
 	o, err := options()
 	if err != nil {
-		return usagef("%v", err)
+		return command.Usagef("%v", err)
 	}
-	if o.Logger, err = inv.logger(*level); err != nil {
+	if o.Logger, err = logger(inv, *level); err != nil {
 		return err
 	}
 	return daemon.RunAgent(ctx, o)
 }
 
-func runDev(ctx context.Context, inv *invocation, args []string) error {
-	fs := inv.flags("[flags]", `Run Mercator on this machine with embedded defaults: a control plane on
+func runDev(ctx context.Context, inv *command.Invocation, args []string) error {
+	fs := inv.Flags("[flags]", `Run Mercator on this machine with embedded defaults: a control plane on
 SQLite, one local agent driving the local Docker daemon, and an OCI registry
 on loopback that keeps what is pushed to it across restarts.
 
 It serves HTTPS with its own CA and writes the server's address, admin
 credential and CA to the CLI's context "dev" (and makes it current), so
 other terminals need no flags. Stop it with Ctrl-C.`)
-	dataDir := fs.String("data-dir", devenv.DefaultDataDir(inv.env), "`directory` for the database, registry storage and agent state")
+	dataDir := fs.String("data-dir", devenv.DefaultDataDir(inv.Env), "`directory` for the database, registry storage and agent state")
 	listen := fs.String("listen", "127.0.0.1:7070", "control plane `address`")
 	registry := fs.String("registry", "127.0.0.1:5000", "registry `address` on loopback, or off")
 	nodeID := fs.String("node-id", "local", "the local node's `ID`")
 	level := fs.String("log-level", "warn", "log `level`: debug, info, warn, error")
-	if pos, err := fs.parse(args); err != nil {
+	if pos, err := fs.Parse(args); err != nil {
 		return err
 	} else if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
+		return command.Usagef("unexpected argument %q", pos[0])
 	}
-	log, err := inv.logger(*level)
+	log, err := logger(inv, *level)
 	if err != nil {
 		return err
 	}
 	return devenv.Run(ctx, devenv.Options{
 		DataDir: *dataDir, Listen: *listen, Registry: *registry, NodeID: *nodeID,
-		ContextPath: client.ContextPath(inv.env), Logger: log, Out: inv.stderr,
+		ContextPath: client.ContextPath(inv.Env), Logger: log, Out: inv.Stderr,
 	})
 }

@@ -1,11 +1,16 @@
-package cli
+package daemoncmd_test
 
 import (
-	"github.com/mercator/mercator/agentupgrade"
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/mercator/mercator/agentupgrade"
+	"github.com/mercator/mercator/cli"
 )
 
 // TestAgentInstallWritesUnitAndModes: `agent install --root` writes the
@@ -46,4 +51,21 @@ func TestAgentInstallWritesUnitAndModes(t *testing.T) {
 	if r := runCLI(t, nil, "agent", "install", "--control-plane", "ftp://x", "--node-id", "n", "--token-file", tok, "--root", root); r.code != 2 || !strings.Contains(r.stderr, "not an http(s) URL") {
 		t.Errorf("ftp URL: exit %d %s", r.code, r.stderr)
 	}
+}
+
+// result is what one execution of the command line produced.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// runCLI runs the whole command line, as the binary does, with env as its
+// environment.
+func runCLI(t *testing.T, env map[string]string, args ...string) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code := cli.Main(ctx, args, strings.NewReader(""), &stdout, &stderr, func(k string) string { return env[k] })
+	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
 }
