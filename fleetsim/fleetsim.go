@@ -221,6 +221,8 @@ func (c *Config) defaults() error {
 		return failure.Invalid("heartbeat", "the heartbeat (%s) must be shorter than the lease (%s)", c.Heartbeat, c.Lease)
 	case c.SubmitBatch < 0 || c.SubmitBatch > api.MaxRunBatch:
 		return failure.Invalid("submit-batch", "runs a submission call carries must be from 0 (one) to %d, not %d", api.MaxRunBatch, c.SubmitBatch)
+	case c.Projects < 0 || c.Projects > 100:
+		return failure.Invalid("projects", "projects must be from 0 (none) to 100, not %d", c.Projects)
 	}
 	c.SubmitBatch = max(1, c.SubmitBatch)
 	return nil
