@@ -8,6 +8,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/schedcopy"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
 )
@@ -27,9 +28,9 @@ func (s *Server) noteQueue(waiting map[string]string, pending map[string]store.R
 // earliest first.
 func (s *Server) runningDeadlines() []time.Time {
 	var out []time.Time
-	s.sched.eachActive(func(_ string, u runUsage) {
-		if !u.teams.deadline.IsZero() {
-			out = append(out, u.teams.deadline)
+	s.sched.EachActive(func(_ string, u schedcopy.Usage) {
+		if !u.Teams.Deadline.IsZero() {
+			out = append(out, u.Teams.Deadline)
 		}
 	})
 	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })

@@ -12,6 +12,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/runsecrets"
+	"github.com/mercator/mercator/controlplane/internal/schedcopy"
 	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
@@ -82,8 +83,8 @@ func (s *Server) startEpoch(ctx context.Context) bool {
 		return false
 	}
 	s.epoch.Store(epoch)
-	s.sched.invalidate()
-	s.sched.forgetNodes()
+	s.sched.Invalidate()
+	s.sched.ForgetNodes()
 	s.log.Info("scheduling", "epoch", epoch)
 	return true
 }
@@ -163,7 +164,7 @@ func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
 }
 
 // snapshot builds the scheduler's view from the store alone, as every pass
-// did before the reconcile loop kept copies (schedState); tests compare
+// did before the reconcile loop kept copies (schedcopy); tests compare
 // against it.
 func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run, error) {
 	nodes, err := tx.ListNodes()
@@ -178,9 +179,9 @@ func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run
 	if err != nil {
 		return scheduler.Snapshot{}, nil, err
 	}
-	snap, pending := s.buildSnapshot(nodes, s.nodeStatus, func(fn func(runUsage)) {
+	snap, pending := s.buildSnapshot(nodes, s.nodeStatus, func(fn func(schedcopy.Usage)) {
 		for _, r := range active {
-			if u, ok := usageOf(r); ok {
+			if u, ok := schedcopy.UsageOf(r); ok {
 				fn(u)
 			}
 		}
@@ -190,8 +191,8 @@ func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run
 
 // buildSnapshot builds the scheduler's view: the nodes from their records,
 // what active attempts hold (each calls its argument once per active run),
-// and the queued runs. The reconcile loop passes its copies (schedState).
-func (s *Server) buildSnapshot(nodes []store.Node, status func(store.Node) string, each func(func(runUsage)), queued []store.Run) (scheduler.Snapshot, map[string]store.Run) {
+// and the queued runs. The reconcile loop passes its copies (schedcopy).
+func (s *Server) buildSnapshot(nodes []store.Node, status func(store.Node) string, each func(func(schedcopy.Usage)), queued []store.Run) (scheduler.Snapshot, map[string]store.Run) {
 	view := make([]scheduler.Node, 0, len(nodes))
 	index := make(map[string]int, len(nodes))
 	for _, n := range nodes {
@@ -204,7 +205,7 @@ func (s *Server) buildSnapshot(nodes []store.Node, status func(store.Node) strin
 // withUsage completes a snapshot: a copy of view (the nodes, indexed by ID
 // in index) with what active attempts hold added, and the queued runs.
 // view is not modified.
-func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each func(func(runUsage)), queued []store.Run) (scheduler.Snapshot, map[string]store.Run) {
+func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each func(func(schedcopy.Usage)), queued []store.Run) (scheduler.Snapshot, map[string]store.Run) {
 	var snap scheduler.Snapshot
 	snap.Nodes = append([]scheduler.Node(nil), view...)
 	// Every attempt that may still hold resources counts, replaced ones
@@ -213,19 +214,19 @@ func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each fun
 	// may hold its function share (reserveFunctionShare) and must not
 	// collect every pass's attempts.
 	copied := map[int]bool{}
-	each(func(u runUsage) {
-		for _, a := range u.attempts {
-			i, ok := index[a.node]
+	each(func(u schedcopy.Usage) {
+		for _, a := range u.Attempts {
+			i, ok := index[a.Node]
 			if !ok {
 				continue
 			}
 			n := &snap.Nodes[i]
-			n.UsedCPU += u.cpu
-			n.UsedMemory += u.mem
-			if len(a.gpus) > 0 && !copied[i] {
+			n.UsedCPU += u.CPU
+			n.UsedMemory += u.Mem
+			if len(a.GPUs) > 0 && !copied[i] {
 				n.UsedGPUs, copied[i] = maps.Clone(n.UsedGPUs), true
 			}
-			for _, g := range a.gpus {
+			for _, g := range a.GPUs {
 				if n.UsedGPUs == nil {
 					n.UsedGPUs = map[string]bool{}
 				}
@@ -288,31 +289,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	lost := map[string]time.Time{} // unreachable node → since when
-	drained := map[string]bool{}   // draining node past its deadline
-	// Statuses, lost nodes and passed drain deadlines are judged once per
-	// flush period (or when the records changed), not at every pass: a
-	// pass runs at every submission, and judging is O(nodes).
-	st := &s.sched
-	if time.Since(st.viewAt) >= s.live.FlushPeriod() || !sameNodes(nodes, st.viewFrom) {
-		now := s.now()
-		mem := s.live.Snapshot()
-		st.view, st.viewIndex = make([]scheduler.Node, 0, len(nodes)), make(map[string]int, len(nodes))
-		for _, n := range nodes {
-			seen := freshest(n, mem)
-			status := s.statusSeen(n, seen, now)
-			st.viewIndex[n.ID] = len(st.view)
-			st.view = append(st.view, s.schedNode(n, status))
-			if since := lostSince(n, status, seen, s.cfg.Lease); since != nil {
-				lost[n.ID] = *since
-			}
-			if n.Draining && n.DrainDeadline != nil && !now.Before(*n.DrainDeadline) {
-				drained[n.ID] = true
-			}
-		}
-		st.viewFrom, st.viewAt = nodes, time.Now()
-		s.metrics.SetGPUStates(factcheck.CountStates(nodes))
-	}
+	lost, drained := s.judgeNodes(nodes)
 	refreshed := false
 	if len(lost) > 0 || len(drained) > 0 {
 		if err := s.refreshUsage(ctx); err != nil {
@@ -349,16 +326,8 @@ func (s *Server) reconcile(ctx context.Context) error {
 			return err
 		}
 	}
-	snap, pending := s.withUsage(st.view, st.viewIndex, func(fn func(runUsage)) {
-		// The sums by node stand for the runs: a pass costs O(nodes).
-		s.sched.eachNode(func(node string, n *nodeUse) {
-			u := runUsage{cpu: n.cpu, mem: n.mem, attempts: []attemptUsage{{node: node}}}
-			for g := range n.gpus {
-				u.attempts[0].gpus = append(u.attempts[0].gpus, g)
-			}
-			fn(u)
-		})
-	}, queued)
+	// The sums by node stand for the runs: a pass costs O(nodes).
+	snap, pending := s.withUsage(s.schedView.view, s.schedView.index, s.sched.EachNodeSum, queued)
 	plan, err := s.schedule(ctx, snap, queued, pending) // runs_teams.go
 	if err != nil {
 		return err
@@ -384,6 +353,38 @@ func (s *Server) reconcile(ctx context.Context) error {
 		s.runsChanged()
 	}
 	return nil
+}
+
+// judgeNodes rebuilds the view of the nodes (schedView) and judges their
+// statuses, returning the unreachable nodes whose work is lost (since
+// when) and the draining ones past their deadline. It does so once per
+// liveness flush period, or when the records changed, and otherwise
+// returns nothing: a pass runs at every submission, and judging is
+// O(nodes).
+func (s *Server) judgeNodes(nodes []store.Node) (lost map[string]time.Time, drained map[string]bool) {
+	lost, drained = map[string]time.Time{}, map[string]bool{}
+	v := &s.schedView
+	if time.Since(v.at) < s.live.FlushPeriod() && sameNodes(nodes, v.from) {
+		return lost, drained
+	}
+	now := s.now()
+	mem := s.live.Snapshot()
+	v.view, v.index = make([]scheduler.Node, 0, len(nodes)), make(map[string]int, len(nodes))
+	for _, n := range nodes {
+		seen := freshest(n, mem)
+		status := s.statusSeen(n, seen, now)
+		v.index[n.ID] = len(v.view)
+		v.view = append(v.view, s.schedNode(n, status))
+		if since := lostSince(n, status, seen, s.cfg.Lease); since != nil {
+			lost[n.ID] = *since
+		}
+		if n.Draining && n.DrainDeadline != nil && !now.Before(*n.DrainDeadline) {
+			drained[n.ID] = true
+		}
+	}
+	v.from, v.at = nodes, time.Now()
+	s.metrics.SetGPUStates(factcheck.CountStates(nodes))
+	return lost, drained
 }
 
 // commitPlacements commits placements in one transaction, returning how
@@ -569,8 +570,8 @@ func (s *Server) commitReasons(ctx context.Context, waiting map[string]string, p
 // transaction.
 func (s *Server) replaceLost(ctx context.Context, lost map[string]time.Time) error {
 	var candidates []string
-	s.sched.eachActive(func(id string, u runUsage) {
-		if _, down := lost[u.current]; down && u.current != "" {
+	s.sched.EachActive(func(id string, u schedcopy.Usage) {
+		if _, down := lost[u.Current]; down && u.Current != "" {
 			candidates = append(candidates, id)
 		}
 	})
@@ -661,10 +662,10 @@ func (s *Server) withdrawLaunch(tx store.Tx, nodeID, runID string, attempt int, 
 // visited, and each is read again in the transaction.
 func (s *Server) enforceDrains(ctx context.Context, drained map[string]bool) error {
 	busy := map[string]bool{}
-	s.sched.eachActive(func(_ string, u runUsage) {
-		for _, a := range u.attempts {
-			if drained[a.node] {
-				busy[a.node] = true
+	s.sched.EachActive(func(_ string, u schedcopy.Usage) {
+		for _, a := range u.Attempts {
+			if drained[a.Node] {
+				busy[a.Node] = true
 			}
 		}
 	})

@@ -16,7 +16,7 @@ import (
 	"github.com/mercator/mercator/store/memstore"
 )
 
-// TestSchedStateMatchesStore holds the reconcile loop's copies (schedState:
+// TestSchedStateMatchesStore holds the reconcile loop's copies (schedcopy.Copy:
 // the nodes' records, what active attempts hold, kept up to date by the
 // writes this replica commits) to the snapshot read from the store alone,
 // through placements, GPU holdings, attempts ending, a replacement and a
@@ -82,15 +82,7 @@ func TestSchedStateMatchesStore(t *testing.T) {
 			index[n.ID] = len(view)
 			view = append(view, srv.schedNode(n, srv.nodeStatus(n)))
 		}
-		got, _ := srv.withUsage(view, index, func(fn func(runUsage)) {
-			srv.sched.eachNode(func(node string, n *nodeUse) {
-				u := runUsage{cpu: n.cpu, mem: n.mem, attempts: []attemptUsage{{node: node}}}
-				for g := range n.gpus {
-					u.attempts[0].gpus = append(u.attempts[0].gpus, g)
-				}
-				fn(u)
-			})
-		}, nil)
+		got, _ := srv.withUsage(view, index, srv.sched.EachNodeSum, nil)
 		if len(got.Nodes) != len(want.Nodes) {
 			t.Fatalf("%s: %d nodes, want %d", when, len(got.Nodes), len(want.Nodes))
 		}
@@ -130,7 +122,7 @@ func TestSchedStateMatchesStore(t *testing.T) {
 	check("a cancelled")
 
 	// A rebuild from the store gives the same copies.
-	srv.sched.invalidate()
+	srv.sched.Invalidate()
 	check("rebuilt")
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/schedcopy"
 	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
@@ -20,41 +21,6 @@ import (
 // run with a priority), and the loop carries out the preemptions its plan
 // decides. Without either, the plan is the plain first-come-first-served
 // one and a pass costs what it did before projects existed.
-
-// runTeams is what the scheduler reads of an active run when it plans by
-// project.
-type runTeams struct {
-	project  string
-	priority int
-	placed   time.Time // of the current attempt: newer victims go first
-	stopping bool      // the current attempt has a stop on its way
-	gpus     []string  // the current attempt's
-	deadline time.Time // when its timeout ends it, if it has one and started
-	// preempted is each reason its attempts were preempted for, with when.
-	preempted map[string]time.Time
-}
-
-// teamsOf is a run as runTeams.
-func teamsOf(r store.Run) runTeams {
-	t := runTeams{project: api.ProjectOf(r.Project), priority: r.Priority}
-	if a := lifecycle.Current(&r.Run); a != nil {
-		t.placed, t.stopping, t.gpus = a.PlacedAt, a.StopRequested, a.GPUs
-		if r.TimeoutSeconds > 0 && a.StartedAt != nil {
-			t.deadline = a.StartedAt.Add(time.Duration(r.TimeoutSeconds) * time.Second)
-		}
-	}
-	for _, a := range r.Attempts {
-		if a.PreemptedFor != "" && a.PreemptedAt != nil {
-			if t.preempted == nil {
-				t.preempted = map[string]time.Time{}
-			}
-			if at, ok := t.preempted[a.PreemptedFor]; !ok || a.PreemptedAt.After(at) {
-				t.preempted[a.PreemptedFor] = *a.PreemptedAt
-			}
-		}
-	}
-	return t
-}
 
 // withTeams adds the projects and the running work to a snapshot when there
 // is anything to plan by.
@@ -88,7 +54,7 @@ func (s *Server) withTeams(ctx context.Context, snap *scheduler.Snapshot, queued
 		snap.Projects = append(snap.Projects, scheduler.Project{Name: name, GPUs: p.Quota.GPUs, CPU: p.Quota.CPU, MemoryBytes: p.Quota.MemoryBytes,
 			MaxRunning: p.MaxRunning, Weight: p.Weight, History: s.teams.Of(name)})
 	}
-	use, err := project.FunctionUses(ctx, s.store, s.sched.viewFrom)
+	use, err := project.FunctionUses(ctx, s.store, s.schedView.from)
 	if err != nil {
 		return err
 	}
@@ -97,13 +63,13 @@ func (s *Server) withTeams(ctx context.Context, snap *scheduler.Snapshot, queued
 		snap.Projects[i].FunctionCPU, snap.Projects[i].FunctionMemoryBytes = u.CPU, u.MemoryBytes
 	}
 	now := s.now()
-	s.sched.eachActive(func(id string, u runUsage) {
-		if u.current == "" {
+	s.sched.EachActive(func(id string, u schedcopy.Usage) {
+		if u.Current == "" {
 			return
 		}
-		r := scheduler.Running{RunID: id, NodeID: u.current, Project: u.teams.project, Priority: u.teams.priority,
-			Order: u.teams.placed.UnixNano(), CPU: u.cpu, MemoryBytes: u.mem, GPUs: u.teams.gpus, Stopping: u.teams.stopping}
-		for key, at := range u.teams.preempted {
+		r := scheduler.Running{RunID: id, NodeID: u.Current, Project: u.Teams.Project, Priority: u.Teams.Priority,
+			Order: u.Teams.Placed.UnixNano(), CPU: u.CPU, MemoryBytes: u.Mem, GPUs: u.Teams.GPUs, Stopping: u.Teams.Stopping}
+		for key, at := range u.Teams.Preempted {
 			if now.Sub(at) < s.cfg.PreemptWindow {
 				r.PreemptedFor = append(r.PreemptedFor, key)
 			}
