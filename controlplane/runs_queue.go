@@ -3,17 +3,15 @@ package controlplane
 import (
 	"errors"
 	"net/http"
-	"slices"
-	"time"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
-	"github.com/mercator/mercator/controlplane/internal/schedcopy"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
 )
 
-// noteQueue ranks the runs a pass left waiting (project.Queue).
+// noteQueue ranks the runs a pass left waiting (project.Queue), against
+// when the running ones must end (schedcopy.Copy.Deadlines).
 func (s *Server) noteQueue(waiting map[string]string, pending map[string]store.Run) {
 	runs := make([]store.Run, 0, len(waiting))
 	for id := range waiting {
@@ -21,20 +19,7 @@ func (s *Server) noteQueue(waiting map[string]string, pending map[string]store.R
 			runs = append(runs, r)
 		}
 	}
-	s.queue.Rank(runs, s.runningDeadlines())
-}
-
-// runningDeadlines is when each running run with a timeout must end,
-// earliest first.
-func (s *Server) runningDeadlines() []time.Time {
-	var out []time.Time
-	s.sched.EachActive(func(_ string, u schedcopy.Usage) {
-		if !u.Teams.Deadline.IsZero() {
-			out = append(out, u.Teams.Deadline)
-		}
-	})
-	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
-	return out
+	s.queue.Rank(runs, s.sched.Deadlines())
 }
 
 // listQueue answers GET /v1/runs?queue=1: the queued runs of opts.Project

@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"sort"
@@ -11,9 +10,8 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
-	"github.com/mercator/mercator/controlplane/internal/runsecrets"
+	"github.com/mercator/mercator/controlplane/internal/placement"
 	"github.com/mercator/mercator/controlplane/internal/schedcopy"
-	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
 
@@ -115,141 +113,6 @@ func (s *Server) operation(nodeID string, fence uint64, cmd nodeproto.Command) s
 	return store.Operation{ID: cmd.OperationID, NodeID: nodeID, CreatedAt: cmd.CreatedAt, Command: cmd}
 }
 
-// lostSince is when a node's work became lost, or nil while it is not: a
-// node removed by `mercator node rm` since its removal, an unreachable one
-// since its lease ran out.
-func lostSince(n store.Node, status string, seen *time.Time, lease time.Duration) *time.Time {
-	switch {
-	case n.RemovedAt != nil:
-		return n.RemovedAt
-	case n.EnrolledAt != nil && status == api.NodeUnreachable && seen != nil:
-		t := seen.Add(lease)
-		return &t
-	}
-	return nil
-}
-
-// schedNode is a node as the scheduler sees it, with the status given,
-// without what its active attempts hold (buildSnapshot adds that).
-func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
-	sn := scheduler.Node{ID: n.ID, Images: map[string]bool{}, Labels: nodeLabels(n)} // UsedGPUs: set by whoever counts attempts
-	switch status {
-	case api.NodeReady:
-		sn.Ready = true
-		if n.Draining {
-			sn.Ready, sn.NotReadyReason = false, "is draining"
-		}
-		sn.Cordoned = n.Cordoned
-		if factcheck.Has(n, api.NodeFlagFactsRefused) {
-			sn.Ready, sn.NotReadyReason = false, "has facts the control plane refused (`mercator node get` says why)"
-		}
-	case api.NodeInvited:
-		sn.NotReadyReason = "has not enrolled yet"
-	default:
-		sn.NotReadyReason = "is unreachable"
-	}
-	if f := n.Facts; f != nil {
-		sn.CPU, sn.MemoryBytes, sn.AgentVersion = f.CPUs, f.MemoryBytes, f.CapabilityVersion
-		for _, img := range f.Images {
-			sn.Images[img] = true
-		}
-		disputed, withheld := factcheck.Disputed(n), factcheck.Withheld(n) // withheld: nodes_gpus.go
-		for _, g := range f.Accelerators {
-			sn.GPUs = append(sn.GPUs, scheduler.GPU{UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes, Disputed: disputed[g.UUID], Quarantined: withheld[g.UUID] != ""})
-		}
-		reserveFunctionShare(&sn, f) // functions_share.go
-	}
-	s.artifactFacts(&sn, n.Facts)
-	return sn
-}
-
-// snapshot builds the scheduler's view from the store alone, as every pass
-// did before the reconcile loop kept copies (schedcopy); tests compare
-// against it.
-func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run, error) {
-	nodes, err := tx.ListNodes()
-	if err != nil {
-		return scheduler.Snapshot{}, nil, err
-	}
-	active, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
-	if err != nil {
-		return scheduler.Snapshot{}, nil, err
-	}
-	queued, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunQueued}})
-	if err != nil {
-		return scheduler.Snapshot{}, nil, err
-	}
-	snap, pending := s.buildSnapshot(nodes, s.nodeStatus, func(fn func(schedcopy.Usage)) {
-		for _, r := range active {
-			if u, ok := schedcopy.UsageOf(r); ok {
-				fn(u)
-			}
-		}
-	}, queued)
-	return snap, pending, nil
-}
-
-// buildSnapshot builds the scheduler's view: the nodes from their records,
-// what active attempts hold (each calls its argument once per active run),
-// and the queued runs. The reconcile loop passes its copies (schedcopy).
-func (s *Server) buildSnapshot(nodes []store.Node, status func(store.Node) string, each func(func(schedcopy.Usage)), queued []store.Run) (scheduler.Snapshot, map[string]store.Run) {
-	view := make([]scheduler.Node, 0, len(nodes))
-	index := make(map[string]int, len(nodes))
-	for _, n := range nodes {
-		index[n.ID] = len(view)
-		view = append(view, s.schedNode(n, status(n)))
-	}
-	return s.withUsage(view, index, each, queued)
-}
-
-// withUsage completes a snapshot: a copy of view (the nodes, indexed by ID
-// in index) with what active attempts hold added, and the queued runs.
-// view is not modified.
-func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each func(func(schedcopy.Usage)), queued []store.Run) (scheduler.Snapshot, map[string]store.Run) {
-	var snap scheduler.Snapshot
-	snap.Nodes = append([]scheduler.Node(nil), view...)
-	// Every attempt that may still hold resources counts, replaced ones
-	// included: a replaced attempt can be alive on its node.
-	// A node's UsedGPUs is copied before its first change here: the view's
-	// may hold its function share (reserveFunctionShare) and must not
-	// collect every pass's attempts.
-	copied := map[int]bool{}
-	each(func(u schedcopy.Usage) {
-		for _, a := range u.Attempts {
-			i, ok := index[a.Node]
-			if !ok {
-				continue
-			}
-			n := &snap.Nodes[i]
-			n.UsedCPU += u.CPU
-			n.UsedMemory += u.Mem
-			if len(a.GPUs) > 0 && !copied[i] {
-				n.UsedGPUs, copied[i] = maps.Clone(n.UsedGPUs), true
-			}
-			for _, g := range a.GPUs {
-				if n.UsedGPUs == nil {
-					n.UsedGPUs = map[string]bool{}
-				}
-				n.UsedGPUs[g] = true
-			}
-		}
-	})
-	pending := map[string]store.Run{}
-	for i := len(queued) - 1; i >= 0; i-- { // oldest first
-		r := queued[i]
-		if r.Cancel {
-			continue
-		}
-		pending[r.ID] = r
-		sr := scheduler.Run{ID: r.ID, Image: r.PinnedImage, CPU: r.CPU, MemoryBytes: r.MemoryBytes,
-			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes, MinAgentVersion: agentVersionFor(r),
-			Project: api.ProjectOf(r.Project), Priority: r.Priority, Constraints: project.Constraints(r.RunSpec, nil)}
-		artifactDemand(&sr, r.RunSpec)
-		snap.Pending = append(snap.Pending, sr)
-	}
-	return snap, pending
-}
-
 // sameNodes reports whether two node lists are the same slice.
 func sameNodes(a, b []store.Node) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
@@ -327,7 +190,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 		}
 	}
 	// The sums by node stand for the runs: a pass costs O(nodes).
-	snap, pending := s.withUsage(s.schedView.view, s.schedView.index, s.sched.EachNodeSum, queued)
+	snap, pending := placement.Snapshot(s.schedView.view, s.schedView.index, s.sched.EachNodeSum, queued)
 	plan, err := s.schedule(ctx, snap, queued, pending) // runs_teams.go
 	if err != nil {
 		return err
@@ -374,8 +237,8 @@ func (s *Server) judgeNodes(nodes []store.Node) (lost map[string]time.Time, drai
 		seen := freshest(n, mem)
 		status := s.statusSeen(n, seen, now)
 		v.index[n.ID] = len(v.view)
-		v.view = append(v.view, s.schedNode(n, status))
-		if since := lostSince(n, status, seen, s.cfg.Lease); since != nil {
+		v.view = append(v.view, placement.Node(n, status, now))
+		if since := placement.LostSince(n, status, seen, s.cfg.Lease); since != nil {
 			lost[n.ID] = *since
 		}
 		if n.Draining && n.DrainDeadline != nil && !now.Before(*n.DrainDeadline) {
@@ -455,14 +318,14 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 			}
 			delete(runs, p.RunID) // placed once, whatever the plan says
 			a := lifecycle.Place(&run.Run, p.NodeID, p.GPUs, now)
-			cmd := launchCommand(run, a.Number, p.GPUs)
-			prepares, err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
+			cmd := placement.Launch(run, a.Number, p.GPUs)
+			prepares, err := placement.PrepareArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
 			if err != nil {
 				return err
 			}
 			// Every command goes only to an agent that speaks it;
 			// otherwise the run waits, and says why.
-			if why := tooOldFor(p.NodeID, versions[p.NodeID], append(prepares, cmd)); why != "" {
+			if why := placement.TooOld(p.NodeID, versions[p.NodeID], append(prepares, cmd)); why != "" {
 				tooOld[p.RunID] = why
 				continue
 			}
@@ -482,47 +345,6 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 		return 0, nil, err
 	}
 	return placed, tooOld, nil
-}
-
-// launchCommand is the launch of one attempt of run on the given GPUs,
-// before its Artifacts are added (placeArtifacts).
-func launchCommand(run store.Run, attempt int, gpus []string) nodeproto.Command {
-	return nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{
-		WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: attempt},
-		Image:       run.PinnedImage, Command: run.Command, Env: run.Env,
-		CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: gpus,
-		Timeout:     time.Duration(run.TimeoutSeconds) * time.Second,
-		SecretNames: runsecrets.Names(run), // the values are attached as it is sent
-		User:        run.User, ReadOnlyRootfs: run.ReadOnlyRootfs, Network: run.Network, PidsLimit: run.PidsLimit,
-		ReportProgress: true, // shown on the run (api.Attempt.Progress); older agents ignore it
-	}}
-}
-
-// agentVersionFor is the capability version a node's agent needs to run
-// run: its launch's and, with Artifacts, that of the prepare_artifact
-// commands sent ahead of it (nodeproto.RequiredVersion). The scheduler
-// places the run only on such nodes (scheduler.Run.MinAgentVersion), and
-// tooOldFor checks the commands themselves again as they are issued.
-func agentVersionFor(run store.Run) int {
-	need := nodeproto.RequiredVersion(launchCommand(run, 0, nil))
-	if len(run.Artifacts) > 0 {
-		need = max(need, nodeproto.RequiredVersion(nodeproto.Command{Kind: nodeproto.KindPrepareArtifact}))
-	}
-	return need
-}
-
-// tooOldFor is why a node whose agent speaks capability version have
-// cannot take cmds (nodeproto.RequiredVersion), or "" when it can. Every agent
-// speaks what version 1 defined, whatever its facts say.
-func tooOldFor(nodeID string, have int, cmds []nodeproto.Command) string {
-	need := 1
-	for _, c := range cmds {
-		need = max(need, nodeproto.RequiredVersion(c))
-	}
-	if need <= 1 || have >= need {
-		return ""
-	}
-	return fmt.Sprintf("waiting: node %s runs an agent of capability version %d; this run needs %d or later (upgrade the agent)", nodeID, have, need)
 }
 
 // commitReasons records why each waiting run waits, writing only the runs
@@ -599,7 +421,7 @@ func (s *Server) replaceLost(ctx context.Context, lost map[string]time.Time) err
 				if err != nil {
 					return err
 				}
-				since = lostSince(n, s.nodeStatus(n), s.live.LastSeen(n), s.cfg.Lease)
+				since = placement.LostSince(n, s.nodeStatus(n), s.live.LastSeen(n), s.cfg.Lease)
 				judged[a.NodeID] = since
 			}
 			if since == nil {
@@ -613,7 +435,7 @@ func (s *Server) replaceLost(ctx context.Context, lost map[string]time.Time) err
 			if lifecycle.Replace(&run.Run, lostAt, now) == nil {
 				continue
 			}
-			if err := s.withdrawLaunch(tx, a.NodeID, run.ID, a.Number, now); err != nil {
+			if err := placement.WithdrawLaunch(tx, a.NodeID, run.ID, a.Number, now); err != nil {
 				return err
 			}
 			if err := tx.PutRun(run); err != nil {
@@ -628,28 +450,6 @@ func (s *Server) replaceLost(ctx context.Context, lost map[string]time.Time) err
 		s.runsChanged()
 	}
 	return err
-}
-
-// withdrawLaunch settles a still-pending launch of the attempt so it is not
-// delivered when the node returns. A launch already delivered is not
-// affected: the node reports the attempt and it is stopped as a stray.
-func (s *Server) withdrawLaunch(tx store.Tx, nodeID, runID string, attempt int, now time.Time) error {
-	ops, err := tx.PendingOperations(nodeID)
-	if err != nil {
-		return err
-	}
-	for _, op := range ops {
-		l := op.Command.LaunchWorkload
-		if l == nil || l.RunID != runID || l.Attempt != attempt {
-			continue
-		}
-		op.Result = &nodeproto.Result{OperationID: op.ID, Kind: op.Command.Kind, Outcome: nodeproto.OutcomeRefused, At: now,
-			Error: "withdrawn by the control plane: the attempt was replaced while its node was unreachable"}
-		if err := tx.PutOperation(op); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // enforceDrains stops the remaining attempts on every draining node whose

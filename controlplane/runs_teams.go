@@ -3,11 +3,9 @@ package controlplane
 import (
 	"context"
 	"errors"
-	"sort"
 	"time"
 
-	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/controlplane/internal/schedcopy"
+	"github.com/mercator/mercator/controlplane/internal/placement"
 	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
@@ -23,60 +21,21 @@ import (
 // one and a pass costs what it did before projects existed.
 
 // withTeams adds the projects and the running work to a snapshot when there
-// is anything to plan by.
+// is anything to plan by (placement.NeedsTeams).
 func (s *Server) withTeams(ctx context.Context, snap *scheduler.Snapshot, queued []store.Run, pending map[string]store.Run) error {
 	projects, err := project.Load(ctx, s.store)
 	if err != nil {
 		return err
 	}
-	needed := len(projects) > 1
-	for _, r := range queued {
-		needed = needed || r.Priority != 0 || api.ProjectOf(r.Project) != api.DefaultProject
-	}
-	for _, p := range projects {
-		needed = needed || p.Weight != 0 || p.MaxRunning != 0 || p.Quota.CPU != 0 || p.Quota.MemoryBytes != 0 || len(p.Quota.GPUs) > 0 || len(p.Pools) > 0
-	}
-	if !needed {
+	if !placement.NeedsTeams(projects, queued) {
 		return nil
-	}
-	pools := map[string][]string{}
-	for name, p := range projects {
-		pools[name] = p.Pools
-	}
-	withPools(snap, pools, pending) // nodes_labels.go
-	names := make([]string, 0, len(projects))
-	for name := range projects {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		p := projects[name]
-		snap.Projects = append(snap.Projects, scheduler.Project{Name: name, GPUs: p.Quota.GPUs, CPU: p.Quota.CPU, MemoryBytes: p.Quota.MemoryBytes,
-			MaxRunning: p.MaxRunning, Weight: p.Weight, History: s.teams.Of(name)})
 	}
 	use, err := project.FunctionUses(ctx, s.store, s.schedView.from)
 	if err != nil {
 		return err
 	}
-	for i := range snap.Projects {
-		u := use[snap.Projects[i].Name]
-		snap.Projects[i].FunctionCPU, snap.Projects[i].FunctionMemoryBytes = u.CPU, u.MemoryBytes
-	}
-	now := s.now()
-	s.sched.EachActive(func(id string, u schedcopy.Usage) {
-		if u.Current == "" {
-			return
-		}
-		r := scheduler.Running{RunID: id, NodeID: u.Current, Project: u.Teams.Project, Priority: u.Teams.Priority,
-			Order: u.Teams.Placed.UnixNano(), CPU: u.CPU, MemoryBytes: u.Mem, GPUs: u.Teams.GPUs, Stopping: u.Teams.Stopping}
-		for key, at := range u.Teams.Preempted {
-			if now.Sub(at) < s.cfg.PreemptWindow {
-				r.PreemptedFor = append(r.PreemptedFor, key)
-			}
-		}
-		snap.Running = append(snap.Running, r)
-	})
-	sort.Slice(snap.Running, func(i, j int) bool { return snap.Running[i].RunID < snap.Running[j].RunID })
+	placement.WithProjects(snap, projects, pending, s.teams.Of, use)
+	placement.WithRunning(snap, s.sched.EachActive, s.now(), s.cfg.PreemptWindow)
 	return nil
 }
 

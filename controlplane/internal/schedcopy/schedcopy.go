@@ -30,6 +30,7 @@
 package schedcopy
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -390,4 +391,18 @@ func (c *Copy) EachNodeSum(fn func(u Usage)) {
 		}
 		fn(u)
 	})
+}
+
+// Deadlines is when each active run with a timeout must end (its current
+// attempt started, plus its timeout), earliest first: what a queued run's
+// position is estimated from (project.Queue).
+func (c *Copy) Deadlines() []time.Time {
+	var out []time.Time
+	c.EachActive(func(_ string, u Usage) {
+		if !u.Teams.Deadline.IsZero() {
+			out = append(out, u.Teams.Deadline)
+		}
+	})
+	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
+	return out
 }
