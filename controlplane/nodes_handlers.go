@@ -13,6 +13,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/nodepage"
+	"github.com/mercator/mercator/controlplane/internal/placement"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/pki"
@@ -67,7 +68,7 @@ func freshest(n store.Node, mem map[string]time.Time) *time.Time {
 func (s *Server) nodeView(n store.Node, active nodeWork) api.Node {
 	out := api.Node{ID: n.ID, Status: s.nodeStatus(n), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: s.live.LastSeen(n),
 		Running: active.running, GPUsInUse: active.gpus,
-		Cordoned: n.Cordoned || n.Draining, Draining: n.Draining, DrainDeadline: n.DrainDeadline, RemovedAt: n.RemovedAt, Flags: n.Flags, Labels: nodeLabels(n)}
+		Cordoned: n.Cordoned || n.Draining, Draining: n.Draining, DrainDeadline: n.DrainDeadline, RemovedAt: n.RemovedAt, Flags: n.Flags, Labels: placement.Labels(n)}
 	if n.Facts != nil {
 		data, _ := json.Marshal(n.Facts)
 		json.Unmarshal(data, &out.Facts)

@@ -6,9 +6,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
-	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/failure"
-	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 )
 
@@ -47,25 +45,4 @@ func (s *Server) labelNode(w http.ResponseWriter, r *http.Request) {
 		}
 		return nil
 	})
-}
-
-// withPools restricts the pending runs of projects limited to pools.
-func withPools(snap *scheduler.Snapshot, pools map[string][]string, specs map[string]store.Run) {
-	for i := range snap.Pending {
-		sr := &snap.Pending[i]
-		if p := pools[sr.Project]; len(p) > 0 {
-			sr.Constraints = project.Constraints(specs[sr.ID].RunSpec, p)
-		}
-	}
-}
-
-// nodeLabels is a node's labels: its agent's (`agent --label`), with its
-// operator's (`node label`) over them.
-func nodeLabels(n store.Node) map[string]string {
-	if n.Facts == nil || len(n.Facts.Labels) == 0 {
-		return n.Labels
-	}
-	out := maps.Clone(n.Facts.Labels)
-	maps.Copy(out, n.Labels)
-	return out
 }

@@ -18,9 +18,9 @@ import (
 // fences it: its fencing token rises, so every command and event of the
 // old enrollment is refused; its agent's next call is answered with
 // removedError, on which the agent stops; and its work is treated as on an
-// unreachable node from now (lostSince). The record stays, marked removed,
-// so its runs keep naming a node that exists; `mercator node invite`
-// brings it back.
+// unreachable node from now (placement.LostSince). The record stays,
+// marked removed, so its runs keep naming a node that exists;
+// `mercator node invite` brings it back.
 func (s *Server) removeNode(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var out api.Node

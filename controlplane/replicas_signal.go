@@ -23,7 +23,7 @@ import (
 // bounded; a signal that does not fit is dropped, which the paragraph above
 // says is safe. One kind of signal names data: "runs:REPLICA:ID,ID,…" says
 // which runs a replica wrote, so the leader's copy of active attempts
-// (schedState) can read them again; losing one costs a delayed placement
+// (schedcopy.Copy) can read them again; losing one costs a delayed placement
 // until the copy's next rebuild, never an over-committed node.
 
 // Coordinator is what several control-plane replicas share besides the
@@ -157,7 +157,7 @@ func (s *Server) deliver(topic string) {
 	switch {
 	case strings.HasPrefix(topic, topicRunIDs):
 		if from, ids := runIDsTopic(topic); from != s.replicaID {
-			s.sched.markDirty(ids)
+			s.sched.MarkDirty(ids)
 		}
 	case topic == topicRuns:
 		s.runs.Notify()

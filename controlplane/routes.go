@@ -9,6 +9,7 @@ import (
 	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/controlplane/function"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
 )
@@ -159,10 +160,10 @@ func (s *Server) v1Routes() []httpapi.Route {
 		{Pattern: "POST /v1/runs", Handler: s.submitRun},
 		{Pattern: "POST /v1/runs/batch", Handler: s.submitRuns},
 		{Pattern: "GET /v1/runs", Handler: s.listRuns},
-		{Pattern: "GET /v1/runs/{id}", Handler: s.confinedRun("read runs", s.getRun)}, // runs_scope.go
-		{Pattern: "POST /v1/runs/{id}/cancel", Handler: s.confinedRun("cancel runs", s.cancelRun)},
-		{Pattern: "GET /v1/runs/{id}/wait", Handler: s.confinedRun("read runs", s.waitRun)},
-		{Pattern: "GET /v1/runs/{id}/logs", Handler: s.confinedRun("read the logs", s.runLogs)},
+		{Pattern: "GET /v1/runs/{id}", Handler: project.ScopeRun(s.store, "read runs", s.getRun)},
+		{Pattern: "POST /v1/runs/{id}/cancel", Handler: project.ScopeRun(s.store, "cancel runs", s.cancelRun)},
+		{Pattern: "GET /v1/runs/{id}/wait", Handler: project.ScopeRun(s.store, "read runs", s.waitRun)},
+		{Pattern: "GET /v1/runs/{id}/logs", Handler: project.ScopeRun(s.store, "read the logs", s.runLogs)},
 		{Pattern: "GET /v1/nodes", Handler: s.listNodes},
 		{Pattern: "GET /v1/nodes/{id}", Handler: s.getNode},
 		{Pattern: "DELETE /v1/nodes/{id}", Handler: s.removeNode},

@@ -11,7 +11,6 @@ import (
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
 
-	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 )
 
@@ -56,66 +55,6 @@ func (s *Server) resolveArtifacts(ctx context.Context, spec *api.RunSpec) error 
 		}
 		return nil
 	})
-}
-
-// artifactFacts is the scheduler's view of a node's Artifacts: the digests
-// it holds, and its link floor (a valid measured reading, else the fleet's
-// assumption).
-func (s *Server) artifactFacts(sn *scheduler.Node, f *nodeproto.NodeFacts) {
-	sn.LinkFloorBPS = scheduler.AssumedLinkBytesPerSecond
-	if f == nil {
-		return
-	}
-	if l := f.Link; l != nil && l.BytesPerSecond > 0 && s.now().Before(l.ValidUntil) {
-		sn.LinkFloorBPS = l.BytesPerSecond
-	}
-	if len(f.Artifacts) > 0 {
-		sn.Artifacts = make(map[string]bool, len(f.Artifacts))
-		for _, a := range f.Artifacts {
-			sn.Artifacts[a.SHA256] = true
-		}
-	}
-}
-
-// artifactDemand is the scheduler's view of a run's Artifacts.
-func artifactDemand(sr *scheduler.Run, spec api.RunSpec) {
-	for _, m := range spec.Artifacts {
-		sr.Artifacts = append(sr.Artifacts, m.SHA256)
-		sr.MinReadBPS = max(sr.MinReadBPS, m.MinReadBytesPerSecond)
-	}
-}
-
-// placeArtifacts adds a run's Artifacts to its launch and returns a
-// prepare_artifact for every one the node does not report holding, for
-// the caller to issue ahead of the launch, so the copies begin as soon as
-// the node hears of them. The launch waits for them on the node either way.
-func (s *Server) placeArtifacts(tx store.Tx, nodeID string, run store.Run, launch *nodeproto.LaunchWorkloadCommand) ([]nodeproto.Command, error) {
-	if len(run.Artifacts) == 0 {
-		return nil, nil
-	}
-	held := map[string]bool{}
-	if n, err := tx.GetNode(nodeID); err == nil && n.Facts != nil {
-		for _, a := range n.Facts.Artifacts {
-			held[a.SHA256] = true
-		}
-	}
-	var prepares []nodeproto.Command
-	issued := map[string]bool{}
-	for _, m := range run.Artifacts {
-		v, err := tx.GetArtifact(m.Name, m.Version)
-		if err != nil {
-			return nil, fmt.Errorf("run %s: %w", run.ID, err)
-		}
-		prep := nodeproto.PrepareArtifactCommand{Name: v.Name, Version: v.Version, SHA256: v.SHA256, Size: v.Size, Format: v.Format}
-		launch.Artifacts = append(launch.Artifacts, nodeproto.ArtifactMount{PrepareArtifactCommand: prep, MountPath: m.MountPath})
-		if held[v.SHA256] || issued[v.SHA256] {
-			continue
-		}
-		issued[v.SHA256] = true
-		p := prep
-		prepares = append(prepares, nodeproto.Command{Kind: nodeproto.KindPrepareArtifact, PrepareArtifact: &p})
-	}
-	return prepares, nil
 }
 
 // outbound is a stored command as it is sent: every Artifact read minted

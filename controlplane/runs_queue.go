@@ -3,8 +3,6 @@ package controlplane
 import (
 	"errors"
 	"net/http"
-	"slices"
-	"time"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
@@ -12,7 +10,8 @@ import (
 	"github.com/mercator/mercator/store"
 )
 
-// noteQueue ranks the runs a pass left waiting (project.Queue).
+// noteQueue ranks the runs a pass left waiting (project.Queue), against
+// when the running ones must end (schedcopy.Copy.Deadlines).
 func (s *Server) noteQueue(waiting map[string]string, pending map[string]store.Run) {
 	runs := make([]store.Run, 0, len(waiting))
 	for id := range waiting {
@@ -20,20 +19,7 @@ func (s *Server) noteQueue(waiting map[string]string, pending map[string]store.R
 			runs = append(runs, r)
 		}
 	}
-	s.queue.Rank(runs, s.runningDeadlines())
-}
-
-// runningDeadlines is when each running run with a timeout must end,
-// earliest first.
-func (s *Server) runningDeadlines() []time.Time {
-	var out []time.Time
-	s.sched.eachActive(func(_ string, u runUsage) {
-		if !u.teams.deadline.IsZero() {
-			out = append(out, u.teams.deadline)
-		}
-	})
-	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
-	return out
+	s.queue.Rank(runs, s.sched.Deadlines())
 }
 
 // listQueue answers GET /v1/runs?queue=1: the queued runs of opts.Project

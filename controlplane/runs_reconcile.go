@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"sort"
@@ -11,8 +10,8 @@ import (
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
-	"github.com/mercator/mercator/controlplane/internal/runsecrets"
-	"github.com/mercator/mercator/controlplane/project"
+	"github.com/mercator/mercator/controlplane/internal/placement"
+	"github.com/mercator/mercator/controlplane/internal/schedcopy"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
 
@@ -82,8 +81,8 @@ func (s *Server) startEpoch(ctx context.Context) bool {
 		return false
 	}
 	s.epoch.Store(epoch)
-	s.sched.invalidate()
-	s.sched.forgetNodes()
+	s.sched.Invalidate()
+	s.sched.ForgetNodes()
 	s.log.Info("scheduling", "epoch", epoch)
 	return true
 }
@@ -112,141 +111,6 @@ func (s *Server) operation(nodeID string, fence uint64, cmd nodeproto.Command) s
 	cmd.FencingToken = fence
 	cmd.CreatedAt = s.now()
 	return store.Operation{ID: cmd.OperationID, NodeID: nodeID, CreatedAt: cmd.CreatedAt, Command: cmd}
-}
-
-// lostSince is when a node's work became lost, or nil while it is not: a
-// node removed by `mercator node rm` since its removal, an unreachable one
-// since its lease ran out.
-func lostSince(n store.Node, status string, seen *time.Time, lease time.Duration) *time.Time {
-	switch {
-	case n.RemovedAt != nil:
-		return n.RemovedAt
-	case n.EnrolledAt != nil && status == api.NodeUnreachable && seen != nil:
-		t := seen.Add(lease)
-		return &t
-	}
-	return nil
-}
-
-// schedNode is a node as the scheduler sees it, with the status given,
-// without what its active attempts hold (buildSnapshot adds that).
-func (s *Server) schedNode(n store.Node, status string) scheduler.Node {
-	sn := scheduler.Node{ID: n.ID, Images: map[string]bool{}, Labels: nodeLabels(n)} // UsedGPUs: set by whoever counts attempts
-	switch status {
-	case api.NodeReady:
-		sn.Ready = true
-		if n.Draining {
-			sn.Ready, sn.NotReadyReason = false, "is draining"
-		}
-		sn.Cordoned = n.Cordoned
-		if factcheck.Has(n, api.NodeFlagFactsRefused) {
-			sn.Ready, sn.NotReadyReason = false, "has facts the control plane refused (`mercator node get` says why)"
-		}
-	case api.NodeInvited:
-		sn.NotReadyReason = "has not enrolled yet"
-	default:
-		sn.NotReadyReason = "is unreachable"
-	}
-	if f := n.Facts; f != nil {
-		sn.CPU, sn.MemoryBytes, sn.AgentVersion = f.CPUs, f.MemoryBytes, f.CapabilityVersion
-		for _, img := range f.Images {
-			sn.Images[img] = true
-		}
-		disputed, withheld := factcheck.Disputed(n), factcheck.Withheld(n) // withheld: nodes_gpus.go
-		for _, g := range f.Accelerators {
-			sn.GPUs = append(sn.GPUs, scheduler.GPU{UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes, Disputed: disputed[g.UUID], Quarantined: withheld[g.UUID] != ""})
-		}
-		reserveFunctionShare(&sn, f) // functions_share.go
-	}
-	s.artifactFacts(&sn, n.Facts)
-	return sn
-}
-
-// snapshot builds the scheduler's view from the store alone, as every pass
-// did before the reconcile loop kept copies (schedState); tests compare
-// against it.
-func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run, error) {
-	nodes, err := tx.ListNodes()
-	if err != nil {
-		return scheduler.Snapshot{}, nil, err
-	}
-	active, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
-	if err != nil {
-		return scheduler.Snapshot{}, nil, err
-	}
-	queued, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunQueued}})
-	if err != nil {
-		return scheduler.Snapshot{}, nil, err
-	}
-	snap, pending := s.buildSnapshot(nodes, s.nodeStatus, func(fn func(runUsage)) {
-		for _, r := range active {
-			if u, ok := usageOf(r); ok {
-				fn(u)
-			}
-		}
-	}, queued)
-	return snap, pending, nil
-}
-
-// buildSnapshot builds the scheduler's view: the nodes from their records,
-// what active attempts hold (each calls its argument once per active run),
-// and the queued runs. The reconcile loop passes its copies (schedState).
-func (s *Server) buildSnapshot(nodes []store.Node, status func(store.Node) string, each func(func(runUsage)), queued []store.Run) (scheduler.Snapshot, map[string]store.Run) {
-	view := make([]scheduler.Node, 0, len(nodes))
-	index := make(map[string]int, len(nodes))
-	for _, n := range nodes {
-		index[n.ID] = len(view)
-		view = append(view, s.schedNode(n, status(n)))
-	}
-	return s.withUsage(view, index, each, queued)
-}
-
-// withUsage completes a snapshot: a copy of view (the nodes, indexed by ID
-// in index) with what active attempts hold added, and the queued runs.
-// view is not modified.
-func (s *Server) withUsage(view []scheduler.Node, index map[string]int, each func(func(runUsage)), queued []store.Run) (scheduler.Snapshot, map[string]store.Run) {
-	var snap scheduler.Snapshot
-	snap.Nodes = append([]scheduler.Node(nil), view...)
-	// Every attempt that may still hold resources counts, replaced ones
-	// included: a replaced attempt can be alive on its node.
-	// A node's UsedGPUs is copied before its first change here: the view's
-	// may hold its function share (reserveFunctionShare) and must not
-	// collect every pass's attempts.
-	copied := map[int]bool{}
-	each(func(u runUsage) {
-		for _, a := range u.attempts {
-			i, ok := index[a.node]
-			if !ok {
-				continue
-			}
-			n := &snap.Nodes[i]
-			n.UsedCPU += u.cpu
-			n.UsedMemory += u.mem
-			if len(a.gpus) > 0 && !copied[i] {
-				n.UsedGPUs, copied[i] = maps.Clone(n.UsedGPUs), true
-			}
-			for _, g := range a.gpus {
-				if n.UsedGPUs == nil {
-					n.UsedGPUs = map[string]bool{}
-				}
-				n.UsedGPUs[g] = true
-			}
-		}
-	})
-	pending := map[string]store.Run{}
-	for i := len(queued) - 1; i >= 0; i-- { // oldest first
-		r := queued[i]
-		if r.Cancel {
-			continue
-		}
-		pending[r.ID] = r
-		sr := scheduler.Run{ID: r.ID, Image: r.PinnedImage, CPU: r.CPU, MemoryBytes: r.MemoryBytes,
-			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes, MinAgentVersion: agentVersionFor(r),
-			Project: api.ProjectOf(r.Project), Priority: r.Priority, Constraints: project.Constraints(r.RunSpec, nil)}
-		artifactDemand(&sr, r.RunSpec)
-		snap.Pending = append(snap.Pending, sr)
-	}
-	return snap, pending
 }
 
 // sameNodes reports whether two node lists are the same slice.
@@ -288,31 +152,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	lost := map[string]time.Time{} // unreachable node → since when
-	drained := map[string]bool{}   // draining node past its deadline
-	// Statuses, lost nodes and passed drain deadlines are judged once per
-	// flush period (or when the records changed), not at every pass: a
-	// pass runs at every submission, and judging is O(nodes).
-	st := &s.sched
-	if time.Since(st.viewAt) >= s.live.FlushPeriod() || !sameNodes(nodes, st.viewFrom) {
-		now := s.now()
-		mem := s.live.Snapshot()
-		st.view, st.viewIndex = make([]scheduler.Node, 0, len(nodes)), make(map[string]int, len(nodes))
-		for _, n := range nodes {
-			seen := freshest(n, mem)
-			status := s.statusSeen(n, seen, now)
-			st.viewIndex[n.ID] = len(st.view)
-			st.view = append(st.view, s.schedNode(n, status))
-			if since := lostSince(n, status, seen, s.cfg.Lease); since != nil {
-				lost[n.ID] = *since
-			}
-			if n.Draining && n.DrainDeadline != nil && !now.Before(*n.DrainDeadline) {
-				drained[n.ID] = true
-			}
-		}
-		st.viewFrom, st.viewAt = nodes, time.Now()
-		s.metrics.SetGPUStates(factcheck.CountStates(nodes))
-	}
+	lost, drained := s.judgeNodes(nodes)
 	refreshed := false
 	if len(lost) > 0 || len(drained) > 0 {
 		if err := s.refreshUsage(ctx); err != nil {
@@ -349,16 +189,8 @@ func (s *Server) reconcile(ctx context.Context) error {
 			return err
 		}
 	}
-	snap, pending := s.withUsage(st.view, st.viewIndex, func(fn func(runUsage)) {
-		// The sums by node stand for the runs: a pass costs O(nodes).
-		s.sched.eachNode(func(node string, n *nodeUse) {
-			u := runUsage{cpu: n.cpu, mem: n.mem, attempts: []attemptUsage{{node: node}}}
-			for g := range n.gpus {
-				u.attempts[0].gpus = append(u.attempts[0].gpus, g)
-			}
-			fn(u)
-		})
-	}, queued)
+	// The sums by node stand for the runs: a pass costs O(nodes).
+	snap, pending := placement.Snapshot(s.schedView.view, s.schedView.index, s.sched.EachNodeSum, queued)
 	plan, err := s.schedule(ctx, snap, queued, pending) // runs_teams.go
 	if err != nil {
 		return err
@@ -384,6 +216,38 @@ func (s *Server) reconcile(ctx context.Context) error {
 		s.runsChanged()
 	}
 	return nil
+}
+
+// judgeNodes rebuilds the view of the nodes (schedView) and judges their
+// statuses, returning the unreachable nodes whose work is lost (since
+// when) and the draining ones past their deadline. It does so once per
+// liveness flush period, or when the records changed, and otherwise
+// returns nothing: a pass runs at every submission, and judging is
+// O(nodes).
+func (s *Server) judgeNodes(nodes []store.Node) (lost map[string]time.Time, drained map[string]bool) {
+	lost, drained = map[string]time.Time{}, map[string]bool{}
+	v := &s.schedView
+	if time.Since(v.at) < s.live.FlushPeriod() && sameNodes(nodes, v.from) {
+		return lost, drained
+	}
+	now := s.now()
+	mem := s.live.Snapshot()
+	v.view, v.index = make([]scheduler.Node, 0, len(nodes)), make(map[string]int, len(nodes))
+	for _, n := range nodes {
+		seen := freshest(n, mem)
+		status := s.statusSeen(n, seen, now)
+		v.index[n.ID] = len(v.view)
+		v.view = append(v.view, placement.Node(n, status, now))
+		if since := placement.LostSince(n, status, seen, s.cfg.Lease); since != nil {
+			lost[n.ID] = *since
+		}
+		if n.Draining && n.DrainDeadline != nil && !now.Before(*n.DrainDeadline) {
+			drained[n.ID] = true
+		}
+	}
+	v.from, v.at = nodes, time.Now()
+	s.metrics.SetGPUStates(factcheck.CountStates(nodes))
+	return lost, drained
 }
 
 // commitPlacements commits placements in one transaction, returning how
@@ -454,14 +318,14 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 			}
 			delete(runs, p.RunID) // placed once, whatever the plan says
 			a := lifecycle.Place(&run.Run, p.NodeID, p.GPUs, now)
-			cmd := launchCommand(run, a.Number, p.GPUs)
-			prepares, err := s.placeArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
+			cmd := placement.Launch(run, a.Number, p.GPUs)
+			prepares, err := placement.PrepareArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
 			if err != nil {
 				return err
 			}
 			// Every command goes only to an agent that speaks it;
 			// otherwise the run waits, and says why.
-			if why := tooOldFor(p.NodeID, versions[p.NodeID], append(prepares, cmd)); why != "" {
+			if why := placement.TooOld(p.NodeID, versions[p.NodeID], append(prepares, cmd)); why != "" {
 				tooOld[p.RunID] = why
 				continue
 			}
@@ -481,47 +345,6 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 		return 0, nil, err
 	}
 	return placed, tooOld, nil
-}
-
-// launchCommand is the launch of one attempt of run on the given GPUs,
-// before its Artifacts are added (placeArtifacts).
-func launchCommand(run store.Run, attempt int, gpus []string) nodeproto.Command {
-	return nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{
-		WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: attempt},
-		Image:       run.PinnedImage, Command: run.Command, Env: run.Env,
-		CPU: run.CPU, MemoryBytes: run.MemoryBytes, GPUs: gpus,
-		Timeout:     time.Duration(run.TimeoutSeconds) * time.Second,
-		SecretNames: runsecrets.Names(run), // the values are attached as it is sent
-		User:        run.User, ReadOnlyRootfs: run.ReadOnlyRootfs, Network: run.Network, PidsLimit: run.PidsLimit,
-		ReportProgress: true, // shown on the run (api.Attempt.Progress); older agents ignore it
-	}}
-}
-
-// agentVersionFor is the capability version a node's agent needs to run
-// run: its launch's and, with Artifacts, that of the prepare_artifact
-// commands sent ahead of it (nodeproto.RequiredVersion). The scheduler
-// places the run only on such nodes (scheduler.Run.MinAgentVersion), and
-// tooOldFor checks the commands themselves again as they are issued.
-func agentVersionFor(run store.Run) int {
-	need := nodeproto.RequiredVersion(launchCommand(run, 0, nil))
-	if len(run.Artifacts) > 0 {
-		need = max(need, nodeproto.RequiredVersion(nodeproto.Command{Kind: nodeproto.KindPrepareArtifact}))
-	}
-	return need
-}
-
-// tooOldFor is why a node whose agent speaks capability version have
-// cannot take cmds (nodeproto.RequiredVersion), or "" when it can. Every agent
-// speaks what version 1 defined, whatever its facts say.
-func tooOldFor(nodeID string, have int, cmds []nodeproto.Command) string {
-	need := 1
-	for _, c := range cmds {
-		need = max(need, nodeproto.RequiredVersion(c))
-	}
-	if need <= 1 || have >= need {
-		return ""
-	}
-	return fmt.Sprintf("waiting: node %s runs an agent of capability version %d; this run needs %d or later (upgrade the agent)", nodeID, have, need)
 }
 
 // commitReasons records why each waiting run waits, writing only the runs
@@ -569,8 +392,8 @@ func (s *Server) commitReasons(ctx context.Context, waiting map[string]string, p
 // transaction.
 func (s *Server) replaceLost(ctx context.Context, lost map[string]time.Time) error {
 	var candidates []string
-	s.sched.eachActive(func(id string, u runUsage) {
-		if _, down := lost[u.current]; down && u.current != "" {
+	s.sched.EachActive(func(id string, u schedcopy.Usage) {
+		if _, down := lost[u.Current]; down && u.Current != "" {
 			candidates = append(candidates, id)
 		}
 	})
@@ -598,7 +421,7 @@ func (s *Server) replaceLost(ctx context.Context, lost map[string]time.Time) err
 				if err != nil {
 					return err
 				}
-				since = lostSince(n, s.nodeStatus(n), s.live.LastSeen(n), s.cfg.Lease)
+				since = placement.LostSince(n, s.nodeStatus(n), s.live.LastSeen(n), s.cfg.Lease)
 				judged[a.NodeID] = since
 			}
 			if since == nil {
@@ -612,7 +435,7 @@ func (s *Server) replaceLost(ctx context.Context, lost map[string]time.Time) err
 			if lifecycle.Replace(&run.Run, lostAt, now) == nil {
 				continue
 			}
-			if err := s.withdrawLaunch(tx, a.NodeID, run.ID, a.Number, now); err != nil {
+			if err := placement.WithdrawLaunch(tx, a.NodeID, run.ID, a.Number, now); err != nil {
 				return err
 			}
 			if err := tx.PutRun(run); err != nil {
@@ -629,28 +452,6 @@ func (s *Server) replaceLost(ctx context.Context, lost map[string]time.Time) err
 	return err
 }
 
-// withdrawLaunch settles a still-pending launch of the attempt so it is not
-// delivered when the node returns. A launch already delivered is not
-// affected: the node reports the attempt and it is stopped as a stray.
-func (s *Server) withdrawLaunch(tx store.Tx, nodeID, runID string, attempt int, now time.Time) error {
-	ops, err := tx.PendingOperations(nodeID)
-	if err != nil {
-		return err
-	}
-	for _, op := range ops {
-		l := op.Command.LaunchWorkload
-		if l == nil || l.RunID != runID || l.Attempt != attempt {
-			continue
-		}
-		op.Result = &nodeproto.Result{OperationID: op.ID, Kind: op.Command.Kind, Outcome: nodeproto.OutcomeRefused, At: now,
-			Error: "withdrawn by the control plane: the attempt was replaced while its node was unreachable"}
-		if err := tx.PutOperation(op); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // enforceDrains stops the remaining attempts on every draining node whose
 // deadline has passed, once each (the stop reason is "drained", and a
 // drained attempt fails its run like any stopped attempt, so the run's
@@ -661,10 +462,10 @@ func (s *Server) withdrawLaunch(tx store.Tx, nodeID, runID string, attempt int, 
 // visited, and each is read again in the transaction.
 func (s *Server) enforceDrains(ctx context.Context, drained map[string]bool) error {
 	busy := map[string]bool{}
-	s.sched.eachActive(func(_ string, u runUsage) {
-		for _, a := range u.attempts {
-			if drained[a.node] {
-				busy[a.node] = true
+	s.sched.EachActive(func(_ string, u schedcopy.Usage) {
+		for _, a := range u.Attempts {
+			if drained[a.Node] {
+				busy[a.Node] = true
 			}
 		}
 	})

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/placement"
+	"github.com/mercator/mercator/controlplane/internal/schedcopy"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/scheduler"
@@ -16,7 +18,7 @@ import (
 	"github.com/mercator/mercator/store/memstore"
 )
 
-// TestSchedStateMatchesStore holds the reconcile loop's copies (schedState:
+// TestSchedStateMatchesStore holds the reconcile loop's copies (schedcopy.Copy:
 // the nodes' records, what active attempts hold, kept up to date by the
 // writes this replica commits) to the snapshot read from the store alone,
 // through placements, GPU holdings, attempts ending, a replacement and a
@@ -76,21 +78,8 @@ func TestSchedStateMatchesStore(t *testing.T) {
 		if err := srv.refreshUsage(ctx); err != nil {
 			t.Fatal(err)
 		}
-		view := make([]scheduler.Node, 0, len(nodes))
-		index := map[string]int{}
-		for _, n := range nodes {
-			index[n.ID] = len(view)
-			view = append(view, srv.schedNode(n, srv.nodeStatus(n)))
-		}
-		got, _ := srv.withUsage(view, index, func(fn func(runUsage)) {
-			srv.sched.eachNode(func(node string, n *nodeUse) {
-				u := runUsage{cpu: n.cpu, mem: n.mem, attempts: []attemptUsage{{node: node}}}
-				for g := range n.gpus {
-					u.attempts[0].gpus = append(u.attempts[0].gpus, g)
-				}
-				fn(u)
-			})
-		}, nil)
+		view, index := srv.nodeViewOf(nodes)
+		got, _ := placement.Snapshot(view, index, srv.sched.EachNodeSum, nil)
 		if len(got.Nodes) != len(want.Nodes) {
 			t.Fatalf("%s: %d nodes, want %d", when, len(got.Nodes), len(want.Nodes))
 		}
@@ -130,8 +119,47 @@ func TestSchedStateMatchesStore(t *testing.T) {
 	check("a cancelled")
 
 	// A rebuild from the store gives the same copies.
-	srv.sched.invalidate()
+	srv.sched.Invalidate()
 	check("rebuilt")
+}
+
+// snapshot builds the scheduler's view from the store alone, as every pass
+// did before the reconcile loop kept copies (schedcopy); tests compare
+// against it.
+func (s *Server) snapshot(tx store.Tx) (scheduler.Snapshot, map[string]store.Run, error) {
+	nodes, err := tx.ListNodes()
+	if err != nil {
+		return scheduler.Snapshot{}, nil, err
+	}
+	active, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
+	if err != nil {
+		return scheduler.Snapshot{}, nil, err
+	}
+	queued, err := tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunQueued}})
+	if err != nil {
+		return scheduler.Snapshot{}, nil, err
+	}
+	view, index := s.nodeViewOf(nodes)
+	snap, pending := placement.Snapshot(view, index, func(fn func(schedcopy.Usage)) {
+		for _, r := range active {
+			if u, ok := schedcopy.UsageOf(r); ok {
+				fn(u)
+			}
+		}
+	}, queued)
+	return snap, pending, nil
+}
+
+// nodeViewOf is the scheduler's view of nodes, each with the status
+// nodeStatus gives it, indexed by ID.
+func (s *Server) nodeViewOf(nodes []store.Node) ([]scheduler.Node, map[string]int) {
+	view := make([]scheduler.Node, 0, len(nodes))
+	index := make(map[string]int, len(nodes))
+	for _, n := range nodes {
+		index[n.ID] = len(view)
+		view = append(view, placement.Node(n, s.nodeStatus(n), s.now()))
+	}
+	return view, index
 }
 
 func keys(m map[string]bool) []string {

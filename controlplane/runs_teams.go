@@ -3,10 +3,9 @@ package controlplane
 import (
 	"context"
 	"errors"
-	"sort"
 	"time"
 
-	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/placement"
 	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
@@ -21,96 +20,22 @@ import (
 // decides. Without either, the plan is the plain first-come-first-served
 // one and a pass costs what it did before projects existed.
 
-// runTeams is what the scheduler reads of an active run when it plans by
-// project.
-type runTeams struct {
-	project  string
-	priority int
-	placed   time.Time // of the current attempt: newer victims go first
-	stopping bool      // the current attempt has a stop on its way
-	gpus     []string  // the current attempt's
-	deadline time.Time // when its timeout ends it, if it has one and started
-	// preempted is each reason its attempts were preempted for, with when.
-	preempted map[string]time.Time
-}
-
-// teamsOf is a run as runTeams.
-func teamsOf(r store.Run) runTeams {
-	t := runTeams{project: api.ProjectOf(r.Project), priority: r.Priority}
-	if a := lifecycle.Current(&r.Run); a != nil {
-		t.placed, t.stopping, t.gpus = a.PlacedAt, a.StopRequested, a.GPUs
-		if r.TimeoutSeconds > 0 && a.StartedAt != nil {
-			t.deadline = a.StartedAt.Add(time.Duration(r.TimeoutSeconds) * time.Second)
-		}
-	}
-	for _, a := range r.Attempts {
-		if a.PreemptedFor != "" && a.PreemptedAt != nil {
-			if t.preempted == nil {
-				t.preempted = map[string]time.Time{}
-			}
-			if at, ok := t.preempted[a.PreemptedFor]; !ok || a.PreemptedAt.After(at) {
-				t.preempted[a.PreemptedFor] = *a.PreemptedAt
-			}
-		}
-	}
-	return t
-}
-
 // withTeams adds the projects and the running work to a snapshot when there
-// is anything to plan by.
+// is anything to plan by (placement.NeedsTeams).
 func (s *Server) withTeams(ctx context.Context, snap *scheduler.Snapshot, queued []store.Run, pending map[string]store.Run) error {
 	projects, err := project.Load(ctx, s.store)
 	if err != nil {
 		return err
 	}
-	needed := len(projects) > 1
-	for _, r := range queued {
-		needed = needed || r.Priority != 0 || api.ProjectOf(r.Project) != api.DefaultProject
-	}
-	for _, p := range projects {
-		needed = needed || p.Weight != 0 || p.MaxRunning != 0 || p.Quota.CPU != 0 || p.Quota.MemoryBytes != 0 || len(p.Quota.GPUs) > 0 || len(p.Pools) > 0
-	}
-	if !needed {
+	if !placement.NeedsTeams(projects, queued) {
 		return nil
 	}
-	pools := map[string][]string{}
-	for name, p := range projects {
-		pools[name] = p.Pools
-	}
-	withPools(snap, pools, pending) // nodes_labels.go
-	names := make([]string, 0, len(projects))
-	for name := range projects {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		p := projects[name]
-		snap.Projects = append(snap.Projects, scheduler.Project{Name: name, GPUs: p.Quota.GPUs, CPU: p.Quota.CPU, MemoryBytes: p.Quota.MemoryBytes,
-			MaxRunning: p.MaxRunning, Weight: p.Weight, History: s.teams.Of(name)})
-	}
-	use, err := project.FunctionUses(ctx, s.store, s.sched.viewFrom)
+	use, err := project.FunctionUses(ctx, s.store, s.schedView.from)
 	if err != nil {
 		return err
 	}
-	for i := range snap.Projects {
-		u := use[snap.Projects[i].Name]
-		snap.Projects[i].FunctionCPU, snap.Projects[i].FunctionMemoryBytes = u.CPU, u.MemoryBytes
-	}
-	now := s.now()
-	s.sched.eachActive(func(id string, u runUsage) {
-		if u.current == "" {
-			return
-		}
-		r := scheduler.Running{RunID: id, NodeID: u.current, Project: u.teams.project, Priority: u.teams.priority,
-			Order: u.teams.placed.UnixNano(), CPU: u.cpu, MemoryBytes: u.mem, GPUs: u.teams.gpus, Stopping: u.teams.stopping}
-		for key, at := range u.teams.preempted {
-			if now.Sub(at) < s.cfg.PreemptWindow {
-				r.PreemptedFor = append(r.PreemptedFor, key)
-			}
-		}
-		snap.Running = append(snap.Running, r)
-	})
-	sort.Slice(snap.Running, func(i, j int) bool { return snap.Running[i].RunID < snap.Running[j].RunID })
+	placement.WithProjects(snap, projects, pending, s.teams.Of, use)
+	placement.WithRunning(snap, s.sched.EachActive, s.now(), s.cfg.PreemptWindow)
 	return nil
 }
 

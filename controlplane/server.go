@@ -13,8 +13,9 @@
 //
 //   - runs: runs_handlers.go (the /v1/runs API), runs_validate.go,
 //     runs_reconcile.go (placement and recovery, driving the pure
-//     scheduler), runs_schedstate.go (the reconcile loop's copies),
-//     runs_artifacts.go and runs_pins.go (what a run's spec is pinned to);
+//     scheduler), runs_schedstate.go and internal/schedcopy (the
+//     reconcile loop's copies), runs_artifacts.go and runs_pins.go (what a
+//     run's spec is pinned to);
 //   - nodes: nodes_handlers.go (the /v1/nodes API), nodes_protocol.go
 //     (enroll, renew, events, logs), nodes_session.go (the command stream),
 //     nodes_mailbox.go, internal/livesession, nodes_auth.go, and the liveness
@@ -40,13 +41,14 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
-	"github.com/mercator/mercator/controlplane/upgrade"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mercator/mercator/controlplane/upgrade"
 
 	"github.com/mercator/mercator/content"
 	"github.com/mercator/mercator/controlplane/access"
@@ -62,6 +64,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/metrics"
 	"github.com/mercator/mercator/controlplane/internal/nodeauth"
 	"github.com/mercator/mercator/controlplane/internal/retention"
+	"github.com/mercator/mercator/controlplane/internal/schedcopy"
 	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/internal/supervise"
@@ -219,7 +222,8 @@ type Server struct {
 	streams       livesession.Registry // sessions held here
 
 	live       *liveness.Tracker      // package liveness
-	sched      schedState             // runs_schedstate.go: the reconcile loop's copies
+	sched      schedcopy.Copy         // the reconcile loop's copies (runs_schedstate.go)
+	schedView  schedView              // the reconcile loop's view of the nodes (runs_schedstate.go)
 	teams      project.History        // runs_teams.go: projects' decayed shares
 	queue      project.Queue          // runs_queue.go: queue positions
 	commits    *groupcommit.Committer // the hot write paths' group commit (batch)

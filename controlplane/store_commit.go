@@ -23,7 +23,7 @@ func (s *Server) batchLocked(ctx context.Context, fn func(tx store.Tx) error) er
 
 // update is store.Update, noting every run and node fn wrote so that, once
 // the transaction committed, the reconcile loop's copies follow
-// (schedState.noteRuns, schedState.patchNodes) and other replicas hear
+// (schedcopy.Copy.NoteRuns, PatchNodes) and other replicas hear
 // which runs changed. Every write of a run or a node's record in the
 // control plane goes through update (or batch), except liveness flushes
 // (package liveness), which the copies do not need.
@@ -48,7 +48,7 @@ func (s *Server) write(ctx context.Context, run func(context.Context, func(store
 		s.runsWritten(rt.Runs)
 	}
 	if err == nil && rt != nil && len(rt.Nodes) > 0 {
-		s.sched.patchNodes(rt.Nodes)
+		s.sched.PatchNodes(rt.Nodes)
 		s.fleetCache.Forget("")
 	}
 	if err == nil && rt != nil {

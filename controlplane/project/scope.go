@@ -9,8 +9,11 @@ import (
 	"github.com/mercator/mercator/store"
 )
 
-// Tokens confined to projects (docs/teams.md): these are the rules for
-// listing and submitting runs; package controlplane applies them.
+// Tokens confined to projects (docs/teams.md): such a credential sees and
+// touches only its projects' runs. Submission names (or defaults to) one
+// of them (ScopeSubmit); the routes about one run check the run's project
+// first (ScopeRun); a listing is of one of them (ScopeList). Package
+// controlplane applies these rules.
 
 // ScopeList confines a listing to the caller's projects: the one asked for
 // if it is one of them, its only one if none was asked for.
@@ -35,4 +38,25 @@ func ScopeSubmit(r *http.Request, spec *api.RunSpec) error {
 		spec.Project = scope[0]
 	}
 	return httpapi.ConfineToProject(r.Context(), api.ProjectOf(spec.Project), "submit runs")
+}
+
+// ScopeRun wraps a route about run {id}: a caller confined to projects
+// gets the route only for a run of one of them (action names what it was
+// refused, in the error). The run is read from st only for such a caller;
+// any other gets h as it is.
+func ScopeRun(st store.Store, action string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if httpapi.ProjectScope(r.Context()) != nil {
+			var run store.Run
+			err := st.View(r.Context(), func(tx store.Tx) (err error) { run, err = tx.GetRun(r.PathValue("id")); return err })
+			if err == nil {
+				err = httpapi.ConfineToProject(r.Context(), api.ProjectOf(run.Project), action)
+			}
+			if err != nil {
+				httpapi.WriteError(w, err)
+				return
+			}
+		}
+		h(w, r)
+	}
 }

@@ -1,0 +1,408 @@
+// Package schedcopy is what the control plane's reconcile loop keeps
+// between passes, so that a pass costs what changed rather than what
+// exists. Before it, every pass (and one runs at every submission and every
+// report that changes a run) decoded every node's record three times and
+// every active run once: at ten thousand nodes and a hundred thousand
+// running runs, seconds a pass.
+//
+// A Copy holds two things:
+//
+//   - A copy of the nodes' records, read at most once per liveness flush
+//     period. Liveness is not judged on it alone (see package liveness), and
+//     what else it carries (facts, cordons, drains) changes rarely; a
+//     decision made on a copy that old was already possible when every
+//     pass read the store, since placements are committed after the read.
+//
+//   - The resources held by active attempts (runs placed, preparing or
+//     running), by run. The replica's own writes update it as they commit
+//     (NoteRuns); runs written by other replicas are marked dirty
+//     (MarkDirty) and read again at the next Refresh; and it is rebuilt
+//     from the store when the replica becomes the leader (Invalidate) and
+//     every resync period, which bounds the cost of a lost signal. A stale
+//     entry is conservative: only the leader places, so what the copy can
+//     miss is a release of resources (a run that ended elsewhere), which
+//     delays a placement and never over-commits a node. Every placement is
+//     still checked against the run's record in the transaction that
+//     commits it.
+//
+// The package reads no store itself: its caller passes the reads in
+// (Copy.Nodes, Copy.Refresh). Only package controlplane may import it.
+package schedcopy
+
+import (
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/lifecycle"
+	"github.com/mercator/mercator/store"
+)
+
+// Copy is the reconcile loop's copies. The zero value is ready to use and
+// holds nothing: the first Nodes and Refresh read the store. Its methods
+// are safe for concurrent use.
+type Copy struct {
+	mu sync.Mutex
+
+	nodes   []store.Node
+	nodesAt time.Time
+	patches map[string]store.Node // written here since nodes was read
+
+	active   map[string]Usage // by run ID; nil until built
+	perNode  map[string]*NodeUse
+	builtAt  time.Time
+	building bool
+	during   []store.Run     // runs noted while a rebuild read the store
+	dirty    map[string]bool // runs other replicas wrote, to read again
+}
+
+// Usage is what one active run holds, and where its current attempt is.
+type Usage struct {
+	Updated  time.Time
+	CPU      float64
+	Mem      int64
+	Attempts []Attempt // the attempts that may hold resources
+	Current  string    // the node of the current attempt, if it is active
+	// What the scheduler reads of it when it plans by project.
+	Teams Teams
+}
+
+// Attempt is where one attempt that may hold resources is, and its GPUs.
+type Attempt struct {
+	Node string
+	GPUs []string
+}
+
+// NodeUse is what the active attempts on one node hold: the sums a pass
+// adds to the node's view, kept as attempts come and go so that a pass
+// costs O(nodes) rather than O(active runs).
+type NodeUse struct {
+	CPU      float64
+	Mem      int64
+	Attempts int
+	GPUs     map[string]int // UUID → attempts holding it
+}
+
+// Teams is what the scheduler reads of an active run when it plans by
+// project (docs/teams.md).
+type Teams struct {
+	Project  string
+	Priority int
+	Placed   time.Time // of the current attempt: newer victims go first
+	Stopping bool      // the current attempt has a stop on its way
+	GPUs     []string  // the current attempt's
+	Deadline time.Time // when its timeout ends it, if it has one and started
+	// Preempted is each reason its attempts were preempted for, with when.
+	Preempted map[string]time.Time
+}
+
+// teamsOf is a run as Teams.
+func teamsOf(r store.Run) Teams {
+	t := Teams{Project: api.ProjectOf(r.Project), Priority: r.Priority}
+	if a := lifecycle.Current(&r.Run); a != nil {
+		t.Placed, t.Stopping, t.GPUs = a.PlacedAt, a.StopRequested, a.GPUs
+		if r.TimeoutSeconds > 0 && a.StartedAt != nil {
+			t.Deadline = a.StartedAt.Add(time.Duration(r.TimeoutSeconds) * time.Second)
+		}
+	}
+	for _, a := range r.Attempts {
+		if a.PreemptedFor != "" && a.PreemptedAt != nil {
+			if t.Preempted == nil {
+				t.Preempted = map[string]time.Time{}
+			}
+			if at, ok := t.Preempted[a.PreemptedFor]; !ok || a.PreemptedAt.After(at) {
+				t.Preempted[a.PreemptedFor] = *a.PreemptedAt
+			}
+		}
+	}
+	return t
+}
+
+// UsageOf is what the copy counts for a run: every attempt that may still
+// hold resources, replaced ones included (a replaced attempt can be alive
+// on its node), of a run placed, preparing or running. False for a run in
+// any other status.
+func UsageOf(r store.Run) (Usage, bool) {
+	switch r.Status {
+	case api.RunPlaced, api.RunPreparing, api.RunRunning:
+	default:
+		return Usage{}, false
+	}
+	u := Usage{Updated: r.UpdatedAt, CPU: r.CPU, Mem: r.MemoryBytes}
+	for _, a := range r.Attempts {
+		if lifecycle.Active(a) {
+			u.Attempts = append(u.Attempts, Attempt{Node: a.NodeID, GPUs: a.GPUs})
+		}
+	}
+	u.Teams = teamsOf(r)
+	if a := lifecycle.Current(&r.Run); a != nil && lifecycle.Active(*a) {
+		u.Current = a.NodeID
+	}
+	return u, true
+}
+
+// add adds (sign 1) or removes (sign -1) a run's holdings. The caller
+// holds mu.
+func (c *Copy) add(u Usage, sign int) {
+	for _, a := range u.Attempts {
+		n := c.perNode[a.Node]
+		if n == nil {
+			n = &NodeUse{}
+			c.perNode[a.Node] = n
+		}
+		n.CPU += float64(sign) * u.CPU
+		n.Mem += int64(sign) * u.Mem
+		n.Attempts += sign
+		for _, g := range a.GPUs {
+			if n.GPUs == nil {
+				n.GPUs = map[string]int{}
+			}
+			if n.GPUs[g] += sign; n.GPUs[g] <= 0 {
+				delete(n.GPUs, g)
+			}
+		}
+		if n.Attempts <= 0 {
+			delete(c.perNode, a.Node)
+		}
+	}
+}
+
+// NoteRuns applies runs this replica committed.
+func (c *Copy) NoteRuns(runs map[string]store.Run) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range runs {
+		if c.building {
+			c.during = append(c.during, r)
+		}
+		c.apply(r)
+	}
+}
+
+// apply puts one run's state in the copy, unless the copy already holds a
+// later version of it. The caller holds mu.
+func (c *Copy) apply(r store.Run) {
+	if c.active == nil {
+		return
+	}
+	cur, had := c.active[r.ID]
+	if had && cur.Updated.After(r.UpdatedAt) {
+		return
+	}
+	if had {
+		c.add(cur, -1)
+	}
+	if u, ok := UsageOf(r); ok {
+		c.active[r.ID] = u
+		c.add(u, 1)
+	} else {
+		delete(c.active, r.ID)
+	}
+}
+
+// MarkDirty records runs another replica wrote: the next Refresh reads
+// them again.
+func (c *Copy) MarkDirty(ids []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dirty == nil {
+		c.dirty = map[string]bool{}
+	}
+	for _, id := range ids {
+		c.dirty[id] = true
+	}
+}
+
+// Invalidate drops the copy of active attempts; the next Refresh rebuilds
+// it. Called when the replica becomes the leader: while it was not,
+// nothing guaranteed the copy followed the leader's placements.
+func (c *Copy) Invalidate() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.active, c.perNode, c.builtAt = nil, nil, time.Time{}
+}
+
+// Nodes returns the copy of the nodes' records: read with read when older
+// than maxAge, with the records the replica wrote since applied
+// (PatchNodes). The caller must not modify the slice or the records; a
+// list returned again unchanged is the same slice.
+func (c *Copy) Nodes(maxAge time.Duration, read func() ([]store.Node, error)) ([]store.Node, error) {
+	c.mu.Lock()
+	if c.nodes != nil && time.Since(c.nodesAt) < maxAge {
+		if len(c.patches) > 0 {
+			c.nodes = mergeNodes(c.nodes, c.patches)
+			c.patches = nil
+		}
+		nodes := c.nodes
+		c.mu.Unlock()
+		return nodes, nil
+	}
+	c.patches = nil // the store has them
+	c.mu.Unlock()
+	at := time.Now()
+	nodes, err := read()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.patches) > 0 { // written while the store was read
+		nodes = mergeNodes(nodes, c.patches)
+		c.patches = nil
+	}
+	c.nodes, c.nodesAt = nodes, at
+	return nodes, nil
+}
+
+// mergeNodes returns a new list: base with patches applied, new nodes
+// added, in ID order.
+func mergeNodes(base []store.Node, patches map[string]store.Node) []store.Node {
+	out := make([]store.Node, 0, len(base)+len(patches))
+	seen := make(map[string]bool, len(patches))
+	for _, n := range base {
+		if p, ok := patches[n.ID]; ok {
+			n = p
+			seen[n.ID] = true
+		}
+		out = append(out, n)
+	}
+	added := false
+	for id, p := range patches {
+		if !seen[id] {
+			out = append(out, p)
+			added = true
+		}
+	}
+	if added {
+		sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	}
+	return out
+}
+
+// PatchNodes notes records the replica committed, for the next Nodes.
+func (c *Copy) PatchNodes(nodes map[string]store.Node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.patches == nil {
+		c.patches = map[string]store.Node{}
+	}
+	for id, n := range nodes {
+		c.patches[id] = n
+	}
+}
+
+// ForgetNodes makes the next Nodes read the store.
+func (c *Copy) ForgetNodes() {
+	c.mu.Lock()
+	c.nodes = nil
+	c.mu.Unlock()
+}
+
+// Refresh brings the copy of active attempts up to date: rebuilt from
+// readActive (every run placed, preparing or running) when it is missing
+// or older than resync, otherwise with the runs other replicas wrote
+// (MarkDirty) read again with readRuns, which is given their IDs sorted
+// and skips those no longer stored. On an error the dirty runs stay
+// dirty.
+func (c *Copy) Refresh(resync time.Duration, readActive func() ([]store.Run, error), readRuns func(ids []string) ([]store.Run, error)) error {
+	c.mu.Lock()
+	rebuild := c.active == nil || time.Since(c.builtAt) > resync
+	var dirty []string
+	if !rebuild {
+		for id := range c.dirty {
+			dirty = append(dirty, id)
+		}
+		c.dirty = nil
+	}
+	if rebuild {
+		c.building, c.during, c.dirty = true, nil, nil
+	}
+	c.mu.Unlock()
+
+	if rebuild {
+		at := time.Now()
+		runs, err := readActive()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.building = false
+		if err != nil {
+			c.during = nil
+			return err
+		}
+		c.active, c.perNode, c.builtAt = make(map[string]Usage, len(runs)), map[string]*NodeUse{}, at
+		for _, r := range runs {
+			c.apply(r)
+		}
+		for _, r := range c.during { // committed while the store was read
+			c.apply(r)
+		}
+		c.during = nil
+		return nil
+	}
+	if len(dirty) == 0 {
+		return nil
+	}
+	sort.Strings(dirty)
+	runs, err := readRuns(dirty)
+	if err != nil {
+		c.MarkDirty(dirty)
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range runs {
+		c.apply(r)
+	}
+	return nil
+}
+
+// EachNode calls fn with what active attempts hold on each node that holds
+// any, under the copy's lock: fn must be quick, must not keep u, and must
+// not call back into the Copy.
+func (c *Copy) EachNode(fn func(node string, u *NodeUse)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, u := range c.perNode {
+		fn(id, u)
+	}
+}
+
+// EachActive calls fn for every active run in the copy, under the copy's
+// lock: fn must be quick and must not call back into the Copy.
+func (c *Copy) EachActive(fn func(id string, u Usage)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, u := range c.active {
+		fn(id, u)
+	}
+}
+
+// EachNodeSum calls fn once per node that active attempts hold resources
+// on, with their sums as one Usage of a single attempt on that node: a
+// scheduler snapshot built from these costs O(nodes) rather than
+// O(active runs). Under the copy's lock, as EachNode.
+func (c *Copy) EachNodeSum(fn func(u Usage)) {
+	c.EachNode(func(node string, n *NodeUse) {
+		u := Usage{CPU: n.CPU, Mem: n.Mem, Attempts: []Attempt{{Node: node}}}
+		for g := range n.GPUs {
+			u.Attempts[0].GPUs = append(u.Attempts[0].GPUs, g)
+		}
+		fn(u)
+	})
+}
+
+// Deadlines is when each active run with a timeout must end (its current
+// attempt started, plus its timeout), earliest first: what a queued run's
+// position is estimated from (project.Queue).
+func (c *Copy) Deadlines() []time.Time {
+	var out []time.Time
+	c.EachActive(func(_ string, u Usage) {
+		if !u.Teams.Deadline.IsZero() {
+			out = append(out, u.Teams.Deadline)
+		}
+	})
+	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
+	return out
+}
