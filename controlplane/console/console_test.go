@@ -29,6 +29,7 @@ type fakeAPI struct {
 	cancelled []string
 	cordoned  []string
 	pages     []client.NodePageOptions
+	queue     []string // run IDs in scheduling order (?queue=1); empty off the scheduling replica
 }
 
 func (f *fakeAPI) ListNodes(context.Context) (api.NodeList, error) {
@@ -65,6 +66,14 @@ func (f *fakeAPI) DrainNode(_ context.Context, id string, _ time.Duration) (api.
 }
 func (f *fakeAPI) ListRuns(_ context.Context, o client.ListRunsOptions) (api.RunList, error) {
 	var out []api.Run
+	if o.Queue {
+		for i, id := range f.queue {
+			r, _ := f.GetRun(context.Background(), id)
+			r.Queue = &api.QueuePosition{Project: "default", Position: i + 1, Of: len(f.queue)}
+			out = append(out, r)
+		}
+		return api.RunList{Runs: out}, nil
+	}
 	for _, r := range f.runs {
 		if len(o.Statuses) == 0 || strings.Contains(strings.Join(o.Statuses, ","), r.Status) {
 			out = append(out, r)
@@ -423,5 +432,26 @@ func TestEventWriterHoldsPartialLines(t *testing.T) {
 	e.close()
 	if out.String() != "data: partial\n\ndata: next\n\n" {
 		t.Fatalf("%q", out.String())
+	}
+}
+
+// TestQueueTabInSchedulingOrder: the Queue tab lists the runs in the order
+// the scheduler considers them, each with its place, where the replica
+// knows it; elsewhere it falls back to the queued runs newest first and
+// says so.
+func TestQueueTabInSchedulingOrder(t *testing.T) {
+	f := newFixture(t, 10)
+	f.api.runs = append(f.api.runs, api.Run{ID: "r-new", Status: api.RunQueued, Reason: "waiting"}, api.Run{ID: "r-old", Status: api.RunQueued, Reason: "waiting"})
+	ck, _ := f.signIn("tok-read")
+	page := body(t, f.do("GET", "/ui/runs?tab=queue", ck, nil))
+	if !strings.Contains(page, "newest first") || !strings.Contains(page, "r-new") {
+		t.Errorf("off the scheduling replica the queue tab lacks the newest-first listing:\n%s", page)
+	}
+	f.api.queue = []string{"r-old", "r-new"}
+	page = body(t, f.do("GET", "/ui/runs?tab=queue", ck, nil))
+	old, neu := strings.Index(page, "r-old"), strings.Index(page, "r-new")
+	if !strings.Contains(page, "order the scheduler considers them") || old < 0 || neu < old ||
+		!strings.Contains(page, "1 of 2 in default") || !strings.Contains(page, "2 of 2 in default") {
+		t.Errorf("the queue tab is not in scheduling order with positions:\n%s", page)
 	}
 }

@@ -39,6 +39,10 @@ type runsView struct {
 	Runs   []api.Run
 	Before string // this page's cursor
 	Next   string // the next page's cursor; empty on the last
+	// Ordered is set when the Queue tab lists the runs in scheduling
+	// order (each with its position), from the replica that schedules;
+	// otherwise the queue is listed newest first.
+	Ordered bool
 }
 
 type tab struct {
@@ -62,6 +66,21 @@ func (c *Console) runs(w http.ResponseWriter, r *http.Request, q *request) {
 	if !found {
 		c.fail(w, r, q, invalidTab(v.Tab))
 		return
+	}
+	if v.Tab == "queue" && v.Before == "" {
+		// The scheduling order, as the last pass left it: known to the
+		// replica that schedules (the API's ?queue=1), which answers
+		// with nothing elsewhere or before its first pass.
+		ordered, err := q.api.ListRuns(r.Context(), client.ListRunsOptions{Limit: runsPage, Queue: true})
+		if err != nil {
+			c.fail(w, r, q, err)
+			return
+		}
+		if len(ordered.Runs) > 0 {
+			v.Runs, v.Ordered = ordered.Runs, true
+			c.render(w, r, http.StatusOK, "runs", q, v)
+			return
+		}
 	}
 	list, err := q.api.ListRuns(r.Context(), opts)
 	if err != nil {
