@@ -373,6 +373,10 @@ type NodeFlag struct {
 	Since  time.Time `json:"since"`
 }
 
+// WithholdsGPU reports whether the flag keeps its GPU from being placed on
+// (every GPU flag but the note of an uncordon, NodeFlagGPUUncordoned).
+func (f NodeFlag) WithholdsGPU() bool { return f.GPU != "" && f.Kind != NodeFlagGPUUncordoned }
+
 // DrainRequest is the body of POST /v1/nodes/{id}/drain.
 type DrainRequest struct {
 	// DeadlineSeconds, when positive, is how long running work may go on

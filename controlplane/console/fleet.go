@@ -53,7 +53,8 @@ type fleetView struct {
 }
 
 // rowsOf reads each node's facts and marks each GPU busy (an active
-// attempt holds it, api.Node.GPUsInUse), sick (a flag names it) or idle.
+// attempt holds it, api.Node.GPUsInUse), sick (a flag withholds it:
+// disputed, quarantined or cordoned) or idle.
 func rowsOf(nodes []api.Node) []nodeRow {
 	rows := make([]nodeRow, len(nodes))
 	for i, n := range nodes {
@@ -68,7 +69,7 @@ func rowsOf(nodes []api.Node) []nodeRow {
 			state[g] = gpuBusy
 		}
 		for _, f := range n.Flags {
-			if f.GPU != "" {
+			if f.WithholdsGPU() {
 				state[f.GPU] = gpuSick
 			}
 		}

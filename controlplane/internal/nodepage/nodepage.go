@@ -75,15 +75,15 @@ func Page(nodes []store.Node, o Options, status func(store.Node) string, busy fu
 	return page, next, sum
 }
 
-// countGPUs adds a node's GPUs to counts: flagged (a flag names it) before
-// busy, busy before idle.
+// countGPUs adds a node's GPUs to counts: flagged (a flag withholds it:
+// disputed, sick or cordoned) before busy, busy before idle.
 func countGPUs(n store.Node, busy []string, counts map[string]int) {
 	if n.Facts == nil {
 		return
 	}
 	for _, a := range n.Facts.Accelerators {
 		switch {
-		case slices.ContainsFunc(n.Flags, func(f api.NodeFlag) bool { return f.GPU == a.UUID }):
+		case slices.ContainsFunc(n.Flags, func(f api.NodeFlag) bool { return f.GPU == a.UUID && f.WithholdsGPU() }):
 			counts["flagged"]++
 		case slices.Contains(busy, a.UUID):
 			counts["busy"]++

@@ -19,6 +19,9 @@ func fleet() []store.Node {
 		if i == 5 {
 			n.Flags = []api.NodeFlag{{Kind: api.NodeFlagGPUDisputed, GPU: "G5-a"}}
 		}
+		if i == 6 { // returned to service: the note withholds nothing
+			n.Flags = []api.NodeFlag{{Kind: api.NodeFlagGPUUncordoned, GPU: "G6-a"}}
+		}
 		nodes = append(nodes, n)
 	}
 	return nodes
