@@ -96,15 +96,24 @@ func runAgents(ctx context.Context, spec fleetSpec, sink sink, log slog.Handler)
 		base := scheme + replicaHost(n%len(spec.Replicas))
 		rt := NewRuntime(id, RuntimeConfig{CPUs: spec.NodeCPUs, MemoryBytes: spec.NodeMemory, StartTime: spec.StartTime, RunTime: spec.RunTime},
 			func(key nodeproto.WorkloadKey, at time.Time) { sink.launched(n, key, at) })
-		tr := &simTransport{inner: nodeagent.NewHTTPTransport(base, clients.next()), sink: sink, n: n, release: release}
-		agent := nodeagent.New(nodeagent.Identity{ControlPlaneURL: base, NodeID: id, EnrollmentToken: spec.Tokens[i], AgentVersion: "fleetsim"},
-			rt, tr, states[i], nodeagent.WithHeartbeat(spec.Heartbeat), nodeagent.WithObserveInterval(spec.ObserveEvery),
-			nodeagent.WithLogger(slog.New(log)))
+		hc := clients.next()
+		tr := &simTransport{inner: nodeagent.NewHTTPTransport(base, hc), sink: sink, n: n, release: release}
+		// start runs an agent of version v on the node's state; an
+		// upgrade replaces it by one of the new version (upgrade.go).
+		start := func(ctx context.Context, v string, restart chan<- string) <-chan error {
+			up := &simUpgrader{version: v, base: base, client: hc, restart: restart}
+			agent := nodeagent.New(nodeagent.Identity{ControlPlaneURL: base, NodeID: id, EnrollmentToken: spec.Tokens[i], AgentVersion: v},
+				rt, tr, states[i], nodeagent.WithHeartbeat(spec.Heartbeat), nodeagent.WithObserveInterval(spec.ObserveEvery),
+				nodeagent.WithLogger(slog.New(log)), nodeagent.WithUpgrader(up))
+			done := make(chan error, 1)
+			go func() { done <- agent.Run(ctx) }()
+			return done
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer release()
-			if err := agent.Run(ctx); err != nil && ctx.Err() == nil {
+			if err := runUpgradable(ctx, start); err != nil && ctx.Err() == nil {
 				sink.agentStopped(n, err)
 			}
 		}()
@@ -112,3 +121,24 @@ func runAgents(ctx context.Context, spec fleetSpec, sink sink, log slog.Handler)
 	<-ctx.Done()
 	return nil
 }
+
+// runUpgradable runs a node's agent (start), replacing it by one of the
+// new version each time it upgrades, until one returns; a replaced agent is
+// left blocked in its upgrade, as a real one is gone in its exec, and its
+// context is cancelled so its loops stop.
+func runUpgradable(ctx context.Context, start func(ctx context.Context, version string, restart chan<- string) <-chan error) error {
+	version := simVersion
+	for {
+		actx, cancel := context.WithCancel(ctx)
+		restart := make(chan string, 1)
+		done := start(actx, version, restart)
+		select {
+		case err := <-done:
+			cancel()
+			return err
+		case version = <-restart:
+			cancel()
+		}
+	}
+}
+

@@ -101,6 +101,11 @@ type Config struct {
 	// Projects, when positive, splits the fleet into that many projects'
 	// quotas and submits the runs to them in turn (projects.go).
 	Projects int
+	// UpgradeAt, when positive, starts a rollout of every node to a new
+	// agent release this long into the hold, UpgradeParallel nodes at a
+	// time (default 100), and the hold lasts until it ends (upgrade.go).
+	UpgradeAt       time.Duration
+	UpgradeParallel int
 	// RunsTimeout bounds how long the hold is extended for runs not yet
 	// running (default 10m).
 	RunsTimeout time.Duration
@@ -223,6 +228,11 @@ func (c *Config) defaults() error {
 		return failure.Invalid("submit-batch", "runs a submission call carries must be from 0 (one) to %d, not %d", api.MaxRunBatch, c.SubmitBatch)
 	case c.Projects < 0 || c.Projects > 100:
 		return failure.Invalid("projects", "projects must be from 0 (none) to 100, not %d", c.Projects)
+	case c.UpgradeAt < 0 || c.UpgradeParallel < 0:
+		return failure.Invalid("upgrade-at", "the upgrade's start and its parallelism must not be negative")
+	}
+	if c.UpgradeParallel == 0 {
+		c.UpgradeParallel = 100
 	}
 	c.SubmitBatch = max(1, c.SubmitBatch)
 	return nil

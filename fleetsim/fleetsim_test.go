@@ -108,13 +108,16 @@ func TestShardedFleet(t *testing.T) {
 			var progress bytes.Buffer
 			// In plaintext the runs also go to three projects (projects.go):
 			// a submission to a project that was not created would fail.
-			projects := 0
+			// Over TLS the fleet is also upgraded to a new agent release
+			// (upgrade.go): every agent fetches it through its minted read,
+			// checks it and is replaced by one reporting the new version.
+			projects, upgradeAt := 0, time.Second
 			if plaintext {
-				projects = 3
+				projects, upgradeAt = 3, 0
 			}
 			rep, err := Run(ctx, Config{
 				Nodes: 40, Duration: 5 * time.Second, Heartbeat: time.Second, Lease: 5 * time.Second, Plaintext: plaintext,
-				Runs: 80, SubmitBatch: 7, RunTime: 2 * time.Second, RunsTimeout: 30 * time.Second, Projects: projects,
+				Runs: 80, SubmitBatch: 7, RunTime: 2 * time.Second, RunsTimeout: 30 * time.Second, Projects: projects, UpgradeAt: upgradeAt, UpgradeParallel: 10,
 				AgentProcesses: 2, ShardCommand: []string{"env", "FLEETSIM_SHARD=1", exe, "-test.run=^$"},
 				Dir: t.TempDir(), Progress: &progress,
 			})
@@ -126,7 +129,8 @@ func TestShardedFleet(t *testing.T) {
 			handshakes := rep.UpConnections.FullHandshakes
 			if rep.AgentProcesses != 2 || rep.RunsRunning != 80 || rep.LaunchesDuplicated != 0 || rep.LaunchesMissing != 0 ||
 				rep.HeartbeatsPerS <= 0 || rep.Commands < 80 || rep.RunsSubmitted != 80 || rep.SubmitErrors != 0 || rep.SubmitBatch != 7 ||
-				rep.TLS == plaintext || (handshakes == 0) != plaintext || rep.UpConnections.Accepted < 40 {
+				rep.TLS == plaintext || (handshakes == 0) != plaintext || rep.UpConnections.Accepted < 40 ||
+				(!plaintext && (rep.Upgrade == nil || rep.Upgrade.State != api.RolloutSucceeded || rep.Upgrade.Upgraded != 40)) {
 				var report bytes.Buffer
 				rep.WriteText(&report)
 				t.Errorf("sharded fleet:\n%s\n%s", report.String(), progress.String())

@@ -38,6 +38,7 @@ type holdState struct {
 	submitDone                         chan struct{}
 
 	storm    *stormState
+	upgrade  *upgradeState // upgrade.go; nil without Config.UpgradeAt
 	kill     *KillReport
 	killAt   time.Time
 	onKilled map[string]bool // nodes in session on the killed replica
@@ -64,6 +65,12 @@ func (s *sim) hold(ctx context.Context) (*holdState, error) {
 	if s.cfg.StormAt > 0 {
 		stormTimer = time.After(s.cfg.StormAt)
 	}
+	upgradeTimer := make(<-chan time.Time)
+	if s.cfg.UpgradeAt > 0 {
+		upgradeTimer = time.After(s.cfg.UpgradeAt)
+	}
+	// upgradeTick follows the rollout each second until it ends.
+	var upgradeTick <-chan time.Time
 	// stormTick watches the storm's window, often enough to close it close
 	// to the last node's return; nil outside it.
 	var stormTick <-chan time.Time
@@ -84,6 +91,22 @@ func (s *sim) hold(ctx context.Context) (*holdState, error) {
 		case <-stormTick:
 			if s.stormOver(h) {
 				stormTick = nil
+			}
+		case <-upgradeTimer:
+			u, err := s.startUpgrade(ctx, s.adminClient(s.survivors[0]))
+			if err != nil {
+				return nil, err
+			}
+			h.upgrade = u
+			s.progress("rollout of %s to %d nodes started, %d at a time", upgradeVersion, u.report.Nodes, u.report.MaxParallel)
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			upgradeTick = t.C
+		case <-upgradeTick:
+			h.upgrade.follow(ctx, s.adminClient(s.survivors[0]), int64(s.sum(lapsesMetric)))
+			if h.upgrade.done {
+				upgradeTick = nil
+				s.progress("%s", h.upgrade.report.String())
 			}
 		case <-tick.C:
 			s.sample(h)
@@ -150,6 +173,9 @@ func (s *sim) holdOver(h *holdState) bool {
 	}
 	if elapsed >= s.cfg.Duration+s.cfg.RunsTimeout {
 		return true
+	}
+	if s.cfg.UpgradeAt > 0 && (h.upgrade == nil || !h.upgrade.done) {
+		return false // the rollout's end is part of what is measured
 	}
 	select {
 	case <-h.submitDone:

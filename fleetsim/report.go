@@ -103,6 +103,8 @@ type Report struct {
 	AgentsStopped        int64        `json:"agents_stopped"`
 	Kill                 *KillReport  `json:"replica_kill,omitempty"`
 	Storm                *StormReport `json:"reconnect_storm,omitempty"`
+	// Upgrade is the fleet's rollout to a new agent release (UpgradeAt).
+	Upgrade *UpgradeReport `json:"upgrade,omitempty"`
 	Notes                []string     `json:"notes"`
 	LogSamples           []string     `json:"log_samples,omitempty"`
 }
@@ -153,6 +155,9 @@ func (s *sim) report(ctx context.Context, h *holdState) *Report {
 	s.reportRuns(rep, h)
 	s.reportKill(rep, h)
 	s.reportStorm(rep, h)
+	if h.upgrade != nil {
+		rep.Upgrade = &h.upgrade.report
+	}
 	s.reportResources(rep, h)
 	s.reportLogs(rep)
 	s.reportNotes(rep)
@@ -428,6 +433,9 @@ func (r *Report) WriteText(w io.Writer) {
 	if k := r.Kill; k != nil {
 		rows = append(rows, [2]string{"replica killed", fmt.Sprintf("at %.1fs: %d nodes moved, reconnect p50 %.0f ms p99 %.0f ms max %.0f ms, %d not back, %d sessions left on it",
 			k.At, k.Moved, k.ReconnectP50MS, k.ReconnectP99MS, k.ReconnectMaxMS, k.NotBack, k.OnKilled)})
+	}
+	if u := r.Upgrade; u != nil {
+		rows = append(rows, [2]string{"agent upgrade", u.String()})
 	}
 	if st := r.Storm; st != nil {
 		rows = append(rows, [2]string{"reconnect storm", st.String()})

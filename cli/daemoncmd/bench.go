@@ -68,6 +68,8 @@ reports both side by side. Choices that change the figures (--no-fsync,
 	rate := fs.Float64("run-rate", 0, "runs submitted a second (0: as fast as the submitters go)")
 	submitters := fs.Int("submitters", 32, "concurrent submitting clients")
 	submitBatch := fs.Int("submit-batch", 1, "runs per submission call: 1 submits each with POST /v1/runs, more (up to 1000) through POST /v1/runs/batch")
+	upgradeAt := fs.Duration("upgrade-at", 0, "start a rollout of every node to a new agent release this long into the hold (node upgrade --all); the hold lasts until it ends")
+	upgradeParallel := fs.Int("upgrade-parallel", 100, "nodes upgraded at a time in that rollout (--max-parallel)")
 	projects := fs.Int("projects", 0, "split the fleet into this many projects' quotas and submit the runs to them in turn, a quarter at a higher priority (labelled in the report)")
 	startTime := fs.Duration("start-time", 100*time.Millisecond, "how long a simulated container takes to start")
 	runTime := fs.Duration("run-time", 0, "how long a simulated container runs (0: until the end)")
@@ -117,7 +119,7 @@ reports both side by side. Choices that change the figures (--no-fsync,
 	cfg := fleetsim.Config{
 		AgentProcesses: *procs, ShardCommand: shardCmd, HTTP2: *http2, Plaintext: *plaintext,
 		Nodes: *nodes, Duration: *duration, DB: *db, Replicas: *replicas, Heartbeat: *heartbeat, Lease: *lease,
-		Runs: *runs, RunRate: *rate, Submitters: *submitters, SubmitBatch: *submitBatch, Projects: *projects, StartTime: *startTime, RunTime: *runTime, RunsTimeout: *runsTimeout,
+		Runs: *runs, RunRate: *rate, Submitters: *submitters, SubmitBatch: *submitBatch, Projects: *projects, UpgradeAt: *upgradeAt, UpgradeParallel: *upgradeParallel, StartTime: *startTime, RunTime: *runTime, RunsTimeout: *runsTimeout,
 		NoFsync: *noFsync, KillReplicaAt: *kill, StormAt: *storm, EnrollConcurrency: *enroll, Progress: inv.Stderr, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
 	}
 	var rep interface{ WriteText(io.Writer) }
