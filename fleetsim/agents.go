@@ -141,4 +141,3 @@ func runUpgradable(ctx context.Context, start func(ctx context.Context, version 
 		}
 	}
 }
-

@@ -104,9 +104,9 @@ type Report struct {
 	Kill                 *KillReport  `json:"replica_kill,omitempty"`
 	Storm                *StormReport `json:"reconnect_storm,omitempty"`
 	// Upgrade is the fleet's rollout to a new agent release (UpgradeAt).
-	Upgrade *UpgradeReport `json:"upgrade,omitempty"`
-	Notes                []string     `json:"notes"`
-	LogSamples           []string     `json:"log_samples,omitempty"`
+	Upgrade    *UpgradeReport `json:"upgrade,omitempty"`
+	Notes      []string       `json:"notes"`
+	LogSamples []string       `json:"log_samples,omitempty"`
 }
 
 // KillReport is what happened when a replica was killed.
