@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/mercator/mercator/pki"
 )
 
 // recordName is the pending upgrade's file in the agent's state directory.
@@ -113,25 +115,10 @@ func removeRecord(dir string) error {
 }
 
 // writeFileSync writes path through a temporary file, synced, renamed
-// into place, and the directory synced.
+// into place (pki.WriteFileAtomic), and the directory synced, so the
+// rename survives a crash too.
 func writeFileSync(path string, b []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := pki.WriteFileAtomic(path, b, mode); err != nil {
 		return err
 	}
 	return syncDir(filepath.Dir(path))

@@ -23,9 +23,12 @@ package store
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
 )
 
@@ -313,4 +316,24 @@ type RegistryCredential struct {
 	Sealed    []byte    `json:"sealed"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// GetEach gets each of ids, in sorted order and once each, through get,
+// skipping those get finds missing (failure.ErrNotFound): the batch reads
+// (Tx.GetNodes, Tx.GetRuns) for a store, or a wrapper, that has no batch
+// statement.
+func GetEach[T any](ids []string, get func(string) (T, error)) ([]T, error) {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	out := make([]T, 0, len(ids))
+	for _, id := range ids {
+		v, err := get(id)
+		if errors.Is(err, failure.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }

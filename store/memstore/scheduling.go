@@ -3,7 +3,6 @@ package memstore
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/mercator/mercator/failure"
@@ -71,31 +70,10 @@ func (t *tx) NodesSeen(seen map[string]time.Time) (map[string]time.Time, error) 
 }
 
 // GetNodes implements store.Tx.
-func (t *tx) GetNodes(ids []string) ([]store.Node, error) {
-	return getMany(ids, t.GetNode)
-}
+func (t *tx) GetNodes(ids []string) ([]store.Node, error) { return store.GetEach(ids, t.GetNode) }
 
 // GetRuns implements store.Tx.
-func (t *tx) GetRuns(ids []string) ([]store.Run, error) {
-	return getMany(ids, t.GetRun)
-}
-
-// getMany gets each of ids (sorted, once each), skipping missing ones.
-func getMany[T any](ids []string, get func(string) (T, error)) ([]T, error) {
-	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
-	out := make([]T, 0, len(ids))
-	for _, id := range ids {
-		v, err := get(id)
-		if errors.Is(err, failure.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
+func (t *tx) GetRuns(ids []string) ([]store.Run, error) { return store.GetEach(ids, t.GetRun) }
 
 // PutRuns implements store.Tx: all or nothing, as the transaction is.
 func (t *tx) PutRuns(runs []store.Run) error {

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"database/sql"
-	"errors"
 	"slices"
 
 	"github.com/mercator/mercator/failure"
@@ -42,20 +41,10 @@ func (t *txn) lockSuffix() string {
 
 func (t *txn) GetNodes(ids []string) ([]store.Node, error) {
 	ids = t.storable(ids)
-	out := make([]store.Node, 0, len(ids))
 	if !t.batched() {
-		for _, id := range ids {
-			n, err := t.GetNode(id)
-			if errors.Is(err, failure.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, n)
-		}
-		return out, nil
+		return store.GetEach(ids, t.GetNode)
 	}
+	out := make([]store.Node, 0, len(ids))
 	var id string
 	var doc []byte
 	var ns sql.NullInt64
@@ -69,20 +58,10 @@ func (t *txn) GetNodes(ids []string) ([]store.Node, error) {
 
 func (t *txn) GetRuns(ids []string) ([]store.Run, error) {
 	ids = t.storable(ids)
-	out := make([]store.Run, 0, len(ids))
 	if !t.batched() {
-		for _, id := range ids {
-			r, err := t.GetRun(id)
-			if errors.Is(err, failure.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, r)
-		}
-		return out, nil
+		return store.GetEach(ids, t.GetRun)
 	}
+	out := make([]store.Run, 0, len(ids))
 	var id string
 	var doc []byte
 	err := t.listRows("run", `SELECT id, doc FROM runs WHERE id = ANY($1) ORDER BY id`+t.lockSuffix(), []any{ids}, func() error {

@@ -8,12 +8,9 @@
 package txrecord
 
 import (
-	"errors"
-	"slices"
 	"sort"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
@@ -147,21 +144,7 @@ func (m *Memo) PutRun(r store.Run) error {
 }
 
 // GetRuns is GetRun for each (missing ones skipped), through the memo.
-func (m *Memo) GetRuns(ids []string) ([]store.Run, error) {
-	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
-	out := make([]store.Run, 0, len(ids))
-	for _, id := range ids {
-		r, err := m.GetRun(id)
-		if errors.Is(err, failure.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
+func (m *Memo) GetRuns(ids []string) ([]store.Run, error) { return store.GetEach(ids, m.GetRun) }
 
 // PutRuns is PutRun for each, through the memo.
 func (m *Memo) PutRuns(runs []store.Run) error {
