@@ -74,6 +74,12 @@ type Config struct {
 	// Exec replaces the process; nil is syscall.Exec. It returns only on
 	// failure.
 	Exec func(path string, args, env []string) error
+	// Quiesce, when set, is called just before the exec, once every check
+	// passed and the new binary is in place: what the process must finish
+	// before it is replaced. The daemon drains the function engine there
+	// (calls in flight finish, new ones are refused as busy, its
+	// containers are removed), so no call is cut off mid-answer.
+	Quiesce func()
 }
 
 // Upgrader carries out upgrade_agent commands. Safe for concurrent use.
@@ -315,6 +321,9 @@ func (u *Upgrader) replace(opID, staged string, c nodeproto.UpgradeAgentCommand)
 	}
 	if err := syncDir(filepath.Dir(bin)); err != nil {
 		u.cfg.Logger.Warn("sync the binary's directory", "err", err)
+	}
+	if u.cfg.Quiesce != nil {
+		u.cfg.Quiesce()
 	}
 	u.cfg.Logger.Info("re-executing as the new agent", "from", rec.From, "to", rec.To, "binary", bin)
 	err := u.cfg.Exec(bin, u.cfg.Args, os.Environ())

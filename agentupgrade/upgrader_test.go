@@ -37,6 +37,10 @@ type harness struct {
 	body    []byte
 	execs   []string // binary contents at each exec
 	records []*Record
+	// quiesced counts Quiesce's calls, and atExec how many there had
+	// been at each exec.
+	quiesced int
+	atExec   []int
 }
 
 var errExec = errors.New("exec stubbed")
@@ -55,9 +59,11 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) upgrader(version string, now time.Time) *Upgrader {
 	return New(Config{StateDir: h.dir, Binary: h.bin, Args: []string{"mercator", "agent"}, Version: version, Client: h.srv.Client(),
 		Now: func() time.Time { return now },
+		Quiesce: func() { h.quiesced++ },
 		Exec: func(path string, args, env []string) error {
 			b, _ := os.ReadFile(path)
 			h.execs = append(h.execs, string(b))
+			h.atExec = append(h.atExec, h.quiesced)
 			rec, _ := readRecord(h.dir)
 			h.records = append(h.records, rec)
 			return errExec
@@ -91,6 +97,9 @@ func TestUpgradeExecsVerifiedRelease(t *testing.T) {
 	}
 	if h.execs[0] != string(script("v2")) {
 		t.Errorf("exec'd %q, want the new binary", h.execs[0])
+	}
+	if h.atExec[0] != 1 {
+		t.Errorf("the process was quiesced %d times before its exec, want once (the function engine drained)", h.atExec[0])
 	}
 	if r := h.records[0]; r == nil || r.OperationID != "op-1" || r.From != "v1" || r.To != "v2" || !r.Deadline.Equal(t0.Add(time.Minute)) {
 		t.Errorf("record at exec: %+v", h.records[0])
@@ -145,8 +154,8 @@ func TestUpgradeRefusesBadReleases(t *testing.T) {
 			if err == nil || errors.Is(err, errExec) || !strings.Contains(err.Error(), c.msg) {
 				t.Fatalf("got %v, want a refusal saying %q", err, c.msg)
 			}
-			if len(h.execs) != 0 || h.binary() != string(script("v1")) {
-				t.Fatalf("refused release still replaced the binary or exec'd (%d)", len(h.execs))
+			if len(h.execs) != 0 || h.binary() != string(script("v1")) || h.quiesced != 0 {
+				t.Fatalf("refused release still replaced the binary, exec'd (%d) or quiesced the process (%d)", len(h.execs), h.quiesced)
 			}
 		})
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
-	"github.com/mercator/mercator/agentupgrade"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
+
+	"github.com/mercator/mercator/agentupgrade"
 
 	"github.com/mercator/mercator/artifactcache"
 	"github.com/mercator/mercator/dockerengine"
@@ -92,7 +94,14 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	if err != nil {
 		return err
 	}
-	upgrader, err := startUpgrader(ctx, o, roots)
+	// An upgrade drains the function engine just before its exec (set
+	// once the engine runs; agentupgrade.Config.Quiesce).
+	var drain atomic.Pointer[func()]
+	upgrader, err := startUpgrader(ctx, o, roots, func() {
+		if f := drain.Load(); f != nil {
+			(*f)()
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("self-upgrade: %w", err)
 	}
@@ -125,6 +134,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		return err
 	}
 	defer stopFunctions()
+	drain.Store(&stopFunctions)
 	aopts = append(aopts, fnOpts...)
 	agent := nodeagent.New(nodeagent.Identity{ControlPlaneURL: o.ControlPlaneURL, NodeID: o.NodeID, EnrollmentToken: o.Invitation, AgentVersion: nodeagent.Version},
 		rt, nodeagent.NewHTTPTransport(o.ControlPlaneURL, hc), state, aopts...)
@@ -134,7 +144,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 // startUpgrader is the agent's self-upgrade (package agentupgrade) over
 // the running binary and its arguments; it acts on an upgrade pending from
 // the previous process first (a rollback execs the previous binary now).
-func startUpgrader(ctx context.Context, o AgentOptions, roots []*x509.Certificate) (*agentupgrade.Upgrader, error) {
+func startUpgrader(ctx context.Context, o AgentOptions, roots []*x509.Certificate, quiesce func()) (*agentupgrade.Upgrader, error) {
 	bin, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -143,7 +153,7 @@ func startUpgrader(ctx context.Context, o AgentOptions, roots []*x509.Certificat
 		return nil, err
 	}
 	u := agentupgrade.New(agentupgrade.Config{StateDir: o.StateDir, Binary: bin, Args: os.Args, Version: nodeagent.Version,
-		Client: contentClient(roots), Logger: o.Logger.With("component", "upgrade")})
+		Client: contentClient(roots), Logger: o.Logger.With("component", "upgrade"), Quiesce: quiesce})
 	return u, u.Start(ctx)
 }
 

@@ -143,13 +143,14 @@ func TestUpgradeKeepsRunningWork(t *testing.T) {
 	}
 	type callStats struct {
 		ok, failed        int
+		byStatus          map[int]int // the failures, by status (0: no answer)
 		firstErr          string
 		firstFail, lastOK time.Time
 		lastFail          time.Time
 	}
 	stopCalls, callsDone := make(chan struct{}), make(chan callStats)
 	go func() {
-		var st callStats
+		st := callStats{byStatus: map[int]int{}}
 		for {
 			select {
 			case <-stopCalls:
@@ -166,6 +167,7 @@ func TestUpgradeKeepsRunningWork(t *testing.T) {
 					st.firstErr, st.firstFail = fmt.Sprintf("status %d, %v", res.Status, err), time.Now()
 				}
 				st.failed++
+				st.byStatus[res.Status]++
 				st.lastFail = time.Now()
 			}
 		}
@@ -174,8 +176,8 @@ func TestUpgradeKeepsRunningWork(t *testing.T) {
 	ro := c.rollout(node, "e2e-v2")
 	close(stopCalls)
 	calls := <-callsDone
-	t.Logf("function calls during the upgrade: %d ok, %d failed over %v (first: %s)", calls.ok, calls.failed,
-		calls.lastFail.Sub(calls.firstFail).Round(time.Millisecond), calls.firstErr)
+	t.Logf("function calls during the upgrade: %d ok, %d failed over %v (by status %v; first: %s)", calls.ok, calls.failed,
+		calls.lastFail.Sub(calls.firstFail).Round(time.Millisecond), calls.byStatus, calls.firstErr)
 	if status, _ := c.invoke(fn.ID, `{}`); status != 200 {
 		t.Fatal("the function does not answer after the upgrade")
 	}
