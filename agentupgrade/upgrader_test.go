@@ -58,7 +58,7 @@ func newHarness(t *testing.T) *harness {
 
 func (h *harness) upgrader(version string, now time.Time) *Upgrader {
 	return New(Config{StateDir: h.dir, Binary: h.bin, Args: []string{"mercator", "agent"}, Version: version, Client: h.srv.Client(),
-		Now: func() time.Time { return now },
+		Now:     func() time.Time { return now },
 		Quiesce: func() { h.quiesced++ },
 		Exec: func(path string, args, env []string) error {
 			b, _ := os.ReadFile(path)
