@@ -79,7 +79,8 @@ func TestSecretConfigSealed(t *testing.T) {
 	f.wantFnError(500, "the secret configuration TOKEN of fn "+other.ID+" cannot be opened with this control plane's key", "POST", "/invoke/"+other.ID, "x")
 
 	// Another key: a clear error, not garbage.
-	f.srv.cfg.RegistryKey = bytes.Repeat([]byte{9}, RegistryKeySize)
+	another := bytes.Repeat([]byte{9}, RegistryKeySize)
+	f.srv.sealKey.Store(&another)
 	f.skew.Add(int64(2 * time.Second)) // past the function cache's life (one second)
 	f.wantFnError(500, "cannot be opened with this control plane's key (was the key replaced, or the value copied from another record?): set it again", "POST", "/invoke/"+fn.ID, "x")
 	// Reads still show the keys, and setting the secret again repairs it.
@@ -95,6 +96,6 @@ func TestSecretConfigSealed(t *testing.T) {
 	}
 
 	// Without a key, secrets cannot be set, and the error says why.
-	f.srv.cfg.RegistryKey = nil
+	f.srv.sealKey.Store(nil)
 	f.wantFnError(503, "no key to seal secrets with", "PUT", "/v2/fns/"+fn.ID, api.Fn{SecretConfig: map[string]string{"K": "v"}})
 }

@@ -19,15 +19,23 @@ func LoadRegistryKey(provided, keyFile string) ([]byte, error) {
 	return sealing.LoadKey(provided, keyFile)
 }
 
-// serverKey seals with the key as it is now (Config.RegistryKey), for
+// serverKey seals with the key as it is now (Config.RegistryKey, held in
+// Server.sealKey so that replacing it, as tests do, races no reader), for
 // registry credentials (registry.Sealer) and functions' secrets
 // (function.Sealer).
 type serverKey struct{ s *Server }
 
+func (k serverKey) key() []byte {
+	if p := k.s.sealKey.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 func (k serverKey) Seal(ad []byte, plain string) ([]byte, error) {
-	return sealing.Seal(k.s.cfg.RegistryKey, ad, plain)
+	return sealing.Seal(k.key(), ad, plain)
 }
 
 func (k serverKey) Unseal(ad, sealed []byte) (string, error) {
-	return sealing.Unseal(k.s.cfg.RegistryKey, ad, sealed)
+	return sealing.Unseal(k.key(), ad, sealed)
 }

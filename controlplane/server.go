@@ -238,7 +238,8 @@ type Server struct {
 	watermarks retention.Watermarks // event watermarks written (package retention)
 	epoch      atomic.Int64         // the scheduling epoch this replica leads under (startEpoch)
 
-	fleetCache expiring.Map[fleet] // nodes_handlers.go: fleetCopy
+	fleetCache expiring.Map[fleet]    // nodes_handlers.go: fleetCopy
+	sealKey    atomic.Pointer[[]byte] // Config.RegistryKey (sealing.go)
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.
@@ -254,6 +255,8 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		replicaID: httpapi.NewID(""),
 		tokens:    &httpapi.Tokens{Store: st, Now: cfg.Now},
 	}
+	key := cfg.RegistryKey
+	s.sealKey.Store(&key)
 	s.commits = groupcommit.New(s.update, s.updateLocked, cfg.WriteBatch, func(n int) { s.metrics.BatchSize.Observe(float64(n)) })
 	s.limiter = limits.New(cfg.Limits, limits.Observer{Refused: s.metrics.Throttle, InFlight: s.metrics.AddInFlight})
 	s.audit = &httpapi.Auditor{Store: st, Now: s.now, Log: s.log, Dropped: s.metrics.AuditDropped.Inc,
