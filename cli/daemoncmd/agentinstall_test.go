@@ -1,16 +1,14 @@
 package daemoncmd_test
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/mercator/mercator/cli/internal/clirun"
 
 	"github.com/mercator/mercator/agentupgrade"
-	"github.com/mercator/mercator/cli"
 )
 
 // TestAgentInstallWritesUnitAndModes: `agent install --root` writes the
@@ -23,8 +21,8 @@ func TestAgentInstallWritesUnitAndModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runCLI(t, nil, "agent", "install", "--control-plane", "https://cp.example:7070", "--node-id", "gpu-7", "--token-file", tok, "--root", root)
-	if r.code != 0 {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 	}
 	for rel, mode := range map[string]os.FileMode{agentupgrade.InstallState: 0o700 | os.ModeDir, agentupgrade.InstallInvitation: 0o600, agentupgrade.InstallBinary: 0o755, agentupgrade.InstallUnit: 0o644} {
 		st, err := os.Stat(filepath.Join(root, rel))
@@ -44,28 +42,16 @@ func TestAgentInstallWritesUnitAndModes(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(root, agentupgrade.InstallInvitation)); strings.TrimSpace(string(b)) != "mci_secret" {
 		t.Errorf("invitation %q", b)
 	}
-	if !strings.Contains(r.stdout, "systemctl daemon-reload && systemctl enable --now mercator-agent") {
-		t.Errorf("stdout: %s", r.stdout)
+	if !strings.Contains(r.Stdout, "systemctl daemon-reload && systemctl enable --now mercator-agent") {
+		t.Errorf("stdout: %s", r.Stdout)
 	}
 	// Bad input is refused with what was wrong.
-	if r := runCLI(t, nil, "agent", "install", "--control-plane", "ftp://x", "--node-id", "n", "--token-file", tok, "--root", root); r.code != 2 || !strings.Contains(r.stderr, "not an http(s) URL") {
-		t.Errorf("ftp URL: exit %d %s", r.code, r.stderr)
+	if r := runCLI(t, nil, "agent", "install", "--control-plane", "ftp://x", "--node-id", "n", "--token-file", tok, "--root", root); r.Code != 2 || !strings.Contains(r.Stderr, "not an http(s) URL") {
+		t.Errorf("ftp URL: exit %d %s", r.Code, r.Stderr)
 	}
 }
 
-// result is what one execution of the command line produced.
-type result struct {
-	stdout, stderr string
-	code           int
-}
-
-// runCLI runs the whole command line, as the binary does, with env as its
-// environment.
-func runCLI(t *testing.T, env map[string]string, args ...string) result {
-	t.Helper()
-	var stdout, stderr bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	code := cli.Main(ctx, args, strings.NewReader(""), &stdout, &stderr, func(k string) string { return env[k] })
-	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
+// runCLI runs the whole command line (package clirun).
+func runCLI(t *testing.T, env map[string]string, args ...string) clirun.Result {
+	return clirun.Run(t, env, args...)
 }
