@@ -119,7 +119,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, c httpapi.NodeCal
 // batch with events is committed together with concurrent ones (store_commit.go).
 func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
 	var batch nodeproto.EventBatch
-	if err := httpapi.Decode(r, nodeproto.MaxEventBody, &batch); err != nil {
+	if err := httpapi.DecodeBuffered(r, nodeproto.MaxEventBody, &batch); err != nil {
 		httpapi.WriteError(w, err)
 		return
 	}

@@ -18,6 +18,8 @@ import (
 	"github.com/mercator/mercator/store/memstore"
 )
 
+// TestDecode holds Decode and DecodeBuffered to the same answers: each
+// accepts a body the other accepts, and refuses it with the same error.
 func TestDecode(t *testing.T) {
 	type body struct {
 		Name string `json:"name"`
@@ -37,20 +39,29 @@ func TestDecode(t *testing.T) {
 		{"malformed", `{"n":`, 100, "", false},
 		{"over the limit", `{"name":"` + strings.Repeat("x", 100) + `"}`, 100, "", false},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var v body
-			err := Decode(httptest.NewRequest("POST", "/", strings.NewReader(tc.body)), tc.limit, &v)
-			if tc.ok {
-				if err != nil {
-					t.Fatalf("Decode = %v", err)
+		for _, decode := range []struct {
+			name string
+			f    func(*http.Request, int64, any) error
+		}{{"Decode", Decode}, {"DecodeBuffered", DecodeBuffered}} {
+			t.Run(tc.name+"/"+decode.name, func(t *testing.T) {
+				var v body
+				err := decode.f(httptest.NewRequest("POST", "/", strings.NewReader(tc.body)), tc.limit, &v)
+				if tc.ok {
+					if err != nil || v != (body{Name: "a", N: 1}) {
+						t.Fatalf("%s = %v, %+v", decode.name, err, v)
+					}
+					return
 				}
-				return
-			}
-			var fe *failure.Error
-			if !errors.As(err, &fe) || !errors.Is(err, failure.ErrInvalid) || fe.Field != tc.field {
-				t.Fatalf("Decode = %#v, want invalid on field %q", err, tc.field)
-			}
-		})
+				var fe *failure.Error
+				if !errors.As(err, &fe) || !errors.Is(err, failure.ErrInvalid) || fe.Field != tc.field {
+					t.Fatalf("%s = %#v, want invalid on field %q", decode.name, err, tc.field)
+				}
+				streamed := Decode(httptest.NewRequest("POST", "/", strings.NewReader(tc.body)), tc.limit, &v)
+				if err.Error() != streamed.Error() {
+					t.Fatalf("%s = %q, Decode = %q", decode.name, err, streamed)
+				}
+			})
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/internal/decoder"
 	"github.com/mercator/mercator/store"
 )
 
@@ -69,7 +70,7 @@ func Decode[T any](doc []byte) (T, error) {
 	case *store.Call:
 		err = decodeAs(doc, p, callDoc.record)
 	default:
-		err = json.Unmarshal(doc, &v)
+		err = decoder.Unmarshal(doc, &v)
 	}
 	return v, err
 }
@@ -77,7 +78,7 @@ func Decode[T any](doc []byte) (T, error) {
 // decodeAs decodes doc as a D and converts it into *p.
 func decodeAs[D, T any](doc []byte, p *T, convert func(D) T) error {
 	var d D
-	if err := json.Unmarshal(doc, &d); err != nil {
+	if err := decoder.Unmarshal(doc, &d); err != nil {
 		return err
 	}
 	*p = convert(d)
