@@ -158,6 +158,7 @@ func (s *Server) deliver(topic string) {
 	case strings.HasPrefix(topic, topicRunIDs):
 		if from, ids := runIDsTopic(topic); from != s.replicaID {
 			s.sched.MarkDirty(ids)
+			s.queued.MarkDirty(ids)
 		}
 	case topic == topicRuns:
 		s.runs.Notify()

@@ -82,6 +82,7 @@ func (s *Server) startEpoch(ctx context.Context) bool {
 	}
 	s.epoch.Store(epoch)
 	s.sched.Invalidate()
+	s.queued.Invalidate()
 	s.sched.ForgetNodes()
 	s.log.Info("scheduling", "epoch", epoch)
 	return true
@@ -166,12 +167,8 @@ func (s *Server) reconcile(ctx context.Context) error {
 			return err
 		}
 	}
-	var queued []store.Run
-	if err := s.store.View(ctx, func(tx store.Tx) error {
-		var err error
-		queued, err = tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunQueued}})
-		return err
-	}); err != nil {
+	queued, err := s.queuedRuns(ctx)
+	if err != nil {
 		return err
 	}
 	waiting := 0

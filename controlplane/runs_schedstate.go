@@ -90,11 +90,38 @@ func (s *Server) refreshUsage(ctx context.Context) error {
 	return s.sched.Refresh(resync, active, byID)
 }
 
+// queuedRuns returns the queued runs, newest first, from the leader's copy
+// (schedcopy.Queue), which reads the store only for what changed elsewhere
+// and, whole, once per resyncQueue.
+func (s *Server) queuedRuns(ctx context.Context) ([]store.Run, error) {
+	queued := func() (runs []store.Run, err error) {
+		err = s.store.View(ctx, func(tx store.Tx) error {
+			runs, err = tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunQueued}})
+			return err
+		})
+		return runs, err
+	}
+	byID := func(ids []string) (runs []store.Run, err error) {
+		err = s.store.View(ctx, func(tx store.Tx) error {
+			runs, err = tx.GetRuns(ids)
+			return err
+		})
+		return runs, err
+	}
+	return s.queued.Runs(resyncQueue, queued, byID)
+}
+
+// resyncQueue is how often the copy of the queued runs is read again
+// whole: what a run another replica submitted and whose signal was lost
+// can wait, at most, to be seen.
+const resyncQueue = time.Minute
+
 // runsWritten is called once a transaction that wrote runs committed on
 // this replica: the scheduler's copy follows, and other replicas hear which
 // runs changed.
 func (s *Server) runsWritten(runs map[string]store.Run) {
 	s.sched.NoteRuns(runs)
+	s.queued.Note(runs)
 	if s.coord == nil {
 		return
 	}

@@ -223,6 +223,7 @@ type Server struct {
 
 	live       *liveness.Tracker      // package liveness
 	sched      schedcopy.Copy         // the reconcile loop's copies (runs_schedstate.go)
+	queued     schedcopy.Queue        // the leader's copy of the queued runs (runs_schedstate.go)
 	schedView  schedView              // the reconcile loop's view of the nodes (runs_schedstate.go)
 	teams      project.History        // runs_teams.go: projects' decayed shares
 	queue      project.Queue          // runs_queue.go: queue positions

@@ -25,6 +25,9 @@
 //     still checked against the run's record in the transaction that
 //     commits it.
 //
+// A Queue (queue.go) is the third: the leader's copy of the queued runs,
+// kept the same way, so that a pass does not decode the whole backlog.
+//
 // The package reads no store itself: its caller passes the reads in
 // (Copy.Nodes, Copy.Refresh). Only package controlplane may import it.
 package schedcopy
