@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/mercator/mercator/api"
@@ -345,39 +346,66 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 }
 
 // commitReasons records why each waiting run waits, writing only the runs
-// whose reason changed.
+// whose reason is due (reasonDue).
 func (s *Server) commitReasons(ctx context.Context, waiting map[string]string, pending map[string]store.Run) error {
 	var changed []string
+	now := s.now()
 	for id, why := range waiting {
-		if r, ok := pending[id]; !ok || r.Reason != why {
+		if r, ok := pending[id]; !ok || reasonDue(r, why, now) {
 			changed = append(changed, id)
 		}
 	}
 	sort.Strings(changed)
 	for start := 0; start < len(changed); start += s.placeChunk() {
 		chunk := changed[start:min(start+s.placeChunk(), len(changed))]
+		// In batches (store.Tx.GetRuns, PutRuns): the first pass over a
+		// backlog gives every waiting run its reason, and one read and one
+		// write per run were two round trips each to PostgreSQL, seconds
+		// for a long queue, during which nothing was placed.
 		if err := s.update(ctx, func(tx store.Tx) error {
-			now := s.now()
-			for _, id := range chunk {
-				run, err := tx.GetRun(id)
-				if err != nil {
-					return err
-				}
-				if run.Status != api.RunQueued || run.Reason == waiting[id] {
+			runs, err := tx.GetRuns(chunk)
+			if err != nil {
+				return err
+			}
+			changed := runs[:0]
+			for _, run := range runs {
+				if run.Status != api.RunQueued || !reasonDue(run, waiting[run.ID], now) {
 					continue
 				}
-				run.Reason, run.UpdatedAt = waiting[id], now
-				if err := tx.PutRun(run); err != nil {
-					return err
-				}
+				run.Reason, run.UpdatedAt = waiting[run.ID], now
+				changed = append(changed, run)
 			}
-			return nil
+			return tx.PutRuns(changed)
 		}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// reasonDue reports whether a queued run's stored reason should become
+// why: when it has none from the scheduler yet (none at all, or the one
+// it was submitted or requeued with), or when it differs and was written
+// at least reasonRefresh ago. Reasons count nodes ("3 nodes have too little free
+// memory"), and the counts move as the fleet fills and frees: rewritten at
+// every pass, a backlog of a hundred thousand runs was a hundred thousand
+// writes a pass, which on PostgreSQL held placements to a few hundred a
+// second. A reason shown is then at most reasonRefresh old; the queue's
+// order and positions (runs_queue.go) are the pass's own.
+func reasonDue(r store.Run, why string, now time.Time) bool {
+	if r.Reason == why {
+		return false
+	}
+	return !strings.HasPrefix(r.Reason, schedulerReason) || now.Sub(r.UpdatedAt) >= reasonRefresh
+}
+
+// schedulerReason starts every reason the scheduler gives a waiting run
+// (package scheduler).
+const schedulerReason = "waiting: "
+
+// reasonRefresh is how long a waiting run's stored reason stands before a
+// different one replaces it.
+const reasonRefresh = 10 * time.Second
 
 // replaceLost replaces the current attempt of every run whose node has been
 // unreachable (lost: since when) for longer than the run's replace-after
