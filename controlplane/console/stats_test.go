@@ -21,7 +21,7 @@ type fakeStats struct {
 }
 
 func (s *fakeStats) Fleet() ([]history.FleetPoint, time.Time) { return s.fleet, s.since }
-func (s *fakeStats) Latency(id string) []history.LatencyPoint  { return s.lat[id] }
+func (s *fakeStats) Latency(id string) []history.LatencyPoint { return s.lat[id] }
 func (s *fakeStats) Hot(_ context.Context, ids []string) (map[string][]client.FnContainers, error) {
 	out := map[string][]client.FnContainers{}
 	for _, id := range ids {
