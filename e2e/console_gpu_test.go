@@ -14,7 +14,8 @@ import (
 // chromium against a real control plane and an agent standing in an
 // 8×H100 machine (the fake nvidia-smi): each GPU with its model, memory
 // and health, the card a running run holds with its utilization as the
-// node sampled it, and a drain's progress until nothing is left.
+// node sampled it, and a drain's progress until nothing is left, on the page and from
+// `mercator node drain --wait`.
 func TestConsoleGPUsAndDrain(t *testing.T) {
 	requireGPUHook(t)
 	c := startCluster(t)
@@ -48,10 +49,20 @@ func TestConsoleGPUsAndDrain(t *testing.T) {
 	}
 	b.do("the drain's progress", until(`document.getElementById("drain-left").textContent === "draining: 1 runs and 0 function containers left"`))
 	b.shot("node-draining")
+	// The CLI waits for the drain too (`node drain --wait`), returning once
+	// nothing is left.
+	drained := make(chan string, 1)
+	go func() {
+		out, errOut, code := c.mercatorExit("", "node", "drain", "--wait", node)
+		drained <- fmt.Sprintf("exit %d: %s%s", code, out, errOut)
+	}()
 	if _, err := c.client.CancelRun(c.ctx, run.ID); err != nil {
 		t.Fatal(err)
 	}
 	c.wait(run.ID)
+	if got := <-drained; !strings.HasPrefix(got, "exit 0: node "+node+": draining; running work may finish (0 attempts on it)") {
+		t.Errorf("node drain --wait: %s", got)
+	}
 	c.waitFor("the drain done on the node page", func() bool {
 		b.do("reload the node page", chromedp.Navigate(c.url+"/ui/nodes/"+node), chromedp.WaitVisible(chromedp.CSS("#drain-left")))
 		return browserGet(b, "read the drain's progress", chromedp.Text(chromedp.CSS("#drain-left"))) == "drained: nothing left on it"
