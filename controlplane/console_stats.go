@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/mercator/mercator/api"
@@ -33,13 +32,17 @@ func (c consoleStats) Hot(ctx context.Context, fnIDs []string) (map[string][]cli
 	if err != nil {
 		return nil, err
 	}
+	want := make(map[string]bool, len(fnIDs))
+	for _, id := range fnIDs {
+		want[id] = true
+	}
 	out := map[string][]client.FnContainers{}
 	for _, n := range nodes {
 		if n.Facts == nil || n.Facts.Functions == nil || c.s.nodeStatus(n) != api.NodeReady {
 			continue
 		}
 		for _, ct := range n.Facts.Functions.Containers {
-			if slices.Contains(fnIDs, ct.FnID) {
+			if want[ct.FnID] {
 				out[ct.FnID] = append(out[ct.FnID], client.FnContainers{NodeID: n.ID, Idle: ct.Idle, Busy: ct.Busy, Starting: ct.Starting, Prepared: ct.Prepared})
 			}
 		}
