@@ -52,7 +52,8 @@ func (c consoleStats) Hot(ctx context.Context, fnIDs []string) (map[string][]cli
 
 // historyLoop samples the console's series every history.Period: the
 // fleet's GPUs counted from the Fleet page's copy (fleetCopy, which a
-// page read in the last 2 s makes free) and each function's latency
+// page read in the last 2 s makes free), the queue's depth where this
+// replica schedules, and each function's latency
 // histogram as Prometheus keeps it (history.Tap).
 func (s *Server) historyLoop(ctx context.Context) {
 	t := time.NewTicker(history.Period)
@@ -79,7 +80,11 @@ func (s *Server) sampleHistory(ctx context.Context) {
 			return err
 		}
 		_, _, sum := nodepage.Page(nodes, nodepage.Options{Limit: 1}, s.nodeStatus, func(id string) []string { return work[id].gpus })
-		s.history.Fleet(history.FleetPoint{At: now, Busy: sum.GPUs["busy"], Idle: sum.GPUs["idle"], Sick: sum.GPUs["flagged"]})
+		p := history.FleetPoint{At: now, Busy: sum.GPUs["busy"], Idle: sum.GPUs["idle"], Sick: sum.GPUs["flagged"]}
+		if s.leader() { // the queue's order is the scheduling replica's (runs_queue.go)
+			p.Queued, p.QueueKnown = len(s.queue.Ordered("")), true
+		}
+		s.history.Fleet(p)
 		return nil
 	})
 	if err != nil && ctx.Err() == nil {

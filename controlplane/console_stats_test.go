@@ -28,7 +28,7 @@ func TestConsoleHistorySamples(t *testing.T) {
 	if got := f.srv.history.LatencyPoints(fn.ID); len(got) != 1 {
 		t.Fatalf("a period without calls added a point: %+v", got)
 	}
-	if fleet := f.srv.history.FleetPoints(); len(fleet) != 2 {
-		t.Fatalf("fleet series: %+v, want a point a sample", fleet)
+	if fleet := f.srv.history.FleetPoints(); len(fleet) != 2 || !fleet[1].QueueKnown {
+		t.Fatalf("fleet series: %+v, want a point a sample, with the queue's depth (a single replica schedules)", fleet)
 	}
 }

@@ -68,7 +68,8 @@ type fleetView struct {
 	Picture       string
 	// Chart is the GPUs over time (nil: this replica has no samples).
 	Chart   *chartView
-	Sampled bool // the replica samples (Config.Stats); Chart nil: none yet
+	Queue   *chartView // the queue's depth (nil: this replica did not schedule)
+	Sampled bool       // the replica samples (Config.Stats); Chart nil: none yet
 }
 
 // rowsOf reads each node's facts and marks each GPU busy (an active
@@ -126,7 +127,7 @@ func (c *Console) fleet(w http.ResponseWriter, r *http.Request, q *request) {
 	}
 	if c.cfg.Stats != nil {
 		pts, since := c.cfg.Stats.Fleet()
-		v.Chart, v.Sampled = fleetChart(c.cfg.Now(), pts, since), true
+		v.Chart, v.Queue, v.Sampled = fleetChart(c.cfg.Now(), pts, since), queueChart(c.cfg.Now(), pts), true
 	}
 	v.Picture = fmt.Sprintf("GPU allocation across the fleet: %d busy, %d idle, %d sick (flagged)", v.GPUs[gpuBusy], v.GPUs[gpuIdle], v.GPUs[gpuSick])
 	c.render(w, r, http.StatusOK, "fleet", q, v)

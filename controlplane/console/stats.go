@@ -56,6 +56,29 @@ func fleetChart(now time.Time, pts []history.FleetPoint, since time.Time) *chart
 		history.Window, history.Period, since.UTC().Format("15:04Z"), last.Busy, last.Idle, last.Sick, most)}
 }
 
+// queueChart is the runs waiting over the window, from the samples taken
+// while this replica scheduled, or nil when there is none.
+func queueChart(now time.Time, pts []history.FleetPoint) *chartView {
+	spec := chartSpec{Title: "Runs waiting in the queue over time", Unit: "runs", From: now.Add(-history.Window), To: now, Gap: history.Period * 3 / 2,
+		Lines: []chartLine{{Label: "queued"}}}
+	known, most := 0, 0
+	var last history.FleetPoint
+	for _, p := range pts {
+		if !p.QueueKnown {
+			continue
+		}
+		spec.Times = append(spec.Times, p.At)
+		spec.Lines[0].Values = append(spec.Lines[0].Values, float64(p.Queued))
+		known, most, last = known+1, max(most, p.Queued), p
+	}
+	if known == 0 {
+		return nil
+	}
+	return &chartView{SVG: renderChart(spec), Caption: fmt.Sprintf(
+		"Runs waiting as the scheduler's passes left them, one sample a %s while this replica scheduled: %d at %s; at most %d.",
+		history.Period, last.Queued, last.At.UTC().Format("15:04Z"), most)}
+}
+
 // latencyChart is a function's p50 and p99 latency over the window, or
 // nil when no call of it went through this replica in the window.
 func latencyChart(now time.Time, name string, pts []history.LatencyPoint) *chartView {

@@ -79,8 +79,15 @@ func TestFleetChartOrItsAbsence(t *testing.T) {
 	for i := range 60 {
 		stats.fleet = append(stats.fleet, history.FleetPoint{At: stats.since.Add(time.Duration(i+1) * time.Minute), Busy: i, Idle: 60 - i, Sick: 1})
 	}
+	if page := body(t, f.do("GET", "/ui/fleet", ck, nil)); !strings.Contains(page, "No queue history here") {
+		t.Errorf("a replica that never scheduled does not say it has no queue history:\n%s", page)
+	}
+	for i := 30; i < 60; i++ { // it scheduled for the last half hour
+		stats.fleet[i].Queued, stats.fleet[i].QueueKnown = 100-i, true
+	}
 	page := body(t, f.do("GET", "/ui/fleet", ck, nil))
-	for _, want := range []string{`<svg class="chart"`, "now 59 busy, 1 idle, 1 sick; at most 59 busy", "since 23:00Z"} {
+	for _, want := range []string{`<svg class="chart"`, "now 59 busy, 1 idle, 1 sick; at most 59 busy", "since 23:00Z",
+		`aria-label="Runs waiting in the queue over time"`, "41 at 00:00Z; at most 70."} {
 		if !strings.Contains(page, want) {
 			t.Errorf("fleet page lacks %q:\n%s", want, page)
 		}

@@ -1,5 +1,6 @@
 // Package history keeps what the web console draws over time, in this
-// replica's memory: the fleet's GPUs busy, idle and sick, and each
+// replica's memory: the fleet's GPUs busy, idle and sick, the queue's
+// depth (on the replica that schedules), and each
 // function's call latency (p50, p99) and call count, one point a Period
 // for the last Points periods (six hours). Nothing is written to the
 // store: a replica that started recently has a short history, and each
@@ -66,10 +67,14 @@ func (r *Ring[T]) Points() []T {
 func (r *Ring[T]) Len() int { return len(r.pts) }
 
 // FleetPoint is the fleet's GPUs at one moment, counted as the Fleet page
-// counts them (package nodepage).
+// counts them (package nodepage), and the runs waiting in the queue as the
+// scheduler's last pass left them: known (QueueKnown) only on the replica
+// that schedules.
 type FleetPoint struct {
 	At               time.Time
 	Busy, Idle, Sick int
+	Queued           int
+	QueueKnown       bool
 }
 
 // LatencyPoint is one function's calls over one period ending At: how
