@@ -37,7 +37,7 @@ type chartSpec struct {
 // The chart's geometry, in SVG user units (it scales to its box).
 const (
 	chartW, chartH = 600, 160
-	padL, padR     = 56, 8
+	padL, padR     = 84, 8
 	padT, padB     = 8, 36
 )
 

@@ -53,7 +53,7 @@ func fleetChart(now time.Time, pts []history.FleetPoint, since time.Time) *chart
 	last := pts[len(pts)-1]
 	return &chartView{SVG: renderChart(spec), Caption: fmt.Sprintf(
 		"GPUs over the last %s, one sample a %s, as this replica counted them since %s: now %d busy, %d idle, %d sick; at most %d busy.",
-		history.Window, history.Period, since.UTC().Format("15:04Z"), last.Busy, last.Idle, last.Sick, most)}
+		span(history.Window), span(history.Period), since.UTC().Format("15:04Z"), last.Busy, last.Idle, last.Sick, most)}
 }
 
 // queueChart is the runs waiting over the window, from the samples taken
@@ -76,7 +76,7 @@ func queueChart(now time.Time, pts []history.FleetPoint) *chartView {
 	}
 	return &chartView{SVG: renderChart(spec), Caption: fmt.Sprintf(
 		"Runs waiting as the scheduler's passes left them, one sample a %s while this replica scheduled: %d at %s; at most %d.",
-		history.Period, last.Queued, last.At.UTC().Format("15:04Z"), most)}
+		span(history.Period), last.Queued, last.At.UTC().Format("15:04Z"), most)}
 }
 
 // latencyChart is a function's p50 and p99 latency over the window, or
@@ -99,7 +99,20 @@ func latencyChart(now time.Time, name string, pts []history.LatencyPoint) *chart
 	last := pts[len(pts)-1]
 	return &chartView{SVG: renderChart(spec), Caption: fmt.Sprintf(
 		"%d calls through this replica in the last %s, one point a %s with calls; the last (%s): p50 %s, p99 %s; worst p99 %s. Estimated from the latency histogram's buckets, as Prometheus' histogram_quantile does (within a factor of two).",
-		calls, history.Window, history.Period, last.At.UTC().Format("15:04Z"), last.P50, last.P99, worst)}
+		calls, span(history.Window), span(history.Period), last.At.UTC().Format("15:04Z"), last.P50, last.P99, worst)}
+}
+
+// span says a window or period in words: "6 hours", "minute", "30 s".
+func span(d time.Duration) string {
+	switch {
+	case d == time.Minute:
+		return "minute"
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%d hours", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%d minutes", d/time.Minute)
+	}
+	return d.String()
 }
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Microsecond)) / 1000 }

@@ -44,10 +44,10 @@ func TestRenderChartDrawsLinesGapsAndLonePoints(t *testing.T) {
 		`<svg class="chart" viewBox="0 0 600 160" role="img" aria-label="p50 of &lt;b&gt;&#34;x&#34;&lt;/b&gt;">`,
 		// p50: three points joined (a minute apart), then one alone (four
 		// minutes on), drawn as a dot; the scale tops at 100 ms.
-		`d="M56.0 112.4L109.6 100.8L163.2 89.2M377.6 77.6h0.1"`,
+		`d="M84.0 112.4L134.8 100.8L185.6 89.2M388.8 77.6h0.1"`,
 		// p99: a point before a gap (NaN), then three points each more
 		// than the 90 s Gap from the one before: four dots.
-		`d="M56.0 42.8h0.1M163.2 118.2h0.1M377.6 118.2h0.1M538.4 118.2h0.1"`,
+		`d="M84.0 42.8h0.1M185.6 118.2h0.1M388.8 118.2h0.1M541.2 118.2h0.1"`,
 		`>100 ms</text>`, `>10:00Z</text>`, `>10:10Z</text>`, `stroke-dasharray="6 3"`, `>p99</text>`,
 	} {
 		if !strings.Contains(svg, want) {
