@@ -269,18 +269,27 @@ Return a cordoned or draining node to service.`, nil, func(c *client.Client, id 
 
 func nodeDrain(ctx context.Context, inv *command.Invocation, args []string) error {
 	var deadline *time.Duration
+	var wait *bool
 	return nodeAction(ctx, inv, args, `
 Drain a node: no new work is placed on it and running work may finish. With
 --deadline, work still running when it passes is stopped (reason "drained"),
-and each stopped run's retry policy decides whether it is placed elsewhere.`,
+and each stopped run's retry policy decides whether it is placed elsewhere.
+With --wait, it returns once nothing is left on the node (no runs, no
+function containers), showing what is left as it changes when stderr is a
+terminal.`,
 		func(fs *command.FlagSet) {
 			deadline = fs.Duration("deadline", 0, "stop remaining work after this `duration`, e.g. 1h (0: none)")
+			wait = fs.Bool("wait", false, "wait until nothing is left on the node, showing what is left")
 		},
 		func(c *client.Client, id string) (api.Node, error) {
 			if *deadline < 0 {
 				return api.Node{}, command.Usagef("--deadline must not be negative, got %s", *deadline)
 			}
-			return c.DrainNode(ctx, id, *deadline)
+			n, err := c.DrainNode(ctx, id, *deadline)
+			if err == nil && *wait {
+				n, err = waitDrained(ctx, inv, c, n) // node_drain.go
+			}
+			return n, err
 		})
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/history"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
@@ -125,6 +126,11 @@ func BenchmarkConsolePages(b *testing.B) {
 		b.Fatal(err)
 	}
 	seedFleet(b, st, nodes, runs)
+	// A full window of the fleet's GPU history, so the Fleet page draws
+	// its chart as a replica up for six hours does.
+	for i := range history.Points {
+		srv.history.Fleet(history.FleetPoint{At: time.Now().Add(time.Duration(i-history.Points) * history.Period), Busy: i * nodes / 100, Idle: 8*nodes - i*nodes/100, Sick: i % 7})
+	}
 	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := hc.PostForm(h.URL+"/ui/signin", url.Values{"token": {tok}})
 	if err != nil || resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) == 0 {

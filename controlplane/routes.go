@@ -124,6 +124,7 @@ var consoleAccess = map[string]httpapi.Role{
 	"POST /ui/signout":                          httpapi.RoleReader,
 	"GET /ui/fleet":                             httpapi.RoleReader,
 	"GET /ui/fleet/gpus.png":                    httpapi.RoleReader,
+	"GET /ui/nodes/{id}":                        httpapi.RoleReader,
 	"POST /ui/nodes/{id}/{action}":              httpapi.RoleOperator,
 	"GET /ui/runs":                              httpapi.RoleReader,
 	"GET /ui/runs/{id}":                         httpapi.RoleReader,

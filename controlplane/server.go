@@ -57,6 +57,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/broadcast"
 	"github.com/mercator/mercator/controlplane/internal/expiring"
 	"github.com/mercator/mercator/controlplane/internal/groupcommit"
+	"github.com/mercator/mercator/controlplane/internal/history"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/limits"
 	"github.com/mercator/mercator/controlplane/internal/liveness"
@@ -241,6 +242,10 @@ type Server struct {
 
 	fleetCache expiring.Map[fleet]    // nodes_handlers.go: fleetCopy
 	sealKey    atomic.Pointer[[]byte] // Config.RegistryKey (sealing.go)
+
+	// The web console's series (console_stats.go, package history).
+	history   *history.Recorder
+	fnLatency *history.Tap // the functions' latency histogram, set aside
 }
 
 // New returns a server over st. It does nothing until Serve or Handler.
@@ -272,8 +277,9 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 	if coord != nil {
 		pub = coord
 	}
+	s.history, s.fnLatency = history.New(), history.NewTap(s.metrics.Registry) // console_stats.go
 	s.fn = function.New(function.Config{Store: st, Now: s.now, Logger: s.log, PublicURL: cfg.PublicURL, ReplicaURL: cfg.ReplicaURL,
-		Registry: s.metrics.Registry, Publisher: pub}, fnHost{s}, serverKey{s})
+		Registry: s.fnLatency, Publisher: pub}, fnHost{s}, serverKey{s})
 	return s
 }
 
@@ -305,6 +311,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	})
 	loops.Go("publish", s.publishLoop)
 	loops.Go("rollouts", s.upgrades.Run) // agent upgrades (package upgrade)
+	loops.Go("history", s.historyLoop)   // the console's charts (console_stats.go)
 	for range s.cfg.WriteConcurrency {
 		loops.Go("batch", s.commits.Run)
 	}

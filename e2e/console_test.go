@@ -202,12 +202,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	if r, _ := c.client.GetRun(c.ctx, live.ID); r.Cancel || api.Terminal(r.Status) {
 		t.Fatalf("the reader's refused cancel changed the run: %s cancel=%v", r.Status, r.Cancel)
 	}
+	// The attempts table follows the run on the open page (the status
+	// events carry it): a cancel from the CLI's side shows without a
+	// reload (the marker set on the page survives).
+	b.do("the attempt running on the open page", until(`document.querySelector("#attempt-rows tr > :nth-child(4)").textContent === "running"`),
+		chromedp.Evaluate[chromedp.Void](`window.sameVisit = true`))
+	if _, err := c.client.CancelRun(c.ctx, live.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.do("the attempts table updated live", until(`window.sameVisit === true && document.querySelector("#attempt-rows tr > :nth-child(4)").textContent === "cancelled" && document.querySelector("#attempt-rows tr > :nth-child(7)").textContent !== "—"`))
+	b.shot("run-attempts-live")
+	c.wait(live.ID)
 	if err := c.client.RemoveToken(c.ctx, "console-reader"); err != nil {
 		t.Fatal(err)
 	}
 	b.do("a removed token's session ends", chromedp.Navigate(c.url+"/ui/fleet"), chromedp.WaitVisible(chromedp.CSS("#token")))
-	if _, err := c.client.CancelRun(c.ctx, live.ID); err != nil {
-		t.Fatal(err)
-	}
-	c.wait(live.ID)
 }

@@ -17,9 +17,27 @@ const listPage = 100
 // triggers.
 type appView struct {
 	api.App
-	Fns      []api.Fn
+	Fns      []fnRow
 	Triggers []api.Trigger
 }
+
+// fnRow is a function on the Functions page, with its containers on the
+// nodes (hotPerFn of the busiest listed) and, for the first chartsShown
+// functions with calls, its latency chart.
+type fnRow struct {
+	api.Fn
+	Hot   hotView
+	Chart *chartView
+}
+
+// How many nodes a function's containers are listed on, on the Functions
+// page and on a function's page (the totals count every node), and how
+// many latency charts the Functions page draws.
+const (
+	hotPerFn    = 10
+	hotOnFnPage = 100
+	chartsShown = 10
+)
 
 func (c *Console) functions(w http.ResponseWriter, r *http.Request, q *request) {
 	apps, err := q.api.ListApps(r.Context())
@@ -28,16 +46,40 @@ func (c *Console) functions(w http.ResponseWriter, r *http.Request, q *request) 
 		return
 	}
 	var out []appView
+	var ids []string
 	for _, a := range apps {
 		v := appView{App: a}
-		if v.Fns, err = q.api.ListFns(r.Context(), a.ID); err == nil {
+		fns, err := q.api.ListFns(r.Context(), a.ID)
+		if err == nil {
 			v.Triggers, err = q.api.ListTriggers(r.Context(), a.ID, "")
 		}
 		if err != nil {
 			c.fail(w, r, q, err)
 			return
 		}
+		for _, fn := range fns {
+			v.Fns, ids = append(v.Fns, fnRow{Fn: fn}), append(ids, fn.ID)
+		}
 		out = append(out, v)
+	}
+	if c.cfg.Stats != nil {
+		hot, err := c.cfg.Stats.Hot(r.Context(), ids)
+		if err != nil {
+			c.fail(w, r, q, err)
+			return
+		}
+		charts := 0
+		for _, a := range out {
+			for i := range a.Fns {
+				f := &a.Fns[i]
+				f.Hot = hotOf(hot[f.ID], hotPerFn)
+				if charts < chartsShown {
+					if f.Chart = latencyChart(c.cfg.Now(), f.Name, c.cfg.Stats.Latency(f.ID)); f.Chart != nil {
+						charts++
+					}
+				}
+			}
+		}
 	}
 	c.render(w, r, http.StatusOK, "functions", q, out)
 }
@@ -47,8 +89,9 @@ const recentCalls = 50
 
 // fnView is a function's page: the function and its recent calls.
 type fnView struct {
-	api.Fn
-	Calls []callRow
+	fnRow
+	Calls   []callRow
+	Sampled bool // the replica keeps series (Config.Stats)
 }
 
 // callRow is a call with its waits worked out: Queued from creation to
@@ -68,7 +111,15 @@ func (c *Console) function(w http.ResponseWriter, r *http.Request, q *request) {
 		c.fail(w, r, q, err)
 		return
 	}
-	v := fnView{Fn: fn}
+	v := fnView{fnRow: fnRow{Fn: fn}}
+	if c.cfg.Stats != nil {
+		hot, err := c.cfg.Stats.Hot(r.Context(), []string{fn.ID})
+		if err != nil {
+			c.fail(w, r, q, err)
+			return
+		}
+		v.Hot, v.Chart, v.Sampled = hotOf(hot[fn.ID], hotOnFnPage), latencyChart(c.cfg.Now(), fn.Name, c.cfg.Stats.Latency(fn.ID)), true
+	}
 	for _, call := range calls.Items {
 		row := callRow{FnCall: call, Queued: "—", Ran: "—"}
 		if call.StartedAt != nil {

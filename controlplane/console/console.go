@@ -23,6 +23,7 @@ import (
 type API interface {
 	ListNodes(ctx context.Context) (api.NodeList, error)
 	ListNodesPage(ctx context.Context, opts client.NodePageOptions) (api.NodeList, error)
+	GetNode(ctx context.Context, id string) (api.Node, error)
 	CordonNode(ctx context.Context, nodeID string) (api.Node, error)
 	UncordonNode(ctx context.Context, nodeID string) (api.Node, error)
 	DrainNode(ctx context.Context, nodeID string, deadline time.Duration) (api.Node, error)
@@ -57,6 +58,9 @@ type Config struct {
 	Log    *slog.Logger
 	// Sessions bounds the sessions held (DefaultSessions when 0).
 	Sessions int
+	// Stats is the replica's series and the nodes' function containers
+	// (stats.go); nil shows no charts and no containers.
+	Stats Stats
 }
 
 // InProcess is Config.APIFor for a console served beside the API it
@@ -119,6 +123,7 @@ func (c *Console) Routes() []Route {
 		{Pattern: "POST /ui/signout", Handler: c.page(c.signout)},
 		{Pattern: "GET /ui/fleet", Handler: c.page(c.fleet)},
 		{Pattern: "GET /ui/fleet/gpus.png", Handler: c.page(c.gpuPicture)},
+		{Pattern: "GET /ui/nodes/{id}", Handler: c.page(c.node)},
 		{Pattern: "POST /ui/nodes/{id}/{action}", Handler: c.action(c.nodeAction)},
 		{Pattern: "GET /ui/runs", Handler: c.page(c.runs)},
 		{Pattern: "GET /ui/runs/{id}", Handler: c.page(c.run)},

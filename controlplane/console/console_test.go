@@ -54,6 +54,14 @@ func (f *fakeAPI) ListNodesPage(_ context.Context, o client.NodePageOptions) (ap
 	}
 	return out, nil
 }
+func (f *fakeAPI) GetNode(_ context.Context, id string) (api.Node, error) {
+	for _, n := range f.nodes {
+		if n.ID == id {
+			return n, nil
+		}
+	}
+	return api.Node{}, failure.NotFound("node", id)
+}
 func (f *fakeAPI) CordonNode(_ context.Context, id string) (api.Node, error) {
 	f.cordoned = append(f.cordoned, id)
 	return api.Node{ID: id}, nil
@@ -367,7 +375,7 @@ func TestLogStreamsLinesAsEvents(t *testing.T) {
 	// them, may come between two of them; the end last.
 	one, two, three := strings.Index(got, "data: one\n\n"), strings.Index(got, "data: two\n\n"), strings.Index(got, "data: three\n\n")
 	if resp.Header.Get("Content-Type") != "text/event-stream" || one < 0 || two < one || three < two ||
-		!strings.Contains(got, "event: status\ndata: {\"stage\":\"\",\"status\":\"succeeded\"}\n\n") || !strings.HasSuffix(got, "event: end\ndata: \n\n") {
+		!strings.Contains(got, "event: status\ndata: {\"status\":\"succeeded\",\"stage\":\"\",\"attempts\":[]}\n\n") || !strings.HasSuffix(got, "event: end\ndata: \n\n") {
 		t.Fatalf("log stream %q:\n%q", resp.Header.Get("Content-Type"), got)
 	}
 }

@@ -32,12 +32,28 @@ type nodeRow struct {
 	Info      nodeproto.NodeFacts
 	GPUs      []gpuCell
 	Artifacts int64 // bytes of Artifacts held
+	// FnContainers is how many function containers the node last
+	// reported (any state): with Running, what a drain waits for.
+	FnContainers int
 }
 
-// gpuCell is one card: its model, memory and state.
+// gpuCell is one card: its model, memory, allocation state (busy, idle,
+// flagged) and health as the control plane judges it (api.NodeGPU).
 type gpuCell struct {
 	nodeproto.Accelerator
-	State string
+	State  string
+	Health api.NodeGPU
+}
+
+// Left is what a draining node still has: "" when it is not draining.
+func (n nodeRow) Left() string {
+	if !n.Draining {
+		return ""
+	}
+	if len(n.Running) == 0 && n.FnContainers == 0 {
+		return "drained: nothing left on it"
+	}
+	return fmt.Sprintf("draining: %d runs and %d function containers left", len(n.Running), n.FnContainers)
 }
 
 // fleetView is the Fleet page: a page of nodes, the whole fleet counted
@@ -50,6 +66,10 @@ type fleetView struct {
 	ByStatus      map[string]int
 	GPUs          map[string]int
 	Picture       string
+	// Chart is the GPUs over time (nil: this replica has no samples).
+	Chart   *chartView
+	Queue   *chartView // the queue's depth (nil: this replica did not schedule)
+	Sampled bool       // the replica samples (Config.Stats); Chart nil: none yet
 }
 
 // rowsOf reads each node's facts and marks each GPU busy (an active
@@ -73,8 +93,17 @@ func rowsOf(nodes []api.Node) []nodeRow {
 				state[f.GPU] = gpuSick
 			}
 		}
+		health := map[string]api.NodeGPU{}
+		for _, g := range n.GPUs {
+			health[g.UUID] = g
+		}
 		for _, acc := range rows[i].Info.Accelerators {
-			rows[i].GPUs = append(rows[i].GPUs, gpuCell{Accelerator: acc, State: cmp.Or(state[acc.UUID], gpuIdle)})
+			rows[i].GPUs = append(rows[i].GPUs, gpuCell{Accelerator: acc, State: cmp.Or(state[acc.UUID], gpuIdle), Health: health[acc.UUID]})
+		}
+		if f := rows[i].Info.Functions; f != nil {
+			for _, ct := range f.Containers {
+				rows[i].FnContainers += ct.Idle + ct.Busy + ct.Starting + ct.Prepared
+			}
 		}
 		for _, held := range rows[i].Info.Artifacts {
 			rows[i].Artifacts += held.Size
@@ -95,6 +124,10 @@ func (c *Console) fleet(w http.ResponseWriter, r *http.Request, q *request) {
 	v.Nodes, v.Next = rowsOf(list.Nodes), list.Next
 	if s := list.Summary; s != nil {
 		v.ByStatus, v.GPUs, v.Total = s.Nodes, s.GPUs, s.Matching
+	}
+	if c.cfg.Stats != nil {
+		pts, since := c.cfg.Stats.Fleet()
+		v.Chart, v.Queue, v.Sampled = fleetChart(c.cfg.Now(), pts, since), queueChart(c.cfg.Now(), pts), true
 	}
 	v.Picture = fmt.Sprintf("GPU allocation across the fleet: %d busy, %d idle, %d sick (flagged)", v.GPUs[gpuBusy], v.GPUs[gpuIdle], v.GPUs[gpuSick])
 	c.render(w, r, http.StatusOK, "fleet", q, v)
@@ -179,6 +212,9 @@ func (c *Console) nodeAction(r *http.Request, q *request) (string, error) {
 	}
 	if err != nil {
 		return "", err
+	}
+	if r.PostFormValue("from") == "node" {
+		return "/ui/nodes/" + id, nil
 	}
 	return "/ui/fleet", nil
 }

@@ -56,6 +56,9 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, q *request, err e
 	c.render(w, r, status, "error", q, map[string]any{"Message": err.Error(), "Back": r.Referer()})
 }
 
+// stampLayout is how the pages print a moment.
+const stampLayout = "2006-01-02 15:04:05Z"
+
 // funcs are the templates' helpers: the same units the CLI prints.
 func funcs(now func() time.Time) template.FuncMap {
 	return template.FuncMap{
@@ -64,9 +67,9 @@ func funcs(now func() time.Time) template.FuncMap {
 			if t == nil || t.IsZero() {
 				return "—"
 			}
-			return t.UTC().Format("2006-01-02 15:04:05Z")
+			return t.UTC().Format(stampLayout)
 		},
-		"at":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+		"at":   func(t time.Time) string { return t.UTC().Format(stampLayout) },
 		"join": strings.Join,
 		"exit": func(p *int) string {
 			if p == nil {
@@ -77,7 +80,21 @@ func funcs(now func() time.Time) template.FuncMap {
 		"may": func(f frame, role string) bool { return httpapi.Access{Role: httpapi.Role(role)}.Allows(f.Role) },
 		"add": func(a, b int) int { return a + b },
 		"ago": func(t *time.Time) string { return ago(now(), t) },
+		// runOf is the run of a node's "RUN/ATTEMPT".
+		"runOf": func(ra string) string { run, _, _ := strings.Cut(ra, "/"); return run },
+		// A GPU sample's figures; -1 is one the tool did not state.
+		"pct":   func(v float64) string { return unstated(v, "%.0f%%") },
+		"mib":   func(v float64) string { return unstated(v, "%.0f MiB") },
+		"watts": func(v float64) string { return unstated(v, "%.0f W") },
 	}
+}
+
+// unstated formats a sampled figure, or a dash for one not stated (-1).
+func unstated(v float64, format string) string {
+	if v < 0 {
+		return "—"
+	}
+	return fmt.Sprintf(format, v)
 }
 
 // ago is how long before now t was, to the second, for lease ages.

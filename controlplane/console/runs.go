@@ -99,6 +99,35 @@ type runView struct {
 	api.Run
 	Terminal bool
 	EnvKeys  []string
+	// Rows are the attempts table's cells (attemptRows), as the live
+	// status events send them.
+	Rows [][]string
+}
+
+// attemptRows is the attempts table, first to last, one row of cells per
+// attempt: number, node, GPUs, status, placed, started, finished, exit,
+// why it stopped. The page renders it and the status events carry it, so
+// the table the script redraws is the one the server drew.
+func attemptRows(attempts []api.Attempt) [][]string {
+	stamp := func(t *time.Time) string {
+		if t == nil || t.IsZero() {
+			return "—"
+		}
+		return t.UTC().Format(stampLayout)
+	}
+	rows := make([][]string, 0, len(attempts))
+	for _, a := range attempts {
+		exit := "—"
+		if a.ExitCode != nil {
+			exit = fmt.Sprint(*a.ExitCode)
+		}
+		if a.OOMKilled {
+			exit += " (out of memory)"
+		}
+		rows = append(rows, []string{fmt.Sprint(a.Number), a.NodeID, strings.Join(a.GPUs, ", "), a.Status,
+			stamp(&a.PlacedAt), stamp(a.StartedAt), stamp(a.FinishedAt), exit, strings.TrimSpace(a.StopReason + " " + a.Error)})
+	}
+	return rows
 }
 
 func (c *Console) run(w http.ResponseWriter, r *http.Request, q *request) {
@@ -107,7 +136,7 @@ func (c *Console) run(w http.ResponseWriter, r *http.Request, q *request) {
 		c.fail(w, r, q, err)
 		return
 	}
-	v := runView{Run: run, Terminal: api.Terminal(run.Status)}
+	v := runView{Run: run, Terminal: api.Terminal(run.Status), Rows: attemptRows(run.Attempts)}
 	for k := range run.Env {
 		v.EnvKeys = append(v.EnvKeys, k)
 	}
@@ -158,7 +187,7 @@ func (c *Console) runLog(w http.ResponseWriter, r *http.Request, q *request) {
 	go func() {
 		defer close(watched)
 		q.api.WaitRunFunc(watch, id, func(run api.Run) {
-			data, _ := json.Marshal(map[string]string{"status": run.Status, "stage": cmp.Or(run.Stage(), run.Reason)})
+			data, _ := json.Marshal(statusEvent{Status: run.Status, Stage: cmp.Or(run.Stage(), run.Reason), Attempts: attemptRows(run.Attempts)})
 			fmt.Fprintf(out, "event: status\ndata: %s\n\n", data)
 		})
 	}()
@@ -177,6 +206,15 @@ func (c *Console) runLog(w http.ResponseWriter, r *http.Request, q *request) {
 	stop()
 	<-watched
 	fmt.Fprint(out, "event: end\ndata: \n\n")
+}
+
+// statusEvent is a "status" event's data: the run's status, its stage
+// (or why it waits), and its attempts table (attemptRows), which the page's
+// script redraws, so the table follows the run without a reload.
+type statusEvent struct {
+	Status   string     `json:"status"`
+	Stage    string     `json:"stage"`
+	Attempts [][]string `json:"attempts"`
 }
 
 // statusLinger is how long a finished log stream waits for the run's final

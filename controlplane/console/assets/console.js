@@ -1,5 +1,5 @@
-// Mercator console: follows a run's log and status over server-sent events. The
-// pages work without it (everything else is plain links and forms).
+// Mercator console: follows a run's log, status and attempts over server-sent
+// events. The pages work without it (everything else is plain links and forms).
 "use strict";
 document.addEventListener("DOMContentLoaded", function () {
   var log = document.getElementById("log");
@@ -19,6 +19,9 @@ document.addEventListener("DOMContentLoaded", function () {
     var run = JSON.parse(e.data);
     document.getElementById("run-status").textContent = run.status;
     document.getElementById("run-stage").textContent = run.stage ? ": " + run.stage : "";
+    if (run.attempts && run.attempts.length) {
+      drawAttempts(document.getElementById("attempt-rows"), run.attempts);
+    }
   });
   src.addEventListener("failure", function (e) {
     state.textContent = "The log could not be read: " + e.data;
@@ -29,3 +32,22 @@ document.addEventListener("DOMContentLoaded", function () {
     log.dataset.done = "true";
   });
 });
+
+// drawAttempts replaces the attempts table's rows with the server's cells
+// (text only: nothing the server sends is parsed as markup).
+function drawAttempts(body, rows) {
+  var next = document.createElement("tbody");
+  next.id = body.id;
+  rows.forEach(function (cells) {
+    var tr = next.insertRow();
+    cells.forEach(function (text, i) {
+      var cell = document.createElement(i === 0 ? "th" : "td");
+      if (i === 0) {
+        cell.scope = "row";
+      }
+      cell.textContent = text;
+      tr.appendChild(cell);
+    });
+  });
+  body.replaceWith(next);
+}
