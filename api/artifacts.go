@@ -37,6 +37,10 @@ type ArtifactVersion struct {
 	// Format is ArtifactFile or ArtifactTar.
 	Format    string    `json:"format"`
 	CreatedAt time.Time `json:"created_at"`
+	// Project is the project the name belongs to (docs/teams.md): the one
+	// its first version was pushed to; "" in records written before names
+	// belonged to projects, read as DefaultProject.
+	Project string `json:"project,omitempty"`
 }
 
 // Ref is the version's reference, NAME@VERSION.
