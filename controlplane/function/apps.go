@@ -124,14 +124,22 @@ func (s *Service) fnGetApp(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) fnListApps(w http.ResponseWriter, r *http.Request) {
 	after, perPage := httpapi.PageParams(r)
+	scope, limit := httpapi.ProjectScope(r.Context()), perPage
+	if scope != nil { // a confined token sees its projects' apps (scope.go): the page is filled after the filter
+		limit = 0
+	}
 	var apps []store.App
 	err := s.store.View(r.Context(), func(tx store.Tx) (err error) {
-		apps, err = tx.ListApps(store.ListFnOptions{Name: r.URL.Query().Get("name"), After: after, Limit: perPage})
+		apps, err = tx.ListApps(store.ListFnOptions{Name: r.URL.Query().Get("name"), After: after, Limit: limit})
 		return err
 	})
 	if err != nil {
 		s.fnFail(w, err)
 		return
+	}
+	if scope != nil {
+		apps = slices.DeleteFunc(apps, func(a store.App) bool { return !slices.Contains(scope, api.ProjectOf(a.Project)) })
+		apps = apps[:min(len(apps), perPage)]
 	}
 	var out api.AppList
 	out.Items, out.NextCursor = httpapi.ListPage(apps, perPage, s.appView, func(a store.App) string { return a.Name })

@@ -73,7 +73,7 @@ func (s *Service) Routes() []httpapi.Route {
 	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"} {
 		routes = append(routes, httpapi.Route{Pattern: m + " /t/{app_name}/{source...}", Handler: s.fnTrigger})
 	}
-	return routes
+	return s.scopeRoutes(routes) // confined tokens: scope.go
 }
 
 // FnVersion is the Fn server release whose v2 API these routes match:
