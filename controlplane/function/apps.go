@@ -54,11 +54,12 @@ func (s *Service) fnCreateApp(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, errFnAppInvalidShape)
 		return
 	}
-	in.Project = api.ProjectOf(in.Project) // teams: docs/teams.md
-	if err := httpapi.ConfineToProject(r.Context(), in.Project, "create apps"); err != nil {
+	proj, err := project.Named(r, in.Project, "create apps") // teams: the caller's project when it names none
+	if err != nil {
 		s.fnFail(w, err)
 		return
 	}
+	in.Project = proj
 	ann, err := compactAnnotations(in.Annotations, false)
 	if err == nil {
 		ann, err = mergeAnnotations(nil, ann)

@@ -72,7 +72,9 @@ var goldenKinds = []goldenKind{
 	golden("artifact", func(r store.Artifact) []string { return []string{r.Name, r.Version} }, nil,
 		store.Tx.CreateArtifact, func(tx store.Tx, k []string) (store.Artifact, error) { return tx.GetArtifact(k[0], k[1]) }),
 	golden("registry_credential", func(r store.RegistryCredential) []string { return []string{api.ProjectOf(r.Project), r.Host} }, nil,
-		store.Tx.PutRegistryCredential, func(tx store.Tx, k []string) (store.RegistryCredential, error) { return tx.GetRegistryCredential(k[0], k[1]) }),
+		store.Tx.PutRegistryCredential, func(tx store.Tx, k []string) (store.RegistryCredential, error) {
+			return tx.GetRegistryCredential(k[0], k[1])
+		}),
 	// Apps and functions of earlier versions held secrets in the clear
 	// (SecretConfig), which a Store still reads but no longer writes.
 	golden("app", func(r store.App) []string { return []string{r.ID} }, func(r *store.App) { r.SecretConfig = nil },
