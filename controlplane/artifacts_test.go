@@ -246,7 +246,10 @@ func TestRegistryCredentialsAreSealedAndNeverReturned(t *testing.T) {
 		t.Fatalf("list: %s", body)
 	}
 	var stored store.RegistryCredential
-	err = f.st.View(ctx, func(tx store.Tx) error { stored, err = tx.GetRegistryCredential("", "registry.example:5000"); return err })
+	err = f.st.View(ctx, func(tx store.Tx) error {
+		stored, err = tx.GetRegistryCredential("", "registry.example:5000")
+		return err
+	})
 	if err != nil || bytes.Contains(stored.Sealed, []byte(password)) || len(stored.Sealed) == 0 {
 		t.Fatalf("stored credential: %+v, %v", stored, err)
 	}
