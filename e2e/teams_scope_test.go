@@ -71,7 +71,9 @@ func TestProjectScopeForArtifactsAndRegistries(t *testing.T) {
 	if _, err := vision.GetArtifact(c.ctx, "corpus", ""); !errors.Is(err, failure.ErrForbidden) {
 		t.Errorf("vision reading nlp's Artifact: %v, want forbidden", err)
 	}
-	mount := func(name string) []api.ArtifactMount { return []api.ArtifactMount{{Name: name, MountPath: "/in/" + name}} }
+	mount := func(name string) []api.ArtifactMount {
+		return []api.ArtifactMount{{Name: name, MountPath: "/in/" + name}}
+	}
 	if _, err := vision.SubmitRun(c.ctx, api.RunSpec{Image: c.workload, Command: []string{"echo"}, Artifacts: mount("corpus")}); !errors.Is(err, failure.ErrInvalid) ||
 		!strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("vision mounting nlp's Artifact: %v, want it not to exist for vision", err)
