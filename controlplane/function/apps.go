@@ -126,7 +126,7 @@ func (s *Service) fnGetApp(w http.ResponseWriter, r *http.Request) {
 func (s *Service) fnListApps(w http.ResponseWriter, r *http.Request) {
 	after, perPage := httpapi.PageParams(r)
 	scope, limit := httpapi.ProjectScope(r.Context()), perPage
-	if scope != nil { // a confined token sees its projects' apps (scope.go): the page is filled after the filter
+	if scope != nil { // a confined token sees its projects' apps (docs/teams.md): the page is filled after the filter
 		limit = 0
 	}
 	var apps []store.App

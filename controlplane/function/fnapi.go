@@ -16,6 +16,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/store"
 )
 
@@ -73,7 +74,7 @@ func (s *Service) Routes() []httpapi.Route {
 	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"} {
 		routes = append(routes, httpapi.Route{Pattern: m + " /t/{app_name}/{source...}", Handler: s.fnTrigger})
 	}
-	return s.scopeRoutes(routes) // confined tokens: scope.go
+	return project.ScopeFnRoutes(s.store, routes, s.fnFail) // confined tokens (docs/teams.md)
 }
 
 // FnVersion is the Fn server release whose v2 API these routes match:

@@ -3,15 +3,18 @@
 // (docs/teams.md). It stores and serves them, and holds the pure parts of
 // planning by project that are the control plane's rather than the
 // scheduler's: queue positions (queue.go), decayed shares (share.go), a
-// project's pools as a run's constraints (pools.go), and what a token
-// confined to projects may list and submit (scope.go).
+// project's pools as a run's constraints (pools.go), what a token
+// confined to projects may list, read and submit (scope.go, and fnscope.go
+// for the Functions routes), and what a project's function containers
+// hold (functions.go).
 //
 // The default project always exists: reads show it with no quota until an
 // operator updates it, and it cannot be removed, so a run that names no
 // project always has one to count against.
 //
-// Only the control plane's packages (controlplane, and its access and
-// function packages, which check that a project exists) import it.
+// Only the control plane's packages import it: controlplane, and its
+// access, artifact, registry and function packages, which check that a
+// project exists and confine callers to theirs.
 package project
 
 import (

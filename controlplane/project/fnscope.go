@@ -1,4 +1,4 @@
-package function
+package project
 
 import (
 	"bytes"
@@ -8,7 +8,6 @@ import (
 	"net/http"
 
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
-	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
 )
@@ -19,7 +18,8 @@ import (
 // every route about one app, function, trigger or call of another
 // project, or one creating a function or trigger in such an app, is
 // refused (403, naming the token and the project). An unconfined caller
-// costs nothing here; a confined one, one read per request.
+// costs nothing here; a confined one, one read per request. Package
+// function wraps its routes so (ScopeFnRoutes).
 
 // projectOf finds the project of what a request is about.
 type projectOf func(tx store.Tx, r *http.Request) (string, error)
@@ -47,29 +47,30 @@ var scopes = map[string]projectOf{
 	"POST /invoke/{fn_id}/async":                 byPathFn,
 }
 
-// scopeRoutes wraps the routes in scopes with the check.
-func (s *Service) scopeRoutes(routes []httpapi.Route) []httpapi.Route {
+// ScopeFnRoutes wraps the Functions routes in scopes with the check,
+// reading st; fail writes a refusal in Fn's shape.
+func ScopeFnRoutes(st store.Store, routes []httpapi.Route, fail func(http.ResponseWriter, error)) []httpapi.Route {
 	for i, rt := range routes {
 		if of, ok := scopes[rt.Pattern]; ok {
-			routes[i].Handler = s.scoped(of, rt.Handler)
+			routes[i].Handler = scopedFn(st, of, fail, rt.Handler)
 		}
 	}
 	return routes
 }
 
-// scoped is h behind the check: a confined caller reaches h only for an
+// scopedFn is h behind the check: a confined caller reaches h only for an
 // object of one of its projects. What does not exist is left to h to
 // answer, in Fn's words.
-func (s *Service) scoped(of projectOf, h http.HandlerFunc) http.HandlerFunc {
+func scopedFn(st store.Store, of projectOf, fail func(http.ResponseWriter, error), h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if httpapi.ProjectScope(r.Context()) != nil {
 			var proj string
-			err := s.store.View(r.Context(), func(tx store.Tx) (err error) { proj, err = of(tx, r); return err })
+			err := st.View(r.Context(), func(tx store.Tx) (err error) { proj, err = of(tx, r); return err })
 			if err == nil {
-				err = project.Confine(r, proj, "use apps")
+				err = Confine(r, proj, "use apps")
 			}
 			if err != nil && !errors.Is(err, failure.ErrNotFound) {
-				s.fnFail(w, err)
+				fail(w, err)
 				return
 			}
 		}
