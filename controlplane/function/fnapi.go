@@ -74,8 +74,12 @@ func (s *Service) Routes() []httpapi.Route {
 	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"} {
 		routes = append(routes, httpapi.Route{Pattern: m + " /t/{app_name}/{source...}", Handler: s.fnTrigger})
 	}
-	return project.ScopeFnRoutes(s.store, routes, s.fnFail) // confined tokens (docs/teams.md)
+	return project.ScopeFnRoutes(s.view, routes, s.fnFail) // confined tokens (docs/teams.md)
 }
+
+// view is s.store.View as a method value, so the routes can be listed
+// from a Service not yet built (the OpenAPI test does).
+func (s *Service) view(ctx context.Context, fn func(store.Tx) error) error { return s.store.View(ctx, fn) }
 
 // FnVersion is the Fn server release whose v2 API these routes match:
 // what /version answers, so a client that shows or compares the server's

@@ -2,6 +2,7 @@ package project
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -47,12 +48,15 @@ var scopes = map[string]projectOf{
 	"POST /invoke/{fn_id}/async":                 byPathFn,
 }
 
+// View is a store's read transaction (store.Store.View).
+type View func(ctx context.Context, fn func(store.Tx) error) error
+
 // ScopeFnRoutes wraps the Functions routes in scopes with the check,
-// reading st; fail writes a refusal in Fn's shape.
-func ScopeFnRoutes(st store.Store, routes []httpapi.Route, fail func(http.ResponseWriter, error)) []httpapi.Route {
+// reading through view; fail writes a refusal in Fn's shape.
+func ScopeFnRoutes(view View, routes []httpapi.Route, fail func(http.ResponseWriter, error)) []httpapi.Route {
 	for i, rt := range routes {
 		if of, ok := scopes[rt.Pattern]; ok {
-			routes[i].Handler = scopedFn(st, of, fail, rt.Handler)
+			routes[i].Handler = scopedFn(view, of, fail, rt.Handler)
 		}
 	}
 	return routes
@@ -61,11 +65,11 @@ func ScopeFnRoutes(st store.Store, routes []httpapi.Route, fail func(http.Respon
 // scopedFn is h behind the check: a confined caller reaches h only for an
 // object of one of its projects. What does not exist is left to h to
 // answer, in Fn's words.
-func scopedFn(st store.Store, of projectOf, fail func(http.ResponseWriter, error), h http.HandlerFunc) http.HandlerFunc {
+func scopedFn(view View, of projectOf, fail func(http.ResponseWriter, error), h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if httpapi.ProjectScope(r.Context()) != nil {
 			var proj string
-			err := st.View(r.Context(), func(tx store.Tx) (err error) { proj, err = of(tx, r); return err })
+			err := view(r.Context(), func(tx store.Tx) (err error) { proj, err = of(tx, r); return err })
 			if err == nil {
 				err = Confine(r, proj, "use apps")
 			}
