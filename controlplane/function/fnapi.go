@@ -79,7 +79,9 @@ func (s *Service) Routes() []httpapi.Route {
 
 // view is s.store.View as a method value, so the routes can be listed
 // from a Service not yet built (the OpenAPI test does).
-func (s *Service) view(ctx context.Context, fn func(store.Tx) error) error { return s.store.View(ctx, fn) }
+func (s *Service) view(ctx context.Context, fn func(store.Tx) error) error {
+	return s.store.View(ctx, fn)
+}
 
 // FnVersion is the Fn server release whose v2 API these routes match:
 // what /version answers, so a client that shows or compares the server's
