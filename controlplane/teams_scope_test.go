@@ -299,3 +299,39 @@ func TestAppsByProject(t *testing.T) {
 		t.Errorf("a confined read of its own app: %d %s", status, body)
 	}
 }
+
+// TestRegistryPasswordBoundToItsProject: a sealed password copied into
+// another project's record for the same host does not open there, so a
+// database edit cannot lend one project's credential to another; the
+// default project's binding is the host alone, as before projects.
+func TestRegistryPasswordBoundToItsProject(t *testing.T) {
+	f := newArtifactFixture(t)
+	ctx := context.Background()
+	f.confinedClient(t, "vision", "nlp")
+	if _, err := f.client.AddRegistryTo(ctx, "vision", "ghcr.io", "vision-bot", "vision-password"); err != nil {
+		t.Fatal(err)
+	}
+	err := f.st.Update(ctx, func(tx store.Tx) error {
+		c, err := tx.GetRegistryCredential("vision", "ghcr.io")
+		if err != nil {
+			return err
+		}
+		c.Project = "nlp"
+		return tx.PutRegistryCredential(c)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	storeRun(t, f.st, "r-nlp", "nlp")
+	storeRun(t, f.st, "r-vision", "vision")
+	launch := func(run string) nodeproto.Command {
+		return nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{
+			WorkloadKey: nodeproto.WorkloadKey{RunID: run, Attempt: 1}, Image: "ghcr.io/x/y@sha256:" + strings.Repeat("e", 64)}}
+	}
+	if got := authUser(t, f.srv.outbound(ctx, "n1", launch("r-nlp")).LaunchWorkload.RegistryAuth); got != "" {
+		t.Errorf("nlp pulls with vision's sealed password moved into its record, as %q", got)
+	}
+	if got := authUser(t, f.srv.outbound(ctx, "n1", launch("r-vision")).LaunchWorkload.RegistryAuth); got != "vision-bot" {
+		t.Errorf("vision pulls as %q, want vision-bot", got)
+	}
+}
