@@ -417,7 +417,7 @@ ID of the last run of the previous page.`)
 	limit := fs.Int("limit", 0, "list at most `N` runs (0: the server's default)")
 	before := fs.String("before", "", "list only runs older than `RUN_ID`")
 	project := fs.String("project", "", "list only this `project`'s runs (default: $MERCATOR_PROJECT or the context's; every project when neither)")
-	queue := fs.Bool("queue", false, "list the queued runs in scheduling order (priority, then submission), by project, with their positions")
+	queue := fs.Bool("queue", false, "list the queued runs in the order the scheduler would take them (across projects by fair share; within one by priority, then submission), with their positions")
 	pos, err := fs.Parse(args)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/runsecrets"
 	"github.com/mercator/mercator/controlplane/project"
+	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
@@ -132,7 +133,7 @@ func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, pins map[string
 	if err := s.store.View(ctx, func(tx store.Tx) error { return project.Exists(tx, "project", spec.Project) }); err != nil {
 		return store.Run{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(registry.WithProject(ctx, spec.Project), 30*time.Second) // its tag resolved with its project's credential
 	defer cancel()
 	if err := s.resolveArtifacts(ctx, &spec); err != nil {
 		return store.Run{}, err

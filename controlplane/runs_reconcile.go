@@ -206,7 +206,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 	if err := s.commitReasons(ctx, plan.Waiting, pending); err != nil {
 		return err
 	}
-	s.noteQueue(plan.Waiting, pending) // runs_queue.go
+	s.noteQueue(plan.Waiting, plan.Order, pending) // runs_queue.go
 	s.metrics.Placements.Add(float64(placed))
 	s.metrics.Pending.Set(float64(len(plan.Waiting)))
 	if placed > 0 {

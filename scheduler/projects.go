@@ -139,6 +139,7 @@ func scheduleTeams(s Snapshot) Plan {
 	for _, ps := range t.projects {
 		t.plan.Shares[ps.name] = t.dominant(ps)
 	}
+	t.plan.Order = t.queueOrder() // queueorder.go
 	return *t.plan
 }
 

@@ -232,6 +232,7 @@ type artifactVersionDoc struct {
 	Size      int64     `json:"size"`
 	Format    string    `json:"format"`
 	CreatedAt time.Time `json:"created_at"`
+	Project   string    `json:"project,omitempty"`
 }
 
 // artifactDoc is a store.Artifact as stored.
