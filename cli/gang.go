@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/mercator/mercator/api"
@@ -11,8 +10,9 @@ import (
 )
 
 // printMembers prints a gang run's latest attempt set (docs/gpus.md "Gang
-// runs"): each member's rank, attempt, node, GPUs and status, so that
-// `run get` shows where every rank is without reading the attempt list.
+// runs"): each member's rank, attempt, node, number of GPUs (their UUIDs
+// are in -o json and the usage table) and status, so that `run get` shows
+// where every rank is without reading the attempt list.
 // It prints nothing for a run that is not a gang or has no set yet.
 func printMembers(inv *command.Invocation, r api.Run) error {
 	if r.Nodes <= 1 || len(r.Attempts) == 0 {
@@ -26,7 +26,7 @@ func printMembers(inv *command.Invocation, r api.Run) error {
 		if a.Set != set {
 			continue
 		}
-		termtext.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", a.Rank, a.Number, command.OrDash(a.NodeID), command.OrDash(strings.Join(a.GPUs, ",")), a.Status)
+		termtext.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\n", a.Rank, a.Number, command.OrDash(a.NodeID), len(a.GPUs), a.Status)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -54,7 +54,7 @@ func TestRunGetShowsMembers(t *testing.T) {
 	if res.code != 0 {
 		t.Fatalf("exit %d, stderr %q", res.code, res.stderr)
 	}
-	for _, want := range []string{"Members (gang of 2, attempt set 2)", "0     3        n2    GPU-b  running", "1     4        n1    GPU-a  running", "2 (set 1, rank 1)"} {
+	for _, want := range []string{"Members (gang of 2, attempt set 2)", "0     3        n2    1     running", "1     4        n1    1     running", "2 (set 1, rank 1)"} {
 		if !strings.Contains(res.stdout, want) {
 			t.Errorf("run get does not show %q:\n%s", want, res.stdout)
 		}

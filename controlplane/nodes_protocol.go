@@ -294,13 +294,13 @@ func (s *Server) stopStrays(tx store.Tx, run *api.Run, nodeID string) (bool, err
 			continue
 		}
 		reason := strayReason(run, a)
-		if err := s.issue(tx, nodeID, nodeproto.Command{Kind: nodeproto.KindStopWorkload, StopWorkload: &nodeproto.StopWorkloadCommand{
+		if err := s.issue(tx, a.NodeID, nodeproto.Command{Kind: nodeproto.KindStopWorkload, StopWorkload: &nodeproto.StopWorkloadCommand{
 			WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: reason, GracePeriod: 10 * time.Second}}); err != nil {
 			return false, err
 		}
 		a.StopRequested = true
 		issued = true
-		s.log.Info("stopping stray attempt", "run", run.ID, "attempt", a.Number, "node", nodeID, "reason", reason)
+		s.log.Info("stopping stray attempt", "run", run.ID, "attempt", a.Number, "node", a.NodeID, "reason", reason)
 	}
 	return issued, nil
 }

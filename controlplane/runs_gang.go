@@ -86,7 +86,7 @@ func strayReason(run *api.Run, a *api.Attempt) string {
 	case lifecycle.Gang(run) && run.Cancel:
 		return "cancelled"
 	case lifecycle.Gang(run):
-		return "gang"
+		return lifecycle.StopGang
 	case api.Terminal(run.Status):
 		return "superseded"
 	}

@@ -13,10 +13,11 @@ package lifecycle
 //   - succeeded once every member exited 0;
 //   - when any member ends otherwise (fails, is preempted, is cancelled, or
 //     its node is lost past replace-after: ReplaceMember) the set is
-//     broken: the run is queued again as a whole (or fails, its retries
-//     spent), and the set's other members become strays (Strays), which
-//     the control plane stops. A distributed job cannot go on without one
-//     of its ranks, and a new rank cannot join the old ones' rendezvous.
+//     broken: the set's other members become strays (Strays), which the
+//     control plane stops, and once they have stopped the run is queued
+//     again as a whole (or fails, its retries spent). A distributed job
+//     cannot go on without one of its ranks, and a new rank cannot join
+//     the old ones' rendezvous.
 //
 // The retry budget is spent once per set (SpentSets), with the exemptions
 // single runs have: a set broken by preemption, or by a bad GPU, is free.
@@ -87,32 +88,39 @@ func MemberOn(r *api.Run, nodeID string) *api.Attempt {
 
 // settleGang moves gang run r after its attempt a changed, judging a's set
 // as the package comment says. An attempt of an older set, or of a set
-// already judged (the run is queued or ended), changes nothing: the stops
-// of a broken set's members report back here one by one.
+// already judged (the run is queued or ended), changes nothing.
+//
+// A broken set is judged only once its other members have stopped (or
+// were replaced on a lost node): until then the run keeps its status, with
+// a reason saying it is stopping them, so the GPUs they hold are still
+// counted as held and the next set is never placed on top of them.
 func settleGang(r *api.Run, a *api.Attempt, now time.Time) {
 	members := Members(r)
 	if len(members) == 0 || members[0].Set != a.Set || api.Terminal(r.Status) || r.Status == api.RunQueued {
 		return
 	}
-	var broken *api.Attempt
+	if cause := brokenBy(members); cause != nil {
+		for _, m := range members {
+			if Active(*m) && !m.Replaced {
+				r.Reason = "stopping the other members: " + describeMember(cause) + " " + endedHow(cause)
+				return
+			}
+		}
+		breakSet(r, cause, now)
+		return
+	}
 	succeeded, running, preparing := 0, 0, 0
 	for _, m := range members {
-		switch {
-		case m.Replaced || m.Status == api.AttemptFailed || m.Status == api.AttemptCancelled || m.Status == api.AttemptPreempted:
-			if broken == nil || m == a {
-				broken = m
-			}
-		case m.Status == api.AttemptSucceeded:
+		switch m.Status {
+		case api.AttemptSucceeded:
 			succeeded++
-		case m.Status == api.AttemptRunning:
+		case api.AttemptRunning:
 			running++
-		case m.Status == api.AttemptPreparing:
+		case api.AttemptPreparing:
 			preparing++
 		}
 	}
 	switch {
-	case broken != nil:
-		breakSet(r, broken, now)
 	case succeeded == len(members):
 		finish(r, api.RunSucceeded, "", a.ExitCode, now)
 	case succeeded+running == len(members):
@@ -122,10 +130,56 @@ func settleGang(r *api.Run, a *api.Attempt, now time.Time) {
 	}
 }
 
+// brokenBy is the member whose end broke the set (replaced, or ended
+// other than by succeeding), or nil while the set holds. When several
+// ended, a replaced member is the cause before one that ended on its own,
+// and that before one stopped because another broke the set (stop reason
+// StopGang): the stops are consequences, not causes.
+func brokenBy(members []*api.Attempt) *api.Attempt {
+	var cause *api.Attempt
+	weight := func(m *api.Attempt) int {
+		switch {
+		case m.Replaced:
+			return 2
+		case m.StopReason != StopGang:
+			return 1
+		}
+		return 0
+	}
+	for _, m := range members {
+		if !(m.Replaced || m.Status == api.AttemptFailed || m.Status == api.AttemptCancelled || m.Status == api.AttemptPreempted) {
+			continue
+		}
+		if cause == nil || weight(m) > weight(cause) {
+			cause = m
+		}
+	}
+	return cause
+}
+
+// endedHow says how a set's broken member ended, for reasons.
+func endedHow(m *api.Attempt) string {
+	switch {
+	case m.Replaced:
+		return "was replaced: its node is unreachable"
+	case m.Error != "":
+		return m.Status + ": " + m.Error
+	}
+	return m.Status
+}
+
+// StopGang is the stop reason of a gang member stopped because another
+// member ended (lifecycle.Strays).
+const StopGang = "gang"
+
+func describeMember(m *api.Attempt) string {
+	return fmt.Sprintf("attempt set %d: rank %d (attempt %d on node %s)", m.Set, m.Rank, m.Number, m.NodeID)
+}
+
 // breakSet ends the current set of gang run r because member m ended
 // without success: the run is queued again for a new set, or ends.
 func breakSet(r *api.Run, m *api.Attempt, now time.Time) {
-	what := fmt.Sprintf("attempt set %d: rank %d (attempt %d on node %s)", m.Set, m.Rank, m.Number, m.NodeID)
+	what := describeMember(m)
 	switch {
 	case r.Cancel:
 		finish(r, api.RunCancelled, "cancelled by request", m.ExitCode, now)
@@ -133,15 +187,15 @@ func breakSet(r *api.Run, m *api.Attempt, now time.Time) {
 		// As for a single run, a lost node's attempt is replaced whatever
 		// the budget says: nothing was observed to fail.
 		r.Status = api.RunQueued
-		r.Reason = what + " replaced: its node is unreachable; stopping the other members and placing the gang again"
+		r.Reason = what + " replaced: its node is unreachable; the gang is placed again"
 	case m.Status == api.AttemptPreempted:
 		r.Status = api.RunQueued
-		r.Reason = fmt.Sprintf("%s %s; stopping the other members and queuing the gang again (no retry spent)", what, m.PreemptedBy)
+		r.Reason = fmt.Sprintf("%s %s; the gang is queued again (no retry spent)", what, m.PreemptedBy)
 	default:
 		sets, spent := SpentSets(r)
 		if spent <= r.Retries && m.StopReason != "timeout" {
 			r.Status = api.RunQueued
-			r.Reason = fmt.Sprintf("%s failed (%s); stopping the other members and retrying the gang (%d of %d retries used)", what, m.Error, spent, r.Retries)
+			r.Reason = fmt.Sprintf("%s failed (%s); retrying the gang (%d of %d retries used)", what, m.Error, spent, r.Retries)
 			if spent < sets {
 				r.Reason += fmt.Sprintf("; %d sets ended by a bad GPU or preempted did not count", sets-spent)
 			}
@@ -197,16 +251,16 @@ func ReplaceMember(r *api.Run, a *api.Attempt, unreachableSince, now time.Time) 
 		return false
 	}
 	a.Replaced = true
-	breakSet(r, a, now)
-	r.Reason += " (unreachable since " + unreachableSince.UTC().Format(time.RFC3339) + ")"
+	settleGang(r, a, now)
+	r.Reason += " (node " + a.NodeID + " unreachable since " + unreachableSince.UTC().Format(time.RFC3339) + ")"
 	r.UpdatedAt = now
 	return true
 }
 
 // gangStray reports whether gang member a must not run: its set is not
-// the current one, or the run is not waiting on the set (queued again,
-// ended).
+// the current one, or is broken, or the run is not waiting on it (queued
+// again, ended).
 func gangStray(r *api.Run, a *api.Attempt) bool {
 	cur := Current(r)
-	return a.Set != cur.Set || a.Replaced || r.Status == api.RunQueued || api.Terminal(r.Status)
+	return a.Set != cur.Set || a.Replaced || r.Status == api.RunQueued || api.Terminal(r.Status) || brokenBy(Members(r)) != nil
 }

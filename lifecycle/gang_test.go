@@ -52,26 +52,28 @@ func TestGangRunsWhenAllRunAndSucceedsWhenAllSucceed(t *testing.T) {
 	}
 }
 
-// TestGangMemberFailureRetriesTheWholeSetOnce: one member failing stops
-// the other (a stray), queues the gang once, and spends one retry; the
-// other member's own exit afterwards changes nothing; the next set gets
-// new attempt numbers; a second failure past the budget fails the run.
+// TestGangMemberFailureRetriesTheWholeSetOnce: one member failing makes
+// the other a stray; the run says it is stopping it and keeps its status
+// (its GPUs still held) until it has stopped, then queues the gang once,
+// spending one retry; the next set gets new attempt numbers; a second
+// failure past the budget fails the run.
 func TestGangMemberFailureRetriesTheWholeSetOnce(t *testing.T) {
 	r := newGang(1)
 	placeTwo(r)
 	Observe(r, "n1", obs(1, nodeproto.PhaseRunning, nil), t0)
 	Observe(r, "n2", obs(2, nodeproto.PhaseRunning, nil), t0)
 	Observe(r, "n2", obs(2, nodeproto.PhaseExited, ptr(137)), t0)
-	if r.Status != api.RunQueued || !strings.Contains(r.Reason, "rank 1") || !strings.Contains(r.Reason, "retrying the gang (1 of 1") {
-		t.Fatalf("after a member failed: %s %q", r.Status, r.Reason)
+	if r.Status != api.RunRunning || !strings.Contains(r.Reason, "stopping the other members: attempt set 1: rank 1") {
+		t.Fatalf("after a member failed: %s %q, want running, stopping the other", r.Status, r.Reason)
 	}
 	if got := strayNumbers(r); len(got) != 1 || got[0] != 1 {
 		t.Fatalf("strays = %v, want rank 0's attempt 1", got)
 	}
 	stop := obs(1, nodeproto.PhaseExited, ptr(143))
-	stop.StopReason = "gang"
-	if Observe(r, "n1", stop, t0); r.Status != api.RunQueued || !strings.Contains(r.Reason, "rank 1") {
-		t.Fatalf("the stopped member's exit moved the run: %s %q", r.Status, r.Reason)
+	stop.StopReason = StopGang
+	Observe(r, "n1", stop, t0)
+	if r.Status != api.RunQueued || !strings.Contains(r.Reason, "rank 1") || !strings.Contains(r.Reason, "retrying the gang (1 of 1") {
+		t.Fatalf("once the other stopped: %s %q, want queued, rank 1 the cause", r.Status, r.Reason)
 	}
 	if sets, spent := SpentSets(r); sets != 1 || spent != 1 {
 		t.Fatalf("SpentSets = %d, %d; want 1, 1", sets, spent)
@@ -84,11 +86,12 @@ func TestGangMemberFailureRetriesTheWholeSetOnce(t *testing.T) {
 		t.Fatalf("an old set's report moved the run to %s", r.Status)
 	}
 	LaunchFailed(r, "n1", 3, "could not start: no such image", t0)
+	if got := strayNumbers(r); len(got) != 1 || got[0] != 4 {
+		t.Fatalf("strays after rank 0 could not start = %v, want attempt 4", got)
+	}
+	LaunchFailed(r, "n2", 4, "could not start: withdrawn", t0)
 	if r.Status != api.RunFailed || !strings.Contains(r.Reason, "attempt set 2: rank 0") {
 		t.Fatalf("second set failed with no retry left: %s %q", r.Status, r.Reason)
-	}
-	if got := strayNumbers(r); len(got) != 1 || got[0] != 4 {
-		t.Fatalf("strays after the run failed = %v, want attempt 4", got)
 	}
 }
 
@@ -101,12 +104,16 @@ func TestGangPreemptedOrBadGPUSpendsNothing(t *testing.T) {
 	if a := GPUFailed(r, "n2", []SickGPU{{UUID: "g2", Reason: "gpu_lost"}}, t0); a == nil || a.Number != 2 {
 		t.Fatalf("GPUFailed on rank 1's node = %+v", a)
 	}
+	stop := obs(1, nodeproto.PhaseExited, ptr(143))
+	stop.StopReason = StopGang
+	Observe(r, "n1", stop, t0)
 	if r.Status != api.RunQueued {
 		t.Fatalf("a bad GPU with no retries: %s %q, want queued", r.Status, r.Reason)
 	}
 	placeTwo(r)
 	Preempt(r, 3, "preempted by r-x", "priority:p", t0)
 	Observe(r, "n1", obs(3, nodeproto.PhaseExited, ptr(143)), t0)
+	LaunchFailed(r, "n2", 4, "could not start: withdrawn", t0)
 	if r.Status != api.RunQueued || !strings.Contains(r.Reason, "no retry spent") {
 		t.Fatalf("preempted member: %s %q", r.Status, r.Reason)
 	}
@@ -116,7 +123,7 @@ func TestGangPreemptedOrBadGPUSpendsNothing(t *testing.T) {
 }
 
 // TestGangCancelStopsEveryMember: cancelling returns one member to stop
-// and makes the others strays; the run ends cancelled at the first stop.
+// and makes the others strays; the run ends cancelled once all stopped.
 func TestGangCancelStopsEveryMember(t *testing.T) {
 	r := newGang(3)
 	placeTwo(r)
@@ -125,33 +132,41 @@ func TestGangCancelStopsEveryMember(t *testing.T) {
 		t.Fatal("Cancel returned nothing to stop")
 	}
 	a.StopRequested = true
-	if got := strayNumbers(r); len(got) != 1 || got[0] == a.Number {
-		t.Fatalf("strays while cancelling = %v (stopped %d)", got, a.Number)
+	others := strayNumbers(r)
+	if len(others) != 1 || others[0] == a.Number {
+		t.Fatalf("strays while cancelling = %v (stopped %d)", others, a.Number)
 	}
-	stop := obs(a.Number, nodeproto.PhaseExited, ptr(143))
-	stop.StopReason = "cancelled"
-	Observe(r, a.NodeID, stop, t0)
+	for _, n := range []int{a.Number, others[0]} {
+		stop := obs(n, nodeproto.PhaseExited, ptr(143))
+		stop.StopReason = "cancelled"
+		Observe(r, Find(r, n).NodeID, stop, t0)
+	}
 	if r.Status != api.RunCancelled {
 		t.Fatalf("status %s, want cancelled", r.Status)
 	}
 }
 
 // TestGangReplaceMember: a member whose node is lost breaks the set,
-// whatever the budget, and only a current member can be replaced.
+// whatever the budget: the other is stopped, then the gang is queued
+// again; only a current member can be replaced.
 func TestGangReplaceMember(t *testing.T) {
 	r := newGang(0)
 	placeTwo(r)
 	if !ReplaceMember(r, &r.Attempts[1], t0, t0) {
 		t.Fatal("ReplaceMember refused a current member")
 	}
-	if r.Status != api.RunQueued || !strings.Contains(r.Reason, "replaced") {
+	if !strings.Contains(r.Reason, "was replaced") || r.Status != api.RunPlaced {
 		t.Fatalf("%s %q", r.Status, r.Reason)
-	}
-	if ReplaceMember(r, &r.Attempts[0], t0, t0) {
-		t.Fatal("a second member of a broken set was replaced")
 	}
 	if got := strayNumbers(r); len(got) != 2 {
 		t.Fatalf("strays = %v, want both members", got)
+	}
+	LaunchFailed(r, "n1", 1, "could not start: withdrawn", t0)
+	if r.Status != api.RunQueued || !strings.Contains(r.Reason, "rank 1") {
+		t.Fatalf("once rank 0 ended: %s %q, want queued for rank 1's node", r.Status, r.Reason)
+	}
+	if ReplaceMember(r, &r.Attempts[0], t0, t0) {
+		t.Fatal("a member of a broken set was replaced")
 	}
 	if MemberOn(r, "n2") != &r.Attempts[1] || len(Members(r)) != 2 {
 		t.Fatal("Members/MemberOn do not give the current set")
