@@ -285,6 +285,13 @@ func (r Run) Stage() string {
 	if n := len(r.Attempts); n > 0 {
 		cur = r.Attempts[n-1]
 	}
+	where := "node " + cur.NodeID
+	if r.Nodes > 1 { // a gang: its set's members are on that many nodes
+		where = fmt.Sprintf("%d nodes (attempt set %d)", r.Nodes, cur.Set)
+		if r.Reason != "" && !Terminal(r.Status) {
+			where += ": " + r.Reason // stopping the other members of a broken set
+		}
+	}
 	switch r.Status {
 	case RunQueued:
 		if r.Reason != "" {
@@ -292,7 +299,7 @@ func (r Run) Stage() string {
 		}
 		return "queued"
 	case RunPlaced:
-		return "placed on node " + cur.NodeID
+		return "placed on " + where
 	case RunPreparing:
 		what := "pulling the image"
 		if len(r.Artifacts) > 0 {
@@ -301,9 +308,9 @@ func (r Run) Stage() string {
 		if cur.Progress != nil {
 			what = cur.Progress.String()
 		}
-		return "preparing on node " + cur.NodeID + ": " + what
+		return "preparing on " + where + ": " + what
 	case RunRunning:
-		return "running on node " + cur.NodeID
+		return "running on " + where
 	}
 	return ""
 }
