@@ -295,7 +295,7 @@ func (s *Server) stopStrays(tx store.Tx, run *api.Run, nodeID string) (bool, err
 		}
 		reason := strayReason(run, a)
 		if err := s.issue(tx, a.NodeID, nodeproto.Command{Kind: nodeproto.KindStopWorkload, StopWorkload: &nodeproto.StopWorkloadCommand{
-			WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: reason, GracePeriod: 10 * time.Second}}); err != nil {
+			WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: reason, GracePeriod: graceOf(store.Run{Run: *run})}}); err != nil {
 			return false, err
 		}
 		a.StopRequested = true
