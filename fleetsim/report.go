@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/internal/cpuprofile"
 	"github.com/mercator/mercator/nodeproto"
 )
 
@@ -276,7 +277,7 @@ func (s *sim) reportResources(rep *Report, h *holdState) {
 	rep.TotalCPUCores = rep.ProcessCPUCores + rep.ShardCPUCores
 	rep.OthersCPUCores = max(0, (h.busy1-h.busy0).Seconds()/hold.Seconds()-rep.TotalCPUCores)
 	if h.profiling {
-		if split, err := cpuByLabel(h.profile.Bytes(), "component"); err == nil {
+		if split, err := cpuprofile.ByLabel(h.profile.Bytes(), "component"); err == nil {
 			var total time.Duration
 			for _, d := range split {
 				total += d
