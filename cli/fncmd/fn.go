@@ -124,7 +124,10 @@ no calls (on the first nodes of the function's order; 0 lets it scale to
 zero), --max-hot M caps them across the fleet, and the function's image is
 pulled on its first nodes at every deploy. --scale-down is how long an idle
 container beyond the minimum is kept: Fn's idle timeout, under the name
-the policy gives it.
+the policy gives it. --target-concurrency N has a node start another
+container only when the function's calls there, in flight and waiting,
+exceed N per container (each container still serves one call at a time, as
+on Fn; 1, the default, starts one for every call that finds none idle).
 
 Prints the function's ID on stdout.`)
 	g := fs.ClientFlags(true)
@@ -141,6 +144,7 @@ Prints the function's ID on stdout.`)
 	trigger := fs.String("trigger", "", "add an HTTP trigger with this `source` path, e.g. /hello")
 	minHot := fs.Int("min-hot", -1, "`containers` kept started across the fleet with no calls (0 to 100; the annotation "+api.AnnotationMinHot+")")
 	maxHot := fs.Int("max-hot", -1, "most `containers` across the fleet (0: no cap; the annotation "+api.AnnotationMaxHot+")")
+	target := fs.Int("target-concurrency", -1, "`calls` in flight and waiting per container before a node starts another (1 to 100, default 1; the annotation "+api.AnnotationTargetConcurrency+")")
 	scaleDown := fs.String("scale-down", "", "`duration` an idle container beyond --min-hot is kept before it goes (the idle timeout)")
 	cf := defineConfigFlags(fs)
 	pos, err := fs.Parse(args)
@@ -178,6 +182,7 @@ Prints the function's ID on stdout.`)
 		return err
 	}
 	patch.Annotations = withCount(withCount(patch.Annotations, api.AnnotationMinHot, *minHot), api.AnnotationMaxHot, *maxHot)
+	patch.Annotations = withCount(patch.Annotations, api.AnnotationTargetConcurrency, *target)
 	c, err := inv.Client(g)
 	if err != nil {
 		return err

@@ -58,18 +58,45 @@ const MaxHotAnnotation = api.AnnotationMaxHot
 // maxMaxHot bounds MaxHotAnnotation.
 const maxMaxHot = 10000
 
+// TargetConcurrencyAnnotation, a whole number from 1 to maxTarget on a
+// function, is how many calls, in flight and waiting, a node's pool of it
+// aims at per container before it starts another: the scaling target
+// (fnagent/target.go). A container still serves one call at a time, as
+// Fn's contract has it; 1, the default, starts one for every call that
+// finds none idle.
+const TargetConcurrencyAnnotation = api.AnnotationTargetConcurrency
+
+// maxTarget bounds TargetConcurrencyAnnotation (as the agent does).
+const maxTarget = 100
+
+// targetConcurrencyOf reads TargetConcurrencyAnnotation: 1 when absent.
+func targetConcurrencyOf(ann api.Annotations) (int, error) {
+	if _, ok := ann[TargetConcurrencyAnnotation]; !ok {
+		return 1, nil
+	}
+	n, err := wholeAnnotation(ann, TargetConcurrencyAnnotation, maxTarget, "the calls per container to aim at")
+	if err == nil && n < 1 {
+		return 0, fnError(http.StatusBadRequest, "Invalid annotation %s: 0; want a whole number from 1 to %d, the calls per container to aim at", TargetConcurrencyAnnotation, maxTarget)
+	}
+	return n, err
+}
+
 // minHotOf reads MinHotAnnotation.
 func minHotOf(ann api.Annotations) (int, error) {
 	return wholeAnnotation(ann, MinHotAnnotation, maxMinHot, "the containers kept started with no calls")
 }
 
 // warmPolicy reads and checks a function's policy: min_hot and max_hot,
-// the first no more than the second when both are set.
+// the first no more than the second when both are set, and the target
+// concurrency (read where it is used, by targetConcurrencyOf).
 func warmPolicy(ann api.Annotations) (minHot, maxHot int, err error) {
 	if minHot, err = minHotOf(ann); err != nil {
 		return 0, 0, err
 	}
 	if maxHot, err = wholeAnnotation(ann, MaxHotAnnotation, maxMaxHot, "the most containers across the fleet, 0 for no cap"); err != nil {
+		return 0, 0, err
+	}
+	if _, err = targetConcurrencyOf(ann); err != nil {
 		return 0, 0, err
 	}
 	if maxHot > 0 && minHot > maxHot {
