@@ -48,8 +48,9 @@ import (
 //
 //	MERCATOR_FN_PEER_BENCH=/path/to/fnserver go test ./e2e -run TestFunctionFnPeerBench -v -count=1
 //
-// MERCATOR_FN_PEER_ROUNDS sets the rounds (default 3). It needs wrk on
-// PATH (Debian's package wrk).
+// MERCATOR_FN_PEER_ROUNDS sets the rounds (default 3);
+// MERCATOR_FN_PEER_INPROC=1 runs the agent in the test's process, for
+// profiling. It needs wrk on PATH (Debian's package wrk).
 func TestFunctionFnPeerBench(t *testing.T) {
 	fnBin := os.Getenv("MERCATOR_FN_PEER_BENCH")
 	if fnBin == "" {
@@ -62,7 +63,15 @@ func TestFunctionFnPeerBench(t *testing.T) {
 	rounds, seconds := envPositive("MERCATOR_FN_PEER_ROUNDS", 3), envPositive("MERCATOR_FN_PEER_SECONDS", 10)
 
 	c := startClusterWith(t, 10*time.Second, func(o *daemon.ServerOptions) { o.InsecureHTTP = false })
-	agent := c.startProcessAgent("peer", "--fn-memory", "2GiB")
+	// The agent in a process of its own, or with MERCATOR_FN_PEER_INPROC=1
+	// in this one (go test -cpuprofile then profiles control plane and
+	// agent together).
+	agentPID, where := 0, "agent in the test's process"
+	if os.Getenv("MERCATOR_FN_PEER_INPROC") != "" {
+		c.startAgent("peer")
+	} else {
+		agentPID, where = c.startProcessAgent("peer", "--fn-memory", "2GiB").cmd.Process.Pid, "agent in its own process"
+	}
 	pinned := c.publish("fn-fdk")
 	// The same reference for both: the registry's tag, which Mercator pins
 	// and Fn finds in the daemon once pulled.
@@ -73,7 +82,7 @@ func TestFunctionFnPeerBench(t *testing.T) {
 	t.Cleanup(func() { testimage.Untag(context.Background(), image, pinned) })
 
 	fn := startFnServer(t, fnBin)
-	merc := &peerSide{name: "Mercator", url: c.url, token: c.token, pid: agent.cmd.Process.Pid, self: true,
+	merc := &peerSide{name: "Mercator", url: c.url, token: c.token, pid: agentPID, self: true,
 		hc:         &http.Client{Transport: &http.Transport{TLSClientConfig: c.tlsConfig()}},
 		containers: func(fnID string) []string { return runningLabeled(t, "mercator.fn="+fnID, "") }}
 	sides := []*peerSide{fn, merc}
@@ -123,8 +132,8 @@ func TestFunctionFnPeerBench(t *testing.T) {
 		return
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("\nHot calls beside Fn: fn-fdk, an empty call; %d rounds of %d s a phase, interleaved; wrk; Mercator over HTTPS, agent in its own process (load average at end: %s)\n",
-		rounds, seconds, strings.TrimSpace(string(load)))
+	fmt.Printf("\nHot calls beside Fn: fn-fdk, an empty call; %d rounds of %d s a phase, interleaved; wrk; Mercator over HTTPS, %s (load average at end: %s)\n",
+		rounds, seconds, where, strings.TrimSpace(string(load)))
 	printPeerTable(results[fn.name], results[merc.name])
 }
 
