@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	dockerclient "github.com/docker/docker/client"
 
+	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/internal/cputime"
 	"github.com/mercator/mercator/internal/testimage"
@@ -34,14 +36,18 @@ import (
 // for both. The function is created on both through the same Fn v2 calls
 // (POST /v2/apps, POST /v2/fns with the same image reference) and called
 // through the same POST /invoke/{fn_id}. The image is pulled into the
-// local daemon first, so neither side pulls.
+// local daemon first, so neither side pulls. A third side is Mercator with
+// the function's log frames off (mercator.dev/log-frames "false"), the
+// FDK's two writes a call that Fn does not ask for.
 //
 // Per round and side: the first call after a create (a function made for
 // it), wrk at 1 connection and at 8 for MERCATOR_FN_PEER_SECONDS each
 // (default 10), the function's running containers after the c=8 phase,
 // and the CPU the server side spent per call at c=8 (Fn: its process;
 // Mercator: this test process, which is the control plane and an idle
-// load-free harness, plus the agent's process; the containers apart). It
+// load-free harness, plus the agent's process; the containers apart, and
+// dockerd's, containerd's and the shims', which anything else on the
+// machine shares, apart too). It
 // prints every round and the range, with Mercator's ratio to Fn, and never
 // fails on the figures. Run it with scripts/fn-peer-bench.sh, which builds
 // fnserver from its repository, or by hand:
@@ -85,7 +91,11 @@ func TestFunctionFnPeerBench(t *testing.T) {
 	merc := &peerSide{name: "Mercator", url: c.url, token: c.token, pid: agentPID, self: true,
 		hc:         &http.Client{Transport: &http.Transport{TLSClientConfig: c.tlsConfig()}},
 		containers: func(fnID string) []string { return runningLabeled(t, "mercator.fn="+fnID, "") }}
-	sides := []*peerSide{fn, merc}
+	// The same on Mercator with the FDK's per-call log frames off (the
+	// function's mercator.dev/log-frames annotation), in an app of its own.
+	unframed := *merc
+	unframed.name, unframed.app, unframed.annotations = "Mercator, log frames off", "peer-unframed", map[string]any{api.AnnotationLogFrames: "false"}
+	sides := []*peerSide{fn, merc, &unframed}
 	script := filepath.Join(t.TempDir(), "post.lua")
 	if err := os.WriteFile(script, []byte("wrk.method = \"POST\"\nwrk.body = \"{}\"\n"+
 		"wrk.headers[\"Content-Type\"] = \"application/json\"\n"+
@@ -93,21 +103,24 @@ func TestFunctionFnPeerBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range sides {
-		s.appID = s.create(t, "/v2/apps", map[string]any{"name": "peer"})
-		s.fnID = s.create(t, "/v2/fns", map[string]any{"app_id": s.appID, "name": "hot", "image": image, "memory": 128, "idle_timeout": 300})
+		s.appID = s.create(t, "/v2/apps", map[string]any{"name": cmp.Or(s.app, "peer")})
+		s.fnID = s.create(t, "/v2/fns", s.fnBody("hot", image, 300))
 		s.firstCall(t, s.fnID) // its first container
 		s.wrk(t, wrk, script, 8, 3)
 	}
 
 	results := map[string][]peerRound{}
 	for r := 0; r < rounds; r++ {
-		order := sides
+		order := slices.Clone(sides)
 		if r%2 == 1 {
-			order = []*peerSide{merc, fn}
+			slices.Reverse(order)
 		}
-		rs := map[string]*peerRound{fn.name: {}, merc.name: {}}
+		rs := map[string]*peerRound{}
+		for _, s := range sides {
+			rs[s.name] = &peerRound{}
+		}
 		for _, s := range order {
-			id := s.create(t, "/v2/fns", map[string]any{"app_id": s.appID, "name": fmt.Sprintf("first-%d", r), "image": image, "memory": 128, "idle_timeout": 10})
+			id := s.create(t, "/v2/fns", s.fnBody(fmt.Sprintf("first-%d", r), image, 10))
 			rs[s.name].first = s.firstCall(t, id)
 		}
 		for _, s := range order {
@@ -123,6 +136,7 @@ func TestFunctionFnPeerBench(t *testing.T) {
 				cpu.Self = 0
 			}
 			rs[s.name].containers, rs[s.name].serverCPU, rs[s.name].containerCPU = len(after), cpu.Self+cpu.Process, cpu.Containers
+			rs[s.name].daemonCPU = cpu.Dockerd + cpu.Containerd
 		}
 		for _, s := range sides {
 			results[s.name] = append(results[s.name], *rs[s.name])
@@ -134,7 +148,12 @@ func TestFunctionFnPeerBench(t *testing.T) {
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("\nHot calls beside Fn: fn-fdk, an empty call; %d rounds of %d s a phase, interleaved; wrk; Mercator over HTTPS, %s (load average at end: %s)\n",
 		rounds, seconds, where, strings.TrimSpace(string(load)))
-	printPeerTable(results[fn.name], results[merc.name])
+	var names []string
+	var res [][]peerRound
+	for _, s := range sides {
+		names, res = append(names, s.name), append(res, results[s.name])
+	}
+	printPeerTable(names, res)
 }
 
 // peerRound is one round's figures for one side.
@@ -143,12 +162,14 @@ type peerRound struct {
 	c1, c8                  wrkResult
 	containers              int
 	serverCPU, containerCPU time.Duration // per call at c=8
+	daemonCPU               time.Duration // dockerd, containerd and the shims, per call at c=8
 }
 
-// printPeerTable prints each figure per round and as a range, Fn beside
-// Mercator with Mercator's ratio (calls/s: Mercator/Fn, higher is better;
-// latencies: Mercator/Fn, lower is better).
-func printPeerTable(fn, merc []peerRound) {
+// printPeerTable prints each figure as a range over the rounds for every
+// side, the first (Fn) and then each other with its ratio to the first
+// (calls/s: higher is better; latencies and CPU: lower is better), and
+// every round's figures.
+func printPeerTable(names []string, res [][]peerRound) {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
 	type fig struct {
 		name string
@@ -171,6 +192,7 @@ func printPeerTable(fn, merc []peerRound) {
 		{"c=8 containers", func(r peerRound) float64 { return float64(r.containers) }, showN},
 		{"c=8 server CPU/call", dur(func(r peerRound) time.Duration { return r.serverCPU }), showUS},
 		{"c=8 container CPU/call", dur(func(r peerRound) time.Duration { return r.containerCPU }), showUS},
+		{"c=8 dockerd+containerd CPU/call", dur(func(r peerRound) time.Duration { return r.daemonCPU }), showUS},
 		{"first call after create", dur(func(r peerRound) time.Duration { return r.first }), showMS},
 	}
 	span := func(show func(float64) string, vs []float64) string {
@@ -181,16 +203,35 @@ func printPeerTable(fn, merc []peerRound) {
 		return show(lo) + "–" + show(hi)
 	}
 	showRatio := func(v float64) string { return fmt.Sprintf("%.2f×", v) }
-	fmt.Printf("| | Fn | Mercator | Mercator/Fn | by round (Fn / Mercator) |\n|---|---|---|---|---|\n")
+	head, rule := "| | "+names[0], "|---|---"
+	for _, n := range names[1:] {
+		head, rule = head+" | "+n+" | ×"+names[0], rule+"|---|---"
+	}
+	fmt.Printf("%s | by round (%s) |\n%s|---|\n", head, strings.Join(names, " / "), rule)
 	for _, f := range figs {
-		var a, b, ratio []float64
-		var rounds []string
-		for i := range fn {
-			a, b = append(a, f.get(fn[i])), append(b, f.get(merc[i]))
-			ratio = append(ratio, b[i]/a[i])
-			rounds = append(rounds, f.show(a[i])+" / "+f.show(b[i]))
+		cols := make([][]float64, len(res))
+		for k := range res {
+			for _, r := range res[k] {
+				cols[k] = append(cols[k], f.get(r))
+			}
 		}
-		fmt.Printf("| %s | %s | %s | %s | %s |\n", f.name, span(f.show, a), span(f.show, b), span(showRatio, ratio), strings.Join(rounds, "; "))
+		line := "| " + f.name + " | " + span(f.show, cols[0])
+		for k := 1; k < len(res); k++ {
+			var ratio []float64
+			for i := range cols[k] {
+				ratio = append(ratio, cols[k][i]/cols[0][i])
+			}
+			line += " | " + span(f.show, cols[k]) + " | " + span(showRatio, ratio)
+		}
+		var rounds []string
+		for i := range cols[0] {
+			var vs []string
+			for k := range cols {
+				vs = append(vs, f.show(cols[k][i]))
+			}
+			rounds = append(rounds, strings.Join(vs, " / "))
+		}
+		fmt.Println(line + " | " + strings.Join(rounds, "; ") + " |")
 	}
 	fmt.Println()
 }
@@ -203,6 +244,18 @@ type peerSide struct {
 	hc               *http.Client
 	containers       func(fnID string) []string // the function's running containers
 	appID, fnID      string
+	app              string         // the app's name; "peer" if empty
+	annotations      map[string]any // on its functions
+}
+
+// fnBody is the Fn v2 function this side creates: the same for every side
+// but for its annotations.
+func (s *peerSide) fnBody(name, image string, idle int) map[string]any {
+	body := map[string]any{"app_id": s.appID, "name": name, "image": image, "memory": 128, "idle_timeout": idle}
+	if s.annotations != nil {
+		body["annotations"] = s.annotations
+	}
+	return body
 }
 
 // create POSTs an Fn v2 object and returns its ID.

@@ -1,6 +1,8 @@
 package fnagent
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -116,5 +118,24 @@ func TestTargetConcurrencyOnTheEngine(t *testing.T) {
 	}
 	if s := pool(); s.Idle+s.Busy+s.Starting != 2 {
 		t.Fatalf("after three calls at once: %+v, want 2 containers (the third call's demand went beyond two a container)", s)
+	}
+}
+
+// TestUnframedLogsEnv: a function's containers are asked for log frames
+// unless UnframedLogs, which leaves the contract's other variables as
+// they are.
+func TestUnframedLogsEnv(t *testing.T) {
+	fn := FunctionConfig{ID: "f", Image: "r/fn@" + testDigest}
+	framed, unframed := containerEnv(fn), containerEnv(FunctionConfig{ID: "f", Image: fn.Image, UnframedLogs: true})
+	if !slices.Contains(framed, "FN_LOGFRAME_NAME="+logFrameName) || !slices.Contains(framed, "FN_LOGFRAME_HDR=Fn-Call-Id") {
+		t.Errorf("framed env %v lacks the frame variables", framed)
+	}
+	for _, kv := range unframed {
+		if strings.HasPrefix(kv, "FN_LOGFRAME_") {
+			t.Errorf("unframed env has %s", kv)
+		}
+	}
+	if len(framed)-len(unframed) != 2 {
+		t.Errorf("unframed env %v, want framed %v less the two frame variables", unframed, framed)
 	}
 }

@@ -70,6 +70,26 @@ func TestTargetConcurrencyOf(t *testing.T) {
 	}
 }
 
+// TestLogFramesOf: frames unless the annotation says "false" (a string or
+// a bare JSON boolean); anything else refused; the spec carries it.
+func TestLogFramesOf(t *testing.T) {
+	for raw, want := range map[string]bool{`"false"`: false, `false`: false, `"true"`: true, `true`: true} {
+		if got, err := logFramesOf(api.Annotations{LogFramesAnnotation: []byte(raw)}); err != nil || got != want {
+			t.Errorf("log-frames %s = %v, %v; want %v", raw, got, err, want)
+		}
+	}
+	if _, _, err := warmPolicy(api.Annotations{LogFramesAnnotation: []byte(`"sometimes"`)}); err == nil {
+		t.Error("log-frames \"sometimes\" accepted")
+	}
+	if got, err := logFramesOf(nil); !got || err != nil {
+		t.Errorf("no annotation = %v, %v; want frames", got, err)
+	}
+	e := newFnEntry(store.Fn{Fn: api.Fn{ID: "f", Annotations: api.Annotations{LogFramesAnnotation: []byte(`"false"`)}}}, store.App{}, nil, time.Time{})
+	if !e.spec.UnframedLogs || newFnEntry(store.Fn{Fn: api.Fn{ID: "f"}}, store.App{}, nil, time.Time{}).spec.UnframedLogs {
+		t.Error("the spec's UnframedLogs does not follow the annotation")
+	}
+}
+
 // TestMaxHotSplit: max_hot is split over the nodes a call may try, each
 // node's share its per-node cap, never above the function's own, and never
 // more nodes tried than there are containers to share.
