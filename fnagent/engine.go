@@ -464,7 +464,7 @@ func (e *Engine) slot(ctx context.Context, p *pool, mode Mode) (*hotContainer, e
 			}
 			return nil, callErr(KindBusy, nil, "the engine is closing")
 		case <-capTimer.C:
-			if p.q.stats().Starting > 0 {
+			if p.q.stats().Starting > 0 || e.launchOverTarget(p, w) {
 				capTimer.Reset(e.cfg.MaxSlotWait)
 				continue
 			}

@@ -158,6 +158,19 @@ func (q *slotQueue[S]) claimSpare() bool {
 	return true
 }
 
+// claimBeyondTarget claims one launch within max whatever the target
+// concurrency says (Engine.launchOverTarget). The caller follows as for
+// claimLaunch.
+func (q *slotQueue[S]) claimBeyondTarget() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.belowMax() {
+		return false
+	}
+	q.starting++
+	return true
+}
+
 // unclaim takes back a claimed launch that never started.
 func (q *slotQueue[S]) unclaim() {
 	q.mu.Lock()

@@ -21,7 +21,28 @@ package fnagent
 //     container. For short calls this trades a little queueing for fewer
 //     containers (memory, cold starts, CPU of idle runtimes).
 //
+// The target is a goal, the wait is bounded: a call that has waited
+// Config.MaxSlotWait for a busy container with none starting has one
+// started for it, capacity and MaxConcurrency allowing (launchOverTarget),
+// rather than failing while the node could serve it.
+//
 // The rules are the pure functions below; slotQueue applies them.
+
+// launchOverTarget starts a container for waiter w of a pool whose target
+// concurrency is above 1, beyond the target, when the pool is below its
+// max and the node has the capacity; it reports whether it did.
+func (e *Engine) launchOverTarget(p *pool, w *slotWaiter[*hotContainer]) bool {
+	if p.q.target <= 1 || !p.q.claimBeyondTarget() {
+		return false
+	}
+	res, err := e.reserve(p)
+	if err != nil {
+		p.q.unclaim()
+		return false
+	}
+	e.startLaunch(p, res, w)
+	return true
+}
 
 // maxTargetConcurrency bounds FunctionConfig.TargetConcurrency: beyond it
 // calls would queue for long behind one container.

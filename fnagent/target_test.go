@@ -139,3 +139,32 @@ func TestUnframedLogsEnv(t *testing.T) {
 		t.Errorf("unframed env %v, want framed %v less the two frame variables", unframed, framed)
 	}
 }
+
+// TestTargetConcurrencyWaitIsBounded: at target 2, a call that waited
+// MaxSlotWait behind a long busy call, with nothing starting, has a
+// container started for it instead of failing with capacity_timeout.
+func TestTargetConcurrencyWaitIsBounded(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, func(c *Config) { c.MaxSlotWait = 300 * time.Millisecond })
+	fn := fnConfig(t, "target-bounded", rawImage)
+	fn.TargetConcurrency = 2
+	te.mustCall(fn, "echo", "")
+	long := make(chan result, 1)
+	go func() { long <- te.call(fn, "sleep:5000", "") }()
+	eventually(t, 30*time.Second, "the long call busy", func() bool {
+		for _, s := range te.Stats() {
+			if s.FnID == fn.ID && s.Busy == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	// Served at all before the long call ends, it was served cold: by a
+	// second container, started for it once it had waited.
+	if r := te.mustCall(fn, "echo", ""); !r.report.Cold {
+		t.Errorf("the waiting call was not served by a container started for it: %+v", r.report)
+	}
+	if first := <-long; first.err != nil {
+		t.Fatalf("the long call: %v", first.err)
+	}
+}
