@@ -31,6 +31,16 @@ const (
 	// AnnotationMaxHot (Mercator), a whole number on a function, caps its
 	// containers across the fleet; 0 or absent, no cap.
 	AnnotationMaxHot = "mercator.dev/max-hot"
+	// AnnotationTargetConcurrency (Mercator), a whole number from 1 to 100
+	// on a function, is how many calls, in flight and waiting, a node aims
+	// at per container before it starts another (each container still
+	// serves one call at a time, as Fn's contract has it). Default 1.
+	AnnotationTargetConcurrency = "mercator.dev/target-concurrency"
+	// AnnotationLogFrames (Mercator), "false" on a function, has its
+	// containers not asked to frame each call's output (FN_LOGFRAME_NAME):
+	// two writes a call fewer for the FDK and the daemon, and output
+	// attributed to the call dispatched last instead. Default "true".
+	AnnotationLogFrames = "mercator.dev/log-frames"
 )
 
 // Limits, Fn's unless marked.

@@ -138,6 +138,16 @@ type FunctionConfig struct {
 	// concurrent calls (one call per container at a time); zero means only
 	// the node's capacity limits it.
 	MaxConcurrency int `json:"max_concurrency"`
+	// TargetConcurrency is how many calls, in flight and waiting, the pool
+	// aims at per container before it starts another (target.go); zero
+	// means 1, a container started for every call that finds none idle.
+	TargetConcurrency int `json:"target_concurrency,omitempty"`
+	// UnframedLogs leaves FN_LOGFRAME_NAME unset, so the FDK does not
+	// print a frame line to stdout and stderr at every call (two writes
+	// the daemon then copies to the engine, on the hot path); the output
+	// is attributed to the call dispatched last (logSink), so what a call
+	// writes after its response may count as the next call's.
+	UnframedLogs bool `json:"unframed_logs,omitempty"`
 	// MaxRequestBytes and MaxResponseBytes bound the bodies; default 6 MiB.
 	MaxRequestBytes  int64 `json:"max_request_bytes"`
 	MaxResponseBytes int64 `json:"max_response_bytes"`
@@ -171,6 +181,12 @@ func (fn FunctionConfig) normalized() (FunctionConfig, error) {
 	}
 	if fn.MaxConcurrency < 0 {
 		return fn, failure.Invalid("max_concurrency", "%d is negative", fn.MaxConcurrency)
+	}
+	if fn.TargetConcurrency < 0 || fn.TargetConcurrency > maxTargetConcurrency {
+		return fn, failure.Invalid("target_concurrency", "%d is outside 0–%d", fn.TargetConcurrency, maxTargetConcurrency)
+	}
+	if fn.TargetConcurrency == 1 {
+		fn.TargetConcurrency = 0 // the default, one pool (and key) for both spellings
 	}
 	for name := range fn.Config {
 		if name == "" || strings.ContainsAny(name, "=\x00") {
@@ -255,7 +271,8 @@ type configIdentity struct {
 	gpus                              int
 	config                            string
 	timeout, idleTimeout, initTimeout time.Duration
-	maxConcurrency                    int
+	maxConcurrency, targetConcurrency int
+	unframedLogs                      bool
 	maxRequestBytes, maxResponseBytes int64
 }
 
@@ -264,7 +281,7 @@ func (fn FunctionConfig) identity() configIdentity {
 		id: fn.ID, appID: fn.AppID, name: fn.Name, appName: fn.AppName, image: fn.Image,
 		memoryMB: fn.MemoryMB, milliCPUs: fn.MilliCPUs, gpus: fn.GPUs,
 		timeout: fn.Timeout, idleTimeout: fn.IdleTimeout, initTimeout: fn.InitTimeout,
-		maxConcurrency: fn.MaxConcurrency, maxRequestBytes: fn.MaxRequestBytes, maxResponseBytes: fn.MaxResponseBytes,
+		maxConcurrency: fn.MaxConcurrency, targetConcurrency: fn.TargetConcurrency, unframedLogs: fn.UnframedLogs, maxRequestBytes: fn.MaxRequestBytes, maxResponseBytes: fn.MaxResponseBytes,
 	}
 	if len(fn.Config) > 0 {
 		names := slices.Sorted(maps.Keys(fn.Config))

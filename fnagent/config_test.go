@@ -82,6 +82,8 @@ func TestConfigIdentityCoversEveryField(t *testing.T) {
 			v.SetString(v.String() + "x")
 		case reflect.Int, reflect.Int64:
 			v.SetInt(v.Int() + 7)
+		case reflect.Bool:
+			v.SetBool(!v.Bool())
 		case reflect.Map:
 			v.Set(reflect.ValueOf(map[string]string{"A": "2"}))
 		default:

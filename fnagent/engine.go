@@ -327,7 +327,7 @@ func (e *Engine) acquirePool(fn FunctionConfig, key string) (*pool, error) {
 	}
 	p := e.pools[key]
 	if p == nil {
-		p = &pool{key: key, fn: fn, res: fn.resources(), q: newSlotQueue[*hotContainer](fn.MaxConcurrency, e.now)}
+		p = &pool{key: key, fn: fn, res: fn.resources(), q: newSlotQueue[*hotContainer](fn.MaxConcurrency, e.now).withTarget(fn.TargetConcurrency)}
 		e.pools[key] = p
 	}
 	p.refs++
@@ -426,7 +426,7 @@ func (e *Engine) slot(ctx context.Context, p *pool, mode Mode) (*hotContainer, e
 	if w == nil {
 		return c, nil
 	}
-	if mode == NoWait {
+	if w.targeted {
 		res, err := e.reserve(p)
 		if err != nil {
 			p.q.unclaim()
@@ -441,7 +441,7 @@ func (e *Engine) slot(ctx context.Context, p *pool, mode Mode) (*hotContainer, e
 	defer capTimer.Stop()
 	for {
 		wake, freed := e.wakeChan(), e.tracker.Changed()
-		if mode == Wait {
+		if mode == Wait || !w.targeted {
 			e.fillLaunches(p)
 		}
 		select {
@@ -464,7 +464,7 @@ func (e *Engine) slot(ctx context.Context, p *pool, mode Mode) (*hotContainer, e
 			}
 			return nil, callErr(KindBusy, nil, "the engine is closing")
 		case <-capTimer.C:
-			if p.q.stats().Starting > 0 {
+			if p.q.stats().Starting > 0 || e.launchOverTarget(p, w) {
 				capTimer.Reset(e.cfg.MaxSlotWait)
 				continue
 			}

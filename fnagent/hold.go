@@ -41,7 +41,7 @@ func (e *Engine) Hold(fn FunctionConfig, count int, d time.Duration) error {
 	}
 	p := e.pools[key]
 	if p == nil {
-		p = &pool{key: key, fn: fn, res: fn.resources(), q: newSlotQueue[*hotContainer](fn.MaxConcurrency, e.now)}
+		p = &pool{key: key, fn: fn, res: fn.resources(), q: newSlotQueue[*hotContainer](fn.MaxConcurrency, e.now).withTarget(fn.TargetConcurrency)}
 		e.pools[key] = p
 	}
 	// The hold's reference keeps the pool in the map until its launches

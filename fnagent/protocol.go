@@ -49,9 +49,10 @@ func containerEnv(fn FunctionConfig) []string {
 		"FN_APP_NAME="+fn.AppName,
 		"FN_MEMORY="+strconv.FormatInt(fn.MemoryMB, 10),
 		"FN_TYPE=sync",
-		"FN_LOGFRAME_NAME="+logFrameName,
-		"FN_LOGFRAME_HDR=Fn-Call-Id",
 	)
+	if !fn.UnframedLogs {
+		env = append(env, "FN_LOGFRAME_NAME="+logFrameName, "FN_LOGFRAME_HDR=Fn-Call-Id")
+	}
 	return env
 }
 

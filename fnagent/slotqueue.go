@@ -23,6 +23,9 @@ import (
 //   - A launch is needed only while more calls wait than launches are in
 //     flight (claimLaunch), and never past max slots in all
 //     (idle+busy+starting).
+//   - At a target concurrency above 1 (target.go) a launch is needed only
+//     when the calls busy and waiting exceed target per container, and a
+//     NoWait call waits for a busy container while they do not.
 //   - A NoWait call that must launch claims a launch targeted at itself, so
 //     the container it pays for is not handed to an older waiter while it
 //     waits with nothing in flight for it.
@@ -31,6 +34,7 @@ import (
 type slotQueue[S comparable] struct {
 	mu       sync.Mutex
 	max      int // 0: no limit
+	target   int // calls per container the pool aims at (target.go); 1 unless set
 	now      func() time.Time
 	idle     []idleSlot[S] // the top of the stack is the end
 	waiters  []*slotWaiter[S]
@@ -69,7 +73,13 @@ func newSlotQueue[S comparable](max int, now func() time.Time) *slotQueue[S] {
 	if now == nil {
 		now = time.Now
 	}
-	return &slotQueue[S]{max: max, now: now}
+	return &slotQueue[S]{max: max, now: now, target: 1}
+}
+
+// withTarget sets the pool's target concurrency (target.go); below 1 is 1.
+func (q *slotQueue[S]) withTarget(target int) *slotQueue[S] {
+	q.target = max(target, 1)
+	return q
 }
 
 func (q *slotQueue[S]) total() int { return len(q.idle) + q.busy + q.starting }
@@ -77,10 +87,11 @@ func (q *slotQueue[S]) total() int { return len(q.idle) + q.busy + q.starting }
 func (q *slotQueue[S]) belowMax() bool { return q.max <= 0 || q.total() < q.max }
 
 // acquire pops the most recently used idle slot (ok). Otherwise it enqueues
-// a waiter. For noWait it also claims a launch targeted at that waiter,
-// and fails with errSlotLimit instead of enqueueing when the pool is at
-// max; the caller must then reserve resources and launch, or call unclaim
-// and cancel.
+// a waiter. For noWait it also claims a launch targeted at that waiter
+// (w.targeted), unless the pool's target concurrency has the call wait for
+// a busy container (waitForBusy), and fails with errSlotLimit instead of
+// enqueueing when the pool is at max; the caller of a targeted waiter must
+// then reserve resources and launch, or call unclaim and cancel.
 func (q *slotQueue[S]) acquire(noWait bool) (slot S, w *slotWaiter[S], err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -90,24 +101,26 @@ func (q *slotQueue[S]) acquire(noWait bool) (slot S, w *slotWaiter[S], err error
 		q.busy++
 		return slot, nil, nil
 	}
-	if noWait {
+	launch := noWait && !waitForBusy(len(q.waiters), q.busy, q.total(), q.target)
+	if launch {
 		if !q.belowMax() {
 			return slot, nil, errSlotLimit
 		}
 		q.starting++
 	}
-	w = &slotWaiter[S]{ch: make(chan slotGrant[S], 1), targeted: noWait}
+	w = &slotWaiter[S]{ch: make(chan slotGrant[S], 1), targeted: launch}
 	q.waiters = append(q.waiters, w)
 	return slot, w, nil
 }
 
 // claimLaunch reports whether a launch is needed, and if so counts it as
-// in flight: more calls wait than launches are in flight, and the pool is
-// below max. The caller must follow with launched, launchFailed or unclaim.
+// in flight: more calls wait than launches are in flight (at target 1;
+// launchNeeded), and the pool is below max. The caller must follow with
+// launched, launchFailed or unclaim.
 func (q *slotQueue[S]) claimLaunch() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.waiters) > q.starting && q.belowMax() {
+	if launchNeeded(len(q.waiters), q.busy, q.total(), q.starting, q.target) && q.belowMax() {
 		q.starting++
 		return true
 	}
@@ -133,12 +146,25 @@ func (q *slotQueue[S]) claimWarm(n int) int {
 }
 
 // claimSpare claims one launch when the pool has no idle slot and none
-// starting, within max: a spare for the next call. The caller follows as
-// for claimLaunch.
+// starting (at target 1; spareNeeded), within max: a spare for the next
+// call. The caller follows as for claimLaunch.
 func (q *slotQueue[S]) claimSpare() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.idle) > 0 || q.starting > 0 || !q.belowMax() {
+	if !spareNeeded(len(q.idle), len(q.waiters), q.busy, q.starting, q.target) || !q.belowMax() {
+		return false
+	}
+	q.starting++
+	return true
+}
+
+// claimBeyondTarget claims one launch within max whatever the target
+// concurrency says (Engine.launchOverTarget). The caller follows as for
+// claimLaunch.
+func (q *slotQueue[S]) claimBeyondTarget() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.belowMax() {
 		return false
 	}
 	q.starting++
@@ -178,7 +204,7 @@ func (q *slotQueue[S]) launchFailed(err error, target *slotWaiter[S]) bool {
 		q.grantLocked(target, slotGrant[S]{err: err})
 		return true
 	}
-	if len(q.waiters) <= q.starting {
+	if !launchNeeded(len(q.waiters), q.busy, q.total(), q.starting, q.target) {
 		return false
 	}
 	for _, w := range q.waiters {

@@ -262,7 +262,7 @@ func functionConfig(spec nodeproto.FunctionSpec) fnagent.FunctionConfig {
 		Image: spec.Image, RegistryAuth: spec.RegistryAuth,
 		MemoryMB: spec.MemoryMB, MilliCPUs: spec.MilliCPUs, GPUs: spec.GPUs,
 		Config: spec.Config, Timeout: spec.Timeout, IdleTimeout: spec.IdleTimeout,
-		MaxConcurrency: spec.MaxConcurrency,
+		MaxConcurrency: spec.MaxConcurrency, TargetConcurrency: spec.TargetConcurrency, UnframedLogs: spec.UnframedLogs,
 	}
 }
 

@@ -141,6 +141,13 @@ type FunctionSpec struct {
 	Timeout        time.Duration     `json:"timeout_ns"`
 	IdleTimeout    time.Duration     `json:"idle_timeout_ns"`
 	MaxConcurrency int               `json:"max_concurrency,omitempty"`
+	// TargetConcurrency is the calls per container the node's pool aims
+	// at before it starts another (fnagent.FunctionConfig); 0 means 1. An
+	// agent that predates it ignores it and starts one per call, as at 1.
+	TargetConcurrency int `json:"target_concurrency,omitempty"`
+	// UnframedLogs has the containers not asked to frame each call's
+	// output (fnagent.FunctionConfig). An agent that predates it frames.
+	UnframedLogs bool `json:"unframed_logs,omitempty"`
 }
 
 // FunctionCapacity is the share of a machine its agent set aside for

@@ -124,7 +124,9 @@ no calls (on the first nodes of the function's order; 0 lets it scale to
 zero), --max-hot M caps them across the fleet, and the function's image is
 pulled on its first nodes at every deploy. --scale-down is how long an idle
 container beyond the minimum is kept: Fn's idle timeout, under the name
-the policy gives it.
+the policy gives it. --target-concurrency N: a node starts another container
+only when the function's calls there, in flight and waiting, exceed N per
+container (each still serves one call at a time, as on Fn; default 1).
 
 Prints the function's ID on stdout.`)
 	g := fs.ClientFlags(true)
@@ -141,6 +143,7 @@ Prints the function's ID on stdout.`)
 	trigger := fs.String("trigger", "", "add an HTTP trigger with this `source` path, e.g. /hello")
 	minHot := fs.Int("min-hot", -1, "`containers` kept started across the fleet with no calls (0 to 100; the annotation "+api.AnnotationMinHot+")")
 	maxHot := fs.Int("max-hot", -1, "most `containers` across the fleet (0: no cap; the annotation "+api.AnnotationMaxHot+")")
+	target := fs.Int("target-concurrency", -1, "`calls` in flight and waiting per container before a node starts another (1 to 100, default 1; the annotation "+api.AnnotationTargetConcurrency+")")
 	scaleDown := fs.String("scale-down", "", "`duration` an idle container beyond --min-hot is kept before it goes (the idle timeout)")
 	cf := defineConfigFlags(fs)
 	pos, err := fs.Parse(args)
@@ -177,7 +180,7 @@ Prints the function's ID on stdout.`)
 	if patch.Config, patch.SecretConfig, patch.Annotations, err = cf.maps(); err != nil {
 		return err
 	}
-	patch.Annotations = withCount(withCount(patch.Annotations, api.AnnotationMinHot, *minHot), api.AnnotationMaxHot, *maxHot)
+	patch.Annotations = withCounts(patch.Annotations, map[string]int{api.AnnotationMinHot: *minHot, api.AnnotationMaxHot: *maxHot, api.AnnotationTargetConcurrency: *target})
 	c, err := inv.Client(g)
 	if err != nil {
 		return err
@@ -203,6 +206,14 @@ Prints the function's ID on stdout.`)
 	}
 	termtext.Fprintln(inv.Stdout, fn.ID)
 	return nil
+}
+
+// withCounts is withCount of each key.
+func withCounts(ann api.Annotations, counts map[string]int) api.Annotations {
+	for key, n := range counts {
+		ann = withCount(ann, key, n)
+	}
+	return ann
 }
 
 // withCount sets annotation key to n in ann when the flag was given (n is

@@ -89,7 +89,7 @@ func TestAppAndFnCommands(t *testing.T) {
 		t.Fatalf("deploy printed %q, want the function's ID", id)
 	}
 	again := strings.TrimSpace(cli("fn", "deploy", "--app", "shop", "cart", "--image", "reg.local/cart:2", "--memory", "512MiB",
-		"--min-hot", "2", "--max-hot", "50", "--scale-down", "5m").Stdout)
+		"--min-hot", "2", "--max-hot", "50", "--scale-down", "5m", "--target-concurrency", "3").Stdout)
 	if again != id {
 		t.Errorf("redeploy made %q, want the same function %q", again, id)
 	}
@@ -99,7 +99,8 @@ func TestAppAndFnCommands(t *testing.T) {
 	}
 	if fn.Image != "reg.local/cart:2" || !strings.HasPrefix(fn.PinnedImage, "reg.local/cart@sha256:") || fn.Memory != 512 ||
 		fn.Timeout != 60 || fn.CPU != 0.5 || fn.MaxConcurrency != 2 || fn.Config["B"] != "2" ||
-		fn.IdleTimeout != 300 || string(fn.Annotations[api.AnnotationMinHot]) != "2" || string(fn.Annotations[api.AnnotationMaxHot]) != "50" {
+		fn.IdleTimeout != 300 || string(fn.Annotations[api.AnnotationMinHot]) != "2" || string(fn.Annotations[api.AnnotationMaxHot]) != "50" ||
+		string(fn.Annotations[api.AnnotationTargetConcurrency]) != "3" {
 		t.Errorf("fn after redeploy = %+v", fn)
 	}
 	if out := cli("fn", "get", "shop", "cart").Stdout; !strings.Contains(out, "none (as the nodes last reported)") {

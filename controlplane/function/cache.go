@@ -40,6 +40,9 @@ func newFnEntry(f store.Fn, app store.App, config map[string]string, at time.Tim
 		spec.Timeout = api.FnDefaultTimeout * time.Second
 	}
 	_, maxHot, _ := warmPolicy(f.Annotations) // checked when it was set
+	spec.TargetConcurrency, _ = targetConcurrencyOf(f.Annotations)
+	framed, _ := logFramesOf(f.Annotations)
+	spec.UnframedLogs = !framed
 	return &fnEntry{fn: f, app: app, spec: spec, at: at, maxHot: maxHot,
 		need: scheduler.FunctionNeed{MemoryBytes: spec.MemoryMB << 20, MilliCPUs: spec.MilliCPUs, GPUs: f.GPUs, GPUModel: f.GPUModel}}
 }

@@ -58,18 +58,72 @@ const MaxHotAnnotation = api.AnnotationMaxHot
 // maxMaxHot bounds MaxHotAnnotation.
 const maxMaxHot = 10000
 
+// TargetConcurrencyAnnotation, a whole number from 1 to maxTarget on a
+// function, is how many calls, in flight and waiting, a node's pool of it
+// aims at per container before it starts another: the scaling target
+// (fnagent/target.go). A container still serves one call at a time, as
+// Fn's contract has it; 1, the default, starts one for every call that
+// finds none idle.
+const TargetConcurrencyAnnotation = api.AnnotationTargetConcurrency
+
+// maxTarget bounds TargetConcurrencyAnnotation (as the agent does).
+const maxTarget = 100
+
+// targetConcurrencyOf reads TargetConcurrencyAnnotation: 1 when absent.
+func targetConcurrencyOf(ann api.Annotations) (int, error) {
+	if _, ok := ann[TargetConcurrencyAnnotation]; !ok {
+		return 1, nil
+	}
+	n, err := wholeAnnotation(ann, TargetConcurrencyAnnotation, maxTarget, "the calls per container to aim at")
+	if err == nil && n < 1 {
+		return 0, fnError(http.StatusBadRequest, "Invalid annotation %s: 0; want a whole number from 1 to %d, the calls per container to aim at", TargetConcurrencyAnnotation, maxTarget)
+	}
+	return n, err
+}
+
+// LogFramesAnnotation, "false" on a function, has its containers not
+// asked to frame each call's output: on the hot path, two writes a call
+// fewer for the FDK and the daemon, at the price of output written after
+// a call's response counting as the next call's (fnagent.FunctionConfig).
+const LogFramesAnnotation = api.AnnotationLogFrames
+
+// logFramesOf reads LogFramesAnnotation: true when absent.
+func logFramesOf(ann api.Annotations) (bool, error) {
+	raw, ok := ann[LogFramesAnnotation]
+	if !ok {
+		return true, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		s = string(raw)
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(s))
+	if err != nil {
+		return true, fnError(http.StatusBadRequest, "Invalid annotation %s: %s; want \"true\" or \"false\"", LogFramesAnnotation, raw)
+	}
+	return b, nil
+}
+
 // minHotOf reads MinHotAnnotation.
 func minHotOf(ann api.Annotations) (int, error) {
 	return wholeAnnotation(ann, MinHotAnnotation, maxMinHot, "the containers kept started with no calls")
 }
 
 // warmPolicy reads and checks a function's policy: min_hot and max_hot,
-// the first no more than the second when both are set.
+// the first no more than the second when both are set; and the other
+// annotations nodes act on, target concurrency and log frames (read
+// where they are used).
 func warmPolicy(ann api.Annotations) (minHot, maxHot int, err error) {
 	if minHot, err = minHotOf(ann); err != nil {
 		return 0, 0, err
 	}
 	if maxHot, err = wholeAnnotation(ann, MaxHotAnnotation, maxMaxHot, "the most containers across the fleet, 0 for no cap"); err != nil {
+		return 0, 0, err
+	}
+	if _, err = targetConcurrencyOf(ann); err != nil {
+		return 0, 0, err
+	}
+	if _, err = logFramesOf(ann); err != nil {
 		return 0, 0, err
 	}
 	if maxHot > 0 && minHot > maxHot {

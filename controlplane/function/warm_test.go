@@ -3,8 +3,10 @@ package function
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/store"
 )
 
 func TestHoldPlan(t *testing.T) {
@@ -39,6 +41,52 @@ func TestMinHotOf(t *testing.T) {
 	}
 	if got, err := minHotOf(nil); got != 0 || err != nil {
 		t.Errorf("no annotation = %d, %v", got, err)
+	}
+}
+
+// TestTargetConcurrencyOf: absent is 1; 1–100 as a number or a string;
+// anything else refused, by the policy check too, and the spec nodes get
+// carries it.
+func TestTargetConcurrencyOf(t *testing.T) {
+	for raw, want := range map[string]int{`1`: 1, `"4"`: 4, `100`: 100} {
+		if got, err := targetConcurrencyOf(api.Annotations{TargetConcurrencyAnnotation: []byte(raw)}); err != nil || got != want {
+			t.Errorf("target %s = %d, %v; want %d", raw, got, err, want)
+		}
+	}
+	for _, raw := range []string{`0`, `-1`, `101`, `"many"`} {
+		if _, err := targetConcurrencyOf(api.Annotations{TargetConcurrencyAnnotation: []byte(raw)}); err == nil {
+			t.Errorf("target %s accepted", raw)
+		}
+		if _, _, err := warmPolicy(api.Annotations{TargetConcurrencyAnnotation: []byte(raw)}); err == nil {
+			t.Errorf("policy with target %s accepted", raw)
+		}
+	}
+	if got, err := targetConcurrencyOf(nil); got != 1 || err != nil {
+		t.Errorf("no annotation = %d, %v; want 1", got, err)
+	}
+	e := newFnEntry(store.Fn{Fn: api.Fn{ID: "f", Annotations: api.Annotations{TargetConcurrencyAnnotation: []byte(`3`)}}}, store.App{}, nil, time.Time{})
+	if e.spec.TargetConcurrency != 3 {
+		t.Errorf("spec target = %d, want 3", e.spec.TargetConcurrency)
+	}
+}
+
+// TestLogFramesOf: frames unless the annotation says "false" (a string or
+// a bare JSON boolean); anything else refused; the spec carries it.
+func TestLogFramesOf(t *testing.T) {
+	for raw, want := range map[string]bool{`"false"`: false, `false`: false, `"true"`: true, `true`: true} {
+		if got, err := logFramesOf(api.Annotations{LogFramesAnnotation: []byte(raw)}); err != nil || got != want {
+			t.Errorf("log-frames %s = %v, %v; want %v", raw, got, err, want)
+		}
+	}
+	if _, _, err := warmPolicy(api.Annotations{LogFramesAnnotation: []byte(`"sometimes"`)}); err == nil {
+		t.Error("log-frames \"sometimes\" accepted")
+	}
+	if got, err := logFramesOf(nil); !got || err != nil {
+		t.Errorf("no annotation = %v, %v; want frames", got, err)
+	}
+	e := newFnEntry(store.Fn{Fn: api.Fn{ID: "f", Annotations: api.Annotations{LogFramesAnnotation: []byte(`"false"`)}}}, store.App{}, nil, time.Time{})
+	if !e.spec.UnframedLogs || newFnEntry(store.Fn{Fn: api.Fn{ID: "f"}}, store.App{}, nil, time.Time{}).spec.UnframedLogs {
+		t.Error("the spec's UnframedLogs does not follow the annotation")
 	}
 }
 
