@@ -37,6 +37,11 @@ const DiagTimeout = 2 * time.Minute
 // operator on a drained node.
 var dcgmiDiag = []string{"diag", "-r", "1", "-j"}
 
+// maxDiagNotes bounds the notes one diagnostic leaves in the facts (which
+// carry at most nodeproto.MaxFactNotes): a warning on every GPU of a large
+// machine is said, the rest counted.
+const maxDiagNotes = 16
+
 // diagFailure is the latched result of the last diagnostic that failed a GPU.
 type diagFailure struct {
 	detail string
@@ -169,6 +174,9 @@ func (s *GPUSampler) applyDiag(findings []DiagFinding, now time.Time) {
 		}
 	}
 	slices.Sort(notes)
+	if len(notes) > maxDiagNotes {
+		notes = append(notes[:maxDiagNotes:maxDiagNotes], fmt.Sprintf("gpu diag: and %d more", len(notes)-maxDiagNotes))
+	}
 	s.diagNotes = notes
 	s.judgeAll(nil, sample{}, now, false)
 }

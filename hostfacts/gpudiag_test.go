@@ -245,3 +245,19 @@ func readFile(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+// TestDiagNotesBounded: a diagnostic warning of more GPUs than a note list
+// should carry leaves maxDiagNotes notes and a count of the rest.
+func TestDiagNotesBounded(t *testing.T) {
+	s := NewGPUSampler("", "", 0, nil)
+	var findings []DiagFinding
+	for i := range 40 {
+		findings = append(findings, DiagFinding{GPU: i, Test: "software", Status: DiagWarn, Message: "persistence mode"})
+	}
+	s.mu.Lock()
+	s.applyDiag(findings, s.now())
+	s.mu.Unlock()
+	if notes := s.Notes(); len(notes) != maxDiagNotes+1 || notes[maxDiagNotes] != "gpu diag: and 24 more" {
+		t.Fatalf("%d notes, last %q", len(notes), notes[len(notes)-1])
+	}
+}
