@@ -138,11 +138,30 @@ type RunSpec struct {
 	// nodes whose label KEY is VALUE (and, in a project restricted to
 	// pools, whose pool label is one of them).
 	Constraints map[string]string `json:"constraints,omitempty"`
+
+	// Gang runs (issue 18, docs/gpus.md "Gang runs"). Nodes, above 1,
+	// makes the run a gang: that many members of this shape (GPUs each),
+	// one per node, placed all at once or not at all and retried whole;
+	// 0 or 1 is one container. MasterPort is the port rank 0 listens on
+	// for the others (MASTER_PORT); 0 means DefaultMasterPort.
+	Nodes      int `json:"nodes,omitempty"`
+	MasterPort int `json:"master_port,omitempty"`
 }
 
 // NetworkNone is the one network a run may ask for instead of the node's
 // default bridge.
 const NetworkNone = "none"
+
+// NetworkHost is the host's network, which only a gang's members may ask
+// for: NCCL between machines needs the hosts' interfaces, not a bridge.
+const NetworkHost = "host"
+
+// Gang limits: MaxRunNodes members at most; DefaultMasterPort is
+// PyTorch's customary rendezvous port.
+const (
+	MaxRunNodes       = 64
+	DefaultMasterPort = 29500
+)
 
 // Run is a run as the API shows it.
 type Run struct {
@@ -223,6 +242,12 @@ type Attempt struct {
 	GPUUsage []GPUUsage `json:"gpu_usage,omitempty"`
 	// Xids are the application Xids logged for its GPUs while it ran.
 	Xids []GPUXid `json:"xids,omitempty"`
+	// Set and Rank place a gang's attempt (RunSpec.Nodes above 1): Set
+	// numbers the attempt sets, one per try of the whole gang, from 1;
+	// Rank is the member's rank within its set, from 0. Both are 0 for a
+	// run that is not a gang.
+	Set  int `json:"set,omitempty"`
+	Rank int `json:"rank,omitempty"`
 }
 
 // PrepareProgress is a preparing attempt's progress: Step is "image"
@@ -260,6 +285,13 @@ func (r Run) Stage() string {
 	if n := len(r.Attempts); n > 0 {
 		cur = r.Attempts[n-1]
 	}
+	where := "node " + cur.NodeID
+	if r.Nodes > 1 { // a gang: its set's members are on that many nodes
+		where = fmt.Sprintf("%d nodes (attempt set %d)", r.Nodes, cur.Set)
+		if r.Reason != "" && !Terminal(r.Status) {
+			where += ": " + r.Reason // stopping the other members of a broken set
+		}
+	}
 	switch r.Status {
 	case RunQueued:
 		if r.Reason != "" {
@@ -267,7 +299,7 @@ func (r Run) Stage() string {
 		}
 		return "queued"
 	case RunPlaced:
-		return "placed on node " + cur.NodeID
+		return "placed on " + where
 	case RunPreparing:
 		what := "pulling the image"
 		if len(r.Artifacts) > 0 {
@@ -276,9 +308,9 @@ func (r Run) Stage() string {
 		if cur.Progress != nil {
 			what = cur.Progress.String()
 		}
-		return "preparing on node " + cur.NodeID + ": " + what
+		return "preparing on " + where + ": " + what
 	case RunRunning:
-		return "running on node " + cur.NodeID
+		return "running on " + where
 	}
 	return ""
 }

@@ -37,6 +37,10 @@ type ArtifactVersion struct {
 	// Format is ArtifactFile or ArtifactTar.
 	Format    string    `json:"format"`
 	CreatedAt time.Time `json:"created_at"`
+	// Project is the project the name belongs to (docs/teams.md): the one
+	// its first version was pushed to; "" in records written before names
+	// belonged to projects, read as DefaultProject.
+	Project string `json:"project,omitempty"`
 }
 
 // Ref is the version's reference, NAME@VERSION.
@@ -62,6 +66,10 @@ type UploadRequest struct {
 	SHA256 string `json:"sha256,omitempty"`
 	// Format is ArtifactFile (the default) or ArtifactTar.
 	Format string `json:"format,omitempty"`
+	// Project is the project the name belongs to (docs/teams.md): "" is
+	// the caller's (its token's first project, or DefaultProject). A name
+	// is one project's: its first version decides which.
+	Project string `json:"project,omitempty"`
 }
 
 // Upload is an upload in progress. Content is sent with
@@ -161,11 +169,16 @@ type RegistryCredentialRequest struct {
 	Host     string `json:"host"`
 	Username string `json:"username"`
 	Password string `json:"password"`
+	// Project is the project whose runs and functions pull with it
+	// (docs/teams.md); "" is the caller's (its token's first project, or
+	// DefaultProject).
+	Project string `json:"project,omitempty"`
 }
 
 // Registry is a stored registry credential as the API shows it: never the
 // password.
 type Registry struct {
+	Project   string    `json:"project"`
 	Host      string    `json:"host"`
 	Username  string    `json:"username"`
 	CreatedAt time.Time `json:"created_at"`

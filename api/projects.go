@@ -69,6 +69,21 @@ type Project struct {
 	Pools     []string  `json:"pools,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// FunctionReservations is, by node, what the containers of the
+	// project's functions hold there (they count against its quota):
+	// shown by GET /v1/projects/{name} only, ignored in a request.
+	FunctionReservations []FunctionReservation `json:"function_reservations,omitempty"`
+}
+
+// FunctionReservation is what one project's function containers hold on
+// one node, as its agent last reported them: each idle, busy or starting
+// container reserves its function's CPU and memory in the node's function
+// share.
+type FunctionReservation struct {
+	Node        string  `json:"node"`
+	Containers  int     `json:"containers"`
+	CPU         float64 `json:"cpu"`
+	MemoryBytes int64   `json:"memory_bytes"`
 }
 
 // ProjectList is the body of GET /v1/projects, ordered by name; the

@@ -88,9 +88,9 @@ func (s RunSpec) validateContainment() error {
 	switch {
 	case s.User != "" && !nodeproto.ValidUser(s.User):
 		return failure.Invalid("user", "%q is not a user: write a name or uid, optionally with a group, such as 1000 or 1000:1000", s.User)
-	case s.Network == "host":
-		return failure.Invalid("network", "a run never gets the host's network; use \"none\" for loopback only, or leave it empty for the node's bridge")
-	case s.Network != "" && s.Network != NetworkNone:
+	case s.Network == NetworkHost && s.Nodes <= 1:
+		return failure.Invalid("network", "only a gang's members (nodes 2 or more) get the host's network, which NCCL between machines needs; use \"none\" for loopback only, or leave it empty for the node's bridge")
+	case s.Network != "" && s.Network != NetworkNone && s.Network != NetworkHost:
 		return failure.Invalid("network", "%q is not a network a run may ask for: use \"none\" for loopback only, or leave it empty for the node's bridge", s.Network)
 	case s.PidsLimit < 0 || s.PidsLimit > MaxRunPidsLimit:
 		return failure.Invalid("pids_limit", "must be from 0 (the node's limit) to %d processes", MaxRunPidsLimit)
@@ -136,6 +136,19 @@ func (s RunSpec) validateLimits() error {
 		return failure.Invalid("env", "has %d variables; at most %d are accepted", len(s.Env), MaxRunEnv)
 	case len(s.Secrets) > MaxRunSecrets:
 		return failure.Invalid("secrets", "has %d secrets; at most %d are accepted", len(s.Secrets), MaxRunSecrets)
+	}
+	return s.validateGang()
+}
+
+// validateGang checks a gang's size and rendezvous port (issue 18).
+func (s RunSpec) validateGang() error {
+	switch {
+	case s.Nodes < 0 || s.Nodes > MaxRunNodes:
+		return failure.Invalid("nodes", "must be from 1 to %d members (0 means 1), got %d", MaxRunNodes, s.Nodes)
+	case s.MasterPort < 0 || s.MasterPort > 65535:
+		return failure.Invalid("master_port", "must be a TCP port from 1 to 65535, or 0 for %d", DefaultMasterPort)
+	case s.MasterPort != 0 && s.Nodes <= 1:
+		return failure.Invalid("master_port", "is the rendezvous port of a gang; set nodes to 2 or more, or leave it out")
 	}
 	return nil
 }

@@ -58,8 +58,10 @@ a version of the same size, the content's SHA-256 is computed first and
 nothing is sent if it is that version. An interrupted push resumes where it
 stopped, within the run and across runs of this command (the upload's ID is
 kept in the CLI's configuration directory). Progress goes to stderr when it
-is a terminal.`)
+is a terminal. A name belongs to the project its first version was pushed
+to; later versions go to the same one.`)
 	g := fs.ClientFlags(true)
+	project := projectFlag(fs, "the name belongs to")
 	pos, err := fs.Parse(args)
 	if err != nil {
 		return err
@@ -99,6 +101,7 @@ is a terminal.`)
 		return err
 	}
 	opts := client.PushOptions{
+		Project:  projectOr(c, *project),
 		UploadID: resume.get(key),
 		Started:  func(id string) { resume.put(key, id) },
 	}
@@ -259,8 +262,10 @@ func writeTree(dir string, w io.Writer) error {
 func artifactList(ctx context.Context, inv *command.Invocation, args []string) error {
 	fs := inv.Flags("[flags] [NAME]", `
 List Artifact versions, by name and then oldest first; with NAME, only its
-versions.`)
+versions. Without --project (or a project in the context), every project's
+the token may see.`)
 	g := fs.ClientFlags(true)
+	project := projectFlag(fs, "whose names to list")
 	name := ""
 	c, err := inv.ConnectWith(fs, g, args, func(pos []string) error {
 		if len(pos) > 1 {
@@ -274,7 +279,7 @@ versions.`)
 	if err != nil {
 		return err
 	}
-	list, err := c.ListArtifacts(ctx, name)
+	list, err := c.ListArtifactsOf(ctx, projectOr(c, *project), name)
 	if err != nil {
 		return err
 	}
@@ -282,10 +287,10 @@ versions.`)
 		return inv.WriteJSON(list)
 	}
 	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "REFERENCE\tSIZE\tFORMAT\tSHA256\tCREATED")
+	fmt.Fprintln(tw, "REFERENCE\tPROJECT\tSIZE\tFORMAT\tSHA256\tCREATED")
 	for _, v := range list.Artifacts {
 		created := v.CreatedAt
-		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.Ref(), bytesize.Format(v.Size), v.Format, v.SHA256[:min(12, len(v.SHA256))], command.FormatTime(&created))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", v.Ref(), api.ProjectOf(v.Project), bytesize.Format(v.Size), v.Format, v.SHA256[:min(12, len(v.SHA256))], command.FormatTime(&created))
 	}
 	return tw.Flush()
 }
@@ -308,8 +313,8 @@ Show one Artifact version; without @VERSION, the newest.`)
 	}
 	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	created := v.CreatedAt
-	termtext.Fprintf(tw, "Reference:\t%s\nSHA256:\t%s\nSize:\t%s (%d bytes)\nFormat:\t%s\nCreated:\t%s\n",
-		v.Ref(), v.SHA256, bytesize.Format(v.Size), v.Size, v.Format, command.FormatTime(&created))
+	termtext.Fprintf(tw, "Reference:\t%s\nProject:\t%s\nSHA256:\t%s\nSize:\t%s (%d bytes)\nFormat:\t%s\nCreated:\t%s\n",
+		v.Ref(), api.ProjectOf(v.Project), v.SHA256, bytesize.Format(v.Size), v.Size, v.Format, command.FormatTime(&created))
 	return tw.Flush()
 }
 

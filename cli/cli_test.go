@@ -196,7 +196,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		"bad env name":    {[]string{"run", "submit", "--image", "x", "--env", "1X=y", "true"}, `--env: "1X" is not a valid variable name`},
 		"gpu model alone": {[]string{"run", "submit", "--image", "x", "--gpu-model", "H100", "true"}, "--gpus: gpu_model and gpu_memory_bytes need gpus of 1 or more"},
 		"artifact at /":   {[]string{"run", "submit", "--image", "x", "--artifact", "a:/", "true"}, "artifacts[0].mount_path: must not be /"},
-		"host network":    {[]string{"run", "submit", "--image", "x", "--network", "host", "true"}, "--network: a run never gets the host's network"},
+		"host network":    {[]string{"run", "submit", "--image", "x", "--network", "host", "true"}, "--network: only a gang's members"},
 		"bad user":        {[]string{"run", "submit", "--image", "x", "--user", "-0", "true"}, `--user: "-0" is not a user`},
 		"negative pids":   {[]string{"run", "submit", "--image", "x", "--pids-limit", "-1", "true"}, "--pids-limit must be from 0"},
 		"negative time":   {[]string{"run", "submit", "--image", "x", "--timeout", "-1s", "true"}, "--timeout"},

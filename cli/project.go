@@ -12,6 +12,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/cli/command"
+	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/internal/bytesize"
 	"github.com/mercator/mercator/internal/termtext"
 )
@@ -250,7 +251,16 @@ func projectGet(ctx context.Context, inv *command.Invocation, args []string) err
 		return inv.WriteJSON(p)
 	}
 	termtext.Fprintf(inv.Stdout, "%s: %s\n", p.Name, describeProject(p))
-	return nil
+	if len(p.FunctionReservations) == 0 {
+		return nil
+	}
+	fmt.Fprintln(inv.Stdout, "\nFunction reservations (what its function containers hold, by node):")
+	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tCONTAINERS\tCPU\tMEMORY")
+	for _, r := range p.FunctionReservations {
+		termtext.Fprintf(tw, "%s\t%d\t%g\t%s\n", r.Node, r.Containers, r.CPU, bytesize.Format(r.MemoryBytes))
+	}
+	return tw.Flush()
 }
 
 func projectRemove(ctx context.Context, inv *command.Invocation, args []string) error {
@@ -292,4 +302,21 @@ func printQueue(inv *command.Invocation, list api.RunList) error {
 		termtext.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", api.ProjectOf(r.Project), pos, r.Priority, r.ID, command.OrDash(r.Image), command.OrDash(r.Reason))
 	}
 	return tw.Flush()
+}
+
+// projectFlag is the --project flag of the commands about objects that
+// belong to a project (Artifacts, registry credentials): what says which
+// project they are in, or which to list.
+func projectFlag(fs *command.FlagSet, what string) *string {
+	return fs.String("project", "", "`project` "+what+" (default: $MERCATOR_PROJECT or the context's; else the token's, or default)")
+}
+
+// projectOr is flag, or the client's project (the context's or
+// $MERCATOR_PROJECT) when flag is empty; "" lets the server choose (the
+// token's first project, else default).
+func projectOr(c *client.Client, flag string) string {
+	if flag != "" {
+		return flag
+	}
+	return c.Project
 }

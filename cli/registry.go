@@ -33,8 +33,12 @@ it appears in no command line or shell history:
 
 It is stored encrypted and never returned. A node receives it only inside
 the command that pulls the image, and keeps it nowhere. Adding a host again
-replaces its credential.`)
+replaces its credential.
+
+A credential belongs to a project: only that project's runs and functions
+pull with it, and each project may hold its own for the same host.`)
 	g := fs.ClientFlags(true)
+	project := projectFlag(fs, "whose runs and functions pull with it")
 	user := fs.String("username", "", "registry `user` name (required)")
 	stdin := fs.Bool("password-stdin", false, "read the password or token from stdin (required)")
 	pos, err := fs.Parse(args)
@@ -66,25 +70,26 @@ replaces its credential.`)
 	if err != nil {
 		return err
 	}
-	r, err := c.AddRegistry(ctx, host, *user, password)
+	r, err := c.AddRegistryTo(ctx, projectOr(c, *project), host, *user, password)
 	if err != nil {
 		return err
 	}
 	if g.JSON() {
 		return inv.WriteJSON(r)
 	}
-	termtext.Fprintf(inv.Stderr, "stored the credential of %s for user %s\n", r.Host, r.Username)
+	termtext.Fprintf(inv.Stderr, "stored project %s's credential of %s for user %s\n", r.Project, r.Host, r.Username)
 	return nil
 }
 
 func registryList(ctx context.Context, inv *command.Invocation, args []string) error {
-	fs := inv.Flags("[flags]", `List the registries with a stored credential. Passwords are never shown.`)
+	fs := inv.Flags("[flags]", `List the registries with a stored credential, by project. Passwords are never shown.`)
 	g := fs.ClientFlags(true)
+	project := projectFlag(fs, "whose credentials to list")
 	c, _, err := inv.Connect(fs, g, args, "")
 	if err != nil {
 		return err
 	}
-	list, err := c.ListRegistries(ctx)
+	list, err := c.ListRegistriesOf(ctx, projectOr(c, *project))
 	if err != nil {
 		return err
 	}
@@ -92,25 +97,26 @@ func registryList(ctx context.Context, inv *command.Invocation, args []string) e
 		return inv.WriteJSON(list)
 	}
 	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tUSERNAME\tUPDATED")
+	fmt.Fprintln(tw, "PROJECT\tHOST\tUSERNAME\tUPDATED")
 	for _, r := range list.Registries {
 		updated := r.UpdatedAt
-		termtext.Fprintf(tw, "%s\t%s\t%s\n", r.Host, r.Username, command.FormatTime(&updated))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Project, r.Host, r.Username, command.FormatTime(&updated))
 	}
 	return tw.Flush()
 }
 
 func registryRemove(ctx context.Context, inv *command.Invocation, args []string) error {
-	fs := inv.Flags("[flags] HOST", `Remove the credential of a registry host.`)
+	fs := inv.Flags("[flags] HOST", `Remove a project's credential of a registry host.`)
 	g := fs.ClientFlags(false)
+	project := projectFlag(fs, "whose credential to remove")
 	c, host, err := inv.Connect(fs, g, args, "HOST")
 	if err != nil {
 		return err
 	}
-	r, err := c.RemoveRegistry(ctx, host)
+	r, err := c.RemoveRegistryFrom(ctx, projectOr(c, *project), host)
 	if err != nil {
 		return err
 	}
-	termtext.Fprintf(inv.Stderr, "removed the credential of %s\n", r.Host)
+	termtext.Fprintf(inv.Stderr, "removed project %s's credential of %s\n", r.Project, r.Host)
 	return nil
 }

@@ -124,6 +124,7 @@ type submitFlags struct {
 	cpu                   *float64
 	timeout, replaceAfter *time.Duration
 	retries, gpus, count  *int
+	nodes, masterPort     *int // a gang (docs/gpus.md)
 	env, artifacts        command.StringList
 	constraints           command.StringList
 	// Containment the run asks for (api.RunSpec's block of it).
@@ -147,7 +148,9 @@ func (sf *submitFlags) define(fs *command.FlagSet) {
 	fs.Var(&sf.memory, "memory", "memory `size` limit, e.g. 64MiB or 1GB (not given: the node's default, 2 GiB unless its operator says otherwise)")
 	sf.timeout = fs.Duration("timeout", 0, "fail the run this long after its container started, e.g. 30m (0: no timeout)")
 	sf.retries = fs.Int("retries", 0, "further attempts a failed attempt may get")
-	sf.gpus = fs.Int("gpus", 0, "number of whole GPUs the run needs")
+	sf.gpus = fs.Int("gpus", 0, "number of whole GPUs the run needs (per member, with --nodes)")
+	sf.nodes = fs.Int("nodes", 1, "`N` members of a gang, one per node, placed all at once or not at all, each with its rank in MERCATOR_RANK and RANK (docs/gpus.md)")
+	sf.masterPort = fs.Int("master-port", 0, "a gang's rendezvous `port` on rank 0, MASTER_PORT (0: 29500)")
 	sf.gpuModel = fs.String("gpu-model", "", "GPU `model` the run needs, matched as a case-insensitive substring, e.g. H100")
 	fs.Var(&sf.gpuMemory, "gpu-memory", "minimum memory `size` per GPU, e.g. 80GiB")
 	fs.Var(&sf.logLimit, "log-limit", "keep at most this `size` of each attempt's log, e.g. 1GiB; past it output is dropped (not given: the server's default, 100MiB)")
@@ -156,7 +159,7 @@ func (sf *submitFlags) define(fs *command.FlagSet) {
 	fs.Var(&sf.artifacts, "artifact", "mount an Artifact read-only: `NAME[@VERSION]:/PATH[:min-read=500MB/s]` (repeatable; no VERSION: the newest)")
 	sf.user = fs.String("user", "", "run the command as `USER`: uid[:gid] or a name the image defines (default the image's user)")
 	sf.readOnly = fs.Bool("read-only", false, "mount the container's root filesystem read-only")
-	sf.network = fs.String("network", "", "`none` for loopback only (default the node's bridge)")
+	sf.network = fs.String("network", "", "`none` for loopback only, host for a gang's members only (default the node's bridge)")
 	sf.pidsLimit = fs.Int64("pids-limit", 0, "most `processes` the container may have (0: the node's limit; a node refuses more than its --max-pids)")
 	sf.count = fs.Int("count", 1, "submit `N` copies, each with "+runIndexEnv+"=0…N-1 in its environment, through the batch API")
 	sf.secrets.Define(fs.FlagSet)
@@ -176,7 +179,11 @@ func (sf *submitFlags) spec(argv []string, env func(string) string) (api.RunSpec
 		GPUs: *sf.gpus, GPUModel: *sf.gpuModel, TimeoutSeconds: wholeSeconds(*sf.timeout),
 		User: *sf.user, ReadOnlyRootfs: *sf.readOnly, Network: *sf.network, PidsLimit: *sf.pidsLimit,
 		MemoryBytes: int64(sf.memory), GPUMemoryBytes: int64(sf.gpuMemory), LogLimitBytes: int64(sf.logLimit),
-		Project: *sf.project, Priority: *sf.priority, GraceSeconds: wholeSeconds(*sf.grace)}
+		Project: *sf.project, Priority: *sf.priority, GraceSeconds: wholeSeconds(*sf.grace),
+		Nodes: *sf.nodes, MasterPort: *sf.masterPort}
+	if spec.Nodes == 1 {
+		spec.Nodes = 0 // one container, as the API stores it
+	}
 	var err error
 	if *sf.replaceAfter < 0 {
 		spec.ReplaceAfterSeconds = -1
@@ -227,6 +234,7 @@ var specFlags = map[string]string{
 	"replace_after_seconds": "--replace-after (in seconds)", "env": "--env", "secrets": "--secret", "log_limit_bytes": "--log-limit",
 	"user": "--user", "network": "--network", "pids_limit": "--pids-limit", "project": "--project", "priority": "--priority",
 	"grace_seconds": "--grace (in seconds)", "constraints": "--constraint",
+	"nodes": "--nodes", "master_port": "--master-port",
 }
 
 // specUsageError turns api.RunSpec.Validate's error into a usage error
@@ -374,6 +382,9 @@ func printRun(inv *command.Invocation, r api.Run) error {
 		_, err := fmt.Fprintln(inv.Stdout, "No attempts yet.")
 		return err
 	}
+	if err := printMembers(inv, r); err != nil { // gang.go
+		return err
+	}
 	tw = tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ATTEMPT\tNODE\tSTATUS\tCONTAINER\tSTARTED\tFINISHED\tEXIT\tERROR")
 	for _, a := range r.Attempts {
@@ -388,7 +399,7 @@ func printRun(inv *command.Invocation, r api.Run) error {
 		if a.PreemptedBy != "" {
 			errText = a.PreemptedBy
 		}
-		termtext.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, command.OrDash(a.NodeID), a.Status,
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", attemptLabel(a), command.OrDash(a.NodeID), a.Status,
 			command.OrDash(shortID(a.ContainerID)), command.FormatTime(a.StartedAt), command.FormatTime(a.FinishedAt), exit, command.OrDash(errText))
 	}
 	if err := tw.Flush(); err != nil {
@@ -417,7 +428,7 @@ ID of the last run of the previous page.`)
 	limit := fs.Int("limit", 0, "list at most `N` runs (0: the server's default)")
 	before := fs.String("before", "", "list only runs older than `RUN_ID`")
 	project := fs.String("project", "", "list only this `project`'s runs (default: $MERCATOR_PROJECT or the context's; every project when neither)")
-	queue := fs.Bool("queue", false, "list the queued runs in scheduling order (priority, then submission), by project, with their positions")
+	queue := fs.Bool("queue", false, "list the queued runs in the order the scheduler would take them (across projects by fair share; within one by priority, then submission), with their positions")
 	pos, err := fs.Parse(args)
 	if err != nil {
 		return err
@@ -555,20 +566,27 @@ func runSummaryLine(r api.Run) string {
 
 func runLogs(ctx context.Context, inv *command.Invocation, args []string) error {
 	fs := inv.Flags("[flags] RUN_ID", `
-Print the combined stdout and stderr of the run's latest attempt as it
-arrives. With -f, keep printing until the run ends and all its output was
+Print the combined stdout and stderr of the run's latest attempt (of a
+gang, rank 0's or --rank K's in its latest attempt set) as it arrives. With -f, keep printing until the run ends and all its output was
 printed. To a file or a pipe it is byte for byte; to a terminal, its control
 characters and escape sequences are shown escaped (\x1b[2J), not obeyed,
 unless --raw is given (docs/hardening.md, "Terminal output").`)
 	g := fs.ClientFlags(false)
 	follow := fs.Bool("follow", false, "keep streaming until the run ends")
 	fs.AliasShort("f", "follow")
+	rank := fs.Int("rank", -1, "a gang's member `K`, in its latest attempt set (default: rank 0 of a gang)")
 	raw := command.RawFlag(fs)
 	c, id, err := inv.Connect(fs, g, args, "RUN_ID")
 	if err != nil {
 		return err
 	}
 	w, finish := termtext.Output(inv.Stdout, *raw)
+	if *rank < -1 {
+		return command.Usagef("--rank must be a gang's rank, 0 or more; got %d", *rank)
+	}
+	if *rank >= 0 {
+		return finish(c.RankLogs(ctx, id, *rank, *follow, w))
+	}
 	return finish(c.Logs(ctx, id, *follow, w))
 }
 

@@ -46,6 +46,9 @@ type Payload struct {
 
 // PushOptions tunes PushArtifact. The zero value is usable.
 type PushOptions struct {
+	// Project is the project the name belongs to (docs/teams.md); "" is
+	// the caller's (its token's first project, else default).
+	Project string
 	// UploadID, when set, is an upload of this content started earlier
 	// (by a push that was interrupted); it is resumed where it stands if
 	// the control plane still holds it, and a new upload starts otherwise.
@@ -184,7 +187,7 @@ func (c *Client) resumeOrStart(ctx context.Context, name string, p Payload, opts
 	}
 	var up api.Upload
 	err := c.do(ctx, http.MethodPost, "/artifacts/"+url.PathEscape(name)+"/uploads", nil,
-		api.UploadRequest{Size: p.Size, SHA256: p.SHA256, Format: p.Format}, &up)
+		api.UploadRequest{Size: p.Size, SHA256: p.SHA256, Format: p.Format, Project: opts.Project}, &up)
 	return up, err
 }
 
@@ -429,13 +432,19 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// ListArtifacts returns every version of every Artifact, or of one name
-// when name is not empty (GET /v1/artifacts).
+// ListArtifacts returns every version of every Artifact the caller may
+// see, or of one name when name is not empty (GET /v1/artifacts).
 func (c *Client) ListArtifacts(ctx context.Context, name string) (api.ArtifactList, error) {
+	return c.ListArtifactsOf(ctx, "", name)
+}
+
+// ListArtifactsOf is ListArtifacts of one project's names ("" every
+// project the caller may see).
+func (c *Client) ListArtifactsOf(ctx context.Context, project, name string) (api.ArtifactList, error) {
 	var out api.ArtifactList
-	var q url.Values
+	q := projectQuery(project)
 	if name != "" {
-		q = url.Values{"name": {name}}
+		q.Set("name", name)
 	}
 	if err := c.do(ctx, http.MethodGet, "/artifacts", q, nil, &out); err != nil {
 		return api.ArtifactList{}, fmt.Errorf("list artifacts: %w", err)
@@ -456,33 +465,60 @@ func (c *Client) GetArtifact(ctx context.Context, name, version string) (api.Art
 	return v, nil
 }
 
-// AddRegistry stores (or replaces) the credential of a registry host. The
-// answer never holds the password.
+// AddRegistry stores (or replaces) the caller's project's credential for
+// a registry host. The answer never holds the password.
 func (c *Client) AddRegistry(ctx context.Context, host, username, password string) (api.Registry, error) {
+	return c.AddRegistryTo(ctx, "", host, username, password)
+}
+
+// AddRegistryTo is AddRegistry for project ("" the caller's).
+func (c *Client) AddRegistryTo(ctx context.Context, project, host, username, password string) (api.Registry, error) {
 	var out api.Registry
-	if err := c.do(ctx, http.MethodPost, "/registries", nil, api.RegistryCredentialRequest{Host: host, Username: username, Password: password}, &out); err != nil {
+	req := api.RegistryCredentialRequest{Host: host, Username: username, Password: password, Project: project}
+	if err := c.do(ctx, http.MethodPost, "/registries", nil, req, &out); err != nil {
 		return api.Registry{}, fmt.Errorf("add registry %s: %w", host, err)
 	}
 	return out, nil
 }
 
-// ListRegistries returns the registries with a stored credential.
+// ListRegistries returns the registries with a stored credential, of
+// every project the caller may see.
 func (c *Client) ListRegistries(ctx context.Context) (api.RegistryList, error) {
+	return c.ListRegistriesOf(ctx, "")
+}
+
+// ListRegistriesOf is ListRegistries of one project ("" every project the
+// caller may see).
+func (c *Client) ListRegistriesOf(ctx context.Context, project string) (api.RegistryList, error) {
 	var out api.RegistryList
-	if err := c.do(ctx, http.MethodGet, "/registries", nil, nil, &out); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/registries", projectQuery(project), nil, &out); err != nil {
 		return api.RegistryList{}, fmt.Errorf("list registries: %w", err)
 	}
 	return out, nil
 }
 
-// RemoveRegistry deletes a registry's credential; failure.ErrNotFound when
-// there is none.
+// RemoveRegistry deletes the caller's project's credential for a
+// registry; failure.ErrNotFound when there is none.
 func (c *Client) RemoveRegistry(ctx context.Context, host string) (api.Registry, error) {
+	return c.RemoveRegistryFrom(ctx, "", host)
+}
+
+// RemoveRegistryFrom is RemoveRegistry for project ("" the caller's).
+func (c *Client) RemoveRegistryFrom(ctx context.Context, project, host string) (api.Registry, error) {
 	var out api.Registry
-	if err := c.do(ctx, http.MethodDelete, "/registries/"+url.PathEscape(host), nil, nil, &out); err != nil {
+	if err := c.do(ctx, http.MethodDelete, "/registries/"+url.PathEscape(host), projectQuery(project), nil, &out); err != nil {
 		return api.Registry{}, fmt.Errorf("remove registry %s: %w", host, err)
 	}
 	return out, nil
+}
+
+// projectQuery is ?project= for project, or no query for "".
+func projectQuery(project string) url.Values {
+	q := url.Values{}
+	if project != "" {
+		q.Set("project", project)
+	}
+	return q
 }
 
 // BytesPayload is a Payload over content held in memory, for tests and

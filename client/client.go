@@ -308,10 +308,22 @@ func backoff(n int) time.Duration {
 // so w never sees a byte twice or a gap; that is retried a bounded number of
 // times in a row. An error writing to w ends Logs with that error.
 func (c *Client) Logs(ctx context.Context, id string, follow bool, w io.Writer) error {
+	return c.logs(ctx, id, url.Values{}, follow, w)
+}
+
+// RankLogs is Logs of one member of a gang run, by rank, in its latest
+// attempt set (docs/gpus.md "Gang runs"); a rank the gang does not have is
+// failure.ErrInvalid.
+func (c *Client) RankLogs(ctx context.Context, id string, rank int, follow bool, w io.Writer) error {
+	return c.logs(ctx, id, url.Values{"rank": {strconv.Itoa(rank)}}, follow, w)
+}
+
+// logs is Logs with the extra query q (which it changes).
+func (c *Client) logs(ctx context.Context, id string, q url.Values, follow bool, w io.Writer) error {
 	var offset int64
 	failures := 0
 	for {
-		n, err := c.logsOnce(ctx, id, follow, offset, w)
+		n, err := c.logsOnce(ctx, id, q, follow, offset, w)
 		offset += n
 		if err == nil {
 			return nil
@@ -337,8 +349,8 @@ func (e *errWrite) Unwrap() error { return e.err }
 
 // logsOnce makes one logs request from offset and copies its body to w. It
 // returns how many bytes it wrote; a broken stream is ErrUnavailable.
-func (c *Client) logsOnce(ctx context.Context, id string, follow bool, offset int64, w io.Writer) (int64, error) {
-	q := url.Values{"follow": {strconv.FormatBool(follow)}}
+func (c *Client) logsOnce(ctx context.Context, id string, q url.Values, follow bool, offset int64, w io.Writer) (int64, error) {
+	q.Set("follow", strconv.FormatBool(follow))
 	if offset > 0 {
 		q.Set("offset", strconv.FormatInt(offset, 10))
 	}

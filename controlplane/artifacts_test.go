@@ -198,7 +198,7 @@ func TestOutboundMintsReadsAndStoresNone(t *testing.T) {
 	}
 	prep := nodeproto.PrepareArtifactCommand{Name: "data", Version: v.Version, SHA256: v.SHA256, Size: v.Size, Format: v.Format}
 	stored := nodeproto.Command{Kind: nodeproto.KindPrepareArtifact, PrepareArtifact: &prep}
-	sent := f.srv.outbound(context.Background(), stored)
+	sent := f.srv.outbound(context.Background(), "", stored)
 	if stored.PrepareArtifact.URL != "" {
 		t.Fatal("outbound changed the stored command")
 	}
@@ -227,7 +227,7 @@ func TestOutboundMintsReadsAndStoresNone(t *testing.T) {
 	// A launch's Artifacts are minted too.
 	launch := nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{Image: "127.0.0.1:5/x@sha256:" + strings.Repeat("a", 64),
 		Artifacts: []nodeproto.ArtifactMount{{PrepareArtifactCommand: prep, MountPath: "/d"}}}}
-	out := f.srv.outbound(context.Background(), launch)
+	out := f.srv.outbound(context.Background(), "", launch)
 	if out.LaunchWorkload.Artifacts[0].URL == "" || launch.LaunchWorkload.Artifacts[0].URL != "" {
 		t.Error("launch artifacts were not minted, or the stored launch was changed")
 	}
@@ -246,14 +246,19 @@ func TestRegistryCredentialsAreSealedAndNeverReturned(t *testing.T) {
 		t.Fatalf("list: %s", body)
 	}
 	var stored store.RegistryCredential
-	err = f.st.View(ctx, func(tx store.Tx) error { stored, err = tx.GetRegistryCredential("registry.example:5000"); return err })
+	err = f.st.View(ctx, func(tx store.Tx) error {
+		stored, err = tx.GetRegistryCredential("", "registry.example:5000")
+		return err
+	})
 	if err != nil || bytes.Contains(stored.Sealed, []byte(password)) || len(stored.Sealed) == 0 {
 		t.Fatalf("stored credential: %+v, %v", stored, err)
 	}
 	// Sent with the launch that needs it, and only then.
 	image := "registry.example:5000/team/app@sha256:" + strings.Repeat("b", 64)
-	launch := nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{Image: image}}
-	out := f.srv.outbound(ctx, launch)
+	storeRun(t, f.st, "r-pull", "")
+	launch := nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{
+		WorkloadKey: nodeproto.WorkloadKey{RunID: "r-pull", Attempt: 1}, Image: image}}
+	out := f.srv.outbound(ctx, "", launch)
 	raw, err := base64.URLEncoding.DecodeString(out.LaunchWorkload.RegistryAuth)
 	var auth map[string]string
 	if err != nil || json.Unmarshal(raw, &auth) != nil || auth["username"] != "bot" || auth["password"] != password || auth["serveraddress"] != "registry.example:5000" {
@@ -262,8 +267,9 @@ func TestRegistryCredentialsAreSealedAndNeverReturned(t *testing.T) {
 	if launch.LaunchWorkload.RegistryAuth != "" {
 		t.Error("outbound wrote the credential into the stored command")
 	}
-	other := nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{Image: "ghcr.io/x/y@sha256:" + strings.Repeat("c", 64)}}
-	if a := f.srv.outbound(ctx, other).LaunchWorkload.RegistryAuth; a != "" {
+	other := nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{
+		WorkloadKey: nodeproto.WorkloadKey{RunID: "r-pull", Attempt: 1}, Image: "ghcr.io/x/y@sha256:" + strings.Repeat("c", 64)}}
+	if a := f.srv.outbound(ctx, "", other).LaunchWorkload.RegistryAuth; a != "" {
 		t.Errorf("a launch from another registry got a credential: %q", a)
 	}
 	if u, p, ok := f.srv.RegistryCredentials(ctx, "registry.example:5000"); !ok || u != "bot" || p != password {

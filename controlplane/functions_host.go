@@ -50,6 +50,6 @@ func (h fnHost) Resolve(ctx context.Context, image string) (string, error) {
 	return h.s.resolver.Resolve(ctx, image)
 }
 
-func (h fnHost) RegistryAuth(ctx context.Context, image string) string {
-	return h.s.registries.Auth(ctx, image)
+func (h fnHost) RegistryAuth(ctx context.Context, project, image string) string {
+	return h.s.registries.Auth(ctx, project, image)
 }

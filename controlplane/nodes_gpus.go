@@ -45,6 +45,9 @@ func (s *Server) applyGPUReport(tx store.Tx, nodeID string, o factcheck.Outcome)
 				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: api.AttemptFailureGPU, GracePeriod: 10 * time.Second}}); err != nil {
 				return "", err
 			}
+			if _, err := s.stopStrays(tx, &run.Run, nodeID); err != nil { // a gang's other members
+				return "", err
+			}
 			s.log.Warn("attempt ended: its GPU went bad", "run", run.ID, "attempt", a.Number, "node", nodeID, "gpu", a.Failure.GPU, "reason", a.Failure.Reason)
 			if e := endedStatus(was, run.Status); e != "" {
 				ended = e

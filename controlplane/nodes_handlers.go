@@ -93,7 +93,10 @@ func activeByNode(tx store.Tx, nodeID string) (map[string]nodeWork, error) {
 	}
 	out := map[string]nodeWork{}
 	for _, r := range runs {
-		if a := lifecycle.Current(&r.Run); a != nil && lifecycle.Active(*a) {
+		for _, a := range lifecycle.Members(&r.Run) { // a gang's on every node
+			if !lifecycle.Active(*a) {
+				continue
+			}
 			w := out[a.NodeID]
 			w.running = append(w.running, fmt.Sprintf("%s/%d", r.ID, a.Number))
 			w.gpus = append(w.gpus, a.GPUs...)

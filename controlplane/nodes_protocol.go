@@ -272,6 +272,9 @@ func (s *Server) applyEvent(tx store.Tx, nodeID string, ev nodeproto.Event, foun
 		if !lifecycle.LaunchFailed(&run.Run, nodeID, res.Workload.Attempt, "could not start: "+res.Error, now) {
 			return false, "", nil
 		}
+		if _, err := s.stopStrays(tx, &run.Run, nodeID); err != nil { // a gang's other members
+			return false, "", err
+		}
 		return true, endedStatus(was, run.Status), tx.PutRun(run)
 	}
 	return false, "", nil // an event kind from a newer agent: held, not applied
@@ -281,23 +284,23 @@ func (s *Server) applyEvent(tx store.Tx, nodeID string, ev nodeproto.Event, foun
 // may still be running but must not (see lifecycle.Strays), and reports
 // whether it issued any. It is called when a node reports on a run, which is
 // when a replaced attempt on a returning node shows itself.
+//
+// A gang's strays are stopped on every node, whichever reported: one
+// member's end is what makes the others strays (runs_gang.go).
 func (s *Server) stopStrays(tx store.Tx, run *api.Run, nodeID string) (bool, error) {
 	issued := false
 	for _, a := range lifecycle.Strays(run) {
-		if a.NodeID != nodeID {
+		if a.NodeID != nodeID && !lifecycle.Gang(run) {
 			continue
 		}
-		reason := "replaced"
-		if api.Terminal(run.Status) && !a.Replaced {
-			reason = "superseded"
-		}
-		if err := s.issue(tx, nodeID, nodeproto.Command{Kind: nodeproto.KindStopWorkload, StopWorkload: &nodeproto.StopWorkloadCommand{
-			WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: reason, GracePeriod: 10 * time.Second}}); err != nil {
+		reason := strayReason(run, a)
+		if err := s.issue(tx, a.NodeID, nodeproto.Command{Kind: nodeproto.KindStopWorkload, StopWorkload: &nodeproto.StopWorkloadCommand{
+			WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: reason, GracePeriod: graceOf(store.Run{Run: *run})}}); err != nil {
 			return false, err
 		}
 		a.StopRequested = true
 		issued = true
-		s.log.Info("stopping stray attempt", "run", run.ID, "attempt", a.Number, "node", nodeID, "reason", reason)
+		s.log.Info("stopping stray attempt", "run", run.ID, "attempt", a.Number, "node", a.NodeID, "reason", reason)
 	}
 	return issued, nil
 }

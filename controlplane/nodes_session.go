@@ -52,7 +52,7 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c httpapi.NodeC
 	defer s.log.Info("session closed", "node", c.NodeID)
 	s.metrics.Sessions.Inc()
 	defer s.metrics.Sessions.Dec()
-	st := &sessionStream{w: w, flusher: flusher, enc: json.NewEncoder(w), sent: map[string]bool{}, live: live}
+	st := &sessionStream{node: c.NodeID, w: w, flusher: flusher, enc: json.NewEncoder(w), sent: map[string]bool{}, live: live}
 	st.mb = s.attachInbox(c.NodeID) // before the first read: nothing falls between
 	defer st.mb.detach()
 	wake := s.nodeBroadcast(c.NodeID)
@@ -90,6 +90,7 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c httpapi.NodeC
 // (each operation once per stream), and where more comes from besides the
 // store (the mailbox, the live session's ephemeral commands).
 type sessionStream struct {
+	node    string
 	w       http.ResponseWriter
 	flusher http.Flusher
 	enc     *json.Encoder
@@ -106,7 +107,7 @@ func (s *Server) sendOnce(ctx context.Context, st *sessionStream, id string, cmd
 	if st.sent[id] {
 		return true
 	}
-	if err := st.enc.Encode(s.outbound(ctx, cmd)); err != nil {
+	if err := st.enc.Encode(s.outbound(ctx, st.node, cmd)); err != nil {
 		return false
 	}
 	st.sent[id] = true

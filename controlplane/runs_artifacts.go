@@ -7,7 +7,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/artifact"
-	"github.com/mercator/mercator/controlplane/internal/runsecrets"
+	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
 
@@ -25,7 +25,8 @@ import (
 // operation holds a credential, however short-lived.
 
 // resolveArtifacts pins every Artifact of a run to the exact version it
-// will read: a missing version is refused at submit (the user can fix it),
+// will read: a missing version, or one of another project, is refused at
+// submit (the user can fix it),
 // an empty one becomes the newest, and the digest is recorded (and, when
 // the client stated one, checked).
 func (s *Server) resolveArtifacts(ctx context.Context, spec *api.RunSpec) error {
@@ -38,6 +39,13 @@ func (s *Server) resolveArtifacts(ctx context.Context, spec *api.RunSpec) error 
 			m := &spec.Artifacts[i]
 			field := fmt.Sprintf("artifacts[%d]", i)
 			v, err := artifact.LookupVersion(tx, m.Name, m.Version)
+			if err == nil && api.ProjectOf(v.Project) != spec.Project { // docs/teams.md
+				if httpapi.ConfineToProject(ctx, api.ProjectOf(v.Project), "") == nil {
+					return failure.Invalid(field, "artifact %s belongs to project %s; a run of project %s mounts only its own project's Artifacts (push it to %s under another name)",
+						m.Name, api.ProjectOf(v.Project), spec.Project, spec.Project)
+				}
+				err = failure.NotFound("artifact", m.Name) // a project the caller may not see: as if absent
+			}
 			if errors.Is(err, failure.ErrNotFound) {
 				ref := m.Name + "@" + m.Version
 				if m.Version == "" || m.Version == "latest" {
@@ -57,13 +65,14 @@ func (s *Server) resolveArtifacts(ctx context.Context, spec *api.RunSpec) error 
 	})
 }
 
-// outbound is a stored command as it is sent: every Artifact read minted
-// now, for this sending, the image's registry credential attached, and a
-// launch's secrets opened and attached (runsecrets.Attach). The stored command
+// outbound is a stored command as it is sent to node nodeID: every
+// Artifact read minted now, for this sending, and a launch's registry
+// credential and secrets attached, its project's only and only to a node
+// in its project's pools (attachLaunch). The stored command
 // is not changed, so none of them ever reaches the database. A
 // read that cannot be minted is sent without one, which the node refuses in
 // Mercator's words rather than fetching anything.
-func (s *Server) outbound(ctx context.Context, cmd nodeproto.Command) nodeproto.Command {
+func (s *Server) outbound(ctx context.Context, nodeID string, cmd nodeproto.Command) nodeproto.Command {
 	switch {
 	case cmd.PrepareArtifact != nil:
 		c := *cmd.PrepareArtifact
@@ -75,10 +84,7 @@ func (s *Server) outbound(ctx context.Context, cmd nodeproto.Command) nodeproto.
 		for i := range l.Artifacts {
 			s.artifacts.Mint(ctx, &l.Artifacts[i].PrepareArtifactCommand)
 		}
-		if l.RegistryAuth == "" {
-			l.RegistryAuth = s.registries.Auth(ctx, l.Image)
-		}
-		runsecrets.Attach(ctx, s.store, serverKey{s}, s.log, &l)
+		s.attachLaunch(ctx, nodeID, &l) // runs_sendscope.go
 		cmd.LaunchWorkload = &l
 	case cmd.UpgradeAgent != nil: // the release's read (package upgrade)
 		c := *cmd.UpgradeAgent
@@ -86,8 +92,8 @@ func (s *Server) outbound(ctx context.Context, cmd nodeproto.Command) nodeproto.
 		cmd.UpgradeAgent = &c
 	case cmd.PrepareImage != nil:
 		c := *cmd.PrepareImage
-		if c.RegistryAuth == "" {
-			c.RegistryAuth = s.registries.Auth(ctx, c.Image)
+		if c.RegistryAuth == "" { // an image of no run: the default project's
+			c.RegistryAuth = s.registries.Auth(ctx, api.DefaultProject, c.Image)
 		}
 		cmd.PrepareImage = &c
 	}

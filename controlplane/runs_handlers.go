@@ -13,6 +13,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/runsecrets"
 	"github.com/mercator/mercator/controlplane/project"
+	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
@@ -132,7 +133,7 @@ func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, pins map[string
 	if err := s.store.View(ctx, func(tx store.Tx) error { return project.Exists(tx, "project", spec.Project) }); err != nil {
 		return store.Run{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(registry.WithProject(ctx, spec.Project), 30*time.Second) // its tag resolved with its project's credential
 	defer cancel()
 	if err := s.resolveArtifacts(ctx, &spec); err != nil {
 		return store.Run{}, err
@@ -315,6 +316,9 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
 				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "cancelled", GracePeriod: graceOf(run)}}); err != nil {
 				return err
 			}
+			if _, err := s.stopStrays(tx, &run.Run, a.NodeID); err != nil { // a gang's other members
+				return err
+			}
 		}
 		out = run
 		return tx.PutRun(run)
@@ -397,14 +401,10 @@ func (s *Server) runLogs(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
-	attempt := len(run.Attempts)
-	if v := q.Get("attempt"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > len(run.Attempts) {
-			httpapi.WriteError(w, failure.Invalid("attempt", "run %s has attempts 1 to %d", id, len(run.Attempts)))
-			return
-		}
-		attempt = n
+	attempt, err := logAttempt(run, q) // runs_gang.go: ?attempt, or a gang's ?rank
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
@@ -418,7 +418,7 @@ func (s *Server) runLogs(w http.ResponseWriter, r *http.Request) {
 			if run, err = s.readRun(ctx, id); err != nil {
 				return
 			}
-			attempt = len(run.Attempts)
+			attempt, _ = logAttempt(run, q)
 		}
 		var data []byte
 		if attempt > 0 {
@@ -449,7 +449,7 @@ func (s *Server) runLogs(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
-		if api.Terminal(run.Status) && (attempt == len(run.Attempts)) {
+		if api.Terminal(run.Status) && (attempt == len(run.Attempts) || lifecycle.Gang(&run)) {
 			// The exit is reported after the output the node had read, so a
 			// short grace covers only output still in flight.
 			if quiet++; quiet > 2 {

@@ -10,16 +10,17 @@ import (
 	"github.com/mercator/mercator/store"
 )
 
-// noteQueue ranks the runs a pass left waiting (project.Queue), against
-// when the running ones must end (schedcopy.Copy.Deadlines).
-func (s *Server) noteQueue(waiting map[string]string, pending map[string]store.Run) {
+// noteQueue ranks the runs a pass left waiting (project.Queue) in the
+// order the scheduler would take them (order, scheduler.Plan.Order),
+// against when the running ones must end (schedcopy.Copy.Deadlines).
+func (s *Server) noteQueue(waiting map[string]string, order []string, pending map[string]store.Run) {
 	runs := make([]store.Run, 0, len(waiting))
 	for id := range waiting {
 		if r, ok := pending[id]; ok {
 			runs = append(runs, r)
 		}
 	}
-	s.queue.Rank(runs, s.sched.Deadlines())
+	s.queue.Rank(runs, order, s.sched.Deadlines())
 }
 
 // listQueue answers GET /v1/runs?queue=1: the queued runs of opts.Project

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/factcheck"
+	"github.com/mercator/mercator/controlplane/internal/gang"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/placement"
 	"github.com/mercator/mercator/controlplane/internal/schedcopy"
@@ -194,9 +195,8 @@ func (s *Server) reconcile(ctx context.Context) error {
 		return err
 	}
 	placed := 0
-	chunk := s.placeChunk()
-	for start := 0; start < len(plan.Placements); start += chunk {
-		n, tooOld, err := s.commitPlacements(ctx, plan.Placements[start:min(start+chunk, len(plan.Placements))], pending)
+	for _, chunk := range gang.Chunks(plan.Placements, s.placeChunk()) { // a gang's members in one chunk
+		n, tooOld, err := s.commitPlacements(ctx, chunk, pending)
 		placed += n
 		if err != nil {
 			return err
@@ -206,7 +206,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 	if err := s.commitReasons(ctx, plan.Waiting, pending); err != nil {
 		return err
 	}
-	s.noteQueue(plan.Waiting, pending) // runs_queue.go
+	s.noteQueue(plan.Waiting, plan.Order, pending) // runs_queue.go
 	s.metrics.Placements.Add(float64(placed))
 	s.metrics.Pending.Set(float64(len(plan.Waiting)))
 	if placed > 0 {
@@ -280,57 +280,53 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 		// order, stalled placements at tens a second behind a long queue).
 		// Every read and write here is a batch (store.Tx.GetNodes, GetRuns,
 		// PutOperations, PutRuns), a few statements for the whole chunk.
-		nodes, err := tx.GetNodes(nodeIDs)
+		stored, err := tx.GetNodes(nodeIDs)
 		if err != nil {
 			return err
 		}
-		fences := make(map[string]uint64, len(nodes))
-		versions := make(map[string]int, len(nodes))
-		clear(tooOld)
-		for _, n := range nodes {
-			fences[n.ID] = n.FencingToken
-			if n.Facts != nil {
-				versions[n.ID] = n.Facts.CapabilityVersion
-			}
+		nodes := make(map[string]store.Node, len(stored))
+		for _, n := range stored {
+			nodes[n.ID] = n
 		}
+		clear(tooOld)
 		runIDs := make([]string, len(placements))
 		for i, p := range placements {
 			runIDs[i] = p.RunID
 		}
-		stored, err := tx.GetRuns(runIDs)
+		slices.Sort(runIDs)
+		storedRuns, err := tx.GetRuns(slices.Compact(runIDs))
 		if err != nil {
 			return err
 		}
-		runs := make(map[string]store.Run, len(stored))
-		for _, r := range stored {
+		runs := make(map[string]store.Run, len(storedRuns))
+		for _, r := range storedRuns {
 			runs[r.ID] = r
 		}
 		now := s.now()
 		var ops []store.Operation
 		var written []store.Run
-		for _, p := range placements {
-			run, ok := runs[p.RunID]
-			fence, known := fences[p.NodeID]
-			if !ok || !known || run.Status != api.RunQueued || run.Cancel || len(run.Attempts) != len(pending[p.RunID].Attempts) {
+		// A unit is one run's placement, or a gang's members, which
+		// commit together or not at all (runs_gang.go).
+		for _, unit := range gang.Units(placements) {
+			run, ok := runs[unit[0].RunID]
+			if !ok || run.Status != api.RunQueued || run.Cancel || len(run.Attempts) != len(pending[run.ID].Attempts) {
 				continue // gone or changed since the snapshot; the next pass sees it
 			}
-			delete(runs, p.RunID) // placed once, whatever the plan says
-			a := lifecycle.Place(&run.Run, p.NodeID, p.GPUs, now)
-			cmd := placement.Launch(run, a.Number, p.GPUs)
-			prepares, err := placement.PrepareArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
+			delete(runs, run.ID) // placed once, whatever the plan says
+			cmds, why, err := s.unitLaunches(tx, run, unit, nodes)
 			if err != nil {
 				return err
 			}
-			// Every command goes only to an agent that speaks it;
-			// otherwise the run waits, and says why.
-			if why := placement.TooOld(p.NodeID, versions[p.NodeID], append(prepares, cmd)); why != "" {
-				tooOld[p.RunID] = why
+			if why != "" {
+				tooOld[run.ID] = why
 				continue
 			}
-			for _, prep := range prepares {
-				ops = append(ops, s.operation(p.NodeID, fence, prep))
+			place(&run, unit, now)
+			for i, p := range unit {
+				for _, c := range cmds[i] {
+					ops = append(ops, s.operation(p.NodeID, nodes[p.NodeID].FencingToken, c))
+				}
 			}
-			ops = append(ops, s.operation(p.NodeID, fence, cmd))
 			written = append(written, run)
 		}
 		if err := tx.PutOperations(ops); err != nil {
@@ -418,8 +414,12 @@ const reasonRefresh = 10 * time.Second
 func (s *Server) replaceLost(ctx context.Context, lost map[string]time.Time) error {
 	var candidates []string
 	s.sched.EachActive(func(id string, u schedcopy.Usage) {
-		if _, down := lost[u.Current]; down && u.Current != "" {
-			candidates = append(candidates, id)
+		// Any active attempt's node: a gang's members are on several.
+		for _, a := range u.Attempts {
+			if _, down := lost[a.Node]; down {
+				candidates = append(candidates, id)
+				return
+			}
 		}
 	})
 	if len(candidates) == 0 {
@@ -431,43 +431,34 @@ func (s *Server) replaceLost(ctx context.Context, lost map[string]time.Time) err
 		replaced = 0
 		now := s.now()
 		judged := map[string]*time.Time{} // node → lost since; nil: not lost
+		lostSince := func(nodeID string) (*time.Time, error) {
+			since, ok := judged[nodeID]
+			if !ok {
+				n, err := tx.GetNode(nodeID)
+				if err != nil {
+					return nil, err
+				}
+				since = placement.LostSince(n, s.nodeStatus(n), s.live.LastSeen(n), s.cfg.Lease)
+				judged[nodeID] = since
+			}
+			return since, nil
+		}
 		for _, id := range candidates {
 			run, err := tx.GetRun(id)
 			if err != nil {
 				return err
 			}
-			a := lifecycle.Current(&run.Run)
-			if a == nil {
-				continue
-			}
-			since, ok := judged[a.NodeID]
-			if !ok {
-				n, err := tx.GetNode(a.NodeID)
+			ok, err := s.replaceLostRun(tx, &run, lostSince, now) // runs_gang.go
+			if err != nil || !ok {
 				if err != nil {
 					return err
 				}
-				since = placement.LostSince(n, s.nodeStatus(n), s.live.LastSeen(n), s.cfg.Lease)
-				judged[a.NodeID] = since
-			}
-			if since == nil {
 				continue
-			}
-			lostAt := *since
-			after, ok := lifecycle.ReplaceAfter(&run.Run)
-			if !ok || now.Before(lostAt.Add(after)) {
-				continue
-			}
-			if lifecycle.Replace(&run.Run, lostAt, now) == nil {
-				continue
-			}
-			if err := placement.WithdrawLaunch(tx, a.NodeID, run.ID, a.Number, now); err != nil {
-				return err
 			}
 			if err := tx.PutRun(run); err != nil {
 				return err
 			}
 			replaced++
-			s.log.Warn("replacing attempt on unreachable node", "run", run.ID, "attempt", a.Number, "node", a.NodeID, "unreachable_since", lostAt)
 		}
 		return nil
 	})
@@ -519,8 +510,8 @@ func (s *Server) enforceDrains(ctx context.Context, drained map[string]bool) err
 				return err
 			}
 			for _, run := range runs {
-				a := lifecycle.Current(&run.Run)
-				if a == nil || a.NodeID != n.ID || !lifecycle.Active(*a) || a.StopRequested {
+				a := lifecycle.MemberOn(&run.Run, n.ID) // a gang's member here, or the current attempt
+				if a == nil || !lifecycle.Active(*a) || a.StopRequested {
 					continue
 				}
 				if err := s.issue(tx, n.ID, nodeproto.Command{Kind: nodeproto.KindStopWorkload, StopWorkload: &nodeproto.StopWorkloadCommand{

@@ -128,7 +128,7 @@ func TestRunSecretsSealedAndSentOnlyInTheLaunch(t *testing.T) {
 	if l := launch.LaunchWorkload; len(l.SecretNames) != 1 || l.SecretNames[0] != "TOKEN" || l.Secrets != nil {
 		t.Errorf("stored launch names %v with values %v, want TOKEN and no value", l.SecretNames, l.Secrets)
 	}
-	sent := f.srv.outbound(ctx, launch)
+	sent := f.srv.outbound(ctx, "", launch)
 	if sent.LaunchWorkload.Secrets["TOKEN"] != secret || sent.LaunchWorkload.Env["MERCATOR_RUN_INDEX"] != "0" {
 		t.Errorf("sent launch: secrets %d, env %v; want TOKEN's value beside the env", len(sent.LaunchWorkload.Secrets), sent.LaunchWorkload.Env)
 	}
@@ -143,7 +143,7 @@ func TestRunSecretsSealedAndSentOnlyInTheLaunch(t *testing.T) {
 		t.Fatal(err)
 	}
 	moved := nodeproto.LaunchWorkloadCommand{WorkloadKey: nodeproto.WorkloadKey{RunID: "r-other", Attempt: 1}, SecretNames: []string{"TOKEN"}}
-	out := f.srv.outbound(ctx, nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &moved})
+	out := f.srv.outbound(ctx, "", nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &moved})
 	if out.LaunchWorkload.Secrets != nil || len(out.LaunchWorkload.MissingSecrets()) != 1 {
 		t.Errorf("a moved sealed secret opened: %d values", len(out.LaunchWorkload.Secrets))
 	}

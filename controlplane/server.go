@@ -271,6 +271,7 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		ReadTTL: cfg.ContentReadTTL, UploadDir: cfg.UploadDir, MaxUploadSize: cfg.Retention.MaxUploadSize})
 	s.registries = registry.New(st, s.now, s.log, serverKey{s})
 	s.projects = project.New(st, s.now, s.log)
+	s.projects.ReadNodesWith(func(ctx context.Context) ([]store.Node, error) { return s.nodeList(ctx, s.nodeListAge()) }) // function reservations
 	s.access = access.New(st, s.now, s.tokenRemoved)
 	s.upgrades = s.newUpgrades() // upgrades.go
 	var pub function.Publisher

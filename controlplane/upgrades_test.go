@@ -142,7 +142,7 @@ func TestRolloutIssuesSignedCommandAndHoldsRelease(t *testing.T) {
 	if c.SHA256 != rel.SHA256 || c.Size != rel.Size || !ed25519.Verify(ed25519.PublicKey(c.PublicKey), bin, c.Signature) || c.URL != "" {
 		t.Errorf("stored command: %+v", c)
 	}
-	out := f.srv.outbound(ctx, ops[0].Command)
+	out := f.srv.outbound(ctx, "", ops[0].Command)
 	if out.UpgradeAgent.URL == "" || out.UpgradeAgent.ExpiresAt.IsZero() {
 		t.Errorf("the command was sent without a minted read: %+v", out.UpgradeAgent)
 	}

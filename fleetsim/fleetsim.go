@@ -76,8 +76,8 @@ type Config struct {
 	// is running, for at most RunsTimeout more.
 	Duration time.Duration
 	// DB is the control plane's store: "" for SQLite in a temporary
-	// directory, or a postgres:// URL (whose schema must be empty or hold
-	// only an earlier simulation's tables).
+	// directory, or a postgres:// URL, in whose database the simulation
+	// makes a schema of its own and drops it at the end.
 	DB string
 	// Replicas is how many control-plane replicas share DB (default 1;
 	// more than one needs PostgreSQL). Nodes are spread over them.
@@ -212,9 +212,8 @@ func (c *Config) defaults() error {
 	if c.EnrollConcurrency == 0 {
 		c.EnrollConcurrency = 200
 	}
-	postgres := strings.HasPrefix(c.DB, "postgres://") || strings.HasPrefix(c.DB, "postgresql://")
 	switch {
-	case c.Replicas > 1 && !postgres:
+	case c.Replicas > 1 && !c.postgres():
 		return failure.Invalid("replicas", "several replicas need a shared PostgreSQL store (--db postgres://…)")
 	case c.StormAt < 0 || (c.StormAt > 0 && c.StormAt >= c.Duration):
 		return failure.Invalid("storm-at", "the reconnect storm must come during the hold (%s), not at %s", c.Duration, c.StormAt)
@@ -236,6 +235,12 @@ func (c *Config) defaults() error {
 	}
 	c.SubmitBatch = max(1, c.SubmitBatch)
 	return nil
+}
+
+// postgres reports whether the store is PostgreSQL. Each simulation then
+// runs in a schema of its own, dropped at the end (freshSchema).
+func (c Config) postgres() bool {
+	return strings.HasPrefix(c.DB, "postgres://") || strings.HasPrefix(c.DB, "postgresql://")
 }
 
 // Run runs one simulation and reports what it measured. It returns an
@@ -277,6 +282,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer regClose()
+	if s.cfg.postgres() {
+		dsn, drop, err := freshSchema(ctx, s.cfg.DB)
+		if err != nil {
+			return nil, err
+		}
+		defer drop() // after the replicas stopped (deferred below)
+		s.cfg.DB = dsn
+	}
 	defer s.stopReplicas()
 	if err := s.startReplicas(ctx); err != nil {
 		return nil, err

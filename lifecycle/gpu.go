@@ -30,8 +30,8 @@ const maxAttemptXids = 16
 // holds: the program's fault is the attempt's, not the card's. It returns
 // whether any was filed.
 func RecordXids(r *api.Run, nodeID string, xids []api.GPUXid) bool {
-	a := Current(r)
-	if a == nil || a.NodeID != nodeID || !Active(*a) {
+	a := MemberOn(r, nodeID)
+	if a == nil || !Active(*a) {
 		return false
 	}
 	filed := false
@@ -51,8 +51,8 @@ func RecordXids(r *api.Run, nodeID string, xids []api.GPUXid) bool {
 // elsewhere since the card is quarantined, without spending its retry
 // budget. It returns the attempt ended, or nil when none was.
 func GPUFailed(r *api.Run, nodeID string, sick []SickGPU, now time.Time) *api.Attempt {
-	a := Current(r)
-	if a == nil || a.NodeID != nodeID || !Active(*a) {
+	a := MemberOn(r, nodeID)
+	if a == nil || !Active(*a) {
 		return nil
 	}
 	i := slices.IndexFunc(sick, func(g SickGPU) bool { return slices.Contains(a.GPUs, g.UUID) })

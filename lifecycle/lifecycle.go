@@ -166,7 +166,8 @@ func sameAttempt(x, y api.Attempt) bool {
 		sameTime(x.StartedAt, y.StartedAt) && sameTime(x.FinishedAt, y.FinishedAt) &&
 		x.PreemptedBy == y.PreemptedBy && x.PreemptedFor == y.PreemptedFor && sameTime(x.PreemptedAt, y.PreemptedAt) &&
 		(x.Progress == y.Progress || (x.Progress != nil && y.Progress != nil && *x.Progress == *y.Progress)) &&
-		x.Failure == y.Failure && sameUsage(x.GPUUsage, y.GPUUsage) && len(x.Xids) == len(y.Xids)
+		x.Failure == y.Failure && sameUsage(x.GPUUsage, y.GPUUsage) && len(x.Xids) == len(y.Xids) &&
+		x.Set == y.Set && x.Rank == y.Rank
 }
 
 func sameInt(x, y *int) bool { return x == y || (x != nil && y != nil && *x == *y) }
@@ -203,6 +204,10 @@ func LaunchFailed(r *api.Run, nodeID string, attempt int, message string, now ti
 
 // settle moves the run after its attempt a changed.
 func settle(r *api.Run, a *api.Attempt, now time.Time) {
+	if Gang(r) {
+		settleGang(r, a, now) // gang.go
+		return
+	}
 	if cur := Current(r); cur == nil || cur.Number != a.Number || api.Terminal(r.Status) {
 		return
 	}
@@ -286,6 +291,8 @@ func Replace(r *api.Run, unreachableSince, now time.Time) *api.Attempt {
 // attempt, any attempt of an ended run, any attempt but the current one. The
 // control plane stops each once (it sets StopRequested), which is what keeps
 // at most one attempt of a run running once an unreachable node is back.
+// A gang's strays are every member of a set that is not current or that
+// broke, and all its members while it is being cancelled (gang.go).
 func Strays(r *api.Run) []*api.Attempt {
 	var out []*api.Attempt
 	cur := Current(r)
@@ -294,7 +301,11 @@ func Strays(r *api.Run) []*api.Attempt {
 		if !Active(*a) || a.StopRequested {
 			continue
 		}
-		if a.Replaced || a != cur || api.Terminal(r.Status) {
+		stray := a != cur
+		if Gang(r) {
+			stray = gangStray(r, a) || r.Cancel
+		}
+		if stray || a.Replaced || api.Terminal(r.Status) {
 			out = append(out, a)
 		}
 	}
@@ -303,15 +314,18 @@ func Strays(r *api.Run) []*api.Attempt {
 
 // Cancel marks a run cancelled on request. It returns the attempt that must
 // be stopped on its node, or nil when nothing runs and the run ended here.
-// Cancelling an ended run changes nothing.
+// Cancelling an ended run changes nothing. A gang's other active members
+// are strays from here on (Strays), stopped by the caller too.
 func Cancel(r *api.Run, now time.Time) *api.Attempt {
 	if api.Terminal(r.Status) {
 		return nil
 	}
 	r.Cancel = true
 	r.UpdatedAt = now
-	if a := Current(r); a != nil && Active(*a) {
-		return a
+	for _, a := range Members(r) {
+		if Active(*a) {
+			return a
+		}
 	}
 	finish(r, api.RunCancelled, "cancelled by request", nil, now)
 	return nil

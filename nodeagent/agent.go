@@ -372,13 +372,25 @@ func (a *Agent) flushLoop(ctx context.Context) {
 // anything but the control plane: facts are read in factsLoop, because a
 // vendor tool that hangs (nvidia-smi on a wedged driver can take its full
 // timeout) must not make a healthy machine miss its lease.
+//
+// A heartbeat that failed is tried again after the reconnect backoff
+// (jittered, doubling up to the heartbeat period), not a whole period
+// later: the lease allows three periods, and when every node reconnects at
+// once (a control plane restarted, a network blip) a node whose first
+// attempt met a full server had then only one more before its lease
+// lapsed.
 func (a *Agent) heartbeatLoop(ctx context.Context) {
+	retry := a.backoff
 	for {
 		nodeID, tok := a.creds()
+		wait := a.heartbeat
 		if _, err := a.transport.SendEvents(ctx, nodeID, tok, nil); err != nil && ctx.Err() == nil {
 			a.handleTransportError("heartbeat", err)
+			wait, retry = min(jitter(retry), a.heartbeat), min(retry*2, a.heartbeat)
+		} else {
+			retry = a.backoff
 		}
-		if !sleep(ctx, a.heartbeat) {
+		if !sleep(ctx, wait) {
 			return
 		}
 	}

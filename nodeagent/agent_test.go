@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -348,5 +349,47 @@ func TestLogsOfAWorkloadObservedBeforeItStarted(t *testing.T) {
 	waitUntil(t, "the exit reported", func() bool { return tr.exitReported(key) })
 	if got := tr.shipped(key); got != rt.output {
 		t.Errorf("logs shipped by the time the exit was reported = %q, want %q", got, rt.output)
+	}
+}
+
+// heartbeatTransport is chanTransport that refuses the first heartbeats
+// (empty event batches) and signals every one tried.
+type heartbeatTransport struct {
+	chanTransport
+	refuse atomic.Int32
+	tried  chan struct{}
+}
+
+func (h *heartbeatTransport) SendEvents(ctx context.Context, node, tok string, evs []nodeproto.Event) ([]string, error) {
+	if len(evs) == 0 {
+		select {
+		case h.tried <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if h.refuse.Add(-1) >= 0 {
+			return nil, failure.Unavailable("the control plane is full")
+		}
+	}
+	return h.chanTransport.SendEvents(ctx, node, tok, evs)
+}
+
+// TestFailedHeartbeatRetriedWithinThePeriod: a heartbeat the control plane
+// did not take is tried again after the reconnect backoff, not a whole
+// heartbeat period later (an hour here: the test would time out), so a node
+// that met a full server when every node reconnected at once does not let
+// its lease lapse.
+func TestFailedHeartbeatRetriedWithinThePeriod(t *testing.T) {
+	tr := &heartbeatTransport{chanTransport: chanTransport{commands: make(chan nodeproto.Command)}, tried: make(chan struct{})}
+	tr.refuse.Store(3)
+	stop := startTestAgent(t, newMemRuntime(), tr, t.TempDir(), WithHeartbeat(time.Hour))
+	defer stop()
+	for i := 0; i < 4; i++ { // three refused, then one taken
+		<-tr.tried
+	}
+	select {
+	case <-tr.tried:
+		t.Fatal("a heartbeat was sent again before the period after one was taken")
+	case <-time.After(100 * time.Millisecond):
 	}
 }

@@ -65,6 +65,12 @@
 //     read, verify it, replace the agent's own binary and re-exec. An older
 //     agent would take the unknown kind for an operation and fail it, so
 //     a control plane sends it only to agents at VersionUpgrade or later.
+//   - 9 (2026-12-01): gang runs. launch_workload may carry GangSize, the
+//     members of the gang the launch is one of, and only such a launch
+//     may ask for Network "host" (NCCL between machines needs it). An
+//     older agent refuses the host's network, so a gang launch asking for
+//     it goes only to agents at VersionGang or later; one that does not
+//     ask needs nothing new (the rank variables are plain Env).
 package nodeproto
 
 import (
@@ -75,7 +81,7 @@ import (
 
 // Version is the capability version this build speaks. See the package doc
 // for what each version added.
-const Version = 8
+const Version = 9
 
 // The first version of each feature a command may need, from the history
 // above. A control plane sends a command only to a node whose agent is at
@@ -98,6 +104,9 @@ const (
 	VersionWarmCapacity = 7
 	// VersionUpgrade: the upgrade_agent command (UpgradeAgentCommand).
 	VersionUpgrade = 8
+	// VersionGang: launch_workload of a gang member (GangSize) on the
+	// host's network.
+	VersionGang = 9
 )
 
 // Paths of the node protocol, relative to the control plane's base URL. Every
@@ -318,8 +327,13 @@ type LaunchWorkloadCommand struct {
 	// ReadOnlyRootfs mounts the container's root filesystem read-only.
 	ReadOnlyRootfs bool `json:"read_only_rootfs,omitempty"`
 	// Network is "" (the daemon's default bridge) or "none" (loopback
-	// only); a node refuses anything else.
+	// only), or "host" for a gang member (GangSize above 1); a node
+	// refuses anything else (NetworkAllowed).
 	Network string `json:"network,omitempty"`
+	// GangSize, above 1, says the launch is one member of a gang of that
+	// many (its rank is in Env, MERCATOR_RANK); 0 for a run that is not a
+	// gang. It is what lets the launch have the host's network.
+	GangSize int `json:"gang_size,omitempty"`
 	// PidsLimit, when positive, replaces the node's process limit, up to
 	// the node's maximum; a launch above it fails.
 	PidsLimit int64 `json:"pids_limit,omitempty"`
@@ -377,6 +391,16 @@ func (l LaunchWorkloadCommand) MissingSecrets() []string {
 // NetworkNone is the one network a launch may name instead of the node's
 // default bridge: loopback only.
 const NetworkNone = "none"
+
+// NetworkHost is the host's network, which a node gives only a gang
+// member's launch (VersionGang).
+const NetworkHost = "host"
+
+// NetworkAllowed reports whether a node may give the launch the network it
+// names: the default bridge, "none", or the host's for a gang member.
+func (l LaunchWorkloadCommand) NetworkAllowed() bool {
+	return l.Network == "" || l.Network == NetworkNone || (l.Network == NetworkHost && l.GangSize > 1)
+}
 
 // userPattern is a user, and optionally a group, by name or number, as
 // Docker's --user takes them; nothing that could be read as an option or a

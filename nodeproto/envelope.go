@@ -77,6 +77,8 @@ func RequiredVersion(c Command) int {
 	case KindLaunchWorkload:
 		switch l := c.LaunchWorkload; {
 		case l == nil:
+		case l.Network == NetworkHost && l.GangSize > 1:
+			return VersionGang
 		case len(l.SecretNames) > 0 || len(l.Secrets) > 0 || l.AsksContainment():
 			return VersionHardening
 		case len(l.Artifacts) > 0:

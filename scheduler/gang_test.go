@@ -122,3 +122,22 @@ func TestGangWaitsSayingWhy(t *testing.T) {
 		t.Fatalf("with both free: placements %+v, want the gang on both", p.Placements)
 	}
 }
+
+// TestGangWaitsWhileProjectsPlan: with projects planning the fleet, a gang
+// is neither placed as one member nor preempted for; it waits saying so.
+func TestGangWaitsWhileProjectsPlan(t *testing.T) {
+	node := func(id string) Node {
+		n := Node{ID: id, Ready: true, CPU: 64, MemoryBytes: 512 * gib}
+		for k := range 8 {
+			n.GPUs = append(n.GPUs, GPU{UUID: fmt.Sprintf("GPU-%s-%d", id, k), Model: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 * gib})
+		}
+		return n
+	}
+	s := Snapshot{Nodes: []Node{node("a"), node("b")}, Pending: []Run{{ID: "g", GPUs: 8, Nodes: 2, Project: "p"}},
+		Projects: []Project{{Name: "p", GPUs: map[string]int{"H100": 16}}},
+		Running:  []Running{{RunID: "low", NodeID: "a", Project: "p", Priority: -5, GPUs: []string{"GPU-a-0"}}}}
+	plan := Schedule(s)
+	if len(plan.Placements) != 0 || len(plan.Preemptions) != 0 || plan.Waiting["g"] != gangTeamsText {
+		t.Fatalf("plan = %+v, want the gang waiting: %q", plan, gangTeamsText)
+	}
+}

@@ -104,7 +104,7 @@ func (t *teams) preempt() {
 	waiting := map[*projectState][]int32{}
 	for i := range t.s.Pending {
 		r := &t.s.Pending[i]
-		if _, waits := t.plan.Waiting[r.ID]; waits {
+		if _, waits := t.plan.Waiting[r.ID]; waits && r.Nodes <= 1 { // nothing is preempted for a gang (gang.go)
 			ps := t.project(r.Project)
 			waiting[ps] = append(waiting[ps], int32(i))
 		}

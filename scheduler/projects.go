@@ -139,6 +139,7 @@ func scheduleTeams(s Snapshot) Plan {
 	for _, ps := range t.projects {
 		t.plan.Shares[ps.name] = t.dominant(ps)
 	}
+	t.plan.Order = t.queueOrder() // queueorder.go
 	return *t.plan
 }
 
@@ -384,7 +385,7 @@ func (t *teams) pass(field func(*projectState) *[]int32, try func(*projectState,
 func (t *teams) tryGuaranteed(ps *projectState, i int32) bool {
 	r := &t.s.Pending[i]
 	gd := t.runDim(r)
-	if ps.atCap() || ps.over(r, gd) >= 0 {
+	if ps.atCap() || ps.over(r, gd) >= 0 || r.Nodes > 1 { // a gang: tryBorrowing says why it waits
 		ps.deferred = append(ps.deferred, i)
 		return false
 	}
@@ -408,6 +409,10 @@ func (t *teams) tryBorrowing(ps *projectState, i int32) bool {
 	r := &t.s.Pending[i]
 	if ps.atCap() {
 		t.plan.Waiting[r.ID] = fmt.Sprintf("waiting: project %s is at its cap of %d running runs", ps.name, ps.max)
+		return false
+	}
+	if r.Nodes > 1 { // gang.go: placed only by the plan without projects, for now
+		t.plan.Waiting[r.ID] = gangTeamsText
 		return false
 	}
 	sh := shapeOf(r)

@@ -150,6 +150,10 @@ type Plan struct {
 	// caller's History); only with projects.
 	Preemptions []Preemption
 	Shares      map[string]float64
+	// Order is the waiting runs in the order the scheduler would take
+	// them across projects should there be room (queueorder.go); only
+	// with projects.
+	Order []string
 }
 
 // Placement assigns one run to one node and, for GPU runs, to exact devices.

@@ -171,14 +171,18 @@ type Tx interface {
 	ListArtifacts(name string) ([]Artifact, error)
 
 	// PutRegistryCredential creates or replaces the credential of a
-	// registry host.
+	// registry host in a project (a project's credentials are its own:
+	// two projects may each hold one for the same host).
 	PutRegistryCredential(c RegistryCredential) error
-	GetRegistryCredential(host string) (RegistryCredential, error)
-	// ListRegistryCredentials returns every credential ordered by host.
+	// GetRegistryCredential returns project's credential for host; ""
+	// is api.DefaultProject, as in every project argument below.
+	GetRegistryCredential(project, host string) (RegistryCredential, error)
+	// ListRegistryCredentials returns every credential ordered by project
+	// and then host.
 	ListRegistryCredentials() ([]RegistryCredential, error)
-	// DeleteRegistryCredential removes a host's credential; ErrNotFound if
-	// there is none.
-	DeleteRegistryCredential(host string) error
+	// DeleteRegistryCredential removes project's credential for host;
+	// ErrNotFound if there is none.
+	DeleteRegistryCredential(project, host string) error
 
 	// Projects (projects.go).
 	ProjectsTx
@@ -308,6 +312,10 @@ type Artifact struct {
 // is sealed by the control plane (AES-256-GCM under a key the store never
 // sees), so a leaked database holds no usable registry credential.
 type RegistryCredential struct {
+	// Project is the project whose runs and functions pull with it
+	// (docs/teams.md); "" in records written before credentials belonged
+	// to projects, read as api.DefaultProject.
+	Project  string `json:"project,omitempty"`
 	Host     string `json:"host"`
 	Username string `json:"username"`
 	// Sealed is the nonce followed by the ciphertext of the password, with

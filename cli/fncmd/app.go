@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -141,8 +142,10 @@ one of them gets. Names are letters, digits, '_' and '-', up to 255.`)
 }
 
 func appList(ctx context.Context, inv *command.Invocation, args []string) error {
-	fs := inv.Flags("[flags]", `List applications by name.`)
+	fs := inv.Flags("[flags]", `List applications by name: of one project with --project (or a project in
+the context), else of every project the token may see.`)
 	g := fs.ClientFlags(true)
+	project := fs.String("project", "", "list only this `project`'s apps (default: $MERCATOR_PROJECT or the context's; every project when neither)")
 	c, _, err := inv.Connect(fs, g, args, "")
 	if err != nil {
 		return err
@@ -151,13 +154,19 @@ func appList(ctx context.Context, inv *command.Invocation, args []string) error 
 	if err != nil {
 		return err
 	}
+	if *project == "" {
+		*project = c.Project
+	}
+	if *project != "" {
+		apps = slices.DeleteFunc(apps, func(a api.App) bool { return api.ProjectOf(a.Project) != *project })
+	}
 	if g.JSON() {
 		return inv.WriteJSON(api.AppList{Items: append([]api.App{}, apps...)})
 	}
 	tw := tabwriter.NewWriter(inv.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tID\tCONFIG\tPUBLIC INVOKE\tCREATED")
+	fmt.Fprintln(tw, "NAME\tID\tPROJECT\tCONFIG\tPUBLIC INVOKE\tCREATED")
 	for _, a := range apps {
-		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.Name, a.ID, configSummary(a.Config, a.SecretConfig), publicInvoke(a.Annotations), command.FormatTime(&a.CreatedAt))
+		termtext.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.Name, a.ID, api.ProjectOf(a.Project), configSummary(a.Config, a.SecretConfig), publicInvoke(a.Annotations), command.FormatTime(&a.CreatedAt))
 	}
 	return tw.Flush()
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
 )
@@ -28,9 +29,12 @@ func (s *Service) findVersion(ctx context.Context, name, digest string) (*api.Ar
 	return out, err
 }
 
-// addVersion adds the next version of name for content digest, unless a
-// version of name already has that content; created says which.
-func (s *Service) addVersion(ctx context.Context, name, digest string, size int64, format string) (api.ArtifactVersion, bool, error) {
+// addVersion adds the next version of name for content digest, in
+// project proj, unless a version of name already has that content;
+// created says which. A name of another project is refused (a conflict:
+// pushProject checked it as the upload began, but it may have been taken
+// since).
+func (s *Service) addVersion(ctx context.Context, proj, name, digest string, size int64, format string) (api.ArtifactVersion, bool, error) {
 	var out store.Artifact
 	var created bool
 	var err error
@@ -42,6 +46,9 @@ func (s *Service) addVersion(ctx context.Context, name, digest string, size int6
 				return err
 			}
 			seq := 1
+			if err := ownedBy(vs, name, proj); err != nil {
+				return err
+			}
 			for _, v := range vs {
 				if v.SHA256 == digest {
 					out = v
@@ -50,7 +57,7 @@ func (s *Service) addVersion(ctx context.Context, name, digest string, size int6
 				seq = max(seq, v.Seq+1)
 			}
 			out = store.Artifact{Seq: seq, ArtifactVersion: api.ArtifactVersion{Name: name, Version: "v" + strconv.Itoa(seq),
-				SHA256: digest, Size: size, Format: format, CreatedAt: s.now()}}
+				SHA256: digest, Size: size, Format: format, CreatedAt: s.now(), Project: proj}}
 			created = true
 			return tx.CreateArtifact(out)
 		})
@@ -73,16 +80,25 @@ func (s *Service) listArtifactVersions(w http.ResponseWriter, r *http.Request) {
 	s.writeArtifacts(w, r, r.PathValue("name"), true)
 }
 
+// writeArtifacts answers with the versions of name (every name when
+// it is ""), of the projects the caller may see (?project= keeps one); a
+// name that must exist and is another project's is refused as a run of
+// that project is.
 func (s *Service) writeArtifacts(w http.ResponseWriter, r *http.Request, name string, must bool) {
 	out := api.ArtifactList{Artifacts: []api.ArtifactVersion{}}
-	err := s.store.View(r.Context(), func(tx store.Tx) error {
-		vs, err := tx.ListArtifacts(name)
-		out.Artifacts = out.Artifacts[:0]
-		for _, v := range vs {
+	keep, err := project.Filter(r, "list Artifacts")
+	var vs []store.Artifact
+	if err == nil {
+		err = s.store.View(r.Context(), func(tx store.Tx) (err error) { vs, err = tx.ListArtifacts(name); return err })
+	}
+	if err == nil && must && len(vs) > 0 {
+		err = project.Confine(r, vs[0].Project, "read Artifacts")
+	}
+	for _, v := range vs {
+		if keep(v.Project) {
 			out.Artifacts = append(out.Artifacts, v.ArtifactVersion)
 		}
-		return err
-	})
+	}
 	if err == nil && must && len(out.Artifacts) == 0 {
 		err = failure.NotFound("artifact", name)
 	}
@@ -102,6 +118,9 @@ func (s *Service) getArtifactVersion(w http.ResponseWriter, r *http.Request) {
 		out, err = LookupVersion(tx, r.PathValue("name"), r.PathValue("version"))
 		return err
 	})
+	if err == nil {
+		err = project.Confine(r, out.Project, "read Artifacts")
+	}
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return

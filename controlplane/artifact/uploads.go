@@ -74,6 +74,7 @@ type uploadMeta struct {
 	SHA256    string    `json:"sha256,omitempty"`
 	Format    string    `json:"format"`
 	ExpiresAt time.Time `json:"expires_at"`
+	Project   string    `json:"project,omitempty"` // the name's (scope.go)
 }
 
 func (s *Service) contentStore() (content.Store, error) {
@@ -134,6 +135,9 @@ func (s *Service) createUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cs, err := s.contentStore()
+	if err == nil {
+		req.Project, err = s.pushProject(r, name, req.Project) // scope.go
+	}
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -144,7 +148,7 @@ func (s *Service) createUpload(w http.ResponseWriter, r *http.Request) {
 			// Content held under another name: verified when it was
 			// stored, so it needs no second upload.
 			if size, serr := cs.Stat(r.Context(), req.SHA256); serr == nil && size == req.Size {
-				v, _, aerr := s.addVersion(r.Context(), name, req.SHA256, req.Size, req.Format)
+				v, _, aerr := s.addVersion(r.Context(), req.Project, name, req.SHA256, req.Size, req.Format)
 				existing, err = &v, aerr
 			}
 		}
@@ -158,7 +162,8 @@ func (s *Service) createUpload(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	meta := uploadMeta{ID: httpapi.NewID("up-"), Name: name, Size: req.Size, SHA256: req.SHA256, Format: req.Format, ExpiresAt: s.now().Add(uploadTTL)}
+	meta := uploadMeta{ID: httpapi.NewID("up-"), Name: name, Size: req.Size, SHA256: req.SHA256, Format: req.Format, ExpiresAt: s.now().Add(uploadTTL),
+		Project: req.Project}
 	dir := filepath.Join(s.uploadDir(), meta.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		httpapi.WriteError(w, fmt.Errorf("staging upload: %w", err))
@@ -297,7 +302,7 @@ func (s *Service) SweepUploads() int {
 }
 
 func (s *Service) getUpload(w http.ResponseWriter, r *http.Request) {
-	u, err := s.loadUpload(r.PathValue("id"))
+	u, err := s.scopedUpload(r) // scope.go
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -320,7 +325,7 @@ func (s *Service) getUpload(w http.ResponseWriter, r *http.Request) {
 // repeat bytes. What a broken request delivered is kept: the client asks
 // where the upload stands and resumes from there.
 func (s *Service) putUpload(w http.ResponseWriter, r *http.Request) {
-	u, err := s.loadUpload(r.PathValue("id"))
+	u, err := s.scopedUpload(r) // scope.go
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -383,7 +388,7 @@ func (s *Service) putUpload(w http.ResponseWriter, r *http.Request) {
 // the commit is refused and the upload kept, so the client can commit
 // again with its check. A check that does not match discards the upload.
 func (s *Service) commitUpload(w http.ResponseWriter, r *http.Request) {
-	u, err := s.loadUpload(r.PathValue("id"))
+	u, err := s.scopedUpload(r) // scope.go
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -438,7 +443,7 @@ func (s *Service) commitUpload(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, fmt.Errorf("upload %s: storing the content: %w", u.meta.ID, err))
 		return
 	}
-	v, created, err := s.addVersion(r.Context(), u.meta.Name, digest, u.meta.Size, u.meta.Format)
+	v, created, err := s.addVersion(r.Context(), u.meta.Project, u.meta.Name, digest, u.meta.Size, u.meta.Format)
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return

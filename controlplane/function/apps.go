@@ -54,11 +54,12 @@ func (s *Service) fnCreateApp(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, errFnAppInvalidShape)
 		return
 	}
-	in.Project = api.ProjectOf(in.Project) // teams: docs/teams.md
-	if err := httpapi.ConfineToProject(r.Context(), in.Project, "create apps"); err != nil {
+	proj, err := project.Named(r, in.Project, "create apps") // teams: the caller's project when it names none
+	if err != nil {
 		s.fnFail(w, err)
 		return
 	}
+	in.Project = proj
 	ann, err := compactAnnotations(in.Annotations, false)
 	if err == nil {
 		ann, err = mergeAnnotations(nil, ann)
@@ -124,14 +125,22 @@ func (s *Service) fnGetApp(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) fnListApps(w http.ResponseWriter, r *http.Request) {
 	after, perPage := httpapi.PageParams(r)
+	scope, limit := httpapi.ProjectScope(r.Context()), perPage
+	if scope != nil { // a confined token sees its projects' apps (docs/teams.md): the page is filled after the filter
+		limit = 0
+	}
 	var apps []store.App
 	err := s.store.View(r.Context(), func(tx store.Tx) (err error) {
-		apps, err = tx.ListApps(store.ListFnOptions{Name: r.URL.Query().Get("name"), After: after, Limit: perPage})
+		apps, err = tx.ListApps(store.ListFnOptions{Name: r.URL.Query().Get("name"), After: after, Limit: limit})
 		return err
 	})
 	if err != nil {
 		s.fnFail(w, err)
 		return
+	}
+	if scope != nil {
+		apps = slices.DeleteFunc(apps, func(a store.App) bool { return !slices.Contains(scope, api.ProjectOf(a.Project)) })
+		apps = apps[:min(len(apps), perPage)]
 	}
 	var out api.AppList
 	out.Items, out.NextCursor = httpapi.ListPage(apps, perPage, s.appView, func(a store.App) string { return a.Name })

@@ -86,7 +86,7 @@ func (s *Service) readFn(ctx context.Context, id string, now time.Time) (*fnEntr
 	// The pull credential for the function's registry, when one is stored
 	// (Host.RegistryAuth); it travels with each command, never stored on the
 	// node, as a Run's does.
-	e.spec.RegistryAuth = s.host.RegistryAuth(ctx, e.spec.Image)
+	e.spec.RegistryAuth = s.host.RegistryAuth(ctx, e.app.Project, e.spec.Image)
 	return e, nil
 }
 

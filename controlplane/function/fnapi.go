@@ -16,6 +16,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/store"
 )
 
@@ -73,7 +74,13 @@ func (s *Service) Routes() []httpapi.Route {
 	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"} {
 		routes = append(routes, httpapi.Route{Pattern: m + " /t/{app_name}/{source...}", Handler: s.fnTrigger})
 	}
-	return routes
+	return project.ScopeFnRoutes(s.view, routes, s.fnFail) // confined tokens (docs/teams.md)
+}
+
+// view is s.store.View as a method value, so the routes can be listed
+// from a Service not yet built (the OpenAPI test does).
+func (s *Service) view(ctx context.Context, fn func(store.Tx) error) error {
+	return s.store.View(ctx, fn)
 }
 
 // FnVersion is the Fn server release whose v2 API these routes match:

@@ -54,9 +54,9 @@ type Host interface {
 	// Resolve pins an image reference to a manifest digest; errors are
 	// failure kinds (ErrInvalid, ErrUnavailable).
 	Resolve(ctx context.Context, image string) (string, error)
-	// RegistryAuth is the pull credential stored for the image's registry,
-	// encoded for the node; "" when there is none.
-	RegistryAuth(ctx context.Context, image string) string
+	// RegistryAuth is the pull credential project (the app's) holds for
+	// the image's registry, encoded for the node; "" when it holds none.
+	RegistryAuth(ctx context.Context, project, image string) string
 }
 
 // Sealer seals and opens values with the control plane's key, bound to

@@ -2,8 +2,11 @@ package project
 
 import (
 	"context"
+	"slices"
+	"strings"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
 
@@ -25,7 +28,7 @@ func FunctionUses(ctx context.Context, st store.Store, nodes []store.Node) (map[
 			continue
 		}
 		for _, c := range n.Facts.Functions.Containers {
-			counts[c.FnID] += c.Idle + c.Busy + c.Starting // Idle includes Paused
+			counts[c.FnID] += holding(c)
 		}
 	}
 	if len(counts) == 0 {
@@ -50,16 +53,85 @@ func FunctionUses(ctx context.Context, st store.Store, nodes []store.Node) (map[
 			if n == 0 {
 				continue
 			}
-			mem := fn.Memory
-			if mem == 0 {
-				mem = api.FnDefaultMemoryMB
-			}
+			cpu, mem := held(fn)
 			u := out[projectOf[fn.AppID]]
-			u.CPU += float64(n) * fn.CPU
-			u.MemoryBytes += int64(n) * int64(mem) << 20
+			u.CPU += float64(n) * cpu
+			u.MemoryBytes += int64(n) * mem
 			out[projectOf[fn.AppID]] = u
 		}
 		return nil
 	})
 	return out, err
+}
+
+// held is what one container of fn reserves.
+func held(fn store.Fn) (cpu float64, memoryBytes int64) {
+	mem := fn.Memory
+	if mem == 0 {
+		mem = api.FnDefaultMemoryMB
+	}
+	return fn.CPU, int64(mem) << 20
+}
+
+// holding is how many of a node's containers of one function hold a
+// reservation.
+func holding(c nodeproto.FunctionContainers) int {
+	return c.Idle + c.Busy + c.Starting // Idle includes Paused
+}
+
+// Reservations is project's function reservation by node, ordered by
+// node: what FunctionUse sums, node by node (GET /v1/projects/{name}). It
+// walks nodes once (a field test per node without function containers)
+// and reads only the project's apps and their functions, so its cost is
+// the fleet's length plus the project's functions, not the fleet's
+// containers times the store.
+func Reservations(tx store.Tx, project string, nodes []store.Node) ([]api.FunctionReservation, error) {
+	any := slices.ContainsFunc(nodes, func(n store.Node) bool {
+		return n.Facts != nil && n.Facts.Functions != nil && len(n.Facts.Functions.Containers) > 0
+	})
+	if !any {
+		return nil, nil
+	}
+	apps, err := tx.ListApps(store.ListFnOptions{})
+	if err != nil {
+		return nil, err
+	}
+	type hold struct {
+		cpu float64
+		mem int64
+	}
+	fns := map[string]hold{}
+	for _, a := range apps {
+		if api.ProjectOf(a.Project) != project {
+			continue
+		}
+		fs, err := tx.ListFns(store.ListFnOptions{AppID: a.ID})
+		if err != nil {
+			return nil, err
+		}
+		for _, fn := range fs {
+			cpu, mem := held(fn)
+			fns[fn.ID] = hold{cpu, mem}
+		}
+	}
+	var out []api.FunctionReservation
+	for _, n := range nodes {
+		if len(fns) == 0 || n.Facts == nil || n.Facts.Functions == nil {
+			continue
+		}
+		r := api.FunctionReservation{Node: n.ID}
+		for _, c := range n.Facts.Functions.Containers {
+			if h, ok := fns[c.FnID]; ok {
+				k := holding(c)
+				r.Containers += k
+				r.CPU += float64(k) * h.cpu
+				r.MemoryBytes += int64(k) * h.mem
+			}
+		}
+		if r.Containers > 0 {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b api.FunctionReservation) int { return strings.Compare(a.Node, b.Node) })
+	return out, nil
 }

@@ -3,15 +3,18 @@
 // (docs/teams.md). It stores and serves them, and holds the pure parts of
 // planning by project that are the control plane's rather than the
 // scheduler's: queue positions (queue.go), decayed shares (share.go), a
-// project's pools as a run's constraints (pools.go), and what a token
-// confined to projects may list and submit (scope.go).
+// project's pools as a run's constraints (pools.go), what a token
+// confined to projects may list, read and submit (scope.go, and fnscope.go
+// for the Functions routes), and what a project's function containers
+// hold (functions.go).
 //
 // The default project always exists: reads show it with no quota until an
 // operator updates it, and it cannot be removed, so a run that names no
 // project always has one to count against.
 //
-// Only the control plane's packages (controlplane, and its access and
-// function packages, which check that a project exists) import it.
+// Only the control plane's packages import it: controlplane, and its
+// access, artifact, registry and function packages, which check that a
+// project exists and confine callers to theirs.
 package project
 
 import (
@@ -33,6 +36,17 @@ type Service struct {
 	store store.Store
 	now   func() time.Time
 	log   *slog.Logger
+	// nodes is the fleet's records as the control plane last read them
+	// (ReadNodesWith), for a project's function reservations; nil shows
+	// none.
+	nodes func(ctx context.Context) ([]store.Node, error)
+}
+
+// ReadNodesWith has the service read the fleet's records through nodes
+// (the control plane's cached list: never a read of every node per
+// request), to show each project's function reservations by node.
+func (s *Service) ReadNodesWith(nodes func(ctx context.Context) ([]store.Node, error)) {
+	s.nodes = nodes
 }
 
 // New returns the project service; now is the clock (UTC).
@@ -117,6 +131,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
+	p.FunctionReservations = nil // shown, never set
 	if err := p.Validate(); err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -163,12 +178,21 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
+// get answers GET /v1/projects/{name}: the project, with its function
+// reservations by node.
 func (s *Service) get(w http.ResponseWriter, r *http.Request) {
 	var p store.Project
+	var nodes []store.Node
 	err := httpapi.ConfineToProject(r.Context(), r.PathValue("name"), "read the project")
+	if err == nil && s.nodes != nil {
+		nodes, err = s.nodes(r.Context())
+	}
 	if err == nil {
 		err = s.store.View(r.Context(), func(tx store.Tx) (err error) {
-			p, err = Get(tx, r.PathValue("name"))
+			if p, err = Get(tx, r.PathValue("name")); err != nil {
+				return err
+			}
+			p.FunctionReservations, err = Reservations(tx, p.Name, nodes)
 			return err
 		})
 	}
@@ -192,6 +216,7 @@ func (s *Service) update(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
+	p.FunctionReservations = nil // shown, never set
 	name := r.PathValue("name")
 	if p.Name == "" {
 		p.Name = name

@@ -58,7 +58,7 @@ func TestQueueRank(t *testing.T) {
 		return store.Run{Run: api.Run{ID: id, RunSpec: api.RunSpec{Project: project, Priority: priority}, CreatedAt: t0.Add(at)}}
 	}
 	var q Queue
-	q.Rank([]store.Run{run("r5", "a", 0, 5), run("r1", "a", 0, 1), run("r9", "a", 9, 9), run("r2", "a", 0, 2), run("r3", "a", 0, 3), run("b1", "", 0, 0)},
+	q.Rank([]store.Run{run("r5", "a", 0, 5), run("r1", "a", 0, 1), run("r9", "a", 9, 9), run("r2", "a", 0, 2), run("r3", "a", 0, 3), run("b1", "", 0, 0)}, nil,
 		[]time.Time{t0.Add(time.Minute)})
 	pos, ok := q.Position("r5")
 	if !ok || pos.Position != 5 || pos.Of != 5 || !slices.Equal(pos.Ahead, []string{"r1", "r2", "r3"}) || pos.EarliestStart != nil {
@@ -75,5 +75,30 @@ func TestQueueRank(t *testing.T) {
 	}
 	if got := q.Ordered(""); len(got) != 6 || got[0] != "r9" || got[5] != "b1" {
 		t.Errorf("every queue %v", got)
+	}
+}
+
+// TestQueueRankInTheSchedulersOrder: given the scheduler's order across
+// projects, the queue is listed in it (interleaved), each run's position
+// being its place among its project's runs in that order; a waiting run
+// the order does not name (placed too late, say) follows.
+func TestQueueRankInTheSchedulersOrder(t *testing.T) {
+	run := func(id, project string, at time.Duration) store.Run {
+		return store.Run{Run: api.Run{ID: id, RunSpec: api.RunSpec{Project: project}, CreatedAt: t0.Add(at)}}
+	}
+	var q Queue
+	q.Rank([]store.Run{run("a1", "a", 1), run("a2", "a", 2), run("a3", "a", 3), run("b1", "b", 4), run("b2", "b", 5), run("late", "b", 6)},
+		[]string{"a1", "b1", "a2", "b2", "a3", "gone"}, nil)
+	if got := q.Ordered(""); !slices.Equal(got, []string{"a1", "b1", "a2", "b2", "a3", "late"}) {
+		t.Errorf("every queue %v", got)
+	}
+	if got := q.Ordered("b"); !slices.Equal(got, []string{"b1", "b2", "late"}) {
+		t.Errorf("b's queue %v", got)
+	}
+	if p, _ := q.Position("b2"); p.Position != 2 || p.Of != 3 || !slices.Equal(p.Ahead, []string{"b1"}) {
+		t.Errorf("b2: %+v", p)
+	}
+	if p, _ := q.Position("a3"); p.Position != 3 || p.Of != 3 || !slices.Equal(p.Ahead, []string{"a1", "a2"}) {
+		t.Errorf("a3: %+v", p)
 	}
 }

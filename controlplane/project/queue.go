@@ -50,41 +50,63 @@ func (q *Queue) Ordered(project string) []string {
 	return out
 }
 
-// Rank replaces the ranking with the runs a pass left waiting. deadlines
-// are the moments running work with a timeout must end by, earliest
-// first: the k-th run of a project cannot start before the k-th of them.
-func (q *Queue) Rank(waiting []store.Run, deadlines []time.Time) {
-	byProject := map[string][]store.Run{}
+// Rank replaces the ranking with the runs a pass left waiting. order is
+// the scheduler's order across projects (scheduler.Plan.Order, nil when it
+// planned without projects): the waiting runs it names come first, in that
+// order, and the others after them, by project, then priority, then
+// submission (which is the scheduler's order within a project). A run's
+// position is its place among its project's runs in that order.
+// deadlines are the moments running work with a timeout must end by,
+// earliest first: the k-th run of a project cannot start before the k-th
+// of them.
+func (q *Queue) Rank(waiting []store.Run, order []string, deadlines []time.Time) {
+	byID := make(map[string]store.Run, len(waiting))
 	for _, r := range waiting {
-		p := api.ProjectOf(r.Project)
-		byProject[p] = append(byProject[p], r)
+		byID[r.ID] = r
 	}
-	byRun := make(map[string]api.QueuePosition, len(waiting))
-	order := make([]string, 0, len(waiting))
-	projects := make([]string, 0, len(byProject))
-	for p := range byProject {
-		projects = append(projects, p)
-	}
-	slices.Sort(projects)
-	for _, p := range projects {
-		runs := byProject[p]
-		slices.SortFunc(runs, func(a, b store.Run) int {
-			return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
-		})
-		for i, r := range runs {
-			pos := api.QueuePosition{Project: p, Position: i + 1, Of: len(runs)}
-			for _, ahead := range runs[max(0, i-maxAhead):i] {
-				pos.Ahead = append(pos.Ahead, ahead.ID)
-			}
-			if i < len(deadlines) {
-				t := deadlines[i]
-				pos.EarliestStart = &t
-			}
-			byRun[r.ID] = pos
-			order = append(order, r.ID)
+	all := make([]store.Run, 0, len(waiting))
+	taken := make(map[string]bool, len(order))
+	for _, id := range order {
+		if r, ok := byID[id]; ok && !taken[id] {
+			taken[id] = true
+			all = append(all, r)
 		}
 	}
+	rest := make([]store.Run, 0, len(waiting)-len(all))
+	for _, r := range waiting {
+		if !taken[r.ID] {
+			rest = append(rest, r)
+		}
+	}
+	slices.SortFunc(rest, func(a, b store.Run) int {
+		return cmp.Or(cmp.Compare(api.ProjectOf(a.Project), api.ProjectOf(b.Project)), cmp.Compare(b.Priority, a.Priority),
+			a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	all = append(all, rest...)
+	byProject := map[string][]string{}
+	for _, r := range all {
+		p := api.ProjectOf(r.Project)
+		byProject[p] = append(byProject[p], r.ID)
+	}
+	byRun := make(map[string]api.QueuePosition, len(all))
+	ids := make([]string, len(all))
+	before := map[string]int{} // by project: its runs ranked so far
+	for k, r := range all {
+		ids[k] = r.ID
+		p := api.ProjectOf(r.Project)
+		mine, i := byProject[p], before[p]
+		before[p]++
+		pos := api.QueuePosition{Project: p, Position: i + 1, Of: len(mine), Ahead: slices.Clone(mine[max(0, i-maxAhead):i])}
+		if len(pos.Ahead) == 0 {
+			pos.Ahead = nil
+		}
+		if i < len(deadlines) {
+			t := deadlines[i]
+			pos.EarliestStart = &t
+		}
+		byRun[r.ID] = pos
+	}
 	q.mu.Lock()
-	q.byRun, q.order = byRun, order
+	q.byRun, q.order = byRun, ids
 	q.mu.Unlock()
 }

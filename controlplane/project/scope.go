@@ -2,6 +2,7 @@ package project
 
 import (
 	"net/http"
+	"slices"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
@@ -59,4 +60,55 @@ func ScopeRun(st store.Store, action string, h http.HandlerFunc) http.HandlerFun
 		}
 		h(w, r)
 	}
+}
+
+// Artifacts, registry credentials and apps belong to a project as runs do
+// (docs/teams.md), and a confined caller is held to its projects the same
+// way: a listing shows only theirs (Filter), and a route about one object
+// of another project is refused as a run's is (Confine, 403 naming the
+// token and the project). Packages artifact, registry and function apply
+// these.
+
+// Named is the project a request about a project-scoped object means:
+// named when the request names one (?project= or a body's field), else the
+// caller's first project when it is confined, else the default project.
+// It is refused (403) when it is not one of a confined caller's, action
+// saying what was refused.
+func Named(r *http.Request, named, action string) (string, error) {
+	if named == "" {
+		if scope := httpapi.ProjectScope(r.Context()); scope != nil {
+			named = scope[0]
+		}
+	}
+	named = api.ProjectOf(named)
+	return named, httpapi.ConfineToProject(r.Context(), named, action)
+}
+
+// Confine refuses action on an object of project (stored "" is the
+// default project) to a caller confined to other projects.
+func Confine(r *http.Request, project, action string) error {
+	return httpapi.ConfineToProject(r.Context(), api.ProjectOf(project), action)
+}
+
+// Filter is a listing's test of each object's project: the one ?project=
+// names, when it does (refused, 403, when a confined caller may not see
+// it), and otherwise every project the caller may see.
+func Filter(r *http.Request, action string) (keep func(project string) bool, err error) {
+	if named := r.URL.Query().Get("project"); named != "" {
+		if err := httpapi.ConfineToProject(r.Context(), named, action); err != nil {
+			return nil, err
+		}
+		return func(p string) bool { return api.ProjectOf(p) == named }, nil
+	}
+	scope := httpapi.ProjectScope(r.Context())
+	return func(p string) bool { return scope == nil || slices.Contains(scope, api.ProjectOf(p)) }, nil
+}
+
+// InPools says whether a node with these labels is in one of pools (a
+// project restricted to none may use every node): what the session stream
+// checks before it attaches a run's registry credential or secrets to a
+// launch, as a defence behind the scheduler, which places such a run only
+// there (Constraints).
+func InPools(labels map[string]string, pools []string) bool {
+	return len(pools) == 0 || slices.Contains(pools, labels[PoolLabel])
 }

@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,13 +34,21 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/expiring"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/sealing"
+	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/imageref"
 	"github.com/mercator/mercator/store"
 )
 
-// registrySealingData binds a sealed password to its registry host.
-func registrySealingData(host string) []byte {
+// registrySealingData binds a sealed password to its registry host and,
+// outside the default project, to its project, so that a sealed password
+// cannot be moved to another project's record either. The default
+// project's binding is the host alone, as every credential's was before
+// credentials belonged to projects, so those still open.
+func registrySealingData(project, host string) []byte {
+	if project = api.ProjectOf(project); project != api.DefaultProject {
+		host += "\x00" + project
+	}
 	return []byte("mercator registry credential\x00" + host)
 }
 
@@ -61,7 +70,7 @@ func normalizeRegistryHost(h string) (string, error) {
 }
 
 func registryView(c store.RegistryCredential) api.Registry {
-	return api.Registry{Host: c.Host, Username: c.Username, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
+	return api.Registry{Project: api.ProjectOf(c.Project), Host: c.Host, Username: c.Username, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
 }
 
 // putRegistry stores (or replaces) the credential of a registry host:
@@ -81,7 +90,12 @@ func (s *Service) putRegistry(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, failure.Invalid("password", "a username and a password (or token) are both required"))
 		return
 	}
-	sealed, err := s.sealer.Seal(registrySealingData(host), req.Password)
+	proj, err := project.Named(r, req.Project, "add registry credentials")
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	sealed, err := s.sealer.Seal(registrySealingData(proj, host), req.Password)
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -90,9 +104,12 @@ func (s *Service) putRegistry(w http.ResponseWriter, r *http.Request) {
 	var out store.RegistryCredential
 	status := http.StatusCreated
 	err = s.store.Update(r.Context(), func(tx store.Tx) error {
-		out = store.RegistryCredential{Host: host, Username: req.Username, Sealed: sealed, CreatedAt: now, UpdatedAt: now}
+		out = store.RegistryCredential{Project: proj, Host: host, Username: req.Username, Sealed: sealed, CreatedAt: now, UpdatedAt: now}
 		status = http.StatusCreated
-		if old, err := tx.GetRegistryCredential(host); err == nil {
+		if err := project.Exists(tx, "project", proj); err != nil {
+			return err
+		}
+		if old, err := tx.GetRegistryCredential(proj, host); err == nil {
 			out.CreatedAt, status = old.CreatedAt, http.StatusOK
 		} else if !errors.Is(err, failure.ErrNotFound) {
 			return err
@@ -103,21 +120,28 @@ func (s *Service) putRegistry(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
-	s.creds.Forget(host)
-	s.log.Info("registry credential stored", "host", host, "username", req.Username)
+	s.forget(proj, host)
+	s.log.Info("registry credential stored", "project", proj, "host", host, "username", req.Username)
 	httpapi.WriteJSON(w, status, registryView(out))
 }
 
+// listRegistries answers GET /v1/registries: the credentials of the
+// projects the caller may see (?project= keeps one), by project and host.
 func (s *Service) listRegistries(w http.ResponseWriter, r *http.Request) {
 	out := api.RegistryList{Registries: []api.Registry{}}
-	err := s.store.View(r.Context(), func(tx store.Tx) error {
-		cs, err := tx.ListRegistryCredentials()
-		out.Registries = out.Registries[:0]
-		for _, c := range cs {
-			out.Registries = append(out.Registries, registryView(c))
-		}
-		return err
-	})
+	keep, err := project.Filter(r, "list registry credentials")
+	if err == nil {
+		err = s.store.View(r.Context(), func(tx store.Tx) error {
+			cs, err := tx.ListRegistryCredentials()
+			out.Registries = out.Registries[:0]
+			for _, c := range cs {
+				if keep(c.Project) {
+					out.Registries = append(out.Registries, registryView(c))
+				}
+			}
+			return err
+		})
+	}
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -125,10 +149,16 @@ func (s *Service) listRegistries(w http.ResponseWriter, r *http.Request) {
 	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
-// deleteRegistry removes a host's credential: DELETE /v1/registries/{host}.
-// It answers with what was removed (without the password).
+// deleteRegistry removes a project's credential for a host: DELETE
+// /v1/registries/{host}?project= (the caller's project when it names
+// none). It answers with what was removed (without the password).
 func (s *Service) deleteRegistry(w http.ResponseWriter, r *http.Request) {
 	host, err := normalizeRegistryHost(r.PathValue("host"))
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	proj, err := project.Named(r, r.URL.Query().Get("project"), "remove registry credentials")
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -136,28 +166,28 @@ func (s *Service) deleteRegistry(w http.ResponseWriter, r *http.Request) {
 	var out store.RegistryCredential
 	err = s.store.Update(r.Context(), func(tx store.Tx) error {
 		var err error
-		if out, err = tx.GetRegistryCredential(host); err != nil {
+		if out, err = tx.GetRegistryCredential(proj, host); err != nil {
 			return err
 		}
-		return tx.DeleteRegistryCredential(host)
+		return tx.DeleteRegistryCredential(proj, host)
 	})
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
 	}
-	s.creds.Forget(host)
-	s.log.Info("registry credential removed", "host", host)
+	s.forget(proj, host)
+	s.log.Info("registry credential removed", "project", proj, "host", host)
 	httpapi.WriteJSON(w, http.StatusOK, registryView(out))
 }
 
-// registryLookup is what the store answered for a registry host: found or
-// not, both cached (Service.creds). Every launch and image command handed to
-// a node carries its registry's credential when one is stored (outbound),
-// so without the cache a fleet busy with placements read the store once per
-// command, and those reads queued for the store's few connections. A
-// credential changed on this replica is forgotten at once (putRegistry,
-// deleteRegistry); one changed on another replica is seen here within
-// registryCredTTL.
+// registryLookup is what the store answered for a project's registry
+// host: found or not, both cached (Service.creds, keyed by credKey). Every
+// launch and image command handed to a node carries its registry's
+// credential when one is stored (outbound), so without the cache a fleet
+// busy with placements read the store once per command, and those reads
+// queued for the store's few connections. A credential changed on this
+// replica is forgotten at once (putRegistry, deleteRegistry); one changed
+// on another replica is seen here within registryCredTTL.
 type registryLookup struct {
 	cred  store.RegistryCredential
 	found bool
@@ -166,51 +196,94 @@ type registryLookup struct {
 // registryCredTTL bounds how long another replica's change may go unseen.
 const registryCredTTL = 5 * time.Second
 
-// registryCredential returns the username and password stored for host;
-// ok is false when none is (or it cannot be opened, which is logged).
-func (s *Service) registryCredential(ctx context.Context, host string) (user, password string, ok bool) {
+// credKey is a project's host in Service.creds.
+func credKey(project, host string) string { return api.ProjectOf(project) + "\x00" + host }
+
+// forget drops what the caches hold about project's host: its credential
+// was just changed.
+func (s *Service) forget(project, host string) {
+	s.creds.Forget(credKey(project, host))
+	s.held.Forget(host)
+}
+
+// registryCredential returns the username and password project holds for
+// host; ok is false when it holds none (or it cannot be opened, which is
+// logged). Another project's credential for the host is never used.
+func (s *Service) registryCredential(ctx context.Context, proj, host string) (user, password string, ok bool) {
 	host, err := normalizeRegistryHost(host)
 	if err != nil {
 		return "", "", false
 	}
+	proj = api.ProjectOf(proj)
 	now := time.Now()
-	cached, fresh, gen := s.creds.Get(host, now, registryCredTTL)
+	key := credKey(proj, host)
+	cached, fresh, gen := s.creds.Get(key, now, registryCredTTL)
 	c, found := cached.cred, cached.found
 	if !fresh {
 		err = s.store.View(ctx, func(tx store.Tx) error {
 			var err error
-			c, err = tx.GetRegistryCredential(host)
+			c, err = tx.GetRegistryCredential(proj, host)
 			return err
 		})
 		if err != nil && !errors.Is(err, failure.ErrNotFound) {
-			s.log.Warn("reading registry credential", "host", host, "err", err)
+			s.log.Warn("reading registry credential", "project", proj, "host", host, "err", err)
 			return "", "", false
 		}
 		found = err == nil
-		s.creds.Put(host, registryLookup{c, found}, gen, now)
+		s.creds.Put(key, registryLookup{c, found}, gen, now)
 	}
 	if !found {
 		return "", "", false
 	}
-	password, err = s.sealer.Unseal(registrySealingData(host), c.Sealed)
+	password, err = s.sealer.Unseal(registrySealingData(proj, host), c.Sealed)
 	if errors.Is(err, sealing.ErrUnsealable) {
-		err = fmt.Errorf("the stored credential for %s %w: add it again", host, err)
+		err = fmt.Errorf("the stored credential of project %s for %s %w: add it again", proj, host, err)
 	}
 	if err != nil {
-		s.log.Warn("registry credential unusable", "host", host, "err", err)
+		s.log.Warn("registry credential unusable", "project", proj, "host", host, "err", err)
 		return "", "", false
 	}
 	return c.Username, password, true
 }
 
-// Auth is the Engine API's X-Registry-Auth value for pulling image,
-// or "" when no credential is stored for its registry.
-func (s *Service) Auth(ctx context.Context, image string) string {
+// Held says whether any project holds a credential for image's registry:
+// a launch whose image has none needs no credential, so the session stream
+// reads nothing more for it (cached as credentials are).
+func (s *Service) Held(ctx context.Context, image string) bool {
+	ref, err := imageref.Parse(image)
+	if err != nil {
+		return false
+	}
+	host, err := normalizeRegistryHost(ref.Registry())
+	if err != nil {
+		return false
+	}
+	now := time.Now()
+	held, fresh, gen := s.held.Get(host, now, registryCredTTL)
+	if fresh {
+		return held
+	}
+	err = s.store.View(ctx, func(tx store.Tx) error {
+		cs, err := tx.ListRegistryCredentials()
+		held = slices.ContainsFunc(cs, func(c store.RegistryCredential) bool { return c.Host == host })
+		return err
+	})
+	if err != nil {
+		s.log.Warn("reading registry credentials", "host", host, "err", err)
+		return true // let the lookup by project decide
+	}
+	s.held.Put(host, held, gen, now)
+	return held
+}
+
+// Auth is the Engine API's X-Registry-Auth value for project pulling
+// image, or "" when the project holds no credential for its registry.
+func (s *Service) Auth(ctx context.Context, project, image string) string {
 	ref, err := imageref.Parse(image)
 	if err != nil {
 		return ""
 	}
-	user, password, ok := s.registryCredential(ctx, ref.Registry())
+	user, password, ok := s.registryCredential(ctx, project, ref.Registry())
 	if !ok {
 		return ""
 	}
@@ -224,10 +297,27 @@ func (s *Service) Auth(ctx context.Context, image string) string {
 
 // Credentials is what tag resolution at submit asks for a registry's
 // credential (imageref.Resolver.Credentials, with a context): the username
-// and password stored for host; ok is false when none is (or it cannot be
-// opened, which is logged).
+// and password the submitting project (ProjectFrom(ctx)) holds for host;
+// ok is false when it holds none (or it cannot be opened, which is logged).
 func (s *Service) Credentials(ctx context.Context, host string) (user, password string, ok bool) {
-	return s.registryCredential(ctx, host)
+	return s.registryCredential(ctx, ProjectFrom(ctx), host)
+}
+
+// projectKey carries the project an image is resolved for (WithProject).
+type projectKey struct{}
+
+// WithProject is ctx for resolving an image's tag on behalf of project:
+// the resolver asks Credentials, which reads it (ProjectFrom), so a tag is
+// resolved with that project's credential only.
+func WithProject(ctx context.Context, project string) context.Context {
+	return context.WithValue(ctx, projectKey{}, project)
+}
+
+// ProjectFrom is the project WithProject put in ctx; "" (the default
+// project) when none.
+func ProjectFrom(ctx context.Context) string {
+	p, _ := ctx.Value(projectKey{}).(string)
+	return p
 }
 
 // Sealer seals and opens values with the control plane's key, bound to
@@ -244,7 +334,8 @@ type Service struct {
 	now    func() time.Time
 	log    *slog.Logger
 	sealer Sealer
-	creds  expiring.Map[registryLookup]
+	creds  expiring.Map[registryLookup] // by credKey
+	held   expiring.Map[bool]           // by host: whether any project holds one (Held)
 }
 
 // New returns the registry credentials service; now is the clock (UTC).

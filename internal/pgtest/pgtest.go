@@ -10,10 +10,7 @@ package pgtest
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -21,6 +18,7 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	"github.com/mercator/mercator/internal/pgschema"
 )
 
 // Env names the variable that gives the tests a PostgreSQL server.
@@ -81,27 +79,18 @@ func FreshSchema(t testing.TB) string {
 	t.Helper()
 	base := DSN(t)
 	db := adminDB(t, base)
-	b := make([]byte, 8)
-	rand.Read(b)
-	schema := "mercator_test_" + hex.EncodeToString(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("create schema %s: %v", schema, err)
+	schema, dsn, err := pgschema.Create(ctx, db, base, "mercator_test_")
+	if err != nil {
+		t.Fatalf("%s: %v", Env, err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := db.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
+		if err := pgschema.Drop(ctx, db, schema); err != nil {
+			t.Error(err)
 		}
 	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("%s: %v", Env, err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return dsn
 }

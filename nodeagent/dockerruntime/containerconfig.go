@@ -105,8 +105,8 @@ func containerConfig(command nodeproto.LaunchWorkloadCommand, nodeID string, con
 // and this node checks again, because it is what holds the machine.
 func checkLaunch(command nodeproto.LaunchWorkloadCommand, contain dockerengine.Containment) error {
 	switch {
-	case command.Network != "" && command.Network != nodeproto.NetworkNone:
-		return failure.Invalid("network", "%q is not a network this node gives a run: only \"none\" or the default", command.Network)
+	case !command.NetworkAllowed():
+		return failure.Invalid("network", "%q is not a network this node gives a run: only \"none\", the default, or \"host\" for a gang's member", command.Network)
 	case command.User != "" && !nodeproto.ValidUser(command.User):
 		return failure.Invalid("user", "%q is not a user name or uid[:gid]", command.User)
 	case command.PidsLimit < 0 || command.PidsLimit > contain.MaxPidsLimit:

@@ -40,8 +40,8 @@ func CheckPinned(image string) error {
 // simulated node does not have.)
 func CheckContainment(c nodeproto.LaunchWorkloadCommand) error {
 	switch {
-	case c.Network != "" && c.Network != nodeproto.NetworkNone:
-		return failure.Invalid("network", "%q is not a network a node gives a run: only %q or the default", c.Network, nodeproto.NetworkNone)
+	case !c.NetworkAllowed():
+		return failure.Invalid("network", "%q is not a network a node gives a run: only %q, the default, or %q for a gang's member", c.Network, nodeproto.NetworkNone, nodeproto.NetworkHost)
 	case c.User != "" && !nodeproto.ValidUser(c.User):
 		return failure.Invalid("user", "%q is not a user name or uid[:gid]", c.User)
 	case c.PidsLimit < 0:

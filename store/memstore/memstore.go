@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
@@ -545,11 +546,19 @@ func (t *tx) PutRegistryCredential(c store.RegistryCredential) error {
 	if err := record.RegistryCredential(c); err != nil {
 		return err
 	}
-	return put(t, "registries", &t.st.registries, "registry credential", c.Host, c, upsert)
+	return put(t, "registries", &t.st.registries, "registry credential", registryKey(c.Project, c.Host), c, upsert)
 }
 
-func (t *tx) GetRegistryCredential(host string) (store.RegistryCredential, error) {
-	return get[store.RegistryCredential](t, t.st.registries, "registry credential", host)
+// registryKey files a credential under its project and host; the keys
+// sort by project, then host.
+func registryKey(project, host string) string { return api.ProjectOf(project) + "\x00" + host }
+
+func (t *tx) GetRegistryCredential(project, host string) (store.RegistryCredential, error) {
+	c, err := get[store.RegistryCredential](t, t.st.registries, "registry credential", registryKey(project, host))
+	if errors.Is(err, failure.ErrNotFound) {
+		return c, failure.NotFound("registry credential", host) // named as sqlstore names it
+	}
+	return c, err
 }
 
 func (t *tx) ListRegistryCredentials() ([]store.RegistryCredential, error) {
@@ -557,8 +566,8 @@ func (t *tx) ListRegistryCredentials() ([]store.RegistryCredential, error) {
 		return nil, err
 	}
 	out := []store.RegistryCredential{}
-	for _, host := range slices.Sorted(maps.Keys(t.st.registries)) {
-		c, err := decode[store.RegistryCredential]("registry credential", host, t.st.registries[host])
+	for _, key := range slices.Sorted(maps.Keys(t.st.registries)) {
+		c, err := decode[store.RegistryCredential]("registry credential", key, t.st.registries[key])
 		if err != nil {
 			return nil, err
 		}
@@ -567,14 +576,15 @@ func (t *tx) ListRegistryCredentials() ([]store.RegistryCredential, error) {
 	return out, nil
 }
 
-func (t *tx) DeleteRegistryCredential(host string) error {
+func (t *tx) DeleteRegistryCredential(project, host string) error {
 	if err := t.writable(); err != nil {
 		return err
 	}
-	if _, ok := t.st.registries[host]; !ok {
+	key := registryKey(project, host)
+	if _, ok := t.st.registries[key]; !ok {
 		return failure.NotFound("registry credential", host)
 	}
-	delete(table(t, "registries", &t.st.registries), host)
+	delete(table(t, "registries", &t.st.registries), key)
 	return nil
 }
 

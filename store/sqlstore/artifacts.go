@@ -1,12 +1,32 @@
 package sqlstore
 
 import (
+	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/internal/record"
 )
 
-// The Artifact catalog and the registry credentials (schema version 2).
+// The Artifact catalog and the registry credentials (schema version 2;
+// credentials by project since 10).
+
+// registryProjectsMigration keys registry credentials by project and host
+// (docs/teams.md: a project's runs pull with its own credential, and two
+// projects may hold one each for the same host). A credential stored
+// before is the default project's. An Artifact's project is a field of its
+// document (absent: the default project), filtered in the control plane,
+// so the catalog's table is unchanged.
+var registryProjectsMigration = []string{
+	`CREATE TABLE registry_credentials_v10 (
+		project TEXT NOT NULL,
+		host TEXT NOT NULL,
+		doc TEXT NOT NULL,
+		PRIMARY KEY (project, host)
+	)`,
+	`INSERT INTO registry_credentials_v10 (project, host, doc) SELECT 'default', host, doc FROM registry_credentials`,
+	`DROP TABLE registry_credentials`,
+	`ALTER TABLE registry_credentials_v10 RENAME TO registry_credentials`,
+}
 
 func (t *txn) CreateArtifact(a store.Artifact) error {
 	if err := record.Artifact(a); err != nil {
@@ -45,34 +65,36 @@ func (t *txn) PutRegistryCredential(c store.RegistryCredential) error {
 	if err := t.writable(); err != nil {
 		return err
 	}
+	project := api.ProjectOf(c.Project)
 	doc, err := encode("registry credential", c.Host, c)
 	if err != nil {
 		return err
 	}
 	_, err = t.exec("put", "registry credential", c.Host,
-		`INSERT INTO registry_credentials (host, doc) VALUES ($1, $2) ON CONFLICT (host) DO UPDATE SET doc = excluded.doc`,
-		c.Host, doc)
+		`INSERT INTO registry_credentials (project, host, doc) VALUES ($1, $2, $3) ON CONFLICT (project, host) DO UPDATE SET doc = excluded.doc`,
+		project, c.Host, doc)
 	return err
 }
 
-func (t *txn) GetRegistryCredential(host string) (store.RegistryCredential, error) {
+func (t *txn) GetRegistryCredential(project, host string) (store.RegistryCredential, error) {
 	return getDoc[store.RegistryCredential](t, "registry credential", host,
-		`SELECT doc FROM registry_credentials WHERE host = $1`, host)
+		`SELECT doc FROM registry_credentials WHERE project = $1 AND host = $2`, api.ProjectOf(project), host)
 }
 
 func (t *txn) ListRegistryCredentials() ([]store.RegistryCredential, error) {
 	return listDocs[store.RegistryCredential](t, "registry credential",
-		`SELECT host, doc FROM registry_credentials ORDER BY host`)
+		`SELECT host, doc FROM registry_credentials ORDER BY project, host`)
 }
 
-func (t *txn) DeleteRegistryCredential(host string) error {
+func (t *txn) DeleteRegistryCredential(project, host string) error {
 	if err := t.writable(); err != nil {
 		return err
 	}
-	if _, bad := t.unstorable([]any{host}); bad {
+	project = api.ProjectOf(project)
+	if _, bad := t.unstorable([]any{project, host}); bad {
 		return failure.NotFound("registry credential", host)
 	}
-	n, err := t.affected("delete", "registry credential", host, `DELETE FROM registry_credentials WHERE host = $1`, host)
+	n, err := t.affected("delete", "registry credential", host, `DELETE FROM registry_credentials WHERE project = $1 AND host = $2`, project, host)
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ var documentTables = map[string]struct {
 	"operation":           {"operations", []string{"id"}},
 	"token":               {"tokens", []string{"hash"}},
 	"artifact":            {"artifacts", []string{"name", "version"}},
-	"registry_credential": {"registry_credentials", []string{"host"}},
+	"registry_credential": {"registry_credentials", []string{"project", "host"}},
 	"app":                 {"fn_apps", []string{"id"}},
 	"fn":                  {"fn_fns", []string{"id"}},
 	"trigger":             {"fn_triggers", []string{"id"}},

@@ -163,6 +163,11 @@ var migrations = []migration{
 		name:    "agent releases and rollouts",
 		stmts:   upgradesMigration, // in upgrades.go
 	},
+	{
+		version: 10,
+		name:    "registry credentials by project",
+		stmts:   registryProjectsMigration, // in artifacts.go
+	},
 }
 
 // migrate brings db's schema up to the last of ms, in one write

@@ -85,38 +85,56 @@ func testArtifacts(t *testing.T, s store.Store) {
 	})
 }
 
-// testRegistryCredentials: upsert by host, list by host, delete once; the
-// sealed bytes come back exactly.
+// testRegistryCredentials: upsert by project and host, list by project
+// and then host, delete once; the sealed bytes come back exactly. A
+// project's credential for a host is its own: another project's for the
+// same host is another record, and "" is the default project.
 func testRegistryCredentials(t *testing.T, s store.Store) {
+	inProject := func(project, host string) store.RegistryCredential {
+		c := sampleRegistryCredential(host)
+		c.Project, c.Username = project, "user-"+project
+		return c
+	}
+	keys := func(cs []store.RegistryCredential) []string {
+		return ids(cs, func(c store.RegistryCredential) string { return api.ProjectOf(c.Project) + "/" + c.Host })
+	}
 	update(t, s, func(tx store.Tx) error {
-		_, err := tx.GetRegistryCredential("ghcr.io")
+		_, err := tx.GetRegistryCredential("", "ghcr.io")
 		wantKind(t, err, failure.ErrNotFound, "ghcr.io")
-		wantKind(t, tx.DeleteRegistryCredential("ghcr.io"), failure.ErrNotFound, "ghcr.io")
+		wantKind(t, tx.DeleteRegistryCredential("", "ghcr.io"), failure.ErrNotFound, "ghcr.io")
 		for _, h := range []string{"ghcr.io", "127.0.0.1:5000", "docker.io"} {
 			must(t, tx.PutRegistryCredential(sampleRegistryCredential(h)))
 		}
+		must(t, tx.PutRegistryCredential(inProject("vision", "ghcr.io")))
+		must(t, tx.PutRegistryCredential(inProject("audio", "ghcr.io")))
 		return nil
 	})
 	replaced := sampleRegistryCredential("ghcr.io")
 	replaced.Username, replaced.Sealed = "other", []byte("resealed")
 	update(t, s, func(tx store.Tx) error { return tx.PutRegistryCredential(replaced) })
 	view(t, s, func(tx store.Tx) error {
-		same(t, "GetRegistryCredential", must1[store.RegistryCredential](t)(tx.GetRegistryCredential("ghcr.io")), replaced)
+		same(t, "GetRegistryCredential", must1[store.RegistryCredential](t)(tx.GetRegistryCredential("", "ghcr.io")), replaced)
+		same(t, "GetRegistryCredential(default)", must1[store.RegistryCredential](t)(tx.GetRegistryCredential(api.DefaultProject, "ghcr.io")), replaced)
+		same(t, "GetRegistryCredential(vision)", must1[store.RegistryCredential](t)(tx.GetRegistryCredential("vision", "ghcr.io")), inProject("vision", "ghcr.io"))
+		_, err := tx.GetRegistryCredential("vision", "docker.io")
+		wantKind(t, err, failure.ErrNotFound, "docker.io")
 		got := must1[[]store.RegistryCredential](t)(tx.ListRegistryCredentials())
-		wantIDs(t, "ListRegistryCredentials", ids(got, func(c store.RegistryCredential) string { return c.Host }),
-			[]string{"127.0.0.1:5000", "docker.io", "ghcr.io"})
-		same(t, "listed docker.io", got[1], sampleRegistryCredential("docker.io"))
+		wantIDs(t, "ListRegistryCredentials", keys(got),
+			[]string{"audio/ghcr.io", "default/127.0.0.1:5000", "default/docker.io", "default/ghcr.io", "vision/ghcr.io"})
+		same(t, "listed docker.io", got[2], sampleRegistryCredential("docker.io"))
 		return nil
 	})
 	update(t, s, func(tx store.Tx) error {
-		must(t, tx.DeleteRegistryCredential("docker.io"))
-		_, err := tx.GetRegistryCredential("docker.io")
+		wantKind(t, tx.DeleteRegistryCredential("vision", "docker.io"), failure.ErrNotFound, "docker.io")
+		must(t, tx.DeleteRegistryCredential("", "docker.io"))
+		must(t, tx.DeleteRegistryCredential("vision", "ghcr.io"))
+		_, err := tx.GetRegistryCredential("", "docker.io")
 		wantKind(t, err, failure.ErrNotFound, "docker.io")
 		return nil
 	})
 	view(t, s, func(tx store.Tx) error {
 		got := must1[[]store.RegistryCredential](t)(tx.ListRegistryCredentials())
-		wantIDs(t, "after delete", ids(got, func(c store.RegistryCredential) string { return c.Host }), []string{"127.0.0.1:5000", "ghcr.io"})
+		wantIDs(t, "after delete", keys(got), []string{"audio/ghcr.io", "default/127.0.0.1:5000", "default/ghcr.io"})
 		return nil
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/internal/record"
 )
@@ -29,6 +30,8 @@ import (
 // projects, a node's labels. A kind that did not exist yet has no document
 // in the older directories (goldenKind.since).
 // testdata/v9 is schema version 9's (issue 20): agent releases and rollouts.
+// testdata/v10 is schema version 10's (issue 17): an Artifact version's
+// project, and a registry credential's (keyed by project and host).
 //
 //go:embed testdata
 var goldenFS embed.FS
@@ -68,8 +71,10 @@ var goldenKinds = []goldenKind{
 		store.Tx.CreateToken, func(tx store.Tx, k []string) (store.Token, error) { return tx.GetToken(k[0]) }),
 	golden("artifact", func(r store.Artifact) []string { return []string{r.Name, r.Version} }, nil,
 		store.Tx.CreateArtifact, func(tx store.Tx, k []string) (store.Artifact, error) { return tx.GetArtifact(k[0], k[1]) }),
-	golden("registry_credential", func(r store.RegistryCredential) []string { return []string{r.Host} }, nil,
-		store.Tx.PutRegistryCredential, func(tx store.Tx, k []string) (store.RegistryCredential, error) { return tx.GetRegistryCredential(k[0]) }),
+	golden("registry_credential", func(r store.RegistryCredential) []string { return []string{api.ProjectOf(r.Project), r.Host} }, nil,
+		store.Tx.PutRegistryCredential, func(tx store.Tx, k []string) (store.RegistryCredential, error) {
+			return tx.GetRegistryCredential(k[0], k[1])
+		}),
 	// Apps and functions of earlier versions held secrets in the clear
 	// (SecretConfig), which a Store still reads but no longer writes.
 	golden("app", func(r store.App) []string { return []string{r.ID} }, func(r *store.App) { r.SecretConfig = nil },

@@ -45,6 +45,28 @@ func testRuns(t *testing.T, s store.Store) {
 	})
 }
 
+// testRunGang: a gang run (issue 18) reads back with its size, its
+// rendezvous port and each member's attempt set and rank, and is listed
+// under every member's node.
+func testRunGang(t *testing.T, s store.Store) {
+	r := sampleRun("run-g", at(0), api.RunRunning, "node-g1", "node-g2")
+	r.Nodes, r.MasterPort = 2, 29501
+	for i := range r.Attempts {
+		r.Attempts[i].Set, r.Attempts[i].Rank = 1, i
+	}
+	update(t, s, func(tx store.Tx) error { return tx.CreateRun(r) })
+	view(t, s, func(tx store.Tx) error {
+		same(t, "gang run", must1[store.Run](t)(tx.GetRun("run-g")), r)
+		for _, node := range []string{"node-g1", "node-g2"} {
+			listed := must1[[]store.Run](t)(tx.ListRuns(store.ListRunsOptions{NodeID: node}))
+			if len(listed) != 1 || listed[0].ID != "run-g" {
+				t.Errorf("runs listed for gang member node %s: %d, want run-g", node, len(listed))
+			}
+		}
+		return nil
+	})
+}
+
 // testRunSecrets: a run's secrets are stored only sealed, read back as
 // they were written beside their redacted names, and a run carrying a
 // secret in the clear (or a redacted name with nothing sealed) is refused.

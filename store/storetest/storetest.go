@@ -59,6 +59,7 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opts Opti
 		{"Sessions", testSessions},
 		{"Runs", testRuns},
 		{"RunSecrets", testRunSecrets},
+		{"RunGang", testRunGang},
 		{"ListRuns", testListRuns},
 		{"ListRunsNodeIndex", testListRunsNodeIndex},
 		{"ListRunsPages", testListRunsPages},

@@ -636,7 +636,7 @@ func (h *harness) testPersistence(t *testing.T) {
 		}
 		same(t, "token", must1[store.Token](t)(tx.GetToken("tok-1")), sampleToken("tok-1"))
 		same(t, "artifact", must1[store.Artifact](t)(tx.GetArtifact("data", "v1")), sampleArtifact("data", 1))
-		same(t, "registry credential", must1[store.RegistryCredential](t)(tx.GetRegistryCredential("ghcr.io")), sampleRegistryCredential("ghcr.io"))
+		same(t, "registry credential", must1[store.RegistryCredential](t)(tx.GetRegistryCredential("", "ghcr.io")), sampleRegistryCredential("ghcr.io"))
 		data, size, err := tx.ReadLog(k, 0, 100)
 		must(t, err)
 		if string(data) != "hello world" || size != 11 {

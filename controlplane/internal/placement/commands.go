@@ -10,8 +10,14 @@ import (
 )
 
 // Launch is the launch of one attempt of run on the given GPUs, before its
-// Artifacts are added (PrepareArtifacts).
+// Artifacts are added (PrepareArtifacts). A gang member's launch carries
+// the gang's size (which lets a node give it the host's network; its rank
+// variables are package gang's).
 func Launch(run store.Run, attempt int, gpus []string) nodeproto.Command {
+	gangSize := 0
+	if run.Nodes > 1 {
+		gangSize = run.Nodes
+	}
 	return nodeproto.Command{Kind: nodeproto.KindLaunchWorkload, LaunchWorkload: &nodeproto.LaunchWorkloadCommand{
 		WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: attempt},
 		Image:       run.PinnedImage, Command: run.Command, Env: run.Env,
@@ -20,6 +26,7 @@ func Launch(run store.Run, attempt int, gpus []string) nodeproto.Command {
 		SecretNames: runsecrets.Names(run), // the values are attached as it is sent
 		User:        run.User, ReadOnlyRootfs: run.ReadOnlyRootfs, Network: run.Network, PidsLimit: run.PidsLimit,
 		ReportProgress: true, // shown on the run (api.Attempt.Progress); older agents ignore it
+		GangSize:       gangSize,
 	}}
 }
 

@@ -160,7 +160,7 @@ func Snapshot(view []scheduler.Node, index map[string]int, each func(func(schedc
 		pending[r.ID] = r
 		sr := scheduler.Run{ID: r.ID, Image: r.PinnedImage, CPU: r.CPU, MemoryBytes: r.MemoryBytes,
 			GPUs: r.GPUs, GPUModel: r.GPUModel, GPUMemory: r.GPUMemoryBytes, MinAgentVersion: AgentVersion(r),
-			Project: api.ProjectOf(r.Project), Priority: r.Priority, Constraints: project.Constraints(r.RunSpec, nil)}
+			Project: api.ProjectOf(r.Project), Priority: r.Priority, Constraints: project.Constraints(r.RunSpec, nil), Nodes: r.Nodes}
 		for _, m := range r.Artifacts {
 			sr.Artifacts = append(sr.Artifacts, m.SHA256)
 			sr.MinReadBPS = max(sr.MinReadBPS, m.MinReadBytesPerSecond)

@@ -18,7 +18,6 @@
 package runsecrets
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -97,25 +96,17 @@ func Open(key Sealer, run store.Run, names []string) (map[string]string, error) 
 	return out, nil
 }
 
-// Attach puts the values of l's secrets into l as it is sent, reading its
-// run from st. One that cannot be opened is logged and the launch left
-// without values: the agent then refuses it, naming the secrets it lacks
-// (nodeproto.LaunchWorkloadCommand.MissingSecrets), and the attempt fails
-// with that reason rather than run without them.
-func Attach(ctx context.Context, st store.Store, key Sealer, log *slog.Logger, l *nodeproto.LaunchWorkloadCommand) {
+// Attach puts the values of l's secrets into l as it is sent, from run
+// (l's run, which the caller read). One that cannot be opened is logged
+// and the launch left without values: the agent then refuses it, naming
+// the secrets it lacks (nodeproto.LaunchWorkloadCommand.MissingSecrets),
+// and the attempt fails with that reason rather than run without them.
+func Attach(key Sealer, log *slog.Logger, run store.Run, l *nodeproto.LaunchWorkloadCommand) {
 	if len(l.SecretNames) == 0 {
 		return
 	}
-	var run store.Run
-	err := st.View(ctx, func(tx store.Tx) error {
-		var err error
-		run, err = tx.GetRun(l.RunID)
-		return err
-	})
-	if err == nil {
-		l.Secrets, err = Open(key, run, l.SecretNames)
-	}
-	if err != nil {
+	var err error
+	if l.Secrets, err = Open(key, run, l.SecretNames); err != nil {
 		log.Error("launch sent without its secrets; the node will refuse it", "run", l.RunID, "attempt", l.Attempt, "err", err)
 	}
 }

@@ -130,6 +130,9 @@ type runDoc struct {
 	GraceSeconds int64  `json:"grace_seconds,omitempty"`
 	// Constraints: the node labels the run requires.
 	Constraints map[string]string `json:"constraints,omitempty"`
+	// Gang (api.RunSpec, issue 18): the members and the rendezvous port.
+	Nodes      int `json:"nodes,omitempty"`
+	MasterPort int `json:"master_port,omitempty"`
 }
 
 // attemptDoc is an api.Attempt as stored: the same fields, so that a
@@ -163,6 +166,9 @@ type attemptDoc struct {
 	// is.
 	GPUUsage []api.GPUUsage `json:"gpu_usage,omitempty"`
 	Xids     []api.GPUXid   `json:"xids,omitempty"`
+	// A gang member's attempt set and rank (issue 18).
+	Set  int `json:"set,omitempty"`
+	Rank int `json:"rank,omitempty"`
 }
 
 // artifactMountDoc is an api.ArtifactMount as stored.
@@ -185,6 +191,7 @@ func runDocOf(r store.Run) runDoc {
 		NextCheck: r.NextCheck, SealedSecrets: r.SealedSecrets,
 		User: r.User, ReadOnlyRootfs: r.ReadOnlyRootfs, Network: r.Network, PidsLimit: r.PidsLimit,
 		LogLimitBytes: r.LogLimitBytes, Project: r.Project, Priority: r.Priority, GraceSeconds: r.GraceSeconds, Constraints: r.Constraints,
+		Nodes: r.Nodes, MasterPort: r.MasterPort,
 	}
 	d.Artifacts = convertAll(r.Artifacts, func(m api.ArtifactMount) artifactMountDoc { return artifactMountDoc(m) })
 	d.Attempts = convertAll(r.Attempts, func(a api.Attempt) attemptDoc { return attemptDoc(a) })
@@ -201,6 +208,7 @@ func (d runDoc) record() store.Run {
 			ReplaceAfterSeconds: d.ReplaceAfterSeconds,
 			User:                d.User, ReadOnlyRootfs: d.ReadOnlyRootfs, Network: d.Network, PidsLimit: d.PidsLimit,
 			LogLimitBytes: d.LogLimitBytes, Project: d.Project, Priority: d.Priority, GraceSeconds: d.GraceSeconds, Constraints: d.Constraints,
+			Nodes: d.Nodes, MasterPort: d.MasterPort,
 		},
 		PinnedImage: d.PinnedImage, Status: d.Status, Reason: d.Reason, ExitCode: d.ExitCode,
 		Cancel: d.Cancel, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, FinishedAt: d.FinishedAt,
@@ -232,6 +240,7 @@ type artifactVersionDoc struct {
 	Size      int64     `json:"size"`
 	Format    string    `json:"format"`
 	CreatedAt time.Time `json:"created_at"`
+	Project   string    `json:"project,omitempty"`
 }
 
 // artifactDoc is a store.Artifact as stored.

@@ -11,6 +11,7 @@
 //	exit N               print "exiting N"; exit N
 //	sleep SECONDS        print "sleeping"; sleep; exit 0 promptly on SIGTERM or SIGINT
 //	env NAME             print the value of the environment variable NAME
+//	env-sleep SECONDS NAME...  print NAME=VALUE for each NAME, then sleep as sleep does
 //	env-sha256 NAME      print the SHA-256 in hex of NAME's value, never the value itself
 //	lines N              print "line 1" … "line N" to stdout and "stderr line" to stderr
 //	ignore-term SECONDS  print "ignoring SIGTERM"; ignore SIGTERM; sleep; exit 0
@@ -59,6 +60,15 @@ func run(args []string) int {
 		}
 		fmt.Printf("exiting %d\n", code)
 		return code
+	case "env-sleep": // a gang member showing its rank variables, then working
+		if len(rest) < 2 {
+			fmt.Fprintln(os.Stderr, "env-sleep: want SECONDS NAME...")
+			return 2
+		}
+		for _, name := range rest[1:] {
+			fmt.Printf("%s=%s\n", name, os.Getenv(name))
+		}
+		return run([]string{"sleep", rest[0]})
 	case "sleep":
 		d, ok := secondsArg(rest)
 		if !ok {

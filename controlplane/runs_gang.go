@@ -1,0 +1,165 @@
+package controlplane
+
+import (
+	"fmt"
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/failure"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/mercator/mercator/controlplane/internal/gang"
+	"github.com/mercator/mercator/controlplane/internal/placement"
+	"github.com/mercator/mercator/lifecycle"
+	"github.com/mercator/mercator/nodeproto"
+	"github.com/mercator/mercator/scheduler"
+	"github.com/mercator/mercator/store"
+)
+
+// unitLaunches is what a placement unit (one run's placement, or every
+// member of a gang: gang.Units) sends its nodes, by placement: the
+// prepare_artifact commands ahead of the launch, then the launch, whose
+// attempt numbers follow the run's. It reads the nodes' records in nodes
+// and the Artifacts in tx. A non-empty why is why the unit is not placed
+// now (a node whose agent is too old, a gang plan that does not hold
+// every member): a gang commits whole or not at all.
+func (s *Server) unitLaunches(tx store.Tx, run store.Run, unit []scheduler.Placement, nodes map[string]store.Node) (cmds [][]nodeproto.Command, why string, err error) {
+	isGang := lifecycle.Gang(&run.Run)
+	if isGang && len(unit) != run.Nodes {
+		return nil, fmt.Sprintf("waiting: gang of %d: the plan held %d members; placing it again", run.Nodes, len(unit)), nil
+	}
+	master := ""
+	if isGang {
+		master = gang.MasterAddr(nodes[unit[0].NodeID])
+	}
+	for i, p := range unit {
+		n, known := nodes[p.NodeID]
+		if !known {
+			return nil, fmt.Sprintf("waiting: node %s is gone; placing the run again", p.NodeID), nil
+		}
+		cmd := placement.Launch(run, len(run.Attempts)+1+i, p.GPUs)
+		if isGang {
+			cmd = gang.Launch(run, len(run.Attempts)+1+i, i, p.GPUs, master)
+		}
+		prepares, err := placement.PrepareArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
+		if err != nil {
+			return nil, "", err
+		}
+		have := 0
+		if n.Facts != nil {
+			have = n.Facts.CapabilityVersion
+		}
+		// Every command goes only to an agent that speaks it; otherwise
+		// the run waits, and says why.
+		all := append(prepares, cmd)
+		if why := placement.TooOld(p.NodeID, have, all); why != "" {
+			return nil, why, nil
+		}
+		cmds = append(cmds, all)
+	}
+	return cmds, "", nil
+}
+
+// place records the unit's attempts on run: one attempt, or a gang's new
+// attempt set (lifecycle.PlaceGang).
+func place(run *store.Run, unit []scheduler.Placement, now time.Time) {
+	if !lifecycle.Gang(&run.Run) {
+		lifecycle.Place(&run.Run, unit[0].NodeID, unit[0].GPUs, now)
+		return
+	}
+	members := make([]lifecycle.Member, len(unit))
+	for i, p := range unit {
+		members[i] = lifecycle.Member{NodeID: p.NodeID, GPUs: p.GPUs}
+	}
+	lifecycle.PlaceGang(&run.Run, members, now)
+}
+
+// strayReason is the stop reason of stray attempt a (lifecycle.Strays):
+// "replaced" for one replaced while its node was unreachable, "cancelled"
+// and "gang" for a gang's members stopped because the run is being
+// cancelled or another member ended, "superseded" for any other attempt of
+// an ended run.
+func strayReason(run *api.Run, a *api.Attempt) string {
+	switch {
+	case a.Replaced:
+		return "replaced"
+	case lifecycle.Gang(run) && run.Cancel:
+		return "cancelled"
+	case lifecycle.Gang(run):
+		return lifecycle.StopGang
+	case api.Terminal(run.Status):
+		return "superseded"
+	}
+	return "replaced"
+}
+
+// replaceLostRun replaces the current attempt of run, or the member of a
+// gang's current set, whose node has been lost (lostSince: since when,
+// nil while not) for longer than the run's replace-after, withdraws its
+// launch if the node never received it and, for a gang, stops the other
+// members (lifecycle.ReplaceMember); it reports whether it replaced one.
+func (s *Server) replaceLostRun(tx store.Tx, run *store.Run, lostSince func(nodeID string) (*time.Time, error), now time.Time) (bool, error) {
+	after, ok := lifecycle.ReplaceAfter(&run.Run)
+	if !ok {
+		return false, nil
+	}
+	for _, a := range lifecycle.Members(&run.Run) {
+		since, err := lostSince(a.NodeID)
+		if err != nil || since == nil || now.Before(since.Add(after)) {
+			if err != nil {
+				return false, err
+			}
+			continue
+		}
+		if lifecycle.Gang(&run.Run) {
+			ok = lifecycle.ReplaceMember(&run.Run, a, *since, now)
+		} else {
+			ok = lifecycle.Replace(&run.Run, *since, now) != nil
+		}
+		if !ok {
+			continue
+		}
+		if err := placement.WithdrawLaunch(tx, a.NodeID, run.ID, a.Number, now); err != nil {
+			return false, err
+		}
+		s.log.Warn("replacing attempt on unreachable node", "run", run.ID, "attempt", a.Number, "node", a.NodeID, "unreachable_since", *since)
+		if lifecycle.Gang(&run.Run) {
+			_, err = s.stopStrays(tx, &run.Run, a.NodeID) // the other members
+		}
+		return true, err
+	}
+	return false, nil
+}
+
+// logAttempt is the attempt whose log a request for run's logs asks for:
+// ?attempt=N; for a gang, the member of ?rank=K (0 unless given) in its
+// latest set; otherwise the latest attempt. 0 is "not placed yet".
+func logAttempt(run api.Run, q url.Values) (int, error) {
+	if v := q.Get("attempt"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > len(run.Attempts) {
+			return 0, failure.Invalid("attempt", "run %s has attempts 1 to %d", run.ID, len(run.Attempts))
+		}
+		return n, nil
+	}
+	rank := 0
+	if v := q.Get("rank"); v != "" {
+		if !lifecycle.Gang(&run) {
+			return 0, failure.Invalid("rank", "run %s is not a gang (it has no ranks); ask for an attempt instead", run.ID)
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n >= run.Nodes {
+			return 0, failure.Invalid("rank", "run %s is a gang of %d: its ranks are 0 to %d, not %q", run.ID, run.Nodes, run.Nodes-1, v)
+		}
+		rank = n
+	}
+	if !lifecycle.Gang(&run) {
+		return len(run.Attempts), nil
+	}
+	for _, a := range lifecycle.Members(&run) {
+		if a.Rank == rank {
+			return a.Number, nil
+		}
+	}
+	return 0, nil
+}
