@@ -2,9 +2,11 @@ package nodeagent
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mercator/mercator/nodeproto"
 )
@@ -135,5 +137,60 @@ func TestEnrollmentForgetsTheGPUInventory(t *testing.T) {
 	}
 	if gpus, err := state.GPUInventory(); err != nil || gpus != nil {
 		t.Fatalf("after enrollment kept %v, %v; want none", gpus, err)
+	}
+}
+
+// diagRuntime is a memRuntime with a GPU diagnostic that has nothing to
+// diagnose for its first notReady calls; its facts count the finished runs.
+type diagRuntime struct {
+	*memRuntime
+	mu       sync.Mutex
+	notReady int
+	calls    int
+	runs     int
+}
+
+func (r *diagRuntime) DiagnoseGPUs(context.Context) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	if r.calls <= r.notReady {
+		return false, nil
+	}
+	r.runs++
+	return true, nil
+}
+
+func (r *diagRuntime) Facts(ctx context.Context) (nodeproto.NodeFacts, error) {
+	f, err := r.memRuntime.Facts(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f.Notes = []string{fmt.Sprintf("diagnosed %d times", r.runs)}
+	return f, err
+}
+
+// TestGPUDiagRetriedUntilListedThenReported: the diagnostic is tried again
+// after each sample period while the GPUs are not listed yet, and a run
+// that finished wakes the facts loop (the heartbeat here is an hour, so
+// the facts reporting it were read because of the run).
+func TestGPUDiagRetriedUntilListedThenReported(t *testing.T) {
+	tr := &chanTransport{commands: make(chan nodeproto.Command)}
+	rt := &diagRuntime{memRuntime: newMemRuntime(), notReady: 2}
+	stop := startTestAgent(t, rt, tr, t.TempDir(), WithHeartbeat(time.Hour), WithGPUSampleEvery(time.Millisecond), WithGPUDiagEvery(0))
+	defer stop()
+	waitUntil(t, "facts reporting the diagnostic's run", func() bool {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		for _, e := range tr.events {
+			if e.Kind == nodeproto.EventFacts && slices.Contains(e.Facts.Notes, "diagnosed 1 times") {
+				return true
+			}
+		}
+		return false
+	})
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.calls != 3 || rt.runs != 1 {
+		t.Fatalf("%d calls, %d runs; want 2 not ready, then 1 run", rt.calls, rt.runs)
 	}
 }
