@@ -47,7 +47,14 @@ type AgentOptions struct {
 	// /dev/kmsg); GPUSampleEvery its period (0: the default).
 	KernelLog      string
 	GPUSampleEvery time.Duration
-	Heartbeat      time.Duration
+	// DCGMI is DCGM's tool for the quick GPU diagnostic ("" runs none);
+	// GPUDiagEvery its period after the run at the start (0: the default,
+	// negative: only at the start). ForgetGPUs drops the GPU inventory the
+	// state kept (nodeagent.WithForgetGPUs).
+	DCGMI        string
+	GPUDiagEvery time.Duration
+	ForgetGPUs   bool
+	Heartbeat    time.Duration
 	// Labels are reported with the node's facts (`--label`).
 	Labels map[string]string
 	Logger *slog.Logger
@@ -126,6 +133,12 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		aopts = append(aopts, nodeagent.WithHeartbeat(o.Heartbeat))
 	}
 	aopts = append(aopts, nodeagent.WithGPUSampleEvery(o.GPUSampleEvery))
+	if o.GPUDiagEvery != 0 {
+		aopts = append(aopts, nodeagent.WithGPUDiagEvery(max(o.GPUDiagEvery, 0)))
+	}
+	if o.ForgetGPUs {
+		aopts = append(aopts, nodeagent.WithForgetGPUs())
+	}
 	if len(o.Labels) > 0 {
 		aopts = append(aopts, nodeagent.WithLabels(o.Labels))
 	}
@@ -174,7 +187,7 @@ func agentRuntime(o AgentOptions, roots []*x509.Certificate) (*dockerruntime.Run
 	if o.KernelReports != "" {
 		ropts = append(ropts, dockerruntime.WithKernelReports(o.KernelReports))
 	}
-	ropts = append(ropts, dockerruntime.WithKernelLog(o.KernelLog))
+	ropts = append(ropts, dockerruntime.WithKernelLog(o.KernelLog), dockerruntime.WithDCGMI(o.DCGMI))
 	cli, err := dockerengine.NewClient(o.DockerHost)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/dockerengine"
+	"github.com/mercator/mercator/hostfacts"
 	"github.com/mercator/mercator/internal/bytesize"
 	"github.com/mercator/mercator/nodeagent"
 )
@@ -33,6 +34,9 @@ func AgentFlags(fs *flag.FlagSet) func() (AgentOptions, error) {
 	fs.StringVar(&o.KernelReports, "kernel-reports", "", "`root` of the kernel's reports (default /proc)")
 	fs.StringVar(&o.KernelLog, "kernel-log", "", "kernel message log `path` the GPU health sampler reads Xids from (default /dev/kmsg)")
 	fs.DurationVar(&o.GPUSampleEvery, "gpu-sample-every", nodeagent.DefaultGPUSampleEvery, "how often to sample each GPU's health through the accelerator tool")
+	fs.StringVar(&o.DCGMI, "dcgmi", hostfacts.DefaultDCGMI, "`path` of DCGM's dcgmi, through which the agent runs the quick GPU diagnostic (dcgmi diag -r 1) at its start and every --gpu-diag-every; \"\" runs none (a dcgmi not found is a note in the node's facts)")
+	fs.DurationVar(&o.GPUDiagEvery, "gpu-diag-every", nodeagent.DefaultGPUDiagEvery, "how often to run the GPU diagnostic after the run at the agent's start; 0: only at the start")
+	fs.BoolVar(&o.ForgetGPUs, "forget-gpus", false, "forget the GPUs this node listed before (the state keeps them so a vanished card stays reported missing); for a card taken out for good")
 	fs.DurationVar(&o.Heartbeat, "heartbeat", 0, "how often to report liveness and facts (default 5s, and at most a third of the lease)")
 	var labels []string
 	fs.Func("label", "a node label `KEY=VALUE` runs' constraints and projects' pools select on, e.g. pool=secure (repeatable)", func(s string) error {
@@ -57,6 +61,12 @@ func AgentFlags(fs *flag.FlagSet) func() (AgentOptions, error) {
 		}
 		if o.GPUSampleEvery < time.Second || o.GPUSampleEvery > time.Hour {
 			return o, fmt.Errorf("--gpu-sample-every %s: must be from 1s to 1h (each sample runs the accelerator tool; the default is %s)", o.GPUSampleEvery, nodeagent.DefaultGPUSampleEvery)
+		}
+		switch {
+		case o.GPUDiagEvery == 0:
+			o.GPUDiagEvery = -1 // AgentOptions' "only at the start"
+		case o.GPUDiagEvery < 10*time.Minute || o.GPUDiagEvery > 30*24*time.Hour:
+			return o, fmt.Errorf("--gpu-diag-every %s: must be 0 (only at the start) or from 10m to 720h (the default is %s)", o.GPUDiagEvery, nodeagent.DefaultGPUDiagEvery)
 		}
 		var err error
 		if o.Labels, err = parseLabels(labels); err != nil {

@@ -60,6 +60,11 @@ type GPUSampler struct {
 	remap     map[string]remapState
 	klog      *kernelLog
 	notes     []string
+	// listed is the UUIDs the last facts reading listed, in the tool's
+	// order (DCGM's GPU IDs follow it, gpudiag.go); diagNotes are what the
+	// last diagnostic had to say that is not a sick card.
+	listed    []string
+	diagNotes []string
 }
 
 // gpuTrack is what the sampler holds about one enrolled GPU between samples.
@@ -70,6 +75,7 @@ type gpuTrack struct {
 	throttledSince time.Time
 	fatal          *XidReport // the first fatal Xid read; latched
 	xids           []nodeproto.GPUXid
+	diag           *diagFailure // the last diagnostic's failure; latched until one passes
 }
 
 // NewGPUSampler returns a sampler asking tool (as for Accelerators: a path,
@@ -102,7 +108,9 @@ func NewGPUSampler(tool, kernelLog string, sustain time.Duration, now func() tim
 func (s *GPUSampler) Enroll(listed []nodeproto.Accelerator) []nodeproto.Accelerator {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.listed = s.listed[:0]
 	for _, g := range listed {
+		s.listed = append(s.listed, g.UUID)
 		i := slices.IndexFunc(s.inventory, func(o nodeproto.Accelerator) bool { return o.UUID == g.UUID })
 		if i >= 0 {
 			s.inventory[i] = g
@@ -146,7 +154,7 @@ func (s *GPUSampler) Readings() map[string]GPUReading {
 func (s *GPUSampler) Notes() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.notes)
+	return append(slices.Clone(s.notes), s.diagNotes...)
 }
 
 // sample is what one round of I/O read, before judgement.
@@ -328,6 +336,8 @@ func (s *GPUSampler) judgeAll(readings map[string]GPUReading, in sample, now tim
 			reason, detail = nodeproto.GPUReasonMissing, fmt.Sprintf("listed at enrollment (bus %s), not listed by %s now", g.PCIBusID, s.tool)
 		case t.fatal != nil:
 			reason, detail = nodeproto.GPUReasonXid, fmt.Sprintf("Xid %d: %s", t.fatal.Xid, t.fatal.Line)
+		case t.diag != nil:
+			reason, detail = nodeproto.GPUReasonDiag, t.diag.detail
 		case !answered:
 			reason, detail = t.health.Reason, t.health.Detail // nothing new is known
 		default:
@@ -337,8 +347,15 @@ func (s *GPUSampler) judgeAll(readings map[string]GPUReading, in sample, now tim
 		if reason != "" {
 			state = nodeproto.GPUSick
 		}
-		if t.health.State != state || t.health.Reason != reason {
-			t.health = nodeproto.GPUHealth{UUID: g.UUID, State: state, Reason: reason, Detail: detail, Since: now}
+		since := now
+		if reason == nodeproto.GPUReasonDiag {
+			since = t.health.Since // kept while nothing new is known
+			if t.diag != nil {
+				since = t.diag.at // each failing run is a new sickness
+			}
+		}
+		if t.health.State != state || t.health.Reason != reason || !t.health.Since.Equal(since) && reason == nodeproto.GPUReasonDiag {
+			t.health = nodeproto.GPUHealth{UUID: g.UUID, State: state, Reason: reason, Detail: detail, Since: since}
 		}
 	}
 }

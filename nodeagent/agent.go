@@ -60,6 +60,11 @@ type Agent struct {
 	// gpuSampleEvery is that sample's period.
 	factsCh        chan struct{}
 	gpuSampleEvery time.Duration
+	// The GPU diagnostic's period and the kept GPU inventory (gpus.go).
+	gpuDiagEvery time.Duration
+	gpuDiagSet   bool
+	forgetGPUs   bool
+	savedGPUs    []nodeproto.Accelerator
 
 	mu       sync.Mutex
 	keyLocks map[string]*sync.Mutex
@@ -138,6 +143,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.ensureSession(ctx); err != nil {
 		return err
 	}
+	a.restoreGPUs() // after an enrollment, which starts the inventory afresh
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -148,7 +154,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for _, l := range []struct {
 		name string
 		loop func(context.Context)
-	}{{"session", a.sessionLoop}, {"observe", a.observeLoop}, {"flush", a.flushLoop}, {"heartbeat", a.heartbeatLoop}, {"facts", a.factsLoop}, {"renew", a.renewLoop}, {"gpus", a.gpuLoop}} {
+	}{{"session", a.sessionLoop}, {"observe", a.observeLoop}, {"flush", a.flushLoop}, {"heartbeat", a.heartbeatLoop}, {"facts", a.factsLoop}, {"renew", a.renewLoop}, {"gpus", a.gpuLoop}, {"gpudiag", a.gpuDiagLoop}} {
 		wg.Add(1)
 		go func() { defer wg.Done(); sup.Run(ctx, l.name, l.loop) }()
 	}
@@ -407,6 +413,7 @@ func (a *Agent) factsLoop(ctx context.Context) {
 			facts.CapabilityVersion = nodeproto.Version
 			facts.Functions = a.functionFacts()
 			facts.Labels = a.labels // labels.go
+			a.keepGPUs(facts.Accelerators)
 			if last == nil || !reflect.DeepEqual(*last, facts) {
 				if id, err := a.state.NextEventID(); err == nil {
 					if err := a.state.Spool(nodeproto.Event{ID: id, Kind: nodeproto.EventFacts, At: a.now().UTC(), Facts: &facts}); err == nil {

@@ -297,6 +297,11 @@ func (s *State) Enrolled(nodeID string, e nodeproto.Enrollment) error {
 		if err := meta.Put(keyFencing, putUint(e.FencingToken)); err != nil {
 			return err
 		}
+		// An enrollment starts the machine's GPU inventory afresh
+		// (state_gpus.go): re-enrolling is how a card taken out is forgotten.
+		if err := putGPUInventory(tx, nil); err != nil {
+			return err
+		}
 		return putJSON(meta, keySession, sess)
 	}); err != nil {
 		return fmt.Errorf("record enrollment: %w", err)

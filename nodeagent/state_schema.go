@@ -19,7 +19,10 @@ import (
 //	├── fencing_token           uint: the token of the latest enrollment
 //	├── session                 JSON storedSession: the session credential
 //	│                           and when it expires
-//	└── node_id                 the node this file belongs to
+//	├── node_id                 the node this file belongs to
+//	└── gpu_inventory           JSON []nodeproto.Accelerator: the GPUs listed
+//	                            since enrollment (state_gpus.go; added
+//	                            without a version: older agents ignore it)
 //	applied
 //	└── <operation ID>          JSON appliedEntry: when it was applied and
 //	                            its result event (and, in entries written

@@ -77,3 +77,27 @@ func (docker *Runtime) withGPUHealth(facts *nodeproto.NodeFacts) {
 	facts.GPUHealth = s.Health()
 	facts.Notes = append(facts.Notes, s.Notes()...)
 }
+
+// WithDCGMI names DCGM's command-line tool (a path, or a name looked up on
+// PATH such as hostfacts.DefaultDCGMI), through which DiagnoseGPUs runs
+// the quick diagnostic; without it, or with "", no diagnostic runs.
+func WithDCGMI(tool string) Option {
+	return func(docker *Runtime) { docker.dcgmi = tool }
+}
+
+// DiagnoseGPUs runs DCGM's quick diagnostic (hostfacts.GPUSampler.Diagnose)
+// once, when a tool is set: a GPU it fails is reported sick by Facts, its
+// warnings and its own failures as notes. done is false while no facts
+// reading has listed the GPUs yet.
+func (docker *Runtime) DiagnoseGPUs(ctx context.Context) (bool, error) {
+	if docker.dcgmi == "" {
+		return true, nil
+	}
+	return docker.gpuSampler().Diagnose(ctx, docker.dcgmi)
+}
+
+// RestoreGPUs gives the sampler the GPUs this machine listed before the
+// agent restarted (nodeagent.GPUInventoryKeeper).
+func (docker *Runtime) RestoreGPUs(known []nodeproto.Accelerator) {
+	docker.gpuSampler().Restore(known)
+}

@@ -49,6 +49,7 @@ type Runtime struct {
 	// kernelLog, gpus, usage and gpuOnce: the GPU health sampler and the
 	// per-workload usage tracker (gpus.go).
 	kernelLog string
+	dcgmi     string // the GPU diagnostic's tool; "" runs none (gpus.go)
 	gpus      *hostfacts.GPUSampler
 	usage     *hostfacts.UsageTracker
 	gpuOnce   sync.Once
