@@ -150,9 +150,3 @@ func gangText(r *Run, sh shape, have int) string {
 	}
 	return fmt.Sprintf("waiting: gang of %d: need %d nodes with %s; %d %s", r.Nodes, r.Nodes, what, have, verb)
 }
-
-// gangTeamsText is why a gang waits while projects plan the fleet (quotas,
-// priorities, pools): counting a gang against a project's quota as one
-// unit, and preempting for one, are not built yet, and a gang placed as
-// one member would strand the others' GPUs.
-const gangTeamsText = "waiting: gang runs are placed only while no project has a quota, weight, cap or pools and none asks for a priority (docs/gpus.md, Gang runs)"

@@ -123,9 +123,12 @@ func TestGangWaitsSayingWhy(t *testing.T) {
 	}
 }
 
-// TestGangWaitsWhileProjectsPlan: with projects planning the fleet, a gang
-// is neither placed as one member nor preempted for; it waits saying so.
-func TestGangWaitsWhileProjectsPlan(t *testing.T) {
+// TestGangUnderProjects: with projects planning the fleet, a gang is
+// placed whole, charged to its project as all its members, borrows idle
+// capacity beyond its quota like any run, waits saying why when the fleet
+// lacks the nodes (nothing preempted for it), and counts once against its
+// project's cap.
+func TestGangUnderProjects(t *testing.T) {
 	node := func(id string) Node {
 		n := Node{ID: id, Ready: true, CPU: 64, MemoryBytes: 512 * gib}
 		for k := range 8 {
@@ -133,11 +136,48 @@ func TestGangWaitsWhileProjectsPlan(t *testing.T) {
 		}
 		return n
 	}
-	s := Snapshot{Nodes: []Node{node("a"), node("b")}, Pending: []Run{{ID: "g", GPUs: 8, Nodes: 2, Project: "p"}},
-		Projects: []Project{{Name: "p", GPUs: map[string]int{"H100": 16}}},
-		Running:  []Running{{RunID: "low", NodeID: "a", Project: "p", Priority: -5, GPUs: []string{"GPU-a-0"}}}}
-	plan := Schedule(s)
-	if len(plan.Placements) != 0 || len(plan.Preemptions) != 0 || plan.Waiting["g"] != gangTeamsText {
-		t.Fatalf("plan = %+v, want the gang waiting: %q", plan, gangTeamsText)
+	gang := Run{ID: "g", GPUs: 8, GPUModel: "H100", Nodes: 2, Project: "p"}
+	within := Snapshot{Nodes: []Node{node("a"), node("b")}, Pending: []Run{gang},
+		Projects: []Project{{Name: "p", GPUs: map[string]int{"H100": 16}}, {Name: "q", GPUs: map[string]int{"H100": 8}}}}
+	plan := Schedule(within)
+	if len(plan.Placements) != 2 || plan.Placements[0].NodeID == plan.Placements[1].NodeID ||
+		plan.Placements[0].Rank != 0 || plan.Placements[1].Rank != 1 {
+		t.Fatalf("within its quota: placements %+v, want the gang's two ranks on a and b", plan.Placements)
+	}
+
+	// Over its quota (q has 8 H100) on an idle fleet: borrowed.
+	over := within
+	over.Pending = []Run{{ID: "g", GPUs: 8, GPUModel: "H100", Nodes: 2, Project: "q"}}
+	if plan := Schedule(over); len(plan.Placements) != 2 {
+		t.Fatalf("over its quota on an idle fleet: placements %+v, want the gang borrowing both nodes", plan.Placements)
+	}
+
+	// One card of a taken by lower-priority work of its own project: the
+	// gang would pass the quota and the fleet has too little free to lend,
+	// so it waits saying so, and nothing is preempted for it.
+	busy := within
+	busy.Nodes = []Node{node("a"), node("b")}
+	busy.Nodes[0].UsedGPUs = map[string]bool{"GPU-a-0": true}
+	busy.Running = []Running{{RunID: "low", NodeID: "a", Project: "p", Priority: -5, GPUs: []string{"GPU-a-0"}}}
+	plan = Schedule(busy)
+	if len(plan.Placements) != 0 || len(plan.Preemptions) != 0 || plan.Waiting["g"] != "waiting: project p is at its quota of 16 H100 (1 in use, 15 borrowable)" {
+		t.Fatalf("one card short: plan %+v, want the gang waiting at its quota", plan)
+	}
+
+	// The same card taken by another project's work, p's quota large
+	// enough: the gang waits for nodes.
+	short := busy
+	short.Projects = []Project{{Name: "p", GPUs: map[string]int{"H100": 32}}, {Name: "q", GPUs: map[string]int{"H100": 8}}}
+	short.Running = []Running{{RunID: "other", NodeID: "a", Project: "q", GPUs: []string{"GPU-a-0"}}}
+	if why := Schedule(short).Waiting["g"]; why != "waiting: gang of 2: need 2 nodes with 8 free H100 GPUs; 1 has" {
+		t.Fatalf("one node short: the gang waits %q", why)
+	}
+
+	// A cap of one running run, with one running: the gang waits for the cap.
+	capped := within
+	capped.Projects = []Project{{Name: "p", GPUs: map[string]int{"H100": 16}, MaxRunning: 1}}
+	capped.Running = []Running{{RunID: "cpu", NodeID: "a", Project: "p", CPU: 1}}
+	if why := Schedule(capped).Waiting["g"]; why != "waiting: project p is at its cap of 1 running runs" {
+		t.Fatalf("at its cap: the gang waits %q", why)
 	}
 }

@@ -308,18 +308,13 @@ func (t *teams) nodeDim(ni int32, sh *shape) int {
 }
 
 // over is the first dimension in which the project would pass its quota
-// with the run (GPUs counted in dimension gd, none when gd < 0), or -1
-// when it would stay within it.
+// with the run, every member of a gang counted (GPUs in dimension gd, none
+// when gd < 0), or -1 when it would stay within it.
 func (ps *projectState) over(r *Run, gd int) int {
-	const eps = 1e-9
-	if gd >= 0 && ps.used[gd]+float64(r.GPUs) > ps.quota[gd]+eps {
-		return gd
-	}
-	if ps.used[dimCPU]+r.CPU > ps.quota[dimCPU]+eps {
-		return dimCPU
-	}
-	if ps.used[dimMem]+float64(r.MemoryBytes) > ps.quota[dimMem]+eps {
-		return dimMem
+	for _, d := range []int{gd, dimCPU, dimMem} {
+		if d >= 0 && ps.used[d]+need(r, d) > ps.quota[d]+1e-9 {
+			return d
+		}
 	}
 	return -1
 }
@@ -385,11 +380,14 @@ func (t *teams) pass(field func(*projectState) *[]int32, try func(*projectState,
 func (t *teams) tryGuaranteed(ps *projectState, i int32) bool {
 	r := &t.s.Pending[i]
 	gd := t.runDim(r)
-	if ps.atCap() || ps.over(r, gd) >= 0 || r.Nodes > 1 { // a gang: tryBorrowing says why it waits
+	if ps.atCap() || ps.over(r, gd) >= 0 {
 		ps.deferred = append(ps.deferred, i)
 		return false
 	}
 	sh := shapeOf(r)
+	if r.Nodes > 1 { // gang_teams.go
+		return t.tryGang(ps, i, sh, gd, true)
+	}
 	ni := t.x.place(r, sh)
 	if ni < 0 {
 		ps.deferred = append(ps.deferred, i)
@@ -411,12 +409,12 @@ func (t *teams) tryBorrowing(ps *projectState, i int32) bool {
 		t.plan.Waiting[r.ID] = fmt.Sprintf("waiting: project %s is at its cap of %d running runs", ps.name, ps.max)
 		return false
 	}
-	if r.Nodes > 1 { // gang.go: placed only by the plan without projects, for now
-		t.plan.Waiting[r.ID] = gangTeamsText
-		return false
-	}
 	sh := shapeOf(r)
-	if ni := t.x.place(r, sh); ni >= 0 {
+	if r.Nodes > 1 { // gang_teams.go
+		if t.tryGang(ps, i, sh, -1, false) {
+			return true
+		}
+	} else if ni := t.x.place(r, sh); ni >= 0 {
 		t.commit(ps, r, ni, sh)
 		return true
 	}
@@ -426,35 +424,50 @@ func (t *teams) tryBorrowing(ps *projectState, i int32) bool {
 		t.plan.Waiting[r.ID] = "waiting: " + t.quotaText(ps, d)
 		return false
 	}
-	t.plan.Waiting[r.ID] = t.x.explain(sh)
+	if r.Nodes > 1 {
+		t.plan.Waiting[r.ID] = gangText(r, sh, len(t.x.findGang(r, sh)))
+	} else {
+		t.plan.Waiting[r.ID] = t.x.explain(sh)
+	}
 	return false
 }
 
-// need is what run r asks of dimension d.
+// need is what run r asks of dimension d, every member of a gang counted.
 func need(r *Run, d int) float64 {
+	members := float64(max(1, r.Nodes))
 	switch d {
 	case dimCPU:
-		return r.CPU
+		return members * r.CPU
 	case dimMem:
-		return float64(r.MemoryBytes)
+		return members * float64(r.MemoryBytes)
 	}
-	return float64(r.GPUs)
+	return members * float64(r.GPUs)
 }
 
 // commit records a placement and its cost to the project.
 func (t *teams) commit(ps *projectState, r *Run, ni int32, sh shape) {
-	gpus := t.x.commit(ni, r, sh)
-	t.plan.Placements = append(t.plan.Placements, Placement{RunID: r.ID, NodeID: t.x.nodes[ni].node.ID, GPUs: gpus})
-	ps.running++
-	ps.used[dimCPU] += r.CPU
-	ps.used[dimMem] += float64(r.MemoryBytes)
-	t.free[dimCPU] -= r.CPU
-	t.free[dimMem] -= float64(r.MemoryBytes)
-	if len(gpus) > 0 {
-		d := t.nodeDim(ni, &sh)
-		ps.used[d] += float64(len(gpus))
-		t.free[d] -= float64(len(gpus))
+	t.commitMembers(ps, r, []int32{ni}, sh)
+}
+
+// commitMembers records a run's placement on nodes, one member a node
+// ranked in that order (one node for a run that is not a gang), and what
+// they cost the project: every member's resources, and one run against
+// its cap.
+func (t *teams) commitMembers(ps *projectState, r *Run, nodes []int32, sh shape) {
+	for rank, ni := range nodes {
+		gpus := t.x.commit(ni, r, sh)
+		t.plan.Placements = append(t.plan.Placements, Placement{RunID: r.ID, NodeID: t.x.nodes[ni].node.ID, GPUs: gpus, Rank: rank})
+		ps.used[dimCPU] += r.CPU
+		ps.used[dimMem] += float64(r.MemoryBytes)
+		t.free[dimCPU] -= r.CPU
+		t.free[dimMem] -= float64(r.MemoryBytes)
+		if len(gpus) > 0 {
+			d := t.nodeDim(ni, &sh)
+			ps.used[d] += float64(len(gpus))
+			t.free[d] -= float64(len(gpus))
+		}
 	}
+	ps.running++
 	t.reshare(ps)
 }
 

@@ -42,12 +42,12 @@ func (t *teams) queueOrder() []string {
 		r := &t.s.Pending[i]
 		order = append(order, r.ID)
 		ps.running++
-		ps.used[dimCPU] += r.CPU
-		ps.used[dimMem] += float64(r.MemoryBytes)
+		ps.used[dimCPU] += need(r, dimCPU)
+		ps.used[dimMem] += need(r, dimMem)
 		if d := t.runDim(r); d >= 0 {
-			ps.used[d] += float64(r.GPUs)
+			ps.used[d] += need(r, d)
 		} else if d == -2 {
-			ps.used[dimGPU0+len(t.words)] += float64(r.GPUs)
+			ps.used[dimGPU0+len(t.words)] += need(r, d)
 		}
 		t.reshare(ps)
 		return true
