@@ -66,6 +66,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/nodeauth"
 	"github.com/mercator/mercator/controlplane/internal/retention"
 	"github.com/mercator/mercator/controlplane/internal/schedcopy"
+	"github.com/mercator/mercator/controlplane/internal/signals"
 	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/internal/supervise"
@@ -229,7 +230,7 @@ type Server struct {
 	teams      project.History        // runs_teams.go: projects' decayed shares
 	queue      project.Queue          // runs_queue.go: queue positions
 	commits    *groupcommit.Committer // the hot write paths' group commit (batch)
-	outbox     chan string            // replicas_signal.go: signals for other replicas
+	outbox     *signals.Outbox        // replicas_signal.go: signals for other replicas
 	replicaID  string
 	pins       pinCache             // runs_pins.go
 	auth       nodeauth.Cache       // nodes_auth.go, internal/nodeauth
@@ -257,10 +258,11 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		cfg: cfg, store: st, resolver: resolver, log: cfg.Logger,
 		reconcileWake: make(chan struct{}, 1),
 		runs:          broadcast.New(), logs: broadcast.New(), metrics: metrics.New(), coord: coord,
-		live: liveness.New(cfg.Lease), outbox: make(chan string, 1<<16),
+		live:      liveness.New(cfg.Lease),
 		replicaID: httpapi.NewID(""),
 		tokens:    &httpapi.Tokens{Store: st, Now: cfg.Now},
 	}
+	s.outbox = signals.NewOutbox(1<<16, s.metrics.SignalsDropped.Inc)
 	key := cfg.RegistryKey
 	s.sealKey.Store(&key)
 	s.commits = groupcommit.New(s.update, s.updateLocked, cfg.WriteBatch, func(n int) { s.metrics.BatchSize.Observe(float64(n)) })
