@@ -13,7 +13,7 @@
 //
 //   - runs: runs_handlers.go (the /v1/runs API), runs_validate.go,
 //     runs_reconcile.go (placement and recovery, driving the pure
-//     scheduler), runs_schedstate.go and internal/schedcopy (the
+//     scheduler; internal/plancommit writes its plan), runs_schedstate.go and internal/schedcopy (the
 //     reconcile loop's copies), runs_artifacts.go and runs_pins.go (what a
 //     run's spec is pinned to);
 //   - nodes: nodes_handlers.go (the /v1/nodes API), nodes_protocol.go
@@ -29,7 +29,8 @@
 //   - plumbing: routes.go (every route, one place), internal/limits (what
 //     each route may hold: timeouts, bodies, requests in flight),
 //     internal/httpapi (decode, errors, paging, credentials),
-//     store_commit.go (group commit), replicas_signal.go, sealing.go,
+//     store_commit.go (group commit), replicas_signal.go and
+//     internal/signals (waking other replicas), sealing.go,
 //     internal/broadcast, and the Prometheus series (internal/metrics).
 //
 // It imports no store driver and no replica coordinator: the composition
