@@ -12,25 +12,6 @@ import (
 	"github.com/mercator/mercator/store"
 )
 
-// strayReason is the stop reason of stray attempt a (lifecycle.Strays):
-// "replaced" for one replaced while its node was unreachable, "cancelled"
-// and "gang" for a gang's members stopped because the run is being
-// cancelled or another member ended, "superseded" for any other attempt of
-// an ended run.
-func strayReason(run *api.Run, a *api.Attempt) string {
-	switch {
-	case a.Replaced:
-		return "replaced"
-	case lifecycle.Gang(run) && run.Cancel:
-		return "cancelled"
-	case lifecycle.Gang(run):
-		return lifecycle.StopGang
-	case api.Terminal(run.Status):
-		return "superseded"
-	}
-	return "replaced"
-}
-
 // replaceLostRun replaces the current attempt of run, or the member of a
 // gang's current set, whose node has been lost (lostSince: since when,
 // nil while not) for longer than the run's replace-after, withdraws its

@@ -17,7 +17,8 @@
 //     reconcile loop's copies), runs_artifacts.go and runs_pins.go (what a
 //     run's spec is pinned to);
 //   - nodes: nodes_handlers.go (the /v1/nodes API), nodes_protocol.go
-//     (enroll, renew, events, logs), nodes_session.go (the command stream),
+//     (enroll, renew, events, logs) and internal/nodereport (what an
+//     event does to the records), nodes_session.go (the command stream),
 //     nodes_mailbox.go, internal/livesession, nodes_auth.go, and the liveness
 //     tracker (internal/liveness);
 //   - artifacts and content: package artifact;
