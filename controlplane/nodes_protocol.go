@@ -10,6 +10,7 @@ import (
 	"github.com/mercator/mercator/controlplane/access"
 	"github.com/mercator/mercator/controlplane/internal/factcheck"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/nodereport"
 	"github.com/mercator/mercator/controlplane/internal/retention"
 	"github.com/mercator/mercator/controlplane/internal/txrecord"
 	"github.com/mercator/mercator/failure"
@@ -166,7 +167,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 			}
 			if fresh {
 				applied++
-				changed, end, err := s.applyEvent(tx, c.NodeID, ev, &found)
+				changed, end, err := s.reports().Event(tx, c.NodeID, ev, &found)
 				if end != "" {
 					ended = append(ended, end)
 				}
@@ -200,158 +201,16 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 	httpapi.WriteJSON(w, http.StatusOK, nodeproto.EventAck{Accepted: accepted})
 }
 
-// applyEvent applies one fresh event inside tx and reports whether a run
-// changed and, when a run became terminal, its new status. A facts report
-// is checked before it is believed (factcheck.Apply), and what that found
-// is added to found.
-func (s *Server) applyEvent(tx store.Tx, nodeID string, ev nodeproto.Event, found *[]factcheck.Outcome) (changed bool, ended string, err error) {
-	now := s.now()
-	switch ev.Kind {
-	case nodeproto.EventFacts:
-		if ev.Facts == nil {
-			return false, "", nil
-		}
-		o, err := factcheck.Apply(tx, nodeID, ev.Facts, now)
-		*found = append(*found, o)
-		if err != nil {
-			return false, "", err
-		}
-		// What the report found about GPUs reaches the attempts on them
-		// (nodes_gpus.go); capacity changed, so placements may now fit.
-		ended, err := s.applyGPUReport(tx, nodeID, o)
-		return true, ended, err
-	case nodeproto.EventWorkload:
-		o := ev.Workload
-		if o == nil {
-			return false, "", nil
-		}
-		run, err := tx.GetRun(o.RunID)
-		if errors.Is(err, failure.ErrNotFound) {
-			return false, "", nil // not ours (a container from another control plane)
-		}
-		if err != nil {
-			return false, "", err
-		}
-		was := run.Status
-		changed := lifecycle.Observe(&run.Run, nodeID, *o, now)
-		stopped, err := s.stopStrays(tx, &run.Run, nodeID)
-		if err != nil {
-			return false, "", err
-		}
-		if !changed && !stopped {
-			return false, "", nil
-		}
-		return true, endedStatus(was, run.Status), tx.PutRun(run)
-	case nodeproto.EventResult:
-		res := ev.Result
-		if res == nil {
-			return false, "", nil
-		}
-		op, err := tx.GetOperation(res.OperationID)
-		if errors.Is(err, failure.ErrNotFound) {
-			return false, "", nil
-		}
-		if err != nil {
-			return false, "", err
-		}
-		if op.NodeID != nodeID || op.Result != nil {
-			return false, "", nil
-		}
-		op.Result = res
-		if err := tx.PutOperation(op); err != nil {
-			return false, "", err
-		}
-		if res.Outcome == nodeproto.OutcomeOK || res.Workload == nil || op.Command.Kind != nodeproto.KindLaunchWorkload {
-			return false, "", nil
-		}
-		run, err := tx.GetRun(res.Workload.RunID)
-		if err != nil {
-			return false, "", err
-		}
-		was := run.Status
-		if !lifecycle.LaunchFailed(&run.Run, nodeID, res.Workload.Attempt, "could not start: "+res.Error, now) {
-			return false, "", nil
-		}
-		if _, err := s.stopStrays(tx, &run.Run, nodeID); err != nil { // a gang's other members
-			return false, "", err
-		}
-		return true, endedStatus(was, run.Status), tx.PutRun(run)
-	}
-	return false, "", nil // an event kind from a newer agent: held, not applied
+// reports applies what nodes report to the records (package nodereport).
+func (s *Server) reports() nodereport.Applier {
+	return nodereport.Applier{Now: s.now, Log: s.log, Issue: s.issue}
 }
 
-// stopStrays issues a stop for every attempt of the run on this node that
-// may still be running but must not (see lifecycle.Strays), and reports
-// whether it issued any. It is called when a node reports on a run, which is
-// when a replaced attempt on a returning node shows itself.
-//
-// A gang's strays are stopped on every node, whichever reported: one
-// member's end is what makes the others strays (runs_gang.go).
+// stopStrays issues a stop for every attempt of the run that may still be
+// running but must not, and reports whether it issued any
+// (nodereport.Applier.StopStrays).
 func (s *Server) stopStrays(tx store.Tx, run *api.Run, nodeID string) (bool, error) {
-	issued := false
-	for _, a := range lifecycle.Strays(run) {
-		if a.NodeID != nodeID && !lifecycle.Gang(run) {
-			continue
-		}
-		reason := strayReason(run, a)
-		if err := s.issue(tx, a.NodeID, nodeproto.Command{Kind: nodeproto.KindStopWorkload, StopWorkload: &nodeproto.StopWorkloadCommand{
-			WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: reason, GracePeriod: graceOf(store.Run{Run: *run})}}); err != nil {
-			return false, err
-		}
-		a.StopRequested = true
-		issued = true
-		s.log.Info("stopping stray attempt", "run", run.ID, "attempt", a.Number, "node", a.NodeID, "reason", reason)
-	}
-	return issued, nil
-}
-
-// sweepStraysTx stops the node's stray attempts when it opens a session. A
-// node returning from a partition or a restart may hold an attempt that was
-// replaced meanwhile and say nothing new about it (its container is running,
-// as it was when last reported), so the control plane cannot wait for an
-// observation to notice it.
-//
-// The session stream looks for strays in its first read (hasStrays) and
-// takes a write transaction (sweepStraysTx) only when there is one: a fleet
-// reconnecting (after a restart of the control plane, or of a replica) must
-// not queue ten thousand empty write transactions on the store's writer.
-func (s *Server) hasStrays(tx store.Tx, nodeID string) (bool, error) {
-	runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: nodeID})
-	for _, run := range runs {
-		for _, a := range lifecycle.Strays(&run.Run) {
-			if a.NodeID == nodeID {
-				return true, err
-			}
-		}
-	}
-	return false, err
-}
-
-func (s *Server) sweepStraysTx(tx store.Tx, nodeID string) error {
-	runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: nodeID})
-	if err != nil {
-		return err
-	}
-	for _, run := range runs {
-		stopped, err := s.stopStrays(tx, &run.Run, nodeID)
-		if err != nil {
-			return err
-		}
-		if stopped {
-			if err := tx.PutRun(run); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// endedStatus is the new status when a run just became terminal, else "".
-func endedStatus(was, now string) string {
-	if !api.Terminal(was) && api.Terminal(now) {
-		return now
-	}
-	return ""
+	return s.reports().StopStrays(tx, run, nodeID)
 }
 
 // nodeLogs appends a chunk of a workload's output.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/livesession"
+	"github.com/mercator/mercator/controlplane/internal/nodereport"
 	"github.com/mercator/mercator/nodeproto"
 	"github.com/mercator/mercator/store"
 )
@@ -68,7 +69,7 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c httpapi.NodeC
 		if sweep {
 			sweep = false
 			if strays {
-				if err := s.update(ctx, func(tx store.Tx) error { return s.sweepStraysTx(tx, c.NodeID) }); err != nil {
+				if err := s.update(ctx, func(tx store.Tx) error { return s.reports().SweepStrays(tx, c.NodeID) }); err != nil {
 					return
 				}
 				continue // the stops it issued are pending now: read again
@@ -126,9 +127,9 @@ func (s *Server) sessionRead(ctx context.Context, c httpapi.NodeCaller, sweep bo
 		}
 		fenced = fence > c.Session.FencingToken
 		if sweep {
-			// The first read also looks for strays (hasStrays), so a
+			// The first read also looks for strays (nodereport.HasStrays), so a
 			// fleet reconnecting costs one read per session.
-			if strays, err = s.hasStrays(tx, c.NodeID); err != nil {
+			if strays, err = nodereport.HasStrays(tx, c.NodeID); err != nil {
 				return err
 			}
 		}

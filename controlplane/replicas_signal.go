@@ -3,6 +3,8 @@ package controlplane
 import (
 	"context"
 	"strings"
+
+	"github.com/mercator/mercator/controlplane/internal/signals"
 )
 
 // Signals wake waiters: a node's session stream (new operations for it),
@@ -17,7 +19,7 @@ import (
 //
 // Signals to other replicas leave in batches: publish queues a topic and
 // publishLoop sends everything queued, duplicates dropped, as one
-// notification of several lines (batchPrefix), so that a reconcile pass
+// notification of several lines (signals.BatchPrefix), so that a reconcile pass
 // that places work on ten thousand nodes costs a few notifications rather
 // than ten thousand round trips made while the caller waits. The queue is
 // bounded; a signal that does not fit is dropped, which the paragraph above
@@ -58,86 +60,26 @@ const (
 	topicToken     = "token:"
 )
 
-// batchPrefix starts a notification that carries several signals, one a
-// line.
-const batchPrefix = "signals\n"
-
-// maxPayload keeps a batch under PostgreSQL's NOTIFY payload limit (8000
-// bytes).
-const maxPayload = 7000
-
 // publish queues a signal for the other replicas.
 func (s *Server) publish(topic string) {
 	if s.coord == nil {
 		return
 	}
-	select {
-	case s.outbox <- topic:
-	default:
-		s.metrics.SignalsDropped.Inc()
-	}
+	s.outbox.Queue(topic)
 }
 
 // publishIDs queues a signal naming ids, split to fit notifications.
 func (s *Server) publishIDs(prefix string, ids []string) {
-	head := prefix + s.replicaID + ":"
-	var b strings.Builder
-	for _, id := range ids {
-		if b.Len() > 0 && b.Len()+len(id)+1 > maxPayload-len(batchPrefix)-len(head) {
-			s.publish(head + b.String())
-			b.Reset()
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(id)
-	}
-	if b.Len() > 0 {
-		s.publish(head + b.String())
-	}
+	s.outbox.QueueIDs(prefix, s.replicaID, ids)
 }
 
-// publishLoop sends queued signals in batches until ctx ends.
+// publishLoop sends queued signals in batches (signals.Outbox) until ctx
+// ends.
 func (s *Server) publishLoop(ctx context.Context) {
 	if s.coord == nil {
 		return
 	}
-	for {
-		var first string
-		select {
-		case <-ctx.Done():
-			return
-		case first = <-s.outbox:
-		}
-		seen := map[string]bool{first: true}
-		var b strings.Builder
-		b.WriteString(batchPrefix)
-		b.WriteString(first)
-	more:
-		for {
-			select {
-			case t := <-s.outbox:
-				if seen[t] {
-					continue
-				}
-				if b.Len()+1+len(t) > maxPayload {
-					s.send(b.String())
-					b.Reset()
-					b.WriteString(batchPrefix)
-					b.WriteString(t)
-					clear(seen)
-					seen[t] = true
-					continue
-				}
-				seen[t] = true
-				b.WriteByte('\n')
-				b.WriteString(t)
-			default:
-				break more
-			}
-		}
-		s.send(b.String())
-	}
+	s.outbox.Run(ctx, s.send)
 }
 
 func (s *Server) send(payload string) {
@@ -148,15 +90,15 @@ func (s *Server) send(payload string) {
 
 // deliver applies a signal locally.
 func (s *Server) deliver(topic string) {
-	if rest, ok := strings.CutPrefix(topic, batchPrefix); ok {
-		for _, t := range strings.Split(rest, "\n") {
+	if strings.HasPrefix(topic, signals.BatchPrefix) {
+		for _, t := range signals.Split(topic) {
 			s.deliver(t)
 		}
 		return
 	}
 	switch {
 	case strings.HasPrefix(topic, topicRunIDs):
-		if from, ids := runIDsTopic(topic); from != s.replicaID {
+		if from, ids := signals.RunIDs(topicRunIDs, topic); from != s.replicaID {
 			s.sched.MarkDirty(ids)
 			s.queued.MarkDirty(ids)
 		}

@@ -1,97 +1,16 @@
 package controlplane
 
 import (
-	"fmt"
-	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/failure"
 	"net/url"
 	"strconv"
 	"time"
 
-	"github.com/mercator/mercator/controlplane/internal/gang"
+	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/placement"
+	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
-	"github.com/mercator/mercator/nodeproto"
-	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 )
-
-// unitLaunches is what a placement unit (one run's placement, or every
-// member of a gang: gang.Units) sends its nodes, by placement: the
-// prepare_artifact commands ahead of the launch, then the launch, whose
-// attempt numbers follow the run's. It reads the nodes' records in nodes
-// and the Artifacts in tx. A non-empty why is why the unit is not placed
-// now (a node whose agent is too old, a gang plan that does not hold
-// every member): a gang commits whole or not at all.
-func (s *Server) unitLaunches(tx store.Tx, run store.Run, unit []scheduler.Placement, nodes map[string]store.Node) (cmds [][]nodeproto.Command, why string, err error) {
-	isGang := lifecycle.Gang(&run.Run)
-	if isGang && len(unit) != run.Nodes {
-		return nil, fmt.Sprintf("waiting: gang of %d: the plan held %d members; placing it again", run.Nodes, len(unit)), nil
-	}
-	master := ""
-	if isGang {
-		master = gang.MasterAddr(nodes[unit[0].NodeID])
-	}
-	for i, p := range unit {
-		n, known := nodes[p.NodeID]
-		if !known {
-			return nil, fmt.Sprintf("waiting: node %s is gone; placing the run again", p.NodeID), nil
-		}
-		cmd := placement.Launch(run, len(run.Attempts)+1+i, p.GPUs)
-		if isGang {
-			cmd = gang.Launch(run, len(run.Attempts)+1+i, i, p.GPUs, master)
-		}
-		prepares, err := placement.PrepareArtifacts(tx, p.NodeID, run, cmd.LaunchWorkload)
-		if err != nil {
-			return nil, "", err
-		}
-		have := 0
-		if n.Facts != nil {
-			have = n.Facts.CapabilityVersion
-		}
-		// Every command goes only to an agent that speaks it; otherwise
-		// the run waits, and says why.
-		all := append(prepares, cmd)
-		if why := placement.TooOld(p.NodeID, have, all); why != "" {
-			return nil, why, nil
-		}
-		cmds = append(cmds, all)
-	}
-	return cmds, "", nil
-}
-
-// place records the unit's attempts on run: one attempt, or a gang's new
-// attempt set (lifecycle.PlaceGang).
-func place(run *store.Run, unit []scheduler.Placement, now time.Time) {
-	if !lifecycle.Gang(&run.Run) {
-		lifecycle.Place(&run.Run, unit[0].NodeID, unit[0].GPUs, now)
-		return
-	}
-	members := make([]lifecycle.Member, len(unit))
-	for i, p := range unit {
-		members[i] = lifecycle.Member{NodeID: p.NodeID, GPUs: p.GPUs}
-	}
-	lifecycle.PlaceGang(&run.Run, members, now)
-}
-
-// strayReason is the stop reason of stray attempt a (lifecycle.Strays):
-// "replaced" for one replaced while its node was unreachable, "cancelled"
-// and "gang" for a gang's members stopped because the run is being
-// cancelled or another member ended, "superseded" for any other attempt of
-// an ended run.
-func strayReason(run *api.Run, a *api.Attempt) string {
-	switch {
-	case a.Replaced:
-		return "replaced"
-	case lifecycle.Gang(run) && run.Cancel:
-		return "cancelled"
-	case lifecycle.Gang(run):
-		return lifecycle.StopGang
-	case api.Terminal(run.Status):
-		return "superseded"
-	}
-	return "replaced"
-}
 
 // replaceLostRun replaces the current attempt of run, or the member of a
 // gang's current set, whose node has been lost (lostSince: since when,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
+	"github.com/mercator/mercator/controlplane/internal/nodereport"
 	"github.com/mercator/mercator/controlplane/internal/runsecrets"
 	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/controlplane/registry"
@@ -313,7 +314,7 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request) {
 			nodeID = a.NodeID
 			a.StopRequested = true
 			if err := s.issue(tx, a.NodeID, nodeproto.Command{Kind: nodeproto.KindStopWorkload, StopWorkload: &nodeproto.StopWorkloadCommand{
-				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "cancelled", GracePeriod: graceOf(run)}}); err != nil {
+				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "cancelled", GracePeriod: nodereport.GraceOf(run)}}); err != nil {
 				return err
 			}
 			if _, err := s.stopStrays(tx, &run.Run, a.NodeID); err != nil { // a gang's other members

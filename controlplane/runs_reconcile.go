@@ -3,9 +3,7 @@ package controlplane
 import (
 	"context"
 	"maps"
-	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/mercator/mercator/api"
@@ -13,6 +11,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/gang"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/placement"
+	"github.com/mercator/mercator/controlplane/internal/plancommit"
 	"github.com/mercator/mercator/controlplane/internal/schedcopy"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/nodeproto"
@@ -252,88 +251,23 @@ func (s *Server) judgeNodes(nodes []store.Node) (lost map[string]time.Time, drai
 // many it made (their launches reach the nodes' sessions as the
 // transaction commits: see txrecord.Tx) and, by run ID, why a placement on a
 // node whose agent is too old for its commands was not made. A run that
-// changed since the snapshot is left for the next pass.
+// changed since the snapshot is left for the next pass (plancommit.Apply).
 func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Placement, pending map[string]store.Run) (int, map[string]string, error) {
-	placed := 0
-	tooOld := map[string]string{}
+	var placed int
+	var tooOld map[string]string
 	// Locked (store.UpdateLocked): each run is read by key, checked to be
 	// as the plan saw it, and written back; nodes and artifacts are read by
 	// key.
-	nodeIDs := make([]string, 0, len(placements))
-	for _, p := range placements {
-		nodeIDs = append(nodeIDs, p.NodeID)
-	}
-	slices.Sort(nodeIDs)
-	nodeIDs = slices.Compact(nodeIDs)
+	nodeIDs := plancommit.NodeIDs(placements)
 	err := s.updateLocked(ctx, func(tx store.Tx) error {
-		placed = 0
 		// Refused, whole, once another replica has started to schedule:
 		// this one's belief that it leads may have outlived the fact.
 		if err := tx.CheckEpoch(s.epoch.Load()); err != nil {
 			return err
 		}
-		// The nodes' records first, once each and in ID order: on
-		// PostgreSQL each read locks its row, and a liveness flush
-		// (package liveness) writes node rows in ID order too, so the two wait
-		// for each other rather than deadlock (which PostgreSQL breaks
-		// only after a second, and which, with the rows taken in plan
-		// order, stalled placements at tens a second behind a long queue).
-		// Every read and write here is a batch (store.Tx.GetNodes, GetRuns,
-		// PutOperations, PutRuns), a few statements for the whole chunk.
-		stored, err := tx.GetNodes(nodeIDs)
-		if err != nil {
-			return err
-		}
-		nodes := make(map[string]store.Node, len(stored))
-		for _, n := range stored {
-			nodes[n.ID] = n
-		}
-		clear(tooOld)
-		runIDs := make([]string, len(placements))
-		for i, p := range placements {
-			runIDs[i] = p.RunID
-		}
-		slices.Sort(runIDs)
-		storedRuns, err := tx.GetRuns(slices.Compact(runIDs))
-		if err != nil {
-			return err
-		}
-		runs := make(map[string]store.Run, len(storedRuns))
-		for _, r := range storedRuns {
-			runs[r.ID] = r
-		}
-		now := s.now()
-		var ops []store.Operation
-		var written []store.Run
-		// A unit is one run's placement, or a gang's members, which
-		// commit together or not at all (runs_gang.go).
-		for _, unit := range gang.Units(placements) {
-			run, ok := runs[unit[0].RunID]
-			if !ok || run.Status != api.RunQueued || run.Cancel || len(run.Attempts) != len(pending[run.ID].Attempts) {
-				continue // gone or changed since the snapshot; the next pass sees it
-			}
-			delete(runs, run.ID) // placed once, whatever the plan says
-			cmds, why, err := s.unitLaunches(tx, run, unit, nodes)
-			if err != nil {
-				return err
-			}
-			if why != "" {
-				tooOld[run.ID] = why
-				continue
-			}
-			place(&run, unit, now)
-			for i, p := range unit {
-				for _, c := range cmds[i] {
-					ops = append(ops, s.operation(p.NodeID, nodes[p.NodeID].FencingToken, c))
-				}
-			}
-			written = append(written, run)
-		}
-		if err := tx.PutOperations(ops); err != nil {
-			return err
-		}
-		placed = len(written)
-		return tx.PutRuns(written)
+		var err error
+		placed, tooOld, err = plancommit.Apply(tx, placements, nodeIDs, pending, s.now, s.operation)
+		return err
 	})
 	if err != nil {
 		return 0, nil, err
@@ -342,12 +276,12 @@ func (s *Server) commitPlacements(ctx context.Context, placements []scheduler.Pl
 }
 
 // commitReasons records why each waiting run waits, writing only the runs
-// whose reason is due (reasonDue).
+// whose reason is due (plancommit.ReasonDue).
 func (s *Server) commitReasons(ctx context.Context, waiting map[string]string, pending map[string]store.Run) error {
 	var changed []string
 	now := s.now()
 	for id, why := range waiting {
-		if r, ok := pending[id]; !ok || reasonDue(r, why, now) {
+		if r, ok := pending[id]; !ok || plancommit.ReasonDue(r, why, now) {
 			changed = append(changed, id)
 		}
 	}
@@ -365,7 +299,7 @@ func (s *Server) commitReasons(ctx context.Context, waiting map[string]string, p
 			}
 			changed := runs[:0]
 			for _, run := range runs {
-				if run.Status != api.RunQueued || !reasonDue(run, waiting[run.ID], now) {
+				if run.Status != api.RunQueued || !plancommit.ReasonDue(run, waiting[run.ID], now) {
 					continue
 				}
 				run.Reason, run.UpdatedAt = waiting[run.ID], now
@@ -378,30 +312,6 @@ func (s *Server) commitReasons(ctx context.Context, waiting map[string]string, p
 	}
 	return nil
 }
-
-// reasonDue reports whether a queued run's stored reason should become
-// why: when it has none from the scheduler yet (none at all, or the one
-// it was submitted or requeued with), or when it differs and was written
-// at least reasonRefresh ago. Reasons count nodes ("3 nodes have too little free
-// memory"), and the counts move as the fleet fills and frees: rewritten at
-// every pass, a backlog of a hundred thousand runs was a hundred thousand
-// writes a pass, which on PostgreSQL held placements to a few hundred a
-// second. A reason shown is then at most reasonRefresh old; the queue's
-// order and positions (runs_queue.go) are the pass's own.
-func reasonDue(r store.Run, why string, now time.Time) bool {
-	if r.Reason == why {
-		return false
-	}
-	return !strings.HasPrefix(r.Reason, schedulerReason) || now.Sub(r.UpdatedAt) >= reasonRefresh
-}
-
-// schedulerReason starts every reason the scheduler gives a waiting run
-// (package scheduler).
-const schedulerReason = "waiting: "
-
-// reasonRefresh is how long a waiting run's stored reason stands before a
-// different one replaces it.
-const reasonRefresh = 10 * time.Second
 
 // replaceLost replaces the current attempt of every run whose node has been
 // unreachable (lost: since when) for longer than the run's replace-after

@@ -3,7 +3,6 @@ package controlplane
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/mercator/mercator/api"
@@ -130,12 +129,4 @@ func (s *Server) runsWritten(runs map[string]store.Run) {
 		ids = append(ids, id)
 	}
 	s.publishIDs(topicRunIDs, ids)
-}
-
-// runIDsTopic parses a "runs:" signal: the replica that sent it and the
-// runs it names.
-func runIDsTopic(topic string) (from string, ids []string) {
-	rest := strings.TrimPrefix(topic, topicRunIDs)
-	from, list, _ := strings.Cut(rest, ":")
-	return from, strings.Split(list, ",")
 }

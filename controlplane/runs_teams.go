@@ -3,8 +3,8 @@ package controlplane
 import (
 	"context"
 	"errors"
-	"time"
 
+	"github.com/mercator/mercator/controlplane/internal/nodereport"
 	"github.com/mercator/mercator/controlplane/internal/placement"
 	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/failure"
@@ -49,14 +49,6 @@ func (s *Server) schedule(ctx context.Context, snap scheduler.Snapshot, queued [
 	return plan, s.commitPreemptions(ctx, plan)
 }
 
-// graceOf is the time a run's container gets between SIGTERM and SIGKILL.
-func graceOf(r store.Run) time.Duration {
-	if r.GraceSeconds > 0 {
-		return time.Duration(r.GraceSeconds) * time.Second
-	}
-	return 10 * time.Second
-}
-
 // commitPreemptions carries out a plan's preemptions, in one transaction:
 // each victim's attempt is marked (lifecycle.Preempt) and its node sent a
 // stop with the run's grace period. A victim that changed since the
@@ -88,7 +80,7 @@ func (s *Server) commitPreemptions(ctx context.Context, plan scheduler.Plan) err
 				continue
 			}
 			if err := s.issue(tx, a.NodeID, nodeproto.Command{Kind: nodeproto.KindStopWorkload, StopWorkload: &nodeproto.StopWorkloadCommand{
-				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "preempted", GracePeriod: graceOf(run)}}); err != nil {
+				WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: a.Number}, Reason: "preempted", GracePeriod: nodereport.GraceOf(run)}}); err != nil {
 				return err
 			}
 			if err := tx.PutRun(run); err != nil {

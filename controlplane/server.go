@@ -13,11 +13,12 @@
 //
 //   - runs: runs_handlers.go (the /v1/runs API), runs_validate.go,
 //     runs_reconcile.go (placement and recovery, driving the pure
-//     scheduler), runs_schedstate.go and internal/schedcopy (the
+//     scheduler; internal/plancommit writes its plan), runs_schedstate.go and internal/schedcopy (the
 //     reconcile loop's copies), runs_artifacts.go and runs_pins.go (what a
 //     run's spec is pinned to);
 //   - nodes: nodes_handlers.go (the /v1/nodes API), nodes_protocol.go
-//     (enroll, renew, events, logs), nodes_session.go (the command stream),
+//     (enroll, renew, events, logs) and internal/nodereport (what an
+//     event does to the records), nodes_session.go (the command stream),
 //     nodes_mailbox.go, internal/livesession, nodes_auth.go, and the liveness
 //     tracker (internal/liveness);
 //   - artifacts and content: package artifact;
@@ -29,7 +30,8 @@
 //   - plumbing: routes.go (every route, one place), internal/limits (what
 //     each route may hold: timeouts, bodies, requests in flight),
 //     internal/httpapi (decode, errors, paging, credentials),
-//     store_commit.go (group commit), replicas_signal.go, sealing.go,
+//     store_commit.go (group commit), replicas_signal.go and
+//     internal/signals (waking other replicas), sealing.go,
 //     internal/broadcast, and the Prometheus series (internal/metrics).
 //
 // It imports no store driver and no replica coordinator: the composition
@@ -66,6 +68,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/nodeauth"
 	"github.com/mercator/mercator/controlplane/internal/retention"
 	"github.com/mercator/mercator/controlplane/internal/schedcopy"
+	"github.com/mercator/mercator/controlplane/internal/signals"
 	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/internal/supervise"
@@ -229,7 +232,7 @@ type Server struct {
 	teams      project.History        // runs_teams.go: projects' decayed shares
 	queue      project.Queue          // runs_queue.go: queue positions
 	commits    *groupcommit.Committer // the hot write paths' group commit (batch)
-	outbox     chan string            // replicas_signal.go: signals for other replicas
+	outbox     *signals.Outbox        // replicas_signal.go: signals for other replicas
 	replicaID  string
 	pins       pinCache             // runs_pins.go
 	auth       nodeauth.Cache       // nodes_auth.go, internal/nodeauth
@@ -257,10 +260,11 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 		cfg: cfg, store: st, resolver: resolver, log: cfg.Logger,
 		reconcileWake: make(chan struct{}, 1),
 		runs:          broadcast.New(), logs: broadcast.New(), metrics: metrics.New(), coord: coord,
-		live: liveness.New(cfg.Lease), outbox: make(chan string, 1<<16),
+		live:      liveness.New(cfg.Lease),
 		replicaID: httpapi.NewID(""),
 		tokens:    &httpapi.Tokens{Store: st, Now: cfg.Now},
 	}
+	s.outbox = signals.NewOutbox(1<<16, s.metrics.SignalsDropped.Inc)
 	key := cfg.RegistryKey
 	s.sealKey.Store(&key)
 	s.commits = groupcommit.New(s.update, s.updateLocked, cfg.WriteBatch, func(n int) { s.metrics.BatchSize.Observe(float64(n)) })
