@@ -31,9 +31,13 @@ export MERCATOR_TEST_POSTGRES
 MERCATOR_TEST_WEED=$(bash scripts/ensure-seaweedfs.sh)
 export MERCATOR_TEST_WEED
 
-echo "== go vet"
+# Each step's heading says how long the suite has run so far, so a slow
+# step shows in CI's log.
+step() { echo "== $* (at $((SECONDS / 60))m$((SECONDS % 60))s)"; }
+
+step "go vet"
 go vet ./...
-echo "== gofmt"
+step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
@@ -42,7 +46,7 @@ fi
 short=-short
 [ -n "${MERCATOR_LONG:-}" ] && short=
 
-echo "== unit and package tests with the race detector (every package but e2e and fleetsim)"
+step "unit and package tests with the race detector (every package but e2e and fleetsim)"
 go test -race -count=1 $short $(go list ./... | grep -v -e '/e2e' -e '/fleetsim')
 
 # Every fuzz target (Go's native fuzzing, testing.F) for a few seconds, from
@@ -54,7 +58,7 @@ go test -race -count=1 $short $(go list ./... | grep -v -e '/e2e' -e '/fleetsim'
 #   go test -run '^$' -fuzz '^FuzzExtractTar$' -fuzztime 10m ./artifactcache
 fuzztime=${MERCATOR_FUZZTIME:-5s}
 [ -n "${MERCATOR_LONG:-}" ] && fuzztime=${MERCATOR_FUZZTIME:-2m}
-echo "== fuzz targets, $fuzztime each"
+step "fuzz targets, $fuzztime each"
 # Go's fuzzing coordinator can fail a run at the end of its -fuzztime with a
 # bare "context deadline exceeded" and nothing found: a race between the
 # deadline and its own cancellation (go.dev/issue/75804, fixed in Go 1.27;
@@ -78,7 +82,7 @@ done
 # The fleet simulator is a load test: hundreds of agents and a control plane
 # in one process on two cores. Under the race detector it measures the
 # detector; the code it drives is raced above.
-echo "== fleet simulator, short mode"
+step "fleet simulator, short mode"
 go test -count=1 $short ./fleetsim/...
 
 # The README's first command, as a new user runs it: it builds the binary,
@@ -87,7 +91,7 @@ go test -count=1 $short ./fleetsim/...
 # Its node's containers (a hot function's may outlive `mercator dev`) are
 # removed afterwards: those that were not there before it ran. Removal is
 # best-effort (`mercator dev` may be removing one as it stops).
-echo "== scripts/demo.sh"
+step "scripts/demo.sh"
 demo_dir=$(mktemp -d)
 local_before=$(docker ps -aq --no-trunc --filter label=mercator.node=local | sort)
 MERCATOR_DEV_DATA="$demo_dir/dev" MERCATOR_CONFIG="$demo_dir/context.json" bash scripts/demo.sh
@@ -97,13 +101,13 @@ for ctr in $demo_ctrs; do
 done
 rm -rf "$demo_dir"
 
-echo "== end-to-end tests (real control plane, real agents, real Docker)"
+step "end-to-end tests (real control plane, real agents, real Docker)"
 go test -p 1 -count=1 -timeout 40m $short $(go list ./e2e/... | grep -v /e2e/fault)
 
 # The fault suite runs with the race detector: its harness then builds the
 # mercator binary it starts as server and agents with -race too, and a race
 # report in any of their logs fails the test (e2e/fault/race_test.go).
-echo "== fault-injection suite, race-built binaries"
+step "fault-injection suite, race-built binaries"
 export MERCATOR_FAULT_SUMMARY="${MERCATOR_FAULT_SUMMARY:-$(mktemp)}"
 go test -race -p 1 -count=1 -timeout 40m $short ./e2e/fault/...
 # The fault suite's counts (trials per fault, every invariant).
@@ -111,6 +115,7 @@ cat "$MERCATOR_FAULT_SUMMARY"
 
 # Every benchmark once, so none rots: figures printed, nothing gated (a
 # shared CI machine's rates are not a correctness check).
-echo "== every benchmark, once"
+step "every benchmark, once"
 bench_pkgs=$(grep -rl --include='*_test.go' '^func Benchmark' . | xargs -n1 dirname | sort -u)
 go test -p 1 -count=1 -run '^$' -bench . -benchtime 1x $bench_pkgs
+step "done"
