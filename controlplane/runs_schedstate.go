@@ -91,7 +91,8 @@ func (s *Server) refreshUsage(ctx context.Context) error {
 
 // queuedRuns returns the queued runs, newest first, from the leader's copy
 // (schedcopy.Queue), which reads the store only for what changed elsewhere
-// and, whole, once per resyncQueue.
+// and, whole, once per resyncQueueAlone (resyncQueueReplicas when other
+// replicas write runs too).
 func (s *Server) queuedRuns(ctx context.Context) ([]store.Run, error) {
 	queued := func() (runs []store.Run, err error) {
 		err = s.store.View(ctx, func(tx store.Tx) error {
@@ -107,13 +108,24 @@ func (s *Server) queuedRuns(ctx context.Context) ([]store.Run, error) {
 		})
 		return runs, err
 	}
-	return s.queued.Runs(resyncQueue, queued, byID)
+	resync := resyncQueueAlone
+	if s.coord != nil {
+		resync = resyncQueueReplicas
+	}
+	return s.queued.Runs(resync, queued, byID)
 }
 
-// resyncQueue is how often the copy of the queued runs is read again
-// whole: what a run another replica submitted and whose signal was lost
-// can wait, at most, to be seen.
-const resyncQueue = time.Minute
+// How often the copy of the queued runs is read again whole. Alone, this
+// replica writes every run and the copy misses nothing; the rebuild only
+// bounds the cost of a bug. With other replicas, it is how long a run
+// submitted through another and whose signal was dropped (signals are
+// best-effort) can wait, at most, to be seen; a pass runs many times a
+// second, so even every few seconds the backlog is read far less often
+// than before the copy.
+const (
+	resyncQueueAlone    = time.Minute
+	resyncQueueReplicas = 5 * time.Second
+)
 
 // runsWritten is called once a transaction that wrote runs committed on
 // this replica: the scheduler's copy follows, and other replicas hear which
