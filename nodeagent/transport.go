@@ -17,7 +17,6 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/failure"
-	"github.com/mercator/mercator/internal/decoder"
 	"github.com/mercator/mercator/nodeproto"
 )
 
@@ -225,7 +224,7 @@ func (t *HTTPTransport) Session(ctx context.Context, nodeID, sessionToken string
 			continue // most of what an idle stream carries: not decoded
 		}
 		var cmd nodeproto.Command
-		if err := decoder.Unmarshal(line, &cmd); err != nil {
+		if err := json.Unmarshal(line, &cmd); err != nil {
 			return fmt.Errorf("session stream: malformed command: %w", err)
 		}
 		if cmd.Kind == nodeproto.KindKeepAlive {
