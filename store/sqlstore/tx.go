@@ -452,7 +452,11 @@ func (t *txn) ListRuns(opts store.ListRunsOptions) ([]store.Run, error) {
 		where = append(where, "r.project = "+arg(opts.Project))
 	}
 	if opts.NodeID != "" {
-		where = append(where, "EXISTS (SELECT 1 FROM run_nodes n WHERE n.run_id = r.id AND n.node_id = "+arg(opts.NodeID)+")")
+		// An IN over run_nodes' index, not a correlated EXISTS: SQLite ran
+		// that subquery once for every stored run, and every node's session
+		// opens with this list (its strays), ten thousand of them at once
+		// when a fleet reconnects.
+		where = append(where, "r.id IN (SELECT n.run_id FROM run_nodes n WHERE n.node_id = "+arg(opts.NodeID)+")")
 	}
 	if opts.Before != "" {
 		if _, bad := t.unstorable([]any{opts.Before}); bad {
