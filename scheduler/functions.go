@@ -29,6 +29,7 @@ type FunctionNode struct {
 	ID        string
 	Share     nodeproto.FunctionCapacity
 	GPUModels []string // the models of the share's GPUs, in Share.GPUs order
+	Pool      string   // its pool label, which a project's pools select by (the caller filters)
 }
 
 // FunctionNeed is what one container of a function reserves. GPUModel,

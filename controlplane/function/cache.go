@@ -3,9 +3,12 @@ package function
 import (
 	"context"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/placement"
+	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/nodeproto"
 
 	"github.com/mercator/mercator/scheduler"
@@ -18,6 +21,7 @@ import (
 type fnEntry struct {
 	fn     store.Fn
 	app    store.App
+	pools  []string // its app's project's pools; none: anywhere (docs/teams.md)
 	spec   nodeproto.FunctionSpec
 	need   scheduler.FunctionNeed
 	maxHot int // MaxHotAnnotation; 0 no cap (warm.go)
@@ -80,7 +84,12 @@ func (s *Service) readFn(ctx context.Context, id string, now time.Time) (*fnEntr
 		if err != nil {
 			return err
 		}
+		p, err := project.Get(tx, api.ProjectOf(app.Project))
+		if err != nil {
+			return err
+		}
 		e = newFnEntry(f, app, env, now)
+		e.pools = p.Pools
 		return nil
 	})
 	if err != nil {
@@ -198,6 +207,7 @@ func (s *Service) fleet(ctx context.Context) ([]scheduler.FunctionNode, error) {
 		}
 		for _, n := range all {
 			if fn, ok := fnNodeOf(n, s.host.NodeReady(n)); ok {
+				fn.Pool = placement.Labels(n)[project.PoolLabel]
 				nodes = append(nodes, fn)
 				versions[n.ID] = n.Facts.CapabilityVersion
 			}
@@ -211,13 +221,18 @@ func (s *Service) fleet(ctx context.Context) ([]scheduler.FunctionNode, error) {
 	return nodes, nil
 }
 
-// candidates are the nodes to offer the call to, in order. With one
-// replica, a node whose session this replica does not hold cannot be
-// reached and is left out.
+// candidates are the nodes to offer the call to, in order: those in its
+// app's project's pools when the project is restricted to some, so that
+// its containers, and the secrets and registry credential they start with,
+// go only there, as a project's Runs do. With one replica, a node whose
+// session this replica does not hold cannot be reached and is left out.
 func (s *Service) candidates(ctx context.Context, e *fnEntry) (order []scheduler.FunctionNode, fitting int, err error) {
 	nodes, err := s.fleet(ctx)
 	if err != nil {
 		return nil, 0, err
+	}
+	if len(e.pools) > 0 {
+		nodes = slices.DeleteFunc(slices.Clone(nodes), func(n scheduler.FunctionNode) bool { return !slices.Contains(e.pools, n.Pool) })
 	}
 	order = scheduler.PlaceFunction(e.fn.ID, nodes, e.need)
 	fitting = len(order)
