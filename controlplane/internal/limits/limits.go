@@ -68,9 +68,11 @@ type Options struct {
 	// MaxInFlightPerCaller a single caller's (default 256: the fleet
 	// simulator enrolls 200 agents at once from one address).
 	MaxInFlight, MaxInFlightPerCaller int
-	// MaxStreams caps streams held (default 32,768: a session stream per
-	// node for ten thousand nodes, and room for log follows, waits and
-	// invocations); MaxStreamsPerCaller a single caller's (default 1,024).
+	// MaxStreams caps streams held (default 65,536: a session stream per
+	// node for fifty thousand nodes, and room for log follows, waits and
+	// invocations; at 32,768 a 50,000-node fleet simulation stopped with
+	// exactly that many nodes in session); MaxStreamsPerCaller a single
+	// caller's (default 1,024).
 	// A node holds at most SessionsPerNode session streams.
 	MaxStreams, MaxStreamsPerCaller int
 	// MaxNodeBulkPerNode caps one node's event and log posts in flight
@@ -120,7 +122,7 @@ func (o Options) Defaults() Options {
 	setN(&o.MaxConns, 65536)
 	setN(&o.MaxInFlight, 8192)
 	setN(&o.MaxInFlightPerCaller, 256)
-	setN(&o.MaxStreams, 32768)
+	setN(&o.MaxStreams, 65536)
 	setN(&o.MaxStreamsPerCaller, 1024)
 	setN(&o.MaxNodeBulkPerNode, 4)
 	if o.NodeBodyBudget == 0 {
