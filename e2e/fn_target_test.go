@@ -1,12 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
-	"fmt"
-	"net/http"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/mercator/mercator/api"
@@ -22,27 +17,7 @@ func TestFunctionTargetConcurrency(t *testing.T) {
 	c.startAgent("target")
 	_, fn := c.deployHello("target", api.Fn{Name: "raw", Image: c.publish("fn-raw"), IdleTimeout: 60,
 		Annotations: api.Annotations{api.AnnotationTargetConcurrency: json.RawMessage(`"2"`)}})
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var out bytes.Buffer
-			res, err := c.client.Invoke(c.ctx, fn.ID, strings.NewReader("x"), http.Header{"X-Test": {"sleep:1500"}}, &out)
-			if err == nil && res.Status != 200 {
-				err = fmt.Errorf("status %d: %s", res.Status, out.String())
-			}
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatalf("a call of the function: %v", err)
-		}
-	}
+	slowCallsAtOnce(t, c, fn.ID, 4)
 	if got := fnContainers(t, fn.ID); len(got) != 2 {
 		t.Errorf("containers after 4 concurrent calls at target concurrency 2: %d, want 2", len(got))
 	}

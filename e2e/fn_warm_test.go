@@ -42,14 +42,25 @@ func TestFunctionMaxHot(t *testing.T) {
 	c.startAgent("capped")
 	_, fn := c.deployHello("capped", api.Fn{Name: "raw", Image: c.publish("fn-raw"), IdleTimeout: 60,
 		Annotations: api.Annotations{api.AnnotationMaxHot: json.RawMessage(`2`)}})
+	slowCallsAtOnce(t, c, fn.ID, 4)
+	if got := fnContainers(t, fn.ID); len(got) != 2 {
+		t.Errorf("containers after 4 concurrent calls with max-hot 2: %d, want 2", len(got))
+	}
+}
+
+// slowCallsAtOnce makes n calls of fnID at once, each holding its
+// container 1.5 s (fn-raw's sleep), and fails the test unless every one
+// answers 200: what the warm-capacity tests count containers after.
+func slowCallsAtOnce(t *testing.T, c *cluster, fnID string, n int) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for range 4 {
+	errs := make(chan error, n)
+	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var out bytes.Buffer
-			res, err := c.client.Invoke(c.ctx, fn.ID, strings.NewReader("x"), http.Header{"X-Test": {"sleep:1500"}}, &out)
+			res, err := c.client.Invoke(c.ctx, fnID, strings.NewReader("x"), http.Header{"X-Test": {"sleep:1500"}}, &out)
 			if err == nil && res.Status != 200 {
 				err = fmt.Errorf("status %d: %s", res.Status, out.String())
 			}
@@ -60,10 +71,7 @@ func TestFunctionMaxHot(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		if err != nil {
-			t.Fatalf("a call of the capped function: %v", err)
+			t.Fatalf("a call of function %s: %v", fnID, err)
 		}
-	}
-	if got := fnContainers(t, fn.ID); len(got) != 2 {
-		t.Errorf("containers after 4 concurrent calls with max-hot 2: %d, want 2", len(got))
 	}
 }
