@@ -29,7 +29,7 @@ type FunctionNode struct {
 	ID        string
 	Share     nodeproto.FunctionCapacity
 	GPUModels []string // the models of the share's GPUs, in Share.GPUs order
-	Pool      string   // its pool label, which a project's pools select by (the caller filters)
+	Pool      string   // its pool label, which a project's pools select by (FunctionNeed.Pools)
 }
 
 // FunctionNeed is what one container of a function reserves. GPUModel,
@@ -39,6 +39,9 @@ type FunctionNeed struct {
 	MilliCPUs   int64
 	GPUs        int
 	GPUModel    string
+	// Pools, when set, are the only pool labels (FunctionNode.Pool) a node
+	// may have to take the function: its app's project's pools.
+	Pools []string
 }
 
 func (n FunctionNeed) String() string {
@@ -59,7 +62,8 @@ func (n FunctionNeed) String() string {
 // the share is empty: a node that could never hold the function is never
 // tried.
 func (n FunctionNode) fits(need FunctionNeed) bool {
-	if need.MemoryBytes > n.Share.MemoryBytes || need.MilliCPUs > n.Share.MilliCPUs {
+	if need.MemoryBytes > n.Share.MemoryBytes || need.MilliCPUs > n.Share.MilliCPUs ||
+		len(need.Pools) > 0 && !slices.Contains(need.Pools, n.Pool) {
 		return false
 	}
 	if need.GPUs == 0 {

@@ -3,7 +3,6 @@ package function
 import (
 	"context"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/mercator/mercator/api"
@@ -21,7 +20,6 @@ import (
 type fnEntry struct {
 	fn     store.Fn
 	app    store.App
-	pools  []string // its app's project's pools; none: anywhere (docs/teams.md)
 	spec   nodeproto.FunctionSpec
 	need   scheduler.FunctionNeed
 	maxHot int // MaxHotAnnotation; 0 no cap (warm.go)
@@ -89,7 +87,7 @@ func (s *Service) readFn(ctx context.Context, id string, now time.Time) (*fnEntr
 			return err
 		}
 		e = newFnEntry(f, app, env, now)
-		e.pools = p.Pools
+		e.need.Pools = p.Pools // placed only there (docs/teams.md)
 		return nil
 	})
 	if err != nil {
@@ -230,9 +228,6 @@ func (s *Service) candidates(ctx context.Context, e *fnEntry) (order []scheduler
 	nodes, err := s.fleet(ctx)
 	if err != nil {
 		return nil, 0, err
-	}
-	if len(e.pools) > 0 {
-		nodes = slices.DeleteFunc(slices.Clone(nodes), func(n scheduler.FunctionNode) bool { return !slices.Contains(e.pools, n.Pool) })
 	}
 	order = scheduler.PlaceFunction(e.fn.ID, nodes, e.need)
 	fitting = len(order)

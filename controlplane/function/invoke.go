@@ -170,9 +170,9 @@ func (s *Service) dispatch(ctx context.Context, c *fnCall) callOutcome {
 	}
 	if len(nodes) == 0 {
 		msg := fmt.Sprintf("no ready node can hold the function (it needs %v)", c.entry.need)
-		if len(c.entry.pools) > 0 {
+		if pools := c.entry.need.Pools; len(pools) > 0 {
 			msg = fmt.Sprintf("no ready node in project %s's pools (%s) can hold the function (it needs %v)",
-				api.ProjectOf(c.entry.app.Project), strings.Join(c.entry.pools, ", "), c.entry.need)
+				api.ProjectOf(c.entry.app.Project), strings.Join(pools, ", "), c.entry.need)
 		}
 		if fitting > 0 {
 			msg = fmt.Sprintf("%d nodes can hold the function (it needs %v) but none is connected to this control plane", fitting, c.entry.need)
