@@ -88,28 +88,45 @@ const idleConns = 256
 // session stream and its calls, and a reconnect storm costs the control
 // plane what a real fleet's would: one resumed handshake a node. In
 // plaintext, and with shared (the --http2 mode), the agents of one process
-// share a client (agentClient), which fits a fleet the open-file limit
+// share clients (agentClient: one for the process over HTTP/1.1, one per
+// nodesPerConn agents over HTTP/2), which fits a fleet the open-file limit
 // would not otherwise allow.
 type agentClients struct {
-	shared *http.Client // nil: one client per agent
-	own    []*http.Client
-	router *router
-	roots  []*x509.Certificate
-	obs    *observer
+	shared bool // agents share clients (plaintext, or the --http2 mode)
+	http2  bool
+	// groups are the shared clients, one per nodesPerConn agents over
+	// HTTP/2 (one for the process otherwise); started counts the agents
+	// handed one.
+	groups  []*http.Client
+	started int
+	own     []*http.Client
+	router  *router
+	roots   []*x509.Certificate
+	obs     *observer
 }
 
+// nodesPerConn is how many simulated agents share one HTTP/2 client, so
+// one connection per replica. Go's HTTP/2 client opens a second connection
+// only once the server's stream limit is reached (65,536 by default), so a
+// process's 12,500 agents shared one connection, and every stream's writes
+// queued behind one TLS connection and one server goroutine: at 50,000
+// nodes the control plane spent its time on that queue, which no real fleet
+// (one connection per agent) has. 250 agents a connection keeps 50,000
+// nodes at 200 connections per replica, far under the open-file limit.
+const nodesPerConn = 250
+
 func newAgentClients(r *router, shared bool, roots []*x509.Certificate, obs *observer) *agentClients {
-	c := &agentClients{router: r, roots: roots, obs: obs}
-	if roots == nil || shared {
-		c.shared = agentClient(r, shared, roots, obs)
-	}
-	return c
+	return &agentClients{shared: roots == nil || shared, http2: shared, router: r, roots: roots, obs: obs}
 }
 
 // next is the client of the next agent to start.
 func (c *agentClients) next() *http.Client {
-	if c.shared != nil {
-		return c.shared
+	if c.shared {
+		if len(c.groups) == 0 || (c.http2 && c.started%nodesPerConn == 0) {
+			c.groups = append(c.groups, agentClient(c.router, c.http2, c.roots, c.obs))
+		}
+		c.started++
+		return c.groups[len(c.groups)-1]
 	}
 	hc := daemon.AgentHTTPClient(c.roots, c.router.dial)
 	o := c.obs.around(hc.Transport)
@@ -118,8 +135,8 @@ func (c *agentClients) next() *http.Client {
 }
 
 func (c *agentClients) closeIdle() {
-	if c.shared != nil {
-		c.shared.CloseIdleConnections()
+	for _, hc := range c.groups {
+		hc.CloseIdleConnections()
 	}
 	for _, hc := range c.own {
 		hc.CloseIdleConnections()
