@@ -156,16 +156,19 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 		if fence > c.Session.FencingToken {
 			return fencedError(c.NodeID, fence, c.Session.FencingToken)
 		}
-		tx = txrecord.NewMemo(tx) // events about one run: one read, one write
-		for _, ev := range batch.Events {
-			if ev.ID == "" {
-				return failure.Invalid("events.id", "every event needs an ID")
-			}
-			fresh, err := tx.SeeEvent(c.NodeID, ev.ID, s.now())
-			if err != nil {
-				return err
-			}
-			if fresh {
+		// The batch's reads and writes are set-based: which events are
+		// fresh, the runs and operations they name, and the writes back,
+		// one statement each on PostgreSQL whatever the batch's size
+		// (prefetch), where a statement per event was a round trip per
+		// event.
+		memo := txrecord.NewMemo(tx)
+		fresh, err := prefetch(memo, c.NodeID, batch.Events, s.now())
+		if err != nil {
+			return err
+		}
+		tx = memo
+		for i, ev := range batch.Events {
+			if fresh[i] {
 				applied++
 				changed, end, err := s.reports().Event(tx, c.NodeID, ev, &found)
 				if end != "" {
@@ -181,7 +184,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 		if err := s.watermarks.Advance(tx, c.NodeID, batch.Through); err != nil { // why: retention/watermark.go
 			return err
 		}
-		return tx.(*txrecord.Memo).Flush()
+		return memo.Flush()
 	})
 	if err != nil {
 		httpapi.WriteError(w, err)
@@ -199,6 +202,41 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 		s.wakeReconcile()
 	}
 	httpapi.WriteJSON(w, http.StatusOK, nodeproto.EventAck{Accepted: accepted})
+}
+
+// prefetch records which of a node's events are fresh (store.Tx.SeeEvents)
+// and loads, locked in ID order, the runs and operations the fresh ones
+// name into memo, one batch each, so that applying them reads nothing
+// more. It refuses an event without an ID.
+func prefetch(memo *txrecord.Memo, nodeID string, events []nodeproto.Event, now time.Time) ([]bool, error) {
+	ids := make([]string, len(events))
+	for i, ev := range events {
+		if ev.ID == "" {
+			return nil, failure.Invalid("events.id", "every event needs an ID")
+		}
+		ids[i] = ev.ID
+	}
+	fresh, err := memo.SeeEvents(nodeID, ids, now)
+	if err != nil {
+		return nil, err
+	}
+	var runs, ops []string
+	for i, ev := range events {
+		switch {
+		case !fresh[i]:
+		case ev.Kind == nodeproto.EventWorkload && ev.Workload != nil:
+			runs = append(runs, ev.Workload.RunID)
+		case ev.Kind == nodeproto.EventResult && ev.Result != nil:
+			ops = append(ops, ev.Result.OperationID)
+			if ev.Result.Workload != nil && ev.Result.Outcome != nodeproto.OutcomeOK { // a failed launch: its run is read
+				runs = append(runs, ev.Result.Workload.RunID)
+			}
+		}
+	}
+	if err := memo.LoadOperations(ops); err != nil {
+		return nil, err
+	}
+	return fresh, memo.Load(runs)
 }
 
 // reports applies what nodes report to the records (package nodereport).

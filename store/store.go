@@ -134,6 +134,11 @@ type Tx interface {
 	// PutOperations is PutOperation for each operation, IDs distinct.
 	PutOperations(ops []Operation) error
 	GetOperation(id string) (Operation, error)
+	// GetOperations returns the stored operations among ids, ordered by ID
+	// (a missing one is absent, not an error); in UpdateLocked each is
+	// locked, in that order, as GetNodes and GetRuns are. The node event
+	// path reads the operations a batch's results name with it.
+	GetOperations(ids []string) ([]Operation, error)
 	// PendingOperations returns a node's operations without a result,
 	// oldest first.
 	PendingOperations(nodeID string) ([]Operation, error)
@@ -143,6 +148,12 @@ type Tx interface {
 	// watermark for its incarnation (AdvanceEventWatermark), which is how a
 	// redelivered event is recognised and applied once.
 	SeeEvent(nodeID, eventID string, at time.Time) (fresh bool, err error)
+	// SeeEvents is SeeEvent for each of one node's events, in order: fresh[i]
+	// answers eventIDs[i], and an ID repeated in eventIDs is fresh at most
+	// once (its first time). A store may make it one statement for the
+	// whole batch (PostgreSQL), where a call per event was a round trip
+	// per event; an invalid ID fails the whole call.
+	SeeEvents(nodeID string, eventIDs []string, at time.Time) (fresh []bool, err error)
 
 	// AppendLog adds data at offset to an attempt's log and returns the log's
 	// size afterwards. Bytes before the current size are ignored (already
@@ -344,4 +355,18 @@ func GetEach[T any](ids []string, get func(string) (T, error)) ([]T, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// SeeEach is Tx.SeeEvents through see (Tx.SeeEvent), one event at a time:
+// the batch form for a store, or a wrapper, that has no batch statement.
+// SeeEvent already answers a repeat within one transaction as seen.
+func SeeEach(nodeID string, eventIDs []string, at time.Time, see func(nodeID, eventID string, at time.Time) (bool, error)) ([]bool, error) {
+	fresh := make([]bool, len(eventIDs))
+	for i, id := range eventIDs {
+		var err error
+		if fresh[i], err = see(nodeID, id, at); err != nil {
+			return nil, err
+		}
+	}
+	return fresh, nil
 }

@@ -589,3 +589,11 @@ func (t *tx) DeleteRegistryCredential(project, host string) error {
 }
 
 var _ store.Store = (*Store)(nil)
+
+func (t *tx) SeeEvents(nodeID string, eventIDs []string, at time.Time) ([]bool, error) {
+	return store.SeeEach(nodeID, eventIDs, at, t.SeeEvent)
+}
+
+func (t *tx) GetOperations(ids []string) ([]store.Operation, error) {
+	return store.GetEach(ids, t.GetOperation)
+}

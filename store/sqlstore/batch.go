@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"database/sql"
 	"slices"
+	"time"
 
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
@@ -70,6 +71,22 @@ func (t *txn) GetRuns(ids []string) ([]store.Run, error) {
 			t.noteRunNodes(id, record.NodeIDs(r))
 		}
 		out = append(out, r)
+		return err
+	}, &id, &doc)
+	return out, err
+}
+
+func (t *txn) GetOperations(ids []string) ([]store.Operation, error) {
+	ids = t.storable(ids)
+	if !t.batched() {
+		return store.GetEach(ids, t.GetOperation)
+	}
+	out := make([]store.Operation, 0, len(ids))
+	var id string
+	var doc []byte
+	err := t.listRows("operation", `SELECT id, doc FROM operations WHERE id = ANY($1) ORDER BY id`+t.lockSuffix(), []any{ids}, func() error {
+		op, err := decode[store.Operation]("operation", id, doc)
+		out = append(out, op)
 		return err
 	}, &id, &doc)
 	return out, err
@@ -204,4 +221,60 @@ func (t *txn) PutOperations(ops []store.Operation) error {
 		  created_sec = excluded.created_sec, created_nsec = excluded.created_nsec, doc = excluded.doc`,
 		ids, nodes, pending, secs, nsecs, docs)
 	return err
+}
+
+// SeeEvents records a node's events in one statement on PostgreSQL: the
+// rows its INSERT returns are the fresh ones (neither already recorded nor
+// at or below the node's watermark for their incarnation, as in
+// SeeEvent). IDs without a sequence are carried as an empty incarnation
+// and sequence -1, stored as NULL as SeeEvent stores them.
+func (t *txn) SeeEvents(nodeID string, eventIDs []string, at time.Time) ([]bool, error) {
+	if !t.batched() {
+		return store.SeeEach(nodeID, eventIDs, at, t.SeeEvent)
+	}
+	if err := t.writable(); err != nil {
+		return nil, err
+	}
+	fresh := make([]bool, len(eventIDs))
+	first := make(map[string]int, len(eventIDs)) // ID → its first index
+	var ids, incs []string
+	var seqs []int64
+	for i, id := range eventIDs {
+		if err := record.Event(nodeID, id); err != nil {
+			return nil, err
+		}
+		if key, bad := t.unstorable([]any{nodeID, id}); bad {
+			return nil, t.invalidKey("event", key)
+		}
+		if _, dup := first[id]; dup {
+			continue
+		}
+		first[id] = i
+		inc, seq, ok := record.EventSeq(id)
+		if !ok {
+			inc, seq = "", -1
+		}
+		ids, incs, seqs = append(ids, id), append(incs, inc), append(seqs, seq)
+	}
+	if len(ids) == 0 {
+		return fresh, nil
+	}
+	var id string
+	err := t.listRows("event", `INSERT INTO events (node_id, event_id, seen_at, incarnation, seq)
+		SELECT $1, e.id, $2, NULLIF(e.inc, ''), NULLIF(e.seq, -1)
+		FROM unnest($3::text[], $4::text[], $5::bigint[]) AS e(id, inc, seq)
+		WHERE NOT EXISTS (SELECT 1 FROM event_watermarks w
+		                  WHERE w.node_id = $1 AND w.incarnation = e.inc AND w.seq >= e.seq)
+		ON CONFLICT (node_id, event_id) DO NOTHING
+		RETURNING event_id`, []any{nodeID, at.UTC().Format(time.RFC3339Nano), ids, incs, seqs},
+		func() error {
+			if i, ok := first[id]; ok {
+				fresh[i] = true
+			}
+			return nil
+		}, &id)
+	if err != nil {
+		return nil, err
+	}
+	return fresh, nil
 }

@@ -14,7 +14,8 @@ import (
 // records among the IDs, in ID order, once each, skipping missing ones (in
 // both kinds of write transaction, where they lock); PutRuns rewrites the
 // runs and their node index, and refuses a run that does not exist;
-// PutOperations stores operations as pending work for their nodes.
+// PutOperations stores operations as pending work for their nodes, and
+// GetOperations reads them back as GetRuns reads runs.
 func testBatches(t *testing.T, s store.Store) {
 	update(t, s, func(tx store.Tx) error {
 		for _, id := range []string{"node-a", "node-b", "node-c"} {
@@ -67,6 +68,24 @@ func testBatches(t *testing.T, s store.Store) {
 		}
 		return nil
 	})
+	// GetOperations, in both kinds of write transaction (where it locks)
+	// and in a view: in ID order, once each, missing ones skipped.
+	for name, read := range map[string]func(func(store.Tx) error){
+		"View":         func(fn func(store.Tx) error) { view(t, s, fn) },
+		"UpdateLocked": func(fn func(store.Tx) error) { must(t, s.UpdateLocked(t.Context(), fn)) },
+	} {
+		read(func(tx store.Tx) error {
+			got := must1[[]store.Operation](t)(tx.GetOperations([]string{"op-2", "op-404", "op-1", "op-2"}))
+			wantIDs(t, name+" GetOperations", ids(got, func(op store.Operation) string { return op.ID }), []string{"op-1", "op-2"})
+			if len(got) == 2 {
+				same(t, name+" GetOperations op-2", got[1], ops[1])
+			}
+			if none := must1[[]store.Operation](t)(tx.GetOperations(nil)); len(none) != 0 {
+				t.Errorf("%s GetOperations(nil) = %d operations", name, len(none))
+			}
+			return nil
+		})
+	}
 	// A run that does not exist is refused, and the transaction keeps
 	// nothing.
 	err := s.Update(t.Context(), func(tx store.Tx) error {

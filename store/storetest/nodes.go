@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -182,6 +183,39 @@ func testEvents(t *testing.T, s store.Store) {
 		see(tx, "node-a", "000002", false)
 		see(tx, "node-b", "000001", false)
 		see(tx, "node-b", "000002", true)
+		return nil
+	})
+	// The batch form answers each in order, a repeat within the batch
+	// fresh only its first time, and agrees with SeeEvent afterwards.
+	seeAll := func(tx store.Tx, nodeID string, ids []string, want []bool) {
+		t.Helper()
+		fresh, err := tx.SeeEvents(nodeID, ids, at(0))
+		if err != nil {
+			t.Fatalf("SeeEvents(%s, %v): %v", nodeID, ids, err)
+		}
+		if !slices.Equal(fresh, want) {
+			t.Errorf("SeeEvents(%s, %v) = %v, want %v", nodeID, ids, fresh, want)
+		}
+	}
+	update(t, s, func(tx store.Tx) error {
+		seeAll(tx, "node-a", []string{"000002", "000003", "000004", "000003"}, []bool{false, true, true, false})
+		seeAll(tx, "node-c", nil, []bool{})
+		see(tx, "node-a", "000004", false)
+		return nil
+	})
+	view(t, s, func(tx store.Tx) error {
+		if _, err := tx.SeeEvents("node-a", []string{"000005"}, at(0)); err == nil {
+			t.Error("SeeEvents in a read-only transaction succeeded")
+		}
+		return nil
+	})
+	update(t, s, func(tx store.Tx) error {
+		_, err := tx.SeeEvents("", []string{"000006"}, at(0))
+		wantKind(t, err, failure.ErrInvalid, "node")
+		return nil
+	})
+	update(t, s, func(tx store.Tx) error {
+		seeAll(tx, "node-a", []string{"000003", "000006"}, []bool{false, true})
 		return nil
 	})
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -216,6 +217,12 @@ func testEventWatermark(t *testing.T, s store.Store) {
 		// by an earlier version): seen by its sequence alone.
 		if !seen(tx, "node-a", id("aaaa", 0)) {
 			t.Error("an event below the watermark without a row was fresh")
+		}
+		// The batch form applies the watermark the same way.
+		fresh, err := tx.SeeEvents("node-a", []string{id("aaaa", 1), id("bbbb", 2), id("aaaa", 9), "opaque-2"}, at(0))
+		must(t, err)
+		if want := []bool{false, true, true, true}; !slices.Equal(fresh, want) {
+			t.Errorf("SeeEvents around the watermark = %v, want %v", fresh, want)
 		}
 		return nil
 	})

@@ -103,19 +103,60 @@ func (t *Tx) PutRuns(runs []store.Run) error {
 	return nil
 }
 
-// Memo is a store.Tx that keeps the runs read and written through it,
-// so that several events about one run in one batch (a launch's
-// "preparing" observation and its result usually travel together) read the
-// run once and write it once, when flush is called. Reads of a run return
+// Memo is a store.Tx that keeps the runs and operations read and written
+// through it, so that several events about one run in one batch (a
+// launch's "preparing" observation and its result usually travel together)
+// read the run once and write it once, when Flush is called. Reads return
 // the latest version written through the memo, as a transaction would.
+// Load and LoadOperations read many at once (store.Tx.GetRuns,
+// GetOperations: one statement each on PostgreSQL, where a read per
+// record was a round trip per record), so that a batch's reads cost a
+// handful of statements whatever its size.
+//
+// An operation written through the memo that it has not read (a new
+// command) goes straight to the store: only a read one is held for Flush.
 type Memo struct {
 	store.Tx
 	runs  map[string]store.Run
 	dirty map[string]bool
+	ops   map[string]store.Operation
+	// opsDirty are the read operations written back, to flush.
+	opsDirty map[string]bool
 }
 
 func NewMemo(tx store.Tx) *Memo {
-	return &Memo{Tx: tx, runs: map[string]store.Run{}, dirty: map[string]bool{}}
+	return &Memo{Tx: tx, runs: map[string]store.Run{}, dirty: map[string]bool{},
+		ops: map[string]store.Operation{}, opsDirty: map[string]bool{}}
+}
+
+// Load reads the runs among ids the memo does not hold yet, in one batch;
+// missing ones are skipped (a later GetRun reports them).
+func (m *Memo) Load(ids []string) error {
+	runs, err := m.Tx.GetRuns(missing(ids, m.runs))
+	for _, r := range runs {
+		m.runs[r.ID] = r
+	}
+	return err
+}
+
+// LoadOperations is Load for operations.
+func (m *Memo) LoadOperations(ids []string) error {
+	ops, err := m.Tx.GetOperations(missing(ids, m.ops))
+	for _, op := range ops {
+		m.ops[op.ID] = op
+	}
+	return err
+}
+
+// missing is ids without those held.
+func missing[T any](ids []string, held map[string]T) []string {
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if _, ok := held[id]; !ok {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func (m *Memo) GetRun(id string) (store.Run, error) {
@@ -144,7 +185,12 @@ func (m *Memo) PutRun(r store.Run) error {
 }
 
 // GetRuns is GetRun for each (missing ones skipped), through the memo.
-func (m *Memo) GetRuns(ids []string) ([]store.Run, error) { return store.GetEach(ids, m.GetRun) }
+func (m *Memo) GetRuns(ids []string) ([]store.Run, error) {
+	if err := m.Load(ids); err != nil {
+		return nil, err
+	}
+	return store.GetEach(ids, m.GetRun)
+}
 
 // PutRuns is PutRun for each, through the memo.
 func (m *Memo) PutRuns(runs []store.Run) error {
@@ -156,21 +202,68 @@ func (m *Memo) PutRuns(runs []store.Run) error {
 	return nil
 }
 
-// Flush writes the runs written through the memo, once each, in one batch
-// (store.Tx.PutRuns).
+func (m *Memo) GetOperation(id string) (store.Operation, error) {
+	if op, ok := m.ops[id]; ok {
+		return op, nil
+	}
+	op, err := m.Tx.GetOperation(id)
+	if err == nil {
+		m.ops[id] = op
+	}
+	return op, err
+}
+
+// GetOperations is GetOperation for each (missing ones skipped), through
+// the memo.
+func (m *Memo) GetOperations(ids []string) ([]store.Operation, error) {
+	if err := m.LoadOperations(ids); err != nil {
+		return nil, err
+	}
+	return store.GetEach(ids, m.GetOperation)
+}
+
+func (m *Memo) PutOperation(op store.Operation) error {
+	if _, read := m.ops[op.ID]; !read {
+		return m.Tx.PutOperation(op)
+	}
+	m.ops[op.ID] = op
+	m.opsDirty[op.ID] = true
+	return nil
+}
+
+func (m *Memo) PutOperations(ops []store.Operation) error {
+	for _, op := range ops {
+		if err := m.PutOperation(op); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Flush writes the runs and the read operations written through the
+// memo, once each, in one batch of each (store.Tx.PutRuns, PutOperations).
 func (m *Memo) Flush() error {
-	ids := make([]string, 0, len(m.dirty))
-	for id := range m.dirty {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	runs := make([]store.Run, len(ids))
-	for i, id := range ids {
-		runs[i] = m.runs[id]
-	}
-	if err := m.Tx.PutRuns(runs); err != nil {
+	if err := m.Tx.PutRuns(dirtyOf(m.runs, m.dirty)); err != nil {
 		return err
 	}
 	clear(m.dirty)
+	if err := m.Tx.PutOperations(dirtyOf(m.ops, m.opsDirty)); err != nil {
+		return err
+	}
+	clear(m.opsDirty)
 	return nil
+}
+
+// dirtyOf is the records of held named in dirty, in ID order.
+func dirtyOf[T any](held map[string]T, dirty map[string]bool) []T {
+	ids := make([]string, 0, len(dirty))
+	for id := range dirty {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	out := make([]T, len(ids))
+	for i, id := range ids {
+		out[i] = held[id]
+	}
+	return out
 }
