@@ -88,14 +88,7 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 		}
 		runs[i] = run
 	}
-	err := s.batch(r.Context(), func(tx store.Tx) error {
-		for _, run := range runs {
-			if err := tx.CreateRun(run); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	err := s.batch(r.Context(), func(tx store.Tx) error { return tx.CreateRuns(runs) })
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return

@@ -116,6 +116,11 @@ type Tx interface {
 
 	// CreateRun stores a new run; ErrConflict if the ID exists.
 	CreateRun(r Run) error
+	// CreateRuns is CreateRun for each run: ErrConflict, naming the run, if
+	// any ID exists or repeats (the transaction then keeps nothing, as with
+	// any error fn returns). A batch of submissions is one statement or two
+	// on PostgreSQL, where a run was a round trip.
+	CreateRuns(runs []Run) error
 	GetRun(id string) (Run, error)
 	// PutRun replaces an existing run; ErrNotFound if it does not exist.
 	PutRun(r Run) error

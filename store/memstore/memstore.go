@@ -597,3 +597,12 @@ func (t *tx) SeeEvents(nodeID string, eventIDs []string, at time.Time) ([]bool, 
 func (t *tx) GetOperations(ids []string) ([]store.Operation, error) {
 	return store.GetEach(ids, t.GetOperation)
 }
+
+func (t *tx) CreateRuns(runs []store.Run) error {
+	for _, r := range runs {
+		if err := t.CreateRun(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -92,6 +92,71 @@ func (t *txn) GetOperations(ids []string) ([]store.Operation, error) {
 	return out, err
 }
 
+func (t *txn) CreateRuns(runs []store.Run) error {
+	if !t.batched() {
+		for _, r := range runs {
+			if err := t.CreateRun(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := t.writable(); err != nil {
+		return err
+	}
+	if len(runs) == 0 {
+		return nil
+	}
+	n := len(runs)
+	ids, docs, statuses, projects := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	secs, nsecs, finished := make([]int64, n), make([]int64, n), make([]*int64, n)
+	var index [2][]string // (run, node) pairs
+	for i, r := range runs {
+		if err := record.Run(r); err != nil {
+			return err
+		}
+		if key, bad := t.unstorable([]any{r.ID}); bad {
+			return t.invalidKey("run", key)
+		}
+		doc, err := encode("run", r.ID, r)
+		if err != nil {
+			return err
+		}
+		ids[i], docs[i], statuses[i], projects[i] = r.ID, doc, r.Status, record.RunProject(r)
+		secs[i], nsecs[i] = r.CreatedAt.Unix(), int64(r.CreatedAt.Nanosecond())
+		if v, ok := record.RunFinished(r); ok {
+			finished[i] = &v
+		}
+		for _, nodeID := range record.NodeIDs(r) {
+			index[0], index[1] = append(index[0], r.ID), append(index[1], nodeID)
+		}
+	}
+	created := make(map[string]bool, n)
+	var id string
+	err := t.listRows("run", `INSERT INTO runs (id, created_sec, created_nsec, status, doc, finished_sec, project)
+		SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::text[])
+		ON CONFLICT (id) DO NOTHING RETURNING id`, []any{ids, secs, nsecs, statuses, docs, finished, projects},
+		func() error { created[id] = true; return nil }, &id)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if !created[id] {
+			return failure.Conflict("run %q already exists", id)
+		}
+		delete(created, id) // a repeat later in the batch was not created
+	}
+	if len(index[0]) > 0 {
+		if _, err := t.exec("index", "run", index[0][0], `INSERT INTO run_nodes (run_id, node_id) SELECT * FROM unnest($1::text[], $2::text[])`, index[0], index[1]); err != nil {
+			return err
+		}
+	}
+	for _, r := range runs {
+		t.noteRunNodes(r.ID, record.NodeIDs(r))
+	}
+	return nil
+}
+
 func (t *txn) PutRuns(runs []store.Run) error {
 	if !t.batched() {
 		for _, r := range runs {

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -96,4 +97,38 @@ func testBatches(t *testing.T, s store.Store) {
 		same(t, "run-1 after a refused PutRuns", must1[store.Run](t)(tx.GetRun("run-1")), placed)
 		return nil
 	})
+}
+
+// testCreateRuns: CreateRuns stores every run of a batch, with its node
+// index, as CreateRun would; an ID that exists or repeats in the batch is a
+// conflict naming it, and the transaction keeps none of the batch.
+func testCreateRuns(t *testing.T, s store.Store) {
+	queued := sampleRun("batch-1", at(0), api.RunQueued)
+	placed := sampleRun("batch-2", at(time.Second), api.RunPlaced, "node-x")
+	update(t, s, func(tx store.Tx) error { return tx.CreateRuns([]store.Run{queued, placed}) })
+	view(t, s, func(tx store.Tx) error {
+		same(t, "batch-1", must1[store.Run](t)(tx.GetRun("batch-1")), queued)
+		same(t, "batch-2", must1[store.Run](t)(tx.GetRun("batch-2")), placed)
+		got := must1[[]store.Run](t)(tx.ListRuns(store.ListRunsOptions{NodeID: "node-x"}))
+		wantIDs(t, "runs on node-x", ids(got, func(r store.Run) string { return r.ID }), []string{"batch-2"})
+		return nil
+	})
+	for name, batch := range map[string][]store.Run{
+		"an existing ID":     {sampleRun("batch-3", at(0), api.RunQueued), sampleRun("batch-1", at(0), api.RunQueued)},
+		"an ID twice":        {sampleRun("batch-3", at(0), api.RunQueued), sampleRun("batch-4", at(0), api.RunQueued), sampleRun("batch-4", at(0), api.RunQueued)},
+		"an empty batch too": nil,
+	} {
+		err := s.Update(t.Context(), func(tx store.Tx) error { return tx.CreateRuns(batch) })
+		if batch == nil {
+			must(t, err)
+			continue
+		}
+		wantKind(t, err, failure.ErrConflict, batch[len(batch)-1].ID)
+		view(t, s, func(tx store.Tx) error {
+			if _, err := tx.GetRun("batch-3"); !errors.Is(err, failure.ErrNotFound) {
+				t.Errorf("%s: batch-3 kept after the batch was refused (%v)", name, err)
+			}
+			return nil
+		})
+	}
 }

@@ -101,6 +101,7 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opts Opti
 		{"Epochs", testEpochs},
 		{"NodesSeen", testNodesSeen},
 		{"Batches", testBatches},
+		{"CreateRuns", testCreateRuns},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

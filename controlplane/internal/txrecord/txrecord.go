@@ -85,6 +85,16 @@ func (t *Tx) CreateRun(r store.Run) error {
 	return nil
 }
 
+func (t *Tx) CreateRuns(runs []store.Run) error {
+	if err := t.Tx.CreateRuns(runs); err != nil {
+		return err
+	}
+	for _, r := range runs {
+		t.note(r)
+	}
+	return nil
+}
+
 func (t *Tx) PutRun(r store.Run) error {
 	if err := t.Tx.PutRun(r); err != nil {
 		return err

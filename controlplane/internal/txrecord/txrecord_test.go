@@ -32,6 +32,11 @@ func TestTxRecordsWritesAndMemoWritesOnce(t *testing.T) {
 		if err := rec.CreateRun(run); err != nil {
 			return err
 		}
+		second := run
+		second.ID = "r2"
+		if err := rec.CreateRuns([]store.Run{second}); err != nil {
+			return err
+		}
 		op := store.Operation{ID: "op-1", NodeID: "n1", CreatedAt: now, Command: nodeproto.Command{OperationID: "op-1", Kind: nodeproto.KindKeepAlive}}
 		if err := rec.PutOperations([]store.Operation{op}); err != nil {
 			return err
@@ -41,8 +46,8 @@ func TestTxRecordsWritesAndMemoWritesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rec.Runs) != 1 || len(rec.Nodes) != 1 || len(rec.Cmds["n1"]) != 1 {
-		t.Fatalf("recorded runs %d, nodes %d, commands for n1 %d; want 1 each", len(rec.Runs), len(rec.Nodes), len(rec.Cmds["n1"]))
+	if len(rec.Runs) != 2 || len(rec.Nodes) != 1 || len(rec.Cmds["n1"]) != 1 {
+		t.Fatalf("recorded runs %d (want 2: one created alone, one in a batch), nodes %d, commands for n1 %d; want 1 each", len(rec.Runs), len(rec.Nodes), len(rec.Cmds["n1"]))
 	}
 	counting := &countingTx{}
 	err = st.Update(ctx, func(tx store.Tx) error {
