@@ -75,13 +75,13 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	runs := make([]store.Run, len(req.Runs))
-	pins := map[string]string{}
+	shared := &admission{pins: map[string]string{}, projects: map[string]bool{}}
 	for i, spec := range req.Runs {
 		if err := project.ScopeSubmit(r, &spec); err != nil {
 			httpapi.WriteError(w, atBatchIndex(i, err))
 			return
 		}
-		run, err := s.admitRun(r.Context(), spec, pins)
+		run, err := s.admitRun(r.Context(), spec, shared)
 		if err != nil {
 			httpapi.WriteError(w, atBatchIndex(i, err))
 			return
@@ -108,12 +108,10 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 // returns the queued run to create, with a new ID. It stores nothing; an error (of the kind
 // validation or resolution gave) means the spec is refused.
 //
-// pins, when not nil, holds the digests this submission already pinned, by
-// reference, and is added to: a batch of a thousand runs of one tag asks
-// the registry once, and every run of the batch gets the same digest even
-// if the tag moves meanwhile. nil pins each image afresh (pinCache still
-// spares a digest reference the registry).
-func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, pins map[string]string) (store.Run, error) {
+// shared, when not nil, is what the specs of one submission share (see
+// admission) and is added to; nil checks and pins everything afresh
+// (pinCache still spares a digest reference the registry).
+func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, shared *admission) (store.Run, error) {
 	if err := ValidateRunSpec(&spec); err != nil {
 		return store.Run{}, err
 	}
@@ -124,22 +122,30 @@ func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, pins map[string
 		return store.Run{}, failure.Invalid("grace_seconds", "%d s is more than this control plane's maximum grace period, %s", spec.GraceSeconds, s.cfg.MaxGrace)
 	}
 	spec.Project = api.ProjectOf(spec.Project)
-	if err := s.store.View(ctx, func(tx store.Tx) error { return project.Exists(tx, "project", spec.Project) }); err != nil {
-		return store.Run{}, err
+	if shared == nil || !shared.projects[spec.Project] {
+		if err := s.store.View(ctx, func(tx store.Tx) error { return project.Exists(tx, "project", spec.Project) }); err != nil {
+			return store.Run{}, err
+		}
+		if shared != nil {
+			shared.projects[spec.Project] = true
+		}
 	}
 	ctx, cancel := context.WithTimeout(registry.WithProject(ctx, spec.Project), 30*time.Second) // its tag resolved with its project's credential
 	defer cancel()
 	if err := s.resolveArtifacts(ctx, &spec); err != nil {
 		return store.Run{}, err
 	}
-	pinned, ok := pins[spec.Image]
-	if !ok {
+	var pinned string
+	if shared != nil {
+		pinned = shared.pins[spec.Image]
+	}
+	if pinned == "" {
 		var err error
 		if pinned, err = s.pins.resolve(ctx, s.resolver, spec.Image, s.now()); err != nil {
 			return store.Run{}, err
 		}
-		if pins != nil {
-			pins[spec.Image] = pinned
+		if shared != nil {
+			shared.pins[spec.Image] = pinned
 		}
 	}
 	now := s.now()
@@ -149,6 +155,18 @@ func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, pins map[string
 		return store.Run{}, err
 	}
 	return run, nil
+}
+
+// admission is what the specs of one submission share, filled as they are
+// admitted: the digests already pinned, by reference (a batch of a
+// thousand runs of one tag asks the registry once, and every run of the
+// batch gets the same digest even if the tag moves meanwhile), and the
+// projects already found to exist (a batch of a hundred runs of one
+// project reads it once: a read each was a transaction each, three round
+// trips on PostgreSQL).
+type admission struct {
+	pins     map[string]string
+	projects map[string]bool
 }
 
 // atBatchIndex names spec i of a batch in err: a *failure.Error's field
