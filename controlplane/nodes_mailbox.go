@@ -15,7 +15,7 @@ import (
 // here, which sends them without a store read. The store stays the
 // authority: whatever a stream loses (it ended; the node's session is
 // elsewhere) is sent from the store on the next read, which every new
-// session starts with and every stream repeats every few keep-alives; a
+// session starts with and every stream repeats now and then (sessionPoll); a
 // stream's memory of what it sent keeps a command from being sent twice on
 // it.
 type mailbox struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/mercator/mercator/controlplane/internal/broadcast"
 	"github.com/mercator/mercator/controlplane/internal/signals"
 )
 
@@ -15,7 +16,8 @@ import (
 // Coordinator, and signals published by other replicas are delivered
 // locally. Signals carry no data: a woken waiter re-reads the store, which
 // is the only source of truth, so a lost or duplicated signal costs latency
-// at worst (every waiter also polls on a timer).
+// at worst (every waiter also polls on a timer), and one dropped on the way
+// is said afterwards by signals.Lost, which wakes every waiter.
 //
 // Signals to other replicas leave in batches: publish queues a topic and
 // publishLoop sends everything queued, duplicates dropped, as one
@@ -97,6 +99,16 @@ func (s *Server) deliver(topic string) {
 		return
 	}
 	switch {
+	case topic == signals.Lost:
+		// Some signal was dropped on the way: every waiter looks again.
+		// (A lost "runs:…" is covered by the copies' own resync.)
+		for _, t := range []string{topicRuns, topicLogs, topicReconcile} {
+			s.deliver(t)
+		}
+		s.nodeWake.Range(func(_, b any) bool {
+			b.(*broadcast.Broadcast).Notify()
+			return true
+		})
 	case strings.HasPrefix(topic, topicRunIDs):
 		if from, ids := signals.RunIDs(topicRunIDs, topic); from != s.replicaID {
 			s.sched.MarkDirty(ids)

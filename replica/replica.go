@@ -39,6 +39,7 @@ type Coordinator struct {
 	term   atomic.Uint64 // leaderships taken (see Term)
 	subsMu sync.Mutex
 	subs   []chan string
+	owed   map[chan string]bool // subscribers that missed a signal (fanout)
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 }
@@ -60,7 +61,7 @@ func Open(ctx context.Context, dsn, namespace string, log *slog.Logger) (*Coordi
 		return nil, fmt.Errorf("replica coordination: %w", err)
 	}
 	sum := sha256.Sum256([]byte("mercator/" + namespace))
-	c := &Coordinator{dsn: dsn, pool: pool, log: log,
+	c := &Coordinator{dsn: dsn, pool: pool, log: log, owed: map[chan string]bool{},
 		channel: "mercator_" + hex.EncodeToString(sum[:6]),
 		lockKey: int64(binary.BigEndian.Uint64(sum[8:16]) &^ (1 << 63))}
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -100,6 +101,7 @@ func (c *Coordinator) Subscribe(ctx context.Context) <-chan string {
 		for i, s := range c.subs {
 			if s == ch {
 				c.subs = append(c.subs[:i], c.subs[i+1:]...)
+				delete(c.owed, ch)
 				close(ch)
 				return
 			}
@@ -129,9 +131,11 @@ func (c *Coordinator) listen(ctx context.Context) {
 	}
 }
 
-// topicAll is delivered after a reconnection; subscribers treat unknown
-// topics as nothing, so it is fanned out as each known topic instead.
-const topicAll = ""
+// topicAll stands for every signal (the control plane's signals.Lost):
+// it is delivered after a reconnection, and after a subscriber's buffer was
+// full and a notification had to be dropped, so the subscriber looks at
+// everything again instead of waiting for its timers.
+const topicAll = "*"
 
 func (c *Coordinator) listenOnce(ctx context.Context) error {
 	conn, err := pgx.Connect(ctx, c.dsn)
@@ -151,19 +155,25 @@ func (c *Coordinator) listenOnce(ctx context.Context) error {
 	}
 }
 
+// fanout hands topic to every subscriber without blocking. One whose buffer
+// is full misses it, and is owed topicAll, which it gets with the next
+// fanout that finds room.
 func (c *Coordinator) fanout(topic string) {
-	topics := []string{topic}
-	if topic == topicAll {
-		topics = []string{"runs", "logs", "reconcile"}
-	}
 	c.subsMu.Lock()
 	defer c.subsMu.Unlock()
 	for _, s := range c.subs {
-		for _, t := range topics {
+		if c.owed[s] {
 			select {
-			case s <- t:
+			case s <- topicAll:
+				delete(c.owed, s)
 			default:
+				continue // still full: topicAll stands for this one too
 			}
+		}
+		select {
+		case s <- topic:
+		default:
+			c.owed[s] = true
 		}
 	}
 }

@@ -164,10 +164,41 @@ func TestListenerReconnects(t *testing.T) {
 	p.Cut()
 	time.Sleep(100 * time.Millisecond) // a moment cut off; the replica retries every second
 	p.Restore()
-	for _, topic := range []string{"runs", "logs", "reconcile"} {
-		receive(t, bs, topic)
-	}
+	receive(t, bs, topicAll) // signals may have been missed meanwhile
 	listening(t, a, bs, "again")
+}
+
+// TestFullSubscriberIsOwedEverything: a subscriber whose buffer is full
+// misses signals and gets topicAll, once, with the first fanout that finds
+// room, before that fanout's own signal.
+func TestFullSubscriberIsOwedEverything(t *testing.T) {
+	c := &Coordinator{owed: map[chan string]bool{}}
+	ch := make(chan string, 2)
+	c.subs = []chan string{ch}
+	for _, topic := range []string{"node:a", "node:b", "node:c", "node:d"} {
+		c.fanout(topic) // c and d find the buffer full: missed
+	}
+	next := func(want string) {
+		t.Helper()
+		select {
+		case got := <-ch:
+			if got != want {
+				t.Fatalf("got %q, want %q", got, want)
+			}
+		default:
+			t.Fatalf("nothing delivered, want %q", want)
+		}
+	}
+	next("node:a")
+	next("node:b")
+	c.fanout("node:e")
+	next(topicAll) // for c and d, once
+	next("node:e")
+	c.fanout("node:f")
+	next("node:f")
+	if len(ch) != 0 {
+		t.Fatalf("%d more delivered, want none", len(ch))
+	}
 }
 
 // leaders counts the coordinators that say they lead.

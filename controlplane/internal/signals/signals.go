@@ -9,7 +9,8 @@
 // wrong (payload limits, duplicates, a bounded queue), is tested on its
 // own, apart from the Server that decides what a signal means
 // (controlplane/replicas_signal.go). Signals carry no truth: a dropped
-// one costs latency at worst, so a full queue drops rather than blocks.
+// one costs latency at worst, so a full queue drops rather than blocks,
+// and says so afterwards by sending Lost.
 // It does no I/O itself; the sender is given to Run. Only package
 // controlplane imports it.
 package signals
@@ -17,6 +18,7 @@ package signals
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 )
 
 // BatchPrefix starts a notification that carries several signals, one a
@@ -27,10 +29,20 @@ const BatchPrefix = "signals\n"
 // bytes).
 const MaxPayload = 7000
 
+// Lost stands for every signal at once: its receiver treats it as all of
+// them (every waiter looks at the store again). An Outbox sends it after it
+// had to drop a signal, and a replica's listener delivers it after it may
+// have missed some (package replica sends the same string), so that a
+// waiter need not read the store often on a timer to cover a lost one.
+const Lost = "*"
+
 // Outbox is a bounded queue of signals for the other replicas.
 type Outbox struct {
 	queue   chan string
 	dropped func() // called for each signal that did not fit
+	// lost is set when a signal was dropped and cleared when the batch
+	// that carries Lost in its place leaves.
+	lost atomic.Bool
 }
 
 // NewOutbox returns an outbox holding at most size signals; dropped (which
@@ -40,11 +52,12 @@ func NewOutbox(size int, dropped func()) *Outbox {
 }
 
 // Queue queues a signal without blocking; one that does not fit is
-// dropped.
+// dropped, and the next batch Run sends carries Lost.
 func (o *Outbox) Queue(topic string) {
 	select {
 	case o.queue <- topic:
 	default:
+		o.lost.Store(true)
 		if o.dropped != nil {
 			o.dropped()
 		}
@@ -73,7 +86,9 @@ func (o *Outbox) QueueIDs(prefix, replica string, ids []string) {
 
 // Run sends queued signals in batches until ctx ends: whatever is queued
 // when it wakes, duplicates within a batch dropped, as notifications of at
-// most MaxPayload bytes each, each given to send.
+// most MaxPayload bytes each, each given to send. After a drop, the last
+// notification of the next batch ends with Lost (a full queue is not
+// empty, so a batch follows).
 func (o *Outbox) Run(ctx context.Context, send func(payload string)) {
 	for {
 		var first string
@@ -107,6 +122,17 @@ func (o *Outbox) Run(ctx context.Context, send func(payload string)) {
 				b.WriteString(t)
 			default:
 				break more
+			}
+		}
+		if o.lost.Swap(false) {
+			if b.Len()+1+len(Lost) > MaxPayload {
+				send(b.String())
+				b.Reset()
+				b.WriteString(BatchPrefix)
+				b.WriteString(Lost)
+			} else {
+				b.WriteByte('\n')
+				b.WriteString(Lost)
 			}
 		}
 		send(b.String())

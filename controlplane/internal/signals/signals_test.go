@@ -102,4 +102,12 @@ func TestFullQueueDrops(t *testing.T) {
 	if dropped != 2 || len(o.queue) != 2 {
 		t.Fatalf("dropped %d, queued %d; want 2 and 2", dropped, len(o.queue))
 	}
+	// What was dropped is said in the next batch, once.
+	if got := Split(strings.Join(drain(o), "")); !slices.Equal(got, []string{"a", "b", Lost}) {
+		t.Fatalf("batch after drops = %q, want a, b and Lost", got)
+	}
+	o.Queue("e")
+	if got := drain(o); len(got) != 1 || !slices.Equal(Split(got[0]), []string{"e"}) {
+		t.Fatalf("the batch after that = %q, want e alone", got)
+	}
 }
