@@ -375,3 +375,15 @@ func SeeEach(nodeID string, eventIDs []string, at time.Time, see func(nodeID, ev
 	}
 	return fresh, nil
 }
+
+// Each is fn for every item in turn, stopping at the first error: the
+// batch writes (Tx.CreateRuns, PutRuns, PutOperations) for a store, or a
+// wrapper, that has no batch statement.
+func Each[T any](items []T, fn func(T) error) error {
+	for _, it := range items {
+		if err := fn(it); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -598,11 +598,4 @@ func (t *tx) GetOperations(ids []string) ([]store.Operation, error) {
 	return store.GetEach(ids, t.GetOperation)
 }
 
-func (t *tx) CreateRuns(runs []store.Run) error {
-	for _, r := range runs {
-		if err := t.CreateRun(r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func (t *tx) CreateRuns(runs []store.Run) error { return store.Each(runs, t.CreateRun) }

@@ -76,21 +76,7 @@ func (t *tx) GetNodes(ids []string) ([]store.Node, error) { return store.GetEach
 func (t *tx) GetRuns(ids []string) ([]store.Run, error) { return store.GetEach(ids, t.GetRun) }
 
 // PutRuns implements store.Tx: all or nothing, as the transaction is.
-func (t *tx) PutRuns(runs []store.Run) error {
-	for _, r := range runs {
-		if err := t.PutRun(r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func (t *tx) PutRuns(runs []store.Run) error { return store.Each(runs, t.PutRun) }
 
 // PutOperations implements store.Tx.
-func (t *tx) PutOperations(ops []store.Operation) error {
-	for _, op := range ops {
-		if err := t.PutOperation(op); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func (t *tx) PutOperations(ops []store.Operation) error { return store.Each(ops, t.PutOperation) }

@@ -32,6 +32,38 @@ func (t *txn) storable(ids []string) []string {
 	return slices.Compact(out)
 }
 
+// runRows is a batch of runs as the runs table's columns, each run checked
+// and encoded: what CreateRuns inserts and PutRuns updates.
+type runRows struct {
+	ids, docs, statuses, projects []string
+	secs, nsecs                   []int64
+	finished                      []*int64
+}
+
+func (t *txn) runRows(runs []store.Run) (runRows, error) {
+	n := len(runs)
+	c := runRows{ids: make([]string, n), docs: make([]string, n), statuses: make([]string, n), projects: make([]string, n),
+		secs: make([]int64, n), nsecs: make([]int64, n), finished: make([]*int64, n)}
+	for i, r := range runs {
+		if err := record.Run(r); err != nil {
+			return c, err
+		}
+		if key, bad := t.unstorable([]any{r.ID}); bad {
+			return c, t.invalidKey("run", key)
+		}
+		doc, err := encode("run", r.ID, r)
+		if err != nil {
+			return c, err
+		}
+		c.ids[i], c.docs[i], c.statuses[i], c.projects[i] = r.ID, doc, r.Status, record.RunProject(r)
+		c.secs[i], c.nsecs[i] = r.CreatedAt.Unix(), int64(r.CreatedAt.Nanosecond())
+		if v, ok := record.RunFinished(r); ok {
+			c.finished[i] = &v
+		}
+	}
+	return c, nil
+}
+
 // lockSuffix is what makes a read lock its rows in UpdateLocked.
 func (t *txn) lockSuffix() string {
 	if t.lockRows {
@@ -94,12 +126,7 @@ func (t *txn) GetOperations(ids []string) ([]store.Operation, error) {
 
 func (t *txn) CreateRuns(runs []store.Run) error {
 	if !t.batched() {
-		for _, r := range runs {
-			if err := t.CreateRun(r); err != nil {
-				return err
-			}
-		}
-		return nil
+		return store.Each(runs, t.CreateRun)
 	}
 	if err := t.writable(); err != nil {
 		return err
@@ -107,40 +134,26 @@ func (t *txn) CreateRuns(runs []store.Run) error {
 	if len(runs) == 0 {
 		return nil
 	}
-	n := len(runs)
-	ids, docs, statuses, projects := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	secs, nsecs, finished := make([]int64, n), make([]int64, n), make([]*int64, n)
+	c, err := t.runRows(runs)
+	if err != nil {
+		return err
+	}
 	var index [2][]string // (run, node) pairs
-	for i, r := range runs {
-		if err := record.Run(r); err != nil {
-			return err
-		}
-		if key, bad := t.unstorable([]any{r.ID}); bad {
-			return t.invalidKey("run", key)
-		}
-		doc, err := encode("run", r.ID, r)
-		if err != nil {
-			return err
-		}
-		ids[i], docs[i], statuses[i], projects[i] = r.ID, doc, r.Status, record.RunProject(r)
-		secs[i], nsecs[i] = r.CreatedAt.Unix(), int64(r.CreatedAt.Nanosecond())
-		if v, ok := record.RunFinished(r); ok {
-			finished[i] = &v
-		}
+	for _, r := range runs {
 		for _, nodeID := range record.NodeIDs(r) {
 			index[0], index[1] = append(index[0], r.ID), append(index[1], nodeID)
 		}
 	}
-	created := make(map[string]bool, n)
+	created := make(map[string]bool, len(runs))
 	var id string
-	err := t.listRows("run", `INSERT INTO runs (id, created_sec, created_nsec, status, doc, finished_sec, project)
+	err = t.listRows("run", `INSERT INTO runs (id, created_sec, created_nsec, status, doc, finished_sec, project)
 		SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::text[])
-		ON CONFLICT (id) DO NOTHING RETURNING id`, []any{ids, secs, nsecs, statuses, docs, finished, projects},
+		ON CONFLICT (id) DO NOTHING RETURNING id`, []any{c.ids, c.secs, c.nsecs, c.statuses, c.docs, c.finished, c.projects},
 		func() error { created[id] = true; return nil }, &id)
 	if err != nil {
 		return err
 	}
-	for _, id := range ids {
+	for _, id := range c.ids {
 		if !created[id] {
 			return failure.Conflict("run %q already exists", id)
 		}
@@ -159,12 +172,7 @@ func (t *txn) CreateRuns(runs []store.Run) error {
 
 func (t *txn) PutRuns(runs []store.Run) error {
 	if !t.batched() {
-		for _, r := range runs {
-			if err := t.PutRun(r); err != nil {
-				return err
-			}
-		}
-		return nil
+		return store.Each(runs, t.PutRun)
 	}
 	if err := t.writable(); err != nil {
 		return err
@@ -172,27 +180,13 @@ func (t *txn) PutRuns(runs []store.Run) error {
 	if len(runs) == 0 {
 		return nil
 	}
-	n := len(runs)
-	ids, docs, statuses := make([]string, n), make([]string, n), make([]string, n)
-	secs, nsecs, finished := make([]int64, n), make([]int64, n), make([]*int64, n)
+	c, err := t.runRows(runs)
+	if err != nil {
+		return err
+	}
 	var forget []string       // runs whose run_nodes this transaction has not read
 	var drop, add [2][]string // (run, node) pairs to delete and insert
-	for i, r := range runs {
-		if err := record.Run(r); err != nil {
-			return err
-		}
-		if key, bad := t.unstorable([]any{r.ID}); bad {
-			return t.invalidKey("run", key)
-		}
-		doc, err := encode("run", r.ID, r)
-		if err != nil {
-			return err
-		}
-		ids[i], docs[i], statuses[i] = r.ID, doc, r.Status
-		secs[i], nsecs[i] = r.CreatedAt.Unix(), int64(r.CreatedAt.Nanosecond())
-		if v, ok := record.RunFinished(r); ok {
-			finished[i] = &v
-		}
+	for _, r := range runs {
 		nodes := record.NodeIDs(r)
 		old, known := t.runNodes[r.ID]
 		if !known {
@@ -211,14 +205,14 @@ func (t *txn) PutRuns(runs []store.Run) error {
 	}
 	updated := map[string]bool{}
 	var id string
-	err := t.listRows("run", `UPDATE runs AS r SET created_sec = v.cs, created_nsec = v.cns, status = v.status, doc = v.doc, finished_sec = v.fin
+	err = t.listRows("run", `UPDATE runs AS r SET created_sec = v.cs, created_nsec = v.cns, status = v.status, doc = v.doc, finished_sec = v.fin
 		FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[]) AS v(id, cs, cns, status, doc, fin)
-		WHERE r.id = v.id RETURNING r.id`, []any{ids, secs, nsecs, statuses, docs, finished},
+		WHERE r.id = v.id RETURNING r.id`, []any{c.ids, c.secs, c.nsecs, c.statuses, c.docs, c.finished},
 		func() error { updated[id] = true; return nil }, &id)
 	if err != nil {
 		return err
 	}
-	for _, id := range ids {
+	for _, id := range c.ids {
 		if !updated[id] {
 			return failure.NotFound("run", id)
 		}
@@ -246,12 +240,7 @@ func (t *txn) PutRuns(runs []store.Run) error {
 
 func (t *txn) PutOperations(ops []store.Operation) error {
 	if !t.batched() {
-		for _, op := range ops {
-			if err := t.PutOperation(op); err != nil {
-				return err
-			}
-		}
-		return nil
+		return store.Each(ops, t.PutOperation)
 	}
 	if err := t.writable(); err != nil {
 		return err

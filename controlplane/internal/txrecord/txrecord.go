@@ -203,14 +203,7 @@ func (m *Memo) GetRuns(ids []string) ([]store.Run, error) {
 }
 
 // PutRuns is PutRun for each, through the memo.
-func (m *Memo) PutRuns(runs []store.Run) error {
-	for _, r := range runs {
-		if err := m.PutRun(r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func (m *Memo) PutRuns(runs []store.Run) error { return store.Each(runs, m.PutRun) }
 
 func (m *Memo) GetOperation(id string) (store.Operation, error) {
 	if op, ok := m.ops[id]; ok {
@@ -241,14 +234,7 @@ func (m *Memo) PutOperation(op store.Operation) error {
 	return nil
 }
 
-func (m *Memo) PutOperations(ops []store.Operation) error {
-	for _, op := range ops {
-		if err := m.PutOperation(op); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func (m *Memo) PutOperations(ops []store.Operation) error { return store.Each(ops, m.PutOperation) }
 
 // Flush writes the runs and the read operations written through the
 // memo, once each, in one batch of each (store.Tx.PutRuns, PutOperations).
