@@ -47,8 +47,9 @@ func (x *index) scheduleGang(r *Run, sh shape, plan *Plan) {
 }
 
 // findGang returns up to r.Nodes distinct nodes for the members of r, in
-// the order the policy prefers them; fewer means only that many nodes can
-// take a member now. The index is left as it was.
+// the order the policy prefers them, on matching links where the policy's
+// first choice mixes them (linkmatch.go); fewer means only that many nodes
+// can take a member now. The index is left as it was.
 func (x *index) findGang(r *Run, sh shape) []int32 {
 	key := sh.key()
 	memo := x.memoFor(key)
@@ -63,11 +64,16 @@ func (x *index) findGang(r *Run, sh shape) []int32 {
 		saved = append(saved, x.nodes[ni])
 		x.hide(ni)
 	}
+	// Members on matching links (linkmatch.go): only when the policy's
+	// first N mix readings are more fitting nodes looked at.
+	if len(chosen) == r.Nodes && !x.linksMatch(chosen) {
+		chosen, saved = x.hideMore(r, sh, r.Nodes, chosen, saved, linkCandidates(r.Nodes))
+	}
 	for i, ni := range chosen {
 		x.restore(ni, saved[i])
 	}
 	x.restoreMemo(key, memo)
-	return chosen
+	return x.pickMatching(chosen, r.Nodes)
 }
 
 // hide makes node ni look full to every search, so the next member goes
