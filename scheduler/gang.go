@@ -140,6 +140,9 @@ func (x *index) allPools() []*pool {
 // has").
 func gangText(r *Run, sh shape, have int) string {
 	what := fmt.Sprintf("room for %g CPUs and %s", sh.cpu, bytesize.Format(sh.mem))
+	if sh.cpu == 0 && sh.mem == 0 {
+		what = "room for a member" // asks for nothing: any node up, not yet taken
+	}
 	if sh.gpus > 0 {
 		model := ""
 		if r.GPUModel != "" {
