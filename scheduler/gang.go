@@ -11,7 +11,9 @@ package scheduler
 // with each node chosen so far hidden (made to look full) until the answer
 // is complete. Only then is anything committed; a gang that does not fit
 // leaves the index as it found it, memos included, so the runs after it
-// are placed exactly as if it had not been considered.
+// are placed exactly as if it had not been considered. Where the first N
+// nodes found mix link readings, more are looked at and the N with the
+// closest readings taken (linkmatch.go).
 
 import (
 	"fmt"
