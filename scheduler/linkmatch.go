@@ -72,6 +72,8 @@ func (x *index) linksMatch(nodes []int32) bool {
 // n of hidden match, or hidden holds limit nodes, or no more fit; saved
 // gets each one's state before it was hidden, for findGang to restore.
 func (x *index) hideMore(r *Run, sh shape, n int, hidden []int32, saved []nodeState, limit int) ([]int32, []nodeState) {
+	x.linkProbe = true
+	defer func() { x.linkProbe = false }()
 	sorted := make([]int64, 0, limit)
 	for _, ni := range hidden {
 		sorted = insertFloor(sorted, linkFloor(x.nodes[ni].node))
