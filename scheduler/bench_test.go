@@ -183,22 +183,33 @@ func BenchmarkScheduleVersusReference(b *testing.B) {
 
 // BenchmarkScheduleGangs is BenchmarkSchedule's 10,000 machines and 100,000
 // queued runs with a tenth of the runs made gangs of 2–8 members, beside the
-// same queue without gangs, measured in the same run; it reports the
-// ratio. Placements count members.
+// same queue without gangs, and the gangs again on a fleet of mixed link
+// readings, measured in the same run; it reports the ratios. Placements
+// count members.
 func BenchmarkScheduleGangs(b *testing.B) {
 	const nodes, runs = 10_000, 100_000
 	plain := benchSnapshot(nodes, runs, 1)
 	gangs := benchSnapshot(nodes, runs, 1)
 	withGangs(rand.New(rand.NewSource(18)), gangs.Pending)
-	var without, with benchResult
+	// The same gangs on a fleet whose nodes' link readings differ (a third
+	// each unmeasured, 1 GB/s and 10 GB/s, with jitter), so gangs whose
+	// first choice mixes them look further (linkmatch.go).
+	links := benchSnapshot(nodes, runs, 1)
+	withGangs(rand.New(rand.NewSource(18)), links.Pending)
+	lrng := rand.New(rand.NewSource(28))
+	for i := range links.Nodes {
+		links.Nodes[i].LinkFloorBPS = []int64{0, 1e9, 10e9}[lrng.Intn(3)] * int64(100+lrng.Intn(10)) / 100
+	}
+	var without, with, mixed benchResult
 	b.Run("without-gangs", func(b *testing.B) { without = measure(b, plain, Schedule) })
 	b.Run("gangs-10pct", func(b *testing.B) { with = measure(b, gangs, Schedule) })
+	b.Run("gangs-10pct-mixed-links", func(b *testing.B) { mixed = measure(b, links, Schedule) })
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "\nqueue\tnodes\truns\tplaced\twaiting\ttime/call\truns/s\ttime vs without\t")
 	for _, r := range []struct {
 		name string
 		benchResult
-	}{{"without gangs", without}, {"10% gangs of 2-8", with}} {
+	}{{"without gangs", without}, {"10% gangs of 2-8", with}, {"the same, links mixed", mixed}} {
 		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%s\t%.0f\t%.2f×\t\n", r.name, r.nodes, r.runs, r.placed, r.waiting,
 			r.perCall.Round(time.Millisecond), r.runsPerSecond(), r.perCall.Seconds()/without.perCall.Seconds())
 	}

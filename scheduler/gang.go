@@ -11,7 +11,9 @@ package scheduler
 // with each node chosen so far hidden (made to look full) until the answer
 // is complete. Only then is anything committed; a gang that does not fit
 // leaves the index as it found it, memos included, so the runs after it
-// are placed exactly as if it had not been considered.
+// are placed exactly as if it had not been considered. Where the first N
+// nodes found mix link readings, more are looked at and the N with the
+// closest readings taken (linkmatch.go).
 
 import (
 	"fmt"
@@ -47,8 +49,9 @@ func (x *index) scheduleGang(r *Run, sh shape, plan *Plan) {
 }
 
 // findGang returns up to r.Nodes distinct nodes for the members of r, in
-// the order the policy prefers them; fewer means only that many nodes can
-// take a member now. The index is left as it was.
+// the order the policy prefers them, on matching links where the policy's
+// first choice mixes them (linkmatch.go); fewer means only that many nodes
+// can take a member now. The index is left as it was.
 func (x *index) findGang(r *Run, sh shape) []int32 {
 	key := sh.key()
 	memo := x.memoFor(key)
@@ -63,11 +66,16 @@ func (x *index) findGang(r *Run, sh shape) []int32 {
 		saved = append(saved, x.nodes[ni])
 		x.hide(ni)
 	}
+	// Members on matching links (linkmatch.go): only when the policy's
+	// first N mix readings are more fitting nodes looked at.
+	if len(chosen) == r.Nodes && !x.linksMatch(chosen) {
+		chosen, saved = x.hideMore(r, sh, r.Nodes, chosen, saved, linkCandidates(r.Nodes))
+	}
 	for i, ni := range chosen {
 		x.restore(ni, saved[i])
 	}
 	x.restoreMemo(key, memo)
-	return chosen
+	return x.pickMatching(chosen, r.Nodes)
 }
 
 // hide makes node ni look full to every search, so the next member goes
@@ -134,6 +142,9 @@ func (x *index) allPools() []*pool {
 // has").
 func gangText(r *Run, sh shape, have int) string {
 	what := fmt.Sprintf("room for %g CPUs and %s", sh.cpu, bytesize.Format(sh.mem))
+	if sh.cpu == 0 && sh.mem == 0 {
+		what = "room for a member" // asks for nothing: any node up, not yet taken
+	}
 	if sh.gpus > 0 {
 		model := ""
 		if r.GPUModel != "" {

@@ -25,8 +25,13 @@ func withGangs(rng *rand.Rand, runs []Run) []Run {
 // and the plan is the one the definition gives (the reference: each member
 // on the best node no earlier member took), waiting gangs aside, whose
 // reasons may count nodes as of the first gang of their shape that waited.
-func TestPropertyGangsWholeOrNot(t *testing.T) {
-	rng := rand.New(rand.NewSource(18))
+func TestPropertyGangsWholeOrNot(t *testing.T) { checkGangTrials(t, 18, nil) }
+
+// checkGangTrials is TestPropertyGangsWholeOrNot's trials, each fleet
+// changed by adjust when it is not nil (linkmatch_test.go gives the nodes
+// link readings).
+func checkGangTrials(t *testing.T, seed int64, adjust func(*rand.Rand, []Node)) {
+	rng := rand.New(rand.NewSource(seed))
 	images := []string{"", "a@sha256:1", "b@sha256:2"}
 	trials := 2000
 	if testing.Short() {
@@ -34,6 +39,9 @@ func TestPropertyGangsWholeOrNot(t *testing.T) {
 	}
 	for trial := 0; trial < trials; trial++ {
 		s := Snapshot{Nodes: randomFleet(rng, images, false), Pending: withGangs(rng, randomRuns(rng, images, rng.Intn(60)))}
+		if adjust != nil {
+			adjust(rng, s.Nodes)
+		}
 		got := Schedule(s)
 		checkWholeGangs(t, trial, s, got)
 		want := referenceSchedule(s)

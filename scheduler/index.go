@@ -169,6 +169,9 @@ type index struct {
 	changes      []int32          // nodes placed on, in order
 	cands        []*tree          // scratch for one GPU search
 	gangWaits    map[shapeKey]int // gang.go
+	// linkProbe is set while linkmatch.go looks past a gang's first N
+	// nodes: a miss then is the end of the candidates, not a reason.
+	linkProbe bool
 	// Constraints (labels.go): parsed by canonical form, and the pool of
 	// eligible nodes matching each, built on first use.
 	constraints map[string]map[string][]string
@@ -581,7 +584,14 @@ func (x *index) roomiest(t *tree, i, lo, width int, sh *shape, best *int32) {
 }
 
 // newWaiting checks every eligible node against a shape that fits nowhere.
+// While linkmatch.go probes (linkProbe) it checks nothing and returns nil,
+// which reads as no memo: that miss only ends the probe's candidates and
+// the memo would be dropped at once, so on a fleet where few nodes fit,
+// checking every node for it would cost O(fleet) per gang.
 func (x *index) newWaiting(sh *shape) *waiting {
+	if x.linkProbe {
+		return nil
+	}
 	w := &waiting{why: make([]rejection, len(x.nodes)), pos: len(x.changes)}
 	for _, ni := range x.eligible {
 		why := x.check(ni, sh)

@@ -177,11 +177,14 @@ func refExplain(total int, reasons map[string][]string) string {
 
 // refGang is the gang policy by the definition: each member on the best
 // node (refBetter) that fits it and that no earlier member took; all
-// members placed, or none and a reason naming how many nodes fit.
+// members placed, or none and a reason naming how many nodes fit. Where
+// those first N mix link readings, the policy's next choices are listed
+// too, up to linkCandidates, and matchingLinks picks the members.
 func refGang(nodes []*refNodeState, r Run, plan *Plan) {
 	var chosen []*refNodeState
 	var gpus [][]string
-	for len(chosen) < r.Nodes {
+	limit := r.Nodes
+	for len(chosen) < limit {
 		var best *refNodeState
 		var bestGPUs []string
 		for _, n := range nodes {
@@ -194,10 +197,27 @@ func refGang(nodes []*refNodeState, r Run, plan *Plan) {
 			}
 		}
 		if best == nil {
+			if len(chosen) >= r.Nodes {
+				break
+			}
 			plan.Waiting[r.ID] = gangText(&r, shapeOf(&r), len(chosen))
 			return
 		}
 		chosen, gpus = append(chosen, best), append(gpus, bestGPUs)
+		if len(chosen) == r.Nodes && refMixed(chosen) {
+			limit = linkCandidates(r.Nodes)
+		}
+		if len(chosen) > r.Nodes && !refMixed(refPick(chosen, r.Nodes)) {
+			break
+		}
+	}
+	if len(chosen) > r.Nodes {
+		var picked []*refNodeState
+		var pickedGPUs [][]string
+		for _, pos := range refPositions(chosen, r.Nodes) {
+			picked, pickedGPUs = append(picked, chosen[pos]), append(pickedGPUs, gpus[pos])
+		}
+		chosen, gpus = picked, pickedGPUs
 	}
 	for rank, n := range chosen {
 		n.freeCPU -= r.CPU
@@ -207,4 +227,35 @@ func refGang(nodes []*refNodeState, r Run, plan *Plan) {
 		}
 		plan.Placements = append(plan.Placements, Placement{RunID: r.ID, NodeID: n.ID, GPUs: gpus[rank], Rank: rank})
 	}
+}
+
+// refMixed reports whether the nodes' link readings are further apart than
+// linkMatchRatio.
+func refMixed(nodes []*refNodeState) bool {
+	for _, a := range nodes {
+		for _, b := range nodes {
+			if float64(linkFloor(&a.Node)) > linkMatchRatio*float64(linkFloor(&b.Node)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// refPositions is matchingLinks of the nodes' readings.
+func refPositions(nodes []*refNodeState, n int) []int {
+	floors := make([]int64, len(nodes))
+	for i, node := range nodes {
+		floors[i] = linkFloor(&node.Node)
+	}
+	return matchingLinks(floors, n)
+}
+
+// refPick is the nodes matchingLinks picks.
+func refPick(nodes []*refNodeState, n int) []*refNodeState {
+	var out []*refNodeState
+	for _, pos := range refPositions(nodes, n) {
+		out = append(out, nodes[pos])
+	}
+	return out
 }
