@@ -135,6 +135,11 @@ type Config struct {
 	// hold (needs Replicas > 1); its nodes must move to another replica
 	// within their lease. Submissions go only to the other replicas.
 	KillReplicaAt time.Duration
+	// KillLeader makes KillReplicaAt kill the replica that leads the
+	// scheduling when the replicas are up, not replica 0, and report how
+	// the leadership moved and that nothing was over-committed
+	// (leaderkill.go).
+	KillLeader bool
 	// StormAt, when positive, drops every connection every replica
 	// accepted that long into the hold, all at once, the listeners still
 	// accepting: every node reconnects at the same moment (a reconnect
@@ -219,6 +224,10 @@ func (c *Config) defaults() error {
 		return failure.Invalid("storm-at", "the reconnect storm must come during the hold (%s), not at %s", c.Duration, c.StormAt)
 	case c.KillReplicaAt > 0 && c.Replicas < 2:
 		return failure.Invalid("kill-replica-at", "killing a replica needs at least two")
+	case c.KillLeader && c.KillReplicaAt <= 0:
+		return failure.Invalid("kill-leader", "says which replica --kill-replica-at kills; give --kill-replica-at too")
+	case c.RunCPU < 0 || c.RunCPU > c.NodeCPUs:
+		return failure.Invalid("run-cpu", "%g CPUs: a run must fit a simulated node (%g CPUs)", c.RunCPU, c.NodeCPUs)
 	case c.AgentProcesses > 0 && len(c.ShardCommand) == 0:
 		return failure.Invalid("agent-processes", "agent processes need a command that runs a shard")
 	case c.Heartbeat >= c.Lease:
@@ -324,6 +333,7 @@ type sim struct {
 	tls       *runTLS // nil with Config.Plaintext
 	replicas  []*replica
 	survivors []*replica // the replicas not to be killed
+	victim    int        // the index of the one to kill (KillReplicaAt)
 	admin     *client.Client
 	cpLog     *countingHandler
 
@@ -409,6 +419,7 @@ func (s *sim) startReplicas(ctx context.Context) error {
 		}
 		s.tls = t
 	}
+	s.metricsClient = &http.Client{Transport: s.tls.clientTransport(4)}
 	s.cpLog = newCountingHandler(slog.LevelWarn)
 	s.replicas = make([]*replica, 0, s.cfg.Replicas)
 	for i := range s.cfg.Replicas {
@@ -421,7 +432,15 @@ func (s *sim) startReplicas(ctx context.Context) error {
 	s.progress("%d control-plane replica(s) up", len(s.replicas))
 	s.survivors = s.replicas
 	if s.cfg.KillReplicaAt > 0 {
-		s.survivors = s.replicas[1:]
+		if s.cfg.KillLeader {
+			i, err := s.waitLeader(ctx)
+			if err != nil {
+				return err
+			}
+			s.victim = i
+			s.progress("replica %d leads the scheduling: it is the one to kill", i)
+		}
+		s.survivors = append(append([]*replica(nil), s.replicas[:s.victim]...), s.replicas[s.victim+1:]...)
 	}
 	s.admin = s.adminClient(s.survivors[0])
 	return nil

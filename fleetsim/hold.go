@@ -3,7 +3,6 @@ package fleetsim
 import (
 	"bytes"
 	"context"
-	"net/http"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -41,6 +40,7 @@ type holdState struct {
 	upgrade  *upgradeState // upgrade.go; nil without Config.UpgradeAt
 	kill     *KillReport
 	killAt   time.Time
+	takeover *takeover       // after the leader was killed (leaderkill.go)
 	onKilled map[string]bool // nodes in session on the killed replica
 
 	rssPeak, shardRSSPeak int64
@@ -74,6 +74,9 @@ func (s *sim) hold(ctx context.Context) (*holdState, error) {
 	// stormTick watches the storm's window, often enough to close it close
 	// to the last node's return; nil outside it.
 	var stormTick <-chan time.Time
+	// takeoverTick follows the survivors after the leader was killed, until
+	// one led and placed; nil otherwise.
+	var takeoverTick <-chan time.Time
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
 	lastProgress := time.Now()
@@ -82,7 +85,19 @@ func (s *sim) hold(ctx context.Context) (*holdState, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-killTimer:
+			s.scrapeAll(ctx) // the victim's placements up to its death
+			victimPlacements := s.replicas[s.victim].metric(placementsSeries)
 			s.killReplica(h)
+			if s.cfg.KillLeader {
+				s.startTakeover(ctx, h, victimPlacements)
+				t := time.NewTicker(100 * time.Millisecond)
+				defer t.Stop()
+				takeoverTick = t.C
+			}
+		case <-takeoverTick:
+			if s.followTakeover(ctx, h) {
+				takeoverTick = nil
+			}
 		case <-stormTimer:
 			s.startStorm(h)
 			t := time.NewTicker(20 * time.Millisecond)
@@ -126,7 +141,6 @@ func (s *sim) hold(ctx context.Context) (*holdState, error) {
 // beginHold ends the profile of the fleet coming up, starts the hold's,
 // reads the counters the report compares against, and starts submitting.
 func (s *sim) beginHold(ctx context.Context) *holdState {
-	s.metricsClient = &http.Client{Transport: s.tls.clientTransport(4)}
 	h := &holdState{onKilled: map[string]bool{}, submitDone: make(chan struct{})}
 	s.scrapeAll(ctx)
 	h.events0 = s.sum(appliedSeries)
@@ -185,9 +199,10 @@ func (s *sim) holdOver(h *holdState) bool {
 	}
 }
 
-// killReplica kills replica 0, noting which nodes were in session on it.
+// killReplica kills the victim (replica 0, or the leader with
+// Config.KillLeader), noting which nodes were in session on it.
 func (s *sim) killReplica(h *holdState) {
-	r := s.replicas[0]
+	r := s.replicas[s.victim]
 	for _, n := range s.rec.nodes {
 		n.mu.Lock()
 		if n.sessionReplica == r.idx {
@@ -198,7 +213,7 @@ func (s *sim) killReplica(h *holdState) {
 	h.killAt = time.Now()
 	r.kill()
 	h.kill = &KillReport{At: h.killAt.Sub(h.start).Seconds(), Moved: len(h.onKilled)}
-	s.progress("killed replica 0 with %d nodes in session on it", len(h.onKilled))
+	s.progress("killed replica %d with %d nodes in session on it", s.victim, len(h.onKilled))
 }
 
 // endHold reads the counters at the end of the hold, ends its profile and
@@ -267,12 +282,4 @@ func (s *sim) scrapeAll(ctx context.Context) {
 }
 
 // sum adds a series over the replicas' last scrapes.
-func (s *sim) sum(series string) float64 {
-	total := 0.0
-	for _, r := range s.replicas {
-		r.mu.Lock()
-		total += r.metrics[series]
-		r.mu.Unlock()
-	}
-	return total
-}
+func (s *sim) sum(series string) float64 { return s.sumOf(s.replicas, series) }

@@ -123,6 +123,19 @@ type KillReport struct {
 	// OnKilled is how many nodes still had their latest session on the
 	// killed replica at the end (must be 0).
 	OnKilled int `json:"sessions_on_killed_replica"`
+	// With Config.KillLeader (leaderkill.go): Leader says the killed
+	// replica led; the placements it made before it died and the
+	// survivors' after; how long after the kill a survivor led and first
+	// placed; and the nodes holding more than their capacity at the end
+	// in the runs placed on them, of RunsChecked runs (must be 0; -1 when
+	// the runs could not be read).
+	Leader             bool    `json:"leader,omitempty"`
+	PlacementsByKilled int64   `json:"placements_by_killed,omitempty"`
+	PlacementsAfter    int64   `json:"placements_after,omitempty"`
+	NewLeaderMS        float64 `json:"new_leader_ms,omitempty"`
+	FirstPlacementMS   float64 `json:"first_placement_ms,omitempty"`
+	OverCommitted      int     `json:"nodes_over_committed"`
+	RunsChecked        int     `json:"runs_checked,omitempty"`
 }
 
 // report builds the Report from what the hold measured. It stops the
@@ -155,6 +168,7 @@ func (s *sim) report(ctx context.Context, h *holdState) *Report {
 	s.reportNodes(ctx, rep)
 	s.reportRuns(rep, h)
 	s.reportKill(rep, h)
+	s.reportTakeover(ctx, rep, h)
 	s.reportStorm(rep, h)
 	if h.upgrade != nil {
 		rep.Upgrade = &h.upgrade.report
@@ -256,7 +270,7 @@ func (s *sim) reportKill(rep *Report, h *holdState) {
 	}
 	for _, n := range rec.nodes {
 		n.mu.Lock()
-		if n.sessionReplica == 0 {
+		if n.sessionReplica == s.victim {
 			kill.OnKilled++
 		}
 		n.mu.Unlock()
@@ -434,6 +448,10 @@ func (r *Report) WriteText(w io.Writer) {
 	if k := r.Kill; k != nil {
 		rows = append(rows, [2]string{"replica killed", fmt.Sprintf("at %.1fs: %d nodes moved, reconnect p50 %.0f ms p99 %.0f ms max %.0f ms, %d not back, %d sessions left on it",
 			k.At, k.Moved, k.ReconnectP50MS, k.ReconnectP99MS, k.ReconnectMaxMS, k.NotBack, k.OnKilled)})
+		if k.Leader {
+			rows = append(rows, [2]string{"leader killed", fmt.Sprintf("%d placements by it, %d after by the others; a new leader after %.0f ms, its first placement after %.0f ms; %d nodes over-committed (%d runs checked)",
+				k.PlacementsByKilled, k.PlacementsAfter, k.NewLeaderMS, k.FirstPlacementMS, k.OverCommitted, k.RunsChecked)})
+		}
 	}
 	if u := r.Upgrade; u != nil {
 		rows = append(rows, [2]string{"agent upgrade", u.String()})
