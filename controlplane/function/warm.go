@@ -266,3 +266,29 @@ func (s *Service) deployed(f store.Fn) {
 	defer cancel()
 	s.hold(ctx, f.ID, n)
 }
+
+// released tells the nodes a deleted function's calls may have reached
+// (the first of its order that this replica reaches, as hold asks them)
+// to drop what they keep of it ahead of calls: its prepared container
+// (a spare, fnagent/prepare.go) and its idle ones. A node that misses it
+// (another replica holds its session, or it is away) drops the spare when
+// it lapses (fnagent.Config.SpareFor) or gives way to another function's.
+// Only agents at VersionFnSpares understand it.
+func (s *Service) released(e *fnEntry) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nodes, _, err := s.candidates(ctx, e)
+	if err != nil {
+		return
+	}
+	versions := s.nodeVersions()
+	k := e.tries(len(nodes))
+	for i := 0; i < k; i++ {
+		id := nodes[i].ID
+		if versions[id] < nodeproto.VersionFnSpares || !s.host.Holds(id) {
+			continue // an older agent would pull the image, as for a prefetch
+		}
+		spec := e.specFor(i, k)
+		s.host.Send(id, nodeproto.Command{Kind: nodeproto.KindHold, Hold: &nodeproto.HoldCommand{Function: &spec, Release: true}})
+	}
+}
