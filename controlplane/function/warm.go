@@ -237,6 +237,13 @@ func (s *Service) hold(ctx context.Context, fnID string, count int) int {
 	if err != nil {
 		return 0
 	}
+	return s.holdEntry(ctx, e, count, false)
+}
+
+// holdEntry is hold of the function e; with release, it sends every node
+// its calls may try a release instead (released), only agents at
+// VersionFnSpares understanding one.
+func (s *Service) holdEntry(ctx context.Context, e *fnEntry, count int, release bool) int {
 	nodes, _, err := s.candidates(ctx, e)
 	if err != nil {
 		return 0
@@ -244,14 +251,18 @@ func (s *Service) hold(ctx context.Context, fnID string, count int) int {
 	versions := s.nodeVersions()
 	asked := 0
 	k := e.tries(len(nodes)) // calls reach no other node
-	for i, n := range holdPlan(k, count, prefetchNodes) {
+	plan, need := holdPlan(k, count, prefetchNodes), nodeproto.VersionWarmCapacity
+	if release {
+		plan, need = make([]int, k), nodeproto.VersionFnSpares
+	}
+	for i, n := range plan {
 		id := nodes[i].ID
-		if versions[id] < nodeproto.VersionWarmCapacity || !s.host.Holds(id) {
-			continue // an older agent would take the command for an operation
+		if versions[id] < need || !s.host.Holds(id) {
+			continue // an older agent would take the command for an operation, or a release for a prefetch
 		}
 		spec := e.specFor(i, k)
 		if _, _, sent := s.host.Send(id, nodeproto.Command{Kind: nodeproto.KindHold,
-			Hold: &nodeproto.HoldCommand{Function: &spec, Count: n, For: holdFor}}); sent {
+			Hold: &nodeproto.HoldCommand{Function: &spec, Count: n, For: holdFor, Release: release}}); sent {
 			asked++
 		}
 	}
@@ -277,18 +288,5 @@ func (s *Service) deployed(f store.Fn) {
 func (s *Service) released(e *fnEntry) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	nodes, _, err := s.candidates(ctx, e)
-	if err != nil {
-		return
-	}
-	versions := s.nodeVersions()
-	k := e.tries(len(nodes))
-	for i := 0; i < k; i++ {
-		id := nodes[i].ID
-		if versions[id] < nodeproto.VersionFnSpares || !s.host.Holds(id) {
-			continue // an older agent would pull the image, as for a prefetch
-		}
-		spec := e.specFor(i, k)
-		s.host.Send(id, nodeproto.Command{Kind: nodeproto.KindHold, Hold: &nodeproto.HoldCommand{Function: &spec, Release: true}})
-	}
+	s.holdEntry(ctx, e, 0, true)
 }
