@@ -54,6 +54,7 @@ func (e *Engine) prepare(p *pool) {
 		keep := err == nil && p.prepared == nil && !e.closed && e.keepsPreparedLocked(p)
 		if keep {
 			p.prepared = c
+			e.setState(c, ContainerPrepared) // under mu, before a launch can take it
 		}
 		e.mu.Unlock()
 		switch {
@@ -192,6 +193,7 @@ func (e *Engine) takePrepared(p *pool, res *Reservation) *hotContainer {
 			c, gone = nil, c
 		default:
 			c.reservation = res
+			e.setState(c, ContainerStarting)
 		}
 	}
 	e.mu.Unlock()

@@ -98,7 +98,9 @@ func TestSpareWithoutHold(t *testing.T) {
 	if first.report.Launch == nil || first.report.Launch.Prepared {
 		t.Fatalf("the first call's launch %+v; want a plain create", first.report.Launch)
 	}
-	eventually(t, 30*time.Second, "a spare prepared after the first call", func() bool { return prepared(fn.ID) != "" })
+	eventually(t, 30*time.Second, "a spare prepared after the first call, counted as prepared", func() bool {
+		return prepared(fn.ID) != "" && te.counts.Snapshot().Containers[ContainerPrepared] == 1
+	})
 	spare := prepared(fn.ID)
 	eventually(t, 30*time.Second, "the first container gone after its idle timeout", func() bool { return te.state(first.report.ContainerID) == "gone" })
 	second := te.mustCall(fn, "echo", "y")
