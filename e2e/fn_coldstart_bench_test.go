@@ -75,6 +75,8 @@ func TestFunctionColdStartBench(t *testing.T) {
 		}
 		return time.Since(start)
 	}
+	var netns *netnsStarts // made once the image is on the node
+	var ownNetns, sharedNetns []time.Duration
 	held := api.Annotations{api.AnnotationMinHot: []byte(`1`)}
 	var docker, through, prepared, zero, alone, heldNow, heldReady []time.Duration
 	var steps, spareSteps []fnagent.LaunchTimes
@@ -160,6 +162,14 @@ func TestFunctionColdStartBench(t *testing.T) {
 			t.Fatalf("the engine's call after the scale to zero launched %+v; want its spare", l)
 		}
 		aloneSpare, spareSteps = append(aloneSpare, d), append(spareSteps, l)
+
+		// The daemon's start with a network namespace of its own, and
+		// joining one already made.
+		if netns == nil {
+			netns = newNetnsStarts(t, image)
+		}
+		own, shared := netns.round()
+		ownNetns, sharedNetns = append(ownNetns, own), append(sharedNetns, shared)
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
@@ -193,6 +203,8 @@ func TestFunctionColdStartBench(t *testing.T) {
 		starts = append(starts, l.Start)
 	}
 	fmt.Printf("  the daemon's start alone (the floor of a cold start): %s, %.2f× docker run\n", ms(median(starts)), float64(median(starts))/float64(md))
+	fmt.Printf("  a start with its own network namespace %s (%.2f× docker run), joining one already made %s (%.2f×)\n",
+		ms(median(ownNetns)), float64(median(ownNetns))/float64(md), ms(median(sharedNetns)), float64(median(sharedNetns))/float64(md))
 	fmt.Printf("target ≤ 0.5× docker run: after create %v, after create once prepared %v, after a scale to zero %v\n\n",
 		float64(mt) <= 0.5*float64(md), float64(median(prepared)) <= 0.5*float64(md), float64(median(zero)) <= 0.5*float64(md))
 }
