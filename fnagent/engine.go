@@ -79,6 +79,7 @@ type pool struct {
 	prepared  *hotContainer
 	preparing bool
 	lastUse   time.Time
+	expiry    *time.Timer // the pending check of prepared (expirePrepared)
 }
 
 // New connects to the Docker daemon (Config.DockerHost, else the

@@ -206,11 +206,20 @@ func (e *Engine) takePrepared(p *pool, res *Reservation) *hotContainer {
 // expirePrepared removes c once p stops keeping it (preparedUntilLocked),
 // if no launch has taken it by then; a renewed hold or a call pushes the
 // check back.
+//
+// One check is pending per pool (pool.expiry): a later call replaces it,
+// so a hold renewed every few seconds does not pile up timers.
 func (e *Engine) expirePrepared(p *pool, c *hotContainer) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p.prepared != c {
+		return // taken by a launch, or replaced (whose own check stands)
+	}
 	left := e.preparedUntilLocked(p).Sub(e.now())
-	e.mu.Unlock()
-	time.AfterFunc(max(left, 0)+time.Millisecond, func() {
+	if p.expiry != nil {
+		p.expiry.Stop()
+	}
+	p.expiry = time.AfterFunc(max(left, 0)+time.Millisecond, func() {
 		e.mu.Lock()
 		if p.prepared != c {
 			e.mu.Unlock()
