@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/mercator/mercator/api"
@@ -434,6 +435,29 @@ func (c *Client) FunctionContainers(ctx context.Context, fnID string) ([]FnConta
 			if ct.FnID == fnID {
 				out = append(out, FnContainers{NodeID: n.ID, Idle: ct.Idle, Busy: ct.Busy, Starting: ct.Starting, Prepared: ct.Prepared})
 			}
+		}
+	}
+	return out, nil
+}
+
+// NodesHoldingImage lists the nodes whose last reported facts say their
+// daemon holds image (a pinned reference, repo@sha256:…, as a function's
+// image is): where a function's image was prefetched or pulled, so a cold
+// start there waits for no pull. It needs a role that may list nodes.
+func (c *Client) NodesHoldingImage(ctx context.Context, image string) ([]string, error) {
+	nodes, err := c.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range nodes.Nodes {
+		if n.Facts == nil {
+			continue
+		}
+		raw, _ := json.Marshal((*n.Facts)["images"])
+		var images []string
+		if json.Unmarshal(raw, &images) == nil && slices.Contains(images, image) {
+			out = append(out, n.ID)
 		}
 	}
 	return out, nil

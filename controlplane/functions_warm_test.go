@@ -49,3 +49,19 @@ func TestWarmCapacityHolds(t *testing.T) {
 	f.wantFnError(400, "want a whole number from 0 to 100", "POST", "/v2/fns", api.Fn{Name: "x", AppID: hot.AppID, Image: "registry.local/f:1",
 		Annotations: api.Annotations{function.MinHotAnnotation: []byte(`101`)}})
 }
+
+// TestDeleteReleasesSpares: deleting a function sends its node a release
+// (a hold that says Release, for an agent at VersionFnSpares), so the node
+// drops the spare and idle containers it keeps of it.
+func TestDeleteReleasesSpares(t *testing.T) {
+	f := newFnFixture(t)
+	n := f.startNode("n1", echo)
+	_, fn := f.deploy("spares", api.Fn{Name: "gone"})
+	if h := n.nextHold(t, fn.ID); h.Release {
+		t.Fatalf("deploy: hold %+v; want a prefetch, not a release", h)
+	}
+	f.want(204, nil, "DELETE", "/v2/fns/"+fn.ID, nil)
+	if h := n.nextHold(t, fn.ID); !h.Release || h.Function.Image == "" {
+		t.Errorf("delete: hold %+v; want a release naming the function", h)
+	}
+}

@@ -216,6 +216,7 @@ func startFunctions(ctx context.Context, o AgentOptions, rt *dockerruntime.Runti
 		NodeID:      o.NodeID,
 		SocketRoot:  fo.SocketRoot,
 		Network:     fo.Network,
+		MaxSpares:   fo.Spares,
 		Containment: o.Containment,
 		Tracker:     fnagent.NewResourceTracker(fnagent.Capacity{MemoryBytes: share.MemoryBytes, MilliCPUs: share.MilliCPUs, GPUs: share.GPUs}),
 		Logger:      o.Logger.With("component", "functions"),

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/dockerengine"
+	"github.com/mercator/mercator/fnagent"
 	"github.com/mercator/mercator/hostfacts"
 	"github.com/mercator/mercator/internal/bytesize"
 	"github.com/mercator/mercator/nodeagent"
@@ -77,6 +78,10 @@ func AgentFlags(fs *flag.FlagSet) func() (AgentOptions, error) {
 	}
 }
 
+// maxFnSpares bounds --fn-spares: each is a container record the daemon
+// keeps.
+const maxFnSpares = 1000
+
 // functionFlags declares the flags of the share of the machine set aside
 // for functions (nodeagent.FunctionsOptions).
 func functionFlags(fs *flag.FlagSet) func() (nodeagent.FunctionsOptions, error) {
@@ -86,11 +91,18 @@ func functionFlags(fs *flag.FlagSet) func() (nodeagent.FunctionsOptions, error) 
 	cpus := fs.Float64("fn-cpus", 0, "CPU `cores` set aside for functions that reserve CPU (default a quarter of the machine's)")
 	gpus := fs.Int("fn-gpus", 0, "GPUs set aside for functions (the last ones the vendor tool lists)")
 	network := fs.String("fn-network", "", "Docker `network` of function containers (default the daemon's bridge)")
+	spares := fs.Int("fn-spares", fnagent.DefaultMaxSpares, "most functions without a minimum that keep a `count` of one prepared (created, not started) container here, for a faster cold start; 0 for none")
 	return func() (nodeagent.FunctionsOptions, error) {
 		o := nodeagent.FunctionsOptions{Disabled: *disabled, GPUs: *gpus, Network: *network, MilliCPUs: int64(math.Round(*cpus * 1000)),
-			MemoryBytes: int64(memory)}
+			MemoryBytes: int64(memory), Spares: *spares}
 		if *cpus < 0 || *gpus < 0 {
 			return o, errors.New("--fn-cpus and --fn-gpus must not be negative")
+		}
+		switch {
+		case *spares < 0 || *spares > maxFnSpares:
+			return o, fmt.Errorf("--fn-spares %d: must be from 0 (none) to %d", *spares, maxFnSpares)
+		case *spares == 0:
+			o.Spares = -1 // nodeagent's "none"; its 0 is the default
 		}
 		return o, nil
 	}

@@ -20,8 +20,10 @@ import (
 // create, start, wait and remove), rounds interleaved in one run:
 //
 //   - through the control plane: a function created and called at once,
-//     its first call's latency at the caller, and called once the node
-//     reports the container its deploy prepared (created ahead);
+//     its first call's latency at the caller; called once the node
+//     reports the container its deploy prepared (created ahead); and
+//     called after a scale to zero (its idle timeout passed), on the spare
+//     its first call left prepared;
 //
 //   - the node alone: fnagent.Engine.Call of a function it never ran, in
 //     this process, with where the launch took its time (CallReport.Launch).
@@ -73,9 +75,12 @@ func TestFunctionColdStartBench(t *testing.T) {
 		}
 		return time.Since(start)
 	}
+	var netns *netnsStarts // made once the image is on the node
+	var ownNetns, sharedNetns []time.Duration
 	held := api.Annotations{api.AnnotationMinHot: []byte(`1`)}
-	var docker, through, prepared, alone, heldNow, heldReady []time.Duration
-	var steps []fnagent.LaunchTimes
+	var docker, through, prepared, zero, alone, heldNow, heldReady []time.Duration
+	var steps, spareSteps []fnagent.LaunchTimes
+	var aloneSpare []time.Duration
 	for i := 0; i < rounds; i++ {
 		// docker run of the same image.
 		start := time.Now()
@@ -103,6 +108,20 @@ func TestFunctionColdStartBench(t *testing.T) {
 		})
 		prepared = append(prepared, call(fn.ID))
 
+		// Called, scaled to zero (its idle timeout passed, no container
+		// running), then called again: the image on the node, the spare
+		// its first call left prepared there.
+		fn, err = c.client.CreateFn(c.ctx, api.Fn{Name: fmt.Sprintf("zero-%d", i), AppID: app.ID, Image: image, IdleTimeout: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		call(fn.ID)
+		c.waitFor("the scale to zero, a spare prepared", func() bool {
+			hot, err := c.client.FunctionContainers(c.ctx, fn.ID)
+			return err == nil && len(fnContainers(t, fn.ID)) == 0 && len(hot) == 1 && hot[0].Prepared == 1 && hot[0].Idle == 0
+		})
+		zero = append(zero, call(fn.ID))
+
 		// With --min-hot 1: called at once (the container the deploy
 		// started is on its way), and called once it is up.
 		fn, err = c.client.CreateFn(c.ctx, api.Fn{Name: fmt.Sprintf("held-now-%d", i), AppID: app.ID, Image: image, IdleTimeout: 5, Annotations: held})
@@ -117,39 +136,77 @@ func TestFunctionColdStartBench(t *testing.T) {
 		c.waitFor("the held container up", func() bool { return len(fnContainers(t, fn.ID)) == 1 && engineIdle(c, fn.ID) })
 		heldReady = append(heldReady, call(fn.ID))
 
-		// The node alone, a function it never ran.
-		rec := &discardWriter{h: http.Header{}}
-		start = time.Now()
-		report, err := engine.Call(c.ctx, fnagent.FunctionConfig{ID: fmt.Sprintf("cold-alone-%d", i), Image: image, MemoryMB: 128, IdleTimeout: 5 * time.Second},
-			fnagent.CallRequest{ID: fmt.Sprintf("c%d", i), Body: strings.NewReader(`{}`), ContentLength: 2}, rec)
-		if err != nil || !report.Cold || report.Launch == nil {
-			t.Fatalf("cold call on the engine: %v (cold %v)", err, report.Cold)
+		// The node alone, a function it never ran; then, scaled to zero,
+		// again on the spare the first call left.
+		aloneFn := fnagent.FunctionConfig{ID: fmt.Sprintf("cold-alone-%d", i), Image: image, MemoryMB: 128, IdleTimeout: time.Second}
+		engineCall := func(id string) (time.Duration, fnagent.LaunchTimes) {
+			start := time.Now()
+			report, err := engine.Call(c.ctx, aloneFn, fnagent.CallRequest{ID: id, Body: strings.NewReader(`{}`), ContentLength: 2}, &discardWriter{h: http.Header{}})
+			if err != nil || !report.Cold || report.Launch == nil {
+				t.Fatalf("cold call on the engine: %v (cold %v)", err, report.Cold)
+			}
+			return time.Since(start), *report.Launch
 		}
-		alone = append(alone, time.Since(start))
-		steps = append(steps, *report.Launch)
+		d, l := engineCall(fmt.Sprintf("c%d", i))
+		alone, steps = append(alone, d), append(steps, l)
+		c.waitFor("the engine's pool scaled to zero, its spare prepared", func() bool {
+			for _, s := range engine.Stats() {
+				if s.FnID == aloneFn.ID {
+					return s.Idle+s.Busy+s.Starting == 0 && s.Prepared == 1
+				}
+			}
+			return false
+		})
+		d, l = engineCall(fmt.Sprintf("c%d-spare", i))
+		if !l.Prepared {
+			t.Fatalf("the engine's call after the scale to zero launched %+v; want its spare", l)
+		}
+		aloneSpare, spareSteps = append(aloneSpare, d), append(spareSteps, l)
+
+		// The daemon's start with a network namespace of its own, and
+		// joining one already made.
+		if netns == nil {
+			netns = newNetnsStarts(t, image)
+		}
+		own, shared := netns.round()
+		ownNetns, sharedNetns = append(ownNetns, own), append(sharedNetns, shared)
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 	md, mt, ma := median(docker), median(through), median(alone)
-	step := func(f func(fnagent.LaunchTimes) time.Duration) time.Duration {
-		var ds []time.Duration
-		for _, s := range steps {
-			ds = append(ds, f(s))
+	phases := func(steps []fnagent.LaunchTimes) string {
+		step := func(f func(fnagent.LaunchTimes) time.Duration) string {
+			var ds []time.Duration
+			for _, s := range steps {
+				ds = append(ds, f(s))
+			}
+			return ms(median(ds))
 		}
-		return median(ds)
+		return fmt.Sprintf("image %s, create+attach %s, start %s, socket %s",
+			step(func(l fnagent.LaunchTimes) time.Duration { return l.Image }), step(func(l fnagent.LaunchTimes) time.Duration { return l.Create }),
+			step(func(l fnagent.LaunchTimes) time.Duration { return l.Start }), step(func(l fnagent.LaunchTimes) time.Duration { return l.Socket }))
 	}
 	fmt.Printf("\nCold first call, image on the node, %d rounds interleaved (load average at end: %s)\n", rounds, strings.TrimSpace(string(load)))
 	fmt.Printf("%-44s %10s %8s\n", "", "median", "ratio")
 	fmt.Printf("%-44s %10s %8s\n", "docker run --rm (same image)", ms(md), "1.00")
 	fmt.Printf("%-44s %10s %8.2f\n", "first call after create, through CP", ms(mt), float64(mt)/float64(md))
 	fmt.Printf("%-44s %10s %8.2f\n", "first call, prepared container (created ahead)", ms(median(prepared)), float64(median(prepared))/float64(md))
+	fmt.Printf("%-44s %10s %8.2f\n", "first call after a scale to zero (spare)", ms(median(zero)), float64(median(zero))/float64(md))
 	fmt.Printf("%-44s %10s %8.2f\n", "first call on the node alone (engine)", ms(ma), float64(ma)/float64(md))
+	fmt.Printf("%-44s %10s %8.2f\n", "the same, scaled to zero (engine, its spare)", ms(median(aloneSpare)), float64(median(aloneSpare))/float64(md))
 	fmt.Printf("%-44s %10s %8.2f\n", "--min-hot 1: first call at once after create", ms(median(heldNow)), float64(median(heldNow))/float64(md))
 	fmt.Printf("%-44s %10s %8.2f\n", "--min-hot 1: first call, held container up", ms(median(heldReady)), float64(median(heldReady))/float64(md))
-	fmt.Printf("  where the engine's launch went (medians): image %s, create+attach %s, start %s, socket %s\n",
-		ms(step(func(l fnagent.LaunchTimes) time.Duration { return l.Image })), ms(step(func(l fnagent.LaunchTimes) time.Duration { return l.Create })),
-		ms(step(func(l fnagent.LaunchTimes) time.Duration { return l.Start })), ms(step(func(l fnagent.LaunchTimes) time.Duration { return l.Socket })))
-	fmt.Printf("target: through CP ≤ 0.5× docker run: %v\n\n", float64(mt) <= 0.5*float64(md))
+	fmt.Printf("  where the engine's launch went (medians), never ran: %s\n", phases(steps))
+	fmt.Printf("  where the engine's launch went (medians), its spare: %s\n", phases(spareSteps))
+	var starts []time.Duration
+	for _, l := range append(steps, spareSteps...) {
+		starts = append(starts, l.Start)
+	}
+	fmt.Printf("  the daemon's start alone (the floor of a cold start): %s, %.2f× docker run\n", ms(median(starts)), float64(median(starts))/float64(md))
+	fmt.Printf("  a start with its own network namespace %s (%.2f× docker run), joining one already made %s (%.2f×)\n",
+		ms(median(ownNetns)), float64(median(ownNetns))/float64(md), ms(median(sharedNetns)), float64(median(sharedNetns))/float64(md))
+	fmt.Printf("target ≤ 0.5× docker run: after create %v, after create once prepared %v, after a scale to zero %v\n\n",
+		float64(mt) <= 0.5*float64(md), float64(median(prepared)) <= 0.5*float64(md), float64(median(zero)) <= 0.5*float64(md))
 }
 
 // engineIdle reports whether the node reports an idle container of fnID

@@ -34,6 +34,11 @@ const (
 	DefaultPullTimeout  = 5 * time.Minute
 	DefaultMaxLogBytes  = 64 << 10
 	DefaultLogRetention = 1024
+
+	// DefaultMaxSpares and DefaultSpareFor bound the prepared containers
+	// kept for functions without a standing hold (prepare.go).
+	DefaultMaxSpares = 16
+	DefaultSpareFor  = time.Hour
 )
 
 // minMemoryMB is the smallest memory limit the Docker daemon accepts.
@@ -83,6 +88,17 @@ type Config struct {
 	MaxLogBytes int
 	// LogRetention is how many calls' logs are kept; default 1024.
 	LogRetention int
+	// MaxSpares is how many prepared containers (created, not started;
+	// prepare.go) the engine keeps for functions without a standing hold,
+	// the least recently called going first when a more recent one needs
+	// one; default DefaultMaxSpares, negative none (only held functions
+	// are prepared). A prepared container holds no memory or CPU, only a
+	// container record and its empty writable layer.
+	MaxSpares int
+	// SpareFor is how long after a function's last call (or hold) its
+	// prepared container is kept when no hold stands; default
+	// DefaultSpareFor.
+	SpareFor time.Duration
 	// Metrics receives calls and container state changes; nil for none.
 	Metrics Metrics
 	// Logger receives the engine's own log; nil discards it.
@@ -422,4 +438,7 @@ type LaunchTimes struct {
 	// Socket is from the start until the function's socket accepted a
 	// connection: the FDK's own start-up.
 	Socket time.Duration
+	// Prepared says the launch started a container created ahead
+	// (prepare.go): Image and Create are then only the hand-over.
+	Prepared bool
 }

@@ -51,7 +51,8 @@ type hotContainer struct {
 
 // launch pulls the image if need be, creates and starts a container, and
 // waits for its socket. A container the pool has prepared (created and
-// attached ahead, prepare.go) is started instead of creating one. On
+// attached ahead, prepare.go) is started instead of checking the image and
+// creating one. On
 // failure the container is removed and the error says which step failed
 // (KindImagePull…, KindInitFailed, KindInitTimeout, KindOutOfMemory).
 func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
@@ -66,18 +67,20 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 		now := e.now()
 		*d, mark = now.Sub(mark), now
 	}
-	if err := e.ensureImage(ctx, fn.Image, auth); err != nil {
-		return nil, err
-	}
-	lap(&times.Image)
+	// A prepared container needs no image check: the daemon keeps an
+	// image while a container uses it.
 	c := e.takePrepared(p, res)
+	times.Prepared = c != nil
 	if c == nil {
+		if err := e.ensureImage(ctx, fn.Image, auth); err != nil {
+			return nil, err
+		}
+		lap(&times.Image)
 		var cerr *CallError
 		if c, cerr = e.create(p, res); cerr != nil {
 			return nil, cerr
 		}
 	}
-	e.prepare(p) // the next one, while the pool's hold stands
 	lap(&times.Create)
 	fail := func(err *CallError) (*hotContainer, error) {
 		e.destroy(c, err.Message)
@@ -103,6 +106,9 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 	}
 	c.transport = newTransport(c.sockDir)
 	c.launched = times
+	// The next one, in the background (prepare.go): after this one is up,
+	// so its create does not compete with this start at the daemon.
+	e.prepare(p)
 	e.log.Debug("function container ready", "container", c.name, "fn", fn.ID,
 		"image", times.Image, "create", times.Create, "start", times.Start, "socket", times.Socket)
 	return c, nil
@@ -141,6 +147,21 @@ func (e *Engine) create(p *pool, res *Reservation) (*hotContainer, *CallError) {
 	}
 	config, hostConfig := containerConfig(fn, p.key, c.sockDir, gpus, e.cfg)
 	created, err := e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
+	if err != nil && cerrdefs.IsNotFound(err) {
+		// The image was removed since ensureImage remembered it.
+		e.forgetImage(fn.Image)
+		e.mu.Lock()
+		auth := p.auth
+		e.mu.Unlock()
+		if ierr := e.ensureImage(ctx, fn.Image, auth); ierr != nil {
+			var ce *CallError
+			if errors.As(ierr, &ce) {
+				return fail(ce)
+			}
+			return fail(callErr(KindImagePull, ierr, "%v", ierr))
+		}
+		created, err = e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
+	}
 	if err != nil {
 		return fail(callErr(KindInitFailed, err, "create container %s: %v", c.name, err))
 	}

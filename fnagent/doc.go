@@ -44,7 +44,10 @@
 // launched only when more calls are queued than launches are in flight.
 // Waiting calls are served first-in first-out. Idle containers are paused
 // after Config.PauseAfter and unpaused on demand, and removed after the
-// function's IdleTimeout.
+// function's IdleTimeout. A pool also keeps one container created but not
+// started, which its next launch starts (prepare.go): while a hold stands,
+// and as a spare for Config.SpareFor after its last call, for at most
+// Config.MaxSpares pools without a hold.
 //
 // Before a container starts, the ResourceTracker reserves its memory, CPU
 // and GPUs against the machine's capacity as measured (cgroup v1 and v2

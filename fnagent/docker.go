@@ -17,7 +17,43 @@ import (
 // keeps them), so none is abandoned because the call that started it gave
 // up: the next call wants the image too. Errors are KindImagePull or
 // KindImagePullTimeout.
+//
+// An image the daemon was seen to hold is not asked about again (a
+// daemon round trip off a cold start's path): ref is pinned by digest,
+// so what it names cannot change, and a launch that finds it removed
+// behind the engine's back forgets it and checks again (create).
 func (e *Engine) ensureImage(ctx context.Context, ref, auth string) error {
+	e.mu.Lock()
+	known := e.present[ref]
+	e.mu.Unlock()
+	if known {
+		return nil
+	}
+	err := e.fetchImage(ctx, ref, auth)
+	if err == nil {
+		e.mu.Lock()
+		if len(e.present) >= maxPresentImages {
+			clear(e.present) // a bound, not a cache policy: the next launches ask again
+		}
+		e.present[ref] = true
+		e.mu.Unlock()
+	}
+	return err
+}
+
+// maxPresentImages bounds the images ensureImage remembers.
+const maxPresentImages = 4096
+
+// forgetImage makes the next ensureImage of ref ask the daemon again.
+func (e *Engine) forgetImage(ref string) {
+	e.mu.Lock()
+	delete(e.present, ref)
+	e.mu.Unlock()
+}
+
+// fetchImage is ensureImage without its memory: an inspect, and a pull
+// when the daemon holds no such image.
+func (e *Engine) fetchImage(ctx context.Context, ref, auth string) error {
 	if _, err := e.api.ImageInspect(ctx, ref); err == nil {
 		return nil
 	} else if !cerrdefs.IsNotFound(err) {

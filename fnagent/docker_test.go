@@ -139,6 +139,9 @@ func newTestEngine(t *testing.T, configure func(*Config)) *testEngine {
 		SocketRoot: t.TempDir(),
 		Tracker:    NewResourceTracker(Capacity{MemoryBytes: 4 << 30, MilliCPUs: 8000}),
 		Metrics:    counts,
+		// Spares off unless a test asks (prepare_test.go): most tests
+		// count the containers calls and holds start.
+		MaxSpares: -1,
 	}
 	if os.Getenv("FNAGENT_TEST_LOG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))

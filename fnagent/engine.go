@@ -52,6 +52,9 @@ type Engine struct {
 
 	pulls   dockerengine.Pulls
 	configs configCache
+	// present are the images the daemon was seen to hold (docker.go), so
+	// a launch does not ask again; guarded by mu.
+	present map[string]bool
 }
 
 // pool is the hot containers of one function configuration.
@@ -69,11 +72,14 @@ type pool struct {
 	// minHot containers are kept started until holdUntil (Engine.Hold).
 	minHot    int
 	holdUntil time.Time
-	// prepared is a container created ahead for the pool's next launch
-	// while a hold stands, preparing whether one is being made
-	// (prepare.go).
+	// prepared is a container created ahead for the pool's next launch,
+	// preparing whether one is being made (prepare.go); lastUse is the
+	// latest call or hold, which keeps it (Config.SpareFor) and ranks it
+	// when Config.MaxSpares is reached.
 	prepared  *hotContainer
 	preparing bool
+	lastUse   time.Time
+	expiry    *time.Timer // the pending check of prepared (expirePrepared)
 }
 
 // New connects to the Docker daemon (Config.DockerHost, else the
@@ -119,6 +125,12 @@ func newEngine(api dockerengine.API, cfg Config) (*Engine, error) {
 	if cfg.LogRetention <= 0 {
 		cfg.LogRetention = DefaultLogRetention
 	}
+	if cfg.MaxSpares == 0 {
+		cfg.MaxSpares = DefaultMaxSpares
+	}
+	if cfg.SpareFor <= 0 {
+		cfg.SpareFor = DefaultSpareFor
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -160,6 +172,7 @@ func newEngine(api dockerengine.API, cfg Config) (*Engine, error) {
 		pools:      map[string]*pool{},
 		containers: map[*hotContainer]struct{}{},
 		wake:       make(chan struct{}),
+		present:    map[string]bool{},
 	}
 	e.pulls = dockerengine.Pulls{Keep: true, Background: &e.bg}
 	return e, nil
@@ -325,15 +338,26 @@ func (e *Engine) acquirePool(fn FunctionConfig, key string) (*pool, error) {
 	if e.closed {
 		return nil, callErr(KindBusy, nil, "the engine is closing")
 	}
+	p := e.poolLocked(fn, key)
+	p.refs++
+	p.auth = fn.RegistryAuth
+	p.lastUse = e.now()
+	e.calls.Add(1)
+	return p, nil
+}
+
+// poolLocked finds or makes the pool of fn (normalized, with its pool
+// key). A new pool of a function that has others (its image or
+// configuration changed) supersedes their prepared containers
+// (supersedeLocked).
+func (e *Engine) poolLocked(fn FunctionConfig, key string) *pool {
 	p := e.pools[key]
 	if p == nil {
 		p = &pool{key: key, fn: fn, res: fn.resources(), q: newSlotQueue[*hotContainer](fn.MaxConcurrency, e.now).withTarget(fn.TargetConcurrency)}
 		e.pools[key] = p
+		e.supersedeLocked(p)
 	}
-	p.refs++
-	p.auth = fn.RegistryAuth
-	e.calls.Add(1)
-	return p, nil
+	return p
 }
 
 func (e *Engine) releasePool(p *pool) {
@@ -370,6 +394,11 @@ func (e *Engine) wakeChan() <-chan struct{} {
 func (e *Engine) goBackground(f func()) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.goBackgroundLocked(f)
+}
+
+// goBackgroundLocked is goBackground with Engine.mu held.
+func (e *Engine) goBackgroundLocked(f func()) bool {
 	if e.closed {
 		return false
 	}

@@ -35,9 +35,15 @@ type fakeDocker struct {
 	mu      sync.Mutex
 	removed []string
 	peers   []net.Conn
+	// inspects counts ImageInspect calls; createsMissing is how many
+	// creates fail for a missing image first.
+	inspects, createsMissing int
 }
 
 func (f *fakeDocker) ImageInspect(context.Context, string, ...client.ImageInspectOption) (image.InspectResponse, error) {
+	f.mu.Lock()
+	f.inspects++
+	f.mu.Unlock()
 	if f.present {
 		return image.InspectResponse{}, nil
 	}
@@ -51,6 +57,12 @@ func (f *fakeDocker) ImagePull(context.Context, string, image.PullOptions) (io.R
 func (f *fakeDocker) ContainerCreate(context.Context, *container.Config, *container.HostConfig, *network.NetworkingConfig, *ocispec.Platform, string) (container.CreateResponse, error) {
 	if f.createErr != nil {
 		return container.CreateResponse{}, f.createErr
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.createsMissing > 0 {
+		f.createsMissing--
+		return container.CreateResponse{}, cerrdefs.ErrNotFound
 	}
 	return container.CreateResponse{ID: "fake-container"}, nil
 }
@@ -120,4 +132,36 @@ func TestLaunchErrorPathsWithAFakeDaemon(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestImageRemembered: a launch asks the daemon about an image once and
+// remembers it present; when a create then finds it gone (removed behind
+// the engine's back) the engine forgets it, asks again and creates.
+func TestImageRemembered(t *testing.T) {
+	f := &fakeDocker{present: true}
+	e, err := newEngine(f, Config{SocketRoot: t.TempDir(), Tracker: NewResourceTracker(Capacity{MemoryBytes: 1 << 30, MilliCPUs: 1000}), MaxSpares: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	ctx := context.Background()
+	ref := "127.0.0.1:1/fn@" + testDigest
+	for range 3 {
+		if err := e.ensureImage(ctx, ref, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.inspects != 1 {
+		t.Fatalf("three checks of a present image asked the daemon %d times; want once", f.inspects)
+	}
+	f.createsMissing = 1
+	p := e.poolLocked(FunctionConfig{ID: "f", Image: ref}, "k")
+	c, cerr := e.create(p, nil)
+	if cerr != nil {
+		t.Fatalf("create after the image went missing: %v", cerr)
+	}
+	if f.inspects != 2 {
+		t.Errorf("after a create found the image missing: %d inspects; want the daemon asked again", f.inspects)
+	}
+	e.destroy(c, "test")
 }

@@ -39,16 +39,12 @@ func (e *Engine) Hold(fn FunctionConfig, count int, d time.Duration) error {
 		e.mu.Unlock()
 		return callErr(KindBusy, nil, "the engine is closing")
 	}
-	p := e.pools[key]
-	if p == nil {
-		p = &pool{key: key, fn: fn, res: fn.resources(), q: newSlotQueue[*hotContainer](fn.MaxConcurrency, e.now).withTarget(fn.TargetConcurrency)}
-		e.pools[key] = p
-	}
+	p := e.poolLocked(fn, key)
 	// The hold's reference keeps the pool in the map until its launches
 	// have registered their containers (releaseHold).
 	p.refs++
 	p.auth = fn.RegistryAuth
-	p.minHot, p.holdUntil = count, e.now().Add(d)
+	p.minHot, p.holdUntil, p.lastUse = count, e.now().Add(d), e.now()
 	prepared := p.prepared
 	e.mu.Unlock()
 	if prepared != nil {
@@ -56,6 +52,10 @@ func (e *Engine) Hold(fn FunctionConfig, count int, d time.Duration) error {
 	}
 	started := e.goBackground(func() {
 		defer e.releaseHold(p)
+		// Asked afresh (not from ensureImage's memory), so an image
+		// removed behind the engine's back is pulled again before a call
+		// wants it.
+		e.forgetImage(fn.Image)
 		if err := e.ensureImage(e.ctx, fn.Image, fn.RegistryAuth); err != nil {
 			e.log.Warn("prefetch of a held function's image failed", "fn", fn.ID, "err", err)
 			return

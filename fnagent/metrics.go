@@ -23,9 +23,12 @@ const (
 	ContainerBusy
 	// ContainerRemoving: being removed.
 	ContainerRemoving
+	// ContainerPrepared: created ahead and not started, waiting for a
+	// launch to take it (prepare.go); Starting again once one does.
+	ContainerPrepared
 )
 
-var containerStateNames = [...]string{"none", "starting", "idle", "paused", "busy", "removing"}
+var containerStateNames = [...]string{"none", "starting", "idle", "paused", "busy", "removing", "prepared"}
 
 func (s ContainerState) String() string {
 	if int(s) < len(containerStateNames) {

@@ -611,4 +611,8 @@ type FunctionsOptions struct {
 	// Network is the containers' Docker network ("" is the daemon's
 	// default bridge).
 	Network string
+	// Spares is fnagent.Config.MaxSpares: how many functions without a
+	// hold keep a prepared container on this node (0, the default:
+	// fnagent.DefaultMaxSpares; negative: none).
+	Spares int
 }

@@ -10,6 +10,7 @@ import (
 // result, never stored): the control plane repeats it while it wants the
 // containers, so a lost one costs only warmth. A command fenced below
 // this node's token, or one for an agent without functions, is dropped.
+// A release (the function deleted) has the engine forget the function.
 func (a *Agent) hold(cmd nodeproto.Command) {
 	h := cmd.Hold
 	if h == nil || h.Function == nil || a.functions == nil {
@@ -17,6 +18,11 @@ func (a *Agent) hold(cmd nodeproto.Command) {
 	}
 	if held := a.state.FencingToken(); cmd.FencingToken < held {
 		a.logger.Debug("hold command fenced; ignoring it", "fn", h.Function.ID, "token", cmd.FencingToken, "held", held)
+		return
+	}
+	if h.Release {
+		n := a.functions.engine.Forget(h.Function.ID)
+		a.logger.Debug("function released", "fn", h.Function.ID, "removed", n)
 		return
 	}
 	if err := a.functions.engine.Hold(functionConfig(*h.Function), h.Count, h.For); err != nil {

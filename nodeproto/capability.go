@@ -71,6 +71,12 @@
 //     older agent refuses the host's network, so a gang launch asking for
 //     it goes only to agents at VersionGang or later; one that does not
 //     ask needs nothing new (the rank variables are plain Env).
+//   - 10 (2026-12-02): function spares. A hold may say Release
+//     (HoldCommand.Release): the function was deleted, so the node drops
+//     what it keeps of it ahead of calls (its prepared and idle
+//     containers). An older agent would take it for a prefetch and pull
+//     the deleted function's image, so it goes only to agents at
+//     VersionFnSpares or later.
 package nodeproto
 
 import (
@@ -81,7 +87,7 @@ import (
 
 // Version is the capability version this build speaks. See the package doc
 // for what each version added.
-const Version = 9
+const Version = 10
 
 // The first version of each feature a command may need, from the history
 // above. A control plane sends a command only to a node whose agent is at
@@ -107,6 +113,9 @@ const (
 	// VersionGang: launch_workload of a gang member (GangSize) on the
 	// host's network.
 	VersionGang = 9
+	// VersionFnSpares: a hold that releases a deleted function
+	// (HoldCommand.Release).
+	VersionFnSpares = 10
 )
 
 // Paths of the node protocol, relative to the control plane's base URL. Every

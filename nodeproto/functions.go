@@ -190,4 +190,9 @@ type HoldCommand struct {
 	Function *FunctionSpec `json:"function"`
 	Count    int           `json:"count"`
 	For      time.Duration `json:"for"`
+	// Release says the function was deleted: the node removes what it
+	// keeps of it ahead of calls (prepared and idle containers) and pulls
+	// nothing; Count and For are then unused. Sent only to agents at
+	// VersionFnSpares or later.
+	Release bool `json:"release,omitempty"`
 }

@@ -445,7 +445,23 @@ func fnGet(ctx context.Context, inv *command.Invocation, args []string) error {
 	}
 	printConfig(tw, fn.Config, fn.SecretConfig, ann)
 	printHot(ctx, tw, c, fn.ID)
+	printImageHolders(ctx, tw, c, fn.Image)
 	return tw.Flush()
+}
+
+// printImageHolders prints the nodes that hold the function's image, as
+// they last reported (client.NodesHoldingImage): where its deploy
+// prefetched it or a call pulled it.
+func printImageHolders(ctx context.Context, tw *tabwriter.Writer, c *client.Client, image string) {
+	nodes, err := c.NodesHoldingImage(ctx, image)
+	switch {
+	case err != nil:
+		termtext.Fprintf(tw, "Image held on:\t(cannot list nodes: %v)\n", err)
+	case len(nodes) == 0:
+		termtext.Fprintf(tw, "Image held on:\tno node (as the nodes last reported)\n")
+	default:
+		termtext.Fprintf(tw, "Image held on:\t%s\n", strings.Join(nodes, ", "))
+	}
 }
 
 // printHot prints the function's containers on each node, as the nodes

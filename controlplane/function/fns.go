@@ -304,6 +304,7 @@ func (s *Service) fnUpdateFn(w http.ResponseWriter, r *http.Request) {
 // fnDeleteFn deletes a function and its triggers.
 func (s *Service) fnDeleteFn(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("fn_id")
+	before, _ := s.readFn(r.Context(), id, s.now()) // for released; nil when absent
 	err := s.store.Update(r.Context(), func(tx store.Tx) error {
 		if _, err := tx.GetFn(id); err != nil {
 			return notFoundAs(err, errFnNotFound)
@@ -324,6 +325,9 @@ func (s *Service) fnDeleteFn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.forgetFn(id)
+	if before != nil {
+		go s.released(before) // the nodes drop its spares (warm.go)
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -237,6 +237,13 @@ func (s *Service) hold(ctx context.Context, fnID string, count int) int {
 	if err != nil {
 		return 0
 	}
+	return s.holdEntry(ctx, e, count, false)
+}
+
+// holdEntry is hold of the function e; with release, it sends every node
+// its calls may try a release instead (released), only agents at
+// VersionFnSpares understanding one.
+func (s *Service) holdEntry(ctx context.Context, e *fnEntry, count int, release bool) int {
 	nodes, _, err := s.candidates(ctx, e)
 	if err != nil {
 		return 0
@@ -244,14 +251,18 @@ func (s *Service) hold(ctx context.Context, fnID string, count int) int {
 	versions := s.nodeVersions()
 	asked := 0
 	k := e.tries(len(nodes)) // calls reach no other node
-	for i, n := range holdPlan(k, count, prefetchNodes) {
+	plan, need := holdPlan(k, count, prefetchNodes), nodeproto.VersionWarmCapacity
+	if release {
+		plan, need = make([]int, k), nodeproto.VersionFnSpares
+	}
+	for i, n := range plan {
 		id := nodes[i].ID
-		if versions[id] < nodeproto.VersionWarmCapacity || !s.host.Holds(id) {
-			continue // an older agent would take the command for an operation
+		if versions[id] < need || !s.host.Holds(id) {
+			continue // an older agent would take the command for an operation, or a release for a prefetch
 		}
 		spec := e.specFor(i, k)
 		if _, _, sent := s.host.Send(id, nodeproto.Command{Kind: nodeproto.KindHold,
-			Hold: &nodeproto.HoldCommand{Function: &spec, Count: n, For: holdFor}}); sent {
+			Hold: &nodeproto.HoldCommand{Function: &spec, Count: n, For: holdFor, Release: release}}); sent {
 			asked++
 		}
 	}
@@ -265,4 +276,17 @@ func (s *Service) deployed(f store.Fn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s.hold(ctx, f.ID, n)
+}
+
+// released tells the nodes a deleted function's calls may have reached
+// (the first of its order that this replica reaches, as hold asks them)
+// to drop what they keep of it ahead of calls: its prepared container
+// (a spare, fnagent/prepare.go) and its idle ones. A node that misses it
+// (another replica holds its session, or it is away) drops the spare when
+// it lapses (fnagent.Config.SpareFor) or gives way to another function's.
+// Only agents at VersionFnSpares understand it.
+func (s *Service) released(e *fnEntry) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s.holdEntry(ctx, e, 0, true)
 }
