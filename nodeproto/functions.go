@@ -86,6 +86,11 @@ type InvokeCommand struct {
 	// Logs asks for the call's output with POST PathCalls+ID+"/log" after
 	// the response (durable calls keep it).
 	Logs bool `json:"logs,omitempty"`
+	// AnswerStream says the replica at URL takes this call's whole answer
+	// as a frame on its call answers stream (PathCallAnswers,
+	// callanswers.go) instead of a POST of its own. An agent that predates
+	// it ignores it and posts, which the replica still takes.
+	AnswerStream bool `json:"answer_stream,omitempty"`
 }
 
 // PathCallLogs is where an agent answers a CallLogCommand; the command's
