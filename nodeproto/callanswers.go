@@ -184,7 +184,7 @@ func DecodeCallAnswer(p []byte) (CallAnswer, error) {
 		d.fail(fmt.Sprintf("%d bytes past the end", len(d.p)))
 	}
 	if d.err != nil {
-		return CallAnswer{}, d.err
+		return CallAnswer{}, fmt.Errorf("%w: %v", ErrCallAnswerFrame, d.err)
 	}
 	return a, nil
 }
@@ -205,8 +205,8 @@ func uvarintLen(v uint64) int {
 	return n
 }
 
-// frameDecoder reads a frame's fields; the first error sticks and every
-// later read returns zero.
+// frameDecoder reads a frame's fields (call answers and invoke frames);
+// the first error sticks and every later read returns zero.
 type frameDecoder struct {
 	p   []byte
 	err error
@@ -214,7 +214,7 @@ type frameDecoder struct {
 
 func (d *frameDecoder) fail(what string) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", ErrCallAnswerFrame, what)
+		d.err = errors.New(what)
 	}
 }
 

@@ -21,6 +21,9 @@ import "time"
 //	                              as the trailers HeaderCallError and
 //	                              HeaderCallMessage
 //	POST PathCalls+ID+"/log"      the call's output, when Logs asks for it
+//	POST PathCallAnswers          whole answers of many calls, as frames on
+//	                              one long request, in place of …/response
+//	                              (callanswers.go)
 //
 // Every one is authenticated like the rest of the node protocol (session
 // credential and HeaderNodeID), and ID is the command's Rendezvous, not the
