@@ -20,7 +20,7 @@ import (
 // is broken, answers are posted as before. Frames of concurrent calls
 // queued while one write is under way go together in the next, one TLS
 // record for several answers. A stream idle for answersIdle is ended (the
-// control plane reads it with a deadline per read, 60 s by default), and
+// control plane takes one silent for callstream.Idle, 2 min, for dead), and
 // opened again by the next call.
 
 const (

@@ -16,8 +16,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/mercator/mercator/nodeproto"
 )
@@ -39,7 +41,10 @@ func Serve(w http.ResponseWriter, r *http.Request, log *slog.Logger, node string
 	// replica's shutdown (the request's context).
 	stop := context.AfterFunc(r.Context(), func() { r.Body.Close() })
 	defer stop()
-	br := bufio.NewReaderSize(r.Body, 64<<10)
+	// Idle streams are the agent's to end (after 15 s); one silent for
+	// Idle is taken for dead, whatever the server's ReadTimeout, which
+	// bounded the request's head.
+	br := bufio.NewReaderSize(idleReader{r.Body, rc}, 64<<10)
 	var buf []byte
 	for {
 		var a nodeproto.CallAnswer
@@ -54,4 +59,20 @@ func Serve(w http.ResponseWriter, r *http.Request, log *slog.Logger, node string
 		a.Body = bytes.Clone(a.Body)
 		deliver(a)
 	}
+}
+
+// Idle is how long a call answers stream may carry nothing before it is
+// ended: well past the agent's own idle end of it.
+const Idle = 2 * time.Minute
+
+// idleReader reads the stream's body under a deadline of Idle from each
+// read.
+type idleReader struct {
+	body io.Reader
+	rc   *http.ResponseController
+}
+
+func (r idleReader) Read(p []byte) (int, error) {
+	_ = r.rc.SetReadDeadline(time.Now().Add(Idle))
+	return r.body.Read(p)
 }

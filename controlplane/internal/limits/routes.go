@@ -25,10 +25,10 @@ var (
 	// overlaps the stream the server has not noticed is dead.
 	Session = Class{Name: "session stream", Body: httpapi.MaxBody, Stream: true, PerCaller: SessionsPerNode}
 	// CallAnswers: a node's call answers stream (nodeproto.PathCallAnswers),
-	// a long request body of whole function answers, read with a deadline
-	// per read (the agent ends an idle one well within it); counted with
-	// the node's session streams.
-	CallAnswers = Class{Name: "call answers stream", Body: Unbounded, Stream: true, Upload: true, PerCaller: SessionsPerNode}
+	// a long request body of whole function answers, which its handler
+	// reads under an idle deadline of its own (package callstream);
+	// counted with the node's session streams.
+	CallAnswers = Class{Name: "call answers stream", Body: Unbounded, Stream: true, PerCaller: SessionsPerNode}
 	// NodeEvents and NodeLogs: a node's posts, limited per node and by the
 	// node body budget.
 	NodeEvents = Class{Name: "node events", Body: nodeproto.MaxEventBody, NodeBulk: true}
