@@ -61,6 +61,8 @@ type agentFunctions struct {
 	seen, seenBefore map[string]bool // rendezvous IDs served recently
 
 	jobs chan func() // to an idle worker
+
+	answers map[string]*answerStream // by replica URL, under mu (functions_answers.go)
 }
 
 // WithFunctions makes the agent serve invoke commands through engine, whose
@@ -240,6 +242,9 @@ func (f *agentFunctions) fetchCommand(ctx context.Context, a *Agent, inv nodepro
 // postError reports a call that ended before any of its response was
 // written.
 func (f *agentFunctions) postError(ctx context.Context, a *Agent, inv nodeproto.InvokeCommand, kind fnagent.Kind, message string) {
+	if f.answerOnStream(ctx, a, inv, nodeproto.CallAnswer{ErrorKind: string(kind), ErrorMessage: message}) {
+		return
+	}
 	req, err := a.nodeRequest(ctx, http.MethodPost, inv, "/response", strings.NewReader(message))
 	if err != nil {
 		return
@@ -542,6 +547,9 @@ func (w *callWriter) finish(err error) {
 		w.mu.Unlock()
 		if err != nil {
 			w.f.postError(w.ctx, w.a, w.inv, errKind(err), err.Error())
+			return
+		}
+		if w.f.answerOnStream(w.ctx, w.a, w.inv, nodeproto.CallAnswer{Status: w.status, Header: w.header, Body: buf}) {
 			return
 		}
 		req, rerr := w.newResponse(bytes.NewReader(buf))

@@ -24,6 +24,9 @@ func FuzzSessionStream(f *testing.F) {
 	f.Add(409, []byte(`{"error":{"code":"fenced","message":"enrolled again"}}`))
 	f.Add(502, []byte(`<html>bad gateway</html>`))
 	f.Add(200, []byte(`{"kind":"invoke","invoke":{}}`+"\n"+`{"kind":"prepare_artifact","prepare_artifact":{"name":"a"}}`))
+	// A binary invoke frame (nodeproto/invokebin.go) between JSON lines.
+	f.Add(200, append(nodeproto.AppendInvokeFrame([]byte(`{"kind":"keep_alive"}`+"\n"), 1,
+		&nodeproto.InvokeCommand{CallID: "c", Rendezvous: "rv", URL: "u", Body: []byte("a\nb")}), `{"kind":"keep_alive"}`+"\n"...))
 	var answer atomic.Value
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a := answer.Load().([2]any)

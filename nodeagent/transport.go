@@ -191,6 +191,8 @@ func (t *HTTPTransport) Session(ctx context.Context, nodeID, sessionToken string
 	if err != nil {
 		return err
 	}
+	// Invokes may come as binary frames (nodeproto/invokebin.go).
+	req.Header.Set(nodeproto.HeaderSessionBinary, nodeproto.SessionBinaryInvoke)
 	resp, err := t.client.Do(req)
 	if err != nil {
 		return failure.Unavailable("open session with %s: %v", t.base, err)
@@ -211,20 +213,20 @@ func (t *HTTPTransport) Session(ctx context.Context, nodeID, sessionToken string
 	}
 	scanner := bufio.NewScanner(resp.Body)
 	scanner.Buffer(make([]byte, 64<<10), 16<<20)
+	scanner.Split(splitSession)
 	for scanner.Scan() {
 		select {
 		case alive <- struct{}{}:
 		default:
 		}
-		line := bytes.TrimSpace(scanner.Bytes())
-		if len(line) == 0 {
-			continue
-		}
-		if bytes.Equal(line, keepAliveJSON) {
-			continue // most of what an idle stream carries: not decoded
-		}
 		var cmd nodeproto.Command
-		if err := json.Unmarshal(line, &cmd); err != nil {
+		if frame := scanner.Bytes(); len(frame) > 0 && frame[0] == nodeproto.SessionBinaryMarker {
+			if cmd, err = nodeproto.DecodeInvokeFrame(frame); err != nil {
+				return fmt.Errorf("session stream: %w", err)
+			}
+		} else if line := bytes.TrimSpace(frame); len(line) == 0 || bytes.Equal(line, keepAliveJSON) {
+			continue // most of what an idle stream carries: not decoded
+		} else if err := json.Unmarshal(line, &cmd); err != nil {
 			return fmt.Errorf("session stream: malformed command: %w", err)
 		}
 		if cmd.Kind == nodeproto.KindKeepAlive {
@@ -240,6 +242,26 @@ func (t *HTTPTransport) Session(ctx context.Context, nodeID, sessionToken string
 		return failure.Unavailable("session stream from %s: %v", t.base, err)
 	}
 	return failure.Unavailable("session stream from %s ended", t.base)
+}
+
+// splitSession splits a session stream into its commands: JSON lines, and
+// binary invoke frames (nodeproto.SessionBinaryMarker, a length, the
+// payload; nodeproto/invokebin.go), which may hold any byte, newlines
+// included.
+func splitSession(data []byte, atEOF bool) (int, []byte, error) {
+	if len(data) == 0 || data[0] != nodeproto.SessionBinaryMarker {
+		return bufio.ScanLines(data, atEOF)
+	}
+	n, err := nodeproto.InvokeFrameLen(data)
+	switch {
+	case err != nil:
+		return 0, nil, err
+	case n > 0 && n <= len(data):
+		return n, data[:n], nil
+	case atEOF:
+		return 0, nil, fmt.Errorf("session stream: %w: cut off", nodeproto.ErrInvokeFrame)
+	}
+	return 0, nil, nil // more bytes needed
 }
 
 func (t *HTTPTransport) request(ctx context.Context, path, nodeID, token string, body any) (*http.Request, error) {

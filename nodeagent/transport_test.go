@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -116,4 +117,41 @@ func TestEventBodySplitsOversizedBatches(t *testing.T) {
 		t.Fatalf("body of %d bytes with %d of %d events; want a prefix within %d bytes", len(body), len(batch.Events), len(events), nodeproto.MaxEventBody)
 	}
 	t.Logf("a batch of %d events of 64 KiB was cut to %d (%d bytes)", len(events), len(batch.Events), len(body))
+}
+
+// TestSessionReadsBinaryInvokes: the agent asks for binary invokes, and
+// reads them between JSON lines, whatever bytes they hold (a newline in
+// the body, a frame split across writes).
+func TestSessionReadsBinaryInvokes(t *testing.T) {
+	inv := &nodeproto.InvokeCommand{CallID: "call-1", Rendezvous: "rv-1", URL: "https://cp", Body: []byte("{\n}\n"), BodyInline: true,
+		Header: map[string][]string{"Content-Type": {"application/json"}}, ContentLength: 4, AnswerStream: true,
+		Function: &nodeproto.FunctionSpec{ID: "fn", Image: "img@sha256:x", Config: map[string]string{"K": "v"}}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(nodeproto.HeaderSessionBinary) != nodeproto.SessionBinaryInvoke {
+			http.Error(w, "the agent did not ask for binary invokes", http.StatusBadRequest)
+			return
+		}
+		frame := nodeproto.AppendInvokeFrame(nil, 3, inv)
+		w.WriteHeader(http.StatusOK)
+		w.Write([]byte(`{"kind":"keep_alive"}` + "\n"))
+		w.Write(frame[:3])
+		w.(http.Flusher).Flush()
+		w.Write(frame[3:])
+		w.Write([]byte(`{"kind":"stop_workload","operation_id":"op","stop_workload":{"run_id":"r","attempt":1}}` + "\n"))
+	}))
+	defer srv.Close()
+	commands := make(chan nodeproto.Command, 4)
+	err := NewHTTPTransport(srv.URL, nil).Session(context.Background(), "n1", "tok", commands)
+	if !errors.Is(err, failure.ErrUnavailable) {
+		t.Fatalf("the stream's end: %v", err)
+	}
+	close(commands)
+	var got []nodeproto.Command
+	for c := range commands {
+		got = append(got, c)
+	}
+	if len(got) != 2 || got[0].Kind != nodeproto.KindInvoke || got[0].FencingToken != 3 || !reflect.DeepEqual(got[0].Invoke, inv) ||
+		got[1].Kind != nodeproto.KindStopWorkload {
+		t.Fatalf("commands %+v", got)
+	}
 }

@@ -21,6 +21,9 @@ import "time"
 //	                              as the trailers HeaderCallError and
 //	                              HeaderCallMessage
 //	POST PathCalls+ID+"/log"      the call's output, when Logs asks for it
+//	POST PathCallAnswers          whole answers of many calls, as frames on
+//	                              one long request, in place of …/response
+//	                              (callanswers.go)
 //
 // Every one is authenticated like the rest of the node protocol (session
 // credential and HeaderNodeID), and ID is the command's Rendezvous, not the
@@ -86,6 +89,11 @@ type InvokeCommand struct {
 	// Logs asks for the call's output with POST PathCalls+ID+"/log" after
 	// the response (durable calls keep it).
 	Logs bool `json:"logs,omitempty"`
+	// AnswerStream says the replica at URL takes this call's whole answer
+	// as a frame on its call answers stream (PathCallAnswers,
+	// callanswers.go) instead of a POST of its own. An agent that predates
+	// it ignores it and posts, which the replica still takes.
+	AnswerStream bool `json:"answer_stream,omitempty"`
 }
 
 // PathCallLogs is where an agent answers a CallLogCommand; the command's

@@ -203,6 +203,7 @@ func (s *Service) attempt(ctx context.Context, c *fnCall, n scheduler.FunctionNo
 	cmd := nodeproto.InvokeCommand{
 		CallID: c.id, Rendezvous: httpapi.NewID("rv-"), URL: s.replicaURL(), Function: &spec,
 		Header: c.header, ContentLength: c.length, Timeout: remaining, NoWait: !last, Logs: c.logs,
+		AnswerStream: true, // answers.go
 	}
 	rv := &rendezvous{id: cmd.Rendezvous, nodeID: n.ID, answered: make(chan struct{}), logs: make(chan string, 1)}
 	switch {

@@ -1,6 +1,7 @@
 package function
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/callstream"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeproto"
@@ -197,4 +199,25 @@ func (s *Service) callLog(w http.ResponseWriter, r *http.Request, c httpapi.Node
 	default:
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// callAnswers takes a node's call answers stream (package callstream):
+// each frame is delivered to its rendezvous as a POST to …/response
+// would be; one for a rendezvous that is unknown, over, or another
+// node's is dropped, as a late POST is answered 410.
+func (s *Service) callAnswers(w http.ResponseWriter, r *http.Request, c httpapi.NodeCaller) {
+	callstream.Serve(w, r, s.log, c.NodeID, func(f nodeproto.CallAnswer) {
+		v, ok := s.rvs.Load(f.Rendezvous)
+		if !ok || v.(*rendezvous).nodeID != c.NodeID {
+			return
+		}
+		rv := v.(*rendezvous)
+		rv.fetched.Store(true)
+		a := &callAnswer{kind: f.ErrorKind, message: f.ErrorMessage}
+		if f.ErrorKind == "" { // the agent's engine names headers canonically, as a POST's would be
+			a = &callAnswer{status: f.Status, header: f.Header, length: int64(len(f.Body)), body: bytes.NewReader(f.Body),
+				trailer: http.Header(nil).Clone, done: make(chan error, 1)}
+		}
+		rv.deliver(a)
+	})
 }

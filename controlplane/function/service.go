@@ -168,5 +168,6 @@ func (s *Service) NodeRoutes() []httpapi.NodeRoute {
 		{Pattern: "POST " + nodeproto.PathCalls + "{id}/response", Handler: s.callResponse},
 		{Pattern: "POST " + nodeproto.PathCalls + "{id}/log", Handler: s.callLog},
 		{Pattern: "POST " + nodeproto.PathCallLogs + "{id}", Handler: s.callLogAnswer},
+		{Pattern: "POST " + nodeproto.PathCallAnswers, Handler: s.callAnswers},
 	}
 }

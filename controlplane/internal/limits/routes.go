@@ -24,6 +24,11 @@ var (
 	// Session: a node's session stream, a few at once while a reconnect
 	// overlaps the stream the server has not noticed is dead.
 	Session = Class{Name: "session stream", Body: httpapi.MaxBody, Stream: true, PerCaller: SessionsPerNode}
+	// CallAnswers: a node's call answers stream (nodeproto.PathCallAnswers),
+	// a long request body of whole function answers, which its handler
+	// reads under an idle deadline of its own (package callstream);
+	// counted with the node's session streams.
+	CallAnswers = Class{Name: "call answers stream", Body: Unbounded, Stream: true, PerCaller: SessionsPerNode}
 	// NodeEvents and NodeLogs: a node's posts, limited per node and by the
 	// node body budget.
 	NodeEvents = Class{Name: "node events", Body: nodeproto.MaxEventBody, NodeBulk: true}
@@ -62,6 +67,7 @@ var classes = map[string]Class{
 	"POST " + nodeproto.PathCalls + "{id}/response": Upload,
 	"POST " + nodeproto.PathCalls + "{id}/log":      Handled,
 	"POST " + nodeproto.PathCallLogs + "{id}":       Handled,
+	"POST " + nodeproto.PathCallAnswers:             CallAnswers,
 }
 
 // Of is the class of the route with ServeMux pattern p: API unless the

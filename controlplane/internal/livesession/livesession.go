@@ -26,6 +26,10 @@ type Session struct {
 	// Commands is what the stream sends besides operations.
 	Commands chan *nodeproto.Command
 	done     chan struct{}
+	// binary: the agent reads invokes as binary frames
+	// (nodeproto.HeaderSessionBinary, nodeproto/invokebin.go).
+	binary bool
+	frame  []byte // reused for them
 }
 
 // Registry is the latest session of each node held here. The zero value
@@ -42,7 +46,8 @@ type Registry struct {
 // to write, and a call in flight on a dead node must fail promptly.
 func (l *Registry) Attach(nodeID string, fencing uint64, r *http.Request) *Session {
 	io.Copy(io.Discard, io.LimitReader(r.Body, httpapi.MaxBody))
-	ls := &Session{nodeID: nodeID, fencing: fencing, Commands: make(chan *nodeproto.Command, 1024), done: make(chan struct{})}
+	ls := &Session{nodeID: nodeID, fencing: fencing, Commands: make(chan *nodeproto.Command, 1024), done: make(chan struct{}),
+		binary: r.Header.Get(nodeproto.HeaderSessionBinary) == nodeproto.SessionBinaryInvoke}
 	l.mu.Lock()
 	if l.sessions == nil {
 		l.sessions = map[string]*Session{}
@@ -87,11 +92,19 @@ func (l *Registry) Send(nodeID string, cmd nodeproto.Command) (lost <-chan struc
 	}
 }
 
-// Forward writes cmd to the session stream, with every other command
-// already queued, and flushes once.
-func (ls *Session) Forward(enc *json.Encoder, f http.Flusher, cmd *nodeproto.Command) error {
+// Forward writes cmd to the session stream w, with every other command
+// already queued, and flushes once. Invokes go as binary frames to an
+// agent that reads them, as JSON (enc, which writes to w) otherwise.
+func (ls *Session) Forward(w io.Writer, enc *json.Encoder, f http.Flusher, cmd *nodeproto.Command) error {
 	for {
-		if err := enc.Encode(cmd); err != nil {
+		var err error
+		if ls.binary && cmd.Kind == nodeproto.KindInvoke && cmd.Invoke != nil {
+			ls.frame = nodeproto.AppendInvokeFrame(ls.frame[:0], cmd.FencingToken, cmd.Invoke)
+			_, err = w.Write(ls.frame)
+		} else {
+			err = enc.Encode(cmd)
+		}
+		if err != nil {
 			return err
 		}
 		select {

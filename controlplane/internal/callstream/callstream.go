@@ -1,0 +1,78 @@
+// Package callstream serves a node's call answers stream
+// (nodeproto.PathCallAnswers): whole function answers, as binary frames on
+// one long request, in place of a POST to a call's …/response each. It
+// answers the request's head at once, so the agent knows the stream is
+// taken before it sends on it, then reads frames until the body ends (or
+// the server shuts down) and hands each to the caller's deliver, which
+// meets it with its rendezvous (package controlplane/function). A frame
+// carries a whole answer (the agent holds one until it is whole), so
+// delivering it never waits on a caller: a slow caller holds up no other
+// call's answer. Only package controlplane/function uses it; it is apart
+// to keep that package within its size.
+package callstream
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/mercator/mercator/nodeproto"
+)
+
+// Serve reads node's call answers stream from r until it ends, calling
+// deliver with each frame's answer. The answer's Body is the answer's own
+// (not the stream's buffer, which the next frame reuses). A malformed
+// frame ends the stream (the agent posts its next answers until it opens
+// another), with a warning naming the node.
+func Serve(w http.ResponseWriter, r *http.Request, log *slog.Logger, node string, deliver func(nodeproto.CallAnswer)) {
+	rc := http.NewResponseController(w)
+	// The head goes out while the body is still to be read.
+	_ = rc.EnableFullDuplex()
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	// A stream ends with its agent (the body's end) or with this
+	// replica's shutdown (the request's context).
+	stop := context.AfterFunc(r.Context(), func() { r.Body.Close() })
+	defer stop()
+	// Idle streams are the agent's to end (after 15 s); one silent for
+	// Idle is taken for dead, whatever the server's ReadTimeout, which
+	// bounded the request's head.
+	br := bufio.NewReaderSize(idleReader{r.Body, rc}, 64<<10)
+	var buf []byte
+	for {
+		var a nodeproto.CallAnswer
+		var err error
+		a, buf, err = nodeproto.ReadCallAnswer(br, buf)
+		if err != nil {
+			if errors.Is(err, nodeproto.ErrCallAnswerFrame) {
+				log.Warn("call answers stream: malformed frame; closing the stream", "node", node, "err", err)
+			}
+			return
+		}
+		a.Body = bytes.Clone(a.Body)
+		deliver(a)
+	}
+}
+
+// Idle is how long a call answers stream may carry nothing before it is
+// ended: well past the agent's own idle end of it.
+const Idle = 2 * time.Minute
+
+// idleReader reads the stream's body under a deadline of Idle from each
+// read.
+type idleReader struct {
+	body io.Reader
+	rc   *http.ResponseController
+}
+
+func (r idleReader) Read(p []byte) (int, error) {
+	_ = r.rc.SetReadDeadline(time.Now().Add(Idle))
+	return r.body.Read(p)
+}

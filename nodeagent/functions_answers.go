@@ -1,0 +1,212 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mercator/mercator/nodeproto"
+)
+
+// The call answers stream (nodeproto.PathCallAnswers): whole answers to
+// calls whose command allows it (InvokeCommand.AnswerStream) go as frames
+// on one long request to the replica at the command's URL, instead of a
+// POST each. A stream is opened on the first such call and is used only
+// once the control plane answered its head; until then, and whenever it
+// is broken, answers are posted as before. Frames of concurrent calls
+// queued while one write is under way go together in the next, one TLS
+// record for several answers. A stream idle for answersIdle is ended (the
+// control plane takes one silent for callstream.Idle, 2 min, for dead), and
+// opened again by the next call.
+
+const (
+	// answersIdle ends a stream that carried nothing for that long.
+	answersIdle = 15 * time.Second
+	// answersOpen bounds the wait for the stream's head.
+	answersOpen = 5 * time.Second
+	// answersRetry is how long after a stream could not be opened the
+	// agent posts answers before it tries again.
+	answersRetry = 30 * time.Second
+)
+
+var errAnswersOpen = errors.New("the control plane did not answer the call answers stream's head in time")
+
+// answerStream is one call answers stream to one replica.
+type answerStream struct {
+	mu      sync.Mutex
+	ready   bool      // the control plane answered the head
+	broken  bool      // ended or failed: answers are posted
+	retryAt time.Time // when broken, when a new one may be opened
+	pending []byte    // frames waiting for the writer
+	last    time.Time // when a frame was last queued
+	wake    chan struct{}
+	opened  chan struct{} // closed once the head came back, or the open failed
+	pw      *io.PipeWriter
+}
+
+// answerStreamFor is the stream to url, opening one when there is none
+// (or the last broke and its retry time has come); nil while none is
+// ready to carry frames.
+func (f *agentFunctions) answerStreamFor(ctx context.Context, a *Agent, url string) *answerStream {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := f.answers[url]
+	if st != nil {
+		st.mu.Lock()
+		ready, broken, retryAt := st.ready, st.broken, st.retryAt
+		st.mu.Unlock()
+		switch {
+		case ready && !broken:
+			return st
+		case !broken || a.now().Before(retryAt):
+			return nil // opening, or failed a moment ago
+		}
+	}
+	if f.answers == nil {
+		f.answers = map[string]*answerStream{}
+	}
+	st = &answerStream{wake: make(chan struct{}, 1), opened: make(chan struct{})}
+	f.answers[url] = st
+	go f.runAnswerStream(ctx, a, url, st)
+	return nil
+}
+
+// answerOnStream queues ans as a frame on the call answers stream to
+// inv's replica when the command allows it and a stream is ready; false
+// when the caller must post it instead.
+func (f *agentFunctions) answerOnStream(ctx context.Context, a *Agent, inv nodeproto.InvokeCommand, ans nodeproto.CallAnswer) bool {
+	if !inv.AnswerStream || !nodeproto.FramableHeader(ans.Header) {
+		return false
+	}
+	st := f.answerStreamFor(ctx, a, inv.URL)
+	if st == nil {
+		return false
+	}
+	ans.Rendezvous = inv.Rendezvous
+	return st.send(ans, a.now())
+}
+
+// send queues ans's frame on the stream, encoded straight into what the
+// writer takes next; false when the stream is broken or the frame would be
+// over nodeproto.MaxCallAnswerFrame (the caller posts the answer instead).
+func (st *answerStream) send(ans nodeproto.CallAnswer, now time.Time) bool {
+	st.mu.Lock()
+	if st.broken {
+		st.mu.Unlock()
+		return false
+	}
+	start := len(st.pending)
+	st.pending = nodeproto.AppendCallAnswer(st.pending, ans)
+	if len(st.pending)-start > nodeproto.MaxCallAnswerFrame {
+		st.pending = st.pending[:start]
+		st.mu.Unlock()
+		return false
+	}
+	st.last = now
+	st.mu.Unlock()
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// fail marks the stream broken; a new one may be opened after retry.
+func (st *answerStream) fail(now time.Time, retry time.Duration) {
+	st.mu.Lock()
+	st.broken, st.retryAt = true, now.Add(retry)
+	st.mu.Unlock()
+}
+
+// runAnswerStream opens the stream to url and writes what is queued until
+// it breaks or stays idle for answersIdle.
+func (f *agentFunctions) runAnswerStream(ctx context.Context, a *Agent, url string, st *answerStream) {
+	pr, pw := io.Pipe()
+	st.pw = pw
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(url, "/")+nodeproto.PathCallAnswers, pr)
+	if err != nil {
+		st.fail(a.now(), answersRetry)
+		close(st.opened)
+		return
+	}
+	nodeID, tok := a.creds()
+	req.Header.Set(nodeproto.HeaderNodeID, nodeID)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("User-Agent", "mercator-agent")
+	req.Header.Set("Content-Type", "application/octet-stream")
+	// A refusal (an older control plane's 404, a limit's 429) is written
+	// only after the server tried to read the body, which never ends: the
+	// head must come back within answersOpen, or the open is given up.
+	giveUp := time.AfterFunc(answersOpen, func() { pw.CloseWithError(errAnswersOpen) })
+	resp, err := f.client.Do(req)
+	if giveUp.Stop() && err == nil && resp.StatusCode == http.StatusOK {
+		// taken: fall through
+	} else if err == nil && resp.StatusCode == http.StatusOK {
+		resp.Body.Close() // given up at the very moment the head came
+		err = errAnswersOpen
+	}
+	if err != nil || resp.StatusCode != http.StatusOK {
+		if err == nil {
+			a.logger.Debug("call answers stream refused; posting answers", "url", url, "status", resp.Status)
+			resp.Body.Close()
+		} else {
+			a.logger.Debug("call answers stream", "url", url, "err", err)
+		}
+		st.fail(a.now(), answersRetry)
+		close(st.opened)
+		pr.CloseWithError(io.ErrClosedPipe)
+		return
+	}
+	// The control plane ends its answer only when it stops reading.
+	ended := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		close(ended)
+	}()
+	st.mu.Lock()
+	st.ready, st.last = true, a.now()
+	st.mu.Unlock()
+	close(st.opened)
+	idle := time.NewTimer(answersIdle)
+	defer idle.Stop()
+	var spare []byte
+	for {
+		select {
+		case <-st.wake:
+		case <-idle.C:
+		case <-ended:
+			st.fail(a.now(), 0)
+			pr.CloseWithError(io.ErrClosedPipe)
+			return
+		case <-ctx.Done():
+			st.fail(a.now(), 0)
+			pw.CloseWithError(ctx.Err())
+			return
+		}
+		st.mu.Lock()
+		out := st.pending
+		st.pending = spare[:0]
+		if len(out) == 0 && a.now().Sub(st.last) >= answersIdle {
+			st.broken = true // the next call opens another
+			st.mu.Unlock()
+			pw.Close()
+			<-ended
+			return
+		}
+		st.mu.Unlock()
+		if len(out) > 0 {
+			if _, err := pw.Write(out); err != nil {
+				a.logger.Debug("call answers stream broke", "url", url, "err", err)
+				st.fail(a.now(), 0)
+				return
+			}
+		}
+		spare = out
+		idle.Reset(answersIdle)
+	}
+}

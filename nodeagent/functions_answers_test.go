@@ -1,0 +1,127 @@
+package nodeagent
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"sync/atomic"
+	"testing"
+
+	"github.com/mercator/mercator/nodeproto"
+)
+
+// answersTestAgent is an agent with a Functions side (no engine: these
+// tests drive its answers alone) whose session credential is set.
+func answersTestAgent(t *testing.T) *Agent {
+	t.Helper()
+	state, err := OpenState(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := state.Enrolled("n1", nodeproto.Enrollment{NodeID: "n1", SessionToken: "tok", FencingToken: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return New(Identity{NodeID: "n1"}, nil, nil, state, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		WithFunctions(nil, FunctionShare{}))
+}
+
+// TestAnswersRideTheStream: with the command allowing it, whole answers
+// go as frames on one stream to the command's replica, authenticated as
+// the node, once the replica answered the stream's head; before that,
+// and for a command that does not allow it, the answer is posted.
+func TestAnswersRideTheStream(t *testing.T) {
+	frames := make(chan nodeproto.CallAnswer, 4)
+	var opens atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != nodeproto.PathCallAnswers || r.Header.Get(nodeproto.HeaderNodeID) != "n1" || r.Header.Get("Authorization") != "Bearer tok" {
+			http.Error(w, "unexpected "+r.URL.Path, http.StatusBadRequest)
+			return
+		}
+		opens.Add(1)
+		rc := http.NewResponseController(w)
+		_ = rc.EnableFullDuplex()
+		w.WriteHeader(http.StatusOK)
+		_ = rc.Flush()
+		br := bufio.NewReader(r.Body)
+		var buf []byte
+		for {
+			a, next, err := nodeproto.ReadCallAnswer(br, buf)
+			if err != nil {
+				return
+			}
+			buf = next
+			a.Body = append([]byte(nil), a.Body...)
+			frames <- a
+		}
+	}))
+	defer srv.Close()
+	a := answersTestAgent(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := a.functions
+	inv := nodeproto.InvokeCommand{Rendezvous: "rv-1", URL: srv.URL, AnswerStream: true}
+	ok := nodeproto.CallAnswer{Status: 201, Header: map[string][]string{"Content-Type": {"text/plain"}}, Body: []byte("made")}
+
+	if f.answerOnStream(ctx, a, nodeproto.InvokeCommand{Rendezvous: "rv-0", URL: srv.URL}, ok) {
+		t.Fatal("a command without AnswerStream rode the stream")
+	}
+	if f.answerOnStream(ctx, a, inv, ok) {
+		t.Fatal("an answer rode a stream whose head had not come back")
+	}
+	<-f.answers[srv.URL].opened
+	if !f.answerOnStream(ctx, a, inv, ok) {
+		t.Fatal("an answer was not taken by the open stream")
+	}
+	inv.Rendezvous = "rv-2"
+	if !f.answerOnStream(ctx, a, inv, nodeproto.CallAnswer{ErrorKind: "busy", ErrorMessage: "no container free"}) {
+		t.Fatal("an error was not taken by the open stream")
+	}
+	bad := nodeproto.CallAnswer{Status: 200, Header: map[string][]string{"X": {"a\nb"}}}
+	if f.answerOnStream(ctx, a, inv, bad) {
+		t.Fatal("a header no frame may carry rode the stream (it would end it)")
+	}
+	want := ok
+	want.Rendezvous = "rv-1"
+	if got := <-frames; !reflect.DeepEqual(got, want) {
+		t.Fatalf("first frame %+v, want %+v", got, want)
+	}
+	if got := <-frames; got.Rendezvous != "rv-2" || got.ErrorKind != "busy" || got.ErrorMessage != "no container free" {
+		t.Fatalf("second frame %+v", got)
+	}
+	if n := opens.Load(); n != 1 {
+		t.Fatalf("%d streams opened, want 1", n)
+	}
+}
+
+// TestAnswersPostedToAnOlderControlPlane: a replica that does not serve
+// the stream (404) gets posts, and is not asked again at every call.
+func TestAnswersPostedToAnOlderControlPlane(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	a := answersTestAgent(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := a.functions
+	inv := nodeproto.InvokeCommand{Rendezvous: "rv-1", URL: srv.URL, AnswerStream: true}
+	ans := nodeproto.CallAnswer{Status: 200}
+	if f.answerOnStream(ctx, a, inv, ans) {
+		t.Fatal("an answer rode a stream still opening")
+	}
+	<-f.answers[srv.URL].opened
+	for i := 0; i < 5; i++ {
+		if f.answerOnStream(ctx, a, inv, ans) {
+			t.Fatal("an answer rode a refused stream")
+		}
+	}
+	if n := hits.Load(); n != 1 {
+		t.Fatalf("the refusing replica was asked %d times, want once until answersRetry", n)
+	}
+}
