@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/fnheader"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/nodeproto"
 
@@ -339,48 +340,6 @@ func (s *Service) relay(c *fnCall, rv *rendezvous) callOutcome {
 
 // Invoke.
 
-// hopByHop are headers of one connection, never passed on.
-var hopByHop = map[string]bool{"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
-	"Proxy-Connection": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true}
-
-// invokeHeader is the request's headers as a function invoked by ID sees
-// them: as sent, less hop-by-hop headers, Host, Content-Length, and
-// Authorization, which carries Mercator's credential.
-func invokeHeader(r *http.Request) http.Header {
-	h := http.Header{}
-	for k, vs := range r.Header {
-		if hopByHop[k] || k == "Authorization" || k == "Content-Length" || k == "Host" {
-			continue
-		}
-		h[k] = vs
-	}
-	return h
-}
-
-// triggerHeader is Fn's HTTP-trigger mapping: the client's headers as
-// Fn-Http-H-*, the method, the full URL and Fn-Intent, plus Content-Type
-// as it is (FDKs read it for the body).
-func triggerHeader(r *http.Request) http.Header {
-	h := http.Header{}
-	for k, vs := range r.Header {
-		if hopByHop[k] || k == "Authorization" || k == "Content-Length" || k == "Host" {
-			continue
-		}
-		h["Fn-Http-H-"+k] = vs
-	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		h.Set("Content-Type", ct)
-	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	h.Set("Fn-Http-Method", r.Method)
-	h.Set("Fn-Http-Request-Url", scheme+"://"+r.Host+r.URL.RequestURI())
-	h.Set("Fn-Intent", "httprequest")
-	return h
-}
-
 // callStatus is the status and Fn's message for a call that ended with
 // kind before its response began.
 func callStatus(kind string) (int, string) {
@@ -424,10 +383,10 @@ func (s *Service) fnInvoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if strings.EqualFold(r.Header.Get("Fn-Invoke-Type"), "detached") {
-		s.enqueue(w, r, e, invokeHeader(r))
+		s.enqueue(w, r, e, fnheader.Invoke(r))
 		return
 	}
-	s.invokeSync(w, r, e, invokeHeader(r))
+	s.invokeSync(w, r, e, fnheader.Invoke(r))
 }
 
 // lookupInvoked is the function /invoke/{fn_id} names, refused to an
@@ -451,7 +410,7 @@ func (s *Service) fnInvokeAsync(w http.ResponseWriter, r *http.Request) {
 		s.fnFail(w, err)
 		return
 	}
-	s.enqueue(w, r, e, invokeHeader(r))
+	s.enqueue(w, r, e, fnheader.Invoke(r))
 }
 
 // fnTrigger serves /t/{app_name}/{source...}: the app's HTTP trigger of
@@ -469,10 +428,10 @@ func (s *Service) fnTrigger(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if strings.EqualFold(r.Header.Get("Fn-Invoke-Type"), "detached") {
-		s.enqueue(w, r, e, triggerHeader(r))
+		s.enqueue(w, r, e, fnheader.Trigger(r))
 		return
 	}
-	s.invokeSync(w, r, e, triggerHeader(r))
+	s.invokeSync(w, r, e, fnheader.Trigger(r))
 }
 
 // callerDeadline is the call's deadline: the function's timeout from the
