@@ -197,6 +197,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 	for _, chunk := range gang.Chunks(plan.Placements, s.placeChunk()) { // a gang's members in one chunk
 		n, tooOld, err := s.commitPlacements(ctx, chunk, pending)
 		placed += n
+		s.metrics.Placements.Add(float64(n)) // as each chunk commits: a long pass's first placements show at once
 		if err != nil {
 			return err
 		}
@@ -206,7 +207,6 @@ func (s *Server) reconcile(ctx context.Context) error {
 		return err
 	}
 	s.noteQueue(plan.Waiting, plan.Order, pending) // runs_queue.go
-	s.metrics.Placements.Add(float64(placed))
 	s.metrics.Pending.Set(float64(len(plan.Waiting)))
 	if placed > 0 {
 		s.log.Info("placed runs", "count", placed, "waiting", len(plan.Waiting))
