@@ -159,15 +159,7 @@ func (t *txn) CreateRuns(runs []store.Run) error {
 		}
 		delete(created, id) // a repeat later in the batch was not created
 	}
-	if len(index[0]) > 0 {
-		if _, err := t.exec("index", "run", index[0][0], `INSERT INTO run_nodes (run_id, node_id) SELECT * FROM unnest($1::text[], $2::text[])`, index[0], index[1]); err != nil {
-			return err
-		}
-	}
-	for _, r := range runs {
-		t.noteRunNodes(r.ID, record.NodeIDs(r))
-	}
-	return nil
+	return t.indexRuns(runs, index)
 }
 
 func (t *txn) PutRuns(runs []store.Run) error {
@@ -227,6 +219,12 @@ func (t *txn) PutRuns(runs []store.Run) error {
 			return err
 		}
 	}
+	return t.indexRuns(runs, add)
+}
+
+// indexRuns inserts the (run, node) pairs of add into run_nodes in one
+// statement and notes each run's nodes as now indexed (txn.runNodes).
+func (t *txn) indexRuns(runs []store.Run, add [2][]string) error {
 	if len(add[0]) > 0 {
 		if _, err := t.exec("index", "run", add[0][0], `INSERT INTO run_nodes (run_id, node_id) SELECT * FROM unnest($1::text[], $2::text[])`, add[0], add[1]); err != nil {
 			return err
