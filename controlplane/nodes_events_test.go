@@ -138,3 +138,69 @@ func TestEventBatchReadsInBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEventBatchesOfAGroupReadTogether: the batches of several nodes
+// committed in one transaction (shareEvents, the group commit's Share)
+// check their events a node each but read all their runs in one batch and
+// write them back in one, and each batch is applied as if alone.
+func TestEventBatchesOfAGroupReadTogether(t *testing.T) {
+	f := newProtoFixture(t)
+	counter := &readCounter{Store: f.st, counts: map[string]int{}}
+	ctx := context.Background()
+	now := f.clock.Now()
+	code := 0
+	var needs []any
+	if err := f.st.Update(ctx, func(tx store.Tx) error {
+		for _, node := range []string{"n1", "n2", "n3"} {
+			run := store.Run{Run: api.Run{ID: "run-" + node, Status: api.RunRunning, CreatedAt: now,
+				Attempts: []api.Attempt{{Number: 1, NodeID: node, Status: api.AttemptRunning, PlacedAt: now}}}}
+			if err := tx.CreateRun(run); err != nil {
+				return err
+			}
+			need, err := newEventNeed(node, []nodeproto.Event{{ID: "inc-0000000000000001", Kind: nodeproto.EventWorkload,
+				Workload: &nodeproto.WorkloadObservation{WorkloadKey: nodeproto.WorkloadKey{RunID: run.ID, Attempt: 1},
+					Phase: nodeproto.PhaseExited, ExitCode: &code, StartedAt: &now, FinishedAt: &now}}}, now)
+			if err != nil {
+				return err
+			}
+			needs = append(needs, need)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := counter.UpdateLocked(ctx, func(tx store.Tx) error {
+		shared, finish, err := shareEvents(tx, needs)
+		if err != nil {
+			return err
+		}
+		for _, v := range needs {
+			need := v.(*eventNeed)
+			if !need.fresh[0] {
+				t.Errorf("node %s's event was not fresh", need.nodeID)
+			}
+			if _, _, err := f.srv.reports().Event(shared, need.nodeID, need.events[0], nil); err != nil {
+				return err
+			}
+		}
+		return finish()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"SeeEvents": 3, "GetRuns": 1, "PutRuns": 1, "GetRun": 0, "PutRun": 0}
+	for what, n := range want {
+		if counter.counts[what] != n {
+			t.Errorf("%s called %d times for 3 nodes' batches, want %d (all: %v)", what, counter.counts[what], n, counter.counts)
+		}
+	}
+	if err := f.st.View(ctx, func(tx store.Tx) error {
+		for _, node := range []string{"n1", "n2", "n3"} {
+			if r, err := tx.GetRun("run-" + node); err != nil || r.Status != api.RunSucceeded {
+				t.Errorf("run-%s: %s, %v; want succeeded", node, r.Status, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

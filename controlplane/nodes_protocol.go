@@ -129,6 +129,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 		httpapi.WriteJSON(w, http.StatusOK, nodeproto.EventAck{Accepted: []string{}})
 		return
 	}
+	need, err := newEventNeed(c.NodeID, batch.Events, s.now())
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
 	accepted := make([]string, 0, len(batch.Events))
 	changedRuns := false
 	applied := 0
@@ -136,14 +141,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 	var found []factcheck.Outcome
 	// Locked (store.UpdateLocked): applying events reads the node, the
 	// events' runs and operations by key and writes them back; whether an
-	// event is fresh is decided by SeeEvent's insert, not by a read. A
+	// event is fresh is decided by SeeEvents' insert, not by a read. A
 	// batch whose facts name GPUs also reads the fleet (factcheck.Apply),
-	// and is committed through store.Update instead.
-	commit := s.batchLocked
-	if factcheck.ClaimsGPUs(batch) {
-		commit = s.batch
-	}
-	err := commit(r.Context(), func(tx store.Tx) error {
+	// and is committed through store.Update instead. The batch's reads
+	// are made together with those of the batches committed with it
+	// (shareEvents), and tx is what they were read into.
+	locked := !factcheck.ClaimsGPUs(batch)
+	err = s.commits.UpdateWith(r.Context(), need, locked, func(tx store.Tx) error {
 		accepted, changedRuns, applied, ended, found = accepted[:0], false, 0, ended[:0], found[:0]
 		// Fenced again in the transaction that applies the events (with
 		// the cached token when fresh, see nodes_auth.go), so a batch
@@ -156,19 +160,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 		if fence > c.Session.FencingToken {
 			return fencedError(c.NodeID, fence, c.Session.FencingToken)
 		}
-		// The batch's reads and writes are set-based: which events are
-		// fresh, the runs and operations they name, and the writes back,
-		// one statement each on PostgreSQL whatever the batch's size
-		// (prefetch), where a statement per event was a round trip per
-		// event.
-		memo := txrecord.NewMemo(tx)
-		fresh, err := prefetch(memo, c.NodeID, batch.Events, s.now())
-		if err != nil {
-			return err
-		}
-		tx = memo
 		for i, ev := range batch.Events {
-			if fresh[i] {
+			if need.fresh[i] {
 				applied++
 				changed, end, err := s.reports().Event(tx, c.NodeID, ev, &found)
 				if end != "" {
@@ -181,10 +174,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 			}
 			accepted = append(accepted, ev.ID)
 		}
-		if err := s.watermarks.Advance(tx, c.NodeID, batch.Through); err != nil { // why: retention/watermark.go
-			return err
-		}
-		return memo.Flush()
+		return s.watermarks.Advance(tx, c.NodeID, batch.Through) // why: retention/watermark.go
 	})
 	if err != nil {
 		httpapi.WriteError(w, err)
@@ -204,11 +194,19 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, c httpapi.NodeCa
 	httpapi.WriteJSON(w, http.StatusOK, nodeproto.EventAck{Accepted: accepted})
 }
 
-// prefetch records which of a node's events are fresh (store.Tx.SeeEvents)
-// and loads, locked in ID order, the runs and operations the fresh ones
-// name into memo, one batch each, so that applying them reads nothing
-// more. It refuses an event without an ID.
-func prefetch(memo *txrecord.Memo, nodeID string, events []nodeproto.Event, now time.Time) ([]bool, error) {
+// eventNeed is what applying one node's event batch reads: which of its
+// events are fresh (fresh, filled in by shareEvents) and the runs and
+// operations those name.
+type eventNeed struct {
+	nodeID string
+	events []nodeproto.Event
+	ids    []string
+	at     time.Time
+	fresh  []bool
+}
+
+// newEventNeed refuses a batch with an event without an ID.
+func newEventNeed(nodeID string, events []nodeproto.Event, at time.Time) (*eventNeed, error) {
 	ids := make([]string, len(events))
 	for i, ev := range events {
 		if ev.ID == "" {
@@ -216,14 +214,14 @@ func prefetch(memo *txrecord.Memo, nodeID string, events []nodeproto.Event, now 
 		}
 		ids[i] = ev.ID
 	}
-	fresh, err := memo.SeeEvents(nodeID, ids, now)
-	if err != nil {
-		return nil, err
-	}
-	var runs, ops []string
-	for i, ev := range events {
+	return &eventNeed{nodeID: nodeID, events: events, ids: ids, at: at}, nil
+}
+
+// names appends the runs and operations the batch's fresh events name.
+func (n *eventNeed) names(runs, ops []string) ([]string, []string) {
+	for i, ev := range n.events {
 		switch {
-		case !fresh[i]:
+		case !n.fresh[i]:
 		case ev.Kind == nodeproto.EventWorkload && ev.Workload != nil:
 			runs = append(runs, ev.Workload.RunID)
 		case ev.Kind == nodeproto.EventResult && ev.Result != nil:
@@ -233,10 +231,40 @@ func prefetch(memo *txrecord.Memo, nodeID string, events []nodeproto.Event, now 
 			}
 		}
 	}
-	if err := memo.LoadOperations(ops); err != nil {
-		return nil, err
+	return runs, ops
+}
+
+// shareEvents is the control plane's groupcommit.Share, for the node event
+// batches of one transaction (needs are *eventNeed): it records which of
+// each batch's events are fresh (store.Tx.SeeEvents, one statement a
+// node), then loads, locked in ID order, the runs and operations all the
+// fresh ones name into one txrecord.Memo, one statement each for the whole
+// group, which the batches are applied through and which is written back
+// once (Flush), one statement for the runs and one for the operations.
+// A batch cost about six statements of its own before; a group of them
+// now costs one a batch and four.
+func shareEvents(tx store.Tx, needs []any) (store.Tx, func() error, error) {
+	memo := txrecord.NewMemo(tx)
+	var runs, ops []string
+	for _, v := range needs {
+		need, ok := v.(*eventNeed)
+		if !ok {
+			return nil, nil, fmt.Errorf("internal error: shareEvents was given a %T", v)
+		}
+		fresh, err := memo.SeeEvents(need.nodeID, need.ids, need.at)
+		if err != nil {
+			return nil, nil, err
+		}
+		need.fresh = fresh
+		runs, ops = need.names(runs, ops)
 	}
-	return fresh, memo.Load(runs)
+	if err := memo.LoadOperations(ops); err != nil {
+		return nil, nil, err
+	}
+	if err := memo.Load(runs); err != nil {
+		return nil, nil, err
+	}
+	return memo, memo.Flush, nil
 }
 
 // reports applies what nodes report to the records (package nodereport).

@@ -268,6 +268,7 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 	key := cfg.RegistryKey
 	s.sealKey.Store(&key)
 	s.commits = groupcommit.New(s.update, s.updateLocked, cfg.WriteBatch, func(n int) { s.metrics.BatchSize.Observe(float64(n)) })
+	s.commits.SetShare(shareEvents)
 	s.limiter = limits.New(cfg.Limits, limits.Observer{Refused: s.metrics.Throttle, InFlight: s.metrics.AddInFlight})
 	s.audit = &httpapi.Auditor{Store: st, Now: s.now, Log: s.log, Dropped: s.metrics.AuditDropped.Inc,
 		Retention: cfg.Retention.Audit, MaxRows: cfg.Retention.AuditMaxRows}

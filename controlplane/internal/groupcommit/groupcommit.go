@@ -18,6 +18,11 @@
 //     requires (Update may rerun fn on a serialization failure).
 //   - A caller's answer is given only once its own writes committed.
 //
+// A caller may also say what its fn will read (UpdateWith): the group then
+// makes the reads of all such callers together before running them (Share),
+// so that a group of node event batches reads its runs in one statement,
+// not one per batch, and writes them back in one.
+//
 // With one writer (SQLite) one group runs at a time; a store that takes
 // concurrent writers (PostgreSQL) gets as many Run loops as it takes
 // writers. A lone transaction does not wait for company: a group is
@@ -47,9 +52,23 @@ type Committer struct {
 	update, updateLocked Commit
 	max                  int
 	observe              func(size int)
+	share                Share
 	jobs                 chan *job
 	running              atomic.Bool
 }
+
+// Share makes, through tx, the reads that needs (one per caller of
+// UpdateWith in a transaction, in the order their fns will run) name, all
+// together, and returns the transaction those fns run in and finish, which
+// writes back what they wrote through it and is called once they all
+// succeeded, before the commit. It is called afresh for every transaction
+// (a group's, a caller's own, a retried one), so what it keeps lives in
+// shared and finish only.
+type Share func(tx store.Tx, needs []any) (shared store.Tx, finish func() error, err error)
+
+// SetShare sets how the needs of UpdateWith's callers are read together.
+// Call it before Run and before any UpdateWith.
+func (c *Committer) SetShare(share Share) { c.share = share }
 
 // New is a Committer committing through update (any transaction) and
 // updateLocked (one whose every fn qualifies for store.UpdateLocked), at
@@ -71,6 +90,8 @@ type job struct {
 	done chan error
 	// locked: fn qualifies for store.UpdateLocked.
 	locked bool
+	// need: what fn reads, for Share (UpdateWith); nil for a plain job.
+	need any
 }
 
 // ErrPanicked answers the callers of a group whose transaction panicked.
@@ -80,10 +101,36 @@ var ErrPanicked = errors.New("internal error: the write transaction panicked (lo
 var errMember = errors.New("a transaction in the group failed")
 
 func (c *Committer) commitAlone(j *job) error {
+	commit := c.update
 	if j.locked {
-		return c.updateLocked(j.ctx, j.fn)
+		commit = c.updateLocked
 	}
-	return c.update(j.ctx, j.fn)
+	if j.need == nil {
+		return commit(j.ctx, j.fn)
+	}
+	return commit(j.ctx, func(tx store.Tx) error { return c.runShared(tx, []*job{j}) })
+}
+
+// runShared runs jobs, each of which has a need, in one transaction
+// prepared by Share, and finishes it.
+func (c *Committer) runShared(tx store.Tx, jobs []*job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	needs := make([]any, len(jobs))
+	for i, j := range jobs {
+		needs[i] = j.need
+	}
+	shared, finish, err := c.share(tx, needs)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		if err := j.fn(shared); err != nil {
+			return err
+		}
+	}
+	return finish()
 }
 
 // Update runs fn in a write transaction shared with concurrent callers and
@@ -99,6 +146,18 @@ func (c *Committer) Update(ctx context.Context, fn func(tx store.Tx) error) erro
 // Update.
 func (c *Committer) UpdateLocked(ctx context.Context, fn func(tx store.Tx) error) error {
 	return c.enqueue(&job{ctx: ctx, fn: fn, done: make(chan error, 1), locked: true})
+}
+
+// UpdateWith is Update (UpdateLocked when locked) for an fn whose reads
+// can be made together with other callers' (see Share): need says what fn
+// will read, and fn runs in the transaction Share returned, once the needs
+// of every such caller of its transaction have been read. A Committer
+// without a Share refuses it (a programming error).
+func (c *Committer) UpdateWith(ctx context.Context, need any, locked bool, fn func(tx store.Tx) error) error {
+	if c.share == nil || need == nil {
+		return errors.New("internal error: groupcommit.UpdateWith needs a Share and a need")
+	}
+	return c.enqueue(&job{ctx: ctx, fn: fn, done: make(chan error, 1), locked: locked, need: need})
 }
 
 // Running reports whether a Run loop has started.
@@ -182,8 +241,24 @@ func (c *Committer) commit(ctx context.Context, jobs []*job) {
 			commit = c.update
 		}
 	}
+	// The callers with a need run first, together (runShared), then the
+	// others on the plain transaction: the shared one holds writes until
+	// its finish, which a plain fn's reads must see. Concurrent callers
+	// have no order of their own, so any order is one they could have
+	// committed in.
+	var shared, plain []*job
+	for _, j := range live {
+		if j.need != nil {
+			shared = append(shared, j)
+		} else {
+			plain = append(plain, j)
+		}
+	}
 	err := commit(gctx, func(tx store.Tx) error {
-		for _, j := range live {
+		if err := c.runShared(tx, shared); err != nil {
+			return errMember
+		}
+		for _, j := range plain {
 			if err := j.fn(tx); err != nil {
 				return errMember
 			}

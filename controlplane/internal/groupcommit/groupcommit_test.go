@@ -168,3 +168,96 @@ func TestWithoutALoopEachCallerCommitsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// recordingShare is a Share that records the needs of each call and holds
+// the writes of the fns it serves (node IDs put through its transaction)
+// until finish, as a memo would.
+type recordingShare struct {
+	calls    [][]any
+	finished int
+}
+
+type heldTx struct {
+	store.Tx
+	held *[]string
+}
+
+func (h heldTx) PutNode(n store.Node) error { *h.held = append(*h.held, n.ID); return nil }
+
+func (r *recordingShare) share(tx store.Tx, needs []any) (store.Tx, func() error, error) {
+	r.calls = append(r.calls, append([]any(nil), needs...))
+	var held []string
+	return heldTx{Tx: tx, held: &held}, func() error {
+		r.finished++
+		for _, id := range held {
+			if err := tx.PutNode(store.Node{ID: id}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}
+
+// TestSharedCallersReadTogether: the callers of a group with a need are
+// prepared by one Share call, with every need in order, and run before the
+// plain callers, which see their writes (finished before them); a failing
+// shared caller sends everyone back alone, each shared one through a Share
+// of its own.
+func TestSharedCallersReadTogether(t *testing.T) {
+	st := memstore.New()
+	g := New(st.Update, st.UpdateLocked, 0, nil)
+	rec := &recordingShare{}
+	g.SetShare(rec.share)
+	var plainSaw int
+	plain := func(tx store.Tx) error {
+		nodes, err := tx.ListNodes()
+		plainSaw = len(nodes)
+		return err
+	}
+	jobs := []*job{
+		{ctx: context.Background(), fn: putNode("a"), done: make(chan error, 1), need: "need-a", locked: true},
+		{ctx: context.Background(), fn: plain, done: make(chan error, 1)},
+		{ctx: context.Background(), fn: putNode("b"), done: make(chan error, 1), need: "need-b", locked: true},
+	}
+	g.commit(context.Background(), jobs)
+	for i, j := range jobs {
+		if err := <-j.done; err != nil {
+			t.Errorf("caller %d: %v", i, err)
+		}
+	}
+	if len(rec.calls) != 1 || fmt.Sprint(rec.calls[0]) != "[need-a need-b]" || rec.finished != 1 {
+		t.Errorf("Share calls %v, finished %d; want one call with [need-a need-b], finished once", rec.calls, rec.finished)
+	}
+	if plainSaw != 2 {
+		t.Errorf("the plain caller saw %d nodes; want the shared callers' 2, finished before it ran", plainSaw)
+	}
+
+	rec.calls, rec.finished = nil, 0
+	refused := errors.New("refused")
+	jobs = []*job{
+		{ctx: context.Background(), fn: putNode("c"), done: make(chan error, 1), need: "need-c"},
+		{ctx: context.Background(), fn: func(store.Tx) error { return refused }, done: make(chan error, 1), need: "need-x"},
+	}
+	g.commit(context.Background(), jobs)
+	if err := <-jobs[0].done; err != nil {
+		t.Errorf("c: %v", err)
+	}
+	if err := <-jobs[1].done; !errors.Is(err, refused) {
+		t.Errorf("the failing shared caller got %v; want its own error", err)
+	}
+	if fmt.Sprint(rec.calls) != "[[need-c need-x] [need-c] [need-x]]" || rec.finished != 1 {
+		t.Errorf("Share calls %v, finished %d; want the group, then each alone, and only c finished", rec.calls, rec.finished)
+	}
+	if err := st.View(context.Background(), func(tx store.Tx) error {
+		nodes, err := tx.ListNodes()
+		if len(nodes) != 3 {
+			t.Errorf("%d nodes stored; want a, b and c", len(nodes))
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := New(st.Update, st.UpdateLocked, 0, nil).UpdateWith(context.Background(), "n", false, putNode("d")); err == nil {
+		t.Error("UpdateWith without a Share succeeded; want a programming error")
+	}
+}
