@@ -159,6 +159,13 @@ type Tx interface {
 	// whole batch (PostgreSQL), where a call per event was a round trip
 	// per event; an invalid ID fails the whole call.
 	SeeEvents(nodeID string, eventIDs []string, at time.Time) (fresh []bool, err error)
+	// SeeEventBatches is SeeEvents for several nodes' batches at once:
+	// fresh[k] answers batches[k] as SeeEvents would had the batches been
+	// seen one after the other, in order (so a node named twice sees its
+	// second batch after its first). A store may make it one statement for
+	// them all (PostgreSQL); the control plane checks the event batches of
+	// one group commit with it.
+	SeeEventBatches(batches []EventCheck) (fresh [][]bool, err error)
 
 	// AppendLog adds data at offset to an attempt's log and returns the log's
 	// size afterwards. Bytes before the current size are ignored (already
@@ -360,6 +367,28 @@ func GetEach[T any](ids []string, get func(string) (T, error)) ([]T, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// EventCheck is one node's batch of event IDs for Tx.SeeEventBatches, seen
+// at At.
+type EventCheck struct {
+	NodeID   string
+	EventIDs []string
+	At       time.Time
+}
+
+// SeeBatches is Tx.SeeEventBatches through see (Tx.SeeEvents), one batch at
+// a time: the form for a store, or a wrapper, without a statement for
+// several nodes.
+func SeeBatches(batches []EventCheck, see func(nodeID string, eventIDs []string, at time.Time) ([]bool, error)) ([][]bool, error) {
+	fresh := make([][]bool, len(batches))
+	for k, b := range batches {
+		var err error
+		if fresh[k], err = see(b.NodeID, b.EventIDs, b.At); err != nil {
+			return nil, err
+		}
+	}
+	return fresh, nil
 }
 
 // SeeEach is Tx.SeeEvents through see (Tx.SeeEvent), one event at a time:

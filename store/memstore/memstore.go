@@ -594,6 +594,10 @@ func (t *tx) SeeEvents(nodeID string, eventIDs []string, at time.Time) ([]bool, 
 	return store.SeeEach(nodeID, eventIDs, at, t.SeeEvent)
 }
 
+func (t *tx) SeeEventBatches(batches []store.EventCheck) ([][]bool, error) {
+	return store.SeeBatches(batches, t.SeeEvents)
+}
+
 func (t *tx) GetOperations(ids []string) ([]store.Operation, error) {
 	return store.GetEach(ids, t.GetOperation)
 }

@@ -275,56 +275,78 @@ func (t *txn) PutOperations(ops []store.Operation) error {
 	return err
 }
 
-// SeeEvents records a node's events in one statement on PostgreSQL: the
-// rows its INSERT returns are the fresh ones (neither already recorded nor
-// at or below the node's watermark for their incarnation, as in
-// SeeEvent). IDs without a sequence are carried as an empty incarnation
-// and sequence -1, stored as NULL as SeeEvent stores them.
+// SeeEvents records a node's events in one statement on PostgreSQL
+// (SeeEventBatches).
 func (t *txn) SeeEvents(nodeID string, eventIDs []string, at time.Time) ([]bool, error) {
 	if !t.batched() {
 		return store.SeeEach(nodeID, eventIDs, at, t.SeeEvent)
 	}
+	fresh, err := t.SeeEventBatches([]store.EventCheck{{NodeID: nodeID, EventIDs: eventIDs, At: at}})
+	if err != nil {
+		return nil, err
+	}
+	return fresh[0], nil
+}
+
+// SeeEventBatches records several nodes' events in one statement on
+// PostgreSQL: the rows its INSERT returns are the fresh ones (neither
+// already recorded nor at or below their node's watermark for their
+// incarnation, as in SeeEvent). IDs without a sequence are carried as an
+// empty incarnation and sequence -1, stored as NULL as SeeEvent stores
+// them. A node and ID repeated among the batches is fresh at most at its
+// first place.
+func (t *txn) SeeEventBatches(batches []store.EventCheck) ([][]bool, error) {
+	if !t.batched() {
+		return store.SeeBatches(batches, t.SeeEvents)
+	}
 	if err := t.writable(); err != nil {
 		return nil, err
 	}
-	fresh := make([]bool, len(eventIDs))
-	first := make(map[string]int, len(eventIDs)) // ID → its first index
-	var ids, incs []string
+	type place struct{ batch, index int }
+	fresh := make([][]bool, len(batches))
+	first := map[[2]string]place{} // node and ID → its first place
+	var nodes, ids, ats, incs []string
 	var seqs []int64
-	for i, id := range eventIDs {
-		if err := record.Event(nodeID, id); err != nil {
-			return nil, err
+	for k, b := range batches {
+		fresh[k] = make([]bool, len(b.EventIDs))
+		at := b.At.UTC().Format(time.RFC3339Nano)
+		for i, id := range b.EventIDs {
+			if err := record.Event(b.NodeID, id); err != nil {
+				return nil, err
+			}
+			if key, bad := t.unstorable([]any{b.NodeID, id}); bad {
+				return nil, t.invalidKey("event", key)
+			}
+			key := [2]string{b.NodeID, id}
+			if _, dup := first[key]; dup {
+				continue
+			}
+			first[key] = place{k, i}
+			inc, seq, ok := record.EventSeq(id)
+			if !ok {
+				inc, seq = "", -1
+			}
+			nodes, ids, ats = append(nodes, b.NodeID), append(ids, id), append(ats, at)
+			incs, seqs = append(incs, inc), append(seqs, seq)
 		}
-		if key, bad := t.unstorable([]any{nodeID, id}); bad {
-			return nil, t.invalidKey("event", key)
-		}
-		if _, dup := first[id]; dup {
-			continue
-		}
-		first[id] = i
-		inc, seq, ok := record.EventSeq(id)
-		if !ok {
-			inc, seq = "", -1
-		}
-		ids, incs, seqs = append(ids, id), append(incs, inc), append(seqs, seq)
 	}
 	if len(ids) == 0 {
 		return fresh, nil
 	}
-	var id string
+	var node, id string
 	err := t.listRows("event", `INSERT INTO events (node_id, event_id, seen_at, incarnation, seq)
-		SELECT $1, e.id, $2, NULLIF(e.inc, ''), NULLIF(e.seq, -1)
-		FROM unnest($3::text[], $4::text[], $5::bigint[]) AS e(id, inc, seq)
+		SELECT e.node, e.id, e.at, NULLIF(e.inc, ''), NULLIF(e.seq, -1)
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) AS e(node, id, at, inc, seq)
 		WHERE NOT EXISTS (SELECT 1 FROM event_watermarks w
-		                  WHERE w.node_id = $1 AND w.incarnation = e.inc AND w.seq >= e.seq)
+		                  WHERE w.node_id = e.node AND w.incarnation = e.inc AND w.seq >= e.seq)
 		ON CONFLICT (node_id, event_id) DO NOTHING
-		RETURNING event_id`, []any{nodeID, at.UTC().Format(time.RFC3339Nano), ids, incs, seqs},
+		RETURNING node_id, event_id`, []any{nodes, ids, ats, incs, seqs},
 		func() error {
-			if i, ok := first[id]; ok {
-				fresh[i] = true
+			if p, ok := first[[2]string{node, id}]; ok {
+				fresh[p.batch][p.index] = true
 			}
 			return nil
-		}, &id)
+		}, &node, &id)
 	if err != nil {
 		return nil, err
 	}

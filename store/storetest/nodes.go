@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -216,6 +217,34 @@ func testEvents(t *testing.T, s store.Store) {
 	})
 	update(t, s, func(tx store.Tx) error {
 		seeAll(tx, "node-a", []string{"000003", "000006"}, []bool{false, true})
+		return nil
+	})
+	// Several nodes' batches at once answer as if seen one after the
+	// other: node-a's second batch repeats its first's new ID.
+	update(t, s, func(tx store.Tx) error {
+		fresh, err := tx.SeeEventBatches([]store.EventCheck{
+			{NodeID: "node-a", EventIDs: []string{"000006", "000007"}, At: at(0)},
+			{NodeID: "node-d", EventIDs: []string{"000007", "000001"}, At: at(time.Second)},
+			{NodeID: "node-a", EventIDs: []string{"000007", "000008"}, At: at(0)},
+			{NodeID: "node-e"},
+		})
+		if err != nil {
+			t.Fatalf("SeeEventBatches: %v", err)
+		}
+		want := [][]bool{{false, true}, {true, true}, {false, true}, {}}
+		if fmt.Sprint(fresh) != fmt.Sprint(want) {
+			t.Errorf("SeeEventBatches = %v, want %v", fresh, want)
+		}
+		see(tx, "node-d", "000001", false)
+		see(tx, "node-a", "000008", false)
+		_, err = tx.SeeEventBatches([]store.EventCheck{{NodeID: "node-a", EventIDs: []string{"000009"}}, {EventIDs: []string{"000001"}}})
+		wantKind(t, err, failure.ErrInvalid, "node")
+		return nil
+	})
+	view(t, s, func(tx store.Tx) error {
+		if _, err := tx.SeeEventBatches([]store.EventCheck{{NodeID: "node-a", EventIDs: []string{"000010"}}}); err == nil {
+			t.Error("SeeEventBatches in a read-only transaction succeeded")
+		}
 		return nil
 	})
 }
