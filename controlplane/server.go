@@ -338,7 +338,12 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	srv.Shutdown(shutdown)
+	if srv.Shutdown(shutdown) != nil {
+		// A request still in its handler after the grace period is cut:
+		// left open, its connection would go on being served by a
+		// replica that has stopped (in one process, until it exits).
+		srv.Close()
+	}
 	return nil
 }
 

@@ -38,13 +38,18 @@ func Serve(w http.ResponseWriter, r *http.Request, log *slog.Logger, node string
 		return
 	}
 	// A stream ends with its agent (the body's end) or with this
-	// replica's shutdown (the request's context).
-	stop := context.AfterFunc(r.Context(), func() { r.Body.Close() })
+	// replica's shutdown (the request's context): a read deadline in the
+	// past ends the read under way. (Closing the body would not: the
+	// server's body waits for the read under way to return, which an
+	// idle stream's does only after Idle, and meanwhile the replica's
+	// shutdown waits for this handler, and the agent, seeing the stream
+	// up, keeps sending answers to a replica that is going away.)
+	stop := context.AfterFunc(r.Context(), func() { _ = rc.SetReadDeadline(time.Now()) })
 	defer stop()
 	// Idle streams are the agent's to end (after 15 s); one silent for
 	// Idle is taken for dead, whatever the server's ReadTimeout, which
 	// bounded the request's head.
-	br := bufio.NewReaderSize(idleReader{r.Body, rc}, 64<<10)
+	br := bufio.NewReaderSize(idleReader{r.Context(), r.Body, rc}, 64<<10)
 	var buf []byte
 	for {
 		var a nodeproto.CallAnswer
@@ -66,13 +71,19 @@ func Serve(w http.ResponseWriter, r *http.Request, log *slog.Logger, node string
 const Idle = 2 * time.Minute
 
 // idleReader reads the stream's body under a deadline of Idle from each
-// read.
+// read, until ctx (the request's) ends.
 type idleReader struct {
+	ctx  context.Context
 	body io.Reader
 	rc   *http.ResponseController
 }
 
 func (r idleReader) Read(p []byte) (int, error) {
 	_ = r.rc.SetReadDeadline(time.Now().Add(Idle))
+	// Checked after the deadline is set: a shutdown's past deadline set
+	// before it was just replaced, and one set after it ends the read.
+	if err := r.ctx.Err(); err != nil {
+		return 0, err
+	}
 	return r.body.Read(p)
 }
