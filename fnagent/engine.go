@@ -55,6 +55,8 @@ type Engine struct {
 	// present are the images the daemon was seen to hold (docker.go), so
 	// a launch does not ask again; guarded by mu.
 	present map[string]bool
+	// holderImage is the network namespace holders' image (netns.go).
+	holderImage holderImage
 }
 
 // pool is the hot containers of one function configuration.

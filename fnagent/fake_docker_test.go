@@ -156,7 +156,7 @@ func TestImageRemembered(t *testing.T) {
 	}
 	f.createsMissing = 1
 	p := e.poolLocked(FunctionConfig{ID: "f", Image: ref}, "k")
-	c, cerr := e.create(p, nil)
+	c, cerr := e.create(p, nil, false)
 	if cerr != nil {
 		t.Fatalf("create after the image went missing: %v", cerr)
 	}

@@ -48,7 +48,7 @@ func (e *Engine) prepare(p *pool) {
 	}
 	started := e.goBackground(func() {
 		defer e.releaseHold(p)
-		c, err := e.create(p, nil)
+		c, err := e.create(p, nil, true)
 		e.mu.Lock()
 		p.preparing = false
 		keep := err == nil && p.prepared == nil && !e.closed && e.keepsPreparedLocked(p)

@@ -1,0 +1,105 @@
+package fnagent
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/mercator/mercator/dockerengine"
+	"github.com/mercator/mercator/fnagent/internal/netnsholder"
+)
+
+// Network namespaces made ahead.
+//
+// Most of the daemon's start of a container on a bridge network is making
+// its network namespace. A prepared container (prepare.go) is therefore
+// created joining the namespace of a holder (package netnsholder), a tiny
+// container started when the spare is prepared, on the engine's network,
+// so the start on a cold call's path joins a namespace already made. The
+// function's container then has the holder's hostname, /etc/hosts and DNS
+// (containerConfig sets none of its own). A holder lives exactly as long
+// as its function container: destroy removes both, and RemoveOrphans the
+// holders a previous agent left.
+//
+// A holder is an optimisation, never a condition: on a network where
+// joining brings nothing (netnsholder.Joinable), on an architecture with
+// no holder program, or when the image or the holder cannot be made, the
+// spare is prepared as before (why logged at debug), and a launch whose
+// prepared container cannot start for its holder starts a fresh one.
+
+// holderImage is the holder image once made, or the last failure to make
+// it, which is not retried for holderRetry.
+type holderImage struct {
+	mu     sync.Mutex
+	ref    string
+	err    error
+	failed time.Time
+}
+
+// holderRetry is how long a failure to make the holder image stands: the
+// spares prepared meanwhile go without, rather than each asking the daemon
+// again.
+const holderRetry = time.Minute
+
+// ensureHolderImage returns the holder image's reference, making it on
+// first need (netnsholder.Ensure). Calls are serialized.
+func (e *Engine) ensureHolderImage(ctx context.Context) (string, error) {
+	h := &e.holderImage
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ref != "" {
+		return h.ref, nil
+	}
+	if h.err != nil && e.now().Sub(h.failed) < holderRetry {
+		return "", h.err
+	}
+	ref, err := netnsholder.Ensure(ctx, e.api, runtime.GOARCH)
+	h.ref, h.err, h.failed = ref, err, e.now()
+	return ref, err
+}
+
+// startHolder starts a holder for the function container named name and
+// returns its ID, or "" when the container is to make its own namespace:
+// the engine's network is not joinable, or the holder could not be made
+// (logged at debug; a holder created but not started is removed).
+func (e *Engine) startHolder(name string) string {
+	if !netnsholder.Joinable(e.cfg.Network) {
+		return ""
+	}
+	ctx := e.ctx
+	ref, err := e.ensureHolderImage(ctx)
+	if err != nil {
+		e.log.Debug("preparing without a network namespace holder", "container", name, "err", err)
+		return ""
+	}
+	labels := map[string]string{dockerengine.LabelHolder: name}
+	if e.cfg.NodeID != "" {
+		labels[dockerengine.LabelNode] = e.cfg.NodeID
+	}
+	config, hostConfig := netnsholder.ContainerConfig(ref, e.cfg.Network, *e.cfg.Containment, labels)
+	created, err := e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, name+"-netns")
+	if err != nil {
+		e.log.Debug("preparing without a network namespace holder", "container", name, "err", err)
+		return ""
+	}
+	if err := e.api.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		e.log.Debug("preparing without a network namespace holder", "container", name, "err", err)
+		e.removeHolder(created.ID)
+		return ""
+	}
+	return created.ID
+}
+
+// removeHolder removes the holder id, by force: its program, as PID 1 with
+// no handler, ignores the stop signal.
+func (e *Engine) removeHolder(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.api.ContainerRemove(ctx, id, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		e.log.Warn("remove a network namespace holder", "holder", id, "err", err)
+	}
+}
