@@ -1,0 +1,180 @@
+package fnagent
+
+import (
+	"context"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mercator/mercator/dockerengine"
+)
+
+// TestSpareJoinsHolder, on the daemon's default bridge: a spare is created
+// joining the namespace of a running holder (labelled as one, never as a
+// function's container, held to the containment with its own tiny
+// limits), and the call after a scale to zero starts it in that namespace.
+// A holder killed behind the engine's back fails no launch: a fresh
+// container serves, and the dead holder goes with its spare. Forget, and
+// a restarted agent's RemoveOrphans, leave no holder behind; Close is
+// checked by newTestEngine.
+func TestSpareJoinsHolder(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, func(c *Config) { c.Network = ""; c.MaxSpares = 4 })
+	fn := fnConfig(t, "netns", rawImage)
+	fn.IdleTimeout = 500 * time.Millisecond
+	ctx := context.Background()
+
+	first := te.mustCall(fn, "echo", "x")
+	spare, holder := te.spareAndHolder(fn.ID, "")
+	h, err := te.cli.ContainerInspect(ctx, holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.State.Running || h.Config.Labels[dockerengine.LabelFn] != "" || h.Config.Labels[dockerengine.LabelNode] != te.node {
+		t.Errorf("holder running %v, labels %v; want running, on the node, not a function's", h.State.Running, h.Config.Labels)
+	}
+	var dropped []string // the daemon names them CAP_X
+	for _, c := range h.HostConfig.CapDrop {
+		dropped = append(dropped, strings.TrimPrefix(c, "CAP_"))
+	}
+	if h.HostConfig.Memory != 6<<20 || h.HostConfig.PidsLimit == nil || *h.HostConfig.PidsLimit != 8 || !h.HostConfig.ReadonlyRootfs ||
+		!reflect.DeepEqual(dropped, dockerengine.DroppedCapabilities) || !slices.Contains(h.HostConfig.SecurityOpt, dockerengine.NoNewPrivileges) {
+		t.Errorf("holder's host config: memory %d, pids %v, read-only %v, dropped %v, options %v; want the containment with 6 MiB and 8 processes",
+			h.HostConfig.Memory, h.HostConfig.PidsLimit, h.HostConfig.ReadonlyRootfs, dropped, h.HostConfig.SecurityOpt)
+	}
+	for _, s := range te.Stats() {
+		if s.FnID == fn.ID && s.Prepared+s.Idle+s.Busy+s.Starting > 2 {
+			t.Errorf("stats %+v: the holder counted as a function container", s)
+		}
+	}
+
+	eventually(t, 30*time.Second, "the first container gone after its idle timeout", func() bool { return te.state(first.report.ContainerID) == "gone" })
+	second := te.mustCall(fn, "echo", "y")
+	if second.report.ContainerID != spare || second.report.Launch == nil || !second.report.Launch.Prepared {
+		t.Fatalf("the call after the scale to zero ran in %s (launch %+v); want the spare %s", second.report.ContainerID, second.report.Launch, spare)
+	}
+	if a, b := te.netns(holder), te.netns(spare); a != b {
+		t.Errorf("the holder's network namespace %s, the started spare's %s; want one", a, b)
+	}
+
+	// The next spare's holder dies: the call after the next scale to zero
+	// still succeeds, in a fresh container, and both go.
+	spare2, holder2 := te.spareAndHolder(fn.ID, spare)
+	if err := te.cli.ContainerKill(ctx, holder2, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the second container gone after its idle timeout", func() bool { return te.state(spare) == "gone" })
+	if te.state(holder) != "gone" {
+		t.Errorf("the holder of a removed container is %s; want it gone", te.state(holder))
+	}
+	third := te.mustCall(fn, "echo", "z")
+	if third.report.ContainerID == spare2 {
+		t.Fatal("a spare whose holder is dead served a call")
+	}
+	eventually(t, 30*time.Second, "the spare of a dead holder removed with it", func() bool {
+		return te.state(spare2) == "gone" && te.state(holder2) == "gone"
+	})
+
+	// Forget: no function container and no holder left.
+	te.spareAndHolder(fn.ID, spare2)
+	te.Forget(fn.ID)
+	eventually(t, 30*time.Second, "nothing of the forgotten function left", func() bool { return len(te.containers()) == 0 })
+
+	// A restarted agent removes what the previous one left, holders too.
+	te.mustCall(fn, "echo", "w")
+	te.spareAndHolder(fn.ID, "")
+	again, err := New(Config{NodeID: te.node, SocketRoot: t.TempDir(), Tracker: NewResourceTracker(Capacity{MemoryBytes: 1 << 30})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close(context.Background())
+	// The spare, and the called container unless its idle timeout passed.
+	if n, err := again.RemoveOrphans(ctx); err != nil || n < 1 || n > 2 {
+		t.Fatalf("RemoveOrphans = %d, %v; want the 1 or 2 function containers, holders not counted", n, err)
+	}
+	if left := te.containers(); len(left) != 0 {
+		t.Fatalf("after RemoveOrphans: %d containers left on the node, holders included", len(left))
+	}
+}
+
+// TestSpareOnNoNetworkHasNoHolder: on a network a holder brings nothing to
+// ("none"), the spare is created as before, on that network, and no
+// holder is made.
+func TestSpareOnNoNetworkHasNoHolder(t *testing.T) {
+	t.Parallel()
+	te := newTestEngine(t, func(c *Config) { c.MaxSpares = 4 }) // Network "none"
+	fn := fnConfig(t, "netns-none", rawImage)
+	te.mustCall(fn, "echo", "x")
+	var spare string
+	eventually(t, 30*time.Second, "a spare prepared", func() bool {
+		for _, c := range te.containers() {
+			if c.State == "created" && c.Labels[dockerengine.LabelFn] == fn.ID {
+				spare = c.ID
+			}
+		}
+		return spare != ""
+	})
+	info, err := te.cli.ContainerInspect(context.Background(), spare)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.HostConfig.NetworkMode != "none" {
+		t.Errorf("the spare's network mode %q; want none", info.HostConfig.NetworkMode)
+	}
+	for _, c := range te.containers() {
+		if _, ok := c.Labels[dockerengine.LabelHolder]; ok {
+			t.Errorf("a holder %s on a network of none", c.ID)
+		}
+	}
+}
+
+// spareAndHolder waits for a spare of fnID other than not, and returns it
+// and the holder whose namespace it joins (by its network mode), checking
+// the holder is labelled with the spare's name.
+func (te *testEngine) spareAndHolder(fnID, not string) (spare, holder string) {
+	te.t.Helper()
+	eventually(te.t, 30*time.Second, "a spare prepared in a holder's namespace", func() bool {
+		for _, c := range te.containers() {
+			if c.State == "created" && c.Labels[dockerengine.LabelFn] == fnID && c.ID != not {
+				spare = c.ID
+				return true
+			}
+		}
+		return false
+	})
+	info, err := te.cli.ContainerInspect(context.Background(), spare)
+	if err != nil {
+		te.t.Fatal(err)
+	}
+	mode := info.HostConfig.NetworkMode
+	if !mode.IsContainer() {
+		te.t.Fatalf("the spare's network mode %q; want a holder's", mode)
+	}
+	holder = mode.ConnectedContainer()
+	h, err := te.cli.ContainerInspect(context.Background(), holder)
+	if err != nil {
+		te.t.Fatal(err)
+	}
+	if h.Config.Labels[dockerengine.LabelHolder] != info.Name[1:] {
+		te.t.Fatalf("the holder's labels %v; want %s=%s", h.Config.Labels, dockerengine.LabelHolder, info.Name[1:])
+	}
+	return spare, h.ID
+}
+
+// netns is the network namespace of container id's process.
+func (te *testEngine) netns(id string) string {
+	te.t.Helper()
+	info, err := te.cli.ContainerInspect(context.Background(), id)
+	if err != nil || info.State == nil || info.State.Pid == 0 {
+		te.t.Fatalf("inspect %s: %v (not running?)", id, err)
+	}
+	ns, err := os.Readlink("/proc/" + strconv.Itoa(info.State.Pid) + "/ns/net")
+	if err != nil {
+		te.t.Fatal(err)
+	}
+	return ns
+}
