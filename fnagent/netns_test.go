@@ -2,6 +2,7 @@ package fnagent
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"reflect"
 	"slices"
@@ -52,14 +53,23 @@ func TestSpareJoinsHolder(t *testing.T) {
 		}
 	}
 
+	// The call after the scale to zero starts the spare; while it runs
+	// (it sleeps until cancelled, so no idle timeout removes the
+	// container meanwhile) the spare's process is in the holder's
+	// namespace.
 	eventually(t, 30*time.Second, "the first container gone after its idle timeout", func() bool { return te.state(first.report.ContainerID) == "gone" })
-	second := te.mustCall(fn, "echo", "y")
-	if second.report.ContainerID != spare || second.report.Launch == nil || !second.report.Launch.Prepared {
-		t.Fatalf("the call after the scale to zero ran in %s (launch %+v); want the spare %s", second.report.ContainerID, second.report.Launch, spare)
-	}
+	callCtx, cancelCall := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = te.Call(callCtx, fn, CallRequest{ID: te.node + "-sleep", Header: http.Header{"X-Test": {"sleep:600000"}}, Body: strings.NewReader("")}, newTimedRecorder())
+	}()
+	eventually(t, 30*time.Second, "the spare started for the call", func() bool { return te.state(spare) == "running" })
 	if a, b := te.netns(holder), te.netns(spare); a != b {
 		t.Errorf("the holder's network namespace %s, the started spare's %s; want one", a, b)
 	}
+	cancelCall()
+	<-done
 
 	// The next spare's holder dies: the call after the next scale to zero
 	// still succeeds, in a fresh container, and both go.
@@ -138,6 +148,10 @@ func TestSpareOnNoNetworkHasNoHolder(t *testing.T) {
 func (te *testEngine) spareAndHolder(fnID, not string) (spare, holder string) {
 	te.t.Helper()
 	eventually(te.t, 30*time.Second, "a spare prepared in a holder's namespace", func() bool {
+		// Registered by the engine first: its create has returned.
+		if te.counts.Snapshot().Containers[ContainerPrepared] != 1 {
+			return false
+		}
 		for _, c := range te.containers() {
 			if c.State == "created" && c.Labels[dockerengine.LabelFn] == fnID && c.ID != not {
 				spare = c.ID
@@ -148,7 +162,7 @@ func (te *testEngine) spareAndHolder(fnID, not string) (spare, holder string) {
 	})
 	info, err := te.cli.ContainerInspect(context.Background(), spare)
 	if err != nil {
-		te.t.Fatal(err)
+		te.t.Fatalf("the spare: %v", err)
 	}
 	mode := info.HostConfig.NetworkMode
 	if !mode.IsContainer() {
@@ -157,7 +171,7 @@ func (te *testEngine) spareAndHolder(fnID, not string) (spare, holder string) {
 	holder = mode.ConnectedContainer()
 	h, err := te.cli.ContainerInspect(context.Background(), holder)
 	if err != nil {
-		te.t.Fatal(err)
+		te.t.Fatalf("the spare's holder: %v", err)
 	}
 	if h.Config.Labels[dockerengine.LabelHolder] != info.Name[1:] {
 		te.t.Fatalf("the holder's labels %v; want %s=%s", h.Config.Labels, dockerengine.LabelHolder, info.Name[1:])
