@@ -73,6 +73,9 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 	// A prepared container needs no image check: the daemon keeps an
 	// image while a container uses it.
 	c := e.takePrepared(p, res)
+	if c == nil {
+		c = e.awaitPrepared(p, res)
+	}
 	times.Prepared = c != nil
 	if c == nil {
 		if err := e.ensureImage(ctx, fn.Image, auth); err != nil {

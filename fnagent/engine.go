@@ -80,8 +80,12 @@ type pool struct {
 	// when Config.MaxSpares is reached.
 	prepared  *hotContainer
 	preparing bool
-	lastUse   time.Time
-	expiry    *time.Timer // the pending check of prepared (expirePrepared)
+	// prepDone is closed when the preparing ends; prepAwaited says a
+	// launch waits for it (awaitPrepared).
+	prepDone    chan struct{}
+	prepAwaited bool
+	lastUse     time.Time
+	expiry      *time.Timer // the pending check of prepared (expirePrepared)
 }
 
 // New connects to the Docker daemon (Config.DockerHost, else the

@@ -38,8 +38,11 @@ func (e *Engine) prepare(p *pool) {
 	if want && !e.now().Before(p.holdUntil) {
 		want, evicted = e.spareRoomLocked(p)
 	}
+	var done chan struct{}
 	if want {
 		p.preparing = true
+		done = make(chan struct{})
+		p.prepDone, p.prepAwaited = done, false
 		p.refs++ // until the container is registered or given up (releaseHold)
 	}
 	e.mu.Unlock()
@@ -60,6 +63,7 @@ func (e *Engine) prepare(p *pool) {
 			e.setState(c, ContainerPrepared) // under mu, before a launch can take it
 		}
 		e.mu.Unlock()
+		close(done) // after p.prepared is set: a waiting launch takes it
 		switch {
 		case err != nil:
 			e.log.Debug("preparing a function container", "fn", p.fn.ID, "err", err)
@@ -73,8 +77,38 @@ func (e *Engine) prepare(p *pool) {
 		e.mu.Lock()
 		p.preparing = false
 		e.mu.Unlock()
+		close(done)
 		e.releaseHold(p)
 	}
+}
+
+// awaitPrepared is takePrepared for a launch that found no prepared
+// container while one is being made: the first such launch waits for it
+// and takes it, rather than starting another container beside it at the
+// daemon (a deploy's hold prepares one as its first call arrives, and a
+// held pool launches its minimum right after preparing). Besides saving a
+// create, this keeps two network namespaces (the holder's and a fresh
+// container's) from being made at once, which slows both. Only one launch
+// waits, so a burst's other launches are not held back. It returns nil
+// when nothing is being prepared, another launch waits already, the
+// preparing failed or was not kept, or the engine is closing.
+func (e *Engine) awaitPrepared(p *pool, res *Reservation) *hotContainer {
+	e.mu.Lock()
+	done := p.prepDone
+	wait := p.preparing && !p.prepAwaited
+	if wait {
+		p.prepAwaited = true
+	}
+	e.mu.Unlock()
+	if !wait {
+		return nil
+	}
+	select {
+	case <-done:
+	case <-e.ctx.Done():
+		return nil
+	}
+	return e.takePrepared(p, res)
 }
 
 // keepsPreparedLocked reports whether p keeps a prepared container now:
