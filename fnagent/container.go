@@ -92,7 +92,7 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 		e.destroy(c, err.Message)
 		return nil, err
 	}
-	err := e.api.ContainerStart(ctx, c.id, container.StartOptions{})
+	err := e.startContainer(ctx, c.id)
 	if err != nil && c.holder != "" {
 		// No launch fails for a holder (netns.go): one gone behind the
 		// engine's back leaves its container unable to start, so a fresh
@@ -102,7 +102,7 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 		if c, err = e.replacePrepared(c); err != nil {
 			return nil, err
 		}
-		err = e.api.ContainerStart(ctx, c.id, container.StartOptions{})
+		err = e.startContainer(ctx, c.id)
 	}
 	if err != nil {
 		return fail(callErr(KindInitFailed, err, "start container %s: %v", c.name, err))

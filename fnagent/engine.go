@@ -57,6 +57,9 @@ type Engine struct {
 	present map[string]bool
 	// holderImage is the network namespace holders' image (netns.go).
 	holderImage holderImage
+	// starts counts the launches in the daemon's start of their
+	// container, which holders' starts wait out (netns.go); guarded by mu.
+	starts int
 }
 
 // pool is the hot containers of one function configuration.

@@ -86,12 +86,59 @@ func (e *Engine) startHolder(name string) string {
 		e.log.Debug("preparing without a network namespace holder", "container", name, "err", err)
 		return ""
 	}
+	e.awaitNoStarts(holderStartWait)
 	if err := e.api.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 		e.log.Debug("preparing without a network namespace holder", "container", name, "err", err)
 		e.removeHolder(created.ID)
 		return ""
 	}
 	return created.ID
+}
+
+// holderStartWait bounds how long a holder's start waits for the
+// launches' starts to pass (awaitNoStarts), so a node that never stops
+// launching still gets its spares' holders.
+const holderStartWait = 10 * time.Second
+
+// startContainer is a launch's start of container id at the daemon,
+// counted in Engine.starts while it lasts.
+func (e *Engine) startContainer(ctx context.Context, id string) error {
+	e.mu.Lock()
+	e.starts++
+	e.mu.Unlock()
+	err := e.api.ContainerStart(ctx, id, container.StartOptions{})
+	e.mu.Lock()
+	e.starts--
+	e.mu.Unlock()
+	e.signal()
+	return err
+}
+
+// awaitNoStarts waits until no launch is in the daemon's start of its
+// container, for at most limit or until the engine closes. A holder's
+// start makes a network namespace, which is most of a start's work and
+// slows a start made beside it by as much: the holder is off every call's
+// path, so it gives way. Launches do not wait for holders, and a launch
+// waiting for a prepared container (awaitPrepared) is not yet counted, so
+// nothing waits in a circle.
+func (e *Engine) awaitNoStarts(limit time.Duration) {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	for {
+		e.mu.Lock()
+		n, wake := e.starts, e.wake
+		e.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-wake:
+		case <-deadline.C:
+			return
+		case <-e.ctx.Done():
+			return
+		}
+	}
 }
 
 // removeHolder removes the holder id, by force: its program, as PID 1 with

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mercator/mercator/dockerengine"
@@ -191,4 +192,45 @@ func (te *testEngine) netns(id string) string {
 		te.t.Fatal(err)
 	}
 	return ns
+}
+
+// TestAwaitNoStarts: a holder's start waits while a launch is in the
+// daemon's start, goes once none is, and goes anyway after its limit.
+func TestAwaitNoStarts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		e := &Engine{ctx: ctx, wake: make(chan struct{})}
+		e.starts = 1
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			e.awaitNoStarts(time.Minute)
+		}()
+		synctest.Wait()
+		e.signal() // a wake for something else
+		synctest.Wait()
+		select {
+		case <-done:
+			t.Fatal("returned while a start is in flight")
+		default:
+		}
+		e.mu.Lock()
+		e.starts = 0
+		e.mu.Unlock()
+		e.signal()
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Fatal("still waiting with no start in flight")
+		}
+
+		e.starts = 1
+		start := time.Now()
+		e.awaitNoStarts(time.Minute)
+		if waited := time.Since(start); waited != time.Minute {
+			t.Fatalf("with a start that never ends it waited %v; want its limit", waited)
+		}
+	})
 }
