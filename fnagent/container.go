@@ -166,6 +166,11 @@ func (e *Engine) create(p *pool, res *Reservation, withHolder bool) (*hotContain
 		logs:        newLogSink(e.logs),
 		exited:      make(chan struct{}),
 	}
+	if withHolder {
+		// Before the container counts as starting: a holder's start
+		// waits out the launches' (netns.go).
+		c.holder = e.startHolder(c.name)
+	}
 	e.register(c)
 	fail := func(err *CallError) (*hotContainer, *CallError) {
 		e.destroy(c, err.Message)
@@ -181,9 +186,6 @@ func (e *Engine) create(p *pool, res *Reservation, withHolder bool) (*hotContain
 	var gpus []string
 	if res != nil {
 		gpus = res.GPUs()
-	}
-	if withHolder {
-		c.holder = e.startHolder(c.name)
 	}
 	config, hostConfig := containerConfig(fn, p.key, c.sockDir, gpus, c.holder, e.cfg)
 	created, err := e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)

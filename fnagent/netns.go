@@ -141,6 +141,41 @@ func (e *Engine) awaitNoStarts(limit time.Duration) {
 	}
 }
 
+// holdPrepared replaces plain, p's prepared container, with one created in
+// a holder's namespace, when the engine can make holders. plain is made
+// first and is there meanwhile, so a call arriving right after a deploy
+// starts it at once rather than waiting for a holder's start; once the
+// held one is created it takes plain's place and plain is removed. When a
+// launch took plain meanwhile, or p keeps no prepared container any more,
+// the held one is removed instead (a launch prepares the next).
+func (e *Engine) holdPrepared(p *pool, plain *hotContainer) {
+	if !netnsholder.Joinable(e.cfg.Network) {
+		return
+	}
+	if _, err := e.ensureHolderImage(e.ctx); err != nil {
+		e.log.Debug("keeping a prepared container without a network namespace holder", "container", plain.name, "err", err)
+		return
+	}
+	held, err := e.create(p, nil, true)
+	if err != nil {
+		e.log.Debug("preparing a function container in a held namespace", "fn", p.fn.ID, "err", err)
+		return
+	}
+	e.mu.Lock()
+	swap := held.holder != "" && p.prepared == plain && !e.closed && e.keepsPreparedLocked(p)
+	if swap {
+		p.prepared = held
+		e.setState(held, ContainerPrepared) // under mu, before a launch can take it
+	}
+	e.mu.Unlock()
+	if !swap {
+		e.destroy(held, "prepared in a held namespace but not needed")
+		return
+	}
+	e.destroy(plain, "replaced by a prepared container in a held namespace")
+	e.expirePrepared(p, held)
+}
+
 // removeHolder removes the holder id, by force: its program, as PID 1 with
 // no handler, ignores the stop signal.
 func (e *Engine) removeHolder(id string) {

@@ -9,9 +9,11 @@ import "time"
 // are taken ahead: a pool keeps one container created and attached but not
 // started, and its next launch starts it (skipping the image check too:
 // the daemon holds an image while a container uses it), then prepares the
-// next. Its network namespace is made ahead too, by a holder started with
-// it whose namespace it joins (netns.go), so the start, which on a bridge
-// network spends most of its time making one, does not. A prepared
+// next. Its network namespace is made ahead too (holdPrepared): once it
+// is in place, a second is created joining the namespace of a holder
+// started for it (netns.go) and takes its place, so the start, which on a
+// bridge network spends most of its time making a namespace, does not;
+// the first is there at once for a call that arrives meanwhile. A prepared
 // container holds no reservation (a created container uses no memory or
 // CPU; its holder a few pages, under a 6 MiB limit) and is kept
 //
@@ -54,7 +56,7 @@ func (e *Engine) prepare(p *pool) {
 	}
 	started := e.goBackground(func() {
 		defer e.releaseHold(p)
-		c, err := e.create(p, nil, true)
+		c, err := e.create(p, nil, false)
 		e.mu.Lock()
 		p.preparing = false
 		keep := err == nil && p.prepared == nil && !e.closed && e.keepsPreparedLocked(p)
@@ -71,6 +73,7 @@ func (e *Engine) prepare(p *pool) {
 			e.destroy(c, "prepared but not needed")
 		default:
 			e.expirePrepared(p, c)
+			e.holdPrepared(p, c)
 		}
 	})
 	if !started {
@@ -84,11 +87,10 @@ func (e *Engine) prepare(p *pool) {
 
 // awaitPrepared is takePrepared for a launch that found no prepared
 // container while one is being made: the first such launch waits for it
-// and takes it, rather than starting another container beside it at the
-// daemon (a deploy's hold prepares one as its first call arrives, and a
-// held pool launches its minimum right after preparing). Besides saving a
-// create, this keeps two network namespaces (the holder's and a fresh
-// container's) from being made at once, which slows both. Only one launch
+// and takes it, rather than creating another beside it at the daemon (a
+// deploy's hold prepares one as its first call arrives, and a held pool
+// launches its minimum right after preparing); the wait is a create, as
+// the holder comes after (holdPrepared). Only one launch
 // waits, so a burst's other launches are not held back. It returns nil
 // when nothing is being prepared, another launch waits already, the
 // preparing failed or was not kept, or the engine is closing.
