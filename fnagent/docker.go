@@ -128,7 +128,8 @@ func (e *Engine) RemoveOrphans(ctx context.Context) (int, error) {
 
 // removeLeft removes the containers carrying label on this node (by
 // dockerengine.LabelNode; with no NodeID, those with no node label) that
-// are not among ours, and returns how many it removed.
+// are not among ours, and returns how many it removed. One whose removal
+// is under way already (the daemon answers a conflict) is left to it.
 func (e *Engine) removeLeft(ctx context.Context, label string, ours map[string]bool) (int, error) {
 	args := filters.NewArgs(filters.Arg("label", label))
 	if e.cfg.NodeID != "" {
@@ -143,7 +144,11 @@ func (e *Engine) removeLeft(ctx context.Context, label string, ours map[string]b
 		if ours[c.ID] || e.cfg.NodeID == "" && c.Labels[dockerengine.LabelNode] != "" {
 			continue
 		}
-		if err := e.api.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		err := e.api.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		if cerrdefs.IsConflict(err) {
+			continue // "removal already in progress": someone else's removal
+		}
+		if err != nil && !cerrdefs.IsNotFound(err) {
 			return removed, fmt.Errorf("remove %s: %w", c.ID, err)
 		}
 		removed++
