@@ -32,6 +32,15 @@ const (
 	LabelFn   = "mercator.fn"
 	LabelApp  = "mercator.app"
 	LabelPool = "mercator.fn.pool"
+
+	// LabelHolder marks a container that holds a network namespace for a
+	// prepared function container (package fnagent); its value is that
+	// container's name. A holder carries it and LabelNode, never LabelFn
+	// or LabelRun, so it is neither counted nor adopted as a function's
+	// container nor reported as a workload. The function engine removes it
+	// with the container that joins it, and at startup every holder a
+	// previous agent left.
+	LabelHolder = "mercator.fn.holder"
 )
 
 // SafeName replaces every character Docker does not allow in a container

@@ -130,9 +130,21 @@ func Pull(ctx context.Context, api API, ref, auth string) error {
 		return &RefusedError{Message: err.Error(), Cause: err}
 	}
 	defer stream.Close()
-	decoder := json.NewDecoder(stream)
 	progress, _ := ctx.Value(progressKey{}).(PullProgress)
 	var layers layerBytes
+	return readProgress(ctx, stream, func(message pullProgress) {
+		if progress != nil && layers.note(message) {
+			progress(layers.sum())
+		}
+	})
+}
+
+// readProgress reads the daemon's progress stream of a pull or an import
+// to its end, handing each message to note, and returns the first error
+// the stream reports (a *RefusedError), a *StreamError when it breaks off,
+// ctx.Err() when ctx ended, or nil.
+func readProgress(ctx context.Context, stream io.Reader, note func(pullProgress)) error {
+	decoder := json.NewDecoder(stream)
 	for {
 		var message pullProgress
 		if err := decoder.Decode(&message); err != nil {
@@ -150,10 +162,27 @@ func Pull(ctx context.Context, api API, ref, auth string) error {
 		if message.ErrorMessage != "" {
 			return &RefusedError{Message: message.ErrorMessage}
 		}
-		if progress != nil && layers.note(message) {
-			progress(layers.sum())
-		}
+		note(message)
 	}
+}
+
+// Importer is the daemon's image import.
+type Importer interface {
+	ImageImport(ctx context.Context, source image.ImportSource, ref string, options image.ImportOptions) (io.ReadCloser, error)
+}
+
+// Import asks the daemon to make image ref from rootfs, a tar stream of a
+// root filesystem, with changes (Dockerfile instructions such as
+// `ENTRYPOINT ["/x"]`) applied, and reads its answer to the end: as with a
+// pull, the daemon can answer 200 and report a failure inside the stream.
+// Errors are as Pull's. Nothing is pulled.
+func Import(ctx context.Context, api Importer, rootfs io.Reader, ref string, changes []string) error {
+	stream, err := api.ImageImport(ctx, image.ImportSource{Source: rootfs, SourceName: "-"}, ref, image.ImportOptions{Changes: changes})
+	if err != nil {
+		return &RefusedError{Message: err.Error(), Cause: err}
+	}
+	defer stream.Close()
+	return readProgress(ctx, stream, func(pullProgress) {})
 }
 
 // PullProgress is told the bytes of a pull's layers downloaded so far and

@@ -23,8 +23,11 @@ import (
 
 // hotContainer is one running function container.
 type hotContainer struct {
-	id, name    string
-	pool        *pool
+	id, name string
+	pool     *pool
+	// holder is the network namespace holder the container joins
+	// (netns.go), "" for none; set at create, removed with it.
+	holder      string
 	sockDir     string
 	transport   *http.Transport
 	reservation *Reservation
@@ -70,6 +73,9 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 	// A prepared container needs no image check: the daemon keeps an
 	// image while a container uses it.
 	c := e.takePrepared(p, res)
+	if c == nil {
+		c = e.awaitPrepared(p, res)
+	}
 	times.Prepared = c != nil
 	if c == nil {
 		if err := e.ensureImage(ctx, fn.Image, auth); err != nil {
@@ -77,7 +83,7 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 		}
 		lap(&times.Image)
 		var cerr *CallError
-		if c, cerr = e.create(p, res); cerr != nil {
+		if c, cerr = e.create(p, res, false); cerr != nil {
 			return nil, cerr
 		}
 	}
@@ -86,12 +92,24 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 		e.destroy(c, err.Message)
 		return nil, err
 	}
-	if err := e.api.ContainerStart(ctx, c.id, container.StartOptions{}); err != nil {
+	err := e.startContainer(ctx, c.id)
+	if err != nil && c.holder != "" {
+		// No launch fails for a holder (netns.go): one gone behind the
+		// engine's back leaves its container unable to start, so a fresh
+		// container, making its own namespace, is started instead.
+		e.log.Debug("a prepared container did not start in its holder's namespace; starting a fresh one",
+			"container", c.name, "err", err)
+		if c, err = e.replacePrepared(c); err != nil {
+			return nil, err
+		}
+		err = e.startContainer(ctx, c.id)
+	}
+	if err != nil {
 		return fail(callErr(KindInitFailed, err, "start container %s: %v", c.name, err))
 	}
 	lap(&times.Start)
 	initCtx, cancel := context.WithTimeout(ctx, fn.InitTimeout)
-	err := waitForSocket(initCtx, c.sockDir, c.exited)
+	err = waitForSocket(initCtx, c.sockDir, c.exited)
 	cancel()
 	lap(&times.Socket)
 	switch {
@@ -114,10 +132,29 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 	return c, nil
 }
 
+// replacePrepared removes c, a prepared container a launch took that did
+// not start, and creates another of its pool, without a holder, for the
+// launch's reservation, which moves to it (not released by c's removal).
+// The error is create's.
+func (e *Engine) replacePrepared(c *hotContainer) (*hotContainer, error) {
+	e.mu.Lock()
+	res := c.reservation
+	c.reservation = nil
+	e.mu.Unlock()
+	e.destroy(c, "it did not start in its network namespace holder's namespace")
+	fresh, cerr := e.create(c.pool, res, false)
+	if cerr != nil {
+		return nil, cerr
+	}
+	return fresh, nil
+}
+
 // create makes a container of p, created and attached but not started,
 // holding res (nil for a container prepared ahead, which holds nothing
-// until a launch takes it). On failure the container is removed.
-func (e *Engine) create(p *pool, res *Reservation) (*hotContainer, *CallError) {
+// until a launch takes it), joining the namespace of a holder started
+// for it when withHolder is set and the engine can make one (netns.go).
+// On failure the container, and its holder, are removed.
+func (e *Engine) create(p *pool, res *Reservation, withHolder bool) (*hotContainer, *CallError) {
 	fn := p.fn
 	ctx := e.ctx
 	suffix := randomHex(8)
@@ -128,6 +165,11 @@ func (e *Engine) create(p *pool, res *Reservation) (*hotContainer, *CallError) {
 		reservation: res,
 		logs:        newLogSink(e.logs),
 		exited:      make(chan struct{}),
+	}
+	if withHolder {
+		// Before the container counts as starting: a holder's start
+		// waits out the launches' (netns.go).
+		c.holder = e.startHolder(c.name)
 	}
 	e.register(c)
 	fail := func(err *CallError) (*hotContainer, *CallError) {
@@ -145,7 +187,7 @@ func (e *Engine) create(p *pool, res *Reservation) (*hotContainer, *CallError) {
 	if res != nil {
 		gpus = res.GPUs()
 	}
-	config, hostConfig := containerConfig(fn, p.key, c.sockDir, gpus, e.cfg)
+	config, hostConfig := containerConfig(fn, p.key, c.sockDir, gpus, c.holder, e.cfg)
 	created, err := e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
 	if err != nil && cerrdefs.IsNotFound(err) {
 		// The image was removed since ensureImage remembered it.
@@ -358,6 +400,9 @@ func (e *Engine) destroy(c *hotContainer, reason string) {
 			if err != nil && !cerrdefs.IsNotFound(err) {
 				e.log.Warn("remove function container", "container", c.name, "err", err)
 			}
+		}
+		if c.holder != "" {
+			e.removeHolder(c.holder)
 		}
 		if c.attached {
 			c.attach.Close()

@@ -7,6 +7,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/mercator/mercator/dockerengine"
+	"github.com/mercator/mercator/fnagent/internal/netnsholder"
 )
 
 // containerConfig is the hot container one pool launches for fn: a pure
@@ -16,7 +17,10 @@ import (
 // container carries dockerengine.LabelFn, dockerengine.LabelApp,
 // dockerengine.LabelPool (and dockerengine.LabelNode when cfg.NodeID is
 // set), mounts sockDir at socketDirInContainer, joins cfg.Network ("" is
-// the daemon's default bridge), has a hard memory limit with swap included
+// the daemon's default bridge) or, when holder (a container's ID) is set,
+// that holder's network namespace (netns.go; Docker then refuses a
+// hostname, DNS settings or ports of the joining container's own, and none
+// is set here), has a hard memory limit with swap included
 // and a CPU quota (the containment's default when the function states
 // none), is handed gpus by UUID, is held to the node's containment
 // (dockerengine.Containment.Apply: capabilities dropped, no-new-privileges,
@@ -28,7 +32,7 @@ import (
 // the FDK creates its socket in the mounted directory as whatever user the
 // image names, and the engine's network is the operator's choice for all
 // functions on the node.
-func containerConfig(fn FunctionConfig, poolKey, sockDir string, gpus []string, cfg Config) (*container.Config, *container.HostConfig) {
+func containerConfig(fn FunctionConfig, poolKey, sockDir string, gpus []string, holder string, cfg Config) (*container.Config, *container.HostConfig) {
 	labels := map[string]string{dockerengine.LabelFn: fn.ID, dockerengine.LabelApp: fn.AppID, dockerengine.LabelPool: poolKey}
 	if cfg.NodeID != "" {
 		labels[dockerengine.LabelNode] = cfg.NodeID
@@ -52,6 +56,9 @@ func containerConfig(fn FunctionConfig, poolKey, sockDir string, gpus []string, 
 			MemorySwap: memory,
 			NanoCPUs:   nanoCPUs,
 		},
+	}
+	if holder != "" {
+		hostConfig.NetworkMode = netnsholder.NetworkMode(holder)
 	}
 	cfg.Containment.Apply(hostConfig, 0)
 	if len(gpus) > 0 {

@@ -47,7 +47,9 @@
 // function's IdleTimeout. A pool also keeps one container created but not
 // started, which its next launch starts (prepare.go): while a hold stands,
 // and as a spare for Config.SpareFor after its last call, for at most
-// Config.MaxSpares pools without a hold.
+// Config.MaxSpares pools without a hold. On a bridge or user-defined
+// network that container joins the network namespace of a tiny holder
+// container started with it (netns.go), so its start makes none.
 //
 // Before a container starts, the ResourceTracker reserves its memory, CPU
 // and GPUs against the machine's capacity as measured (cgroup v1 and v2

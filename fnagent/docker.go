@@ -94,34 +94,62 @@ func containerName(fnID, suffix string) string {
 	return "mercator-fn-" + safe + "-" + suffix
 }
 
-// RemoveOrphans removes function containers on this node (by dockerengine.LabelNode, or
-// every container with dockerengine.LabelFn when NodeID is empty) that this engine did
-// not start: those a previous agent left behind. A hot container cannot be
-// adopted, since its socket directory and the calls it was serving belong
-// to the process that died. The agent calls it once at startup. It returns
-// how many it removed.
+// RemoveOrphans removes function containers on this node (by
+// dockerengine.LabelNode, or every container with dockerengine.LabelFn
+// when NodeID is empty) that this engine did not start: those a previous
+// agent left behind. A hot container cannot be adopted, since its socket
+// directory and the calls it was serving belong to the process that died.
+// The network namespace holders (dockerengine.LabelHolder) that are not
+// this engine's go too, and are not counted. The agent calls it once at
+// startup. It returns how many function containers it removed.
 func (e *Engine) RemoveOrphans(ctx context.Context) (int, error) {
-	args := filters.NewArgs(filters.Arg("label", dockerengine.LabelFn))
+	e.mu.Lock()
+	ours := map[string]bool{}
+	for c := range e.containers {
+		ours[c.id] = true
+		if c.holder != "" {
+			ours[c.holder] = true
+		}
+	}
+	e.mu.Unlock()
+	removed, err := e.removeLeft(ctx, dockerengine.LabelFn, ours)
+	if err != nil {
+		return removed, fmt.Errorf("remove orphaned function containers: %w", err)
+	}
+	holders, err := e.removeLeft(ctx, dockerengine.LabelHolder, ours)
+	if err != nil {
+		return removed, fmt.Errorf("remove orphaned network namespace holders: %w", err)
+	}
+	if holders > 0 {
+		e.log.Info("removed network namespace holders a previous agent left", "count", holders)
+	}
+	return removed, nil
+}
+
+// removeLeft removes the containers carrying label on this node (by
+// dockerengine.LabelNode; with no NodeID, those with no node label) that
+// are not among ours, and returns how many it removed. One whose removal
+// is under way already (the daemon answers a conflict) is left to it.
+func (e *Engine) removeLeft(ctx context.Context, label string, ours map[string]bool) (int, error) {
+	args := filters.NewArgs(filters.Arg("label", label))
 	if e.cfg.NodeID != "" {
 		args.Add("label", dockerengine.LabelNode+"="+e.cfg.NodeID)
 	}
 	list, err := e.api.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
 	if err != nil {
-		return 0, fmt.Errorf("list function containers: %w", err)
+		return 0, fmt.Errorf("list: %w", err)
 	}
-	e.mu.Lock()
-	ours := map[string]bool{}
-	for c := range e.containers {
-		ours[c.id] = true
-	}
-	e.mu.Unlock()
 	removed := 0
 	for _, c := range list {
 		if ours[c.ID] || e.cfg.NodeID == "" && c.Labels[dockerengine.LabelNode] != "" {
 			continue
 		}
-		if err := e.api.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			return removed, fmt.Errorf("remove orphaned function container %s: %w", c.ID, err)
+		err := e.api.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		if cerrdefs.IsConflict(err) {
+			continue // "removal already in progress": someone else's removal
+		}
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			return removed, fmt.Errorf("remove %s: %w", c.ID, err)
 		}
 		removed++
 	}

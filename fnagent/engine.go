@@ -55,6 +55,11 @@ type Engine struct {
 	// present are the images the daemon was seen to hold (docker.go), so
 	// a launch does not ask again; guarded by mu.
 	present map[string]bool
+	// holderImage is the network namespace holders' image (netns.go).
+	holderImage holderImage
+	// starts counts the launches in the daemon's start of their
+	// container, which holders' starts wait out (netns.go); guarded by mu.
+	starts int
 }
 
 // pool is the hot containers of one function configuration.
@@ -78,8 +83,12 @@ type pool struct {
 	// when Config.MaxSpares is reached.
 	prepared  *hotContainer
 	preparing bool
-	lastUse   time.Time
-	expiry    *time.Timer // the pending check of prepared (expirePrepared)
+	// prepDone is closed when the preparing ends; prepAwaited says a
+	// launch waits for it (awaitPrepared).
+	prepDone    chan struct{}
+	prepAwaited bool
+	lastUse     time.Time
+	expiry      *time.Timer // the pending check of prepared (expirePrepared)
 }
 
 // New connects to the Docker daemon (Config.DockerHost, else the

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
@@ -31,6 +32,8 @@ type fakeDocker struct {
 	pullStream string
 	createErr  error
 	startErr   error
+	// createGate, when set, holds every create until it is closed.
+	createGate chan struct{}
 
 	mu      sync.Mutex
 	removed []string
@@ -55,6 +58,9 @@ func (f *fakeDocker) ImagePull(context.Context, string, image.PullOptions) (io.R
 }
 
 func (f *fakeDocker) ContainerCreate(context.Context, *container.Config, *container.HostConfig, *network.NetworkingConfig, *ocispec.Platform, string) (container.CreateResponse, error) {
+	if f.createGate != nil {
+		<-f.createGate
+	}
 	if f.createErr != nil {
 		return container.CreateResponse{}, f.createErr
 	}
@@ -156,12 +162,54 @@ func TestImageRemembered(t *testing.T) {
 	}
 	f.createsMissing = 1
 	p := e.poolLocked(FunctionConfig{ID: "f", Image: ref}, "k")
-	c, cerr := e.create(p, nil)
+	c, cerr := e.create(p, nil, false)
 	if cerr != nil {
 		t.Fatalf("create after the image went missing: %v", cerr)
 	}
 	if f.inspects != 2 {
 		t.Errorf("after a create found the image missing: %d inspects; want the daemon asked again", f.inspects)
+	}
+	e.destroy(c, "test")
+}
+
+// TestAwaitPrepared: a launch that finds its pool's next container being
+// prepared waits for it and takes it; a second launch meanwhile does not
+// wait (a burst is not held back); with nothing being prepared none waits.
+func TestAwaitPrepared(t *testing.T) {
+	f := &fakeDocker{present: true, createGate: make(chan struct{})}
+	e, err := newEngine(f, Config{SocketRoot: t.TempDir(), Network: "none", Tracker: NewResourceTracker(Capacity{MemoryBytes: 1 << 30, MilliCPUs: 1000})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	p := e.poolLocked(FunctionConfig{ID: "f", Image: "127.0.0.1:1/fn@" + testDigest}, "k")
+	if c := e.awaitPrepared(p, nil); c != nil {
+		t.Fatalf("nothing being prepared: got %v", c)
+	}
+	e.mu.Lock()
+	p.holdUntil = e.now().Add(time.Minute)
+	e.mu.Unlock()
+	e.prepare(p) // its create waits at the gate
+	got := make(chan *hotContainer)
+	go func() { got <- e.awaitPrepared(p, nil) }()
+	eventually(t, 10*time.Second, "the first launch waiting", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return p.prepAwaited
+	})
+	if c := e.awaitPrepared(p, nil); c != nil {
+		t.Fatalf("a second launch took %v; want it not to wait", c)
+	}
+	close(f.createGate)
+	c := <-got
+	if c == nil || c.id != "fake-container" {
+		t.Fatalf("the waiting launch got %v; want the prepared container", c)
+	}
+	e.mu.Lock()
+	left := p.prepared
+	e.mu.Unlock()
+	if left != nil {
+		t.Errorf("the pool still lists %v as prepared", left.id)
 	}
 	e.destroy(c, "test")
 }

@@ -9,8 +9,13 @@ import "time"
 // are taken ahead: a pool keeps one container created and attached but not
 // started, and its next launch starts it (skipping the image check too:
 // the daemon holds an image while a container uses it), then prepares the
-// next. A prepared container holds no reservation (a created container
-// uses no memory or CPU) and is kept
+// next. Its network namespace is made ahead too (holdPrepared): once it
+// is in place, a second is created joining the namespace of a holder
+// started for it (netns.go) and takes its place, so the start, which on a
+// bridge network spends most of its time making a namespace, does not;
+// the first is there at once for a call that arrives meanwhile. A prepared
+// container holds no reservation (a created container uses no memory or
+// CPU; its holder a few pages, under a 6 MiB limit) and is kept
 //
 //   - while the pool's hold stands (Hold, a deploy's prefetch included),
 //     whatever the count;
@@ -35,8 +40,11 @@ func (e *Engine) prepare(p *pool) {
 	if want && !e.now().Before(p.holdUntil) {
 		want, evicted = e.spareRoomLocked(p)
 	}
+	var done chan struct{}
 	if want {
 		p.preparing = true
+		done = make(chan struct{})
+		p.prepDone, p.prepAwaited = done, false
 		p.refs++ // until the container is registered or given up (releaseHold)
 	}
 	e.mu.Unlock()
@@ -48,7 +56,7 @@ func (e *Engine) prepare(p *pool) {
 	}
 	started := e.goBackground(func() {
 		defer e.releaseHold(p)
-		c, err := e.create(p, nil)
+		c, err := e.create(p, nil, false)
 		e.mu.Lock()
 		p.preparing = false
 		keep := err == nil && p.prepared == nil && !e.closed && e.keepsPreparedLocked(p)
@@ -57,6 +65,7 @@ func (e *Engine) prepare(p *pool) {
 			e.setState(c, ContainerPrepared) // under mu, before a launch can take it
 		}
 		e.mu.Unlock()
+		close(done) // after p.prepared is set: a waiting launch takes it
 		switch {
 		case err != nil:
 			e.log.Debug("preparing a function container", "fn", p.fn.ID, "err", err)
@@ -64,14 +73,44 @@ func (e *Engine) prepare(p *pool) {
 			e.destroy(c, "prepared but not needed")
 		default:
 			e.expirePrepared(p, c)
+			e.holdPrepared(p, c)
 		}
 	})
 	if !started {
 		e.mu.Lock()
 		p.preparing = false
 		e.mu.Unlock()
+		close(done)
 		e.releaseHold(p)
 	}
+}
+
+// awaitPrepared is takePrepared for a launch that found no prepared
+// container while one is being made: the first such launch waits for it
+// and takes it, rather than creating another beside it at the daemon (a
+// deploy's hold prepares one as its first call arrives, and a held pool
+// launches its minimum right after preparing); the wait is a create, as
+// the holder comes after (holdPrepared). Only one launch
+// waits, so a burst's other launches are not held back. It returns nil
+// when nothing is being prepared, another launch waits already, the
+// preparing failed or was not kept, or the engine is closing.
+func (e *Engine) awaitPrepared(p *pool, res *Reservation) *hotContainer {
+	e.mu.Lock()
+	done := p.prepDone
+	wait := p.preparing && !p.prepAwaited
+	if wait {
+		p.prepAwaited = true
+	}
+	e.mu.Unlock()
+	if !wait {
+		return nil
+	}
+	select {
+	case <-done:
+	case <-e.ctx.Done():
+		return nil
+	}
+	return e.takePrepared(p, res)
 }
 
 // keepsPreparedLocked reports whether p keeps a prepared container now:

@@ -429,6 +429,18 @@ func (f *fakeDocker) ImageList(context.Context, image.ListOptions) ([]image.Summ
 	return f.imageList()
 }
 
+// The runtime neither imports nor removes images (the function engine's
+// network namespace holder does, fnagent/netns.go).
+func (f *fakeDocker) ImageImport(context.Context, image.ImportSource, string, image.ImportOptions) (io.ReadCloser, error) {
+	f.record("ImageImport")
+	return nil, unexpected("ImageImport")
+}
+
+func (f *fakeDocker) ImageRemove(context.Context, string, image.RemoveOptions) ([]image.DeleteResponse, error) {
+	f.record("ImageRemove")
+	return nil, unexpected("ImageRemove")
+}
+
 func (f *fakeDocker) ContainerCreate(_ context.Context, config *container.Config, hostConfig *container.HostConfig, _ *network.NetworkingConfig, _ *ocispec.Platform, name string) (container.CreateResponse, error) {
 	f.record("ContainerCreate " + name)
 	if f.containerCreate == nil {
