@@ -12,6 +12,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+
 	"github.com/mercator/mercator/dockerengine"
 )
 
@@ -123,19 +125,25 @@ func TestSpareOnNoNetworkHasNoHolder(t *testing.T) {
 	te := newTestEngine(t, func(c *Config) { c.MaxSpares = 4 }) // Network "none"
 	fn := fnConfig(t, "netns-none", rawImage)
 	te.mustCall(fn, "echo", "x")
-	var spare string
+	// The spare the engine registered: a container created beside it and
+	// given up at once ("prepared but not needed") may be listed a moment
+	// before it is gone, so one that is gone by its inspection is passed.
+	var info container.InspectResponse
 	eventually(t, 30*time.Second, "a spare prepared", func() bool {
+		if te.counts.Snapshot().Containers[ContainerPrepared] != 1 {
+			return false
+		}
 		for _, c := range te.containers() {
-			if c.State == "created" && c.Labels[dockerengine.LabelFn] == fn.ID {
-				spare = c.ID
+			if c.State != "created" || c.Labels[dockerengine.LabelFn] != fn.ID {
+				continue
+			}
+			var err error
+			if info, err = te.cli.ContainerInspect(context.Background(), c.ID); err == nil {
+				return true
 			}
 		}
-		return spare != ""
+		return false
 	})
-	info, err := te.cli.ContainerInspect(context.Background(), spare)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if info.HostConfig.NetworkMode != "none" {
 		t.Errorf("the spare's network mode %q; want none", info.HostConfig.NetworkMode)
 	}
