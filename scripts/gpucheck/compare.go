@@ -1,12 +1,10 @@
-//go:build ignore
-
-// compare checks a node's GPU facts, as the control plane holds them
+// Command gpucheck checks a node's GPU facts, as the control plane holds them
 // (`mercator node get NODE -o json`), against `nvidia-smi -q -x` on the
 // same machine: the same GPU UUIDs, and for each the model (product_name)
 // and memory (fb_memory_usage/total, MiB). It prints a line per GPU and
 // exits 1 on any difference. scripts/gpu-check.sh runs it:
 //
-//	go run scripts/gpucheck/compare.go node.json nvidia-smi-q-x.xml
+//	go run ./scripts/gpucheck node.json nvidia-smi-q-x.xml
 package main
 
 import (
