@@ -156,15 +156,25 @@ func TestAPanicAnswersTheGroup(t *testing.T) {
 	}
 }
 
-// TestWithoutALoopEachCallerCommitsAlone: before Run, Update commits at
-// once (a server used through its handler alone).
+// TestWithoutALoopEachCallerCommitsAlone: before Run, Update and
+// UpdateWith commit at once (a server used through its handler alone).
 func TestWithoutALoopEachCallerCommitsAlone(t *testing.T) {
 	st := memstore.New()
 	g := New(st.Update, st.UpdateLocked, 0, nil)
 	if err := g.Update(context.Background(), putNode("a")); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.UpdateLocked(context.Background(), putNode("b")); err != nil {
+	g.SetShare((&recordingShare{}).share)
+	if err := g.UpdateWith(context.Background(), "need-b", true, putNode("b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.View(context.Background(), func(tx store.Tx) error {
+		nodes, err := tx.ListNodes()
+		if len(nodes) != 2 {
+			t.Errorf("%d nodes stored; want a, and b through its Share's finish", len(nodes))
+		}
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
