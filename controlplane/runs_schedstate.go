@@ -65,7 +65,7 @@ func (s *Server) refreshUsage(ctx context.Context) error {
 	}
 	active := func() (runs []store.Run, err error) {
 		err = s.store.View(ctx, func(tx store.Tx) error {
-			runs, err = tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
+			runs, err = tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}, AnyOrder: true})
 			return err
 		})
 		return runs, err
@@ -96,7 +96,7 @@ func (s *Server) refreshUsage(ctx context.Context) error {
 func (s *Server) queuedRuns(ctx context.Context) ([]store.Run, error) {
 	queued := func() (runs []store.Run, err error) {
 		err = s.store.View(ctx, func(tx store.Tx) error {
-			runs, err = tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunQueued}})
+			runs, err = tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunQueued}, AnyOrder: true}) // the copy keeps its own order
 			return err
 		})
 		return runs, err

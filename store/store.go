@@ -309,6 +309,23 @@ type ListRunsOptions struct {
 	// with this ID (a cursor for pagination).
 	Before string
 	Limit  int
+	// AnyOrder lets the store return the runs in any order; Before and
+	// Limit must then be unset (failure.ErrInvalid otherwise). It is for a
+	// read of a whole set whose reader keeps its own order, such as the
+	// scheduler's copies of the active and queued runs: on PostgreSQL,
+	// runs of several statuses ordered by creation were sorted with their
+	// documents, which spilled to disk, and was the database's costliest
+	// statement under a backlog.
+	AnyOrder bool
+}
+
+// CheckAnyOrder is the check every store makes of opts.AnyOrder: it
+// cannot be combined with a cursor or a limit, which need an order.
+func (opts ListRunsOptions) CheckAnyOrder() error {
+	if opts.AnyOrder && (opts.Before != "" || opts.Limit > 0) {
+		return failure.Invalid("any_order", "a list of runs in any order takes no cursor (before) and no limit")
+	}
+	return nil
 }
 
 // Operation is one command for one node, kept until the node reports its

@@ -382,6 +382,9 @@ func (t *tx) ListRuns(opts store.ListRunsOptions) ([]store.Run, error) {
 	if err := t.readable(); err != nil {
 		return nil, err
 	}
+	if err := opts.CheckAnyOrder(); err != nil {
+		return nil, err
+	}
 	newer := func(a, b store.Run) int { // newest first
 		return -cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
 	}
@@ -413,7 +416,9 @@ func (t *tx) ListRuns(opts store.ListRunsOptions) ([]store.Run, error) {
 		}
 		runs = append(runs, r)
 	}
-	slices.SortFunc(runs, newer)
+	if !opts.AnyOrder { // the map's order is already any
+		slices.SortFunc(runs, newer)
+	}
 	if opts.Limit > 0 && len(runs) > opts.Limit {
 		runs = runs[:opts.Limit]
 	}

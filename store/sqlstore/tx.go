@@ -430,6 +430,9 @@ func (t *txn) ListRuns(opts store.ListRunsOptions) ([]store.Run, error) {
 	if err := t.readable(); err != nil {
 		return nil, err
 	}
+	if err := opts.CheckAnyOrder(); err != nil {
+		return nil, err
+	}
 	var where []string
 	var args []any
 	arg := func(v any) string {
@@ -478,7 +481,9 @@ func (t *txn) ListRuns(opts store.ListRunsOptions) ([]store.Run, error) {
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY r.created_sec DESC, r.created_nsec DESC, r.id DESC"
+	if !opts.AnyOrder {
+		q += " ORDER BY r.created_sec DESC, r.created_nsec DESC, r.id DESC"
+	}
 	if opts.Limit > 0 {
 		q += " LIMIT " + arg(opts.Limit)
 	}

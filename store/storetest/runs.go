@@ -164,6 +164,19 @@ func testListRuns(t *testing.T, s store.Store) {
 			list(tx, store.ListRunsOptions{Statuses: []string{api.RunRunning}, NodeID: "node-b"}), []string{"r-tie-a"})
 		_, err := tx.ListRuns(store.ListRunsOptions{Before: "r-missing"})
 		wantKind(t, err, failure.ErrNotFound, "r-missing")
+		// In any order: the same runs, in an order the test does not
+		// depend on; a cursor or a limit, which need an order, refused.
+		sorted := func(ids []string) []string { slices.Sort(ids); return ids }
+		wantIDs(t, "AnyOrder all", sorted(list(tx, store.ListRunsOptions{AnyOrder: true})), sorted(slices.Clone(all)))
+		wantIDs(t, "AnyOrder running,queued,placed",
+			sorted(list(tx, store.ListRunsOptions{Statuses: []string{api.RunRunning, api.RunQueued, api.RunPlaced}, AnyOrder: true})),
+			[]string{"r-new", "r-tie-a", "r-tie-b", "r-zoned"})
+		wantIDs(t, "AnyOrder, NodeID node-a", sorted(list(tx, store.ListRunsOptions{NodeID: "node-a", AnyOrder: true})),
+			[]string{"r-ns", "r-old", "r-tie-c"})
+		_, err = tx.ListRuns(store.ListRunsOptions{AnyOrder: true, Limit: 2})
+		wantKind(t, err, failure.ErrInvalid, "limit")
+		_, err = tx.ListRuns(store.ListRunsOptions{AnyOrder: true, Before: "r-tie-c"})
+		wantKind(t, err, failure.ErrInvalid, "cursor")
 		return nil
 	})
 	// A status change is seen by the Statuses filter.
