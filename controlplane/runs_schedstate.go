@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/schedcopy"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
@@ -33,8 +34,9 @@ const (
 
 // nodeListAge is how old a copy of the nodes' records may be for the
 // scheduler and the metrics: the copy follows this replica's own writes
-// (schedcopy.Copy.PatchNodes), so alone it is read again once a minute; other replicas'
-// writes, their liveness flushes included, are read once per flush period.
+// (schedcopy.Copy.PatchNodes), so alone it is refreshed once a minute; other
+// replicas' writes, their liveness flushes included, are read once per flush
+// period (every node's version and moment, and the records that changed).
 func (s *Server) nodeListAge() time.Duration {
 	if s.coord != nil {
 		return s.live.FlushPeriod()
@@ -43,16 +45,25 @@ func (s *Server) nodeListAge() time.Duration {
 }
 
 // nodeList returns the copy of the nodes' records (schedcopy.Copy.Nodes):
-// read from the store when older than maxAge. The caller must not modify
+// refreshed from the store when older than maxAge. The caller must not modify
 // the slice or the records.
 func (s *Server) nodeList(ctx context.Context, maxAge time.Duration) ([]store.Node, error) {
-	return s.sched.Nodes(maxAge, func() (nodes []store.Node, err error) {
-		err = s.store.View(ctx, func(tx store.Tx) error {
-			nodes, err = tx.ListNodes()
-			return err
-		})
-		return nodes, err
+	return s.sched.Nodes(maxAge, schedcopy.NodeReads{
+		Versions: func() ([]store.NodeVersion, error) { return viewRead(ctx, s.store, store.Tx.NodeVersions) },
+		Records: func(ids []string) ([]store.Node, error) {
+			return viewRead(ctx, s.store, func(tx store.Tx) ([]store.Node, error) { return tx.GetNodes(ids) })
+		},
+		All: func() ([]store.Node, error) { return viewRead(ctx, s.store, store.Tx.ListNodes) },
 	})
+}
+
+// viewRead is read's answer, read in a transaction of its own.
+func viewRead[T any](ctx context.Context, st store.Store, read func(store.Tx) (T, error)) (out T, err error) {
+	err = st.View(ctx, func(tx store.Tx) error {
+		out, err = read(tx)
+		return err
+	})
+	return out, err
 }
 
 // refreshUsage brings the copy of active attempts up to date

@@ -89,6 +89,12 @@ type Tx interface {
 	PutNode(n Node) error
 	// ListNodes returns every node ordered by ID.
 	ListNodes() ([]Node, error)
+	// NodeVersions returns every node's version and last-seen moment,
+	// ordered by ID, without its record: what a copy of the records reads
+	// to learn which of them to read again (GetNodes). A copy of a record
+	// read at the same Rev differs from the stored one at most in its
+	// LastSeenAt.
+	NodeVersions() ([]NodeVersion, error)
 	// GetNodes returns the stored nodes among ids, ordered by ID (a
 	// missing one is absent, not an error); in UpdateLocked each is locked,
 	// in that order. The batch forms (GetNodes, GetRuns, PutRuns,
@@ -326,6 +332,17 @@ func (opts ListRunsOptions) CheckAnyOrder() error {
 		return failure.Invalid("any_order", "a list of runs in any order takes no cursor (before) and no limit")
 	}
 	return nil
+}
+
+// NodeVersion is what Tx.NodeVersions says of one node.
+type NodeVersion struct {
+	ID string
+	// Rev changes with every PutNode of the node, and only then (NodesSeen
+	// leaves it): equal Revs of one node mean the same record but for
+	// LastSeenAt. Nodes are never deleted, so a node's Rev is never
+	// reused.
+	Rev        int64
+	LastSeenAt *time.Time
 }
 
 // Operation is one command for one node, kept until the node reports its

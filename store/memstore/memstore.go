@@ -56,6 +56,7 @@ type Store struct {
 func New() *Store {
 	return &Store{cur: &state{
 		nodes:       map[string][]byte{},
+		nodeRevs:    map[string]int64{},
 		invitations: map[string][]byte{},
 		sessions:    map[string][]byte{},
 		runs:        map[string][]byte{},
@@ -80,6 +81,7 @@ func New() *Store {
 // Log byte slices are never appended to in place, for the same reason.
 type state struct {
 	nodes       map[string][]byte
+	nodeRevs    map[string]int64 // store.NodeVersion.Rev, by node
 	invitations map[string][]byte
 	sessions    map[string][]byte
 	runs        map[string][]byte
@@ -278,7 +280,24 @@ func (t *tx) PutNode(n store.Node) error {
 	if err := record.Node(n); err != nil {
 		return err
 	}
-	return put(t, "nodes", &t.st.nodes, "node", n.ID, n, upsert)
+	if err := put(t, "nodes", &t.st.nodes, "node", n.ID, n, upsert); err != nil {
+		return err
+	}
+	table(t, "nodeRevs", &t.st.nodeRevs)[n.ID]++
+	return nil
+}
+
+// NodeVersions implements store.Tx.
+func (t *tx) NodeVersions() ([]store.NodeVersion, error) {
+	nodes, err := t.ListNodes()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.NodeVersion, len(nodes))
+	for i, n := range nodes {
+		out[i] = store.NodeVersion{ID: n.ID, Rev: t.st.nodeRevs[n.ID], LastSeenAt: n.LastSeenAt}
+	}
+	return out, nil
 }
 
 func (t *tx) ListNodes() ([]store.Node, error) {

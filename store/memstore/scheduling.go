@@ -62,7 +62,8 @@ func (t *tx) NodesSeen(seen map[string]time.Time) (map[string]time.Time, error) 
 			}
 		}
 		n.LastSeenAt = &at
-		if err := t.PutNode(n); err != nil {
+		// The record alone, not PutNode: a node's version stays.
+		if err := put(t, "nodes", &t.st.nodes, "node", n.ID, n, upsert); err != nil {
 			return nil, err
 		}
 	}

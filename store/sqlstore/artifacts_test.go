@@ -22,7 +22,8 @@ func TestRegistryCredentialsMigrateToDefault(t *testing.T) {
 		for _, stmt := range []string{ // back to version 9's table, holding one credential
 			`DROP TABLE registry_credentials`,
 			`CREATE TABLE registry_credentials (host TEXT PRIMARY KEY, doc TEXT NOT NULL)`,
-			`DROP INDEX invitations_by_node`, // migration 11's, made again after 10
+			`DROP INDEX invitations_by_node`,    // migration 11's, made again after 10
+			`ALTER TABLE nodes DROP COLUMN rev`, // migration 12's
 			`DELETE FROM schema_migrations WHERE version >= 10`,
 		} {
 			if _, err := s.db.ExecContext(ctx, stmt); err != nil {

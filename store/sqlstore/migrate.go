@@ -177,6 +177,11 @@ var migrations = []migration{
 		name:    "invitations indexed by node",
 		stmts:   []string{`CREATE INDEX invitations_by_node ON invitations (node_id)`},
 	},
+	{
+		version: 12,
+		name:    "node record versions",
+		stmts:   revMigration, // in nodes.go
+	},
 }
 
 // migrate brings db's schema up to the last of ms, in one write

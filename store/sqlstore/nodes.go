@@ -96,6 +96,33 @@ func (t *txn) ListNodes() ([]store.Node, error) {
 	return out, nil
 }
 
+// A node's version (store.NodeVersion.Rev) is a column too (rev, schema
+// 12): PutNode adds one to it, NodesSeen leaves it. With it, a replica's
+// copy of the nodes' records reads every node's version and moment, a
+// narrow row each, and the records of those that changed, where it read
+// every record whole every liveness flush period (at 5,000 nodes on
+// PostgreSQL, 157 ms of the database's time a read, and as much again of
+// the replica's decoding).
+var revMigration = []string{
+	`ALTER TABLE nodes ADD COLUMN rev BIGINT NOT NULL DEFAULT 0`,
+}
+
+// NodeVersions implements store.Tx.
+func (t *txn) NodeVersions() ([]store.NodeVersion, error) {
+	out := []store.NodeVersion{}
+	var v store.NodeVersion
+	var ns sql.NullInt64
+	err := t.listRows("node", `SELECT id, rev, last_seen_ns FROM nodes ORDER BY id`, nil, func() error {
+		v.LastSeenAt = withSeen(store.Node{}, ns).LastSeenAt
+		out = append(out, v)
+		return nil
+	}, &v.ID, &v.Rev, &ns)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (t *txn) PutNode(n store.Node) error {
 	if err := record.Node(n); err != nil {
 		return err
@@ -112,8 +139,8 @@ func (t *txn) PutNode(n store.Node) error {
 		ns = sql.NullInt64{Int64: n.LastSeenAt.UnixNano(), Valid: true}
 	}
 	_, err = t.exec("put", "node", n.ID,
-		`INSERT INTO nodes (id, doc, last_seen_ns) VALUES ($1, $2, $3)
-		ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, last_seen_ns = excluded.last_seen_ns`,
+		`INSERT INTO nodes (id, doc, last_seen_ns, rev) VALUES ($1, $2, $3, 1)
+		ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, last_seen_ns = excluded.last_seen_ns, rev = nodes.rev + 1`,
 		n.ID, doc, ns)
 	return err
 }

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -105,6 +106,96 @@ func testNodesSeen(t *testing.T, s store.Store) {
 	view(t, s, func(tx store.Tx) error {
 		if n := must1[store.Node](t)(tx.GetNode("node-a")); n.LastSeenAt == nil || !n.LastSeenAt.Equal(later) {
 			t.Errorf("node-a written back: last seen %v, want %s", n.LastSeenAt, later)
+		}
+		return nil
+	})
+}
+
+// testNodeVersions: NodeVersions lists every node in ID order with its
+// last-seen moment; a node's Rev changes with every PutNode (even of the
+// same record) and with nothing else, NodesSeen included; and a version
+// read in one transaction matches the record GetNodes reads in it.
+func testNodeVersions(t *testing.T, s store.Store) {
+	versions := func() map[string]store.NodeVersion {
+		t.Helper()
+		out := map[string]store.NodeVersion{}
+		view(t, s, func(tx store.Tx) error {
+			vs := must1[[]store.NodeVersion](t)(tx.NodeVersions())
+			var ids []string
+			for _, v := range vs {
+				ids = append(ids, v.ID)
+				out[v.ID] = v
+			}
+			if !slices.IsSorted(ids) || len(out) != len(vs) {
+				t.Errorf("NodeVersions IDs %v: want each once, in order", ids)
+			}
+			return nil
+		})
+		return out
+	}
+	if vs := versions(); len(vs) != 0 {
+		t.Fatalf("NodeVersions of an empty store = %v", vs)
+	}
+	a, b := sampleNode("node-a"), sampleNode("node-b")
+	b.LastSeenAt = nil
+	update(t, s, func(tx store.Tx) error {
+		must(t, tx.PutNode(b))
+		return tx.PutNode(a)
+	})
+	first := versions()
+	if len(first) != 2 || first["node-a"].LastSeenAt == nil || !first["node-a"].LastSeenAt.Equal(*a.LastSeenAt) || first["node-b"].LastSeenAt != nil {
+		t.Fatalf("NodeVersions = %+v, want node-a seen at %s and node-b never", first, a.LastSeenAt)
+	}
+	// Heard from: the moment moves, the version stays.
+	later := a.LastSeenAt.Add(time.Minute)
+	update(t, s, func(tx store.Tx) error {
+		_, err := tx.NodesSeen(map[string]time.Time{"node-a": later, "node-b": later})
+		return err
+	})
+	seen := versions()
+	for _, id := range []string{"node-a", "node-b"} {
+		if seen[id].Rev != first[id].Rev {
+			t.Errorf("%s: Rev %d after NodesSeen, was %d: only PutNode changes it", id, seen[id].Rev, first[id].Rev)
+		}
+		if seen[id].LastSeenAt == nil || !seen[id].LastSeenAt.Equal(later) {
+			t.Errorf("%s: last seen %v after NodesSeen, want %s", id, seen[id].LastSeenAt, later)
+		}
+	}
+	// Written: that node's version changes, even for the same record; the
+	// other's stays. A transaction that fails changes nothing.
+	update(t, s, func(tx store.Tx) error {
+		n := must1[store.Node](t)(tx.GetNode("node-b"))
+		return tx.PutNode(n)
+	})
+	failed := errors.New("rolled back")
+	if err := s.Update(context.Background(), func(tx store.Tx) error {
+		n := must1[store.Node](t)(tx.GetNode("node-a"))
+		n.Cordoned = true
+		must(t, tx.PutNode(n))
+		return failed
+	}); !errors.Is(err, failed) {
+		t.Fatalf("Update = %v, want %v", err, failed)
+	}
+	put := versions()
+	if put["node-b"].Rev == seen["node-b"].Rev {
+		t.Errorf("node-b: Rev %d unchanged by a PutNode", put["node-b"].Rev)
+	}
+	if put["node-a"].Rev != seen["node-a"].Rev {
+		t.Errorf("node-a: Rev %d → %d by a transaction that was rolled back", seen["node-a"].Rev, put["node-a"].Rev)
+	}
+	update(t, s, func(tx store.Tx) error {
+		n := must1[store.Node](t)(tx.GetNode("node-b"))
+		n.Cordoned = true
+		return tx.PutNode(n)
+	})
+	again := versions()
+	if r := again["node-b"].Rev; r == put["node-b"].Rev || r == seen["node-b"].Rev {
+		t.Errorf("node-b: Rev %d after a second PutNode, seen before as %d and %d", r, seen["node-b"].Rev, put["node-b"].Rev)
+	}
+	view(t, s, func(tx store.Tx) error {
+		got := must1[[]store.Node](t)(tx.GetNodes([]string{"node-b"}))
+		if len(got) != 1 || !got[0].Cordoned {
+			t.Errorf("GetNodes(node-b) = %+v, want the cordoned record", got)
 		}
 		return nil
 	})

@@ -100,6 +100,7 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opts Opti
 		{"EventWatermark", testEventWatermark},
 		{"Epochs", testEpochs},
 		{"NodesSeen", testNodesSeen},
+		{"NodeVersions", testNodeVersions},
 		{"Batches", testBatches},
 		{"CreateRuns", testCreateRuns},
 	}

@@ -7,8 +7,9 @@
 //
 // A Copy holds two things:
 //
-//   - A copy of the nodes' records, read at most once per liveness flush
-//     period. Liveness is not judged on it alone (see package liveness), and
+//   - A copy of the nodes' records, refreshed at most once per liveness
+//     flush period: every node's version and last-seen moment are read,
+//     and the records of the nodes whose version moved. Liveness is not judged on it alone (see package liveness), and
 //     what else it carries (facts, cordons, drains) changes rarely; a
 //     decision made on a copy that old was already possible when every
 //     pass read the store, since placements are committed after the read.
@@ -50,6 +51,7 @@ type Copy struct {
 	mu sync.Mutex
 
 	nodes   []store.Node
+	revs    map[string]int64 // the version of each record in nodes
 	nodesAt time.Time
 	patches map[string]store.Node // written here since nodes was read
 
@@ -227,11 +229,30 @@ func (c *Copy) Invalidate() {
 	c.active, c.perNode, c.builtAt = nil, nil, time.Time{}
 }
 
-// Nodes returns the copy of the nodes' records: read with read when older
-// than maxAge, with the records the replica wrote since applied
-// (PatchNodes). The caller must not modify the slice or the records; a
-// list returned again unchanged is the same slice.
-func (c *Copy) Nodes(maxAge time.Duration, read func() ([]store.Node, error)) ([]store.Node, error) {
+// NodeReads are the reads Copy.Nodes makes of the store, each in a
+// transaction of its own, Versions first. A record read after its version
+// is at least as new as it; the copy keeps the version it read, so a
+// record that changed in between is read again at the next refresh, never
+// missed.
+type NodeReads struct {
+	// Versions is every node's version and last-seen moment, in ID order
+	// (store.Tx.NodeVersions).
+	Versions func() ([]store.NodeVersion, error)
+	// Records is the records of ids, given sorted (store.Tx.GetNodes).
+	Records func(ids []string) ([]store.Node, error)
+	// All is every record in ID order (store.Tx.ListNodes), read instead
+	// of Records when most records are to be read.
+	All func() ([]store.Node, error)
+}
+
+// Nodes returns the copy of the nodes' records: refreshed when older than
+// maxAge, with the records the replica wrote since applied (PatchNodes).
+// A refresh reads every node's version and last-seen moment, and only
+// the records whose version differs from the one the copy holds (or all
+// of them, when most do); the rest keep their record with the moment
+// brought up to date. The caller must not modify the slice or the
+// records; a list returned again unchanged is the same slice.
+func (c *Copy) Nodes(maxAge time.Duration, reads NodeReads) ([]store.Node, error) {
 	c.mu.Lock()
 	if c.nodes != nil && time.Since(c.nodesAt) < maxAge {
 		if len(c.patches) > 0 {
@@ -242,10 +263,13 @@ func (c *Copy) Nodes(maxAge time.Duration, read func() ([]store.Node, error)) ([
 		c.mu.Unlock()
 		return nodes, nil
 	}
-	c.patches = nil // the store has them
+	// The store has the patches: their nodes' versions moved, so their
+	// records are read again below.
+	c.patches = nil
+	held, revs := c.nodes, c.revs
 	c.mu.Unlock()
 	at := time.Now()
-	nodes, err := read()
+	nodes, newRevs, err := refreshNodes(held, revs, reads)
 	if err != nil {
 		return nil, err
 	}
@@ -255,9 +279,74 @@ func (c *Copy) Nodes(maxAge time.Duration, read func() ([]store.Node, error)) ([
 		nodes = mergeNodes(nodes, c.patches)
 		c.patches = nil
 	}
-	c.nodes, c.nodesAt = nodes, at
+	c.nodes, c.revs, c.nodesAt = nodes, newRevs, at
 	return nodes, nil
 }
+
+// refreshNodes is one refresh of held (in ID order, each record at the
+// version revs gives, if any): the new list and each record's version.
+func refreshNodes(held []store.Node, revs map[string]int64, reads NodeReads) ([]store.Node, map[string]int64, error) {
+	versions, err := reads.Versions()
+	if err != nil {
+		return nil, nil, err
+	}
+	newRevs := make(map[string]int64, len(versions))
+	var stale []string
+	for _, v := range versions {
+		newRevs[v.ID] = v.Rev
+		if r, ok := revs[v.ID]; !ok || r != v.Rev {
+			stale = append(stale, v.ID)
+		}
+	}
+	if len(stale)*2 > len(versions) {
+		all, err := reads.All()
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, n := range all {
+			if _, ok := newRevs[n.ID]; !ok {
+				newRevs[n.ID] = unknownRev // created after the versions were read
+			}
+		}
+		return all, newRevs, nil
+	}
+	var read []store.Node
+	if len(stale) > 0 {
+		if read, err = reads.Records(stale); err != nil {
+			return nil, nil, err
+		}
+	}
+	// Walk the versions, the records held and the records read, all in ID
+	// order: each node from what was read if it was, else from what was
+	// held, with the moment the versions give.
+	out := make([]store.Node, 0, len(versions))
+	h, r := 0, 0
+	for _, v := range versions {
+		for r < len(read) && read[r].ID < v.ID {
+			r++
+		}
+		if r < len(read) && read[r].ID == v.ID {
+			out = append(out, read[r])
+			continue
+		}
+		for h < len(held) && held[h].ID < v.ID {
+			h++
+		}
+		if h < len(held) && held[h].ID == v.ID && revs[v.ID] == v.Rev {
+			n := held[h]
+			n.LastSeenAt = v.LastSeenAt
+			out = append(out, n)
+		}
+		// Otherwise the node was stale and its record was not found:
+		// left out, as a list read then would have.
+	}
+	return out, newRevs, nil
+}
+
+// unknownRev is the version of a record the copy holds without knowing
+// its version: it differs from every stored one (they start at zero and
+// grow), so the record is read again at the next refresh.
+const unknownRev = -1
 
 // mergeNodes returns a new list: base with patches applied, new nodes
 // added, in ID order.
@@ -299,7 +388,7 @@ func (c *Copy) PatchNodes(nodes map[string]store.Node) {
 // ForgetNodes makes the next Nodes read the store.
 func (c *Copy) ForgetNodes() {
 	c.mu.Lock()
-	c.nodes = nil
+	c.nodes, c.revs = nil, nil
 	c.mu.Unlock()
 }
 

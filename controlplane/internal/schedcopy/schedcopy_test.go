@@ -2,7 +2,10 @@ package schedcopy
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -80,30 +83,147 @@ func TestRefreshAndNotes(t *testing.T) {
 	}
 }
 
+// nodeTable is a store's nodes as NodeReads sees them, counting the
+// reads.
+type nodeTable struct {
+	recs        map[string]store.Node
+	revs        map[string]int64
+	all         int        // reads of every record
+	recordReads [][]string // the IDs of each read of some records
+}
+
+func newNodeTable(nodes ...store.Node) *nodeTable {
+	t := &nodeTable{recs: map[string]store.Node{}, revs: map[string]int64{}}
+	for _, n := range nodes {
+		t.put(n)
+	}
+	return t
+}
+
+func (t *nodeTable) put(n store.Node) { t.recs[n.ID] = n; t.revs[n.ID]++ }
+
+// seen is the narrow write: the moment moves, the version stays.
+func (t *nodeTable) seen(id string, at time.Time) {
+	n := t.recs[id]
+	n.LastSeenAt = &at
+	t.recs[id] = n
+}
+
+func (t *nodeTable) reads() NodeReads {
+	ids := func() []string { return slices.Sorted(maps.Keys(t.recs)) }
+	return NodeReads{
+		Versions: func() ([]store.NodeVersion, error) {
+			var out []store.NodeVersion
+			for _, id := range ids() {
+				out = append(out, store.NodeVersion{ID: id, Rev: t.revs[id], LastSeenAt: t.recs[id].LastSeenAt})
+			}
+			return out, nil
+		},
+		Records: func(want []string) ([]store.Node, error) {
+			t.recordReads = append(t.recordReads, want)
+			var out []store.Node
+			for _, id := range want {
+				if n, ok := t.recs[id]; ok {
+					out = append(out, n)
+				}
+			}
+			return out, nil
+		},
+		All: func() ([]store.Node, error) {
+			t.all++
+			var out []store.Node
+			for _, id := range ids() {
+				out = append(out, t.recs[id])
+			}
+			return out, nil
+		},
+	}
+}
+
+func nodeIDs(nodes []store.Node) []string {
+	var ids []string
+	for _, n := range nodes {
+		ids = append(ids, n.ID)
+	}
+	return ids
+}
+
 // TestNodesFollowsPatches holds the copy of the nodes' records to the
 // store's read and the records written since, in ID order, until it is
 // forgotten.
 func TestNodesFollowsPatches(t *testing.T) {
 	var c Copy
-	reads := 0
-	read := func() ([]store.Node, error) { reads++; return []store.Node{{ID: "a"}, {ID: "c"}}, nil }
-	if _, err := c.Nodes(time.Hour, read); err != nil {
+	table := newNodeTable(store.Node{ID: "a"}, store.Node{ID: "c"})
+	if _, err := c.Nodes(time.Hour, table.reads()); err != nil {
 		t.Fatal(err)
 	}
 	c.PatchNodes(map[string]store.Node{"b": {ID: "b"}, "c": {ID: "c", Cordoned: true}})
-	nodes, err := c.Nodes(time.Hour, read)
+	nodes, err := c.Nodes(time.Hour, table.reads())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
-	for _, n := range nodes {
-		ids = append(ids, n.ID)
-	}
-	if reads != 1 || !reflect.DeepEqual(ids, []string{"a", "b", "c"}) || !nodes[2].Cordoned {
-		t.Fatalf("after patches: %d reads, nodes %v (c cordoned: %v)", reads, ids, nodes[2].Cordoned)
+	if ids := nodeIDs(nodes); table.all != 1 || !reflect.DeepEqual(ids, []string{"a", "b", "c"}) || !nodes[2].Cordoned {
+		t.Fatalf("after patches: %d reads, nodes %v (c cordoned: %v)", table.all, ids, nodes[2].Cordoned)
 	}
 	c.ForgetNodes()
-	if _, err := c.Nodes(time.Hour, read); err != nil || reads != 2 {
-		t.Fatalf("after ForgetNodes: %d reads, err %v; want a second read", reads, err)
+	if _, err := c.Nodes(time.Hour, table.reads()); err != nil || table.all != 2 {
+		t.Fatalf("after ForgetNodes: %d reads, err %v; want a second read of every record", table.all, err)
+	}
+}
+
+// TestNodesReadsOnlyWhatChanged: a refresh reads the records of the nodes
+// whose version moved (written by another replica, or patched here and so
+// held at an unknown version) and of new nodes, and brings every other
+// record's last-seen moment up to date without reading it.
+func TestNodesReadsOnlyWhatChanged(t *testing.T) {
+	var c Copy
+	var all []store.Node
+	for i := range 10 {
+		all = append(all, store.Node{ID: fmt.Sprintf("n%02d", i)})
+	}
+	table := newNodeTable(all...)
+	if _, err := c.Nodes(0, table.reads()); err != nil || table.all != 1 {
+		t.Fatalf("first read: %d reads of every record, err %v; want 1", table.all, err)
+	}
+	t0 := time.Unix(1_700_000_000, 0).UTC()
+	for _, n := range all {
+		table.seen(n.ID, t0)
+	}
+	table.put(store.Node{ID: "n03", Cordoned: true, LastSeenAt: &t0}) // another replica's write
+	table.put(store.Node{ID: "n10"})                                  // a new node
+	mine := store.Node{ID: "n07", Draining: true, LastSeenAt: &t0}
+	table.put(mine) // this replica's, committed, then patched
+	c.PatchNodes(map[string]store.Node{"n07": mine})
+	nodes, err := c.Nodes(0, table.reads())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if table.all != 1 || len(table.recordReads) != 1 || !reflect.DeepEqual(table.recordReads[0], []string{"n03", "n07", "n10"}) {
+		t.Fatalf("refresh read every record %d times and some %v; want [[n03 n07 n10]] only", table.all-1, table.recordReads)
+	}
+	if len(nodes) != 11 || nodes[10].ID != "n10" || !nodes[3].Cordoned || !nodes[7].Draining {
+		t.Fatalf("nodes after refresh: %v (n03 cordoned %v, n07 draining %v)", nodeIDs(nodes), nodes[3].Cordoned, nodes[7].Draining)
+	}
+	for _, n := range nodes[:10] {
+		if n.LastSeenAt == nil || !n.LastSeenAt.Equal(t0) {
+			t.Errorf("%s: last seen %v, want %s", n.ID, n.LastSeenAt, t0)
+		}
+	}
+	// Nothing written: only versions are read; the held records are not
+	// changed in place (the list returned before still says never seen).
+	table.seen("n01", t0.Add(time.Second))
+	before := nodes
+	if nodes, err = c.Nodes(0, table.reads()); err != nil || len(table.recordReads) != 1 || table.all != 1 {
+		t.Fatalf("quiet refresh: %d more reads of some records, %d of all, err %v; want none", len(table.recordReads)-1, table.all-1, err)
+	}
+	if !nodes[1].LastSeenAt.Equal(t0.Add(time.Second)) || !before[1].LastSeenAt.Equal(t0) {
+		t.Fatalf("n01 last seen %v in the new list, %v in the old; want %s and %s", nodes[1].LastSeenAt, before[1].LastSeenAt, t0.Add(time.Second), t0)
+	}
+	// Most records written: every record read in one go.
+	for _, n := range all[:8] {
+		table.put(n)
+	}
+	if _, err := c.Nodes(0, table.reads()); err != nil || table.all != 2 {
+		t.Fatalf("after most records changed: %d reads of every record, err %v; want 2", table.all, err)
 	}
 }
