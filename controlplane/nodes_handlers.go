@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/mercator/mercator/api"
@@ -87,9 +88,14 @@ type nodeWork struct {
 // nodeID, only that node's (read through the store's index of runs by node
 // rather than every active run).
 func activeByNode(tx store.Tx, nodeID string) (map[string]nodeWork, error) {
-	runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: nodeID, Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}})
+	// Every node's: read unsorted and sorted here (store.ListRunsOptions.AnyOrder).
+	every := nodeID == ""
+	runs, err := tx.ListRuns(store.ListRunsOptions{NodeID: nodeID, Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}, AnyOrder: every})
 	if err != nil {
 		return nil, err
+	}
+	if every {
+		slices.SortFunc(runs, store.NewestFirst)
 	}
 	out := map[string]nodeWork{}
 	for _, r := range runs {

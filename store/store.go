@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mercator/mercator/api"
@@ -323,6 +324,16 @@ type ListRunsOptions struct {
 	// documents, which spilled to disk, and was the database's costliest
 	// statement under a backlog.
 	AnyOrder bool
+}
+
+// NewestFirst orders runs as ListRuns does: newest first (by CreatedAt,
+// then ID, descending). For slices.SortFunc, to order a list read with
+// AnyOrder.
+func NewestFirst(a, b Run) int {
+	if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(b.ID, a.ID)
 }
 
 // CheckAnyOrder is the check every store makes of opts.AnyOrder: it

@@ -404,9 +404,6 @@ func (t *tx) ListRuns(opts store.ListRunsOptions) ([]store.Run, error) {
 	if err := opts.CheckAnyOrder(); err != nil {
 		return nil, err
 	}
-	newer := func(a, b store.Run) int { // newest first
-		return -cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
-	}
 	var cursor *store.Run
 	if opts.Before != "" {
 		c, err := t.GetRun(opts.Before)
@@ -430,13 +427,13 @@ func (t *tx) ListRuns(opts store.ListRunsOptions) ([]store.Run, error) {
 		if opts.Project != "" && record.RunProject(r) != opts.Project {
 			continue
 		}
-		if cursor != nil && newer(r, *cursor) <= 0 {
+		if cursor != nil && store.NewestFirst(r, *cursor) <= 0 {
 			continue
 		}
 		runs = append(runs, r)
 	}
 	if !opts.AnyOrder { // the map's order is already any
-		slices.SortFunc(runs, newer)
+		slices.SortFunc(runs, store.NewestFirst)
 	}
 	if opts.Limit > 0 && len(runs) > opts.Limit {
 		runs = runs[:opts.Limit]

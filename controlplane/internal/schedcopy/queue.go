@@ -1,9 +1,7 @@
 package schedcopy
 
 import (
-	"cmp"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -164,12 +162,7 @@ func (q *Queue) list() []store.Run {
 		for _, r := range q.runs {
 			q.sorted = append(q.sorted, r)
 		}
-		slices.SortFunc(q.sorted, func(a, b store.Run) int {
-			if c := cmp.Compare(b.CreatedAt.UnixNano(), a.CreatedAt.UnixNano()); c != 0 {
-				return c
-			}
-			return strings.Compare(b.ID, a.ID)
-		})
+		slices.SortFunc(q.sorted, store.NewestFirst)
 	}
 	return q.sorted
 }
