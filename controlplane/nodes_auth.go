@@ -79,6 +79,36 @@ func (s *Server) fenceOf(tx store.Tx, nodeID string) (uint64, error) {
 	return n.FencingToken, nil
 }
 
+// fencesOf is fenceOf for each of ids (sorted, distinct), the misses read
+// in one GetNodes. A node not stored is absent.
+func (s *Server) fencesOf(tx store.Tx, ids []string) (map[string]uint64, error) {
+	now := s.now()
+	out := make(map[string]uint64, len(ids))
+	var missed []string
+	gens := map[string]uint64{}
+	for _, id := range ids {
+		fence, fresh, gen := s.auth.Fence(id, now)
+		if fresh {
+			out[id] = fence.Token
+			continue
+		}
+		missed = append(missed, id)
+		gens[id] = gen
+	}
+	if len(missed) == 0 {
+		return out, nil
+	}
+	nodes, err := tx.GetNodes(missed)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		s.auth.PutFence(n.ID, nodeauth.FenceOf(n), gens[n.ID], now)
+		out[n.ID] = n.FencingToken
+	}
+	return out, nil
+}
+
 // nodeAuth requires a valid, current session credential and refuses one
 // fenced below the node's token with failure.ErrFenced.
 func (s *Server) nodeAuth(h func(http.ResponseWriter, *http.Request, httpapi.NodeCaller)) http.Handler {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
@@ -122,26 +123,73 @@ func (s *Server) sendOnce(ctx context.Context, st *sessionStream, id string, cmd
 
 // sessionRead reads the node's pending operations and, on the first read
 // (sweep), whether it runs strays; ok is false when the stream must end
-// (the store failed, or the session is fenced).
+// (the store failed, or the session is fenced). Streams reading at the
+// same time read together (sessionReads).
 func (s *Server) sessionRead(ctx context.Context, c httpapi.NodeCaller, sweep bool) (ops []store.Operation, strays, ok bool) {
-	fenced := false
+	a, err := s.sessionReads.Read(ctx, sessionReq{node: c.NodeID, token: c.Session.FencingToken, sweep: sweep})
+	return a.ops, a.strays, err == nil && !a.fenced
+}
+
+// sessionReq is one stream's read: its node, the fencing token its
+// session holds, and whether to look for strays.
+type sessionReq struct {
+	node  string
+	token uint64
+	sweep bool
+}
+
+// sessionAnswer is what a read found for one stream.
+type sessionAnswer struct {
+	ops    []store.Operation
+	strays bool
+	fenced bool // the node's token is above the session's
+}
+
+// How session streams' reads are batched (package readbatch): at most
+// sessionReadSlots read at a time, each for at most sessionReadMax
+// streams. A signal from another replica wakes every stream of the nodes
+// it names at once; their reads are one transaction and one statement of
+// pending operations (store.Tx.PendingOperationsOf) rather than one each.
+const (
+	sessionReadSlots = 2
+	sessionReadMax   = 256
+)
+
+// readSessions answers a batch of streams' reads in one transaction: the
+// fencing tokens (nodeauth's cache, the misses read together), the
+// strays of those sweeping, and the pending operations of every node.
+func (s *Server) readSessions(ctx context.Context, reqs []sessionReq) ([]sessionAnswer, error) {
+	out := make([]sessionAnswer, len(reqs))
+	nodes := make([]string, 0, len(reqs))
+	for _, q := range reqs {
+		nodes = append(nodes, q.node)
+	}
+	slices.Sort(nodes)
+	nodes = slices.Compact(nodes)
 	err := s.store.View(ctx, func(tx store.Tx) error {
-		fence, err := s.fenceOf(tx, c.NodeID)
+		fences, err := s.fencesOf(tx, nodes)
 		if err != nil {
 			return err
 		}
-		fenced = fence > c.Session.FencingToken
-		if sweep {
-			// The first read also looks for strays (nodereport.HasStrays), so a
-			// fleet reconnecting costs one read per session.
-			if strays, err = nodereport.HasStrays(tx, c.NodeID); err != nil {
-				return err
+		pending, err := tx.PendingOperationsOf(nodes)
+		if err != nil {
+			return err
+		}
+		for i, q := range reqs {
+			fence, stored := fences[q.node]
+			// A node no longer stored ends its stream, as a fenced one does.
+			out[i] = sessionAnswer{ops: pending[q.node], fenced: !stored || fence > q.token}
+			if q.sweep {
+				// The first read also looks for strays (nodereport.HasStrays), so a
+				// fleet reconnecting costs one read per session.
+				if out[i].strays, err = nodereport.HasStrays(tx, q.node); err != nil {
+					return err
+				}
 			}
 		}
-		ops, err = tx.PendingOperations(c.NodeID)
-		return err
+		return nil
 	})
-	return ops, strays, err == nil && !fenced
+	return out, err
 }
 
 // sessionWait sends what arrives without a store read (operations handed

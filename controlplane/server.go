@@ -66,6 +66,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/livesession"
 	"github.com/mercator/mercator/controlplane/internal/metrics"
 	"github.com/mercator/mercator/controlplane/internal/nodeauth"
+	"github.com/mercator/mercator/controlplane/internal/readbatch"
 	"github.com/mercator/mercator/controlplane/internal/retention"
 	"github.com/mercator/mercator/controlplane/internal/schedcopy"
 	"github.com/mercator/mercator/controlplane/internal/signals"
@@ -225,23 +226,25 @@ type Server struct {
 	fn            *function.Service    // Functions (package function)
 	streams       livesession.Registry // sessions held here
 
-	live       *liveness.Tracker      // package liveness
-	sched      schedcopy.Copy         // the reconcile loop's copies (runs_schedstate.go)
-	queued     schedcopy.Queue        // the leader's copy of the queued runs (runs_schedstate.go)
-	schedView  schedView              // the reconcile loop's view of the nodes (runs_schedstate.go)
-	teams      project.History        // runs_teams.go: projects' decayed shares
-	queue      project.Queue          // runs_queue.go: queue positions
-	commits    *groupcommit.Committer // the hot write paths' group commit (batch)
-	outbox     *signals.Outbox        // replicas_signal.go: signals for other replicas
-	replicaID  string
-	pins       pinCache             // runs_pins.go
-	auth       nodeauth.Cache       // nodes_auth.go, internal/nodeauth
-	tokens     *httpapi.Tokens      // API credentials, cached briefly (access_handlers.go)
-	audit      *httpapi.Auditor     // the audit log's queue
-	mailboxes  sync.Map             // node ID → *mailbox (nodes_mailbox.go)
-	limiter    *limits.Limiter      // every route's limits (package limits)
-	watermarks retention.Watermarks // event watermarks written (package retention)
-	epoch      atomic.Int64         // the scheduling epoch this replica leads under (startEpoch)
+	live      *liveness.Tracker      // package liveness
+	sched     schedcopy.Copy         // the reconcile loop's copies (runs_schedstate.go)
+	queued    schedcopy.Queue        // the leader's copy of the queued runs (runs_schedstate.go)
+	schedView schedView              // the reconcile loop's view of the nodes (runs_schedstate.go)
+	teams     project.History        // runs_teams.go: projects' decayed shares
+	queue     project.Queue          // runs_queue.go: queue positions
+	commits   *groupcommit.Committer // the hot write paths' group commit (batch)
+	// sessionReads batches session streams' reads (nodes_session.go).
+	sessionReads *readbatch.Batcher[sessionReq, sessionAnswer]
+	outbox       *signals.Outbox // replicas_signal.go: signals for other replicas
+	replicaID    string
+	pins         pinCache             // runs_pins.go
+	auth         nodeauth.Cache       // nodes_auth.go, internal/nodeauth
+	tokens       *httpapi.Tokens      // API credentials, cached briefly (access_handlers.go)
+	audit        *httpapi.Auditor     // the audit log's queue
+	mailboxes    sync.Map             // node ID → *mailbox (nodes_mailbox.go)
+	limiter      *limits.Limiter      // every route's limits (package limits)
+	watermarks   retention.Watermarks // event watermarks written (package retention)
+	epoch        atomic.Int64         // the scheduling epoch this replica leads under (startEpoch)
 
 	fleetCache expiring.Map[fleet]    // nodes_handlers.go: fleetCopy
 	sealKey    atomic.Pointer[[]byte] // Config.RegistryKey (sealing.go)
@@ -269,6 +272,7 @@ func New(cfg Config, st store.Store, resolver ImageResolver, coord Coordinator) 
 	s.sealKey.Store(&key)
 	s.commits = groupcommit.New(s.update, s.updateLocked, cfg.WriteBatch, func(n int) { s.metrics.BatchSize.Observe(float64(n)) })
 	s.commits.SetShare(shareEvents)
+	s.sessionReads = readbatch.New(sessionReadSlots, sessionReadMax, s.readSessions)
 	s.limiter = limits.New(cfg.Limits, limits.Observer{Refused: s.metrics.Throttle, InFlight: s.metrics.AddInFlight})
 	s.audit = &httpapi.Auditor{Store: st, Now: s.now, Log: s.log, Dropped: s.metrics.AuditDropped.Inc,
 		Retention: cfg.Retention.Audit, MaxRows: cfg.Retention.AuditMaxRows}

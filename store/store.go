@@ -154,6 +154,12 @@ type Tx interface {
 	// PendingOperations returns a node's operations without a result,
 	// oldest first.
 	PendingOperations(nodeID string) ([]Operation, error)
+	// PendingOperationsOf is PendingOperations for each of nodeIDs, by
+	// node (a node with none is absent). It is how a replica reads the
+	// pending operations of every session stream woken together: one
+	// statement on PostgreSQL, where each stream's read was a
+	// transaction of its own.
+	PendingOperationsOf(nodeIDs []string) (map[string][]Operation, error)
 
 	// SeeEvent records that the node's event was applied. It returns false
 	// if it was already recorded, or if its ID is at or below the node's

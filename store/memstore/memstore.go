@@ -452,6 +452,21 @@ func (t *tx) GetOperation(id string) (store.Operation, error) {
 	return get[store.Operation](t, t.st.operations, "operation", id)
 }
 
+// PendingOperationsOf implements store.Tx.
+func (t *tx) PendingOperationsOf(nodeIDs []string) (map[string][]store.Operation, error) {
+	out := map[string][]store.Operation{}
+	for _, id := range nodeIDs {
+		ops, err := t.PendingOperations(id)
+		if err != nil {
+			return nil, err
+		}
+		if len(ops) > 0 {
+			out[id] = ops
+		}
+	}
+	return out, nil
+}
+
 func (t *tx) PendingOperations(nodeID string) ([]store.Operation, error) {
 	if err := t.readable(); err != nil {
 		return nil, err

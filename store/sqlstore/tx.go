@@ -523,6 +523,34 @@ func (t *txn) PendingOperations(nodeID string) ([]store.Operation, error) {
 		 ORDER BY created_sec, created_nsec, id`, nodeID)
 }
 
+// PendingOperationsOf implements store.Tx: one statement where the
+// database takes arrays (PostgreSQL), else a read per node.
+func (t *txn) PendingOperationsOf(nodeIDs []string) (map[string][]store.Operation, error) {
+	out := map[string][]store.Operation{}
+	if !t.batched() {
+		for _, id := range nodeIDs {
+			ops, err := t.PendingOperations(id)
+			if err != nil {
+				return nil, err
+			}
+			if len(ops) > 0 {
+				out[id] = ops
+			}
+		}
+		return out, nil
+	}
+	ops, err := listDocs[store.Operation](t, "operation",
+		`SELECT id, doc FROM operations WHERE node_id = ANY($1) AND pending = 1
+		 ORDER BY created_sec, created_nsec, id`, t.storable(nodeIDs))
+	if err != nil {
+		return nil, err
+	}
+	for _, op := range ops {
+		out[op.NodeID] = append(out[op.NodeID], op)
+	}
+	return out, nil
+}
+
 func (t *txn) SeeEvent(nodeID, eventID string, at time.Time) (bool, error) {
 	if err := record.Event(nodeID, eventID); err != nil {
 		return false, err

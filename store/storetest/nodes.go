@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -140,6 +141,20 @@ func testOperations(t *testing.T, s store.Store) {
 		}
 		wantIDs(t, "pending node-b", opIDs(must1[[]store.Operation](t)(tx.PendingOperations("node-b"))), []string{"op-b"})
 		wantIDs(t, "pending node-z", opIDs(must1[[]store.Operation](t)(tx.PendingOperations("node-z"))), []string{})
+		// Of several nodes at once: each node's, in the same order; a node
+		// with none (or unknown) absent.
+		of := must1[map[string][]store.Operation](t)(tx.PendingOperationsOf([]string{"node-b", "node-z", "node-a"}))
+		if len(of) != 2 {
+			t.Errorf("PendingOperationsOf(node-b, node-z, node-a) has nodes %v, want node-a and node-b", slices.Sorted(maps.Keys(of)))
+		}
+		wantIDs(t, "pending of node-a", opIDs(of["node-a"]), []string{"op-1", "op-tie-a", "op-tie-b", "op-3"})
+		wantIDs(t, "pending of node-b", opIDs(of["node-b"]), []string{"op-b"})
+		for _, op := range of["node-a"] {
+			same(t, "pending of "+op.ID, op, sampleOperation(op.ID, "node-a", op.CreatedAt))
+		}
+		if none := must1[map[string][]store.Operation](t)(tx.PendingOperationsOf(nil)); len(none) != 0 {
+			t.Errorf("PendingOperationsOf(nil) = %v", none)
+		}
 		got1 := must1[store.Operation](t)(tx.GetOperation("op-done"))
 		if got1.Result == nil || got1.Result.Outcome != nodeproto.OutcomeOK {
 			t.Errorf("GetOperation op-done result = %+v", got1.Result)
@@ -156,6 +171,7 @@ func testOperations(t *testing.T, s store.Store) {
 	})
 	view(t, s, func(tx store.Tx) error {
 		wantIDs(t, "pending after result", opIDs(must1[[]store.Operation](t)(tx.PendingOperations("node-a"))), []string{"op-1", "op-tie-b", "op-3"})
+		wantIDs(t, "pending of node-a after result", opIDs(must1[map[string][]store.Operation](t)(tx.PendingOperationsOf([]string{"node-a"}))["node-a"]), []string{"op-1", "op-tie-b", "op-3"})
 		same(t, "operation with result", must1[store.Operation](t)(tx.GetOperation("op-tie-a")), withResult)
 		return nil
 	})
