@@ -258,14 +258,19 @@ func EnsureAdminToken(ctx context.Context, st store.Store, dataDir string, now t
 	return path, os.Rename(tmp, path)
 }
 
-// PostgreSQL takes concurrent writers and commits concurrent transactions
-// together itself; what costs is each statement's round trip, which a
-// transaction makes one after the other, and under SERIALIZABLE a longer
-// transaction is a likelier conflict. So replicas on PostgreSQL run
-// transactions side by side rather than batched (controlplane/store_commit.go): measured with
-// 3,000 simulated nodes placing 20,000 runs, batches of 64 callers gave 176
-// placements/s, of 16 gave 202/s, unbatched 264/s.
-const pgWriteConcurrency, pgWriteBatch = 8, 1
+// PostgreSQL takes concurrent writers, so replicas on it run several
+// group-commit loops (controlplane/store_commit.go), each carrying up to
+// pgWriteBatch callers. Once transactions ran unbatched here (8 loops of
+// 1): under SERIALIZABLE a longer transaction was a likelier conflict, and
+// 3,000 simulated nodes placing 20,000 runs measured 176 placements/s in
+// batches of 64, 264 unbatched. Node event batches have since moved to
+// row locks (store.UpdateLocked) and read together when grouped
+// (groupcommit.Share), and a CPU-bound machine pays for every transaction:
+// 5,000 simulated nodes, 30,000 runs, two replicas on a 2-core machine
+// (docs/performance.md, round 30) placed 177–198/s at 8 loops of 1,
+// 319–391/s at 4 of 16, 337/s at 2 of 64, 263/s at 4 of 64, 292/s at 2
+// of 32.
+const pgWriteConcurrency, pgWriteBatch = 4, 16
 
 // refResolver adapts imageref.Resolver to ImageResolver, asking creds (the
 // stored registry credentials) for the reference's registry.

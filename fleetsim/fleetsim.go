@@ -166,6 +166,11 @@ type Config struct {
 	// larger than the open-file limit allows still fits. Labelled in the
 	// report.
 	HTTP2 bool
+	// WriteConcurrency and WriteBatch are the control plane's
+	// (controlplane.Config): how many batched write transactions run at
+	// once, and how many callers each carries. Zero is the daemon's
+	// default for the store. For measuring the group commit's shape.
+	WriteConcurrency, WriteBatch int
 	// Dir is the working directory (default: a temporary one, removed at
 	// the end).
 	Dir string
@@ -236,6 +241,8 @@ func (c *Config) defaults() error {
 		return failure.Invalid("submit-batch", "runs a submission call carries must be from 0 (one) to %d, not %d", api.MaxRunBatch, c.SubmitBatch)
 	case c.Projects < 0 || c.Projects > 100:
 		return failure.Invalid("projects", "projects must be from 0 (none) to 100, not %d", c.Projects)
+	case c.WriteConcurrency < 0 || c.WriteConcurrency > 64 || c.WriteBatch < 0 || c.WriteBatch > 1024:
+		return failure.Invalid("write-concurrency", "write concurrency must be from 0 (the default) to 64 and the write batch from 0 (the default) to 1024, not %d and %d", c.WriteConcurrency, c.WriteBatch)
 	case c.UpgradeAt < 0 || c.UpgradeParallel < 0:
 		return failure.Invalid("upgrade-at", "the upgrade's start and its parallelism must not be negative")
 	}

@@ -83,6 +83,8 @@ reports both side by side. Choices that change the figures (--no-fsync,
 	plaintext := fs.Bool("plaintext", false, "serve and speak plain HTTP on loopback instead of TLS (labelled in the report)")
 	compare := fs.Bool("compare-plaintext", false, "run the simulation over TLS, then again in plaintext, and report both side by side")
 	enroll := fs.Int("enroll-concurrency", 200, "how many agents may be enrolling at once")
+	writeConc := fs.Int("write-concurrency", 0, "the control plane's concurrent batched write transactions (0: the default for the store)")
+	writeBatch := fs.Int("write-batch", 0, "callers one batched write transaction carries at most (0: the default for the store)")
 	procs := fs.Int("agent-processes", -1, "child processes running the agents (0: in this process; default: one per 4000 nodes, 15000 with --http2)")
 	http2 := fs.Bool("http2", false, "agents speak plaintext HTTP/2, multiplexing their streams, instead of HTTP/1.1 with a connection each (labelled in the report)")
 	cpuProfile := fs.String("cpuprofile", "", "write the hold's CPU profile to `file` (goroutines labelled by component)")
@@ -123,7 +125,7 @@ reports both side by side. Choices that change the figures (--no-fsync,
 		AgentProcesses: *procs, ShardCommand: shardCmd, HTTP2: *http2, Plaintext: *plaintext,
 		Nodes: *nodes, Duration: *duration, DB: *db, Replicas: *replicas, Heartbeat: *heartbeat, Lease: *lease,
 		Runs: *runs, RunRate: *rate, Submitters: *submitters, SubmitBatch: *submitBatch, Projects: *projects, UpgradeAt: *upgradeAt, UpgradeParallel: *upgradeParallel, StartTime: *startTime, RunTime: *runTime, RunsTimeout: *runsTimeout,
-		NoFsync: *noFsync, KillReplicaAt: *kill, KillLeader: *killLeader, RunCPU: *runCPU, StormAt: *storm, EnrollConcurrency: *enroll, Progress: inv.Stderr, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
+		NoFsync: *noFsync, KillReplicaAt: *kill, KillLeader: *killLeader, RunCPU: *runCPU, StormAt: *storm, EnrollConcurrency: *enroll, WriteConcurrency: *writeConc, WriteBatch: *writeBatch, Progress: inv.Stderr, CPUProfile: *cpuProfile, HeapProfile: *heapProfile,
 	}
 	var rep interface{ WriteText(io.Writer) }
 	var err error
