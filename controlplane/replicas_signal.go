@@ -100,8 +100,13 @@ func (s *Server) deliver(topic string) {
 	}
 	switch {
 	case topic == signals.Lost:
-		// Some signal was dropped on the way: every waiter looks again.
-		// (A lost "runs:…" is covered by the copies' own resync.)
+		// Some signal was dropped on the way: what it would have said may
+		// be anything. The copies of runs are read again whole (a lost
+		// "runs:…"), the cached fencing tokens and sessions dropped (a
+		// lost "fence:…"), and every waiter looks again.
+		s.sched.Invalidate()
+		s.queued.Invalidate()
+		s.auth.ForgetAll()
 		for _, t := range []string{topicRuns, topicLogs, topicReconcile} {
 			s.deliver(t)
 		}

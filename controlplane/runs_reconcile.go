@@ -154,7 +154,11 @@ func (s *Server) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	lost, drained := s.judgeNodes(nodes)
+	queued, err := s.queuedRuns(ctx)
+	if err != nil {
+		return err
+	}
+	lost, drained := s.judgeNodes(nodes, waitingIn(queued) > 0)
 	refreshed := false
 	if len(lost) > 0 || len(drained) > 0 {
 		if err := s.refreshUsage(ctx); err != nil {
@@ -168,17 +172,10 @@ func (s *Server) reconcile(ctx context.Context) error {
 			return err
 		}
 	}
-	queued, err := s.queuedRuns(ctx)
-	if err != nil {
+	if queued, err = s.queuedRuns(ctx); err != nil { // again: lost nodes' runs went back to the queue
 		return err
 	}
-	waiting := 0
-	for _, r := range queued {
-		if !r.Cancel {
-			waiting++
-		}
-	}
-	if waiting == 0 {
+	if waitingIn(queued) == 0 {
 		s.metrics.Pending.Set(0)
 		return nil
 	}
@@ -215,16 +212,30 @@ func (s *Server) reconcile(ctx context.Context) error {
 	return nil
 }
 
+// waitingIn counts the queued runs not being cancelled.
+func waitingIn(queued []store.Run) int {
+	n := 0
+	for _, r := range queued {
+		if !r.Cancel {
+			n++
+		}
+	}
+	return n
+}
+
 // judgeNodes rebuilds the view of the nodes (schedView) and judges their
 // statuses, returning the unreachable nodes whose work is lost (since
 // when) and the draining ones past their deadline. It does so once per
-// liveness flush period, or when the records changed, and otherwise
-// returns nothing: a pass runs at every submission, and judging is
-// O(nodes).
-func (s *Server) judgeNodes(nodes []store.Node) (lost map[string]time.Time, drained map[string]bool) {
+// liveness flush period, or when the records changed and the pass will
+// place (placing: a run waits), and otherwise returns nothing: a pass runs
+// at every submission and enrollment, and judging is O(nodes). A fleet
+// enrolling onto an empty queue rebuilt the view at every pass, for every
+// node that joined: at 10,000 nodes on PostgreSQL, a fifth of the control
+// plane's CPU while the fleet came up.
+func (s *Server) judgeNodes(nodes []store.Node, placing bool) (lost map[string]time.Time, drained map[string]bool) {
 	lost, drained = map[string]time.Time{}, map[string]bool{}
 	v := &s.schedView
-	if time.Since(v.at) < s.live.FlushPeriod() && sameNodes(nodes, v.from) {
+	if time.Since(v.at) < s.live.FlushPeriod() && (!placing || sameNodes(nodes, v.from)) {
 		return lost, drained
 	}
 	now := s.now()

@@ -25,12 +25,15 @@ type schedView struct {
 }
 
 // resyncEvery is how often the copy of active attempts is rebuilt from the
-// store: rarely with one replica (this one writes everything), more often
-// when other replicas write runs too.
-const (
-	resyncAlone    = 10 * time.Minute
-	resyncReplicas = time.Minute
-)
+// store whole. With one replica the copy misses nothing (this one writes
+// every run); with several, a run another replica wrote is read again when
+// its "runs:" signal arrives, and a signal dropped on the way is said
+// afterwards (signals.Lost), which invalidates the copy at once. So the
+// rebuild is the last cover, for a signal lost without a word and for the
+// cost of a bug. With replicas it was a minute before Lost invalidated
+// the copy: at 50,000 active runs on PostgreSQL, 5 s of the database's time
+// a read.
+const resyncEvery = 10 * time.Minute
 
 // nodeListAge is how old a copy of the nodes' records may be for the
 // scheduler and the metrics: the copy follows this replica's own writes
@@ -70,10 +73,6 @@ func viewRead[T any](ctx context.Context, st store.Store, read func(store.Tx) (T
 // (schedcopy.Copy.Refresh): rebuilt from the store when it is missing or
 // due, otherwise with the runs other replicas wrote read again.
 func (s *Server) refreshUsage(ctx context.Context) error {
-	resync := resyncAlone
-	if s.coord != nil {
-		resync = resyncReplicas
-	}
 	active := func() (runs []store.Run, err error) {
 		err = s.store.View(ctx, func(tx store.Tx) error {
 			runs, err = tx.ListRuns(store.ListRunsOptions{Statuses: []string{api.RunPlaced, api.RunPreparing, api.RunRunning}, AnyOrder: true})
@@ -97,13 +96,12 @@ func (s *Server) refreshUsage(ctx context.Context) error {
 		})
 		return runs, err
 	}
-	return s.sched.Refresh(resync, active, byID)
+	return s.sched.Refresh(resyncEvery, active, byID)
 }
 
 // queuedRuns returns the queued runs, newest first, from the leader's copy
 // (schedcopy.Queue), which reads the store only for what changed elsewhere
-// and, whole, once per resyncQueueAlone (resyncQueueReplicas when other
-// replicas write runs too).
+// and, whole, once per resyncQueueEvery or after a lost signal.
 func (s *Server) queuedRuns(ctx context.Context) ([]store.Run, error) {
 	queued := func() (runs []store.Run, err error) {
 		err = s.store.View(ctx, func(tx store.Tx) error {
@@ -119,24 +117,18 @@ func (s *Server) queuedRuns(ctx context.Context) ([]store.Run, error) {
 		})
 		return runs, err
 	}
-	resync := resyncQueueAlone
-	if s.coord != nil {
-		resync = resyncQueueReplicas
-	}
-	return s.queued.Runs(resync, queued, byID)
+	return s.queued.Runs(resyncQueueEvery, queued, byID)
 }
 
-// How often the copy of the queued runs is read again whole. Alone, this
-// replica writes every run and the copy misses nothing; the rebuild only
-// bounds the cost of a bug. With other replicas, it is how long a run
-// submitted through another and whose signal was dropped (signals are
-// best-effort) can wait, at most, to be seen; a pass runs many times a
-// second, so even every few seconds the backlog is read far less often
-// than before the copy.
-const (
-	resyncQueueAlone    = time.Minute
-	resyncQueueReplicas = 5 * time.Second
-)
+// resyncQueueEvery is how often the copy of the queued runs is read again
+// whole. Alone, this replica writes every run and the copy misses nothing;
+// the rebuild only bounds the cost of a bug. With other replicas, a run
+// submitted through another is read when its signal arrives, and a dropped
+// signal is said afterwards (signals.Lost, which invalidates the copy), so
+// the rebuild bounds how long a run whose signal was lost without a word
+// can wait to be seen. It was 5 s with replicas before Lost invalidated
+// the copy.
+const resyncQueueEvery = time.Minute
 
 // runsWritten is called once a transaction that wrote runs committed on
 // this replica: the scheduler's copy follows, and other replicas hear which

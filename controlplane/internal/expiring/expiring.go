@@ -19,9 +19,10 @@ import (
 // It holds the nodes' fencing tokens (package controlplane/internal/
 // nodeauth) and the registry credentials (package controlplane/registry).
 type Map[V any] struct {
-	mu  sync.Mutex
-	m   map[string]expiringEntry[V]
-	gen map[string]uint64
+	mu    sync.Mutex
+	m     map[string]expiringEntry[V]
+	gen   map[string]uint64
+	epoch uint64 // ForgetAll's count, part of every key's generation
 }
 
 type expiringEntry[V any] struct {
@@ -35,15 +36,19 @@ func (c *Map[V]) Get(key string, now time.Time, maxAge time.Duration) (v V, fres
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[key]
-	return e.v, ok && now.Sub(e.at) < maxAge, c.gen[key]
+	return e.v, ok && now.Sub(e.at) < maxAge, c.generation(key)
 }
+
+// generation is key's generation: its own Forgets and every ForgetAll
+// (both only grow, so any of them changes the sum). The caller holds mu.
+func (c *Map[V]) generation(key string) uint64 { return c.gen[key] + c.epoch }
 
 // Put caches v for key, read at now, unless key was forgotten since its
 // generation gen was read.
 func (c *Map[V]) Put(key string, v V, gen uint64, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gen[key] != gen {
+	if c.generation(key) != gen {
 		return
 	}
 	if c.m == nil {
@@ -61,4 +66,14 @@ func (c *Map[V]) Forget(key string) {
 		c.gen = map[string]uint64{}
 	}
 	c.gen[key]++
+}
+
+// ForgetAll drops every value, and no read begun before it can put one
+// back: any of them may have changed (a signal that would have said which
+// was lost on the way).
+func (c *Map[V]) ForgetAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m = nil
+	c.epoch++
 }

@@ -47,3 +47,27 @@ func TestExpiring(t *testing.T) {
 		t.Error("a value read before forget was cached after it")
 	}
 }
+
+// TestForgetAll: every value is dropped, and a read begun before
+// ForgetAll cannot put its value back, even for a key never forgotten or
+// cached before; a read begun after can.
+func TestForgetAll(t *testing.T) {
+	var c Map[int]
+	now := time.Unix(1_700_000_000, 0)
+	_, _, gen := c.Get("a", now, time.Minute)
+	c.Put("a", 1, gen, now)
+	_, _, genB := c.Get("b", now, time.Minute) // a read in flight, of a key never seen
+	c.ForgetAll()
+	if _, fresh, _ := c.Get("a", now, time.Minute); fresh {
+		t.Error("a value survived ForgetAll")
+	}
+	c.Put("b", 2, genB, now)
+	if _, fresh, _ := c.Get("b", now, time.Minute); fresh {
+		t.Error("a value read before ForgetAll was cached after it")
+	}
+	_, _, gen = c.Get("b", now, time.Minute)
+	c.Put("b", 3, gen, now)
+	if v, fresh, _ := c.Get("b", now, time.Minute); !fresh || v != 3 {
+		t.Errorf("a value read after ForgetAll: %d, fresh %v", v, fresh)
+	}
+}

@@ -17,8 +17,10 @@
 //     wherever those commit). A generation per node keeps a read that
 //     raced with the drop from putting the old token back.
 //
-// What the cache can therefore miss is an enrollment on another replica
-// whose signal has not arrived, for at most fenceTTL. Every decision that
+// A signal dropped on the way is said afterwards (signals.Lost), and then
+// everything cached is dropped (ForgetAll). What the cache can therefore
+// miss is an enrollment on another replica whose signal has not arrived
+// yet, or one lost without a word, for at most fenceTTL. Every decision that
 // matters is fenced again where it is made (package controlplane): a batch
 // of events re-reads the node's token in the transaction that applies it;
 // a session stream checks it whenever it wakes, and an enrollment wakes it.
@@ -49,9 +51,12 @@ type Fence struct {
 	Removed bool // `mercator node rm`
 }
 
-// fenceTTL bounds how long a fencing token read from the store is used: longer
-// than a heartbeat, or every heartbeat would read it again.
-const fenceTTL = time.Minute
+// fenceTTL bounds how long a fencing token read from the store is used:
+// much longer than a heartbeat, or heartbeats would read it again. It was
+// a minute before a lost signal dropped every cached token (ForgetAll): at
+// 10,000 nodes on PostgreSQL that was a read of a node's whole record a
+// node a minute on every replica, 5% of the control plane's CPU.
+const fenceTTL = 10 * time.Minute
 
 // maxCachedSessions bounds the session records kept; past it the cache
 // starts over (a few reads, then it is warm again).
@@ -96,6 +101,15 @@ func (a *Cache) Forget(nodeID string) {
 		delete(a.sessions, h)
 	}
 	delete(a.byNode, nodeID)
+}
+
+// ForgetAll drops everything cached, fences and sessions: a signal was
+// lost, and any of them may have changed.
+func (a *Cache) ForgetAll() {
+	a.fences.ForgetAll()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.sessions, a.byNode = nil, nil
 }
 
 // FenceOf is what Cache keeps of a node record.

@@ -33,6 +33,7 @@ type Queue struct {
 	sorted  []store.Run          // runs newest first, as the store lists them; nil once runs changed
 	builtAt time.Time
 	reading int         // reads of the store in flight
+	invalid uint64      // Invalidate's count: a rebuild read across one is stale at once
 	during  []store.Run // runs noted while one was, applied again after it
 	dirty   map[string]bool
 }
@@ -82,12 +83,15 @@ func (q *Queue) MarkDirty(ids []string) {
 	}
 }
 
-// Invalidate drops the copy; the next Runs rebuilds it. Called when the
-// replica becomes the leader: while it was not, it kept no copy.
+// Invalidate drops the copy; the next Runs rebuilds it, and a rebuild in
+// progress counts as already stale. Called when the replica becomes the
+// leader (while it was not, it kept no copy) and when a signal was lost
+// on the way (it may have named runs another replica wrote).
 func (q *Queue) Invalidate() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.runs, q.sorted, q.builtAt = nil, nil, time.Time{}
+	q.invalid++
 }
 
 // Runs returns the queued runs, newest first (store.Tx.ListRuns's order):
@@ -113,6 +117,7 @@ func (q *Queue) Runs(resync time.Duration, readQueued func() ([]store.Run, error
 		return q.list(), nil
 	}
 	q.reading++
+	invalid := q.invalid
 	q.mu.Unlock()
 
 	at := time.Now()
@@ -144,6 +149,9 @@ func (q *Queue) Runs(resync time.Duration, readQueued func() ([]store.Run, error
 		return nil, err
 	}
 	if rebuild {
+		if q.invalid != invalid { // invalidated during the read: rebuilt again next time
+			at = time.Time{}
+		}
 		q.runs, q.sorted, q.builtAt = make(map[string]store.Run, len(runs)), nil, at
 	}
 	for _, r := range runs {

@@ -59,6 +59,7 @@ type Copy struct {
 	perNode  map[string]*NodeUse
 	builtAt  time.Time
 	building bool
+	invalid  uint64          // Invalidate's count: a rebuild read across one is stale at once
 	during   []store.Run     // runs noted while a rebuild read the store
 	dirty    map[string]bool // runs other replicas wrote, to read again
 }
@@ -221,12 +222,15 @@ func (c *Copy) MarkDirty(ids []string) {
 }
 
 // Invalidate drops the copy of active attempts; the next Refresh rebuilds
-// it. Called when the replica becomes the leader: while it was not,
-// nothing guaranteed the copy followed the leader's placements.
+// it, and a rebuild in progress counts as already stale. Called when the
+// replica becomes the leader (while it was not, nothing guaranteed the
+// copy followed the leader's placements) and when a signal was lost on the
+// way (it may have named runs another replica wrote).
 func (c *Copy) Invalidate() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.active, c.perNode, c.builtAt = nil, nil, time.Time{}
+	c.invalid++
 }
 
 // NodeReads are the reads Copy.Nodes makes of the store, each in a
@@ -411,6 +415,7 @@ func (c *Copy) Refresh(resync time.Duration, readActive func() ([]store.Run, err
 	if rebuild {
 		c.building, c.during, c.dirty = true, nil, nil
 	}
+	invalid := c.invalid
 	c.mu.Unlock()
 
 	if rebuild {
@@ -422,6 +427,9 @@ func (c *Copy) Refresh(resync time.Duration, readActive func() ([]store.Run, err
 		if err != nil {
 			c.during = nil
 			return err
+		}
+		if c.invalid != invalid { // invalidated during the read: rebuilt again next time
+			at = time.Time{}
 		}
 		c.active, c.perNode, c.builtAt = make(map[string]Usage, len(runs)), map[string]*NodeUse{}, at
 		for _, r := range runs {

@@ -227,3 +227,30 @@ func TestNodesReadsOnlyWhatChanged(t *testing.T) {
 		t.Fatalf("after most records changed: %d reads of every record, err %v; want 2", table.all, err)
 	}
 }
+
+// TestInvalidateDuringRebuild: a copy invalidated while its rebuild read
+// the store is rebuilt again at the next Refresh, not trusted until the
+// resync period (the read may have missed what the invalidation was for).
+func TestInvalidateDuringRebuild(t *testing.T) {
+	var c Copy
+	reads := 0
+	none := func([]string) ([]store.Run, error) { return nil, nil }
+	active := func() ([]store.Run, error) {
+		reads++
+		if reads == 1 {
+			c.Invalidate() // a lost signal heard mid-read
+		}
+		return nil, nil
+	}
+	for range 2 {
+		if err := c.Refresh(time.Hour, active, none); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if reads != 2 {
+		t.Fatalf("%d rebuilds, want 2: the one read across Invalidate is stale", reads)
+	}
+	if err := c.Refresh(time.Hour, active, none); err != nil || reads != 2 {
+		t.Fatalf("a third Refresh read again (%d reads, err %v): the second rebuild was current", reads, err)
+	}
+}
