@@ -8,7 +8,7 @@ import (
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/controlplane/internal/history"
 	"github.com/mercator/mercator/controlplane/internal/nodepage"
-	"github.com/mercator/mercator/store"
+	"github.com/mercator/mercator/controlplane/internal/schedcopy"
 )
 
 // consoleStats is what the console reads beside the API (console.Stats):
@@ -51,9 +51,8 @@ func (c consoleStats) Hot(ctx context.Context, fnIDs []string) (map[string][]cli
 }
 
 // historyLoop samples the console's series every history.Period: the
-// fleet's GPUs counted from the Fleet page's copy (fleetCopy, which a
-// page read in the last 2 s makes free), the queue's depth where this
-// replica schedules, and each function's latency
+// fleet's GPUs counted from the replica's copies (sampleFleet), the
+// queue's depth where this replica schedules, and each function's latency
 // histogram as Prometheus keeps it (history.Tap).
 func (s *Server) historyLoop(ctx context.Context) {
 	t := time.NewTicker(history.Period)
@@ -74,20 +73,42 @@ func (s *Server) sampleHistory(ctx context.Context) {
 	if byFn, err := s.fnLatency.Read(); err == nil {
 		s.history.Latency(now, byFn)
 	}
-	err := s.store.View(ctx, func(tx store.Tx) error {
-		nodes, work, err := s.fleetCopy(tx, true)
-		if err != nil {
-			return err
+	sum, err := s.sampleFleet(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("console history: the fleet could not be counted", "err", err)
 		}
-		_, _, sum := nodepage.Page(nodes, nodepage.Options{Limit: 1}, s.nodeStatus, func(id string) []string { return work[id].gpus })
-		p := history.FleetPoint{At: now, Busy: sum.GPUs["busy"], Idle: sum.GPUs["idle"], Sick: sum.GPUs["flagged"]}
-		if s.leader() { // the queue's order is the scheduling replica's (runs_queue.go)
-			p.Queued, p.QueueKnown = len(s.queue.Ordered("")), true
-		}
-		s.history.Fleet(p)
-		return nil
-	})
-	if err != nil && ctx.Err() == nil {
-		s.log.Warn("console history: the fleet could not be counted", "err", err)
+		return
 	}
+	p := history.FleetPoint{At: now, Busy: sum.GPUs["busy"], Idle: sum.GPUs["idle"], Sick: sum.GPUs["flagged"]}
+	if s.leader() { // the queue's order is the scheduling replica's (runs_queue.go)
+		p.Queued, p.QueueKnown = len(s.queue.Ordered("")), true
+	}
+	s.history.Fleet(p)
+}
+
+// sampleFleet counts the fleet's nodes and GPUs from the replica's copies
+// rather than the store: the copy of the nodes' records (refreshed by
+// version) and the copy of what active attempts hold, which every replica
+// keeps up to date this way (refreshUsage: the runs other replicas'
+// signals named, read again, and a whole rebuild every resyncEvery). Each
+// sample read every node and every active run from the store, on every
+// replica, a minute apart: at 50,000 active runs on PostgreSQL, 6 s of
+// the database's time a sample, its costliest statement.
+func (s *Server) sampleFleet(ctx context.Context) (api.FleetSummary, error) {
+	nodes, err := s.nodeList(ctx, s.nodeListAge())
+	if err != nil {
+		return api.FleetSummary{}, err
+	}
+	if err := s.refreshUsage(ctx); err != nil {
+		return api.FleetSummary{}, err
+	}
+	held := map[string][]string{}
+	s.sched.EachNode(func(node string, u *schedcopy.NodeUse) {
+		for g := range u.GPUs {
+			held[node] = append(held[node], g)
+		}
+	})
+	_, _, sum := nodepage.Page(nodes, nodepage.Options{Limit: 1}, s.nodeStatus, func(id string) []string { return held[id] })
+	return sum, nil
 }

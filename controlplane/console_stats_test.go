@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -44,5 +45,29 @@ func TestConsoleHistorySamples(t *testing.T) {
 	}
 	if fleet := f.srv.history.FleetPoints(); len(fleet) != 2 || !fleet[1].QueueKnown {
 		t.Fatalf("fleet series: %+v, want a point a sample, with the queue's depth (a single replica schedules)", fleet)
+	}
+}
+
+// TestConsoleHistoryCountsHeldGPUs: the fleet series counts a GPU held by
+// a placed run as busy and the node's other as idle, from the replica's
+// copies, as the Fleet page's summary (read from the store) counts them.
+func TestConsoleHistoryCountsHeldGPUs(t *testing.T) {
+	f := newRunsFixture(t)
+	g := f.enrollFactsNode("g1")
+	g.report(t, nodeproto.NodeFacts{CPUs: 64, MemoryBytes: 512 << 30, Accelerators: []nodeproto.Accelerator{h100(uuidA), h100(uuidB)}})
+	spec := specAt(0, "reg/app:1")
+	spec.GPUs = 1
+	if run := f.submitAndReconcile(spec); run.Status != api.RunPlaced {
+		t.Fatalf("1-GPU run: %s, %q", run.Status, run.Reason)
+	}
+	f.srv.sampleHistory(context.Background())
+	pts := f.srv.history.FleetPoints()
+	if len(pts) != 1 || pts[0].Busy != 1 || pts[0].Idle != 1 {
+		t.Fatalf("fleet series: %+v, want a point with 1 GPU busy and 1 idle", pts)
+	}
+	var page api.NodeList
+	f.want(http.StatusOK, &page, "GET", "/v1/nodes?limit=1", nil)
+	if page.Summary == nil || page.Summary.GPUs["busy"] != pts[0].Busy || page.Summary.GPUs["idle"] != pts[0].Idle {
+		t.Fatalf("the Fleet page's summary %+v disagrees with the series' point %+v", page.Summary, pts[0])
 	}
 }
