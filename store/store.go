@@ -400,6 +400,22 @@ type RegistryCredential struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
+// PendingOfEach is Tx.PendingOperationsOf made of one PendingOperations
+// call per node: for a store whose reads cost no round trip.
+func PendingOfEach(nodeIDs []string, pending func(nodeID string) ([]Operation, error)) (map[string][]Operation, error) {
+	out := map[string][]Operation{}
+	for _, id := range nodeIDs {
+		ops, err := pending(id)
+		if err != nil {
+			return nil, err
+		}
+		if len(ops) > 0 {
+			out[id] = ops
+		}
+	}
+	return out, nil
+}
+
 // GetEach gets each of ids, in sorted order and once each, through get,
 // skipping those get finds missing (failure.ErrNotFound): the batch reads
 // (Tx.GetNodes, Tx.GetRuns) for a store, or a wrapper, that has no batch

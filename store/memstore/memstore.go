@@ -454,17 +454,7 @@ func (t *tx) GetOperation(id string) (store.Operation, error) {
 
 // PendingOperationsOf implements store.Tx.
 func (t *tx) PendingOperationsOf(nodeIDs []string) (map[string][]store.Operation, error) {
-	out := map[string][]store.Operation{}
-	for _, id := range nodeIDs {
-		ops, err := t.PendingOperations(id)
-		if err != nil {
-			return nil, err
-		}
-		if len(ops) > 0 {
-			out[id] = ops
-		}
-	}
-	return out, nil
+	return store.PendingOfEach(nodeIDs, t.PendingOperations)
 }
 
 func (t *tx) PendingOperations(nodeID string) ([]store.Operation, error) {

@@ -526,19 +526,10 @@ func (t *txn) PendingOperations(nodeID string) ([]store.Operation, error) {
 // PendingOperationsOf implements store.Tx: one statement where the
 // database takes arrays (PostgreSQL), else a read per node.
 func (t *txn) PendingOperationsOf(nodeIDs []string) (map[string][]store.Operation, error) {
-	out := map[string][]store.Operation{}
 	if !t.batched() {
-		for _, id := range nodeIDs {
-			ops, err := t.PendingOperations(id)
-			if err != nil {
-				return nil, err
-			}
-			if len(ops) > 0 {
-				out[id] = ops
-			}
-		}
-		return out, nil
+		return store.PendingOfEach(nodeIDs, t.PendingOperations)
 	}
+	out := map[string][]store.Operation{}
 	ops, err := listDocs[store.Operation](t, "operation",
 		`SELECT id, doc FROM operations WHERE node_id = ANY($1) AND pending = 1
 		 ORDER BY created_sec, created_nsec, id`, t.storable(nodeIDs))
