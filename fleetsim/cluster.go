@@ -60,9 +60,8 @@ func startReplica(ctx context.Context, cfg *Config, t *runTLS, dir string, i int
 	ready := make(chan string, 1)
 	opts := daemon.ServerOptions{
 		DB: db, DataDir: filepath.Join(dir, fmt.Sprintf("cp-%d", i)), Listener: kl, Logger: log.With("replica", i), InsecureHTTP: t == nil,
-		Config: controlplane.Config{Lease: cfg.Lease, UnencryptedHTTP2: cfg.HTTP2 && t == nil,
-			WriteConcurrency: cfg.WriteConcurrency, WriteBatch: cfg.WriteBatch},
-		Ready: func(_, tokenFile string) { ready <- tokenFile },
+		Config: controlplane.Config{Lease: cfg.Lease, UnencryptedHTTP2: cfg.HTTP2 && t == nil, WriteConcurrency: cfg.WriteConcurrency, WriteBatch: cfg.WriteBatch},
+		Ready:  func(_, tokenFile string) { ready <- tokenFile },
 	}
 	if t != nil {
 		opts.TLS = daemon.TLSOptions{CertFile: t.certFile, KeyFile: t.keyFile, CACertFile: t.caFile}

@@ -45,6 +45,7 @@ package fleetsim
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -201,27 +202,13 @@ func (c *Config) defaults() error {
 	def(&c.RunsTimeout, 10*time.Minute)
 	def(&c.StartTime, 100*time.Millisecond)
 	def(&c.ObserveEvery, c.Heartbeat)
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
-	if c.Submitters == 0 {
-		c.Submitters = 32
-	}
-	if c.RunCPU == 0 {
-		c.RunCPU = 0.5
-	}
-	if c.RunMemory == 0 {
-		c.RunMemory = 256 << 20
-	}
-	if c.NodeCPUs == 0 {
-		c.NodeCPUs = 64
-	}
-	if c.NodeMemory == 0 {
-		c.NodeMemory = 256 << 30
-	}
-	if c.EnrollConcurrency == 0 {
-		c.EnrollConcurrency = 200
-	}
+	c.Replicas = cmp.Or(c.Replicas, 1)
+	c.Submitters = cmp.Or(c.Submitters, 32)
+	c.RunCPU = cmp.Or(c.RunCPU, 0.5)
+	c.RunMemory = cmp.Or(c.RunMemory, 256<<20)
+	c.NodeCPUs = cmp.Or(c.NodeCPUs, 64)
+	c.NodeMemory = cmp.Or(c.NodeMemory, 256<<30)
+	c.EnrollConcurrency = cmp.Or(c.EnrollConcurrency, 200)
 	switch {
 	case c.Replicas > 1 && !c.postgres():
 		return failure.Invalid("replicas", "several replicas need a shared PostgreSQL store (--db postgres://…)")
