@@ -530,9 +530,12 @@ func (t *txn) PendingOperationsOf(nodeIDs []string) (map[string][]store.Operatio
 		return store.PendingOfEach(nodeIDs, t.PendingOperations)
 	}
 	out := map[string][]store.Operation{}
+	// Ordered by node first: the order the node index (operations_pending)
+	// gives, so that no plan walks every pending operation in creation
+	// order (operations_done) to filter the few nodes asked for.
 	ops, err := listDocs[store.Operation](t, "operation",
 		`SELECT id, doc FROM operations WHERE node_id = ANY($1) AND pending = 1
-		 ORDER BY created_sec, created_nsec, id`, t.storable(nodeIDs))
+		 ORDER BY node_id, created_sec, created_nsec, id`, t.storable(nodeIDs))
 	if err != nil {
 		return nil, err
 	}
