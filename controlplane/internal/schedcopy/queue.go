@@ -71,10 +71,16 @@ func (q *Queue) apply(r store.Run) {
 }
 
 // MarkDirty records runs another replica wrote: the next Runs reads them
-// again.
+// again. With no copy and none being read there is nothing to correct
+// (the next Runs reads every queued run), and nothing is kept: a replica
+// that does not schedule would otherwise keep every run ID the others
+// wrote.
 func (q *Queue) MarkDirty(ids []string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.runs == nil && q.reading == 0 {
+		return
+	}
 	if q.dirty == nil {
 		q.dirty = map[string]bool{}
 	}

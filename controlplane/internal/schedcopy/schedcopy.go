@@ -209,10 +209,15 @@ func (c *Copy) apply(r store.Run) {
 }
 
 // MarkDirty records runs another replica wrote: the next Refresh reads
-// them again.
+// them again. With no copy and none being built nothing is kept (the next
+// Refresh rebuilds): a replica that never refreshed its copy kept every
+// run ID the others wrote.
 func (c *Copy) MarkDirty(ids []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.active == nil && !c.building { // the next Refresh rebuilds: nothing to keep
+		return
+	}
 	if c.dirty == nil {
 		c.dirty = map[string]bool{}
 	}

@@ -254,3 +254,36 @@ func TestInvalidateDuringRebuild(t *testing.T) {
 		t.Fatalf("a third Refresh read again (%d reads, err %v): the second rebuild was current", reads, err)
 	}
 }
+
+// TestMarkDirtyWithoutACopyKeepsNothing: marks for a copy that does not
+// exist yet (a replica that does not schedule) are not kept, for either
+// copy; once built, marks are kept and read.
+func TestMarkDirtyWithoutACopyKeepsNothing(t *testing.T) {
+	var c Copy
+	var q Queue
+	c.MarkDirty([]string{"a", "b"})
+	q.MarkDirty([]string{"a", "b"})
+	if len(c.dirty) != 0 || len(q.dirty) != 0 {
+		t.Fatalf("marks kept without a copy: %v, %v", c.dirty, q.dirty)
+	}
+	none := func() ([]store.Run, error) { return nil, nil }
+	var read []string
+	byID := func(ids []string) ([]store.Run, error) { read = append(read, ids...); return nil, nil }
+	if err := c.Refresh(time.Hour, none, byID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Runs(time.Hour, none, byID); err != nil {
+		t.Fatal(err)
+	}
+	c.MarkDirty([]string{"c"})
+	q.MarkDirty([]string{"d"})
+	if err := c.Refresh(time.Hour, none, byID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Runs(time.Hour, none, byID); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(read, []string{"c", "d"}) {
+		t.Fatalf("runs read again %v, want [c d]", read)
+	}
+}
