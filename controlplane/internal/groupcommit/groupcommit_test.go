@@ -81,15 +81,7 @@ func TestCallersQueuedBehindACommitShareTheNext(t *testing.T) {
 	if len(sizes) != 1 || sizes[0] != n {
 		t.Errorf("group sizes observed %v; want [%d]", sizes, n)
 	}
-	if err := c.st.View(ctx, func(tx store.Tx) error {
-		nodes, err := tx.ListNodes()
-		if len(nodes) != n+1 {
-			t.Errorf("%d nodes stored; want %d", len(nodes), n+1)
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	wantNodes(t, c.st, n+1, fmt.Sprint(n+1))
 }
 
 // waitingSenders is how many goroutines are inside Update (enqueue). With
@@ -121,15 +113,7 @@ func TestAFailingCallerFailsOnlyItself(t *testing.T) {
 	if err := <-live[2].done; err != nil {
 		t.Errorf("b: %v", err)
 	}
-	if err := st.View(context.Background(), func(tx store.Tx) error {
-		nodes, err := tx.ListNodes()
-		if len(nodes) != 2 {
-			t.Errorf("%d nodes stored; want a and b", len(nodes))
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	wantNodes(t, st, 2, "a and b")
 }
 
 // TestAPanicAnswersTheGroup: a panic in one caller's transaction answers
@@ -168,15 +152,7 @@ func TestWithoutALoopEachCallerCommitsAlone(t *testing.T) {
 	if err := g.UpdateWith(context.Background(), "need-b", true, putNode("b")); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.View(context.Background(), func(tx store.Tx) error {
-		nodes, err := tx.ListNodes()
-		if len(nodes) != 2 {
-			t.Errorf("%d nodes stored; want a, and b through its Share's finish", len(nodes))
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	wantNodes(t, st, 2, "a, and b through its Share's finish")
 }
 
 // recordingShare is a Share that records the needs of each call and holds
@@ -258,16 +234,22 @@ func TestSharedCallersReadTogether(t *testing.T) {
 	if fmt.Sprint(rec.calls) != "[[need-c need-x] [need-c] [need-x]]" || rec.finished != 1 {
 		t.Errorf("Share calls %v, finished %d; want the group, then each alone, and only c finished", rec.calls, rec.finished)
 	}
+	wantNodes(t, st, 3, "a, b and c")
+	if err := New(st.Update, st.UpdateLocked, 0, nil).UpdateWith(context.Background(), "n", false, putNode("d")); err == nil {
+		t.Error("UpdateWith without a Share succeeded; want a programming error")
+	}
+}
+
+// wantNodes fails t unless st holds n nodes (want says which).
+func wantNodes(t *testing.T, st store.Store, n int, want string) {
+	t.Helper()
 	if err := st.View(context.Background(), func(tx store.Tx) error {
 		nodes, err := tx.ListNodes()
-		if len(nodes) != 3 {
-			t.Errorf("%d nodes stored; want a, b and c", len(nodes))
+		if len(nodes) != n {
+			t.Errorf("%d nodes stored; want %s", len(nodes), want)
 		}
 		return err
 	}); err != nil {
 		t.Fatal(err)
-	}
-	if err := New(st.Update, st.UpdateLocked, 0, nil).UpdateWith(context.Background(), "n", false, putNode("d")); err == nil {
-		t.Error("UpdateWith without a Share succeeded; want a programming error")
 	}
 }
