@@ -64,23 +64,22 @@ func removedError(nodeID string) error {
 }
 
 // fenceOf is the node's fencing token: the cached one if fresh, else read
-// in tx (and cached).
+// in tx (and cached); failure.ErrNotFound for a node not stored.
 func (s *Server) fenceOf(tx store.Tx, nodeID string) (uint64, error) {
-	now := s.now()
-	fence, fresh, gen := s.auth.Fence(nodeID, now)
-	if fresh {
-		return fence.Token, nil
-	}
-	n, err := tx.GetNode(nodeID)
+	fences, err := s.fencesOf(tx, []string{nodeID})
 	if err != nil {
 		return 0, err
 	}
-	s.auth.PutFence(nodeID, nodeauth.FenceOf(n), gen, now)
-	return n.FencingToken, nil
+	fence, ok := fences[nodeID]
+	if !ok {
+		return 0, failure.NotFound("node", nodeID)
+	}
+	return fence, nil
 }
 
-// fencesOf is fenceOf for each of ids (sorted, distinct), the misses read
-// in one GetNodes. A node not stored is absent.
+// fencesOf is each of ids' fencing token (ids sorted, distinct): the
+// cached ones if fresh, the misses read in one GetNodes (and cached). A
+// node not stored is absent.
 func (s *Server) fencesOf(tx store.Tx, ids []string) (map[string]uint64, error) {
 	now := s.now()
 	out := make(map[string]uint64, len(ids))
