@@ -86,7 +86,10 @@ type Tx interface {
 	// transaction ends.
 	CheckEpoch(epoch int64) error
 	GetNode(id string) (Node, error)
-	// PutNode creates or replaces a node.
+	// PutNode creates or replaces a node. Its LastSeenAt is the record's
+	// unless NodesSeen recorded a later moment, which it keeps: a record
+	// written back from a read that a liveness flush overtook does not
+	// move the node's moment back.
 	PutNode(n Node) error
 	// ListNodes returns every node ordered by ID.
 	ListNodes() ([]Node, error)

@@ -57,6 +57,7 @@ func New() *Store {
 	return &Store{cur: &state{
 		nodes:       map[string][]byte{},
 		nodeRevs:    map[string]int64{},
+		nodeSeen:    map[string]time.Time{},
 		invitations: map[string][]byte{},
 		sessions:    map[string][]byte{},
 		runs:        map[string][]byte{},
@@ -81,7 +82,8 @@ func New() *Store {
 // Log byte slices are never appended to in place, for the same reason.
 type state struct {
 	nodes       map[string][]byte
-	nodeRevs    map[string]int64 // store.NodeVersion.Rev, by node
+	nodeRevs    map[string]int64     // store.NodeVersion.Rev, by node
+	nodeSeen    map[string]time.Time // the latest moment NodesSeen recorded, by node
 	invitations map[string][]byte
 	sessions    map[string][]byte
 	runs        map[string][]byte
@@ -279,6 +281,9 @@ func (t *tx) GetNode(id string) (store.Node, error) {
 func (t *tx) PutNode(n store.Node) error {
 	if err := record.Node(n); err != nil {
 		return err
+	}
+	if heard, ok := t.st.nodeSeen[n.ID]; ok && (n.LastSeenAt == nil || heard.After(*n.LastSeenAt)) {
+		n.LastSeenAt = &heard // the contract: never back past NodesSeen's moment
 	}
 	if err := put(t, "nodes", &t.st.nodes, "node", n.ID, n, upsert); err != nil {
 		return err

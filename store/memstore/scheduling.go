@@ -55,6 +55,9 @@ func (t *tx) NodesSeen(seen map[string]time.Time) (map[string]time.Time, error) 
 			return nil, err
 		}
 		before[id] = time.Time{}
+		if heard := t.st.nodeSeen[id]; at.After(heard) {
+			table(t, "nodeSeen", &t.st.nodeSeen)[id] = at
+		}
 		if n.LastSeenAt != nil {
 			before[id] = *n.LastSeenAt
 			if !at.After(*n.LastSeenAt) {

@@ -24,6 +24,7 @@ func TestRegistryCredentialsMigrateToDefault(t *testing.T) {
 			`CREATE TABLE registry_credentials (host TEXT PRIMARY KEY, doc TEXT NOT NULL)`,
 			`DROP INDEX invitations_by_node`,    // migration 11's, made again after 10
 			`ALTER TABLE nodes DROP COLUMN rev`, // migration 12's
+			`DROP TABLE node_seen`,              // migration 13's
 			`DELETE FROM schema_migrations WHERE version >= 10`,
 		} {
 			if _, err := s.db.ExecContext(ctx, stmt); err != nil {

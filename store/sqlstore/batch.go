@@ -1,7 +1,6 @@
 package sqlstore
 
 import (
-	"database/sql"
 	"slices"
 	"time"
 
@@ -64,10 +63,12 @@ func (t *txn) runRows(runs []store.Run) (runRows, error) {
 	return c, nil
 }
 
-// lockSuffix is what makes a read lock its rows in UpdateLocked.
-func (t *txn) lockSuffix() string {
+// lockSuffix is what makes a read lock table's rows in UpdateLocked (table
+// is the name or alias the read gives it; a joined table's rows are not
+// locked).
+func (t *txn) lockSuffix(table string) string {
 	if t.lockRows {
-		return " FOR UPDATE"
+		return " FOR UPDATE OF " + table
 	}
 	return ""
 }
@@ -78,14 +79,7 @@ func (t *txn) GetNodes(ids []string) ([]store.Node, error) {
 		return store.GetEach(ids, t.GetNode)
 	}
 	out := make([]store.Node, 0, len(ids))
-	var id string
-	var doc []byte
-	var ns sql.NullInt64
-	err := t.listRows("node", `SELECT id, doc, last_seen_ns FROM nodes WHERE id = ANY($1) ORDER BY id`+t.lockSuffix(), []any{ids}, func() error {
-		n, err := decode[store.Node]("node", id, doc)
-		out = append(out, withSeen(n, ns))
-		return err
-	}, &id, &doc, &ns)
+	err := t.eachNode(`WHERE n.id = ANY($1) ORDER BY n.id`+t.lockSuffix("n"), []any{ids}, func(n store.Node) { out = append(out, n) })
 	return out, err
 }
 
@@ -97,7 +91,7 @@ func (t *txn) GetRuns(ids []string) ([]store.Run, error) {
 	out := make([]store.Run, 0, len(ids))
 	var id string
 	var doc []byte
-	err := t.listRows("run", `SELECT id, doc FROM runs WHERE id = ANY($1) ORDER BY id`+t.lockSuffix(), []any{ids}, func() error {
+	err := t.listRows("run", `SELECT id, doc FROM runs WHERE id = ANY($1) ORDER BY id`+t.lockSuffix("runs"), []any{ids}, func() error {
 		r, err := decode[store.Run]("run", id, doc)
 		if err == nil && t.write {
 			t.noteRunNodes(id, record.NodeIDs(r))
@@ -116,7 +110,7 @@ func (t *txn) GetOperations(ids []string) ([]store.Operation, error) {
 	out := make([]store.Operation, 0, len(ids))
 	var id string
 	var doc []byte
-	err := t.listRows("operation", `SELECT id, doc FROM operations WHERE id = ANY($1) ORDER BY id`+t.lockSuffix(), []any{ids}, func() error {
+	err := t.listRows("operation", `SELECT id, doc FROM operations WHERE id = ANY($1) ORDER BY id`+t.lockSuffix("operations"), []any{ids}, func() error {
 		op, err := decode[store.Operation]("operation", id, doc)
 		out = append(out, op)
 		return err

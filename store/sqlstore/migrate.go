@@ -182,6 +182,11 @@ var migrations = []migration{
 		name:    "node record versions",
 		stmts:   revMigration, // in nodes.go
 	},
+	{
+		version: 13,
+		name:    "node liveness apart from the record",
+		stmts:   seenMigration, // in nodes.go
+	},
 }
 
 // migrate brings db's schema up to the last of ms, in one write

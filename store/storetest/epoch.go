@@ -109,6 +109,51 @@ func testNodesSeen(t *testing.T, s store.Store) {
 		}
 		return nil
 	})
+	// A record written back from an older read, or with no moment at all,
+	// keeps the moment NodesSeen recorded; a later one moves it.
+	for _, put := range []*time.Time{&earlier, nil} {
+		update(t, s, func(tx store.Tx) error {
+			n := must1[store.Node](t)(tx.GetNode("node-a"))
+			n.LastSeenAt = put
+			return tx.PutNode(n)
+		})
+		view(t, s, func(tx store.Tx) error {
+			if n := must1[store.Node](t)(tx.GetNode("node-a")); n.LastSeenAt == nil || !n.LastSeenAt.Equal(later) {
+				t.Errorf("node-a written back with last seen %v: read %v, want %s (never back)", put, n.LastSeenAt, later)
+			}
+			return nil
+		})
+	}
+	latest := later.Add(time.Minute)
+	update(t, s, func(tx store.Tx) error {
+		n := must1[store.Node](t)(tx.GetNode("node-a"))
+		n.LastSeenAt = &latest
+		return tx.PutNode(n)
+	})
+	// One batch of nodes heard before and a node heard for the first
+	// time: each answers with its own before, each moves.
+	c := sampleNode("node-c")
+	update(t, s, func(tx store.Tx) error { return tx.PutNode(c) })
+	update(t, s, func(tx store.Tx) error {
+		before, err := tx.NodesSeen(map[string]time.Time{"node-a": latest.Add(time.Minute), "node-b": latest, "node-c": latest})
+		must(t, err)
+		want := map[string]time.Time{"node-a": latest, "node-b": earlier, "node-c": *c.LastSeenAt}
+		for id, at := range want {
+			if got, ok := before[id]; !ok || !got.Equal(at) {
+				t.Errorf("NodesSeen's before for %s = %v (%v), want %s", id, got, ok, at)
+			}
+		}
+		return nil
+	})
+	view(t, s, func(tx store.Tx) error {
+		want := map[string]time.Time{"node-a": latest.Add(time.Minute), "node-b": latest, "node-c": latest}
+		for _, n := range must1[[]store.Node](t)(tx.GetNodes([]string{"node-a", "node-b", "node-c"})) {
+			if n.LastSeenAt == nil || !n.LastSeenAt.Equal(want[n.ID]) {
+				t.Errorf("GetNodes: %s last seen %v, want %s", n.ID, n.LastSeenAt, want[n.ID])
+			}
+		}
+		return nil
+	})
 }
 
 // testNodeVersions: NodeVersions lists every node in ID order with its

@@ -53,11 +53,12 @@ type NewOperation func(nodeID string, fence uint64, cmd nodeproto.Command) store
 // GetRuns, PutOperations, PutRuns), a few statements for the whole chunk.
 func Apply(tx store.Tx, placements []scheduler.Placement, nodeIDs []string, pending map[string]store.Run, now func() time.Time, newOp NewOperation) (placed int, tooOld map[string]string, err error) {
 	// The nodes' records first, once each and in ID order: on
-	// PostgreSQL each read locks its row, and a liveness flush
-	// (package liveness) writes node rows in ID order too, so the two wait
-	// for each other rather than deadlock (which PostgreSQL breaks
-	// only after a second, and which, with the rows taken in plan
-	// order, stalled placements at tens a second behind a long queue).
+	// PostgreSQL each read locks its row, and every writer of node rows
+	// takes them in ID order too, so they wait for each other rather than
+	// deadlock (which PostgreSQL breaks only after a second, and which,
+	// with the rows taken in plan order, stalled placements at tens a
+	// second behind a long queue). A liveness flush no longer takes them
+	// at all: its moments have a table of their own (store.Tx.NodesSeen).
 	stored, err := tx.GetNodes(nodeIDs)
 	if err != nil {
 		return 0, nil, err
