@@ -79,7 +79,8 @@ type Tx interface {
 	// node stored, the LastSeenAt it had before (zero when it had none);
 	// IDs of nodes not stored are skipped. It is liveness's narrow write:
 	// a store writes the moment alone, without decoding and re-encoding
-	// the node's record.
+	// the node's record. It qualifies for UpdateLocked: what it reads
+	// (the moments before) it locks until the transaction ends.
 	NodesSeen(seen map[string]time.Time) (before map[string]time.Time, err error)
 	// CheckEpoch fails with failure.ErrFenced unless epoch is the current
 	// scheduling epoch (Store.Lead), and keeps it current until the

@@ -228,7 +228,14 @@ func (l *Tracker) flushOnce(ctx context.Context, f Flusher) {
 	for start := 0; start < len(ids); start += livenessChunk {
 		chunk := ids[start:min(start+livenessChunk, len(ids))]
 		lapses := 0
-		err := f.Store.Update(ctx, func(tx store.Tx) error {
+		// UpdateLocked, as NodesSeen qualifies (it locks the moments it
+		// reads): on PostgreSQL a flush then runs under READ COMMITTED and
+		// takes no part in serializable transactions' conflict checks.
+		// Run serializable, its reads of up to livenessChunk nodes were
+		// escalated to a read lock on whole tables, and every enrollment,
+		// invitation and fact report that wrote a node meanwhile conflicted
+		// with it and ran again.
+		err := f.Store.UpdateLocked(ctx, func(tx store.Tx) error {
 			lapses = 0
 			seen := make(map[string]time.Time, len(chunk))
 			for _, id := range chunk {
