@@ -138,6 +138,13 @@ func (f *failingStore) Update(ctx context.Context, fn func(store.Tx) error) erro
 	return f.Store.Update(ctx, fn)
 }
 
+func (f *failingStore) UpdateLocked(ctx context.Context, fn func(store.Tx) error) error {
+	if f.fail {
+		return errors.New("store unavailable")
+	}
+	return f.Store.UpdateLocked(ctx, fn)
+}
+
 // TestFailedFlushRetried: reports a flush could not write are kept and
 // written by the next flush, merged with what arrived meanwhile (the
 // latest of both wins).
