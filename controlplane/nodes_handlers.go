@@ -66,8 +66,14 @@ func freshest(n store.Node, mem map[string]time.Time) *time.Time {
 	return &t
 }
 
-func (s *Server) nodeView(n store.Node, active nodeWork) api.Node {
-	out := api.Node{ID: n.ID, Status: s.nodeStatus(n), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: s.live.LastSeen(n),
+// nodeView is n as the API shows it, its status judged at at: the moment
+// the caller's reads stand for, taken before its transaction began. A
+// record read from a snapshot is as old as the snapshot, so judged by a
+// clock read after a long read (every node's, and every active run's, on
+// a large fleet under load: tens of seconds) it would show a node
+// unreachable that was heard from within its lease.
+func (s *Server) nodeView(n store.Node, active nodeWork, at time.Time) api.Node {
+	out := api.Node{ID: n.ID, Status: s.statusSeen(n, s.live.LastSeen(n), at), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: s.live.LastSeen(n),
 		Running: active.running, GPUsInUse: active.gpus,
 		Cordoned: n.Cordoned || n.Draining, Draining: n.Draining, DrainDeadline: n.DrainDeadline, RemovedAt: n.RemovedAt, Flags: n.Flags, Labels: placement.Labels(n)}
 	if n.Facts != nil {
@@ -152,6 +158,7 @@ type fleet struct {
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 	out := api.NodeList{Nodes: []api.Node{}}
 	opts, paged, err := nodepage.Parse(r.URL.Query())
+	at := s.now() // before the reads: see nodeView
 	if err == nil {
 		err = s.store.View(r.Context(), func(tx store.Tx) error {
 			nodes, active, err := s.fleetCopy(tx, paged)
@@ -160,11 +167,12 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 			}
 			if paged {
 				var sum api.FleetSummary
-				nodes, out.Next, sum = nodepage.Page(nodes, opts, s.nodeStatus, func(id string) []string { return active[id].gpus })
+				status := func(n store.Node) string { return s.statusSeen(n, s.live.LastSeen(n), at) }
+				nodes, out.Next, sum = nodepage.Page(nodes, opts, status, func(id string) []string { return active[id].gpus })
 				out.Summary = &sum
 			}
 			for _, n := range nodes {
-				out.Nodes = append(out.Nodes, s.nodeView(n, active[n.ID]))
+				out.Nodes = append(out.Nodes, s.nodeView(n, active[n.ID], at))
 			}
 			return err
 		})
@@ -178,13 +186,14 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 	var out api.Node
+	at := s.now() // before the reads: see nodeView
 	err := s.store.View(r.Context(), func(tx store.Tx) error {
 		n, err := tx.GetNode(r.PathValue("id"))
 		if err != nil {
 			return err
 		}
 		active, err := activeByNode(tx, n.ID)
-		out = s.nodeView(n, active[n.ID])
+		out = s.nodeView(n, active[n.ID], at)
 		return err
 	})
 	if err != nil {
@@ -253,6 +262,7 @@ func (s *Server) inviteNode(w http.ResponseWriter, r *http.Request) {
 // the node as it then is.
 func (s *Server) updateNode(w http.ResponseWriter, r *http.Request, change func(n *store.Node) error) {
 	var out api.Node
+	at := s.now() // before the reads: see nodeView
 	err := s.update(r.Context(), func(tx store.Tx) error {
 		n, err := tx.GetNode(r.PathValue("id"))
 		if err != nil {
@@ -265,7 +275,7 @@ func (s *Server) updateNode(w http.ResponseWriter, r *http.Request, change func(
 			return err
 		}
 		active, err := activeByNode(tx, n.ID)
-		out = s.nodeView(n, active[n.ID])
+		out = s.nodeView(n, active[n.ID], at)
 		return err
 	})
 	if err != nil {

@@ -43,7 +43,7 @@ func (s *Server) removeNode(w http.ResponseWriter, r *http.Request) {
 		if err := access.RevokeUnused(tx, id, ""); err != nil {
 			return err
 		}
-		out = s.nodeView(n, nodeWork{})
+		out = s.nodeView(n, nodeWork{}, now)
 		return nil
 	})
 	if err != nil {
