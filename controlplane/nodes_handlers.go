@@ -73,7 +73,8 @@ func freshest(n store.Node, mem map[string]time.Time) *time.Time {
 // a large fleet under load: tens of seconds) it would show a node
 // unreachable that was heard from within its lease.
 func (s *Server) nodeView(n store.Node, active nodeWork, at time.Time) api.Node {
-	out := api.Node{ID: n.ID, Status: s.statusSeen(n, s.live.LastSeen(n), at), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: s.live.LastSeen(n),
+	seen := s.live.LastSeen(n)
+	out := api.Node{ID: n.ID, Status: s.statusSeen(n, seen, at), FencingToken: n.FencingToken, EnrolledAt: n.EnrolledAt, LastSeenAt: seen,
 		Running: active.running, GPUsInUse: active.gpus,
 		Cordoned: n.Cordoned || n.Draining, Draining: n.Draining, DrainDeadline: n.DrainDeadline, RemovedAt: n.RemovedAt, Flags: n.Flags, Labels: placement.Labels(n)}
 	if n.Facts != nil {

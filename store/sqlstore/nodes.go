@@ -203,15 +203,8 @@ func (t *txn) NodesSeen(seen map[string]time.Time) (map[string]time.Time, error)
 	}
 	slices.Sort(ids)
 	before := make(map[string]time.Time, len(ids))
-	note := func(id string, put, heard sql.NullInt64) {
-		before[id] = time.Time{}
-		if at := withSeen(store.Node{}, put, heard).LastSeenAt; at != nil {
-			before[id] = *at
-		}
-	}
 	if t.d.lockingTx != nil { // PostgreSQL
-		answered := func(id string) bool { _, ok := before[id]; return ok }
-		return before, t.nodesSeenBatch(ids, seen, note, answered)
+		return before, t.nodesSeenBatch(ids, seen, before)
 	}
 	for _, id := range ids {
 		var put, heard sql.NullInt64
@@ -222,7 +215,7 @@ func (t *txn) NodesSeen(seen map[string]time.Time) (map[string]time.Time, error)
 			}
 			return nil, err
 		}
-		note(id, put, heard)
+		noteBefore(before, id, put, heard)
 		at := seen[id].UnixNano()
 		if heard.Valid && heard.Int64 >= at {
 			continue
@@ -235,20 +228,29 @@ func (t *txn) NodesSeen(seen map[string]time.Time) (map[string]time.Time, error)
 	return before, nil
 }
 
+// noteBefore records in before the moment a node had before NodesSeen
+// (zero for none), from its two columns.
+func noteBefore(before map[string]time.Time, id string, put, heard sql.NullInt64) {
+	before[id] = time.Time{}
+	if at := withSeen(store.Node{}, put, heard).LastSeenAt; at != nil {
+		before[id] = *at
+	}
+}
+
 // nodesSeenBatch is NodesSeen on PostgreSQL, for ids (sorted): one update
 // of the node_seen rows that exist, and, when some ids did not answer, one
 // insert of the rows of those among them that are stored nodes. The
 // insert's before is the nodes column's moment: a row another replica's
 // flush inserted between the two statements is raised (GREATEST), and its
 // moment missed only by before, which counts lapses.
-func (t *txn) nodesSeenBatch(ids []string, seen map[string]time.Time, note func(id string, put, heard sql.NullInt64), answered func(id string) bool) error {
+func (t *txn) nodesSeenBatch(ids []string, seen, before map[string]time.Time) error {
 	nss := make([]int64, len(ids))
 	for i, id := range ids {
 		nss[i] = seen[id].UnixNano()
 	}
 	var id string
 	var put, heard sql.NullInt64
-	each := func() error { note(id, put, heard); return nil }
+	each := func() error { noteBefore(before, id, put, heard); return nil }
 	err := t.listRows("node", `UPDATE node_seen AS s SET ns = GREATEST(o.before, i.ns)
 		FROM unnest($1::text[], $2::bigint[]) AS i(id, ns)
 		JOIN (SELECT id, ns AS before FROM node_seen WHERE id = ANY($1) ORDER BY id FOR UPDATE) AS o ON o.id = i.id
@@ -261,7 +263,7 @@ func (t *txn) nodesSeenBatch(ids []string, seen map[string]time.Time, note func(
 	var newIDs []string
 	var newNss []int64
 	for i, id := range ids {
-		if !answered(id) {
+		if _, answered := before[id]; !answered {
 			newIDs, newNss = append(newIDs, id), append(newNss, nss[i])
 		}
 	}
