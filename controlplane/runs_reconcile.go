@@ -91,8 +91,12 @@ func (s *Server) startEpoch(ctx context.Context) bool {
 
 // issue stores a command for a node under the node's current fencing token.
 // The caller notifies the node's session after its transaction commits.
+// The node is read with LockNode: an enrollment (UpdateLocked) that
+// replaces the token re-fences the node's pending operations, and must
+// not commit between this read and this transaction's commit, or the
+// command would be left under the old token, which the new agent refuses.
 func (s *Server) issue(tx store.Tx, nodeID string, cmd nodeproto.Command) error {
-	n, err := tx.GetNode(nodeID)
+	n, err := tx.LockNode(nodeID)
 	if err != nil {
 		return err
 	}

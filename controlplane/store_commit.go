@@ -15,6 +15,14 @@ func (s *Server) batch(ctx context.Context, fn func(tx store.Tx) error) error {
 	return s.commits.Update(ctx, fn)
 }
 
+// batchLocked is batch for an fn that qualifies for store.UpdateLocked
+// (it reads records by key and writes them back): on PostgreSQL its
+// group then runs under READ COMMITTED with row locks, outside the
+// serializable conflict checks.
+func (s *Server) batchLocked(ctx context.Context, fn func(tx store.Tx) error) error {
+	return s.commits.UpdateLocked(ctx, fn)
+}
+
 // update is store.Update, noting every run and node fn wrote so that, once
 // the transaction committed, the reconcile loop's copies follow
 // (schedcopy.Copy.NoteRuns, PatchNodes) and other replicas hear

@@ -87,6 +87,16 @@ type Tx interface {
 	// transaction ends.
 	CheckEpoch(epoch int64) error
 	GetNode(id string) (Node, error)
+	// LockNode is GetNode in a write transaction that also holds the
+	// node's record against other writers until the transaction ends,
+	// whatever the transaction's kind: a transaction that writes what it
+	// derived from the record elsewhere (an operation under the node's
+	// fencing token) and must not interleave with a writer of the record
+	// (an enrollment replacing the token, which runs as UpdateLocked).
+	// On PostgreSQL, in an Update, a record another transaction wrote
+	// since this one's snapshot fails it as a conflict (retried). In a
+	// View it fails: a read-only transaction holds nothing.
+	LockNode(id string) (Node, error)
 	// PutNode creates or replaces a node. Its LastSeenAt is the record's
 	// unless NodesSeen recorded a later moment, which it keeps: a record
 	// written back from a read that a liveness flush overtook does not

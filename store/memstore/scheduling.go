@@ -73,6 +73,14 @@ func (t *tx) NodesSeen(seen map[string]time.Time) (map[string]time.Time, error) 
 	return before, nil
 }
 
+// LockNode implements store.Tx: a memstore has one writer at a time.
+func (t *tx) LockNode(id string) (store.Node, error) {
+	if err := t.writable(); err != nil {
+		return store.Node{}, err
+	}
+	return t.GetNode(id)
+}
+
 // GetNodes implements store.Tx.
 func (t *tx) GetNodes(ids []string) ([]store.Node, error) { return store.GetEach(ids, t.GetNode) }
 

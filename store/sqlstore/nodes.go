@@ -87,10 +87,13 @@ const (
 	nodeHeard   = `(SELECT ns FROM node_seen WHERE id = n.id)`
 )
 
-func (t *txn) GetNode(id string) (store.Node, error) {
+func (t *txn) GetNode(id string) (store.Node, error) { return t.getNode(id, "") }
+
+// getNode is GetNode, the query ending with suffix.
+func (t *txn) getNode(id, suffix string) (store.Node, error) {
 	var doc []byte
 	var put, heard sql.NullInt64
-	if err := t.getRow("node", id, `SELECT n.doc, n.last_seen_ns, `+nodeHeard+` FROM nodes AS n WHERE n.id = $1`, []any{id}, &doc, &put, &heard); err != nil {
+	if err := t.getRow("node", id, `SELECT n.doc, n.last_seen_ns, `+nodeHeard+` FROM nodes AS n WHERE n.id = $1`+suffix, []any{id}, &doc, &put, &heard); err != nil {
 		return store.Node{}, err
 	}
 	n, err := decode[store.Node]("node", id, doc)
@@ -108,6 +111,21 @@ func (t *txn) eachNode(tail string, args []any, fn func(store.Node)) error {
 		fn(withSeen(n, put, heard))
 		return err
 	}, &id, &doc, &put, &heard)
+}
+
+// LockNode implements store.Tx. On PostgreSQL the read takes the row's
+// lock (FOR UPDATE) in an Update too, where a row written since the
+// snapshot fails it with a serialization error, which Update retries;
+// SQLite's one writer holds everything already.
+func (t *txn) LockNode(id string) (store.Node, error) {
+	if err := t.writable(); err != nil {
+		return store.Node{}, err
+	}
+	lock := ""
+	if t.d.lockingTx != nil && !t.lockRows { // PostgreSQL, where getRow does not lock already
+		lock = " FOR UPDATE"
+	}
+	return t.getNode(id, lock)
 }
 
 func (t *txn) ListNodes() ([]store.Node, error) {

@@ -94,6 +94,7 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opts Opti
 		{"CancelledContext", testCancelledContext},
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"ConcurrentLockedUpdates", testConcurrentLockedUpdates},
+		{"LockNode", testLockNode},
 		{"SnapshotViews", testSnapshotViews},
 		{"PruneRuns", testPruneRuns},
 		{"PruneRecords", testPruneRecords},

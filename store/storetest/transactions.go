@@ -648,3 +648,103 @@ func (h *harness) testPersistence(t *testing.T) {
 		return nil
 	})
 }
+
+// testLockNode: LockNode reads the node (ErrNotFound for one not stored,
+// an error in a View), and holds it against writers of every kind. Half
+// the writers add an operation under the fencing token they read with
+// LockNode, in an Update; the other half, in UpdateLocked as an
+// enrollment is, raise the token and re-fence every pending operation.
+// However they interleave, no operation is left under an old token.
+func testLockNode(t *testing.T, s store.Store) {
+	update(t, s, func(tx store.Tx) error { return tx.PutNode(sampleNode("node-a")) })
+	update(t, s, func(tx store.Tx) error {
+		if n, err := tx.LockNode("node-a"); err != nil || n.ID != "node-a" {
+			t.Errorf("LockNode = %+v, %v", n, err)
+		}
+		if _, err := tx.LockNode("nobody"); !errors.Is(err, failure.ErrNotFound) {
+			t.Errorf("LockNode of a node not stored: %v, want ErrNotFound", err)
+		}
+		return nil
+	})
+	err := s.View(t.Context(), func(tx store.Tx) error {
+		_, err := tx.LockNode("node-a")
+		return err
+	})
+	if err == nil {
+		t.Error("LockNode in a View succeeded")
+	}
+	const goroutines, rounds = 6, 15
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range rounds {
+				var err error
+				if g%2 == 0 {
+					err = s.Update(ctx, func(tx store.Tx) error {
+						n, err := tx.LockNode("node-a")
+						if err != nil {
+							return err
+						}
+						// A pause between the read and the write: without
+						// the lock, a re-fencing fits in it.
+						time.Sleep(2 * time.Millisecond)
+						op := sampleOperation(fmt.Sprintf("op-%d-%d", g, i), "node-a", at(time.Duration(i)*time.Second))
+						op.Command.FencingToken = n.FencingToken
+						return tx.PutOperation(op)
+					})
+				} else {
+					var stale []string
+					err = s.UpdateLocked(ctx, func(tx store.Tx) error {
+						stale = nil
+						n, err := tx.GetNode("node-a")
+						if err != nil {
+							return err
+						}
+						ops, err := tx.PendingOperations("node-a")
+						if err != nil {
+							return err
+						}
+						n.FencingToken++
+						if err := tx.PutNode(n); err != nil {
+							return err
+						}
+						for _, op := range ops {
+							// Every operation was written under the
+							// token then current, or re-fenced since.
+							if op.Command.FencingToken != n.FencingToken-1 {
+								stale = append(stale, fmt.Sprintf("%s at %d", op.ID, op.Command.FencingToken))
+							}
+							op.Command.FencingToken = n.FencingToken
+							if err := tx.PutOperation(op); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+					if len(stale) > 0 {
+						t.Errorf("a re-fencing found operations under an older token than the node's: %v (each written beside a re-fencing it did not wait for)", stale)
+					}
+				}
+				if err != nil {
+					t.Errorf("goroutine %d, round %d: %v", g, i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	view(t, s, func(tx store.Tx) error {
+		fence := must1[store.Node](t)(tx.GetNode("node-a")).FencingToken
+		ops := must1[[]store.Operation](t)(tx.PendingOperations("node-a"))
+		if len(ops) != goroutines/2*rounds {
+			t.Errorf("%d pending operations, want %d", len(ops), goroutines/2*rounds)
+		}
+		for _, op := range ops {
+			if op.Command.FencingToken != fence {
+				t.Errorf("operation %s under token %d, the node's is %d: written beside a re-fencing it did not wait for", op.ID, op.Command.FencingToken, fence)
+			}
+		}
+		return nil
+	})
+}

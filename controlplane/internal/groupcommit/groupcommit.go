@@ -140,6 +140,13 @@ func (c *Committer) Update(ctx context.Context, fn func(tx store.Tx) error) erro
 	return c.enqueue(&job{ctx: ctx, fn: fn, done: make(chan error, 1)})
 }
 
+// UpdateLocked is Update for an fn that qualifies for
+// store.UpdateLocked: its group runs locked unless another caller in it
+// does not qualify.
+func (c *Committer) UpdateLocked(ctx context.Context, fn func(tx store.Tx) error) error {
+	return c.enqueue(&job{ctx: ctx, fn: fn, done: make(chan error, 1), locked: true})
+}
+
 // UpdateWith is Update (UpdateLocked when locked) for an fn whose reads
 // can be made together with other callers' (see Share): need says what fn
 // will read, and fn runs in the transaction Share returned, once the needs

@@ -253,3 +253,34 @@ func wantNodes(t *testing.T, st store.Store, n int, want string) {
 		t.Fatal(err)
 	}
 }
+
+// TestUpdateLockedTakesTheLockedPath: a caller of UpdateLocked is committed
+// through the store's UpdateLocked, one of Update through Update, alone
+// (before Run) and in a group alike; a group with one caller of Update
+// runs through Update.
+func TestUpdateLockedTakesTheLockedPath(t *testing.T) {
+	st := memstore.New()
+	var plain, locked int
+	count := func(n *int, commit func(context.Context, func(store.Tx) error) error) func(context.Context, func(store.Tx) error) error {
+		return func(ctx context.Context, fn func(store.Tx) error) error { *n++; return commit(ctx, fn) }
+	}
+	g := New(count(&plain, st.Update), count(&locked, st.UpdateLocked), 0, nil)
+	if err := g.UpdateLocked(context.Background(), putNode("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Update(context.Background(), putNode("b")); err != nil {
+		t.Fatal(err)
+	}
+	if plain != 1 || locked != 1 {
+		t.Fatalf("alone: %d plain and %d locked commits, want 1 and 1", plain, locked)
+	}
+	mk := func(id string, lock bool) *job {
+		return &job{ctx: context.Background(), fn: putNode(id), done: make(chan error, 1), locked: lock}
+	}
+	g.commit(context.Background(), []*job{mk("c", true), mk("d", true)})
+	g.commit(context.Background(), []*job{mk("e", true), mk("f", false)})
+	if plain != 2 || locked != 2 {
+		t.Errorf("groups: %d plain and %d locked commits, want 2 and 2", plain, locked)
+	}
+	wantNodes(t, st, 6, "a to f")
+}
