@@ -60,6 +60,11 @@ const (
 	topicFence     = "fence:"
 	topicRunIDs    = "runs:"
 	topicToken     = "token:"
+	// topicSessions asks every session stream a replica holds to look at
+	// its node's pending operations once (wakeSessions). Replicas before
+	// it pass it to the functions service, which ignores it: they fall
+	// back on their streams' poll.
+	topicSessions = "sessions"
 )
 
 // publish queues a signal for the other replicas.
@@ -107,9 +112,10 @@ func (s *Server) deliver(topic string) {
 		s.sched.Invalidate()
 		s.queued.Invalidate()
 		s.auth.ForgetAll()
-		for _, t := range []string{topicRuns, topicLogs, topicReconcile} {
+		for _, t := range []string{topicRuns, topicLogs, topicReconcile, topicSessions} {
 			s.deliver(t)
 		}
+	case topic == topicSessions:
 		s.nodeWake.Range(func(_, b any) bool {
 			b.(*broadcast.Broadcast).Notify()
 			return true
@@ -163,6 +169,10 @@ func (s *Server) runsChanged() { s.signal(topicRuns) }
 
 // logsChanged wakes log followers.
 func (s *Server) logsChanged() { s.signal(topicLogs) }
+
+// wakeSessions makes every session stream of every replica look at its
+// node's pending operations once.
+func (s *Server) wakeSessions() { s.signal(topicSessions) }
 
 // wakeReconcile asks the scheduler leader to reconcile soon.
 func (s *Server) wakeReconcile() { s.signal(topicReconcile) }

