@@ -141,6 +141,9 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 			return err
 		}
 		defer rc.Close()
+		// Leadership is given up as the shutdown begins, not once it has
+		// ended: another replica schedules while this one drains.
+		defer context.AfterFunc(ctx, rc.Resign)()
 		coord = rc
 		if cfg.WriteConcurrency == 0 {
 			cfg.WriteConcurrency = pgWriteConcurrency

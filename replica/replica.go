@@ -42,6 +42,9 @@ type Coordinator struct {
 	owed   map[chan string]bool // subscribers that missed a signal (fanout)
 	cancel context.CancelFunc
 	done   sync.WaitGroup
+
+	resign     context.CancelFunc // ends the campaign alone (Resign)
+	campaigned chan struct{}      // closed once the campaign has ended
 }
 
 // Open connects to the database at dsn and starts listening and campaigning
@@ -65,15 +68,29 @@ func Open(ctx context.Context, dsn, namespace string, log *slog.Logger) (*Coordi
 		channel: "mercator_" + hex.EncodeToString(sum[:6]),
 		lockKey: int64(binary.BigEndian.Uint64(sum[8:16]) &^ (1 << 63))}
 	runCtx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
+	campaignCtx, resign := context.WithCancel(runCtx)
+	c.cancel, c.resign, c.campaigned = cancel, resign, make(chan struct{})
 	c.done.Add(2)
 	go func() { defer c.done.Done(); c.listen(runCtx) }()
-	go func() { defer c.done.Done(); c.campaign(runCtx) }()
+	go func() { defer c.done.Done(); defer close(c.campaigned); c.campaign(campaignCtx) }()
 	return c, nil
+}
+
+// Resign gives up leadership for good and at once: the campaign stops and
+// the lock's connection closes (releasing the lock), so another replica
+// leads from its next try, while signals keep flowing until Close. A
+// replica shutting down resigns first: the rest of its shutdown (requests
+// and streams drained) can take many seconds, and while it held the lock
+// through them no replica scheduled. Safe to call more than once, and
+// from any goroutine; it returns once Leader reports false.
+func (c *Coordinator) Resign() {
+	c.resign()
+	<-c.campaigned
 }
 
 // Close stops listening, gives up leadership and closes the connections.
 func (c *Coordinator) Close() {
+	c.Resign()
 	c.cancel()
 	c.done.Wait()
 	c.pool.Close()

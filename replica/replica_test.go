@@ -292,3 +292,40 @@ func TestLeadershipMovesWhenTheLeaderDies(t *testing.T) {
 		t.Fatalf("both replicas said they lead at %d samples while both were connected", n)
 	}
 }
+
+// TestResignHandsLeadershipOver: a leader that resigns (a replica that
+// begins to shut down) stops leading when Resign returns and never leads
+// again, the other replica takes the lock at its next try rather than
+// once the resigned one has closed, and the resigned replica's signals
+// still reach the other until it closes.
+func TestResignHandsLeadershipOver(t *testing.T) {
+	dsn := testDSN(t)
+	ns := namespace(t)
+	a, b := open(t, dsn, ns), open(t, dsn, ns)
+	waitUntil(t, "one leader", func() bool { return leaders(a, b) == 1 })
+	leader, follower := a, b
+	if b.Leader() {
+		leader, follower = b, a
+	}
+	sigs := follower.Subscribe(t.Context())
+	listening(t, leader, sigs, "ready")
+
+	resignedAt := time.Now()
+	leader.Resign()
+	if leader.Leader() {
+		t.Fatal("a resigned replica still says it leads")
+	}
+	leader.Resign() // a second time: no effect, no hang
+	waitUntil(t, "the other replica to lead after the leader resigned", func() bool { return follower.Leader() })
+	t.Logf("leadership moved %v after the leader resigned", time.Since(resignedAt).Round(time.Millisecond))
+
+	if err := leader.Publish(t.Context(), "after-resign"); err != nil {
+		t.Fatalf("a resigned replica could not publish: %v", err)
+	}
+	receive(t, sigs, "after-resign")
+	for end := time.Now().Add(2 * campaignEvery); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if leader.Leader() || !follower.Leader() {
+			t.Fatalf("after the resignation: resigned leads %v, other leads %v; want the other only", leader.Leader(), follower.Leader())
+		}
+	}
+}
