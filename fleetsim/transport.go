@@ -117,8 +117,8 @@ type agentClients struct {
 // scheduler), so a write costs in proportion to the streams sharing it. At
 // 250 agents a connection that walk was 10% of the control plane's CPU
 // while 50,000 nodes enrolled on PostgreSQL; 50 a connection keeps it
-// small and 50,000 nodes at 500 connections per replica, under the
-// open-file limit.
+// small, and 50,000 nodes at 1,000 clients, each with a connection to each
+// replica it talks to, under the open-file limit.
 const nodesPerConn = 50
 
 func newAgentClients(r *router, shared bool, roots []*x509.Certificate, obs *observer) *agentClients {
