@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/mercator/mercator/controlplane/internal/nodeauth"
 	"github.com/mercator/mercator/controlplane/internal/signals"
 	"github.com/mercator/mercator/store"
@@ -138,4 +141,51 @@ func TestTakingTheLeadWakesEverySession(t *testing.T) {
 	if _, fresh, _ := other.auth.Fence("node-c", now); !fresh {
 		t.Error("the new leader's signal dropped the other replica's cached fencing tokens: only signals.Lost may")
 	}
+}
+
+// TestEpochTimestamps: the epoch's start and its first placement are
+// stamped by the replica's clock as they happen (what a takeover is
+// measured by: a scrape can come late), a later placement moves neither,
+// and a replica that stops leading shows neither.
+func TestEpochTimestamps(t *testing.T) {
+	clock := time.Unix(1_800_000_000, 0)
+	s := New(Config{Lease: time.Minute, Now: func() time.Time { return clock }}, memstore.New(), nil, leadingCoordinator{published: make(chan string, 16)})
+	started, placed := s.metrics.EpochStarted, s.metrics.EpochFirstPlaced
+	if !s.startEpoch(context.Background()) {
+		t.Fatal("could not start an epoch")
+	}
+	if got := gaugeValue(t, started); got != 1_800_000_000 {
+		t.Errorf("epoch start %v, want the clock's 1800000000", got)
+	}
+	clock = clock.Add(1500 * time.Millisecond)
+	s.notePlaced(0)
+	if got := gaugeValue(t, placed); got != 0 {
+		t.Errorf("first placement %v after a chunk that placed nothing, want 0", got)
+	}
+	s.notePlaced(3)
+	clock = clock.Add(time.Second)
+	s.notePlaced(2)
+	if got := gaugeValue(t, placed); got != 1_800_000_001.5 {
+		t.Errorf("first placement %v, want 1800000001.5 (the first chunk that placed, not the later one)", got)
+	}
+	s.endEpoch()
+	if a, b := gaugeValue(t, started), gaugeValue(t, placed); a != 0 || b != 0 {
+		t.Errorf("after leading ended: epoch start %v, first placement %v; want 0 and 0", a, b)
+	}
+	if !s.startEpoch(context.Background()) {
+		t.Fatal("could not start a second epoch")
+	}
+	if got := gaugeValue(t, placed); got != 0 {
+		t.Errorf("a new epoch shows the previous one's first placement %v, want 0", got)
+	}
+}
+
+// gaugeValue is g's value.
+func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
 }

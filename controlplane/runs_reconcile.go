@@ -35,6 +35,9 @@ func (s *Server) reconcileLoop(ctx context.Context) {
 			leading = s.startEpoch(ctx)
 			led, ledTerm = leading, s.term()
 		}
+		if !leading && led {
+			s.endEpoch()
+		}
 		if !leading {
 			led = false
 		}
@@ -93,6 +96,9 @@ func (s *Server) startEpoch(ctx context.Context) bool {
 		return false
 	}
 	s.epoch.Store(epoch)
+	s.epochPlaced.Store(false)
+	s.metrics.EpochFirstPlaced.Set(0)
+	s.metrics.EpochStarted.Set(unixSeconds(s.now()))
 	s.sched.Invalidate()
 	s.queued.Invalidate()
 	s.sched.ForgetNodes()
@@ -102,6 +108,24 @@ func (s *Server) startEpoch(ctx context.Context) bool {
 	s.log.Info("scheduling", "epoch", epoch)
 	return true
 }
+
+// endEpoch clears the epoch's timestamps as this replica stops leading.
+func (s *Server) endEpoch() {
+	s.metrics.EpochStarted.Set(0)
+	s.metrics.EpochFirstPlaced.Set(0)
+}
+
+// notePlaced records the epoch's first placement (EpochFirstPlaced) once n
+// placements have committed.
+func (s *Server) notePlaced(n int) {
+	s.metrics.Placements.Add(float64(n))
+	if n > 0 && s.epochPlaced.CompareAndSwap(false, true) {
+		s.metrics.EpochFirstPlaced.Set(unixSeconds(s.now()))
+	}
+}
+
+// unixSeconds is t as a timestamp gauge's value.
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 // issue stores a command for a node under the node's current fencing token.
 // The caller notifies the node's session after its transaction commits.
@@ -212,7 +236,7 @@ func (s *Server) reconcile(ctx context.Context) error {
 	for _, chunk := range gang.Chunks(plan.Placements, s.placeChunk()) { // a gang's members in one chunk
 		n, tooOld, err := s.commitPlacements(ctx, chunk, pending)
 		placed += n
-		s.metrics.Placements.Add(float64(n)) // as each chunk commits: a long pass's first placements show at once
+		s.notePlaced(n) // as each chunk commits: a long pass's first placements show at once
 		if err != nil {
 			return err
 		}

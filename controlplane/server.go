@@ -245,6 +245,7 @@ type Server struct {
 	limiter      *limits.Limiter      // every route's limits (package limits)
 	watermarks   retention.Watermarks // event watermarks written (package retention)
 	epoch        atomic.Int64         // the scheduling epoch this replica leads under (startEpoch)
+	epochPlaced  atomic.Bool          // whether the epoch has placed yet (notePlaced)
 
 	fleetCache expiring.Map[fleet]    // nodes_handlers.go: fleetCopy
 	sealKey    atomic.Pointer[[]byte] // Config.RegistryKey (sealing.go)

@@ -43,6 +43,8 @@ func TestLeaderKilled(t *testing.T) {
 		t.Errorf("%d nodes over-committed, %d runs checked (want 0 of 600)", k.OverCommitted, k.RunsChecked)
 	case k.PlacementsAfter == 0 || k.FirstPlacementMS <= 0 || k.NewLeaderMS <= 0:
 		t.Errorf("no other replica led and placed after the kill: %+v", k)
+	case k.FirstPlacementMS < k.NewLeaderMS || k.NewLeaderSeenMS < k.NewLeaderMS || k.FirstPlacementSeenMS < k.FirstPlacementMS:
+		t.Errorf("the takeover's times out of order (placed before leading, or seen before it happened): %+v", k)
 	}
 	if rep.RunsRunning != 600 || rep.LaunchesDuplicated != 0 || rep.LaunchesMissing != 0 {
 		t.Errorf("%d of 600 runs running; launches performed twice %d, never %d", rep.RunsRunning, rep.LaunchesDuplicated, rep.LaunchesMissing)

@@ -126,16 +126,20 @@ type KillReport struct {
 	// With Config.KillLeader (leaderkill.go): Leader says the killed
 	// replica led; the placements it made before it died and the
 	// survivors' after; how long after the kill a survivor led and first
-	// placed; and the nodes holding more than their capacity at the end
-	// in the runs placed on them, of RunsChecked runs (must be 0; -1 when
-	// the runs could not be read).
-	Leader             bool    `json:"leader,omitempty"`
-	PlacementsByKilled int64   `json:"placements_by_killed,omitempty"`
-	PlacementsAfter    int64   `json:"placements_after,omitempty"`
-	NewLeaderMS        float64 `json:"new_leader_ms,omitempty"`
-	FirstPlacementMS   float64 `json:"first_placement_ms,omitempty"`
-	OverCommitted      int     `json:"nodes_over_committed"`
-	RunsChecked        int     `json:"runs_checked,omitempty"`
+	// placed, by the survivor's own clock (its epoch's timestamps, so a
+	// scrape that comes late does not stretch them), and when the
+	// simulator's scrapes saw each; and the nodes holding more than their
+	// capacity at the end in the runs placed on them, of RunsChecked runs
+	// (must be 0; -1 when the runs could not be read).
+	Leader               bool    `json:"leader,omitempty"`
+	PlacementsByKilled   int64   `json:"placements_by_killed,omitempty"`
+	PlacementsAfter      int64   `json:"placements_after,omitempty"`
+	NewLeaderMS          float64 `json:"new_leader_ms,omitempty"`
+	FirstPlacementMS     float64 `json:"first_placement_ms,omitempty"`
+	NewLeaderSeenMS      float64 `json:"new_leader_seen_ms,omitempty"`
+	FirstPlacementSeenMS float64 `json:"first_placement_seen_ms,omitempty"`
+	OverCommitted        int     `json:"nodes_over_committed"`
+	RunsChecked          int     `json:"runs_checked,omitempty"`
 }
 
 // report builds the Report from what the hold measured. It stops the
@@ -449,8 +453,8 @@ func (r *Report) WriteText(w io.Writer) {
 		rows = append(rows, [2]string{"replica killed", fmt.Sprintf("at %.1fs: %d nodes moved, reconnect p50 %.0f ms p99 %.0f ms max %.0f ms, %d not back, %d sessions left on it",
 			k.At, k.Moved, k.ReconnectP50MS, k.ReconnectP99MS, k.ReconnectMaxMS, k.NotBack, k.OnKilled)})
 		if k.Leader {
-			rows = append(rows, [2]string{"leader killed", fmt.Sprintf("%d placements by it, %d after by the others; a new leader after %.0f ms, its first placement after %.0f ms; %d nodes over-committed (%d runs checked)",
-				k.PlacementsByKilled, k.PlacementsAfter, k.NewLeaderMS, k.FirstPlacementMS, k.OverCommitted, k.RunsChecked)})
+			rows = append(rows, [2]string{"leader killed", fmt.Sprintf("%d placements by it, %d after by the others; a new leader after %.0f ms, its first placement after %.0f ms (by its clock; its scrapes showed them after %.0f and %.0f ms); %d nodes over-committed (%d runs checked)",
+				k.PlacementsByKilled, k.PlacementsAfter, k.NewLeaderMS, k.FirstPlacementMS, k.NewLeaderSeenMS, k.FirstPlacementSeenMS, k.OverCommitted, k.RunsChecked)})
 		}
 	}
 	if u := r.Upgrade; u != nil {

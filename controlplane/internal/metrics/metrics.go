@@ -37,6 +37,13 @@ type Set struct {
 	Pending  prometheus.Gauge
 	// Leader is 1 while this replica runs the scheduler.
 	Leader prometheus.Gauge
+	// EpochStarted and EpochFirstPlaced are when this replica's current
+	// scheduling epoch began and when its first placement committed (Unix
+	// seconds; 0 while it does not lead, or has not placed yet). They say
+	// how long a takeover took in the replica's own time, which a scrape
+	// arriving late (a replica busy with the fleet that just moved onto
+	// it) does not stretch.
+	EpochStarted, EpochFirstPlaced prometheus.Gauge
 	// LeaseLapses counts node reports that arrived more than a lease after
 	// the node's previous one: each is a span in which the node was
 	// unreachable. It is counted by the replica that received the report,
@@ -97,6 +104,10 @@ func New() *Set {
 		Sessions: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mercator_node_sessions", Help: "Open node session streams."}),
 		Pending:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "mercator_runs_pending", Help: "Queued runs at the last reconcile."}),
 		Leader:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "mercator_scheduler_leader", Help: "1 while this replica runs the scheduler, else 0."}),
+		EpochStarted: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mercator_scheduler_epoch_start_timestamp_seconds",
+			Help: "When this replica's current scheduling epoch began (Unix seconds); 0 while it does not lead."}),
+		EpochFirstPlaced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mercator_scheduler_epoch_first_placement_timestamp_seconds",
+			Help: "When the first placement of this replica's current scheduling epoch committed (Unix seconds); 0 until then, and while it does not lead."}),
 		LeaseLapses: prometheus.NewCounter(prometheus.CounterOpts{Name: "mercator_node_lease_lapses_total",
 			Help: "Node reports that came more than a lease after the node's previous report (the node was unreachable in between)."}),
 		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mercator_store_batch_transactions",
@@ -124,7 +135,7 @@ func New() *Set {
 		GPUPower: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "mercator_gpu_power_watts",
 			Help: "A busy GPU's last sampled power draw, by node and GPU."}, []string{"node", "gpu"}),
 	}
-	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.Pruned, m.FactFlags, m.LoopPanics, m.Throttled, m.InFlight, m.GPUs, m.GPUUtilization, m.GPUMemoryUsed, m.GPUPower,
+	m.Registry.MustRegister(m.Events, m.Refused, m.Placements, m.Terminal, m.Requests, m.Latency, m.Sessions, m.Pending, m.Leader, m.EpochStarted, m.EpochFirstPlaced, m.LeaseLapses, m.BatchSize, m.SignalsDropped, m.AuditDropped, m.Pruned, m.FactFlags, m.LoopPanics, m.Throttled, m.InFlight, m.GPUs, m.GPUUtilization, m.GPUMemoryUsed, m.GPUPower,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
