@@ -136,7 +136,7 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	var coord controlplane.Coordinator
 	if postgres {
 		// Replicas may share a PostgreSQL store: coordinate with them.
-		rc, err := replica.Open(ctx, o.DB, sqlstore.Redacted(o.DB), o.Logger.With("component", "replica"))
+		rc, err := replica.Open(ctx, o.DB, o.Logger.With("component", "replica"))
 		if err != nil {
 			return err
 		}

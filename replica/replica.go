@@ -48,10 +48,14 @@ type Coordinator struct {
 }
 
 // Open connects to the database at dsn and starts listening and campaigning
-// for leadership. The namespace (the database and schema the store uses)
-// scopes both the channel and the lock, so several Mercator installations on
-// one PostgreSQL server do not hear or block each other.
-func Open(ctx context.Context, dsn, namespace string, log *slog.Logger) (*Coordinator, error) {
+// for leadership. The database and schema the store uses, as the server
+// names them (current_database, current_schema), scope both the channel and
+// the lock, so several Mercator installations on one PostgreSQL server do
+// not hear or block each other, and replicas of one installation agree
+// however their DSNs are written. (They were once scoped by the DSN's own
+// text: two replicas reaching one database by two host names, or with
+// different connection options, both led and never heard each other.)
+func Open(ctx context.Context, dsn string, log *slog.Logger) (*Coordinator, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -59,7 +63,8 @@ func Open(ctx context.Context, dsn, namespace string, log *slog.Logger) (*Coordi
 	if err != nil {
 		return nil, fmt.Errorf("replica coordination: %w", err)
 	}
-	if err := pool.Ping(ctx); err != nil {
+	namespace, err := storeNamespace(ctx, pool)
+	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("replica coordination: %w", err)
 	}
@@ -74,6 +79,21 @@ func Open(ctx context.Context, dsn, namespace string, log *slog.Logger) (*Coordi
 	go func() { defer c.done.Done(); c.listen(runCtx) }()
 	go func() { defer c.done.Done(); defer close(c.campaigned); c.campaign(campaignCtx) }()
 	return c, nil
+}
+
+// storeNamespace names the database and schema the DSN's connections use,
+// as the server resolves them (the search_path's first schema that
+// exists).
+func storeNamespace(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var db string
+	var schema *string
+	if err := pool.QueryRow(ctx, "SELECT current_database(), current_schema()").Scan(&db, &schema); err != nil {
+		return "", err
+	}
+	if schema == nil {
+		return "", fmt.Errorf("database %q: the connection's search_path names no schema that exists; create the schema, or set search_path in the DSN to one", db)
+	}
+	return db + "/" + *schema, nil
 }
 
 // Resign gives up leadership for good and at once: the campaign stops and

@@ -1,9 +1,9 @@
 package replica
 
 import (
-	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,8 +15,8 @@ import (
 // These tests run against a real PostgreSQL server (MERCATOR_TEST_POSTGRES,
 // which scripts/test.sh sets from scripts/ensure-postgres.sh): LISTEN/NOTIFY
 // and advisory locks are the server's, and no fake would say how they fail.
-// Each test uses a namespace of its own, so its channel and lock are its
-// own on a shared server.
+// Each test uses a schema of its own (pgtest.FreshSchema), so its channel
+// and lock are its own on a shared server.
 
 // hangGuard bounds every wait: a hang guard, never a performance bound.
 const hangGuard = 30 * time.Second
@@ -25,15 +25,11 @@ const hangGuard = 30 * time.Second
 // one checked, this often.
 const campaignEvery = 2 * time.Second
 
-func testDSN(t *testing.T) string { return pgtest.DSN(t) }
+func testDSN(t *testing.T) string { return pgtest.FreshSchema(t) }
 
-func namespace(t *testing.T) string {
-	return fmt.Sprintf("replica-test/%s/%d", t.Name(), time.Now().UnixNano())
-}
-
-func open(t *testing.T, dsn, ns string) *Coordinator {
+func open(t *testing.T, dsn string) *Coordinator {
 	t.Helper()
-	c, err := Open(t.Context(), dsn, ns, nil)
+	c, err := Open(t.Context(), dsn, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,15 +110,14 @@ func listening(t *testing.T, pub *Coordinator, ch <-chan string, marker string) 
 }
 
 // TestSignalCrossesReplicas: a signal published by one replica reaches the
-// other's subscribers through NOTIFY, and no replica of another namespace
+// other's subscribers through NOTIFY, and no replica of another schema
 // hears it. Nothing in this package polls, so a signal that arrives arrived
 // by NOTIFY; the control plane's end-to-end test (TestReplicasShareOnePostgres
 // in e2e) bounds the crossing against the control plane's own poll.
 func TestSignalCrossesReplicas(t *testing.T) {
 	dsn := testDSN(t)
-	ns := namespace(t)
-	a, b := open(t, dsn, ns), open(t, dsn, ns)
-	other := open(t, dsn, ns+"/other")
+	a, b := open(t, dsn), open(t, dsn)
+	other := open(t, testDSN(t))
 	bs := b.Subscribe(t.Context())
 	otherSigs := other.Subscribe(t.Context())
 	listening(t, a, bs, "ready")
@@ -134,9 +129,9 @@ func TestSignalCrossesReplicas(t *testing.T) {
 	}
 	t.Logf("signal crossed replicas in %v", receive(t, bs, "runs").Sub(sent).Round(time.Microsecond))
 
-	// The other namespace: its listener gets its own marker, published after
+	// The other schema: its listener gets its own marker, published after
 	// a's signal was committed; NOTIFY delivers in commit order, so a "runs"
-	// leaking across namespaces would arrive first.
+	// leaking across schemas would arrive first.
 	if err := other.Publish(t.Context(), "marker"); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +140,7 @@ func TestSignalCrossesReplicas(t *testing.T) {
 			break
 		}
 		if got != "ready" {
-			t.Fatalf("a replica of another namespace heard %q", got)
+			t.Fatalf("a replica of another schema heard %q", got)
 		}
 	}
 }
@@ -155,9 +150,8 @@ func TestSignalCrossesReplicas(t *testing.T) {
 // topic once it is back, and it hears new signals again.
 func TestListenerReconnects(t *testing.T) {
 	dsn := testDSN(t)
-	ns := namespace(t)
 	viaProxy, p := proxied(t, dsn)
-	a, b := open(t, dsn, ns), open(t, viaProxy, ns)
+	a, b := open(t, dsn), open(t, viaProxy)
 	bs := b.Subscribe(t.Context())
 	listening(t, a, bs, "ready")
 
@@ -242,10 +236,9 @@ func watchBoth(t *testing.T, on *atomic.Bool, a, b *Coordinator) *atomic.Int64 {
 // stops, leadership moves back.
 func TestLeadershipMovesWhenTheLeaderDies(t *testing.T) {
 	dsn := testDSN(t)
-	ns := namespace(t)
 	dsnA, pa := proxied(t, dsn)
 	dsnB, pb := proxied(t, dsn)
-	a, b := open(t, dsnA, ns), open(t, dsnB, ns)
+	a, b := open(t, dsnA), open(t, dsnB)
 	var steady atomic.Bool
 	both := watchBoth(t, &steady, a, b)
 
@@ -300,8 +293,7 @@ func TestLeadershipMovesWhenTheLeaderDies(t *testing.T) {
 // still reach the other until it closes.
 func TestResignHandsLeadershipOver(t *testing.T) {
 	dsn := testDSN(t)
-	ns := namespace(t)
-	a, b := open(t, dsn, ns), open(t, dsn, ns)
+	a, b := open(t, dsn), open(t, dsn)
 	waitUntil(t, "one leader", func() bool { return leaders(a, b) == 1 })
 	leader, follower := a, b
 	if b.Leader() {
@@ -327,5 +319,53 @@ func TestResignHandsLeadershipOver(t *testing.T) {
 		if leader.Leader() || !follower.Leader() {
 			t.Fatalf("after the resignation: resigned leads %v, other leads %v; want the other only", leader.Leader(), follower.Leader())
 		}
+	}
+}
+
+// TestReplicasAgreeWhateverTheirDSN: replicas of one installation whose
+// DSNs are written differently (another host:port in front of the same
+// server, other connection options) are one group: exactly one leads, and
+// each hears the other's signals. When the DSN's text scoped the lock and
+// the channel, both led and neither heard the other.
+func TestReplicasAgreeWhateverTheirDSN(t *testing.T) {
+	dsn := testDSN(t)
+	viaProxy, _ := proxied(t, dsn)
+	u, err := url.Parse(viaProxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", "replica-b")
+	q.Set("connect_timeout", "7")
+	u.RawQuery = q.Encode()
+	a, b := open(t, dsn), open(t, u.String())
+	waitUntil(t, "one leader", func() bool { return leaders(a, b) == 1 })
+	for end := time.Now().Add(2 * campaignEvery); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if n := leaders(a, b); n != 1 {
+			t.Fatalf("%d leaders among two replicas of one schema reached by different DSNs", n)
+		}
+	}
+	listening(t, a, b.Subscribe(t.Context()), "a-to-b")
+	listening(t, b, a.Subscribe(t.Context()), "b-to-a")
+}
+
+// TestNoSchemaIsRefused: a DSN whose search_path names no schema that
+// exists is refused at Open, saying what to do, rather than coordinating
+// under a name no store uses.
+func TestNoSchemaIsRefused(t *testing.T) {
+	u, err := url.Parse(testDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", "mercator_no_such_schema")
+	u.RawQuery = q.Encode()
+	c, err := Open(t.Context(), u.String(), nil)
+	if err == nil {
+		c.Close()
+		t.Fatal("Open succeeded with a search_path that names no schema")
+	}
+	if !strings.Contains(err.Error(), "search_path names no schema that exists") {
+		t.Fatalf("Open: %v; want it to say the search_path names no schema", err)
 	}
 }
