@@ -152,9 +152,20 @@ func (l *killableListener) drop(dead bool) int {
 	if dead {
 		l.Listener.Close()
 	}
+	// All at once, not one after another: a connection's Close waits for
+	// the reads and writes in flight on it to return, each needing its
+	// goroutine to be scheduled. One at a time, in a process as busy as
+	// this one, 5,000 connections took 24 s to close, and the killed
+	// leader, not yet cancelled, kept its lock all that time.
+	var wg sync.WaitGroup
 	for c := range conns {
-		c.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.Close()
+		}()
 	}
+	wg.Wait()
 	return len(conns)
 }
 

@@ -213,7 +213,7 @@ func (s *sim) killReplica(h *holdState) {
 	h.killAt = time.Now()
 	r.kill()
 	h.kill = &KillReport{At: h.killAt.Sub(h.start).Seconds(), Moved: len(h.onKilled)}
-	s.progress("killed replica %d with %d nodes in session on it", s.victim, len(h.onKilled))
+	s.progress("killed replica %d with %d nodes in session on it (in %v)", s.victim, len(h.onKilled), time.Since(h.killAt).Round(time.Millisecond))
 }
 
 // endHold reads the counters at the end of the hold, ends its profile and
