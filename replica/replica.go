@@ -215,11 +215,21 @@ func (c *Coordinator) fanout(topic string) {
 	}
 }
 
-// campaign tries to take the advisory lock every few seconds on a dedicated
-// connection and, while holding it, checks the connection just as often;
+// How often campaign tries for the lock while another replica holds it,
+// and how often it checks the lock's connection while it holds it. A try
+// is a trivial query, so followers try often: when the leader dies or
+// resigns, the next one leads within tryEvery. A check is what bounds how
+// long a leader whose connection died still believes it leads (its
+// placements are fenced by the scheduling epoch meanwhile).
+const (
+	tryEvery   = 500 * time.Millisecond
+	checkEvery = 2 * time.Second
+)
+
+// campaign tries to take the advisory lock on a dedicated connection every
+// tryEvery and, while holding it, checks the connection every checkEvery;
 // a failed check drops leadership at once.
 func (c *Coordinator) campaign(ctx context.Context) {
-	const every = 2 * time.Second
 	var conn *pgx.Conn
 	defer func() {
 		c.leader.Store(false)
@@ -232,7 +242,7 @@ func (c *Coordinator) campaign(ctx context.Context) {
 			var err error
 			if conn, err = pgx.Connect(ctx, c.dsn); err != nil {
 				c.leader.Store(false)
-				sleep(ctx, every)
+				sleep(ctx, checkEvery)
 				continue
 			}
 		}
@@ -257,7 +267,11 @@ func (c *Coordinator) campaign(ctx context.Context) {
 				c.leader.Store(true)
 			}
 		}
-		sleep(ctx, every)
+		if c.leader.Load() {
+			sleep(ctx, checkEvery)
+		} else {
+			sleep(ctx, tryEvery)
+		}
 	}
 }
 

@@ -21,9 +21,9 @@ import (
 // hangGuard bounds every wait: a hang guard, never a performance bound.
 const hangGuard = 30 * time.Second
 
-// campaignEvery is campaign's period: leadership is tried for, and a held
-// one checked, this often.
-const campaignEvery = 2 * time.Second
+// campaignEvery is campaign's longest period (a held lead is checked this
+// often; it is tried for more often).
+const campaignEvery = checkEvery
 
 func testDSN(t *testing.T) string { return pgtest.FreshSchema(t) }
 
