@@ -326,6 +326,20 @@ type RunList struct {
 // this many.
 const MaxRunBatch = 1000
 
+// Idempotent submission. A POST /v1/runs or /v1/runs/batch carrying
+// HeaderIdempotencyKey creates its runs once: the same caller sending the
+// same key with the same body again (a retry after a lost answer, perhaps
+// to another replica) gets the runs the first call created, answered as
+// the first call was and marked with HeaderIdempotentReplayed, and the same
+// key with another body is refused (409 conflict). A key is 1 to
+// MaxIdempotencyKey characters of letters, digits and - _ . : and holds as
+// long as its runs are kept.
+const (
+	HeaderIdempotencyKey     = "Idempotency-Key"
+	HeaderIdempotentReplayed = "Idempotent-Replayed"
+	MaxIdempotencyKey        = 128
+)
+
 // RunBatch is the body of POST /v1/runs/batch: runs to create together,
 // all or none (see the route's documentation). At most MaxRunBatch.
 type RunBatch struct {

@@ -30,8 +30,16 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
+	keyed, err := submissionOf(r, spec)
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
 	if err := project.ScopeSubmit(r, &spec); err != nil {
 		httpapi.WriteError(w, err)
+		return
+	}
+	if s.replayFirst(w, r, keyed, 1, true) {
 		return
 	}
 	run, err := s.admitRun(r.Context(), spec, nil)
@@ -39,13 +47,16 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
-	if err := s.batch(r.Context(), func(tx store.Tx) error { return tx.CreateRun(run) }); err != nil {
+	runs, replay, err := s.createKeyed(r.Context(), keyed, []store.Run{run})
+	if err != nil {
 		httpapi.WriteError(w, err)
 		return
 	}
-	s.log.Info("run submitted", "run", run.ID, "image", run.PinnedImage)
-	s.wakeReconcile()
-	httpapi.WriteJSON(w, http.StatusCreated, s.view(run, nil))
+	if !replay {
+		s.log.Info("run submitted", "run", runs[0].ID, "image", runs[0].PinnedImage)
+		s.wakeReconcile()
+	}
+	s.answerRuns(w, runs, replay, true)
 }
 
 // maxBatchBody bounds the body of POST /v1/runs/batch. It is not
@@ -74,6 +85,14 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, failure.Invalid("runs", "has %d run specs; a batch takes at most %d, so split it into calls of at most %d", n, api.MaxRunBatch, api.MaxRunBatch))
 		return
 	}
+	keyed, err := submissionOf(r, req)
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	if s.replayFirst(w, r, keyed, len(req.Runs), false) {
+		return
+	}
 	runs := make([]store.Run, len(req.Runs))
 	shared := &admission{pins: map[string]string{}, projects: map[string]bool{}}
 	for i, spec := range req.Runs {
@@ -88,18 +107,16 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 		}
 		runs[i] = run
 	}
-	err := s.batch(r.Context(), func(tx store.Tx) error { return tx.CreateRuns(runs) })
+	runs, replay, err := s.createKeyed(r.Context(), keyed, runs)
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
 	}
-	s.log.Info("runs submitted", "count", len(runs), "first", runs[0].ID, "last", runs[len(runs)-1].ID)
-	s.wakeReconcile()
-	out := api.RunList{Runs: make([]api.Run, len(runs))}
-	for i, run := range runs {
-		out.Runs[i] = s.view(run, nil)
+	if !replay {
+		s.log.Info("runs submitted", "count", len(runs), "first", runs[0].ID, "last", runs[len(runs)-1].ID)
+		s.wakeReconcile()
 	}
-	httpapi.WriteJSON(w, http.StatusCreated, out)
+	s.answerRuns(w, runs, replay, false)
 }
 
 // admitRun is what a submission asks of one spec before anything is

@@ -309,6 +309,11 @@ type Run struct {
 	// (failure.ErrInvalid), so a caller that forgot to seal fails rather
 	// than writes the secret to disk.
 	SealedSecrets map[string][]byte `json:"sealed_secrets,omitempty"`
+	// Submission fingerprints the keyed submission that created the run
+	// (api.HeaderIdempotencyKey: its caller, key and body), so a retry of
+	// it is recognized and a reuse of its key for another body refused;
+	// empty for a run submitted without a key.
+	Submission string `json:"submission,omitempty"`
 }
 
 // RedactedSecrets is a run's secrets as every read shows them: each sealed

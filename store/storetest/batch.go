@@ -100,10 +100,13 @@ func testBatches(t *testing.T, s store.Store) {
 }
 
 // testCreateRuns: CreateRuns stores every run of a batch, with its node
-// index, as CreateRun would; an ID that exists or repeats in the batch is a
-// conflict naming it, and the transaction keeps none of the batch.
+// index and its submission's fingerprint, as CreateRun would; an ID that
+// exists or repeats in the batch is a conflict naming it (what a keyed
+// submission's retry racing its first copy relies on), and the transaction
+// keeps none of the batch.
 func testCreateRuns(t *testing.T, s store.Store) {
 	queued := sampleRun("batch-1", at(0), api.RunQueued)
+	queued.Submission = "5f1c0ffee"
 	placed := sampleRun("batch-2", at(time.Second), api.RunPlaced, "node-x")
 	update(t, s, func(tx store.Tx) error { return tx.CreateRuns([]store.Run{queued, placed}) })
 	view(t, s, func(tx store.Tx) error {

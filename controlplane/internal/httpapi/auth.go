@@ -19,6 +19,18 @@ func NewID(prefix string) string {
 	return prefix + idEncoding.EncodeToString(b[:])
 }
 
+// DerivedID is an ID of NewID's form derived from parts (SHA-256 of them,
+// each ended by a zero byte): the same parts always give the same ID, so
+// a retried request can name what its first attempt created.
+func DerivedID(prefix string, parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return prefix + idEncoding.EncodeToString(h.Sum(nil)[:10])
+}
+
 // RandomToken returns 256 random bits in base32: the secret part of every
 // credential the control plane mints (callers add the kind's prefix).
 func RandomToken() string {

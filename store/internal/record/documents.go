@@ -114,6 +114,8 @@ type runDoc struct {
 	// redacted form (api.RunSpec.Secrets) is not stored but read back
 	// from these names.
 	SealedSecrets map[string][]byte `json:"sealed_secrets,omitempty"`
+	// Submission: the keyed submission's fingerprint (store.Run).
+	Submission string `json:"submission,omitempty"`
 
 	// Containment the run asked for (api.RunSpec).
 	User           string `json:"user,omitempty"`
@@ -188,7 +190,7 @@ func runDocOf(r store.Run) runDoc {
 		ReplaceAfterSeconds: r.ReplaceAfterSeconds,
 		PinnedImage:         r.PinnedImage, Status: r.Status, Reason: r.Reason, ExitCode: r.ExitCode,
 		Cancel: r.Cancel, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
-		NextCheck: r.NextCheck, SealedSecrets: r.SealedSecrets,
+		NextCheck: r.NextCheck, SealedSecrets: r.SealedSecrets, Submission: r.Submission,
 		User: r.User, ReadOnlyRootfs: r.ReadOnlyRootfs, Network: r.Network, PidsLimit: r.PidsLimit,
 		LogLimitBytes: r.LogLimitBytes, Project: r.Project, Priority: r.Priority, GraceSeconds: r.GraceSeconds, Constraints: r.Constraints,
 		Nodes: r.Nodes, MasterPort: r.MasterPort,
@@ -212,7 +214,7 @@ func (d runDoc) record() store.Run {
 		},
 		PinnedImage: d.PinnedImage, Status: d.Status, Reason: d.Reason, ExitCode: d.ExitCode,
 		Cancel: d.Cancel, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, FinishedAt: d.FinishedAt,
-	}, NextCheck: d.NextCheck, SealedSecrets: d.SealedSecrets}
+	}, NextCheck: d.NextCheck, SealedSecrets: d.SealedSecrets, Submission: d.Submission}
 	r.Secrets = store.RedactedSecrets(d.SealedSecrets)
 	r.Artifacts = convertAll(d.Artifacts, func(m artifactMountDoc) api.ArtifactMount { return api.ArtifactMount(m) })
 	r.Attempts = convertAll(d.Attempts, func(a attemptDoc) api.Attempt { return api.Attempt(a) })
