@@ -150,6 +150,34 @@ func TestSubmitCountFailures(t *testing.T) {
 	}
 }
 
+// TestSubmitResendsUnderOneKey: a submission whose answer is lost (the
+// run created, the connection closed) is sent again under the same
+// idempotency key, and the run the first call created is the answer: one
+// run, its ID printed once.
+func TestSubmitResendsUnderOneKey(t *testing.T) {
+	f := newFakeAPI(t)
+	f.loseFirst = true
+	res := f.cli(t, "run", "submit", "--image", "alpine:3", "true")
+	if res.code != 0 || res.stdout != "r-1\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 0 and r-1", res.code, res.stdout, res.stderr)
+	}
+	if !strings.Contains(res.stderr, "sending the submission again") || !strings.Contains(res.stderr, "same idempotency key") {
+		t.Errorf("stderr %q does not say the submission was sent again under its key", res.stderr)
+	}
+	var keys []string
+	for _, r := range f.requests {
+		if r.Method == "POST" && r.URL.Path == "/v1/runs" {
+			keys = append(keys, r.Header.Get(api.HeaderIdempotencyKey))
+		}
+	}
+	if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] {
+		t.Errorf("the submission's keys were %q; want two sends under one key", keys)
+	}
+	if len(f.submits) != 1 {
+		t.Errorf("%d runs created, want 1", len(f.submits))
+	}
+}
+
 func TestSubmitCommandHandling(t *testing.T) {
 	cases := map[string]struct {
 		args []string

@@ -33,9 +33,15 @@ type fakeAPI struct {
 	invites  []api.InvitationRequest
 	srv      *httptest.Server
 	// batches counts POST /v1/runs/batch calls; failBatch, when positive,
-	// is the call (1-based) that is answered 503 and creates nothing.
+	// is the first call (1-based) answered 503, creating nothing, as is
+	// every call after it.
 	batches   int
 	failBatch int
+	// keyed is the run each idempotency key created (POST /v1/runs); with
+	// loseFirst, the first keyed submission's answer is lost after its run
+	// was created (the connection closed, as by a replica that died).
+	keyed     map[string]api.Run
+	loseFirst bool
 	// onCreate, when set, changes each run as it is created (a test of
 	// run submit --wait makes it terminal, so the wait ends).
 	onCreate func(api.Run) api.Run
@@ -100,7 +106,32 @@ func (f *fakeAPI) submit(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, 400, api.ErrorBody{Code: "invalid", Field: "image", Message: `cannot resolve "bad" to a digest`})
 		return
 	}
-	writeJSON(w, http.StatusCreated, f.create(spec))
+	key := r.Header.Get(api.HeaderIdempotencyKey)
+	f.mu.Lock()
+	earlier, replay := f.keyed[key]
+	f.mu.Unlock()
+	if key != "" && replay {
+		w.Header().Set(api.HeaderIdempotentReplayed, "true")
+		writeJSON(w, http.StatusCreated, earlier)
+		return
+	}
+	run := f.create(spec)
+	f.mu.Lock()
+	if f.keyed == nil {
+		f.keyed = map[string]api.Run{}
+	}
+	f.keyed[key] = run
+	lose := f.loseFirst
+	f.loseFirst = false
+	f.mu.Unlock()
+	if lose {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+		return
+	}
+	writeJSON(w, http.StatusCreated, run)
 }
 
 // create stores a queued run of spec with the next ID: r-1, r-2, …
@@ -127,7 +158,7 @@ func (f *fakeAPI) submitBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	f.batches++
-	fail := f.batches == f.failBatch
+	fail := f.failBatch > 0 && f.batches >= f.failBatch
 	f.mu.Unlock()
 	if fail {
 		writeErr(w, 503, api.ErrorBody{Code: "unavailable", Message: "the database is unreachable"})

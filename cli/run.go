@@ -95,7 +95,7 @@ TiB) units; a plain number is bytes.
 		}
 		return submitCopies(ctx, inv, c, spec, *sf.count, g.JSON())
 	}
-	run, err := c.SubmitRun(ctx, spec)
+	run, err := keyed(ctx, inv, func(key client.SubmitOption) (api.Run, error) { return c.SubmitRun(ctx, spec, key) })
 	if err != nil {
 		return err
 	}
@@ -273,7 +273,7 @@ func submitCopies(ctx context.Context, inv *command.Invocation, c *client.Client
 	var failed error
 	for first := 0; first < n; first += api.MaxRunBatch {
 		specs := indexedCopies(spec, first, min(api.MaxRunBatch, n-first))
-		runs, err := c.SubmitRuns(ctx, specs)
+		runs, err := keyed(ctx, inv, func(key client.SubmitOption) ([]api.Run, error) { return c.SubmitRuns(ctx, specs, key) })
 		if err != nil {
 			failed = err
 			break
@@ -301,6 +301,32 @@ func submitCopies(ctx context.Context, inv *command.Invocation, c *client.Client
 			len(created.Runs), n, len(created.Runs)-1, where, len(created.Runs), n-1)
 	}
 	return failed
+}
+
+// submitTries is how many times a submission is sent while its answer is
+// lost (failure.ErrUnavailable: the control plane unreachable, or gone
+// mid-call), a second, then two, apart.
+const submitTries = 3
+
+// keyed sends a submission under a fresh idempotency key, and again under
+// the same key while its answer is lost: a call that reached a replica
+// which committed it and then died is answered, on the retry, with the
+// runs it created, so a flaky connection never doubles a training run.
+func keyed[T any](ctx context.Context, inv *command.Invocation, submit func(client.SubmitOption) (T, error)) (T, error) {
+	key := client.IdempotencyKey(client.NewIdempotencyKey())
+	for try := 1; ; try++ {
+		v, err := submit(key)
+		if err == nil || !errors.Is(err, failure.ErrUnavailable) || try == submitTries {
+			return v, err
+		}
+		wait := time.Duration(1<<(try-1)) * time.Second
+		termtext.Fprintf(inv.Stderr, "%v; sending the submission again in %v (under the same idempotency key, so it is created once)\n", err, wait)
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(wait):
+		}
+	}
 }
 
 // indexedCopies is n copies of spec for indexes first to first+n-1, each

@@ -119,9 +119,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // control plane accepted it, with its ID and pinned image. The server is the
 // authority on what a valid spec is; an invalid one is failure.ErrInvalid
 // with Field naming the spec field (for example "image").
-func (c *Client) SubmitRun(ctx context.Context, spec api.RunSpec) (api.Run, error) {
+func (c *Client) SubmitRun(ctx context.Context, spec api.RunSpec, opts ...SubmitOption) (api.Run, error) {
 	var run api.Run
-	if err := c.do(ctx, http.MethodPost, "/runs", nil, spec, &run); err != nil {
+	if err := c.doHeader(ctx, http.MethodPost, "/runs", nil, submitHeader(opts), spec, &run); err != nil {
 		return api.Run{}, fmt.Errorf("submit run: %w", err)
 	}
 	return run, nil
@@ -137,10 +137,11 @@ func (c *Client) SubmitRun(ctx context.Context, spec api.RunSpec) (api.Run, erro
 // nothing. specs is only read.
 //
 // A call whose answer is lost (failure.ErrUnavailable after the request
-// went out) may have created its runs; retrying it may create them twice.
-// An answer without one run per spec (a control plane breaking the route's
+// went out) may have created its runs. Retrying it without a key may
+// create them twice; with the same IdempotencyKey it returns the runs the
+// first call created, whichever replica answers. An answer without one run per spec (a control plane breaking the route's
 // contract) is an error that comes with the runs it did list.
-func (c *Client) SubmitRuns(ctx context.Context, specs []api.RunSpec) ([]api.Run, error) {
+func (c *Client) SubmitRuns(ctx context.Context, specs []api.RunSpec, opts ...SubmitOption) ([]api.Run, error) {
 	switch n := len(specs); {
 	case n == 0:
 		return nil, fmt.Errorf("submit runs: %w", failure.Invalid("runs", "is empty; pass at least one run spec"))
@@ -148,7 +149,7 @@ func (c *Client) SubmitRuns(ctx context.Context, specs []api.RunSpec) ([]api.Run
 		return nil, fmt.Errorf("submit runs: %w", failure.Invalid("runs", "has %d run specs; a call takes at most %d, so split them", n, api.MaxRunBatch))
 	}
 	var list api.RunList
-	if err := c.do(ctx, http.MethodPost, "/runs/batch", nil, api.RunBatch{Runs: specs}, &list); err != nil {
+	if err := c.doHeader(ctx, http.MethodPost, "/runs/batch", nil, submitHeader(opts), api.RunBatch{Runs: specs}, &list); err != nil {
 		return nil, fmt.Errorf("submit %d runs: %w", len(specs), err)
 	}
 	if len(list.Runs) != len(specs) {
@@ -476,7 +477,12 @@ func (c *Client) nodeAction(ctx context.Context, nodeID, action string, body any
 
 // do sends one JSON request and decodes a 2xx JSON response into out.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, out any) error {
-	resp, err := c.send(ctx, method, path, q, in)
+	return c.doHeader(ctx, method, path, q, nil, in, out)
+}
+
+// doHeader is do with header added to the request.
+func (c *Client) doHeader(ctx context.Context, method, path string, q url.Values, header http.Header, in, out any) error {
+	resp, err := c.sendHeader(ctx, method, path, q, header, in)
 	if err != nil {
 		return err
 	}
@@ -500,6 +506,11 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 // send builds and sends one request to base+api.Prefix+path. A request that
 // got no response is the context's error when ctx ended, else ErrUnavailable.
 func (c *Client) send(ctx context.Context, method, path string, q url.Values, in any) (*http.Response, error) {
+	return c.sendHeader(ctx, method, path, q, nil, in)
+}
+
+// sendHeader is send with header added to the request.
+func (c *Client) sendHeader(ctx context.Context, method, path string, q url.Values, header http.Header, in any) (*http.Response, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -515,6 +526,9 @@ func (c *Client) send(ctx context.Context, method, path string, q url.Values, in
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return nil, failure.Invalid("addr", "cannot make a request to %q: %v", c.base, err)
+	}
+	for name, values := range header {
+		req.Header[name] = values
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Accept", "application/json")

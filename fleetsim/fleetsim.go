@@ -582,23 +582,25 @@ func addrsOf(rs []*replica) []string {
 // at cfg.RunRate a second when set, spreading them over clients: each
 // submitter takes the next cfg.SubmitBatch runs (one POST /v1/runs when
 // that is 1, else one POST /v1/runs/batch) until none are left. A call that
-// fails for lack of a control plane is retried on the next client; any
-// other failure counts each of its runs as failed.
+// fails for lack of a control plane is retried on the next client, under
+// the call's idempotency key: a call whose replica committed it and died
+// before answering (a replica kill) creates its runs once. Any other
+// failure counts each of its runs as failed.
 func submitRuns(ctx context.Context, cfg Config, clients []*client.Client, spec api.RunSpec, rec *recorder, submitted, failed *atomic.Int64) {
 	batch := max(1, cfg.SubmitBatch)
 	calls := (cfg.Runs + batch - 1) / batch
 	// submit makes call k, of n runs, on c and returns their IDs.
-	submit := func(c *client.Client, k, n int) ([]string, error) {
+	submit := func(c *client.Client, k, n int, key client.SubmitOption) ([]string, error) {
 		sp := forCall(cfg, spec, k)
 		if batch == 1 {
-			run, err := c.SubmitRun(ctx, sp)
+			run, err := c.SubmitRun(ctx, sp, key)
 			return []string{run.ID}, err
 		}
 		specs := make([]api.RunSpec, n)
 		for i := range specs {
 			specs[i] = sp
 		}
-		runs, err := c.SubmitRuns(ctx, specs)
+		runs, err := c.SubmitRuns(ctx, specs, key)
 		ids := make([]string, len(runs))
 		for i, r := range runs {
 			ids[i] = r.ID
@@ -628,8 +630,9 @@ func submitRuns(ctx context.Context, cfg Config, clients []*client.Client, spec 
 				t0 := time.Now()
 				var ids []string
 				var err error
+				key := client.IdempotencyKey(client.NewIdempotencyKey())
 				for try := range 3 * len(clients) {
-					ids, err = submit(clients[(k+try)%len(clients)], k, n)
+					ids, err = submit(clients[(k+try)%len(clients)], k, n, key)
 					if err == nil || !errors.Is(err, failure.ErrUnavailable) {
 						break
 					}

@@ -30,7 +30,7 @@ type API interface {
 	ListRuns(ctx context.Context, opts client.ListRunsOptions) (api.RunList, error)
 	GetRun(ctx context.Context, id string) (api.Run, error)
 	WaitRunFunc(ctx context.Context, id string, observe func(api.Run)) (api.Run, error)
-	SubmitRun(ctx context.Context, spec api.RunSpec) (api.Run, error)
+	SubmitRun(ctx context.Context, spec api.RunSpec, opts ...client.SubmitOption) (api.Run, error)
 	CancelRun(ctx context.Context, id string) (api.Run, error)
 	Logs(ctx context.Context, id string, follow bool, w io.Writer) error
 	ListApps(ctx context.Context) ([]api.App, error)

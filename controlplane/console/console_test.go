@@ -105,7 +105,7 @@ func (f *fakeAPI) WaitRunFunc(ctx context.Context, id string, observe func(api.R
 	}
 	return r, err
 }
-func (f *fakeAPI) SubmitRun(_ context.Context, spec api.RunSpec) (api.Run, error) {
+func (f *fakeAPI) SubmitRun(_ context.Context, spec api.RunSpec, _ ...client.SubmitOption) (api.Run, error) {
 	r := api.Run{ID: "r-new", RunSpec: spec, Status: api.RunQueued}
 	f.runs = append(f.runs, r)
 	return r, nil
