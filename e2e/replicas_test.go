@@ -155,6 +155,24 @@ func TestReplicasShareOnePostgres(t *testing.T) {
 	if err := leader.client.Logs(c.ctx, run.ID, false, &logs); err != nil || !strings.Contains(logs.String(), "replicated") {
 		t.Fatalf("logs via the leader: %v %q", err, logs.String())
 	}
+
+	// A keyed submission sent again to the other replica, with the same
+	// credential (its first answer lost, as when a replica dies after
+	// committing): the first call's run, created once.
+	key := client.IdempotencyKey(client.NewIdempotencyKey())
+	spec := api.RunSpec{Image: c.workload, Command: []string{"echo", "once"}}
+	first, err := leader.client.SubmitRun(c.ctx, spec, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := client.New(follower.url, leader.token, nil).SubmitRun(c.ctx, spec, key)
+	if err != nil || again.ID != first.ID {
+		t.Fatalf("the keyed submission sent again to the other replica: run %s, %v; want the first call's %s", again.ID, err, first.ID)
+	}
+	list, err := follower.client.ListRuns(c.ctx, client.ListRunsOptions{})
+	if err != nil || len(list.Runs) != 2 {
+		t.Fatalf("%d runs listed (%v), want 2: the first run and the keyed one, once", len(list.Runs), err)
+	}
 }
 
 // replicaAgent runs an agent for nodeID with its session on replica r and
