@@ -118,7 +118,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // SubmitRun creates a run from spec (POST /v1/runs) and returns it as the
 // control plane accepted it, with its ID and pinned image. The server is the
 // authority on what a valid spec is; an invalid one is failure.ErrInvalid
-// with Field naming the spec field (for example "image").
+// with Field naming the spec field (for example "image"). With
+// IdempotencyKey, sending it again after a lost answer returns the run the
+// first call created (see SubmitRuns).
 func (c *Client) SubmitRun(ctx context.Context, spec api.RunSpec, opts ...SubmitOption) (api.Run, error) {
 	var run api.Run
 	if err := c.doHeader(ctx, http.MethodPost, "/runs", nil, submitHeader(opts), spec, &run); err != nil {
