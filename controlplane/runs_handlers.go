@@ -13,6 +13,7 @@ import (
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/nodereport"
 	"github.com/mercator/mercator/controlplane/internal/runsecrets"
+	"github.com/mercator/mercator/controlplane/internal/submission"
 	"github.com/mercator/mercator/controlplane/project"
 	"github.com/mercator/mercator/controlplane/registry"
 	"github.com/mercator/mercator/failure"
@@ -30,7 +31,7 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
-	keyed, err := submissionOf(r, spec)
+	keyed, err := submission.Of(r, spec)
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -39,7 +40,7 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
-	if s.replayFirst(w, r, keyed, 1, true) {
+	if keyed.AnswerEarlier(w, r, s.store.View, 1, true, s.render) {
 		return
 	}
 	run, err := s.admitRun(r.Context(), spec, nil)
@@ -47,7 +48,7 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
-	runs, replay, err := s.createKeyed(r.Context(), keyed, []store.Run{run})
+	runs, replay, err := keyed.Create(r.Context(), s.batch, s.store.View, []store.Run{run})
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -56,7 +57,7 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request) {
 		s.log.Info("run submitted", "run", runs[0].ID, "image", runs[0].PinnedImage)
 		s.wakeReconcile()
 	}
-	s.answerRuns(w, runs, replay, true)
+	submission.Answer(w, runs, replay, true, s.render)
 }
 
 // maxBatchBody bounds the body of POST /v1/runs/batch. It is not
@@ -85,12 +86,12 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, failure.Invalid("runs", "has %d run specs; a batch takes at most %d, so split it into calls of at most %d", n, api.MaxRunBatch, api.MaxRunBatch))
 		return
 	}
-	keyed, err := submissionOf(r, req)
+	keyed, err := submission.Of(r, req)
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
 	}
-	if s.replayFirst(w, r, keyed, len(req.Runs), false) {
+	if keyed.AnswerEarlier(w, r, s.store.View, len(req.Runs), false, s.render) {
 		return
 	}
 	runs := make([]store.Run, len(req.Runs))
@@ -107,7 +108,7 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 		}
 		runs[i] = run
 	}
-	runs, replay, err := s.createKeyed(r.Context(), keyed, runs)
+	runs, replay, err := keyed.Create(r.Context(), s.batch, s.store.View, runs)
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -116,7 +117,7 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 		s.log.Info("runs submitted", "count", len(runs), "first", runs[0].ID, "last", runs[len(runs)-1].ID)
 		s.wakeReconcile()
 	}
-	s.answerRuns(w, runs, replay, false)
+	submission.Answer(w, runs, replay, false, s.render)
 }
 
 // admitRun is what a submission asks of one spec before anything is
@@ -201,6 +202,9 @@ func atBatchIndex(i int, err error) error {
 	}
 	return &failure.Error{Kind: fe.Kind, Field: field, Message: fe.Message}
 }
+
+// render is view for a run just submitted.
+func (s *Server) render(run store.Run) api.Run { return s.view(run, nil) }
 
 // view is the API's picture of a run: attempts on unreachable nodes show as
 // unknown rather than as what was last heard.

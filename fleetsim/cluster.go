@@ -19,6 +19,7 @@ import (
 
 	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/daemon"
+	"github.com/mercator/mercator/fleetsim/internal/killable"
 )
 
 // replica is one control-plane replica running in this process.
@@ -27,7 +28,7 @@ type replica struct {
 	addr   string // host:port it listens on
 	url    string
 	token  string
-	ln     *killableListener
+	ln     *killable.Listener
 	cancel context.CancelFunc
 	done   chan error
 	killed atomic.Bool
@@ -46,7 +47,7 @@ func startReplica(ctx context.Context, cfg *Config, t *runTLS, dir string, i int
 		return nil, err
 	}
 	hs := &handshakes{}
-	kl := &killableListener{Listener: l, conns: map[net.Conn]struct{}{}, accepted: &hs.accepted}
+	kl := killable.New(l, &hs.accepted)
 	rctx, cancel := context.WithCancel(ctx)
 	scheme := "https://"
 	if t == nil {
@@ -94,7 +95,7 @@ func startReplica(ctx context.Context, cfg *Config, t *runTLS, dir string, i int
 // memory is gone.
 func (r *replica) kill() {
 	r.killed.Store(true)
-	r.ln.kill()
+	r.ln.Kill()
 	r.cancel()
 }
 
@@ -111,78 +112,7 @@ func (r *replica) stop(d time.Duration) {
 // mid-stream, and keeps accepting: what a network failure between the
 // fleet and the control plane (or a load balancer restarting) does. It
 // returns how many it closed.
-func (r *replica) dropConnections() int { return r.ln.drop(false) }
-
-// killableListener tracks the connections it accepted so that kill can
-// close them all at once, and counts them.
-type killableListener struct {
-	net.Listener
-	accepted *atomic.Int64
-	mu       sync.Mutex
-	conns    map[net.Conn]struct{}
-	dead     bool
-}
-
-func (l *killableListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.dead {
-		c.Close()
-		return nil, net.ErrClosed
-	}
-	l.conns[c] = struct{}{}
-	l.accepted.Add(1)
-	return &trackedConn{Conn: c, l: l}, nil
-}
-
-func (l *killableListener) kill() { l.drop(true) }
-
-// drop closes every connection accepted so far and, when dead, the
-// listener too; it returns how many connections it closed.
-func (l *killableListener) drop(dead bool) int {
-	l.mu.Lock()
-	l.dead = l.dead || dead
-	conns := l.conns
-	l.conns = map[net.Conn]struct{}{}
-	l.mu.Unlock()
-	if dead {
-		l.Listener.Close()
-	}
-	// All at once, not one after another: a connection's Close waits for
-	// the reads and writes in flight on it to return, each needing its
-	// goroutine to be scheduled. One at a time, in a process as busy as
-	// this one, 5,000 connections took 24 s to close, and the killed
-	// leader, not yet cancelled, kept its lock all that time.
-	var wg sync.WaitGroup
-	for c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.Close()
-		}()
-	}
-	wg.Wait()
-	return len(conns)
-}
-
-type trackedConn struct {
-	net.Conn
-	l    *killableListener
-	once sync.Once
-}
-
-func (c *trackedConn) Close() error {
-	c.once.Do(func() {
-		c.l.mu.Lock()
-		delete(c.l.conns, c.Conn)
-		c.l.mu.Unlock()
-	})
-	return c.Conn.Close()
-}
+func (r *replica) dropConnections() int { return r.ln.Drop() }
 
 // pushImage puts a small random image in the registry at host and returns
 // its reference pinned by digest: submissions name it, and the control
