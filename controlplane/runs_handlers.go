@@ -43,7 +43,7 @@ func (s *Server) submitRun(w http.ResponseWriter, r *http.Request) {
 	if keyed.AnswerEarlier(w, r, s.store.View, 1, true, s.render) {
 		return
 	}
-	run, err := s.admitRun(r.Context(), spec, nil)
+	run, err := s.admitRun(r.Context(), spec, nil, keyed.ID(0))
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -101,7 +101,7 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 			httpapi.WriteError(w, atBatchIndex(i, err))
 			return
 		}
-		run, err := s.admitRun(r.Context(), spec, shared)
+		run, err := s.admitRun(r.Context(), spec, shared, keyed.ID(i))
 		if err != nil {
 			httpapi.WriteError(w, atBatchIndex(i, err))
 			return
@@ -123,13 +123,15 @@ func (s *Server) submitRuns(w http.ResponseWriter, r *http.Request) {
 // admitRun is what a submission asks of one spec before anything is
 // stored: it validates the spec (ValidateRunSpec), resolves its Artifacts
 // to exact versions, pins its image to a digest and seals its secrets, and
-// returns the queued run to create, with a new ID. It stores nothing; an error (of the kind
-// validation or resolution gave) means the spec is refused.
+// returns the queued run to create, with the ID id (a keyed submission's,
+// submission.Key.ID) or, when id is "", a new one. It stores nothing; an
+// error (of the kind validation or resolution gave) means the spec is
+// refused.
 //
 // shared, when not nil, is what the specs of one submission share (see
 // admission) and is added to; nil checks and pins everything afresh
 // (pinCache still spares a digest reference the registry).
-func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, shared *admission) (store.Run, error) {
+func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, shared *admission, id string) (store.Run, error) {
 	if err := ValidateRunSpec(&spec); err != nil {
 		return store.Run{}, err
 	}
@@ -166,8 +168,11 @@ func (s *Server) admitRun(ctx context.Context, spec api.RunSpec, shared *admissi
 			shared.pins[spec.Image] = pinned
 		}
 	}
+	if id == "" {
+		id = httpapi.NewID("r-")
+	}
 	now := s.now()
-	run := store.Run{Run: api.Run{ID: httpapi.NewID("r-"), RunSpec: spec, PinnedImage: pinned, Status: api.RunQueued,
+	run := store.Run{Run: api.Run{ID: id, RunSpec: spec, PinnedImage: pinned, Status: api.RunQueued,
 		Reason: "waiting for the scheduler", Attempts: []api.Attempt{}, CreatedAt: now, UpdatedAt: now}}
 	if err := runsecrets.Seal(serverKey{s}, &run); err != nil {
 		return store.Run{}, err

@@ -1,13 +1,18 @@
 package controlplane
 
 import (
+	"context"
+	"crypto/rand"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/runsecrets"
+	"github.com/mercator/mercator/store"
 )
 
 // TestKeyedSubmissionCreatesOnce: a batch sent again with its idempotency
@@ -118,5 +123,38 @@ func wantConflict(t *testing.T, f *runsFixture, path string, body any, header []
 	var e api.Error
 	if err := json.Unmarshal(data, &e); err != nil || status != http.StatusConflict || e.Error.Code != "conflict" || !strings.Contains(e.Error.Message, says) {
 		t.Errorf("POST %s: %d %s; want 409 conflict saying %q", path, status, data, says)
+	}
+}
+
+// TestKeyedSubmissionKeepsItsSecrets: a keyed submission's runs carry
+// their secrets sealed under the IDs they are stored with, single and
+// batch, so the launch can open them. (Sealed under a new ID and then
+// renamed to the key's, they could not be opened, and the launch went out
+// without them: found end to end, where the CLI keys every submission.)
+func TestKeyedSubmissionKeepsItsSecrets(t *testing.T) {
+	const secret = "keyed-s3cret-41c7"
+	key := make([]byte, RegistryKeySize)
+	rand.Read(key)
+	f := newRunsFixtureWith(t, Config{Lease: time.Minute, RegistryKey: key})
+	spec := specAt(0, "reg/app:1")
+	spec.Secrets = map[string]string{"TOKEN": secret}
+
+	var one api.Run
+	f.want(http.StatusCreated, &one, "POST", "/v1/runs", spec, api.HeaderIdempotencyKey, "one-secret")
+	var batch api.RunList
+	f.want(http.StatusCreated, &batch, "POST", "/v1/runs/batch", api.RunBatch{Runs: []api.RunSpec{spec, spec}}, api.HeaderIdempotencyKey, "two-secrets")
+	ids := []string{one.ID}
+	for _, r := range batch.Runs {
+		ids = append(ids, r.ID)
+	}
+	for _, id := range ids {
+		var stored store.Run
+		if err := f.st.View(context.Background(), func(tx store.Tx) error { var err error; stored, err = tx.GetRun(id); return err }); err != nil {
+			t.Fatal(err)
+		}
+		got, err := runsecrets.Open(serverKey{f.srv}, stored, []string{"TOKEN"})
+		if err != nil || got["TOKEN"] != secret {
+			t.Errorf("run %s: its secret opens as %d bytes, err %v; want the submitted value", id, len(got["TOKEN"]), err)
+		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -72,11 +73,23 @@ func Valid(key string) error {
 	return nil
 }
 
+// ID is the ID of the submission's run i (its place in the request), ""
+// for an unkeyed submission (nil k), whose runs get new IDs. A run must be
+// given its ID as it is admitted, before anything that binds to the ID is
+// made: its secrets are sealed with the ID as associated data, and a run
+// sealed under one ID and stored under another could never open them.
+func (k *Key) ID(i int) string {
+	if k == nil {
+		return ""
+	}
+	return httpapi.DerivedID("r-", "submission", k.caller, k.key, strconv.Itoa(i))
+}
+
 // ids are the IDs of the submission's n runs, in request order.
 func (k *Key) ids(n int) []string {
 	out := make([]string, n)
 	for i := range out {
-		out[i] = httpapi.DerivedID("r-", "submission", k.caller, k.key, strconv.Itoa(i))
+		out[i] = k.ID(i)
 	}
 	return out
 }
@@ -123,14 +136,18 @@ func (k *Key) Replayed(ctx context.Context, view View, n int) ([]store.Run, bool
 
 // Create creates the admitted runs of the submission k (nil: an unkeyed
 // one, created as they are); the caller has looked for an earlier copy
-// (Replayed) before admitting them. It returns the runs to answer with and
-// whether they are an earlier copy's, one that committed since that look.
+// (Replayed) before admitting them, and admitted run i under k.ID(i). It
+// returns the runs to answer with and whether they are an earlier copy's,
+// one that committed since that look. A run admitted under another ID is
+// refused rather than renamed (see ID).
 func (k *Key) Create(ctx context.Context, write Write, view View, runs []store.Run) ([]store.Run, bool, error) {
 	if k == nil {
 		return runs, false, write(ctx, func(tx store.Tx) error { return tx.CreateRuns(runs) })
 	}
 	for i, id := range k.ids(len(runs)) {
-		runs[i].ID = id
+		if runs[i].ID != id {
+			return nil, false, fmt.Errorf("keyed submission: run %d was admitted as %s, not under its key's ID %s", i, runs[i].ID, id)
+		}
 		runs[i].Submission = k.fingerprint
 	}
 	err := write(ctx, func(tx store.Tx) error { return tx.CreateRuns(runs) })

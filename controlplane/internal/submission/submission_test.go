@@ -58,10 +58,16 @@ func TestReplayedRefusesAnotherBody(t *testing.T) {
 	st := memstore.New()
 	ctx := context.Background()
 	k := keyOf(t, "/v1/runs", "once", api.RunSpec{Image: "a"})
-	run := store.Run{Run: api.Run{RunSpec: api.RunSpec{Image: "a"}, PinnedImage: "a@sha256:00", Status: api.RunQueued, Attempts: []api.Attempt{}, CreatedAt: time.Now(), UpdatedAt: time.Now()}}
+	run := store.Run{Run: api.Run{ID: "r-elsewhere", RunSpec: api.RunSpec{Image: "a"}, PinnedImage: "a@sha256:00", Status: api.RunQueued, Attempts: []api.Attempt{}, CreatedAt: time.Now(), UpdatedAt: time.Now()}}
 	if _, ok, err := k.Replayed(ctx, st.View, 1); ok || err != nil {
 		t.Fatalf("before any copy: replayed %v, %v; want false, nil", ok, err)
 	}
+	// A run admitted under an ID not its key's is refused, not renamed
+	// (what it sealed under its ID would no longer open).
+	if _, _, err := k.Create(ctx, st.Update, st.View, []store.Run{run}); err == nil {
+		t.Fatal("Create took a run admitted under another ID")
+	}
+	run.ID = k.ID(0)
 	created, replay, err := k.Create(ctx, st.Update, st.View, []store.Run{run})
 	if err != nil || replay {
 		t.Fatalf("Create: replay %v, %v", replay, err)
