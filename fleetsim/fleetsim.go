@@ -180,7 +180,10 @@ type Config struct {
 	// CPUProfile, when set, is a file to write the hold's CPU profile to
 	// (goroutines labelled component=controlplane|agents|submitter|registry);
 	// each agent process writes its own, over its whole life, to
-	// CPUProfile+".agents.N".
+	// CPUProfile+".agents.N". A leader's takeover (KillLeader) and a
+	// reconnect storm (StormAt) are profiled apart, into
+	// CPUProfile+".takeover" or ".storm", and the hold after them into
+	// CPUProfile+".after" (holdProfile).
 	CPUProfile string
 	// HeapProfile, when set, is a file to write this process's heap
 	// profile to when the hold ends.

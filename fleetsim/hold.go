@@ -1,7 +1,6 @@
 package fleetsim
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"runtime"
@@ -23,8 +22,7 @@ type holdState struct {
 	start, end time.Time
 	length     time.Duration
 
-	profile   bytes.Buffer // the CPU profile of the hold
-	profiling bool
+	profile holdProfile // this process's CPU profile of the hold, in phases (profile.go)
 
 	cpu0, cpu1           time.Duration // this process's CPU time
 	shardCPU0, shardCPU1 time.Duration // the agent processes' CPU time
@@ -87,6 +85,9 @@ func (s *sim) hold(ctx context.Context) (*holdState, error) {
 		case <-killTimer:
 			s.scrapeAll(ctx) // the victim's placements up to its death
 			victimPlacements := s.replicas[s.victim].metric(placementsSeries)
+			if s.cfg.KillLeader {
+				h.profile.begin("takeover") // until a survivor led and placed
+			}
 			s.killReplica(h)
 			if s.cfg.KillLeader {
 				s.startTakeover(ctx, h, victimPlacements)
@@ -97,8 +98,10 @@ func (s *sim) hold(ctx context.Context) (*holdState, error) {
 		case <-takeoverTick:
 			if s.followTakeover(ctx, h) {
 				takeoverTick = nil
+				h.profile.begin("after")
 			}
 		case <-stormTimer:
+			h.profile.begin("storm")
 			s.startStorm(h)
 			t := time.NewTicker(20 * time.Millisecond)
 			defer t.Stop()
@@ -106,6 +109,7 @@ func (s *sim) hold(ctx context.Context) (*holdState, error) {
 		case <-stormTick:
 			if s.stormOver(h) {
 				stormTick = nil
+				h.profile.begin("after")
 			}
 		case <-upgradeTimer:
 			u, err := s.startUpgrade(ctx, s.adminClient(s.survivors[0]))
@@ -150,7 +154,7 @@ func (s *sim) beginHold(ctx context.Context) *holdState {
 			s.progress("write the CPU profile: %v", err)
 		}
 	}
-	h.profiling = pprof.StartCPUProfile(&h.profile) == nil
+	h.profile.begin("")
 	h.start = time.Now()
 	s.rec.holdStart.Store(h.start.UnixNano())
 	h.cpu0 = cputime.Self()
@@ -225,12 +229,10 @@ func (s *sim) endHold(ctx context.Context, h *holdState) {
 	h.busy1 = cputime.Machine()
 	h.conns1 = s.connCounts()
 	h.length = h.end.Sub(h.start)
-	if h.profiling {
-		pprof.StopCPUProfile()
-		if s.cfg.CPUProfile != "" {
-			if err := os.WriteFile(s.cfg.CPUProfile, h.profile.Bytes(), 0o644); err != nil {
-				s.progress("write the CPU profile: %v", err)
-			}
+	h.profile.end()
+	if s.cfg.CPUProfile != "" {
+		if err := h.profile.write(s.cfg.CPUProfile); err != nil {
+			s.progress("write the CPU profile: %v", err)
 		}
 	}
 	s.sample(h)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
-	"github.com/mercator/mercator/internal/cpuprofile"
 	"github.com/mercator/mercator/nodeproto"
 )
 
@@ -294,8 +293,8 @@ func (s *sim) reportResources(rep *Report, h *holdState) {
 	rep.ShardCPUCores = (h.shardCPU1 - h.shardCPU0).Seconds() / hold.Seconds()
 	rep.TotalCPUCores = rep.ProcessCPUCores + rep.ShardCPUCores
 	rep.OthersCPUCores = max(0, (h.busy1-h.busy0).Seconds()/hold.Seconds()-rep.TotalCPUCores)
-	if h.profiling {
-		if split, err := cpuprofile.ByLabel(h.profile.Bytes(), "component"); err == nil {
+	if h.profile.profiled() {
+		if split, err := h.profile.byLabel("component"); err == nil {
 			var total time.Duration
 			for _, d := range split {
 				total += d

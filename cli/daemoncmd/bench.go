@@ -87,7 +87,7 @@ reports both side by side. Choices that change the figures (--no-fsync,
 	writeBatch := fs.Int("write-batch", 0, "callers one batched write transaction carries at most (0: the default for the store)")
 	procs := fs.Int("agent-processes", -1, "child processes running the agents (0: in this process; default: one per 4000 nodes, 15000 with --http2)")
 	http2 := fs.Bool("http2", false, "agents speak plaintext HTTP/2, multiplexing their streams, instead of HTTP/1.1 with a connection each (labelled in the report)")
-	cpuProfile := fs.String("cpuprofile", "", "write the hold's CPU profile to `file` (goroutines labelled by component)")
+	cpuProfile := fs.String("cpuprofile", "", "write the hold's CPU profile to `file` (goroutines labelled by component); with --kill-leader or --storm-at the window is written apart, to file.takeover or file.storm, and the rest of the hold to file.after")
 	debugAddr := fs.String("debug-addr", "", "serve Go's /debug/pprof on this `address` while the simulation runs")
 	heapProfile := fs.String("memprofile", "", "write this process's heap profile to `file` when the hold ends")
 	output := fs.String("output", "table", "output `format`: table or json")
