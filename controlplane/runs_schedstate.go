@@ -2,12 +2,10 @@ package controlplane
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/schedcopy"
-	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/scheduler"
 	"github.com/mercator/mercator/store"
 )
@@ -80,19 +78,14 @@ func (s *Server) refreshUsage(ctx context.Context) error {
 		})
 		return runs, err
 	}
+	// The runs other replicas wrote, in one read (one statement on
+	// PostgreSQL): with replicas, every run the other replica's reports
+	// touch is read here again, thousands between two console samples,
+	// and a GetRun each was 4% of a replica's CPU in a 100,000-run hold.
 	byID := func(ids []string) (runs []store.Run, err error) {
 		err = s.store.View(ctx, func(tx store.Tx) error {
-			for _, id := range ids {
-				r, err := tx.GetRun(id)
-				if errors.Is(err, failure.ErrNotFound) {
-					continue
-				}
-				if err != nil {
-					return err
-				}
-				runs = append(runs, r)
-			}
-			return nil
+			runs, err = tx.GetRuns(ids)
+			return err
 		})
 		return runs, err
 	}
