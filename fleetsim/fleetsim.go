@@ -183,7 +183,7 @@ type Config struct {
 	// CPUProfile+".agents.N". A leader's takeover (KillLeader) and a
 	// reconnect storm (StormAt) are profiled apart, into
 	// CPUProfile+".takeover" or ".storm", and the hold after them into
-	// CPUProfile+".after" (holdProfile).
+	// CPUProfile+".after" (package phaseprofile).
 	CPUProfile string
 	// HeapProfile, when set, is a file to write this process's heap
 	// profile to when the hold ends.

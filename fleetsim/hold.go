@@ -10,6 +10,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/client"
+	"github.com/mercator/mercator/fleetsim/internal/phaseprofile"
 	"github.com/mercator/mercator/internal/cputime"
 )
 
@@ -22,7 +23,7 @@ type holdState struct {
 	start, end time.Time
 	length     time.Duration
 
-	profile holdProfile // this process's CPU profile of the hold, in phases (profile.go)
+	profile phaseprofile.Profile // this process's CPU profile of the hold, in phases: "", takeover or storm, after
 
 	cpu0, cpu1           time.Duration // this process's CPU time
 	shardCPU0, shardCPU1 time.Duration // the agent processes' CPU time
@@ -86,7 +87,7 @@ func (s *sim) hold(ctx context.Context) (*holdState, error) {
 			s.scrapeAll(ctx) // the victim's placements up to its death
 			victimPlacements := s.replicas[s.victim].metric(placementsSeries)
 			if s.cfg.KillLeader {
-				h.profile.begin("takeover") // until a survivor led and placed
+				h.profile.Begin("takeover") // until a survivor led and placed
 			}
 			s.killReplica(h)
 			if s.cfg.KillLeader {
@@ -98,10 +99,10 @@ func (s *sim) hold(ctx context.Context) (*holdState, error) {
 		case <-takeoverTick:
 			if s.followTakeover(ctx, h) {
 				takeoverTick = nil
-				h.profile.begin("after")
+				h.profile.Begin("after")
 			}
 		case <-stormTimer:
-			h.profile.begin("storm")
+			h.profile.Begin("storm")
 			s.startStorm(h)
 			t := time.NewTicker(20 * time.Millisecond)
 			defer t.Stop()
@@ -109,7 +110,7 @@ func (s *sim) hold(ctx context.Context) (*holdState, error) {
 		case <-stormTick:
 			if s.stormOver(h) {
 				stormTick = nil
-				h.profile.begin("after")
+				h.profile.Begin("after")
 			}
 		case <-upgradeTimer:
 			u, err := s.startUpgrade(ctx, s.adminClient(s.survivors[0]))
@@ -154,7 +155,7 @@ func (s *sim) beginHold(ctx context.Context) *holdState {
 			s.progress("write the CPU profile: %v", err)
 		}
 	}
-	h.profile.begin("")
+	h.profile.Begin("")
 	h.start = time.Now()
 	s.rec.holdStart.Store(h.start.UnixNano())
 	h.cpu0 = cputime.Self()
@@ -229,9 +230,9 @@ func (s *sim) endHold(ctx context.Context, h *holdState) {
 	h.busy1 = cputime.Machine()
 	h.conns1 = s.connCounts()
 	h.length = h.end.Sub(h.start)
-	h.profile.end()
+	h.profile.End()
 	if s.cfg.CPUProfile != "" {
-		if err := h.profile.write(s.cfg.CPUProfile); err != nil {
+		if err := h.profile.Write(s.cfg.CPUProfile); err != nil {
 			s.progress("write the CPU profile: %v", err)
 		}
 	}

@@ -293,8 +293,8 @@ func (s *sim) reportResources(rep *Report, h *holdState) {
 	rep.ShardCPUCores = (h.shardCPU1 - h.shardCPU0).Seconds() / hold.Seconds()
 	rep.TotalCPUCores = rep.ProcessCPUCores + rep.ShardCPUCores
 	rep.OthersCPUCores = max(0, (h.busy1-h.busy0).Seconds()/hold.Seconds()-rep.TotalCPUCores)
-	if h.profile.profiled() {
-		if split, err := h.profile.byLabel("component"); err == nil {
+	if h.profile.Profiled() {
+		if split, err := h.profile.ByLabel("component"); err == nil {
 			var total time.Duration
 			for _, d := range split {
 				total += d

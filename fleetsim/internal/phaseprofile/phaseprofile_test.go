@@ -1,4 +1,4 @@
-package fleetsim
+package phaseprofile
 
 import (
 	"context"
@@ -12,11 +12,11 @@ import (
 	"github.com/mercator/mercator/internal/cputime"
 )
 
-// TestHoldProfilePhases: a hold profiled in three phases (its own, a
-// takeover, after) gives the report's CPU split summed over all of them,
-// and writes each phase to a file of its own that reads as a profile.
-func TestHoldProfilePhases(t *testing.T) {
-	var p holdProfile
+// TestPhases: a profile in three phases ("", takeover, after) sums
+// its samples over all of them, and writes each phase to a file of its
+// own that reads as a profile, the files together holding those samples.
+func TestPhases(t *testing.T) {
+	var p Profile
 	burn := func(component string) {
 		pprof.Do(context.Background(), pprof.Labels("component", component), func(context.Context) {
 			// 150 ms of this process's CPU, about 15 samples at pprof's
@@ -29,13 +29,13 @@ func TestHoldProfilePhases(t *testing.T) {
 		})
 	}
 	for _, phase := range []struct{ name, component string }{{"", "controlplane"}, {"takeover", "agents"}, {"after", "controlplane"}} {
-		if !p.begin(phase.name) {
+		if !p.Begin(phase.name) {
 			t.Fatalf("phase %q: the CPU profiler could not start (is another profile running?)", phase.name)
 		}
 		burn(phase.component)
 	}
-	p.end()
-	split, err := p.byLabel("component")
+	p.End()
+	split, err := p.ByLabel("component")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestHoldProfilePhases(t *testing.T) {
 		t.Errorf("split %v; want samples of both components, from every phase", split)
 	}
 	path := filepath.Join(t.TempDir(), "hold.prof")
-	if err := p.write(path); err != nil {
+	if err := p.Write(path); err != nil {
 		t.Fatal(err)
 	}
 	var sum time.Duration
