@@ -70,8 +70,9 @@ func (p *Profile) ByLabel(key string) (map[string]time.Duration, error) {
 }
 
 // Write writes each phase to a file: the phase named "" to path, the
-// others to path + "." + their name (path.takeover, path.after). `go tool pprof path path.takeover path.after` reads them
-// as the one profile of the whole hold.
+// others to path + "." + their name (path.takeover, path.after).
+// `go tool pprof path path.takeover path.after` reads them as the one
+// profile of the whole hold.
 func (p *Profile) Write(path string) error {
 	var errs []error
 	for _, ph := range p.phases {
