@@ -25,6 +25,10 @@ func (h fnHost) Send(nodeID string, cmd nodeproto.Command) (<-chan struct{}, boo
 	return h.s.streams.Send(nodeID, cmd)
 }
 
+func (h fnHost) AttachInvokes(nodeID string, fencing uint64, send func(fencing uint64, cmd *nodeproto.InvokeCommand) bool) (detach func()) {
+	return h.s.streams.AttachInvokes(nodeID, fencing, send)
+}
+
 func (h fnHost) Holds(nodeID string) bool { return h.s.streams.Get(nodeID) != nil }
 
 // NodeReady: inside its lease, and its last facts report not refused

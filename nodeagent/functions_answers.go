@@ -1,8 +1,10 @@
 package nodeagent
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -35,15 +37,21 @@ const (
 
 var errAnswersOpen = errors.New("the control plane did not answer the call answers stream's head in time")
 
-// answerStream is one call answers stream to one replica.
+// answerStream is one call answers stream to one replica. Answers are
+// written by the calls' own goroutines: a sender that finds no write under
+// way writes what is queued (its own frame and any queued meanwhile) until
+// nothing is left; one that finds a write under way queues its frame for
+// it and returns. So a hot call at c=1 hands its answer to no other
+// goroutine of the agent, and concurrent calls share writes.
 type answerStream struct {
 	mu      sync.Mutex
 	ready   bool      // the control plane answered the head
 	broken  bool      // ended or failed: answers are posted
 	retryAt time.Time // when broken, when a new one may be opened
-	pending []byte    // frames waiting for the writer
-	last    time.Time // when a frame was last queued
-	wake    chan struct{}
+	pending []byte    // frames queued while a write is under way
+	spare   []byte
+	writing bool          // a sender is writing
+	last    time.Time     // when a frame was last queued
 	opened  chan struct{} // closed once the head came back, or the open failed
 	pw      *io.PipeWriter
 }
@@ -69,7 +77,7 @@ func (f *agentFunctions) answerStreamFor(ctx context.Context, a *Agent, url stri
 	if f.answers == nil {
 		f.answers = map[string]*answerStream{}
 	}
-	st = &answerStream{wake: make(chan struct{}, 1), opened: make(chan struct{})}
+	st = &answerStream{opened: make(chan struct{})}
 	f.answers[url] = st
 	go f.runAnswerStream(ctx, a, url, st)
 	return nil
@@ -90,28 +98,38 @@ func (f *agentFunctions) answerOnStream(ctx context.Context, a *Agent, inv nodep
 	return st.send(ans, a.now())
 }
 
-// send queues ans's frame on the stream, encoded straight into what the
-// writer takes next; false when the stream is broken or the frame would be
-// over nodeproto.MaxCallAnswerFrame (the caller posts the answer instead).
+// send writes ans's frame on the stream, or queues it for the write under
+// way; false when the stream is broken or the frame would be over
+// nodeproto.MaxCallAnswerFrame (the caller posts the answer instead).
 func (st *answerStream) send(ans nodeproto.CallAnswer, now time.Time) bool {
 	st.mu.Lock()
+	defer st.mu.Unlock()
 	if st.broken {
-		st.mu.Unlock()
 		return false
 	}
 	start := len(st.pending)
 	st.pending = nodeproto.AppendCallAnswer(st.pending, ans)
 	if len(st.pending)-start > nodeproto.MaxCallAnswerFrame {
 		st.pending = st.pending[:start]
-		st.mu.Unlock()
 		return false
 	}
 	st.last = now
-	st.mu.Unlock()
-	select {
-	case st.wake <- struct{}{}:
-	default:
+	if st.writing {
+		return true
 	}
+	st.writing = true
+	for len(st.pending) > 0 && !st.broken {
+		out := st.pending
+		st.pending = st.spare[:0]
+		st.mu.Unlock()
+		_, err := st.pw.Write(out)
+		st.mu.Lock()
+		st.spare = out[:0]
+		if err != nil {
+			st.broken, st.retryAt = true, now
+		}
+	}
+	st.writing = false
 	return true
 }
 
@@ -138,6 +156,7 @@ func (f *agentFunctions) runAnswerStream(ctx context.Context, a *Agent, url stri
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("User-Agent", "mercator-agent")
 	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set(nodeproto.HeaderCallInvokes, nodeproto.CallInvokesBinary)
 	// A refusal (an older control plane's 404, a limit's 429) is written
 	// only after the server tried to read the body, which never ends: the
 	// head must come back within answersOpen, or the open is given up.
@@ -161,23 +180,26 @@ func (f *agentFunctions) runAnswerStream(ctx context.Context, a *Agent, url stri
 		pr.CloseWithError(io.ErrClosedPipe)
 		return
 	}
-	// The control plane ends its answer only when it stops reading.
-	ended := make(chan struct{})
-	go func() {
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		close(ended)
-	}()
 	st.mu.Lock()
 	st.ready, st.last = true, a.now()
 	st.mu.Unlock()
 	close(st.opened)
+	// The control plane ends its answer only when it stops reading; until
+	// then the answer may carry invokes (nodeproto.HeaderCallInvokes),
+	// whose answers may then ride this stream.
+	ended := make(chan struct{})
+	go func() {
+		if resp.Header.Get(nodeproto.HeaderCallInvokes) == nodeproto.CallInvokesBinary {
+			a.readInvokes(ctx, url, resp.Body)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		close(ended)
+	}()
 	idle := time.NewTimer(answersIdle)
 	defer idle.Stop()
-	var spare []byte
 	for {
 		select {
-		case <-st.wake:
 		case <-idle.C:
 		case <-ended:
 			st.fail(a.now(), 0)
@@ -189,24 +211,48 @@ func (f *agentFunctions) runAnswerStream(ctx context.Context, a *Agent, url stri
 			return
 		}
 		st.mu.Lock()
-		out := st.pending
-		st.pending = spare[:0]
-		if len(out) == 0 && a.now().Sub(st.last) >= answersIdle {
-			st.broken = true // the next call opens another
+		if quiet := a.now().Sub(st.last); st.writing || quiet < answersIdle {
 			st.mu.Unlock()
-			pw.Close()
-			<-ended
+			idle.Reset(answersIdle - min(quiet, answersIdle-time.Millisecond))
+			continue
+		}
+		st.broken = true // the next call opens another
+		st.mu.Unlock()
+		pw.Close()
+		<-ended
+		return
+	}
+}
+
+// readInvokes runs the invoke frames a replica writes down a call answers
+// stream's answer (nodeproto.HeaderCallInvokes) as the session's are run,
+// until the answer ends or holds something else (logged: the stream is
+// then only drained).
+func (a *Agent) readInvokes(ctx context.Context, url string, body io.Reader) {
+	scanner := bufio.NewScanner(body)
+	scanner.Buffer(make([]byte, 16<<10), nodeproto.MaxInvokeFrame+16)
+	scanner.Split(splitInvokes)
+	for scanner.Scan() {
+		cmd, err := nodeproto.DecodeInvokeFrame(scanner.Bytes())
+		if err != nil {
+			a.logger.Warn("call answers stream: malformed invoke", "url", url, "err", err)
 			return
 		}
-		st.mu.Unlock()
-		if len(out) > 0 {
-			if _, err := pw.Write(out); err != nil {
-				a.logger.Debug("call answers stream broke", "url", url, "err", err)
-				st.fail(a.now(), 0)
-				return
-			}
-		}
-		spare = out
-		idle.Reset(answersIdle)
+		a.invoke(ctx, cmd)
 	}
+	if err := scanner.Err(); err != nil && ctx.Err() == nil {
+		a.logger.Debug("call answers stream: invokes", "url", url, "err", err)
+	}
+}
+
+// splitInvokes splits a call answers stream's answer into invoke frames;
+// anything else is an error.
+func splitInvokes(data []byte, atEOF bool) (int, []byte, error) {
+	if len(data) == 0 {
+		return 0, nil, nil
+	}
+	if data[0] != nodeproto.SessionBinaryMarker {
+		return 0, nil, fmt.Errorf("%w: no marker", nodeproto.ErrInvokeFrame)
+	}
+	return splitSession(data, atEOF)
 }

@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mercator/mercator/nodeproto"
 )
@@ -123,5 +125,61 @@ func TestAnswersPostedToAnOlderControlPlane(t *testing.T) {
 	}
 	if n := hits.Load(); n != 1 {
 		t.Fatalf("the refusing replica was asked %d times, want once until answersRetry", n)
+	}
+}
+
+// TestInvokesComeDownTheStream: a replica that echoes
+// nodeproto.HeaderCallInvokes may write invoke frames down the stream's
+// answer; the agent runs each as one from its session (here one fenced
+// below the node's token, which it refuses), once however often it comes,
+// and its answer rides the same stream back. A replica that does not echo
+// the header gets nothing of the kind read from its answer.
+func TestInvokesComeDownTheStream(t *testing.T) {
+	frames := make(chan nodeproto.CallAnswer, 4)
+	asked := make(chan bool, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != nodeproto.PathCallAnswers {
+			t.Errorf("unexpected %s %s", r.Method, r.URL.Path)
+			http.NotFound(w, r)
+			return
+		}
+		asked <- r.Header.Get(nodeproto.HeaderCallInvokes) == nodeproto.CallInvokesBinary
+		rc := http.NewResponseController(w)
+		_ = rc.EnableFullDuplex()
+		w.Header().Set(nodeproto.HeaderCallInvokes, nodeproto.CallInvokesBinary)
+		w.WriteHeader(http.StatusOK)
+		_ = rc.Flush()
+		inv := &nodeproto.InvokeCommand{CallID: "c-9", Rendezvous: "rv-9", URL: "http://" + r.Host, AnswerStream: true}
+		frame := nodeproto.AppendInvokeFrame(nil, 0, inv)
+		w.Write(append(frame, frame...)) // the same command twice
+		_ = rc.Flush()
+		br := bufio.NewReader(r.Body)
+		var buf []byte
+		for {
+			a, next, err := nodeproto.ReadCallAnswer(br, buf)
+			if err != nil {
+				return
+			}
+			buf = next
+			frames <- a
+		}
+	}))
+	defer srv.Close()
+	a := answersTestAgent(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := a.functions
+	f.answerOnStream(ctx, a, nodeproto.InvokeCommand{Rendezvous: "rv-1", URL: srv.URL, AnswerStream: true}, nodeproto.CallAnswer{Status: 200})
+	if !<-asked {
+		t.Fatal("the stream's request did not ask for invokes")
+	}
+	got := <-frames
+	if got.Rendezvous != "rv-9" || got.ErrorKind != "refused" || !strings.Contains(got.ErrorMessage, "fenced at token 0") {
+		t.Fatalf("answer %+v, want rv-9 refused as fenced", got)
+	}
+	select {
+	case again := <-frames:
+		t.Fatalf("a second answer %+v: the command ran twice", again)
+	case <-time.After(200 * time.Millisecond):
 	}
 }

@@ -40,6 +40,31 @@ import (
 // PathCallAnswers is the call answers stream's path.
 const PathCallAnswers = "/v1/node/call-answers"
 
+// Invokes down the call answers stream.
+//
+// An agent that sends HeaderCallInvokes (value CallInvokesBinary) on its
+// call answers stream's request also reads that request's answer: a
+// replica that echoes the header in its answer's head may write invoke
+// frames there (AppendInvokeFrame, exactly as on the session stream, the
+// fencing token the node's session's), for calls of a node whose session
+// it holds too. A hot call's command then goes from the caller's handler
+// straight into the stream's connection, and its answer comes back on
+// the same connection, instead of through the session's HTTP/2 stream
+// and the goroutines on either side of it (its writer, the server's
+// frame scheduler, the client's read loop, the session loop). Nothing
+// else ever rides the answer; a replica that does not echo the header
+// writes nothing there (an older one never does), and an agent that does
+// not ask is never sent any, so neither side needs a capability version.
+// The agent reads every frame up to the answer's end, so a stream ended
+// cleanly (the agent's idle end, the replica's shutdown) loses none; a
+// replica whose stream breaks sends what it wrote there and was not
+// answered again on the node's session, which the agent's memory of
+// recent rendezvous runs at most once.
+const (
+	HeaderCallInvokes = "Mercator-Call-Invokes"
+	CallInvokesBinary = "invoke-1"
+)
+
 // MaxCallAnswerFrame bounds one frame: 64 KiB of body (nodeagent's
 // coalesceMax) with room for headers. An answer that would not fit is
 // posted instead.

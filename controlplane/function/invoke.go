@@ -227,7 +227,13 @@ func (s *Service) attempt(ctx context.Context, c *fnCall, n scheduler.FunctionNo
 			return callOutcome{kind: kindBusy, message: "the node's session is backed up", nodeID: n.ID, retryable: true}
 		}
 		sessionDone = lost
+		if rv.via != nil {
+			s.metrics.viaStream.Inc()
+		} else {
+			s.metrics.viaSession.Inc()
+		}
 	} else if s.pub != nil {
+		s.metrics.viaReplica.Inc()
 		if err := s.publish(n.ID, nodeproto.InvokeCommand{CallID: cmd.CallID, Rendezvous: cmd.Rendezvous, URL: cmd.URL,
 			ContentLength: cmd.ContentLength, Timeout: cmd.Timeout, NoWait: cmd.NoWait, Logs: cmd.Logs}); err != nil {
 			return callOutcome{kind: kindUnreachable, message: "publish to the node's replica: " + err.Error(), nodeID: n.ID, retryable: true}
@@ -241,11 +247,27 @@ func (s *Service) attempt(ctx context.Context, c *fnCall, n scheduler.FunctionNo
 
 	timer := time.NewTimer(remaining + AnswerGrace)
 	defer timer.Stop()
+	via := rv.via
 	out := func() callOutcome {
 		for {
 			select {
 			case <-rv.answered:
 				return s.relay(c, rv)
+			case <-via:
+				// The call answers stream the command went down broke
+				// before an answer came: the session carries it again
+				// (the agent runs a rendezvous once).
+				// (A stream opened since may carry it: its break is
+				// watched in turn.)
+				broke := via
+				via = nil
+				s.metrics.viaAgain.Inc()
+				if lost, held, sent := s.host.Send(n.ID, nodeproto.Command{Kind: nodeproto.KindInvoke, Invoke: &cmd}); held && sent {
+					sessionDone = lost
+					if rv.via != broke {
+						via = rv.via
+					}
+				}
 			case <-sessionDone:
 				if rv.abandon() {
 					return callOutcome{kind: kindNodeLost, message: "the node's session ended before it answered"}

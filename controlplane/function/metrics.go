@@ -21,6 +21,12 @@ type fnMetrics struct {
 	// retried (delivered again), stale (an outcome dropped because the
 	// claim had passed to another dispatcher).
 	durable *prometheus.CounterVec
+	// invokes counts call attempts' commands by the way they went to
+	// their node: down a call answers stream, down the session, through
+	// another replica, or sent again down the session after the stream
+	// they went down broke.
+	invokes                                     *prometheus.CounterVec
+	viaStream, viaSession, viaReplica, viaAgain prometheus.Counter
 }
 
 func newFnMetrics(s *Service) *fnMetrics {
@@ -34,9 +40,13 @@ func newFnMetrics(s *Service) *fnMetrics {
 			Help: "Calls passed to the next node because a node answered busy, by function."}, []string{"fn"}),
 		durable: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_fn_durable_calls_total",
 			Help: "Durable (detached, async) call events by function: enqueued, succeeded, failed, retried, stale."}, []string{"fn", "event"}),
+		invokes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mercator_fn_invokes_total",
+			Help: "Call attempts' commands by the way they went to their node: answers_stream (down the node's call answers stream), session, replica (through the replica holding the node's session), resent (down the session again after the answers stream broke)."}, []string{"route"}),
 	}
+	m.viaStream, m.viaSession = m.invokes.WithLabelValues("answers_stream"), m.invokes.WithLabelValues("session")
+	m.viaReplica, m.viaAgain = m.invokes.WithLabelValues("replica"), m.invokes.WithLabelValues("resent")
 	if s.cfg.Registry != nil {
-		s.cfg.Registry.MustRegister(m.calls, m.latency, m.spills, m.durable, &fnContainers{s: s})
+		s.cfg.Registry.MustRegister(m.calls, m.latency, m.spills, m.durable, m.invokes, &fnContainers{s: s})
 	}
 	return m
 }

@@ -27,6 +27,11 @@ type rendezvous struct {
 
 	taken   atomic.Bool // the agent began reading the body
 	fetched atomic.Bool // the agent fetched the command
+	// via, when the command went down a call answers stream rather than
+	// the session, is closed if that stream broke (callstream.Invokes):
+	// the command is then sent again down the session. Set by the Send
+	// that sent it, in attempt's goroutine.
+	via <-chan struct{}
 
 	mu       sync.Mutex
 	state    int // rvWaiting, rvAnswered, rvAbandoned
@@ -219,5 +224,17 @@ func (s *Service) callAnswers(w http.ResponseWriter, r *http.Request, c httpapi.
 				trailer: http.Header(nil).Clone, done: make(chan error, 1)}
 		}
 		rv.deliver(a)
+	}, func(iv *callstream.Invokes) func() {
+		return s.host.AttachInvokes(c.NodeID, c.Session.FencingToken, func(fencing uint64, cmd *nodeproto.InvokeCommand) bool {
+			// Only this replica's own attempts, which can send again
+			// if the stream breaks (attempt); another replica's goes
+			// down the session.
+			v, ok := s.rvs.Load(cmd.Rendezvous)
+			if !ok || v.(*rendezvous).nodeID != c.NodeID || !iv.Send(fencing, cmd) {
+				return false
+			}
+			v.(*rendezvous).via = iv.Broken()
+			return true
+		})
 	})
 }

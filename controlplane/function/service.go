@@ -43,6 +43,11 @@ type Host interface {
 	// Callers send only to nodes whose agent speaks the command (placement
 	// checks nodeproto.RequiredVersion against the node's facts).
 	Send(nodeID string, cmd nodeproto.Command) (lost <-chan struct{}, held, sent bool)
+	// AttachInvokes makes send, a node's call answers stream's way down
+	// (nodeproto.HeaderCallInvokes), opened under the node's fencing
+	// token, the way Send hands the node invokes while this replica holds
+	// its session under that token and send takes them, until detach.
+	AttachInvokes(nodeID string, fencing uint64, send func(fencing uint64, cmd *nodeproto.InvokeCommand) bool) (detach func())
 	// Holds reports whether this replica holds a session of the node.
 	Holds(nodeID string) bool
 	// NodeReady reports whether the node is ready (enrolled, reporting

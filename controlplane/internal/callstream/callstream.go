@@ -29,13 +29,32 @@ import (
 // (not the stream's buffer, which the next frame reuses). A malformed
 // frame ends the stream (the agent posts its next answers until it opens
 // another), with a warning naming the node.
-func Serve(w http.ResponseWriter, r *http.Request, log *slog.Logger, node string, deliver func(nodeproto.CallAnswer)) {
+//
+// When the agent asks for invokes down the answer
+// (nodeproto.HeaderCallInvokes) and attach is not nil, the answer's head
+// says they may come, and attach is handed the stream's Invokes once the
+// head is out; the detach it returns is called when the stream ends, after
+// which the Invokes takes nothing more.
+func Serve(w http.ResponseWriter, r *http.Request, log *slog.Logger, node string, deliver func(nodeproto.CallAnswer), attach func(*Invokes) (detach func())) {
 	rc := http.NewResponseController(w)
 	// The head goes out while the body is still to be read.
 	_ = rc.EnableFullDuplex()
+	invokes := attach != nil && r.Header.Get(nodeproto.HeaderCallInvokes) == nodeproto.CallInvokesBinary
+	if invokes {
+		w.Header().Set(nodeproto.HeaderCallInvokes, nodeproto.CallInvokesBinary)
+	}
 	w.WriteHeader(http.StatusOK)
 	if err := rc.Flush(); err != nil {
 		return
+	}
+	var iv *Invokes
+	if invokes {
+		iv = newInvokes(w, rc)
+		detach := attach(iv)
+		defer func() {
+			iv.close()
+			detach()
+		}()
 	}
 	// A stream ends with its agent (the body's end) or with this
 	// replica's shutdown (the request's context): a read deadline in the
@@ -58,6 +77,10 @@ func Serve(w http.ResponseWriter, r *http.Request, log *slog.Logger, node string
 		if err != nil {
 			if errors.Is(err, nodeproto.ErrCallAnswerFrame) {
 				log.Warn("call answers stream: malformed frame; closing the stream", "node", node, "err", err)
+			}
+			if iv != nil && !errors.Is(err, io.EOF) {
+				// Not the agent's end: what was written down may be unread.
+				iv.fail()
 			}
 			return
 		}

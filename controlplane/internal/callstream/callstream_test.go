@@ -19,7 +19,7 @@ func TestServeDeliversEachFrame(t *testing.T) {
 	ended := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer close(ended)
-		Serve(w, r, slog.New(slog.NewTextHandler(io.Discard, nil)), "n1", func(a nodeproto.CallAnswer) { got <- a })
+		Serve(w, r, slog.New(slog.NewTextHandler(io.Discard, nil)), "n1", func(a nodeproto.CallAnswer) { got <- a }, nil)
 	}))
 	defer srv.Close()
 	pr, pw := io.Pipe()

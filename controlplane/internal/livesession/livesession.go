@@ -37,6 +37,38 @@ type Session struct {
 type Registry struct {
 	mu       sync.Mutex
 	sessions map[string]*Session // by node ID, the latest only
+	invokes  map[string]*route   // by node ID, the latest only
+}
+
+// route is a way for invokes to reach a node other than its session
+// stream (AttachInvokes).
+type route struct {
+	fencing uint64
+	send    func(fencing uint64, cmd *nodeproto.InvokeCommand) bool
+}
+
+// AttachInvokes makes send the way invoke commands reach nodeID while this
+// replica holds its session under the same fencing token (the enrollment
+// the stream behind send was opened under: a superseded agent's stream is
+// never used) and send takes them, in place of the session stream; the
+// latest attached wins. send writes the command under the fencing token,
+// or reports false (closed), and the command goes down the session
+// instead. detach undoes this attachment (not a later one's).
+func (l *Registry) AttachInvokes(nodeID string, fencing uint64, send func(fencing uint64, cmd *nodeproto.InvokeCommand) bool) (detach func()) {
+	rt := &route{fencing: fencing, send: send}
+	l.mu.Lock()
+	if l.invokes == nil {
+		l.invokes = map[string]*route{}
+	}
+	l.invokes[nodeID] = rt
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		if l.invokes[nodeID] == rt {
+			delete(l.invokes, nodeID)
+		}
+		l.mu.Unlock()
+	}
 }
 
 // Attach registers a session stream that is about to start. It reads the
@@ -79,11 +111,16 @@ func (l *Registry) Get(nodeID string) *Session {
 // fencing token. held is false when none is held; sent is false when it is
 // backed up. lost closes when the session ends.
 func (l *Registry) Send(nodeID string, cmd nodeproto.Command) (lost <-chan struct{}, held, sent bool) {
-	ls := l.Get(nodeID)
+	l.mu.Lock()
+	ls, rt := l.sessions[nodeID], l.invokes[nodeID]
+	l.mu.Unlock()
 	if ls == nil {
 		return nil, false, false
 	}
 	cmd.FencingToken = ls.fencing
+	if rt != nil && rt.fencing == ls.fencing && cmd.Kind == nodeproto.KindInvoke && cmd.Invoke != nil && rt.send(ls.fencing, cmd.Invoke) {
+		return ls.done, true, true
+	}
 	select {
 	case ls.Commands <- &cmd:
 		return ls.done, true, true

@@ -2,6 +2,7 @@ package livesession
 
 import (
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/mercator/mercator/nodeproto"
@@ -40,4 +41,74 @@ func TestSend(t *testing.T) {
 	if l.Get("n1") != nil {
 		t.Error("a detached session is still registered")
 	}
+}
+
+// TestInvokesTakeTheAttachedRoute: an invoke for a node whose session is
+// held here goes by the route attached for it when that route was opened
+// under the session's fencing token and takes it, with that token; by the
+// session otherwise (no route, another enrollment's, one that refuses, or
+// one detached). Other commands always go by the session, and nothing
+// goes anywhere for a node whose session is not held here.
+func TestInvokesTakeTheAttachedRoute(t *testing.T) {
+	var reg Registry
+	invoke := func(rv string) nodeproto.Command {
+		return nodeproto.Command{Kind: nodeproto.KindInvoke, Invoke: &nodeproto.InvokeCommand{Rendezvous: rv}}
+	}
+	var routed []string
+	var tokens []uint64
+	open := true
+	send := func(fencing uint64, cmd *nodeproto.InvokeCommand) bool {
+		if !open {
+			return false
+		}
+		routed, tokens = append(routed, cmd.Rendezvous), append(tokens, fencing)
+		return true
+	}
+	detach := reg.AttachInvokes("n1", 5, send)
+	if _, held, _ := reg.Send("n1", invoke("rv-0")); held || len(routed) != 0 {
+		t.Fatal("an invoke went somewhere for a node whose session is not held here")
+	}
+	ls := reg.Attach("n1", 5, httptest.NewRequest("POST", "/", strings.NewReader("")))
+	sessionGot := func() string {
+		select {
+		case cmd := <-ls.Commands:
+			if cmd.Invoke == nil {
+				return string(cmd.Kind)
+			}
+			return cmd.Invoke.Rendezvous
+		default:
+			return ""
+		}
+	}
+	lost, held, sent := reg.Send("n1", invoke("rv-1"))
+	if !held || !sent || lost == nil || len(routed) != 1 || routed[0] != "rv-1" || tokens[0] != 5 || sessionGot() != "" {
+		t.Fatalf("routed %v tokens %v: the invoke did not take the route", routed, tokens)
+	}
+	reg.Send("n1", nodeproto.Command{Kind: nodeproto.KindCallLog, CallLog: &nodeproto.CallLogCommand{}})
+	if len(routed) != 1 || sessionGot() != string(nodeproto.KindCallLog) {
+		t.Fatal("a call_log question did not go by the session")
+	}
+	open = false
+	reg.Send("n1", invoke("rv-2"))
+	if len(routed) != 1 || sessionGot() != "rv-2" {
+		t.Fatal("an invoke the route refused did not go by the session")
+	}
+	open = true
+	detach()
+	reg.Send("n1", invoke("rv-3"))
+	if len(routed) != 1 || sessionGot() != "rv-3" {
+		t.Fatal("an invoke took a detached route")
+	}
+	reg.AttachInvokes("n1", 4, send) // a superseded enrollment's stream
+	reg.Send("n1", invoke("rv-4"))
+	if len(routed) != 1 || sessionGot() != "rv-4" {
+		t.Fatal("an invoke took a route opened under another fencing token")
+	}
+	later := reg.AttachInvokes("n1", 5, send)
+	detach() // the first attachment's detach leaves the later one be
+	reg.Send("n1", invoke("rv-5"))
+	if len(routed) != 2 || routed[1] != "rv-5" {
+		t.Fatal("an earlier attachment's detach removed a later one")
+	}
+	later()
 }

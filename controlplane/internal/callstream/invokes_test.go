@@ -1,0 +1,183 @@
+package callstream
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/mercator/mercator/nodeproto"
+)
+
+// invokesStream serves one call answers stream that asks for invokes, over
+// TLS and HTTP/1.1 as agents speak it, and returns the Invokes the handler
+// attached, the answer (whose body carries the frames), the request body's
+// writer (the agent's end), a channel closed when Serve returned, and a
+// cancel that cuts the client's connection.
+func invokesStream(t *testing.T) (*Invokes, *http.Response, *io.PipeWriter, <-chan struct{}, context.CancelFunc) {
+	t.Helper()
+	attached := make(chan *Invokes, 1)
+	ended := make(chan struct{})
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(ended)
+		Serve(w, r, slog.New(slog.NewTextHandler(io.Discard, nil)), "n1", func(nodeproto.CallAnswer) {},
+			func(iv *Invokes) func() { attached <- iv; return func() {} })
+	}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	pr, pw := io.Pipe()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+nodeproto.PathCallAnswers, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(nodeproto.HeaderCallInvokes, nodeproto.CallInvokesBinary)
+	resp, err := srv.Client().Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("head: %v %v", resp, err)
+	}
+	if resp.Header.Get(nodeproto.HeaderCallInvokes) != nodeproto.CallInvokesBinary {
+		t.Fatal("the answer's head does not say invokes may come")
+	}
+	return <-attached, resp, pw, ended, cancel
+}
+
+// readInvokeFrames reads n invoke frames from r.
+func readInvokeFrames(t *testing.T, r *bufio.Reader, n int) []nodeproto.Command {
+	t.Helper()
+	var out []nodeproto.Command
+	for len(out) < n {
+		head, err := r.Peek(2)
+		if err != nil {
+			t.Fatalf("after %d frames: %v", len(out), err)
+		}
+		size, err := nodeproto.InvokeFrameLen(head)
+		for err == nil && size == 0 {
+			head, err = r.Peek(len(head) + 1)
+			if err == nil {
+				size, err = nodeproto.InvokeFrameLen(head)
+			}
+		}
+		if err != nil {
+			t.Fatalf("frame %d: %v", len(out), err)
+		}
+		frame := make([]byte, size)
+		if _, err := io.ReadFull(r, frame); err != nil {
+			t.Fatal(err)
+		}
+		cmd, err := nodeproto.DecodeInvokeFrame(frame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, cmd)
+	}
+	return out
+}
+
+// TestInvokesReachTheAgentOnce: frames sent from many goroutines at once
+// arrive whole, each once, with their fencing token; the agent's end of
+// the stream closes it cleanly (Broken stays open) and later sends are
+// refused, for the caller to use the session.
+func TestInvokesReachTheAgentOnce(t *testing.T) {
+	iv, resp, pw, ended, _ := invokesStream(t)
+	const senders, each = 8, 50
+	var wg sync.WaitGroup
+	for g := 0; g < senders; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				cmd := &nodeproto.InvokeCommand{CallID: "c", Rendezvous: fmt.Sprintf("rv-%d-%d", g, i), URL: "https://cp", AnswerStream: true,
+					Body: []byte("body"), BodyInline: true, ContentLength: 4}
+				if !iv.Send(7, cmd) {
+					t.Error("an open stream refused an invoke")
+				}
+			}
+		}()
+	}
+	seen := map[string]int{}
+	for _, cmd := range readInvokeFrames(t, bufio.NewReader(resp.Body), senders*each) {
+		if cmd.FencingToken != 7 || string(cmd.Invoke.Body) != "body" || !cmd.Invoke.AnswerStream {
+			t.Fatalf("frame %+v %+v", cmd, cmd.Invoke)
+		}
+		seen[cmd.Invoke.Rendezvous]++
+	}
+	wg.Wait()
+	for rv, n := range seen {
+		if n != 1 {
+			t.Fatalf("%s arrived %d times", rv, n)
+		}
+	}
+	if len(seen) != senders*each {
+		t.Fatalf("%d distinct invokes arrived, want %d", len(seen), senders*each)
+	}
+	pw.Close() // the agent ends the stream
+	<-ended
+	if rest, _ := io.ReadAll(resp.Body); len(rest) != 0 {
+		t.Fatalf("%d bytes after the last frame", len(rest))
+	}
+	select {
+	case <-iv.Broken():
+		t.Fatal("a stream the agent ended is said to be broken")
+	default:
+	}
+	if iv.Send(7, &nodeproto.InvokeCommand{Rendezvous: "rv-late"}) {
+		t.Fatal("an ended stream took an invoke")
+	}
+}
+
+// TestInvokesBrokenWhenTheConnectionIsCut: a stream whose connection goes
+// away before the agent ended it says so (the callers waiting on it send
+// again by the session) and takes no more.
+func TestInvokesBrokenWhenTheConnectionIsCut(t *testing.T) {
+	iv, _, _, ended, cut := invokesStream(t)
+	if !iv.Send(1, &nodeproto.InvokeCommand{Rendezvous: "rv-1"}) {
+		t.Fatal("an open stream refused an invoke")
+	}
+	cut()
+	<-iv.Broken()
+	<-ended
+	if iv.Send(1, &nodeproto.InvokeCommand{Rendezvous: "rv-2"}) {
+		t.Fatal("a broken stream took an invoke")
+	}
+}
+
+// TestNoInvokesUnlessAsked: a stream that does not ask, or a handler
+// with nowhere to attach them, answers without the header and attaches
+// nothing.
+func TestNoInvokesUnlessAsked(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ask  bool
+	}{{"not asked", false}, {"no attach", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			attachedAny := false
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				var attach func(*Invokes) func()
+				if !tc.ask {
+					attach = func(*Invokes) func() { attachedAny = true; return func() {} }
+				}
+				Serve(w, r, slog.New(slog.NewTextHandler(io.Discard, nil)), "n1", func(nodeproto.CallAnswer) {}, attach)
+			}))
+			defer srv.Close()
+			req, _ := http.NewRequest(http.MethodPost, srv.URL, http.NoBody)
+			if tc.ask {
+				req.Header.Set(nodeproto.HeaderCallInvokes, nodeproto.CallInvokesBinary)
+			}
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.Header.Get(nodeproto.HeaderCallInvokes) != "" || attachedAny {
+				t.Fatal("invokes offered on a stream that cannot carry them")
+			}
+		})
+	}
+}
