@@ -217,6 +217,7 @@ func startFunctions(ctx context.Context, o AgentOptions, rt *dockerruntime.Runti
 		SocketRoot:  fo.SocketRoot,
 		Network:     fo.Network,
 		MaxSpares:   fo.Spares,
+		NetnsPool:   fo.NetnsPool,
 		Containment: o.Containment,
 		Tracker:     fnagent.NewResourceTracker(fnagent.Capacity{MemoryBytes: share.MemoryBytes, MilliCPUs: share.MilliCPUs, GPUs: share.GPUs}),
 		Logger:      o.Logger.With("component", "functions"),

@@ -82,6 +82,10 @@ func AgentFlags(fs *flag.FlagSet) func() (AgentOptions, error) {
 // keeps.
 const maxFnSpares = 1000
 
+// maxFnNetnsPool bounds --fn-netns-pool: each is a running container (6 MiB
+// at most) and a network namespace with its interface on the bridge.
+const maxFnNetnsPool = 64
+
 // functionFlags declares the flags of the share of the machine set aside
 // for functions (nodeagent.FunctionsOptions).
 func functionFlags(fs *flag.FlagSet) func() (nodeagent.FunctionsOptions, error) {
@@ -92,9 +96,10 @@ func functionFlags(fs *flag.FlagSet) func() (nodeagent.FunctionsOptions, error) 
 	gpus := fs.Int("fn-gpus", 0, "GPUs set aside for functions (the last ones the vendor tool lists)")
 	network := fs.String("fn-network", "", "Docker `network` of function containers (default the daemon's bridge)")
 	spares := fs.Int("fn-spares", fnagent.DefaultMaxSpares, "most functions without a minimum that keep a `count` of one prepared (created, not started) container here, for a faster cold start; 0 for none")
+	netnsPool := fs.Int("fn-netns-pool", fnagent.DefaultNetnsPool, "`count` of network namespaces kept ready (each a tiny holder container) for cold starts on a bridge network to join; 0 for none")
 	return func() (nodeagent.FunctionsOptions, error) {
 		o := nodeagent.FunctionsOptions{Disabled: *disabled, GPUs: *gpus, Network: *network, MilliCPUs: int64(math.Round(*cpus * 1000)),
-			MemoryBytes: int64(memory), Spares: *spares}
+			MemoryBytes: int64(memory), Spares: *spares, NetnsPool: *netnsPool}
 		if *cpus < 0 || *gpus < 0 {
 			return o, errors.New("--fn-cpus and --fn-gpus must not be negative")
 		}
@@ -103,6 +108,12 @@ func functionFlags(fs *flag.FlagSet) func() (nodeagent.FunctionsOptions, error) 
 			return o, fmt.Errorf("--fn-spares %d: must be from 0 (none) to %d", *spares, maxFnSpares)
 		case *spares == 0:
 			o.Spares = -1 // nodeagent's "none"; its 0 is the default
+		}
+		switch {
+		case *netnsPool < 0 || *netnsPool > maxFnNetnsPool:
+			return o, fmt.Errorf("--fn-netns-pool %d: must be from 0 (none) to %d", *netnsPool, maxFnNetnsPool)
+		case *netnsPool == 0:
+			o.NetnsPool = -1 // fnagent's "none"; its 0 is the default
 		}
 		return o, nil
 	}

@@ -38,3 +38,33 @@ func TestFnSparesFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestFnNetnsPoolFlag: --fn-netns-pool defaults to fnagent's default, 0
+// turns the pool off (the engine's negative), and a count out of range is
+// refused with the range.
+func TestFnNetnsPoolFlag(t *testing.T) {
+	parse := func(args ...string) (int, error) {
+		fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		get := functionFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			return 0, err
+		}
+		o, err := get()
+		return o.NetnsPool, err
+	}
+	if n, err := parse(); err != nil || n != fnagent.DefaultNetnsPool {
+		t.Errorf("default: %d, %v; want %d", n, err, fnagent.DefaultNetnsPool)
+	}
+	if n, err := parse("--fn-netns-pool", "0"); err != nil || n >= 0 {
+		t.Errorf("--fn-netns-pool 0: %d, %v; want the pool off (negative)", n, err)
+	}
+	if n, err := parse("--fn-netns-pool", "5"); err != nil || n != 5 {
+		t.Errorf("--fn-netns-pool 5: %d, %v", n, err)
+	}
+	for _, bad := range []string{"-1", "65"} {
+		if _, err := parse("--fn-netns-pool", bad); err == nil || !strings.Contains(err.Error(), "from 0 (none) to 64") {
+			t.Errorf("--fn-netns-pool %s: %v; want the range", bad, err)
+		}
+	}
+}

@@ -39,6 +39,10 @@ const (
 	// kept for functions without a standing hold (prepare.go).
 	DefaultMaxSpares = 16
 	DefaultSpareFor  = time.Hour
+
+	// DefaultNetnsPool is how many network namespaces the engine keeps
+	// ready (netnspool.go).
+	DefaultNetnsPool = 2
 )
 
 // minMemoryMB is the smallest memory limit the Docker daemon accepts.
@@ -95,6 +99,14 @@ type Config struct {
 	// are prepared). A prepared container holds no memory or CPU, only a
 	// container record and its empty writable layer.
 	MaxSpares int
+	// NetnsPool is how many network namespace holders (tiny containers,
+	// 6 MiB and 8 processes at most each) the engine keeps started for no
+	// function yet, so that a container created on a call's path or
+	// prepared ahead joins a namespace already made rather than making
+	// its own, most of a cold start on a bridge network (netnspool.go);
+	// default DefaultNetnsPool, negative none. Only on a network where
+	// joining helps (the bridge, a user network).
+	NetnsPool int
 	// SpareFor is how long after a function's last call (or hold) its
 	// prepared container is kept when no hold stands; default
 	// DefaultSpareFor.

@@ -83,7 +83,7 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 		}
 		lap(&times.Image)
 		var cerr *CallError
-		if c, cerr = e.create(p, res, false); cerr != nil {
+		if c, cerr = e.create(p, res, pooledNamespace); cerr != nil {
 			return nil, cerr
 		}
 	}
@@ -142,7 +142,7 @@ func (e *Engine) replacePrepared(c *hotContainer) (*hotContainer, error) {
 	c.reservation = nil
 	e.mu.Unlock()
 	e.destroy(c, "it did not start in its network namespace holder's namespace")
-	fresh, cerr := e.create(c.pool, res, false)
+	fresh, cerr := e.create(c.pool, res, ownNamespace)
 	if cerr != nil {
 		return nil, cerr
 	}
@@ -151,10 +151,11 @@ func (e *Engine) replacePrepared(c *hotContainer) (*hotContainer, error) {
 
 // create makes a container of p, created and attached but not started,
 // holding res (nil for a container prepared ahead, which holds nothing
-// until a launch takes it), joining the namespace of a holder started
-// for it when withHolder is set and the engine can make one (netns.go).
-// On failure the container, and its holder, are removed.
-func (e *Engine) create(p *pool, res *Reservation, withHolder bool) (*hotContainer, *CallError) {
+// until a launch takes it), in the network namespace mode says
+// (netnspool.go): its own, or a pooled holder's, or one started for it
+// (netns.go) when the engine can make one. On failure the container, and
+// its holder, are removed.
+func (e *Engine) create(p *pool, res *Reservation, mode holderMode) (*hotContainer, *CallError) {
 	fn := p.fn
 	ctx := e.ctx
 	suffix := randomHex(8)
@@ -166,11 +167,9 @@ func (e *Engine) create(p *pool, res *Reservation, withHolder bool) (*hotContain
 		logs:        newLogSink(e.logs),
 		exited:      make(chan struct{}),
 	}
-	if withHolder {
-		// Before the container counts as starting: a holder's start
-		// waits out the launches' (netns.go).
-		c.holder = e.startHolder(c.name)
-	}
+	// Before the container counts as starting: a holder's start waits
+	// out the launches' (netns.go).
+	c.holder = e.holderFor(c.name, mode)
 	e.register(c)
 	fail := func(err *CallError) (*hotContainer, *CallError) {
 		e.destroy(c, err.Message)

@@ -111,6 +111,9 @@ func (e *Engine) RemoveOrphans(ctx context.Context) (int, error) {
 			ours[c.holder] = true
 		}
 	}
+	for _, id := range e.netnsPool {
+		ours[id] = true
+	}
 	e.mu.Unlock()
 	removed, err := e.removeLeft(ctx, dockerengine.LabelFn, ours)
 	if err != nil {
@@ -141,7 +144,7 @@ func (e *Engine) removeLeft(ctx context.Context, label string, ours map[string]b
 	}
 	removed := 0
 	for _, c := range list {
-		if ours[c.ID] || e.cfg.NodeID == "" && c.Labels[dockerengine.LabelNode] != "" {
+		if ours[c.ID] || e.pooledHolder(c.Labels) || e.cfg.NodeID == "" && c.Labels[dockerengine.LabelNode] != "" {
 			continue
 		}
 		err := e.api.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})

@@ -57,6 +57,12 @@ type Engine struct {
 	present map[string]bool
 	// holderImage is the network namespace holders' image (netns.go).
 	holderImage holderImage
+	// netnsPool is the holders started ahead for no function yet, and
+	// poolFilling whether they are being made (netnspool.go); guarded by
+	// mu. poolPrefix starts this engine's pooled holders' labels.
+	netnsPool   []string
+	poolFilling bool
+	poolPrefix  string
 	// starts counts the launches in the daemon's start of their
 	// container, which holders' starts wait out (netns.go); guarded by mu.
 	starts int
@@ -140,6 +146,12 @@ func newEngine(api dockerengine.API, cfg Config) (*Engine, error) {
 	if cfg.SpareFor <= 0 {
 		cfg.SpareFor = DefaultSpareFor
 	}
+	switch {
+	case cfg.NetnsPool == 0:
+		cfg.NetnsPool = DefaultNetnsPool
+	case cfg.NetnsPool < 0:
+		cfg.NetnsPool = 0
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -184,6 +196,10 @@ func newEngine(api dockerengine.API, cfg Config) (*Engine, error) {
 		present:    map[string]bool{},
 	}
 	e.pulls = dockerengine.Pulls{Keep: true, Background: &e.bg}
+	e.poolPrefix = "pool-" + randomHex(4) + "-"
+	e.mu.Lock()
+	e.fillPoolLocked() // netnspool.go
+	e.mu.Unlock()
 	return e, nil
 }
 
@@ -818,6 +834,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	e.cancel()
 	e.bg.Wait()
+	e.drainPool() // netnspool.go; nothing fills it any more
 	e.mu.Lock()
 	all := make([]*hotContainer, 0, len(e.containers))
 	for c := range e.containers {

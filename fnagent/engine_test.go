@@ -638,7 +638,8 @@ func TestRemoveOrphans(t *testing.T) {
 	fn := fnConfig(t, "orphan", fdkImage)
 	te.mustCall(fn, "", `{}`)
 	// A second engine for the same node, as after an agent restart.
-	again, err := New(Config{NodeID: te.node, SocketRoot: t.TempDir(), Tracker: NewResourceTracker(Capacity{MemoryBytes: 1 << 30})})
+	// (No pool of its own: only the orphan is on the node after.)
+	again, err := New(Config{NodeID: te.node, SocketRoot: t.TempDir(), Tracker: NewResourceTracker(Capacity{MemoryBytes: 1 << 30}), NetnsPool: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,7 @@ func TestLaunchErrorPathsWithAFakeDaemon(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			tracker := NewResourceTracker(Capacity{MemoryBytes: 1 << 30, MilliCPUs: 1000})
 			counts := &Counters{}
-			e, err := newEngine(c.fake, Config{SocketRoot: t.TempDir(), Tracker: tracker, Metrics: counts})
+			e, err := newEngine(c.fake, Config{SocketRoot: t.TempDir(), Tracker: tracker, Metrics: counts, NetnsPool: -1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +145,7 @@ func TestLaunchErrorPathsWithAFakeDaemon(t *testing.T) {
 // the engine's back) the engine forgets it, asks again and creates.
 func TestImageRemembered(t *testing.T) {
 	f := &fakeDocker{present: true}
-	e, err := newEngine(f, Config{SocketRoot: t.TempDir(), Tracker: NewResourceTracker(Capacity{MemoryBytes: 1 << 30, MilliCPUs: 1000}), MaxSpares: -1})
+	e, err := newEngine(f, Config{SocketRoot: t.TempDir(), Tracker: NewResourceTracker(Capacity{MemoryBytes: 1 << 30, MilliCPUs: 1000}), MaxSpares: -1, NetnsPool: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestImageRemembered(t *testing.T) {
 	}
 	f.createsMissing = 1
 	p := e.poolLocked(FunctionConfig{ID: "f", Image: ref}, "k")
-	c, cerr := e.create(p, nil, false)
+	c, cerr := e.create(p, nil, ownNamespace)
 	if cerr != nil {
 		t.Fatalf("create after the image went missing: %v", cerr)
 	}

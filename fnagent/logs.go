@@ -156,9 +156,17 @@ func (w sinkWriter) Write(p []byte) (int, error) {
 func (s *logSink) write(stream int, p []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The tail keeps its array (a framed call writes twice, and a fresh
+	// copy per write was garbage at every call) unless a large write grew
+	// it.
 	s.tail = append(s.tail, p...)
 	if len(s.tail) > tailSize {
-		s.tail = append([]byte(nil), s.tail[len(s.tail)-tailSize:]...)
+		keep := s.tail[len(s.tail)-tailSize:]
+		if cap(s.tail) > 4*tailSize {
+			s.tail = append(make([]byte, 0, 2*tailSize), keep...)
+		} else {
+			s.tail = s.tail[:copy(s.tail, keep)]
+		}
 	}
 	st := &s.streams[stream]
 	emit := func(b []byte) {

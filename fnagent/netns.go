@@ -149,14 +149,14 @@ func (e *Engine) awaitNoStarts(limit time.Duration) {
 // launch took plain meanwhile, or p keeps no prepared container any more,
 // the held one is removed instead (a launch prepares the next).
 func (e *Engine) holdPrepared(p *pool, plain *hotContainer) {
-	if !netnsholder.Joinable(e.cfg.Network) {
-		return
+	if plain.holder != "" || !netnsholder.Joinable(e.cfg.Network) {
+		return // joined a pooled namespace already (netnspool.go)
 	}
 	if _, err := e.ensureHolderImage(e.ctx); err != nil {
 		e.log.Debug("keeping a prepared container without a network namespace holder", "container", plain.name, "err", err)
 		return
 	}
-	held, err := e.create(p, nil, true)
+	held, err := e.create(p, nil, heldNamespace)
 	if err != nil {
 		e.log.Debug("preparing a function container in a held namespace", "fn", p.fn.ID, "err", err)
 		return

@@ -27,7 +27,8 @@ import (
 // checked by newTestEngine.
 func TestSpareJoinsHolder(t *testing.T) {
 	t.Parallel()
-	te := newTestEngine(t, func(c *Config) { c.Network = ""; c.MaxSpares = 4 })
+	// No pool (netnspool_test.go): every holder here is a spare's own.
+	te := newTestEngine(t, func(c *Config) { c.Network = ""; c.MaxSpares = 4; c.NetnsPool = -1 })
 	fn := fnConfig(t, "netns", rawImage)
 	fn.IdleTimeout = 500 * time.Millisecond
 	ctx := context.Background()
@@ -101,7 +102,7 @@ func TestSpareJoinsHolder(t *testing.T) {
 	// A restarted agent removes what the previous one left, holders too.
 	te.mustCall(fn, "echo", "w")
 	te.spareAndHolder(fn.ID, "")
-	again, err := New(Config{NodeID: te.node, SocketRoot: t.TempDir(), Tracker: NewResourceTracker(Capacity{MemoryBytes: 1 << 30})})
+	again, err := New(Config{NodeID: te.node, SocketRoot: t.TempDir(), Tracker: NewResourceTracker(Capacity{MemoryBytes: 1 << 30}), NetnsPool: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

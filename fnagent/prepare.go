@@ -56,7 +56,7 @@ func (e *Engine) prepare(p *pool) {
 	}
 	started := e.goBackground(func() {
 		defer e.releaseHold(p)
-		c, err := e.create(p, nil, false)
+		c, err := e.create(p, nil, pooledNamespace)
 		e.mu.Lock()
 		p.preparing = false
 		keep := err == nil && p.prepared == nil && !e.closed && e.keepsPreparedLocked(p)

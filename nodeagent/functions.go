@@ -623,4 +623,8 @@ type FunctionsOptions struct {
 	// hold keep a prepared container on this node (0, the default:
 	// fnagent.DefaultMaxSpares; negative: none).
 	Spares int
+	// NetnsPool is fnagent.Config.NetnsPool: how many network namespaces
+	// are kept ready for cold starts (0, the default:
+	// fnagent.DefaultNetnsPool; negative: none).
+	NetnsPool int
 }
