@@ -3,6 +3,7 @@ package callstream
 import (
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/mercator/mercator/nodeproto"
 )
@@ -29,6 +30,9 @@ type Invokes struct {
 	broken    chan struct{}
 	breakOnce sync.Once
 }
+
+// writeTimeout bounds one write of invoke frames. A variable for tests.
+var writeTimeout = 2 * time.Second
 
 func newInvokes(w http.ResponseWriter, rc *http.ResponseController) *Invokes {
 	iv := &Invokes{w: w, rc: rc, broken: make(chan struct{})}
@@ -73,6 +77,11 @@ func (iv *Invokes) Send(fencing uint64, cmd *nodeproto.InvokeCommand) bool {
 		out := iv.pending
 		iv.pending = iv.spare[:0]
 		iv.mu.Unlock()
+		// A sender writes on its caller's goroutine, so no write may
+		// block for long: an agent that stops reading (a connection
+		// gone silent) breaks the stream instead, and the commands go
+		// down the session.
+		_ = iv.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		_, err := iv.w.Write(out)
 		if err == nil {
 			err = iv.rc.Flush()

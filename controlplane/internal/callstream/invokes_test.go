@@ -2,6 +2,7 @@ package callstream
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mercator/mercator/nodeproto"
 )
@@ -179,5 +181,28 @@ func TestNoInvokesUnlessAsked(t *testing.T) {
 				t.Fatal("invokes offered on a stream that cannot carry them")
 			}
 		})
+	}
+}
+
+// TestInvokesBrokenWhenTheAgentStopsReading: a stream whose agent reads
+// nothing more (a connection gone silent) breaks once a write waits past
+// writeTimeout, rather than holding its sender (a caller's goroutine).
+func TestInvokesBrokenWhenTheAgentStopsReading(t *testing.T) {
+	defer func(d time.Duration) { writeTimeout = d }(writeTimeout)
+	writeTimeout = 200 * time.Millisecond
+	iv, _, _, _, _ := invokesStream(t) // the answer is never read
+	big := &nodeproto.InvokeCommand{Rendezvous: "rv", Body: bytes.Repeat([]byte("x"), 1<<20), BodyInline: true}
+	for i := 0; ; i++ {
+		if i == 1024 { // 1 GiB: far past any socket buffer
+			t.Fatal("1 GiB of frames written to an agent that reads none")
+		}
+		if !iv.Send(1, big) {
+			break
+		}
+	}
+	select {
+	case <-iv.Broken():
+	default:
+		t.Fatal("a stream that refused a send is not said to be broken")
 	}
 }
