@@ -22,6 +22,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/mercator/mercator/dockerengine"
+	"github.com/mercator/mercator/fnagent/internal/fdksocket"
 	"github.com/mercator/mercator/internal/cputime"
 )
 
@@ -307,7 +308,7 @@ func benchSockets(t *testing.T, e *Engine, key string) []string {
 	}
 	var socks []string
 	for _, dir := range dirs {
-		path, err := resolveSocket(dir)
+		path, err := fdksocket.Resolve(dir)
 		if err != nil {
 			t.Fatalf("socket in %s: %v", dir, err)
 		}
@@ -483,7 +484,7 @@ func benchWaitSocket(t *testing.T, dir string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		if path, err := resolveSocket(dir); err == nil {
+		if path, err := fdksocket.Resolve(dir); err == nil {
 			if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
 				conn.Close()
 				return

@@ -15,6 +15,7 @@ import (
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/mercator/mercator/fnagent/internal/fdksocket"
 )
 
 // One hot container's life: launched for a pool, paused when idle,
@@ -109,12 +110,12 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 	}
 	lap(&times.Start)
 	initCtx, cancel := context.WithTimeout(ctx, fn.InitTimeout)
-	err = waitForSocket(initCtx, c.sockDir, c.exited)
+	err = fdksocket.Wait(initCtx, c.sockDir, c.exited)
 	cancel()
 	lap(&times.Socket)
 	switch {
 	case err == nil:
-	case errors.Is(err, errExited):
+	case errors.Is(err, fdksocket.ErrExited):
 		return fail(e.exitError(c, "before it opened its socket"))
 	case ctx.Err() != nil:
 		return fail(callErr(KindBusy, err, "the engine is closing"))
@@ -368,7 +369,7 @@ func (e *Engine) resume(ctx context.Context, c *hotContainer) error {
 	c.setTimers(nil)
 	select {
 	case <-c.exited:
-		return errExited
+		return fdksocket.ErrExited
 	default:
 	}
 	if c.paused {

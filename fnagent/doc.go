@@ -22,7 +22,7 @@
 // FDKs listen on a "phony" socket and then rename or symlink it into place;
 // both are followed, but only inside the socket directory: the engine runs
 // as root on the host, and a symlink a container planted must never make it
-// dial the Docker socket (see dialSocket).
+// dial the Docker socket (see fdksocket.Dial).
 //
 // Each call is one HTTP/1.1 POST over the container's one connection to the
 // socket (kept between calls; see below), with the caller's headers, Fn-Call-Id and Fn-Deadline (RFC 3339 with

@@ -227,13 +227,13 @@ func (s *Service) attempt(ctx context.Context, c *fnCall, n scheduler.FunctionNo
 			return callOutcome{kind: kindBusy, message: "the node's session is backed up", nodeID: n.ID, retryable: true}
 		}
 		sessionDone = lost
+		route := "session"
 		if rv.via != nil {
-			s.metrics.viaStream.Inc()
-		} else {
-			s.metrics.viaSession.Inc()
+			route = "answers_stream"
 		}
+		s.metrics.invokes.WithLabelValues(route).Inc()
 	} else if s.pub != nil {
-		s.metrics.viaReplica.Inc()
+		s.metrics.invokes.WithLabelValues("replica").Inc()
 		if err := s.publish(n.ID, nodeproto.InvokeCommand{CallID: cmd.CallID, Rendezvous: cmd.Rendezvous, URL: cmd.URL,
 			ContentLength: cmd.ContentLength, Timeout: cmd.Timeout, NoWait: cmd.NoWait, Logs: cmd.Logs}); err != nil {
 			return callOutcome{kind: kindUnreachable, message: "publish to the node's replica: " + err.Error(), nodeID: n.ID, retryable: true}
@@ -254,19 +254,9 @@ func (s *Service) attempt(ctx context.Context, c *fnCall, n scheduler.FunctionNo
 			case <-rv.answered:
 				return s.relay(c, rv)
 			case <-via:
-				// The call answers stream the command went down broke
-				// before an answer came: the session carries it again
-				// (the agent runs a rendezvous once).
-				// (A stream opened since may carry it: its break is
-				// watched in turn.)
-				broke := via
-				via = nil
-				s.metrics.viaAgain.Inc()
-				if lost, held, sent := s.host.Send(n.ID, nodeproto.Command{Kind: nodeproto.KindInvoke, Invoke: &cmd}); held && sent {
+				var lost <-chan struct{}
+				if lost, via = s.resend(n.ID, &cmd, rv, via); lost != nil {
 					sessionDone = lost
-					if rv.via != broke {
-						via = rv.via
-					}
 				}
 			case <-sessionDone:
 				if rv.abandon() {
@@ -306,6 +296,23 @@ func (s *Service) attempt(ctx context.Context, c *fnCall, n scheduler.FunctionNo
 		}
 	}
 	return out
+}
+
+// resend sends cmd again after the call answers stream it went down
+// (broke) broke before an answer came: down the session, or a stream
+// opened since, whose break next is then to be watched in turn (nil when
+// none). The agent runs a rendezvous once. lost is the session's end, nil
+// when the command could not be sent (the wait goes on as it was).
+func (s *Service) resend(nodeID string, cmd *nodeproto.InvokeCommand, rv *rendezvous, broke <-chan struct{}) (lost, next <-chan struct{}) {
+	s.metrics.invokes.WithLabelValues("resent").Inc()
+	lost, held, sent := s.host.Send(nodeID, nodeproto.Command{Kind: nodeproto.KindInvoke, Invoke: cmd})
+	if !held || !sent {
+		return nil, nil
+	}
+	if rv.via != broke {
+		next = rv.via
+	}
+	return lost, next
 }
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
