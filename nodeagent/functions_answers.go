@@ -211,9 +211,13 @@ func (f *agentFunctions) runAnswerStream(ctx context.Context, a *Agent, url stri
 			return
 		}
 		st.mu.Lock()
-		if quiet := a.now().Sub(st.last); st.writing || quiet < answersIdle {
+		if quiet, writing := a.now().Sub(st.last), st.writing; writing || quiet < answersIdle {
 			st.mu.Unlock()
-			idle.Reset(answersIdle - min(quiet, answersIdle-time.Millisecond))
+			wait := answersIdle - quiet // the rest of the quiet time
+			if writing {
+				wait = answersIdle // a write under way: look again later
+			}
+			idle.Reset(wait)
 			continue
 		}
 		st.broken = true // the next call opens another
