@@ -96,6 +96,15 @@ func Run(ctx context.Context, o Options) error {
 	serverDir := filepath.Join(o.DataDir, "server")
 	ready := make(chan [2]string, 1)
 	errc := make(chan error, 2)
+	// On the way out the control plane and the agent are stopped and
+	// waited for: the agent removes its function containers and its
+	// network namespace holders as it closes, which a process that
+	// returned at once cut short, leaving them running.
+	running := 1
+	defer func() {
+		cancel()
+		waitStopped(errc, running, stopWait)
+	}()
 	go func() {
 		errc <- daemon.RunServer(ctx, daemon.ServerOptions{
 			DataDir: serverDir, Listen: o.Listen, Logger: o.Logger.With("component", "server"),
@@ -107,6 +116,7 @@ func Run(ctx context.Context, o Options) error {
 	case r := <-ready:
 		url, tokenFile = r[0], r[1]
 	case err := <-errc:
+		running--
 		return fmt.Errorf("control plane: %w", err)
 	case <-ctx.Done():
 		return ctx.Err()
@@ -131,6 +141,7 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("write the CLI context file: %w", err)
 		}
 	}
+	running++
 	go func() {
 		errc <- daemon.RunAgent(ctx, daemon.AgentOptions{
 			ControlPlaneURL: url, NodeID: o.NodeID, StateDir: filepath.Join(o.DataDir, "agent"),
@@ -149,10 +160,28 @@ func Run(ctx context.Context, o Options) error {
 	case <-ctx.Done():
 		return nil
 	case err := <-errc:
+		running--
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
+	}
+}
+
+// stopWait bounds how long Run waits for the control plane and the agent
+// to stop: past the agent's 30 s for closing its function engine.
+const stopWait = 45 * time.Second
+
+// waitStopped waits for n results on errc, for at most limit.
+func waitStopped(errc <-chan error, n int, limit time.Duration) {
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for ; n > 0; n-- {
+		select {
+		case <-errc:
+		case <-timer.C:
+			return
+		}
 	}
 }
 

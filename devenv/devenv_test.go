@@ -120,6 +120,18 @@ func TestDevRunsAWorkloadAndKeepsItsState(t *testing.T) {
 	if err := dev.stop(); err != nil {
 		t.Fatalf("dev stopped with %v, want a clean stop", err)
 	}
+	// Stopped means stopped: the local agent's function containers and
+	// network namespace holders (fnagent's pool, kept from its start) are
+	// gone by the time Run returns.
+	for _, label := range []string{"mercator.fn", "mercator.fn.holder"} {
+		out, err := exec.Command("docker", "ps", "-aq", "--filter", "label=mercator.node="+nodeID, "--filter", "label="+label).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left := strings.Fields(string(out)); len(left) > 0 {
+			t.Errorf("%d containers labelled %s left after dev stopped", len(left), label)
+		}
+	}
 
 	dev = startDev(t, dataDir, contextPath, nodeID)
 	run(dev, "second")
