@@ -59,12 +59,8 @@ func DefaultDataDir(env func(string) string) string {
 	return filepath.Join(os.TempDir(), "mercator-dev")
 }
 
-// Run starts the registry, the control plane and the local agent and runs
-// until ctx ends or one of them fails.
-func Run(ctx context.Context, o Options) error {
-	if o.DataDir == "" {
-		return errors.New("devenv: DataDir is required")
-	}
+// setDefaults fills the options left empty.
+func (o *Options) setDefaults() {
 	if o.Listen == "" {
 		o.Listen = "127.0.0.1:7070"
 	}
@@ -80,6 +76,15 @@ func Run(ctx context.Context, o Options) error {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
+}
+
+// Run starts the registry, the control plane and the local agent and runs
+// until ctx ends or one of them fails.
+func Run(ctx context.Context, o Options) error {
+	if o.DataDir == "" {
+		return errors.New("devenv: DataDir is required")
+	}
+	o.setDefaults()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 

@@ -17,8 +17,9 @@ import (
 )
 
 // answersTestAgent is an agent with a Functions side (no engine: these
-// tests drive its answers alone) whose session credential is set.
-func answersTestAgent(t *testing.T) *Agent {
+// tests drive its answers alone) whose session credential is set, and a
+// context that ends with the test.
+func answersTestAgent(t *testing.T) (*Agent, context.Context) {
 	t.Helper()
 	state, err := OpenState(t.TempDir())
 	if err != nil {
@@ -27,8 +28,39 @@ func answersTestAgent(t *testing.T) *Agent {
 	if err := state.Enrolled("n1", nodeproto.Enrollment{NodeID: "n1", SessionToken: "tok", FencingToken: 1}); err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	return New(Identity{NodeID: "n1"}, nil, nil, state, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-		WithFunctions(nil, FunctionShare{}))
+		WithFunctions(nil, FunctionShare{})), ctx
+}
+
+// answerHead answers a call answers stream's head at once (full duplex),
+// saying invokes may come down the answer when invokes is set.
+func answerHead(w http.ResponseWriter, invokes bool) *http.ResponseController {
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex()
+	if invokes {
+		w.Header().Set(nodeproto.HeaderCallInvokes, nodeproto.CallInvokesBinary)
+	}
+	w.WriteHeader(http.StatusOK)
+	_ = rc.Flush()
+	return rc
+}
+
+// readAnswers sends each frame of a call answers stream's body to frames,
+// with a body of its own, until the body ends.
+func readAnswers(body io.Reader, frames chan<- nodeproto.CallAnswer) {
+	br := bufio.NewReader(body)
+	var buf []byte
+	for {
+		a, next, err := nodeproto.ReadCallAnswer(br, buf)
+		if err != nil {
+			return
+		}
+		buf = next
+		a.Body = append([]byte(nil), a.Body...)
+		frames <- a
+	}
 }
 
 // TestAnswersRideTheStream: with the command allowing it, whole answers
@@ -44,26 +76,11 @@ func TestAnswersRideTheStream(t *testing.T) {
 			return
 		}
 		opens.Add(1)
-		rc := http.NewResponseController(w)
-		_ = rc.EnableFullDuplex()
-		w.WriteHeader(http.StatusOK)
-		_ = rc.Flush()
-		br := bufio.NewReader(r.Body)
-		var buf []byte
-		for {
-			a, next, err := nodeproto.ReadCallAnswer(br, buf)
-			if err != nil {
-				return
-			}
-			buf = next
-			a.Body = append([]byte(nil), a.Body...)
-			frames <- a
-		}
+		answerHead(w, false)
+		readAnswers(r.Body, frames)
 	}))
-	defer srv.Close()
-	a := answersTestAgent(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(srv.Close) // after the agent's context ends (cleanups run last first)
+	a, ctx := answersTestAgent(t)
 	f := a.functions
 	inv := nodeproto.InvokeCommand{Rendezvous: "rv-1", URL: srv.URL, AnswerStream: true}
 	ok := nodeproto.CallAnswer{Status: 201, Header: map[string][]string{"Content-Type": {"text/plain"}}, Body: []byte("made")}
@@ -107,10 +124,8 @@ func TestAnswersPostedToAnOlderControlPlane(t *testing.T) {
 		hits.Add(1)
 		http.NotFound(w, r)
 	}))
-	defer srv.Close()
-	a := answersTestAgent(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(srv.Close) // after the agent's context ends (cleanups run last first)
+	a, ctx := answersTestAgent(t)
 	f := a.functions
 	inv := nodeproto.InvokeCommand{Rendezvous: "rv-1", URL: srv.URL, AnswerStream: true}
 	ans := nodeproto.CallAnswer{Status: 200}
@@ -144,30 +159,15 @@ func TestInvokesComeDownTheStream(t *testing.T) {
 			return
 		}
 		asked <- r.Header.Get(nodeproto.HeaderCallInvokes) == nodeproto.CallInvokesBinary
-		rc := http.NewResponseController(w)
-		_ = rc.EnableFullDuplex()
-		w.Header().Set(nodeproto.HeaderCallInvokes, nodeproto.CallInvokesBinary)
-		w.WriteHeader(http.StatusOK)
-		_ = rc.Flush()
+		rc := answerHead(w, true)
 		inv := &nodeproto.InvokeCommand{CallID: "c-9", Rendezvous: "rv-9", URL: "http://" + r.Host, AnswerStream: true}
 		frame := nodeproto.AppendInvokeFrame(nil, 0, inv)
 		w.Write(append(frame, frame...)) // the same command twice
 		_ = rc.Flush()
-		br := bufio.NewReader(r.Body)
-		var buf []byte
-		for {
-			a, next, err := nodeproto.ReadCallAnswer(br, buf)
-			if err != nil {
-				return
-			}
-			buf = next
-			frames <- a
-		}
+		readAnswers(r.Body, frames)
 	}))
-	defer srv.Close()
-	a := answersTestAgent(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(srv.Close) // after the agent's context ends (cleanups run last first)
+	a, ctx := answersTestAgent(t)
 	f := a.functions
 	f.answerOnStream(ctx, a, nodeproto.InvokeCommand{Rendezvous: "rv-1", URL: srv.URL, AnswerStream: true}, nodeproto.CallAnswer{Status: 200})
 	if !<-asked {
