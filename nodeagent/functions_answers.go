@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mercator/mercator/internal/combiner"
 	"github.com/mercator/mercator/nodeproto"
 )
 
@@ -38,22 +39,24 @@ const (
 var errAnswersOpen = errors.New("the control plane did not answer the call answers stream's head in time")
 
 // answerStream is one call answers stream to one replica. Answers are
-// written by the calls' own goroutines: a sender that finds no write under
-// way writes what is queued (its own frame and any queued meanwhile) until
-// nothing is left; one that finds a write under way queues its frame for
-// it and returns. So a hot call at c=1 hands its answer to no other
-// goroutine of the agent, and concurrent calls share writes.
+// written by the calls' own goroutines (package combiner): a hot call at
+// c=1 hands its answer to no other goroutine of the agent, and concurrent
+// calls share writes. The stream is broken (answers are posted) once
+// frames is closed: ended, failed to open, or a write failed.
 type answerStream struct {
 	mu      sync.Mutex
-	ready   bool      // the control plane answered the head
-	broken  bool      // ended or failed: answers are posted
-	retryAt time.Time // when broken, when a new one may be opened
-	pending []byte    // frames queued while a write is under way
-	spare   []byte
-	writing bool          // a sender is writing
-	last    time.Time     // when a frame was last queued
+	ready   bool          // the control plane answered the head
+	retryAt time.Time     // when broken, when a new one may be opened
 	opened  chan struct{} // closed once the head came back, or the open failed
 	pw      *io.PipeWriter
+	frames  *combiner.Writer
+	last    time.Time // when a frame was last queued; guarded by frames' lock
+}
+
+// broken reports whether the stream carries no more answers.
+func (st *answerStream) broken() bool {
+	closed, _ := st.frames.Closed()
+	return closed
 }
 
 // answerStreamFor is the stream to url, opening one when there is none
@@ -65,8 +68,9 @@ func (f *agentFunctions) answerStreamFor(ctx context.Context, a *Agent, url stri
 	st := f.answers[url]
 	if st != nil {
 		st.mu.Lock()
-		ready, broken, retryAt := st.ready, st.broken, st.retryAt
+		ready, retryAt := st.ready, st.retryAt
 		st.mu.Unlock()
+		broken := st.broken()
 		switch {
 		case ready && !broken:
 			return st
@@ -78,6 +82,10 @@ func (f *agentFunctions) answerStreamFor(ctx context.Context, a *Agent, url stri
 		f.answers = map[string]*answerStream{}
 	}
 	st = &answerStream{opened: make(chan struct{})}
+	st.frames = combiner.New(func(p []byte) error {
+		_, err := st.pw.Write(p) // pw is set before the stream is ready
+		return err
+	})
 	f.answers[url] = st
 	go f.runAnswerStream(ctx, a, url, st)
 	return nil
@@ -102,41 +110,22 @@ func (f *agentFunctions) answerOnStream(ctx context.Context, a *Agent, inv nodep
 // way; false when the stream is broken or the frame would be over
 // nodeproto.MaxCallAnswerFrame (the caller posts the answer instead).
 func (st *answerStream) send(ans nodeproto.CallAnswer, now time.Time) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.broken {
-		return false
-	}
-	start := len(st.pending)
-	st.pending = nodeproto.AppendCallAnswer(st.pending, ans)
-	if len(st.pending)-start > nodeproto.MaxCallAnswerFrame {
-		st.pending = st.pending[:start]
-		return false
-	}
-	st.last = now
-	if st.writing {
-		return true
-	}
-	st.writing = true
-	for len(st.pending) > 0 && !st.broken {
-		out := st.pending
-		st.pending = st.spare[:0]
-		st.mu.Unlock()
-		_, err := st.pw.Write(out)
-		st.mu.Lock()
-		st.spare = out[:0]
-		if err != nil {
-			st.broken, st.retryAt = true, now
+	return st.frames.Add(func(p []byte) ([]byte, bool) {
+		start := len(p)
+		p = nodeproto.AppendCallAnswer(p, ans)
+		if len(p)-start > nodeproto.MaxCallAnswerFrame {
+			return p[:start], false
 		}
-	}
-	st.writing = false
-	return true
+		st.last = now
+		return p, true
+	})
 }
 
 // fail marks the stream broken; a new one may be opened after retry.
 func (st *answerStream) fail(now time.Time, retry time.Duration) {
+	st.frames.Fail()
 	st.mu.Lock()
-	st.broken, st.retryAt = true, now.Add(retry)
+	st.retryAt = now.Add(retry)
 	st.mu.Unlock()
 }
 
@@ -180,8 +169,9 @@ func (f *agentFunctions) runAnswerStream(ctx context.Context, a *Agent, url stri
 		pr.CloseWithError(io.ErrClosedPipe)
 		return
 	}
+	st.last = a.now() // before any frame: the stream is not ready yet
 	st.mu.Lock()
-	st.ready, st.last = true, a.now()
+	st.ready = true
 	st.mu.Unlock()
 	close(st.opened)
 	// The control plane ends its answer only when it stops reading; until
@@ -210,19 +200,21 @@ func (f *agentFunctions) runAnswerStream(ctx context.Context, a *Agent, url stri
 			pw.CloseWithError(ctx.Err())
 			return
 		}
-		st.mu.Lock()
-		if quiet, writing := a.now().Sub(st.last), st.writing; writing || quiet < answersIdle {
-			st.mu.Unlock()
-			wait := answersIdle - quiet // the rest of the quiet time
-			if writing {
-				wait = answersIdle // a write under way: look again later
+		// Ended once quiet for answersIdle with no write under way,
+		// atomically with the frames (none is taken after).
+		var wait time.Duration
+		if !st.frames.CloseIfIdle(func() bool {
+			quiet := a.now().Sub(st.last)
+			wait = answersIdle - quiet
+			return quiet >= answersIdle
+		}) {
+			if wait <= 0 { // a write under way: look again later
+				wait = answersIdle
 			}
 			idle.Reset(wait)
 			continue
 		}
-		st.broken = true // the next call opens another
-		st.mu.Unlock()
-		pw.Close()
+		pw.Close() // the next call opens another
 		<-ended
 		return
 	}

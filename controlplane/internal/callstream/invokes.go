@@ -5,28 +5,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mercator/mercator/internal/combiner"
 	"github.com/mercator/mercator/nodeproto"
 )
 
 // Invokes writes invoke frames down a call answers stream's answer
 // (nodeproto.HeaderCallInvokes), from the goroutines of the calls
-// themselves: a sender that finds no write under way writes what is
-// queued, its own frame and any queued meanwhile, and keeps writing until
-// nothing is left; one that finds a write under way queues its frame and
-// returns. So a hot call at c=1 costs one write and no hand-off, and
-// concurrent calls share writes (and TLS records). Safe for concurrent
-// use.
+// themselves (package combiner): a hot call at c=1 costs one write and no
+// hand-off, and concurrent calls share writes (and TLS records). Safe for
+// concurrent use.
 type Invokes struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
-
-	mu      sync.Mutex
-	idle    sync.Cond // signalled when a write ends
-	pending []byte    // frames queued while a write is under way
-	spare   []byte
-	writing bool
-	closed  bool
-
+	frames    *combiner.Writer
 	broken    chan struct{}
 	breakOnce sync.Once
 }
@@ -35,8 +24,22 @@ type Invokes struct {
 var writeTimeout = 2 * time.Second
 
 func newInvokes(w http.ResponseWriter, rc *http.ResponseController) *Invokes {
-	iv := &Invokes{w: w, rc: rc, broken: make(chan struct{})}
-	iv.idle.L = &iv.mu
+	iv := &Invokes{broken: make(chan struct{})}
+	iv.frames = combiner.New(func(p []byte) error {
+		// A sender writes on its caller's goroutine, so no write may
+		// block for long: an agent that stops reading (a connection
+		// gone silent) breaks the stream instead, and the commands go
+		// down the session.
+		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		_, err := w.Write(p)
+		if err == nil {
+			err = rc.Flush()
+		}
+		if err != nil {
+			iv.breakOff()
+		}
+		return err
+	})
 	return iv
 }
 
@@ -51,61 +54,18 @@ func (iv *Invokes) breakOff() { iv.breakOnce.Do(func() { close(iv.broken) }) }
 // fail takes no more frames and closes Broken: the stream ended before
 // the agent ended it.
 func (iv *Invokes) fail() {
-	iv.mu.Lock()
-	iv.closed = true
-	iv.mu.Unlock()
+	iv.frames.Fail()
 	iv.breakOff()
 }
 
 // Send writes cmd's frame under fencing, or queues it for the write under
 // way. false when the stream is closed or broken: the caller sends cmd
 // another way. true means written or queued, not read: a frame lost with a
-// broken stream is the caller's to send again (Serve's broken).
+// broken stream is the caller's to send again (Broken).
 func (iv *Invokes) Send(fencing uint64, cmd *nodeproto.InvokeCommand) bool {
-	iv.mu.Lock()
-	if iv.closed {
-		iv.mu.Unlock()
-		return false
-	}
-	iv.pending = nodeproto.AppendInvokeFrame(iv.pending, fencing, cmd)
-	if iv.writing {
-		iv.mu.Unlock()
-		return true
-	}
-	iv.writing = true
-	for len(iv.pending) > 0 && !iv.closed {
-		out := iv.pending
-		iv.pending = iv.spare[:0]
-		iv.mu.Unlock()
-		// A sender writes on its caller's goroutine, so no write may
-		// block for long: an agent that stops reading (a connection
-		// gone silent) breaks the stream instead, and the commands go
-		// down the session.
-		_ = iv.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-		_, err := iv.w.Write(out)
-		if err == nil {
-			err = iv.rc.Flush()
-		}
-		iv.mu.Lock()
-		iv.spare = out[:0]
-		if err != nil {
-			iv.closed = true
-			iv.breakOff()
-		}
-	}
-	iv.writing = false
-	iv.idle.Broadcast()
-	iv.mu.Unlock()
-	return true
+	return iv.frames.Add(func(p []byte) ([]byte, bool) { return nodeproto.AppendInvokeFrame(p, fencing, cmd), true })
 }
 
 // close takes no more frames and waits for a write under way: the
 // handler may return (ending the answer) only once nothing writes to it.
-func (iv *Invokes) close() {
-	iv.mu.Lock()
-	iv.closed = true
-	for iv.writing {
-		iv.idle.Wait()
-	}
-	iv.mu.Unlock()
-}
+func (iv *Invokes) close() { iv.frames.Close() }
