@@ -17,20 +17,18 @@ import (
 )
 
 // fnInvokes is the control plane's count of call attempts' commands sent
-// by route (mercator_fn_invokes_total).
+// by route (mercator_fn_invokes_total); 0 before the first.
 func (c *cluster) fnInvokes(route string) float64 {
 	c.t.Helper()
-	prefix := fmt.Sprintf("mercator_fn_invokes_total{route=%q} ", route)
-	for _, line := range strings.Split(c.get("/metrics"), "\n") {
-		if v, ok := strings.CutPrefix(line, prefix); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				c.t.Fatalf("metric line %q: %v", line, err)
-			}
-			return n
-		}
+	v := metricSeries(c.t, c.url, c.token, fmt.Sprintf("mercator_fn_invokes_total{route=%q}", route))
+	if v == "" {
+		return 0
 	}
-	return 0
+	n, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		c.t.Fatalf("mercator_fn_invokes_total{route=%q} = %q: %v", route, v, err)
+	}
+	return n
 }
 
 // answersTap finds the connections that carry a call answers stream.

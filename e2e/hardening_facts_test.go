@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -111,21 +109,8 @@ func fabricatedH100(uuid string) nodeproto.Accelerator {
 // factFlags reads mercator_node_fact_flags_total for kind.
 func (c *cluster) factFlags(kind string) string {
 	c.t.Helper()
-	req, err := http.NewRequestWithContext(c.ctx, http.MethodGet, c.url+"/metrics", nil)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), `mercator_node_fact_flags_total{kind="`+kind+`"} `); ok {
-			return v
-		}
+	if v := metricSeries(c.t, c.url, c.token, `mercator_node_fact_flags_total{kind="`+kind+`"}`); v != "" {
+		return v
 	}
 	return "absent"
 }

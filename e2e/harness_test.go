@@ -5,6 +5,7 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -255,4 +256,28 @@ func (c *cluster) publish(name string) string {
 		c.t.Fatalf("publish %s: %v", name, err)
 	}
 	return pinned
+}
+
+// metricSeries is the value of one series (its name and labels exactly as
+// the exposition writes them) on the /metrics of the control plane at
+// url, read with token; "" when the series is absent.
+func metricSeries(t testing.TB, url, token, series string) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token) // /metrics needs a reader's credential
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			return v
+		}
+	}
+	return ""
 }

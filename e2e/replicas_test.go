@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,23 +58,7 @@ func startReplica(t *testing.T, dsn string) *replicaProc {
 
 // leaderGauge reads mercator_scheduler_leader from a replica's metrics.
 func leaderGauge(t *testing.T, r *replicaProc) string {
-	req, err := http.NewRequest(http.MethodGet, r.url+"/metrics", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+r.token) // /metrics needs a reader's credential
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "mercator_scheduler_leader "); ok {
-			return v
-		}
-	}
-	return ""
+	return metricSeries(t, r.url, r.token, "mercator_scheduler_leader")
 }
 
 // The replicas' periods in TestReplicasShareOnePostgres. keepAlive stays
