@@ -506,7 +506,7 @@ func benchDockerRunCLI(t *testing.T, te *testEngine, fn FunctionConfig, i int) t
 	mem := strconv.FormatInt(fn.MemoryMB, 10) + "m"
 	args := []string{"run", "-d", "--network", "none", "--memory", mem, "--memory-swap", mem,
 		"--label", dockerengine.LabelNode + "=" + te.node,
-		"--mount", "type=bind,source=" + dir + ",target=" + socketDirInContainer}
+		"--mount", "type=bind,source=" + dir + ",target=" + fdksocket.DirInContainer}
 	for _, kv := range containerEnv(fn) {
 		args = append(args, "-e", kv)
 	}
@@ -535,7 +535,7 @@ func benchDockerRunAPI(t *testing.T, te *testEngine, fn FunctionConfig, i int) t
 	created, err := te.cli.ContainerCreate(ctx,
 		&container.Config{Image: fn.Image, Env: containerEnv(fn), Labels: map[string]string{dockerengine.LabelNode: te.node}},
 		&container.HostConfig{
-			Mounts:      []mount.Mount{{Type: mount.TypeBind, Source: dir, Target: socketDirInContainer}},
+			Mounts:      []mount.Mount{{Type: mount.TypeBind, Source: dir, Target: fdksocket.DirInContainer}},
 			NetworkMode: "none",
 			Resources:   container.Resources{Memory: memory, MemorySwap: memory},
 		}, nil, nil, "")

@@ -15,6 +15,7 @@ import (
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
+
 	"github.com/mercator/mercator/fnagent/internal/fdksocket"
 )
 
@@ -98,9 +99,9 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 		// No launch fails for a holder (netns.go): one gone behind the
 		// engine's back leaves its container unable to start, so a fresh
 		// container, making its own namespace, is started instead.
-		e.log.Debug("a prepared container did not start in its holder's namespace; starting a fresh one",
+		e.log.Debug("a container did not start in its holder's namespace; starting a fresh one",
 			"container", c.name, "err", err)
-		if c, err = e.replacePrepared(c); err != nil {
+		if c, err = e.replaceHeld(c); err != nil {
 			return nil, err
 		}
 		err = e.startContainer(ctx, c.id)
@@ -121,7 +122,7 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 		return fail(callErr(KindBusy, err, "the engine is closing"))
 	default:
 		return fail(callErr(KindInitTimeout, err, "container %s did not accept a connection on %s within %v; its output ends: %q",
-			c.name, socketName, fn.InitTimeout, c.logs.Tail()))
+			c.name, fdksocket.Name, fn.InitTimeout, c.logs.Tail()))
 	}
 	c.transport = newTransport(c.sockDir)
 	c.launched = times
@@ -133,11 +134,12 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 	return c, nil
 }
 
-// replacePrepared removes c, a prepared container a launch took that did
-// not start, and creates another of its pool, without a holder, for the
-// launch's reservation, which moves to it (not released by c's removal).
-// The error is create's.
-func (e *Engine) replacePrepared(c *hotContainer) (*hotContainer, error) {
+// replaceHeld removes c, a container in a holder's namespace (a spare's,
+// or a pooled one, netnspool.go) that a launch could not start, and
+// creates another of its pool, making its own namespace, for the launch's
+// reservation, which moves to it (not released by c's removal). The error
+// is create's.
+func (e *Engine) replaceHeld(c *hotContainer) (*hotContainer, error) {
 	e.mu.Lock()
 	res := c.reservation
 	c.reservation = nil

@@ -7,6 +7,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/mercator/mercator/dockerengine"
+	"github.com/mercator/mercator/fnagent/internal/fdksocket"
 	"github.com/mercator/mercator/fnagent/internal/netnsholder"
 )
 
@@ -16,7 +17,7 @@ import (
 // so what the engine asks the daemon for is readable in one place. The
 // container carries dockerengine.LabelFn, dockerengine.LabelApp,
 // dockerengine.LabelPool (and dockerengine.LabelNode when cfg.NodeID is
-// set), mounts sockDir at socketDirInContainer, joins cfg.Network ("" is
+// set), mounts sockDir at fdksocket.DirInContainer, joins cfg.Network ("" is
 // the daemon's default bridge) or, when holder (a container's ID) is set,
 // that holder's network namespace (netns.go; Docker then refuses a
 // hostname, DNS settings or ports of the joining container's own, and none
@@ -43,7 +44,7 @@ func containerConfig(fn FunctionConfig, poolKey, sockDir string, gpus []string, 
 		nanoCPUs = int64(math.Round(cfg.Containment.DefaultCPU * 1e9))
 	}
 	hostConfig := &container.HostConfig{
-		Mounts:      []mount.Mount{{Type: mount.TypeBind, Source: sockDir, Target: socketDirInContainer}},
+		Mounts:      []mount.Mount{{Type: mount.TypeBind, Source: sockDir, Target: fdksocket.DirInContainer}},
 		NetworkMode: container.NetworkMode(cfg.Network),
 		// The engine reads the output from the attach stream, which the
 		// daemon feeds whatever the log driver. A driver would also store

@@ -8,6 +8,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/mercator/mercator/dockerengine"
+	"github.com/mercator/mercator/fnagent/internal/fdksocket"
 )
 
 func TestContainerConfig(t *testing.T) {
@@ -38,7 +39,7 @@ func TestContainerConfig(t *testing.T) {
 			if !reflect.DeepEqual(config.Env, containerEnv(fn)) {
 				t.Errorf("Env = %v, want containerEnv's %v", config.Env, containerEnv(fn))
 			}
-			wantMounts := []mount.Mount{{Type: mount.TypeBind, Source: "/sockets/abc", Target: socketDirInContainer}}
+			wantMounts := []mount.Mount{{Type: mount.TypeBind, Source: "/sockets/abc", Target: fdksocket.DirInContainer}}
 			if !reflect.DeepEqual(host.Mounts, wantMounts) || host.NetworkMode != container.NetworkMode(tc.mode) || host.LogConfig.Type != "none" {
 				t.Errorf("host config = %+v, want the socket directory mounted, network mode %q and no log driver", host, tc.mode)
 			}

@@ -16,12 +16,9 @@ import (
 	"github.com/mercator/mercator/fnagent/internal/fdksocket"
 )
 
-// The http-stream contract's fixed names.
+// What the engine tells an FDK beyond the socket (package fdksocket names
+// the contract's socket directory and listener).
 const (
-	// socketDirInContainer is where the socket directory is mounted.
-	socketDirInContainer = fdksocket.DirInContainer
-	// socketName is the listener's name in it.
-	socketName = fdksocket.Name
 	// logFrameName is what FDKs print, "=<call ID>", on stdout and stderr
 	// at the start of each call (FN_LOGFRAME_NAME), so output is attributed
 	// to calls by the function's own word.
@@ -39,7 +36,7 @@ func containerEnv(fn FunctionConfig) []string {
 		env = append(env, k+"="+v)
 	}
 	env = append(env,
-		"FN_LISTENER=unix:"+socketDirInContainer+"/"+socketName,
+		"FN_LISTENER=unix:"+fdksocket.DirInContainer+"/"+fdksocket.Name,
 		"FN_FORMAT=http-stream",
 		"FN_FN_ID="+fn.ID,
 		"FN_APP_ID="+fn.AppID,
