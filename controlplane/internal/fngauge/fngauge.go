@@ -15,8 +15,9 @@ import (
 
 // Containers is the gauge of function containers by function and state
 // (idle, paused, busy, starting), summed over the ready nodes' last facts.
-// It is read from the store at each scrape: nodes report it with their
-// facts, and a scrape is rare next to calls.
+// It is summed at each scrape from the nodes' records as last read (Nodes,
+// never a read per scrape): nodes report it with their facts, and a scrape
+// is rare next to calls.
 type Containers struct {
 	// Nodes is the nodes' records as last read (never a read per
 	// scrape), and Ready whether a node counts.
