@@ -15,6 +15,11 @@ import (
 	"github.com/mercator/mercator/artifactcache"
 	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/fnagent"
+	"github.com/mercator/mercator/fnagent/outputrelay"
+
+	// Every binary with the agent in it is an output relay when started
+	// as one (autoOutputRelay uses the agent's own executable).
+	_ "github.com/mercator/mercator/fnagent/outputrelay/relaymain"
 	"github.com/mercator/mercator/nodeagent"
 	"github.com/mercator/mercator/nodeagent/dockerruntime"
 	"github.com/mercator/mercator/pki"
@@ -211,6 +216,9 @@ func startFunctions(ctx context.Context, o AgentOptions, rt *dockerruntime.Runti
 	if fo.SocketRoot == "" {
 		fo.SocketRoot = filepath.Join(o.StateDir, "fn-sockets")
 	}
+	if fo.OutputRelay == OutputRelayAuto {
+		fo.OutputRelay = autoOutputRelay(o.Logger)
+	}
 	engine, err := fnagent.New(fnagent.Config{
 		Docker:      rt.API(),
 		NodeID:      o.NodeID,
@@ -218,6 +226,7 @@ func startFunctions(ctx context.Context, o AgentOptions, rt *dockerruntime.Runti
 		Network:     fo.Network,
 		MaxSpares:   fo.Spares,
 		NetnsPool:   fo.NetnsPool,
+		OutputRelay: fo.OutputRelay,
 		Containment: o.Containment,
 		Tracker:     fnagent.NewResourceTracker(fnagent.Capacity{MemoryBytes: share.MemoryBytes, MilliCPUs: share.MilliCPUs, GPUs: share.GPUs}),
 		Logger:      o.Logger.With("component", "functions"),
@@ -239,6 +248,28 @@ func startFunctions(ctx context.Context, o AgentOptions, rt *dockerruntime.Runti
 		}
 	}
 	return []nodeagent.Option{nodeagent.WithFunctions(engine, share)}, stop, nil
+}
+
+// autoOutputRelay is --fn-output-relay's "auto": this agent's own
+// executable, which every binary with the agent in it can be (relaymain),
+// when it is statically linked; "" (the output through the daemon, as
+// before the relay) otherwise, said once in the log with what to do. A
+// daemon that cannot mount the path (an agent in a container of its own,
+// whose paths the daemon's machine does not share) turns the relay off at
+// the first container (fnagent.Config.OutputRelay).
+func autoOutputRelay(log *slog.Logger) string {
+	off := func(reason string, args ...any) string {
+		log.Info("function output goes through the Docker daemon, not the output relay (--fn-output-relay)", append([]any{"reason", reason}, args...)...)
+		return ""
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return off("this agent's executable is unknown", "err", err)
+	}
+	if err := outputrelay.CheckStatic(exe); err != nil {
+		return off(err.Error())
+	}
+	return exe
 }
 
 // functionShare is what the options set aside for functions: a quarter of

@@ -97,9 +97,15 @@ func functionFlags(fs *flag.FlagSet) func() (nodeagent.FunctionsOptions, error) 
 	network := fs.String("fn-network", "", "Docker `network` of function containers (default the daemon's bridge)")
 	spares := fs.Int("fn-spares", fnagent.DefaultMaxSpares, "most functions without a minimum that keep a `count` of one prepared (created, not started) container here, for a faster cold start; 0 for none")
 	netnsPool := fs.Int("fn-netns-pool", fnagent.DefaultNetnsPool, "`count` of network namespaces kept ready (each a tiny holder container) for cold starts on a bridge network to join; 0 for none")
+	relay := fs.String("fn-output-relay", OutputRelayAuto, "statically linked mercator `binary` mounted into function containers to carry their output past the Docker daemon: "+
+		"a path on the daemon's machine, \""+OutputRelayAuto+"\" for this agent's own executable when it is static (CGO_ENABLED=0), or \""+outputRelayOff+"\"")
 	return func() (nodeagent.FunctionsOptions, error) {
 		o := nodeagent.FunctionsOptions{Disabled: *disabled, GPUs: *gpus, Network: *network, MilliCPUs: int64(math.Round(*cpus * 1000)),
 			MemoryBytes: int64(memory), Spares: *spares, NetnsPool: *netnsPool}
+		var err error
+		if o.OutputRelay, err = outputRelay(*relay); err != nil {
+			return o, err
+		}
 		if *cpus < 0 || *gpus < 0 {
 			return o, errors.New("--fn-cpus and --fn-gpus must not be negative")
 		}
@@ -117,6 +123,32 @@ func functionFlags(fs *flag.FlagSet) func() (nodeagent.FunctionsOptions, error) 
 		}
 		return o, nil
 	}
+}
+
+// The values of --fn-output-relay that name no path. OutputRelayAuto is
+// also nodeagent.FunctionsOptions.OutputRelay's, resolved when the agent
+// starts (autoOutputRelay).
+const (
+	OutputRelayAuto = "auto"
+	outputRelayOff  = "off"
+)
+
+// outputRelay resolves --fn-output-relay to fnagent.Config.OutputRelay:
+// "off" is none; a path must be absolute (the daemon mounts it) and is
+// checked when the engine starts; "auto" is this agent's executable when it
+// is statically linked, none when it is not (said when the engine starts,
+// autoOutputRelay). Every binary with the agent in it is a relay
+// (relaymain), so the agent's own executable always is one.
+func outputRelay(value string) (string, error) {
+	switch {
+	case value == outputRelayOff:
+		return "", nil
+	case value == OutputRelayAuto:
+		return OutputRelayAuto, nil
+	case !filepath.IsAbs(value):
+		return "", fmt.Errorf("--fn-output-relay %q: want an absolute path, %q or %q", value, OutputRelayAuto, outputRelayOff)
+	}
+	return filepath.Clean(value), nil
 }
 
 // containmentFlags declares the flags of what every workload container is

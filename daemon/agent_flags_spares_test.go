@@ -49,3 +49,34 @@ func TestFnCountFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestFnOutputRelayFlag: auto by default (resolved when the agent starts),
+// off, or an absolute path; a relative path is refused with what to give.
+func TestFnOutputRelayFlag(t *testing.T) {
+	parse := func(args ...string) (string, error) {
+		fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		get := functionFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			return "", err
+		}
+		o, err := get()
+		return o.OutputRelay, err
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, OutputRelayAuto},
+		{[]string{"--fn-output-relay", "auto"}, OutputRelayAuto},
+		{[]string{"--fn-output-relay", "off"}, ""},
+		{[]string{"--fn-output-relay", "/opt/mercator/../mercator/bin/mercator"}, "/opt/mercator/bin/mercator"},
+	} {
+		if got, err := parse(tc.args...); err != nil || got != tc.want {
+			t.Errorf("%q: %q, %v; want %q", tc.args, got, err, tc.want)
+		}
+	}
+	if _, err := parse("--fn-output-relay", "bin/mercator"); err == nil || !strings.Contains(err.Error(), "absolute path") {
+		t.Errorf("a relative path: %v; want it refused", err)
+	}
+}

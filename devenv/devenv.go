@@ -21,6 +21,7 @@ import (
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/devregistry"
+	"github.com/mercator/mercator/nodeagent"
 )
 
 // Options configures the dev environment. Zero values take the defaults
@@ -151,6 +152,7 @@ func Run(ctx context.Context, o Options) error {
 		errc <- daemon.RunAgent(ctx, daemon.AgentOptions{
 			ControlPlaneURL: url, NodeID: o.NodeID, StateDir: filepath.Join(o.DataDir, "agent"),
 			Invitation: inv.Token, ArtifactRoot: filepath.Join(o.DataDir, "artifacts"), Logger: o.Logger.With("component", "agent"),
+			Functions: nodeagent.FunctionsOptions{OutputRelay: daemon.OutputRelayAuto},
 		})
 	}()
 	fmt.Fprintf(o.Out, "mercator dev is up\n  control plane  %s\n  admin token    %s\n  CA             %s\n  registry       %s\n  node           %s (local Docker)\n  data           %s\n",

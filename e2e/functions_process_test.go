@@ -34,6 +34,9 @@ func buildMercator(t testing.TB) string {
 		mercatorBinary.path = filepath.Join(dir, "mercator")
 		cmd := exec.Command("go", "build", "-o", mercatorBinary.path, "./cmd/mercator")
 		cmd.Dir = repoRoot(t)
+		// Static, as scripts/demo.sh builds it: the agent is then its own
+		// function output relay (fnagent/outputrelay).
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		mercatorBinary.out, mercatorBinary.err = cmd.CombinedOutput()
 	})
 	if mercatorBinary.err != nil {

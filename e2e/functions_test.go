@@ -20,6 +20,7 @@ import (
 	"github.com/mercator/mercator/client"
 	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/daemon"
+	"github.com/mercator/mercator/fnagent/outputrelay"
 	"github.com/mercator/mercator/internal/registrytest"
 	"github.com/mercator/mercator/internal/testimage"
 )
@@ -127,6 +128,27 @@ func TestFunctionAgentInItsOwnProcess(t *testing.T) {
 	if err != nil || res.Status != 200 || !strings.Contains(out.String(), "Hello, endpoint") {
 		t.Fatalf("invoke by endpoint = %+v %q %v", res, out.String(), err)
 	}
+
+	// Built static, the agent is its own output relay (--fn-output-relay
+	// auto): a function's container runs its command through it, and the
+	// output reaches the agent through pipes, each call's log exact.
+	_, logged := c.deployHello("proclogs", api.Fn{Image: c.publish("fn-fdk")})
+	mark := sha256Hex([]byte(time.Now().String()))[:12]
+	_, errOut, code := c.mercatorExit(`{"log":["relayed `+mark+`"]}`, "fn", "invoke", "proclogs", "hello", "--content-type", "application/json", "--call-id")
+	callID, ok := strings.CutPrefix(strings.TrimSpace(errOut), "call ")
+	if code != 0 || !ok {
+		t.Fatalf("fn invoke --call-id: exit %d, stderr %q", code, errOut)
+	}
+	entry, err := execOutput("docker", "ps", "--format", "{{.Command}}", "--no-trunc", "--filter", "label=mercator.fn="+logged.ID)
+	if err != nil || !strings.Contains(entry, outputrelay.InContainer+" "+outputrelay.Arg) {
+		t.Fatalf("the function's container runs %q (%v); want its command through the relay", entry, err)
+	}
+	want := "relayed " + mark + "\nrelayed " + mark + "\n" // the FDK test image prints to stderr, then stdout
+	var log string
+	c.waitFor("the call's log through the relay", func() bool {
+		log, err = c.client.CallLog(c.ctx, logged.ID, callID)
+		return err == nil && log == want
+	})
 }
 
 // TestFunctionsSpreadAndSpill: with two agents, functions spread over both

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/mercator/mercator/fnagent/internal/fdksocket"
+	"github.com/mercator/mercator/fnagent/outputrelay"
 )
 
 // One hot container's life: launched for a pool, paused when idle,
@@ -39,6 +42,9 @@ type hotContainer struct {
 	attached bool
 	attach   types.HijackedResponse
 	served   atomic.Int64
+	// relayed counts the bytes of output that came through the output
+	// relay's pipes (outputrelay), none when the container has none.
+	relayed  atomic.Int64
 	launched LaunchTimes // set by launch before the container is handed out
 
 	opMu   sync.Mutex // serializes pause and unpause
@@ -80,7 +86,7 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 	}
 	times.Prepared = c != nil
 	if c == nil {
-		if err := e.ensureImage(ctx, fn.Image, auth); err != nil {
+		if _, err := e.ensureImage(ctx, fn.Image, auth); err != nil {
 			return nil, err
 		}
 		lap(&times.Image)
@@ -189,37 +195,45 @@ func (e *Engine) create(p *pool, res *Reservation, mode holderMode) (*hotContain
 	if res != nil {
 		gpus = res.GPUs()
 	}
-	config, hostConfig := containerConfig(fn, p.key, c.sockDir, gpus, c.holder, e.cfg)
-	created, err := e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
-	if err != nil && cerrdefs.IsNotFound(err) {
-		// The image was removed since ensureImage remembered it.
-		e.forgetImage(fn.Image)
-		e.mu.Lock()
-		auth := p.auth
-		e.mu.Unlock()
-		if ierr := e.ensureImage(ctx, fn.Image, auth); ierr != nil {
-			var ce *CallError
-			if errors.As(ierr, &ce) {
-				return fail(ce)
-			}
-			return fail(callErr(KindImagePull, ierr, "%v", ierr))
+	e.mu.Lock()
+	auth := p.auth
+	e.mu.Unlock()
+	var pipes *outputrelay.Pipes
+	defer func() {
+		if pipes != nil && c.id == "" { // made, but no container to copy from
+			pipes.Copy([2]io.Writer{io.Discard, io.Discard})
+			pipes.Close(0)
 		}
-		created, err = e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
-	}
+	}()
+	created, err := e.createContainer(c, p, gpus, auth, &pipes)
 	if err != nil {
+		var ce *CallError
+		if errors.As(err, &ce) {
+			return fail(ce)
+		}
 		return fail(callErr(KindInitFailed, err, "create container %s: %v", c.name, err))
 	}
 	c.id = created.ID
+	if pipes != nil {
+		pipes.Copy([2]io.Writer{c.relayedWriter(0), c.relayedWriter(1)})
+	}
 	// Attached before the start, so no output is lost; the stream ends when
 	// the process does (or the container is removed unstarted), which is
-	// how the engine learns of an exit.
+	// how the engine learns of an exit. The pipes' copies end with it,
+	// having read what the process wrote before it ended.
 	attach, err := e.api.ContainerAttach(ctx, c.id, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
 	if err != nil {
+		if pipes != nil {
+			pipes.Close(0)
+		}
 		return fail(callErr(KindInitFailed, err, "attach to container %s: %v", c.name, err))
 	}
 	c.attach, c.attached = attach, true
 	go func() {
 		_, _ = stdcopy.StdCopy(c.logs.writer(0), c.logs.writer(1), attach.Reader)
+		if pipes != nil {
+			pipes.Close(pipeDrainGrace)
+		}
 		close(c.exited)
 	}()
 	go func() {
@@ -229,6 +243,96 @@ func (e *Engine) create(p *pool, res *Reservation, mode holderMode) (*hotContain
 		}
 	}()
 	return c, nil
+}
+
+// relayedWriter is the log writer of stream 0 (stdout) or 1 (stderr),
+// counting into c.relayed.
+func (c *hotContainer) relayedWriter(stream int) io.Writer {
+	return countedWriter{&c.relayed, c.logs.writer(stream)}
+}
+
+type countedWriter struct {
+	n *atomic.Int64
+	w io.Writer
+}
+
+func (w countedWriter) Write(p []byte) (int, error) {
+	w.n.Add(int64(len(p)))
+	return w.w.Write(p)
+}
+
+// pipeDrainGrace bounds how long after a container's exit the engine reads
+// its output pipes: every process of a container ends with its first, so
+// the pipes end at once unless the daemon is late to say so.
+const pipeDrainGrace = 2 * time.Second
+
+// createContainer asks the daemon for c's container, checking its image
+// first (ensureImage; from memory unless the image is new to the engine),
+// and again if the daemon no longer holds it (pulled again, and its
+// command read again with it). When the engine has an
+// output relay and the image states a command, the container runs it
+// through the relay, and *pipes is set to the pipes made for it
+// (outputrelay), which the caller owns whatever the error.
+func (e *Engine) createContainer(c *hotContainer, p *pool, gpus []string, auth string, pipes **outputrelay.Pipes) (container.CreateResponse, error) {
+	fn := p.fn
+	ctx := e.ctx
+	command, err := e.ensureImage(ctx, fn.Image, auth)
+	if err != nil {
+		return container.CreateResponse{}, err
+	}
+	relay := e.relays(fn, command)
+	if relay {
+		if *pipes, err = outputrelay.Make(c.sockDir); err != nil {
+			return container.CreateResponse{}, fmt.Errorf("output pipes: %w", err)
+		}
+	}
+	config, hostConfig := containerConfig(fn, p.key, c.sockDir, gpus, c.holder, relayCommand(relay, command), e.cfg)
+	created, err := e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
+	if err != nil && relay && strings.Contains(err.Error(), e.cfg.OutputRelay) {
+		// The daemon cannot mount the relay (its machine does not have
+		// the path): off for good, and this container made without it.
+		if e.relayRefused.CompareAndSwap(false, true) {
+			e.log.Warn("the Docker daemon cannot mount the function output relay; function output goes through the daemon from now on (--fn-output-relay)",
+				"relay", e.cfg.OutputRelay, "err", err)
+		}
+		config, hostConfig = containerConfig(fn, p.key, c.sockDir, gpus, c.holder, nil, e.cfg)
+		created, err = e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
+	}
+	if err == nil || !cerrdefs.IsNotFound(err) {
+		return created, err
+	}
+	// The image was removed since ensureImage remembered it.
+	e.forgetImage(fn.Image)
+	again, ierr := e.ensureImage(ctx, fn.Image, auth)
+	if ierr != nil {
+		return created, ierr
+	}
+	// Unused pipes, should the image no longer state a command, end
+	// with the container's attach stream like used ones.
+	config, hostConfig = containerConfig(fn, p.key, c.sockDir, gpus, c.holder, relayCommand(relay && len(again) > 0, again), e.cfg)
+	return e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
+}
+
+// relays reports whether fn's containers run through the engine's output
+// relay: when the engine has one that the daemon has not refused, the image states a command for it to
+// run, and the function's memory limit leaves room for the relay's start
+// (the Go runtime of the mercator binary, about 4 MiB before it executes
+// the command; none for no limit).
+func (e *Engine) relays(fn FunctionConfig, command []string) bool {
+	return e.cfg.OutputRelay != "" && !e.relayRefused.Load() && len(command) > 0 && (fn.MemoryMB == 0 || fn.MemoryMB >= minRelayMemoryMB)
+}
+
+// minRelayMemoryMB is the least memory limit under which a function's
+// containers run through the output relay.
+const minRelayMemoryMB = 32
+
+// relayCommand is the command the engine gives a container: the image's
+// run through the relay when relay is set, nil (the image's own) when not.
+func relayCommand(relay bool, command []string) []string {
+	if !relay {
+		return nil
+	}
+	return outputrelay.Entrypoint(fdksocket.DirInContainer, command)
 }
 
 // exitError explains a container that exited: killed for memory, or exited

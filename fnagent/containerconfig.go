@@ -9,11 +9,13 @@ import (
 	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/fnagent/internal/fdksocket"
 	"github.com/mercator/mercator/fnagent/internal/netnsholder"
+	"github.com/mercator/mercator/fnagent/outputrelay"
 )
 
 // containerConfig is the hot container one pool launches for fn: a pure
 // function of the function's configuration, the pool, the socket directory,
-// the GPUs and the engine's configuration (cfg, whose Containment is set),
+// the GPUs, the command and the engine's configuration (cfg, whose
+// Containment is set),
 // so what the engine asks the daemon for is readable in one place. The
 // container carries dockerengine.LabelFn, dockerengine.LabelApp,
 // dockerengine.LabelPool (and dockerengine.LabelNode when cfg.NodeID is
@@ -26,14 +28,17 @@ import (
 // none), is handed gpus by UUID, is held to the node's containment
 // (dockerengine.Containment.Apply: capabilities dropped, no-new-privileges,
 // a process limit), and logs to no driver: the engine reads its output from
-// the attach stream.
+// the attach stream. A command (relayCommand: the image's own run through
+// the output relay) is the container's entrypoint, replacing the image's
+// entrypoint and command, with cfg.OutputRelay mounted read-only where
+// the command names it; nil leaves the image's.
 //
 // A function asks for no user, read-only root or network of its own: its
 // container serves every call of the function for as long as it is hot,
 // the FDK creates its socket in the mounted directory as whatever user the
 // image names, and the engine's network is the operator's choice for all
 // functions on the node.
-func containerConfig(fn FunctionConfig, poolKey, sockDir string, gpus []string, holder string, cfg Config) (*container.Config, *container.HostConfig) {
+func containerConfig(fn FunctionConfig, poolKey, sockDir string, gpus []string, holder string, command []string, cfg Config) (*container.Config, *container.HostConfig) {
 	labels := map[string]string{dockerengine.LabelFn: fn.ID, dockerengine.LabelApp: fn.AppID, dockerengine.LabelPool: poolKey}
 	if cfg.NodeID != "" {
 		labels[dockerengine.LabelNode] = cfg.NodeID
@@ -71,6 +76,10 @@ func containerConfig(fn FunctionConfig, poolKey, sockDir string, gpus []string, 
 		Labels:       labels,
 		AttachStdout: true,
 		AttachStderr: true,
+	}
+	if command != nil {
+		config.Entrypoint = command
+		hostConfig.Mounts = append(hostConfig.Mounts, mount.Mount{Type: mount.TypeBind, Source: cfg.OutputRelay, Target: outputrelay.InContainer, ReadOnly: true})
 	}
 	return config, hostConfig
 }

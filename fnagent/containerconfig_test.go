@@ -2,6 +2,7 @@ package fnagent
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/fnagent/internal/fdksocket"
+	"github.com/mercator/mercator/fnagent/outputrelay"
 )
 
 func TestContainerConfig(t *testing.T) {
@@ -19,6 +21,7 @@ func TestContainerConfig(t *testing.T) {
 		gpus                  []string
 		labels                map[string]string
 		devices               []container.DeviceRequest
+		command               []string
 	}{
 		{name: "no node, default network, no GPUs",
 			labels: map[string]string{dockerengine.LabelFn: "fn-1", dockerengine.LabelApp: "app-1", dockerengine.LabelPool: "pool-1"}},
@@ -29,10 +32,14 @@ func TestContainerConfig(t *testing.T) {
 		{name: "prepared in a holder's namespace: the holder's network mode, not the engine's", nodeID: "n1", network: "fns", holder: "h123",
 			labels: map[string]string{dockerengine.LabelFn: "fn-1", dockerengine.LabelApp: "app-1", dockerengine.LabelPool: "pool-1", dockerengine.LabelNode: "n1"},
 			mode:   "container:h123"},
+		{name: "through the output relay: its command the entrypoint, the relay mounted read-only",
+			labels:  map[string]string{dockerengine.LabelFn: "fn-1", dockerengine.LabelApp: "app-1", dockerengine.LabelPool: "pool-1"},
+			command: outputrelay.Entrypoint(fdksocket.DirInContainer, []string{"/app/func", "--serve"})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			contain := dockerengine.Containment{DefaultCPU: 3, PidsLimit: 321, MaxPidsLimit: 1000, LogMaxBytes: 1 << 20}
-			config, host := containerConfig(fn, "pool-1", "/sockets/abc", tc.gpus, tc.holder, Config{NodeID: tc.nodeID, Network: tc.network, Containment: &contain})
+			config, host := containerConfig(fn, "pool-1", "/sockets/abc", tc.gpus, tc.holder, tc.command,
+				Config{NodeID: tc.nodeID, Network: tc.network, Containment: &contain, OutputRelay: "/opt/mercator/bin/mercator"})
 			if config.Image != fn.Image || !reflect.DeepEqual(config.Labels, tc.labels) || !config.AttachStdout || !config.AttachStderr {
 				t.Errorf("config = %+v, want the image, labels %v and both streams attached", config, tc.labels)
 			}
@@ -40,6 +47,12 @@ func TestContainerConfig(t *testing.T) {
 				t.Errorf("Env = %v, want containerEnv's %v", config.Env, containerEnv(fn))
 			}
 			wantMounts := []mount.Mount{{Type: mount.TypeBind, Source: "/sockets/abc", Target: fdksocket.DirInContainer}}
+			if tc.command != nil {
+				wantMounts = append(wantMounts, mount.Mount{Type: mount.TypeBind, Source: "/opt/mercator/bin/mercator", Target: outputrelay.InContainer, ReadOnly: true})
+			}
+			if !slices.Equal(config.Entrypoint, tc.command) || config.Cmd != nil {
+				t.Errorf("Entrypoint %q, Cmd %q; want %q and none (the image's, when no command is given)", config.Entrypoint, config.Cmd, tc.command)
+			}
 			if !reflect.DeepEqual(host.Mounts, wantMounts) || host.NetworkMode != container.NetworkMode(tc.mode) || host.LogConfig.Type != "none" {
 				t.Errorf("host config = %+v, want the socket directory mounted, network mode %q and no log driver", host, tc.mode)
 			}
@@ -76,7 +89,7 @@ func TestContainerConfigDefaultCPU(t *testing.T) {
 		milliCPUs, want int64
 	}{{0, 15e8}, {250, 25e7}} {
 		fn := FunctionConfig{ID: "fn-1", AppID: "app-1", Image: "img@sha256:1", MemoryMB: 128, MilliCPUs: tc.milliCPUs}
-		if _, host := containerConfig(fn, "pool-1", "/s", nil, "", cfg); host.NanoCPUs != tc.want {
+		if _, host := containerConfig(fn, "pool-1", "/s", nil, "", nil, cfg); host.NanoCPUs != tc.want {
 			t.Errorf("MilliCPUs %d: NanoCPUs = %d, want %d", tc.milliCPUs, host.NanoCPUs, tc.want)
 		}
 	}

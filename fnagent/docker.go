@@ -4,41 +4,43 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 
 	"github.com/mercator/mercator/dockerengine"
 )
 
 // ensureImage makes the daemon hold ref, pulling it if needed within the
-// engine's PullTimeout. Pulls belong to the engine, not to a call (e.pulls
-// keeps them), so none is abandoned because the call that started it gave
-// up: the next call wants the image too. Errors are KindImagePull or
-// KindImagePullTimeout.
+// engine's PullTimeout, and returns the image's command (imageCommand).
+// Pulls belong to the engine, not to a call (e.pulls keeps them), so none
+// is abandoned because the call that started it gave up: the next call
+// wants the image too. Errors are KindImagePull or KindImagePullTimeout.
 //
 // An image the daemon was seen to hold is not asked about again (a
 // daemon round trip off a cold start's path): ref is pinned by digest,
 // so what it names cannot change, and a launch that finds it removed
 // behind the engine's back forgets it and checks again (create).
-func (e *Engine) ensureImage(ctx context.Context, ref, auth string) error {
+func (e *Engine) ensureImage(ctx context.Context, ref, auth string) ([]string, error) {
 	e.mu.Lock()
-	known := e.present[ref]
+	command, known := e.present[ref]
 	e.mu.Unlock()
 	if known {
-		return nil
+		return command, nil
 	}
-	err := e.fetchImage(ctx, ref, auth)
+	command, err := e.fetchImage(ctx, ref, auth)
 	if err == nil {
 		e.mu.Lock()
 		if len(e.present) >= maxPresentImages {
 			clear(e.present) // a bound, not a cache policy: the next launches ask again
 		}
-		e.present[ref] = true
+		e.present[ref] = command
 		e.mu.Unlock()
 	}
-	return err
+	return command, err
 }
 
 // maxPresentImages bounds the images ensureImage remembers.
@@ -52,17 +54,17 @@ func (e *Engine) forgetImage(ref string) {
 }
 
 // fetchImage is ensureImage without its memory: an inspect, and a pull
-// when the daemon holds no such image.
-func (e *Engine) fetchImage(ctx context.Context, ref, auth string) error {
-	if _, err := e.api.ImageInspect(ctx, ref); err == nil {
-		return nil
+// when the daemon holds no such image, then an inspect of what it pulled.
+func (e *Engine) fetchImage(ctx context.Context, ref, auth string) ([]string, error) {
+	if info, err := e.api.ImageInspect(ctx, ref); err == nil {
+		return imageCommand(info), nil
 	} else if !cerrdefs.IsNotFound(err) {
-		return callErr(KindImagePull, err, "inspect image %s: %v", ref, err)
+		return nil, callErr(KindImagePull, err, "inspect image %s: %v", ref, err)
 	}
 	err := e.pulls.Do(ctx, ref, func(context.Context) error {
 		pullCtx, cancel := context.WithTimeout(e.ctx, e.cfg.PullTimeout)
 		defer cancel()
-		err := e.pullOnce(pullCtx, ref, auth)
+		err := dockerengine.Pull(pullCtx, e.api, ref, auth)
 		if err != nil && errors.Is(pullCtx.Err(), context.DeadlineExceeded) {
 			return callErr(KindImagePullTimeout, err, "pull image %s: not done within %v", ref, e.cfg.PullTimeout)
 		} else if err != nil {
@@ -71,21 +73,27 @@ func (e *Engine) fetchImage(ctx context.Context, ref, auth string) error {
 		return nil
 	})
 	if err != nil && err == ctx.Err() {
-		return callErr(KindImagePull, err, "pull image %s: %v", ref, err)
+		return nil, callErr(KindImagePull, err, "pull image %s: %v", ref, err)
 	}
-	return err
+	if err != nil {
+		return nil, err
+	}
+	info, err := e.api.ImageInspect(ctx, ref)
+	if err != nil {
+		return nil, callErr(KindImagePull, err, "pull image %s: the daemon reported success but does not hold the image: %v", ref, err)
+	}
+	return imageCommand(info), nil
 }
 
-// pullOnce pulls ref (dockerengine.Pull reads the daemon's progress to the
-// end) and checks the daemon holds it afterwards.
-func (e *Engine) pullOnce(ctx context.Context, ref, auth string) error {
-	if err := dockerengine.Pull(ctx, e.api, ref, auth); err != nil {
-		return err
+// imageCommand is what a container of an image runs when it states no
+// entrypoint or command of its own: the image's entrypoint followed by its
+// command, as Docker joins them (the output relay runs it in the relay's
+// place, outputrelay). nil for an image that states neither.
+func imageCommand(info image.InspectResponse) []string {
+	if info.Config == nil {
+		return nil
 	}
-	if _, err := e.api.ImageInspect(ctx, ref); err != nil {
-		return fmt.Errorf("the daemon reported success but does not hold the image: %w", err)
-	}
-	return nil
+	return append(slices.Clone(info.Config.Entrypoint), info.Config.Cmd...)
 }
 
 // containerName is "mercator-fn-<fn ID, made safe, at most 40 bytes>-<random>".

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,6 +55,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "fnagent tests' cleanup:", err)
 		code = 1
 	}
+	if relayBinary.dir != "" {
+		if err := os.RemoveAll(relayBinary.dir); err != nil {
+			cleanupFailed(err)
+		}
+	}
 	if registry.closeFn != nil {
 		if err := registry.closeFn(); err != nil {
 			cleanupFailed(err)
@@ -93,6 +100,34 @@ func publish(t *testing.T, dir string) string {
 	}
 	registry.refs[dir] = ref
 	return ref
+}
+
+var relayBinary struct {
+	once sync.Once
+	dir  string
+	path string
+	out  []byte
+	err  error
+}
+
+// outputRelay builds the mercator binary statically (once per test binary),
+// the output relay an agent uses (Config.OutputRelay), and returns its path.
+func outputRelay(t *testing.T) string {
+	t.Helper()
+	relayBinary.once.Do(func() {
+		relayBinary.dir, relayBinary.err = os.MkdirTemp("", "fnagent-relay-")
+		if relayBinary.err != nil {
+			return
+		}
+		relayBinary.path = filepath.Join(relayBinary.dir, "mercator")
+		cmd := exec.Command("go", "build", "-o", relayBinary.path, "github.com/mercator/mercator/cmd/mercator")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		relayBinary.out, relayBinary.err = cmd.CombinedOutput()
+	})
+	if relayBinary.err != nil {
+		t.Fatalf("build the output relay: %v\n%s", relayBinary.err, relayBinary.out)
+	}
+	return relayBinary.path
 }
 
 var containerRemoveForce = container.RemoveOptions{Force: true}

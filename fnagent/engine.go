@@ -14,10 +14,12 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mercator/mercator/dockerengine"
 	"github.com/mercator/mercator/failure"
+	"github.com/mercator/mercator/fnagent/outputrelay"
 )
 
 // Engine runs hot function containers on this node and serves calls to
@@ -52,9 +54,12 @@ type Engine struct {
 
 	pulls   dockerengine.Pulls
 	configs configCache
-	// present are the images the daemon was seen to hold (docker.go), so
-	// a launch does not ask again; guarded by mu.
-	present map[string]bool
+	// relayRefused is set when the daemon could not mount
+	// Config.OutputRelay: no container uses it from then on.
+	relayRefused atomic.Bool
+	// present are the images the daemon was seen to hold (docker.go),
+	// with their commands, so a launch does not ask again; guarded by mu.
+	present map[string][]string
 	// holderImage is the network namespace holders' image (netns.go).
 	holderImage holderImage
 	// netnsPool is the holders started ahead for no function yet, and
@@ -162,6 +167,11 @@ func newEngine(api dockerengine.API, cfg Config) (*Engine, error) {
 	if err := cfg.Containment.Check(); err != nil {
 		return nil, failure.Invalid("containment", "%v", err)
 	}
+	if cfg.OutputRelay != "" {
+		if err := outputrelay.CheckStatic(cfg.OutputRelay); err != nil {
+			return nil, failure.Invalid("output relay", "%v", err)
+		}
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -193,7 +203,7 @@ func newEngine(api dockerengine.API, cfg Config) (*Engine, error) {
 		pools:      map[string]*pool{},
 		containers: map[*hotContainer]struct{}{},
 		wake:       make(chan struct{}),
-		present:    map[string]bool{},
+		present:    map[string][]string{},
 	}
 	e.pulls = dockerengine.Pulls{Keep: true, Background: &e.bg}
 	e.poolPrefix = "pool-" + randomHex(4) + "-"

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
+	dockerspec "github.com/moby/docker-image-spec/specs-go/v1"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/mercator/mercator/dockerengine"
@@ -34,10 +36,15 @@ type fakeDocker struct {
 	startErr   error
 	// createGate, when set, holds every create until it is closed.
 	createGate chan struct{}
+	// command is the image's; refuseMount, when set, is a bind source
+	// the daemon cannot find (on another machine).
+	command     []string
+	refuseMount string
 
-	mu      sync.Mutex
-	removed []string
-	peers   []net.Conn
+	mu          sync.Mutex
+	removed     []string
+	entrypoints [][]string // of each create
+	peers       []net.Conn
 	// inspects counts ImageInspect calls; createsMissing is how many
 	// creates fail for a missing image first.
 	inspects, createsMissing int
@@ -48,7 +55,7 @@ func (f *fakeDocker) ImageInspect(context.Context, string, ...client.ImageInspec
 	f.inspects++
 	f.mu.Unlock()
 	if f.present {
-		return image.InspectResponse{}, nil
+		return image.InspectResponse{Config: &dockerspec.DockerOCIImageConfig{ImageConfig: ocispec.ImageConfig{Cmd: f.command}}}, nil
 	}
 	return image.InspectResponse{}, cerrdefs.ErrNotFound
 }
@@ -57,7 +64,15 @@ func (f *fakeDocker) ImagePull(context.Context, string, image.PullOptions) (io.R
 	return io.NopCloser(strings.NewReader(f.pullStream)), nil
 }
 
-func (f *fakeDocker) ContainerCreate(context.Context, *container.Config, *container.HostConfig, *network.NetworkingConfig, *ocispec.Platform, string) (container.CreateResponse, error) {
+func (f *fakeDocker) ContainerCreate(_ context.Context, config *container.Config, host *container.HostConfig, _ *network.NetworkingConfig, _ *ocispec.Platform, _ string) (container.CreateResponse, error) {
+	f.mu.Lock()
+	f.entrypoints = append(f.entrypoints, config.Entrypoint)
+	f.mu.Unlock()
+	for _, m := range host.Mounts {
+		if f.refuseMount != "" && m.Source == f.refuseMount {
+			return container.CreateResponse{}, fmt.Errorf("Error response from daemon: invalid mount config for type \"bind\": bind source path does not exist: %s", m.Source)
+		}
+	}
 	if f.createGate != nil {
 		<-f.createGate
 	}
@@ -153,7 +168,7 @@ func TestImageRemembered(t *testing.T) {
 	ctx := context.Background()
 	ref := "127.0.0.1:1/fn@" + testDigest
 	for range 3 {
-		if err := e.ensureImage(ctx, ref, ""); err != nil {
+		if _, err := e.ensureImage(ctx, ref, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

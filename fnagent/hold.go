@@ -56,7 +56,7 @@ func (e *Engine) Hold(fn FunctionConfig, count int, d time.Duration) error {
 		// removed behind the engine's back is pulled again before a call
 		// wants it.
 		e.forgetImage(fn.Image)
-		if err := e.ensureImage(e.ctx, fn.Image, fn.RegistryAuth); err != nil {
+		if _, err := e.ensureImage(e.ctx, fn.Image, fn.RegistryAuth); err != nil {
 			e.log.Warn("prefetch of a held function's image failed", "fn", fn.ID, "err", err)
 			return
 		}

@@ -627,4 +627,8 @@ type FunctionsOptions struct {
 	// are kept ready for cold starts (0, the default:
 	// fnagent.DefaultNetnsPool; negative: none).
 	NetnsPool int
+	// OutputRelay is fnagent.Config.OutputRelay: the statically linked
+	// mercator binary mounted into function containers to carry their
+	// output past the daemon ("" for none).
+	OutputRelay string
 }

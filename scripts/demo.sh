@@ -16,7 +16,9 @@ bash scripts/ensure-docker.sh
 
 echo "== building mercator"
 mkdir -p bin
-go build -o bin/mercator ./cmd/mercator
+# Static (no C library): the agent mounts its own binary into function
+# containers as their output relay (docs/functions.md).
+CGO_ENABLED=0 go build -o bin/mercator ./cmd/mercator
 M="$PWD/bin/mercator"
 
 DATA="${MERCATOR_DEV_DATA:-$PWD/.mercator/dev}"

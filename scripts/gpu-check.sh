@@ -78,7 +78,9 @@ fi
 command -v go >/dev/null || fail "the Go toolchain is not on PATH (needed to build the agent)"
 
 step "2. build, and start mercator dev with the agent's nvidia-smi recorded"
-go build -o bin/mercator ./cmd/mercator
+# Static (no C library): the agent mounts its own binary into function
+# containers as their output relay (docs/functions.md).
+CGO_ENABLED=0 go build -o bin/mercator ./cmd/mercator
 M="$ROOT/bin/mercator"
 REC="$OUT/calls"
 WRAP="$OUT/wrap"
