@@ -526,19 +526,27 @@ func TestStreaming(t *testing.T) {
 	t.Logf("streaming: first bytes after %v, last after %v", first.Round(time.Millisecond), end.Sub(start).Round(time.Millisecond))
 }
 
+// callsLogged calls fn (of the FDK test image) twice, each call printing
+// a line of its own, and waits until each call's log is exactly its own
+// output; it returns the first call's result.
+func (te *testEngine) callsLogged(fn FunctionConfig) result {
+	te.t.Helper()
+	r1 := te.mustCall(fn, "", `{"log":["first call"]}`)
+	r2 := te.mustCall(fn, "", `{"log":["second call"]}`)
+	eventually(te.t, 30*time.Second, "logs arrive", func() bool {
+		l1, _ := te.Logs(r1.report.CallID)
+		l2, _ := te.Logs(r2.report.CallID)
+		return string(l1.Data) == "first call\nfirst call\n" && string(l2.Data) == "second call\nsecond call\n"
+	})
+	return r1
+}
+
 // TestCallLogs: each call's output is kept under its ID, by the FDK's
 // framing or, without an FDK, by which call was running.
 func TestCallLogs(t *testing.T) {
 	t.Parallel()
 	te := newTestEngine(t, nil)
-	fdk := fnConfig(t, "logs-fdk", fdkImage)
-	r1 := te.mustCall(fdk, "", `{"log":["first call"]}`)
-	r2 := te.mustCall(fdk, "", `{"log":["second call"]}`)
-	eventually(t, 30*time.Second, "logs arrive", func() bool {
-		l1, _ := te.Logs(r1.report.CallID)
-		l2, _ := te.Logs(r2.report.CallID)
-		return string(l1.Data) == "first call\nfirst call\n" && string(l2.Data) == "second call\nsecond call\n"
-	})
+	r1 := te.callsLogged(fnConfig(t, "logs-fdk", fdkImage))
 	raw := fnConfig(t, "logs-raw", rawImage)
 	r3 := te.mustCall(raw, "log:unframed", "")
 	eventually(t, 30*time.Second, "unframed logs arrive", func() bool {

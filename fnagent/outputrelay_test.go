@@ -22,14 +22,7 @@ func TestOutputRelay(t *testing.T) {
 	t.Parallel()
 	relay := outputRelay(t)
 	te := newTestEngine(t, func(c *Config) { c.OutputRelay = relay })
-	fdk := fnConfig(t, "relay-fdk", fdkImage)
-	r1 := te.mustCall(fdk, "", `{"log":["first call"]}`)
-	r2 := te.mustCall(fdk, "", `{"log":["second call"]}`)
-	eventually(t, 30*time.Second, "logs arrive", func() bool {
-		l1, _ := te.Logs(r1.report.CallID)
-		l2, _ := te.Logs(r2.report.CallID)
-		return string(l1.Data) == "first call\nfirst call\n" && string(l2.Data) == "second call\nsecond call\n"
-	})
+	r1 := te.callsLogged(fnConfig(t, "relay-fdk", fdkImage))
 	info, err := te.cli.ContainerInspect(context.Background(), r1.report.ContainerID)
 	if err != nil {
 		t.Fatal(err)

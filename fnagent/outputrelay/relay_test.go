@@ -8,9 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/mercator/mercator/internal/logbuffer"
 )
 
 // TestMain makes the test binary the relay when started as one, as the
@@ -20,24 +21,6 @@ func TestMain(m *testing.M) {
 		os.Exit(Relay(os.Args[2:]))
 	}
 	os.Exit(m.Run())
-}
-
-// syncBuffer is a buffer both copies may write at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // relay runs script under sh through the relay (this test binary), with
@@ -60,14 +43,14 @@ func relay(t *testing.T, dir string, command ...string) (stdout, stderr string, 
 	return out.String(), errOut.String(), code
 }
 
-func makePipes(t *testing.T) (string, *Pipes, *syncBuffer, *syncBuffer) {
+func makePipes(t *testing.T) (string, *Pipes, *logbuffer.Buffer, *logbuffer.Buffer) {
 	t.Helper()
 	dir := t.TempDir()
 	p, err := Make(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out, errOut syncBuffer
+	var out, errOut logbuffer.Buffer
 	p.Copy([2]io.Writer{&out, &errOut})
 	return dir, p, &out, &errOut
 }
