@@ -282,8 +282,13 @@ func (e *Engine) createContainer(c *hotContainer, p *pool, gpus []string, auth s
 	}
 	relay := e.relays(fn, command)
 	if relay {
-		if *pipes, err = outputrelay.Make(c.sockDir); err != nil {
-			return container.CreateResponse{}, fmt.Errorf("output pipes: %w", err)
+		// Pipes that cannot be made (a socket root on a filesystem
+		// without them) leave this container's output to the daemon,
+		// never failing its launch.
+		if *pipes, err = e.makePipes(c.sockDir); err != nil {
+			e.log.Warn("function output pipes not made; this container's output goes through the Docker daemon",
+				"container", c.name, "err", err)
+			relay = false
 		}
 	}
 	config, hostConfig := containerConfig(fn, p.key, c.sockDir, gpus, c.holder, relayCommand(relay, command), e.cfg)

@@ -54,6 +54,8 @@ type Engine struct {
 
 	pulls   dockerengine.Pulls
 	configs configCache
+	// makePipes is outputrelay.Make, or a test's failure.
+	makePipes func(dir string) (*outputrelay.Pipes, error)
 	// relayRefused is set when the daemon could not mount
 	// Config.OutputRelay: no container uses it from then on.
 	relayRefused atomic.Bool
@@ -204,6 +206,7 @@ func newEngine(api dockerengine.API, cfg Config) (*Engine, error) {
 		containers: map[*hotContainer]struct{}{},
 		wake:       make(chan struct{}),
 		present:    map[string][]string{},
+		makePipes:  outputrelay.Make,
 	}
 	e.pulls = dockerengine.Pulls{Keep: true, Background: &e.bg}
 	e.poolPrefix = "pool-" + randomHex(4) + "-"

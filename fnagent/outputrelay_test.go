@@ -112,6 +112,35 @@ func TestOutputRelayTheDaemonCannotMount(t *testing.T) {
 	}
 }
 
+// TestOutputRelayWithoutPipes: pipes that cannot be made (a socket root
+// on a filesystem without them) leave the container to the daemon's
+// streams rather than failing its launch.
+func TestOutputRelayWithoutPipes(t *testing.T) {
+	relay := outputRelay(t)
+	f := &fakeDocker{present: true, command: []string{"/fn"}}
+	e, err := newEngine(f, Config{SocketRoot: t.TempDir(), OutputRelay: relay, NetnsPool: -1, MaxSpares: -1,
+		Tracker: NewResourceTracker(Capacity{MemoryBytes: 1 << 30, MilliCPUs: 1000})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	e.makePipes = func(string) (*outputrelay.Pipes, error) { return nil, errors.New("mkfifo: operation not permitted") }
+	p := e.poolLocked(FunctionConfig{ID: "f", Image: "127.0.0.1:1/fn@" + testDigest, MemoryMB: 64}, "k")
+	c, cerr := e.create(p, nil, ownNamespace)
+	if cerr != nil {
+		t.Fatalf("create: %v", cerr)
+	}
+	e.destroy(c, "test")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !reflect.DeepEqual(f.entrypoints, [][]string{nil}) {
+		t.Fatalf("the create's entrypoint %q; want the image's own", f.entrypoints)
+	}
+	if e.relayRefused.Load() {
+		t.Fatal("one container's pipes turned the relay off for all")
+	}
+}
+
 // hot is the engine's container of that ID, nil if none.
 func (te *testEngine) hot(id string) *hotContainer {
 	te.mu.Lock()
