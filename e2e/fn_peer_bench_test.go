@@ -56,7 +56,9 @@ import (
 //
 // MERCATOR_FN_PEER_ROUNDS sets the rounds (default 3);
 // MERCATOR_FN_PEER_INPROC=1 runs the agent in the test's process, for
-// profiling. It needs wrk on PATH (Debian's package wrk).
+// profiling; MERCATOR_FN_PEER_AGENT_FLAGS adds flags to the agent's process
+// (e.g. "--default-cpu 0" for no CPU quota, as Fn sets none, or
+// "--fn-output-relay off"). It needs wrk on PATH (Debian's package wrk).
 func TestFunctionFnPeerBench(t *testing.T) {
 	fnBin := os.Getenv("MERCATOR_FN_PEER_BENCH")
 	if fnBin == "" {
@@ -76,7 +78,8 @@ func TestFunctionFnPeerBench(t *testing.T) {
 	if os.Getenv("MERCATOR_FN_PEER_INPROC") != "" {
 		c.startAgent("peer")
 	} else {
-		agentPID, where = c.startProcessAgent("peer", "--fn-memory", "2GiB").cmd.Process.Pid, "agent in its own process"
+		flags := append([]string{"--fn-memory", "2GiB"}, strings.Fields(os.Getenv("MERCATOR_FN_PEER_AGENT_FLAGS"))...)
+		agentPID, where = c.startProcessAgent("peer", flags...).cmd.Process.Pid, "agent in its own process"
 	}
 	pinned := c.publish("fn-fdk")
 	// The same reference for both: the registry's tag, which Mercator pins
