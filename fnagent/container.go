@@ -269,10 +269,10 @@ const pipeDrainGrace = 2 * time.Second
 // createContainer asks the daemon for c's container, checking its image
 // first (ensureImage; from memory unless the image is new to the engine),
 // and again if the daemon no longer holds it (pulled again, and its
-// command read again with it). When the engine has an
-// output relay and the image states a command, the container runs it
-// through the relay, and *pipes is set to the pipes made for it
-// (outputrelay), which the caller owns whatever the error.
+// command read again with it). When the engine relays fn's output
+// (relays), the container runs the image's command through the relay, and
+// *pipes is set to the pipes made for it (outputrelay), which the caller
+// owns whatever the error.
 func (e *Engine) createContainer(c *hotContainer, p *pool, gpus []string, auth string, pipes **outputrelay.Pipes) (container.CreateResponse, error) {
 	fn := p.fn
 	ctx := e.ctx
@@ -300,6 +300,7 @@ func (e *Engine) createContainer(c *hotContainer, p *pool, gpus []string, auth s
 			e.log.Warn("the Docker daemon cannot mount the function output relay; function output goes through the daemon from now on (--fn-output-relay)",
 				"relay", e.cfg.OutputRelay, "err", err)
 		}
+		relay = false
 		config, hostConfig = containerConfig(fn, p.key, c.sockDir, gpus, c.holder, nil, e.cfg)
 		created, err = e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
 	}
@@ -319,10 +320,10 @@ func (e *Engine) createContainer(c *hotContainer, p *pool, gpus []string, auth s
 }
 
 // relays reports whether fn's containers run through the engine's output
-// relay: when the engine has one that the daemon has not refused, the image states a command for it to
-// run, and the function's memory limit leaves room for the relay's start
-// (the Go runtime of the mercator binary, about 4 MiB before it executes
-// the command; none for no limit).
+// relay: when the engine has one that the daemon has not refused, the
+// image states a command for it to run, and the function's memory limit
+// leaves room for the relay's start (the mercator binary's Go runtime,
+// before it executes the command; no limit leaves room).
 func (e *Engine) relays(fn FunctionConfig, command []string) bool {
 	return e.cfg.OutputRelay != "" && !e.relayRefused.Load() && len(command) > 0 && (fn.MemoryMB == 0 || fn.MemoryMB >= minRelayMemoryMB)
 }

@@ -86,7 +86,9 @@ func TestOutputRelayRefused(t *testing.T) {
 // so is every later one, with the daemon asked once.
 func TestOutputRelayTheDaemonCannotMount(t *testing.T) {
 	relay := outputRelay(t)
-	f := &fakeDocker{present: true, command: []string{"/fn"}, refuseMount: relay}
+	// The image is also found missing at the create without the relay,
+	// so the create after its pull must not bring the relay back.
+	f := &fakeDocker{present: true, command: []string{"/fn"}, refuseMount: relay, createsMissing: 1}
 	e, err := newEngine(f, Config{SocketRoot: t.TempDir(), OutputRelay: relay, NetnsPool: -1, MaxSpares: -1,
 		Tracker: NewResourceTracker(Capacity{MemoryBytes: 1 << 30, MilliCPUs: 1000})})
 	if err != nil {
@@ -103,7 +105,7 @@ func TestOutputRelayTheDaemonCannotMount(t *testing.T) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	want := [][]string{outputrelay.Entrypoint(fdksocket.DirInContainer, []string{"/fn"}), nil, nil}
+	want := [][]string{outputrelay.Entrypoint(fdksocket.DirInContainer, []string{"/fn"}), nil, nil, nil}
 	if !reflect.DeepEqual(f.entrypoints, want) {
 		t.Fatalf("the creates' entrypoints %q; want the relay refused once, then the image's own", f.entrypoints)
 	}
