@@ -329,7 +329,10 @@ func (e *Engine) relays(fn FunctionConfig, command []string) bool {
 }
 
 // minRelayMemoryMB is the least memory limit under which a function's
-// containers run through the output relay.
+// containers run through the output relay. The relay ran in a 6 MiB
+// container (Docker's least) where the agent had already read the binary;
+// the margin is for a machine where it had not, as the container that
+// first reads a page of the binary is charged for it.
 const minRelayMemoryMB = 32
 
 // relayCommand is the command the engine gives a container: the image's
