@@ -15,6 +15,8 @@
 #   FNSERVER  an fnserver binary to use instead of building one
 #   MERCATOR_FN_PEER_ROUNDS, MERCATOR_FN_PEER_SECONDS  rounds (default 3) and
 #             seconds per phase (default 10)
+#   MERCATOR_FN_PEER_AGENT_FLAGS  extra flags for Mercator's agent process, e.g.
+#             "--default-cpu 0" (no CPU quota, as on Fn) or "--fn-output-relay off"
 #
 # fnserver is built as Fn's own docs build it: `-mod=vendor -tags libsqlite3`
 # against Debian's libsqlite3-dev, so the vendored SQLite amalgamation (which
