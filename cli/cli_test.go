@@ -424,7 +424,8 @@ func sampleNode() api.Node {
 			"memory_bytes": float64(64 << 30), "disk_free_bytes": float64(500 << 30), "runtime_name": "docker",
 			"runtime_version": "28.5.2", "runtime_api_version": "1.51", "agent_version": "v0.1.0",
 			"capability_version": 1.0, "images": []any{"a@sha256:1", "b@sha256:2"},
-			"accelerators": []any{map[string]any{"vendor": "nvidia", "model": "H100", "uuid": "GPU-1", "memory_bytes": float64(80 << 30)}}})}
+			"accelerators": []any{map[string]any{"vendor": "nvidia", "model": "H100", "uuid": "GPU-1", "memory_bytes": float64(80 << 30)}},
+			"functions":    map[string]any{"memory_bytes": float64(4 << 30), "milli_cpus": 2500.0, "gpus": []any{"GPU-1"}, "output_relay": true}})}
 }
 
 func TestJSONOutputShapes(t *testing.T) {
@@ -548,9 +549,20 @@ func TestNodeTables(t *testing.T) {
 	}
 	for _, want := range []string{"Fencing token:", "4", "CPUs:", "16", "Memory:", "64.0 GiB", "Disk free:", "500.0 GiB",
 		"Runtime:", "docker 28.5.2 (API 1.51)", "Images:", "2", "Last seen:", "(3s ago)", "nvidia H100, 80.0 GiB, GPU-1",
-		"Running:", "r-7/1"} {
+		"Running:", "r-7/1", "Functions:", "4.0 GiB memory, 2.5 CPUs, 1 GPU; output through the agent's relay"} {
 		if !strings.Contains(res.stdout, want) {
 			t.Errorf("node get lacks %q:\n%s", want, res.stdout)
+		}
+	}
+	// The functions share without the relay, and a node without functions.
+	daemonOut, noFns := sampleNode(), sampleNode()
+	daemonOut.ID, noFns.ID = "n-4", "n-5"
+	(*daemonOut.Facts)["functions"] = map[string]any{"memory_bytes": float64(1 << 30), "milli_cpus": 500.0}
+	delete(*noFns.Facts, "functions")
+	f.nodes["n-4"], f.nodes["n-5"] = daemonOut, noFns
+	for id, want := range map[string]string{"n-4": "1.0 GiB memory, 0.5 CPUs; output through the Docker daemon", "n-5": "none (the agent runs no functions)"} {
+		if res := f.cli(t, "node", "get", id); res.code != 0 || !strings.Contains(res.stdout, want) {
+			t.Errorf("node get %s: exit %d, want %q:\n%s", id, res.code, want, res.stdout)
 		}
 	}
 	res = f.cli(t, "node", "get", "n-2")

@@ -97,8 +97,9 @@ func nodeGet(ctx context.Context, inv *command.Invocation, args []string) error 
 Show a node: its status, fencing token (the enrollment commands must carry)
 and when it was last seen, and the facts it last reported as it measured
 them: CPUs, memory, free disk, the container runtime and its version, the
-images it holds, its accelerators, and any notes about what it could not
-measure; then the flags the control plane raised about those facts (a
+images it holds, its accelerators, its functions share (and whether its
+function containers' output passes the Docker daemon or the agent's
+output relay), and any notes about what it could not measure; then the flags the control plane raised about those facts (a
 refused report, a disputed GPU: see docs/hardening.md, "Node facts").`)
 	g := fs.ClientFlags(true)
 	c, id, err := inv.Connect(fs, g, args, "NODE_ID")
@@ -153,6 +154,7 @@ refused report, a disputed GPU: see docs/hardening.md, "Node facts").`)
 			}
 			row(firstOnly("Accelerators", i), desc)
 		}
+		row("Functions", functionsText(facts(asMap(f["functions"]))))
 		row("Agent", strings.TrimSpace(command.OrDash(f.str("agent_version"))+", capability "+f.number("capability_version")))
 		for i, note := range f.list("notes") {
 			row(firstOnly("Notes", i), fmt.Sprint(note))
@@ -170,6 +172,32 @@ refused report, a disputed GPU: see docs/hardening.md, "Node facts").`)
 		row(firstOnly("Flags", i), flagText(fl))
 	}
 	return tw.Flush()
+}
+
+// functionsText is a node's functions share on a line, from its facts'
+// "functions" (nodeproto.FunctionCapacity): the memory, CPUs and GPUs set
+// aside, and whether the containers' output passes the Docker daemon or
+// the agent's output relay (docs/functions.md, "Output past the daemon").
+func functionsText(fc facts) string {
+	if fc == nil {
+		return "none (the agent runs no functions)"
+	}
+	cpus := "-"
+	if m, ok := fc.float("milli_cpus"); ok {
+		cpus = strconv.FormatFloat(m/1000, 'f', -1, 64)
+	}
+	text := fc.bytes("memory_bytes") + " memory, " + cpus + " CPUs"
+	switch gpus := fc.list("gpus"); len(gpus) {
+	case 0:
+	case 1:
+		text += ", 1 GPU"
+	default:
+		text += fmt.Sprintf(", %d GPUs", len(gpus))
+	}
+	if v, _ := fc["output_relay"].(bool); v {
+		return text + "; output through the agent's relay"
+	}
+	return text + "; output through the Docker daemon"
 }
 
 // flagText is one of a node's flags on a line: its kind, the GPU it

@@ -139,6 +139,18 @@ func TestFunctionAgentInItsOwnProcess(t *testing.T) {
 	if code != 0 || !ok {
 		t.Fatalf("fn invoke --call-id: exit %d, stderr %q", code, errOut)
 	}
+	// The node says so in its facts, which `mercator node get` shows.
+	c.waitFor("the node's facts say its function output is relayed", func() bool {
+		n, err := c.client.GetNode(c.ctx, p.nodeID)
+		if err != nil || n.Facts == nil {
+			return false
+		}
+		fns, _ := (*n.Facts)["functions"].(map[string]any)
+		return fns["output_relay"] == true
+	})
+	if out := c.mercator("node", "get", p.nodeID); !strings.Contains(out, "output through the agent's relay") {
+		t.Errorf("node get says nothing of the relay:\n%s", out)
+	}
 	entry, err := execOutput("docker", "ps", "--format", "{{.Command}}", "--no-trunc", "--filter", "label=mercator.fn="+logged.ID)
 	if err != nil || !strings.Contains(entry, outputrelay.InContainer+" "+outputrelay.Arg) {
 		t.Fatalf("the function's container runs %q (%v); want its command through the relay", entry, err)

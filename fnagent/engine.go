@@ -128,6 +128,14 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
+// OutputRelayed reports whether the engine's containers run through its
+// output relay (Config.OutputRelay): one is set and the daemon has not
+// refused to mount it. A container may still go without it (an image with
+// no command, a small function, pipes that could not be made).
+func (e *Engine) OutputRelayed() bool {
+	return e.cfg.OutputRelay != "" && !e.relayRefused.Load()
+}
+
 func newEngine(api dockerengine.API, cfg Config) (*Engine, error) {
 	if cfg.SocketRoot == "" {
 		cfg.SocketRoot = filepath.Join(os.TempDir(), "mercator-fn")

@@ -96,7 +96,8 @@ func (a *Agent) functionFacts() *nodeproto.FunctionCapacity {
 	if f == nil {
 		return nil
 	}
-	fc := &nodeproto.FunctionCapacity{MemoryBytes: f.share.MemoryBytes, MilliCPUs: f.share.MilliCPUs, GPUs: append([]string(nil), f.share.GPUs...)}
+	fc := &nodeproto.FunctionCapacity{MemoryBytes: f.share.MemoryBytes, MilliCPUs: f.share.MilliCPUs, GPUs: append([]string(nil), f.share.GPUs...),
+		OutputRelay: f.engine.OutputRelayed()}
 	byFn := map[string]*nodeproto.FunctionContainers{}
 	for _, p := range f.engine.Stats() {
 		c := byFn[p.FnID]

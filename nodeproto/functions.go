@@ -171,6 +171,11 @@ type FunctionCapacity struct {
 	// Containers is what runs in the share, per function, when the facts
 	// were read; sorted by function ID.
 	Containers []FunctionContainers `json:"containers,omitempty"`
+	// OutputRelay says the node's function containers' output reaches the
+	// agent through the output relay's pipes rather than through the
+	// Docker daemon (fnagent/outputrelay); false when the relay is off,
+	// was refused by the daemon, or the agent is older than it.
+	OutputRelay bool `json:"output_relay,omitempty"`
 }
 
 // FunctionContainers counts one function's containers on a node by state.
