@@ -182,11 +182,13 @@ func functionsText(fc facts) string {
 	if fc == nil {
 		return "none (the agent runs no functions)"
 	}
-	cpus := "-"
-	if m, ok := fc.float("milli_cpus"); ok {
-		cpus = strconv.FormatFloat(m/1000, 'f', -1, 64)
+	cpus := "- CPUs"
+	if m, ok := fc.float("milli_cpus"); ok && m == 1000 {
+		cpus = "1 CPU"
+	} else if ok {
+		cpus = strconv.FormatFloat(m/1000, 'f', -1, 64) + " CPUs"
 	}
-	text := fc.bytes("memory_bytes") + " memory, " + cpus + " CPUs"
+	text := fc.bytes("memory_bytes") + " memory, " + cpus
 	switch gpus := fc.list("gpus"); len(gpus) {
 	case 0:
 	case 1:
