@@ -85,26 +85,15 @@ func TestOutputRelayRefused(t *testing.T) {
 // its own) turns the relay off: the container is created without it, and
 // so is every later one, with the daemon asked once.
 func TestOutputRelayTheDaemonCannotMount(t *testing.T) {
-	relay := outputRelay(t)
 	// The image is also found missing at the create without the relay,
 	// so the create after its pull must not bring the relay back.
-	f := &fakeDocker{present: true, command: []string{"/fn"}, refuseMount: relay, createsMissing: 1}
-	e, err := newEngine(f, Config{SocketRoot: t.TempDir(), OutputRelay: relay, NetnsPool: -1, MaxSpares: -1,
-		Tracker: NewResourceTracker(Capacity{MemoryBytes: 1 << 30, MilliCPUs: 1000})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(context.Background())
+	f := &fakeDocker{present: true, command: []string{"/fn"}, refuseMount: outputRelay(t), createsMissing: 1}
+	e, p := relayEngine(t, f)
 	if !e.OutputRelayed() {
 		t.Fatal("an engine with a relay says it relays nothing before any container")
 	}
-	p := e.poolLocked(FunctionConfig{ID: "f", Image: "127.0.0.1:1/fn@" + testDigest, MemoryMB: 64}, "k")
 	for range 2 {
-		c, cerr := e.create(p, nil, ownNamespace)
-		if cerr != nil {
-			t.Fatalf("create: %v", cerr)
-		}
-		e.destroy(c, "test")
+		createAndDestroy(t, e, p)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -121,21 +110,10 @@ func TestOutputRelayTheDaemonCannotMount(t *testing.T) {
 // on a filesystem without them) leave the container to the daemon's
 // streams rather than failing its launch.
 func TestOutputRelayWithoutPipes(t *testing.T) {
-	relay := outputRelay(t)
 	f := &fakeDocker{present: true, command: []string{"/fn"}}
-	e, err := newEngine(f, Config{SocketRoot: t.TempDir(), OutputRelay: relay, NetnsPool: -1, MaxSpares: -1,
-		Tracker: NewResourceTracker(Capacity{MemoryBytes: 1 << 30, MilliCPUs: 1000})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(context.Background())
+	e, p := relayEngine(t, f)
 	e.makePipes = func(string) (*outputrelay.Pipes, error) { return nil, errors.New("mkfifo: operation not permitted") }
-	p := e.poolLocked(FunctionConfig{ID: "f", Image: "127.0.0.1:1/fn@" + testDigest, MemoryMB: 64}, "k")
-	c, cerr := e.create(p, nil, ownNamespace)
-	if cerr != nil {
-		t.Fatalf("create: %v", cerr)
-	}
-	e.destroy(c, "test")
+	createAndDestroy(t, e, p)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !reflect.DeepEqual(f.entrypoints, [][]string{nil}) {
@@ -144,6 +122,29 @@ func TestOutputRelayWithoutPipes(t *testing.T) {
 	if e.relayRefused.Load() {
 		t.Fatal("one container's pipes turned the relay off for all")
 	}
+}
+
+// relayEngine is an engine on the fake daemon f with the output relay set
+// (f.refuseMount may name it), and a pool of a 64 MiB function.
+func relayEngine(t *testing.T, f *fakeDocker) (*Engine, *pool) {
+	t.Helper()
+	e, err := newEngine(f, Config{SocketRoot: t.TempDir(), OutputRelay: outputRelay(t), NetnsPool: -1, MaxSpares: -1,
+		Tracker: NewResourceTracker(Capacity{MemoryBytes: 1 << 30, MilliCPUs: 1000})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	return e, e.poolLocked(FunctionConfig{ID: "f", Image: "127.0.0.1:1/fn@" + testDigest, MemoryMB: 64}, "k")
+}
+
+// createAndDestroy creates a container of p and removes it.
+func createAndDestroy(t *testing.T, e *Engine, p *pool) {
+	t.Helper()
+	c, cerr := e.create(p, nil, ownNamespace)
+	if cerr != nil {
+		t.Fatalf("create: %v", cerr)
+	}
+	e.destroy(c, "test")
 }
 
 // hot is the engine's container of that ID, nil if none.
