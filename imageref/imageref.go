@@ -80,6 +80,13 @@ func Parse(s string) (Ref, error) {
 		registry:   reference.Domain(named),
 		repository: reference.Path(named),
 	}
+	if r.registry == "" {
+		// The reference package reads a first part with a '.' or ':' as a
+		// registry host, and one that is no valid host name then parses
+		// as a path without a registry (found by FuzzParse: "0.0_0/00").
+		host, _, _ := strings.Cut(s, "/")
+		return Ref{}, invalid(s, "%q reads as a registry host (it has a '.' or ':') but is not a valid host name", host)
+	}
 	if t, ok := named.(reference.Tagged); ok {
 		r.tag = t.Tag()
 	}

@@ -79,6 +79,8 @@ func TestParseInvalid(t *testing.T) {
 		{"hello@", "digest"},
 		{hex64, "image id"},
 		{"http://127.0.0.1:5000/hello:1", "url scheme"},
+		{"0.0_0/00", "registry host"},
+		{"my_registry.example:5000/hello:1", "registry host"},
 	} {
 		_, err := Parse(tc.in)
 		if err == nil {
