@@ -42,9 +42,9 @@ type hotContainer struct {
 	attached bool
 	attach   types.HijackedResponse
 	served   atomic.Int64
-	// relayed counts the bytes of output that came through the output
-	// relay's pipes (outputrelay), none when the container has none.
-	relayed  atomic.Int64
+	// pipes carry the container's output when it runs through the output
+	// relay (outputrelay); nil when it does not.
+	pipes    *outputrelay.Pipes
 	launched LaunchTimes // set by launch before the container is handed out
 
 	opMu   sync.Mutex // serializes pause and unpause
@@ -198,24 +198,18 @@ func (e *Engine) create(p *pool, res *Reservation, mode holderMode) (*hotContain
 	e.mu.Lock()
 	auth := p.auth
 	e.mu.Unlock()
-	var pipes *outputrelay.Pipes
-	defer func() {
-		if pipes != nil && c.id == "" { // made, but no container to copy from
-			pipes.Copy([2]io.Writer{io.Discard, io.Discard})
-			pipes.Close(0)
-		}
-	}()
-	created, err := e.createContainer(c, p, gpus, auth, &pipes)
+	created, pipes, err := e.createContainer(c, p, gpus, auth)
 	if err != nil {
+		pipes.Close(0)
 		var ce *CallError
 		if errors.As(err, &ce) {
 			return fail(ce)
 		}
 		return fail(callErr(KindInitFailed, err, "create container %s: %v", c.name, err))
 	}
-	c.id = created.ID
+	c.id, c.pipes = created.ID, pipes
 	if pipes != nil {
-		pipes.Copy([2]io.Writer{c.relayedWriter(0), c.relayedWriter(1)})
+		pipes.Copy([2]io.Writer{c.logs.writer(0), c.logs.writer(1)})
 	}
 	// Attached before the start, so no output is lost; the stream ends when
 	// the process does (or the container is removed unstarted), which is
@@ -223,17 +217,13 @@ func (e *Engine) create(p *pool, res *Reservation, mode holderMode) (*hotContain
 	// having read what the process wrote before it ended.
 	attach, err := e.api.ContainerAttach(ctx, c.id, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
 	if err != nil {
-		if pipes != nil {
-			pipes.Close(0)
-		}
+		pipes.Close(0)
 		return fail(callErr(KindInitFailed, err, "attach to container %s: %v", c.name, err))
 	}
 	c.attach, c.attached = attach, true
 	go func() {
 		_, _ = stdcopy.StdCopy(c.logs.writer(0), c.logs.writer(1), attach.Reader)
-		if pipes != nil {
-			pipes.Close(pipeDrainGrace)
-		}
+		pipes.Close(pipeDrainGrace)
 		close(c.exited)
 	}()
 	go func() {
@@ -243,22 +233,6 @@ func (e *Engine) create(p *pool, res *Reservation, mode holderMode) (*hotContain
 		}
 	}()
 	return c, nil
-}
-
-// relayedWriter is the log writer of stream 0 (stdout) or 1 (stderr),
-// counting into c.relayed.
-func (c *hotContainer) relayedWriter(stream int) io.Writer {
-	return countedWriter{&c.relayed, c.logs.writer(stream)}
-}
-
-type countedWriter struct {
-	n *atomic.Int64
-	w io.Writer
-}
-
-func (w countedWriter) Write(p []byte) (int, error) {
-	w.n.Add(int64(len(p)))
-	return w.w.Write(p)
 }
 
 // pipeDrainGrace bounds how long after a container's exit the engine reads
@@ -271,28 +245,31 @@ const pipeDrainGrace = 2 * time.Second
 // and again if the daemon no longer holds it (pulled again, and its
 // command read again with it). When the engine relays fn's output
 // (relays), the container runs the image's command through the relay, and
-// *pipes is set to the pipes made for it (outputrelay), which the caller
-// owns whatever the error.
-func (e *Engine) createContainer(c *hotContainer, p *pool, gpus []string, auth string, pipes **outputrelay.Pipes) (container.CreateResponse, error) {
+// the pipes made for it (outputrelay) are returned, the caller's to close
+// whatever the error.
+func (e *Engine) createContainer(c *hotContainer, p *pool, gpus []string, auth string) (created container.CreateResponse, pipes *outputrelay.Pipes, err error) {
 	fn := p.fn
 	ctx := e.ctx
 	command, err := e.ensureImage(ctx, fn.Image, auth)
 	if err != nil {
-		return container.CreateResponse{}, err
+		return created, nil, err
 	}
 	relay := e.relays(fn, command)
 	if relay {
 		// Pipes that cannot be made (a socket root on a filesystem
 		// without them) leave this container's output to the daemon,
 		// never failing its launch.
-		if *pipes, err = e.makePipes(c.sockDir); err != nil {
+		if pipes, err = e.makePipes(c.sockDir); err != nil {
 			e.log.Warn("function output pipes not made; this container's output goes through the Docker daemon",
 				"container", c.name, "err", err)
 			relay = false
 		}
 	}
-	config, hostConfig := containerConfig(fn, p.key, c.sockDir, gpus, c.holder, relayCommand(relay, command), e.cfg)
-	created, err := e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
+	create := func(command []string) (container.CreateResponse, error) {
+		config, hostConfig := containerConfig(fn, p.key, c.sockDir, gpus, c.holder, relayCommand(relay, command), e.cfg)
+		return e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
+	}
+	created, err = create(command)
 	if err != nil && relay && strings.Contains(err.Error(), e.cfg.OutputRelay) {
 		// The daemon cannot mount the relay (its machine does not have
 		// the path): off for good, and this container made without it.
@@ -301,22 +278,21 @@ func (e *Engine) createContainer(c *hotContainer, p *pool, gpus []string, auth s
 				"relay", e.cfg.OutputRelay, "err", err)
 		}
 		relay = false
-		config, hostConfig = containerConfig(fn, p.key, c.sockDir, gpus, c.holder, nil, e.cfg)
-		created, err = e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
+		created, err = create(command)
 	}
 	if err == nil || !cerrdefs.IsNotFound(err) {
-		return created, err
+		return created, pipes, err
 	}
-	// The image was removed since ensureImage remembered it.
+	// The image was removed since ensureImage remembered it. Unused pipes,
+	// should it no longer state a command, end with the container's attach
+	// stream as used ones do.
 	e.forgetImage(fn.Image)
-	again, ierr := e.ensureImage(ctx, fn.Image, auth)
-	if ierr != nil {
-		return created, ierr
+	if command, err = e.ensureImage(ctx, fn.Image, auth); err != nil {
+		return created, pipes, err
 	}
-	// Unused pipes, should the image no longer state a command, end
-	// with the container's attach stream like used ones.
-	config, hostConfig = containerConfig(fn, p.key, c.sockDir, gpus, c.holder, relayCommand(relay && len(again) > 0, again), e.cfg)
-	return e.api.ContainerCreate(ctx, config, hostConfig, nil, nil, c.name)
+	relay = relay && len(command) > 0
+	created, err = create(command)
+	return created, pipes, err
 }
 
 // relays reports whether fn's containers run through the engine's output

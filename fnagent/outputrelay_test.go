@@ -30,7 +30,7 @@ func TestOutputRelay(t *testing.T) {
 	if ep := info.Config.Entrypoint; len(ep) < 5 || ep[0] != outputrelay.InContainer || ep[1] != outputrelay.Arg || ep[3] != "--" {
 		t.Fatalf("entrypoint %q; want the relay running the image's command", ep)
 	}
-	if c := te.hot(r1.report.ContainerID); c == nil || c.relayed.Load() == 0 {
+	if c := te.hot(r1.report.ContainerID); c == nil || c.pipes.Carried() == 0 {
 		t.Fatal("no output came through the relay's pipes")
 	}
 

@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,8 +21,10 @@ type Pipes struct {
 	// hold are write ends the agent keeps open until Close, so a read
 	// waits for the container's output instead of ending before the
 	// container has opened its end (a pipe with no writer reads as ended).
-	hold [2]*os.File
-	done chan struct{} // closed when both copies have ended
+	hold    [2]*os.File
+	done    chan struct{} // closed when both copies have ended
+	copying bool          // Copy was called
+	carried atomic.Int64  // bytes copied, both pipes together
 }
 
 // Make creates the two pipes in dir, writable by any user (the function
@@ -61,12 +64,13 @@ func Make(dir string) (*Pipes, error) {
 
 // Copy copies stdout's pipe to w[0] and stderr's to w[1] until Close,
 // each in a goroutine of its own; the writers must be safe to call from
-// both at once.
+// both at once. It is called at most once.
 func (p *Pipes) Copy(w [2]io.Writer) {
+	p.copying = true
 	ended := make(chan struct{}, 2)
 	for i := range p.read {
 		go func() {
-			_, _ = io.Copy(w[i], p.read[i])
+			_, _ = io.Copy(counted{&p.carried, w[i]}, p.read[i])
 			ended <- struct{}{}
 		}()
 	}
@@ -77,14 +81,37 @@ func (p *Pipes) Copy(w [2]io.Writer) {
 	}()
 }
 
+// Carried is how many bytes the copies have written so far.
+func (p *Pipes) Carried() int64 { return p.carried.Load() }
+
+// counted is a writer adding what it writes to n.
+type counted struct {
+	n *atomic.Int64
+	w io.Writer
+}
+
+func (c counted) Write(b []byte) (int, error) {
+	c.n.Add(int64(len(b)))
+	return c.w.Write(b)
+}
+
 // Close ends the copies once the container's writers are gone: it drops
 // the agent's own write ends, so a copy reads to the end of what the
 // container wrote and then ends, and waits for that up to grace (a
 // writer still open past its process's exit is not expected, as every
 // process of a container ends with its first); what is left unread then
-// is dropped. Copy must have been called. Close returns when both copies
-// have ended.
+// is dropped. Close returns when both copies have ended; without a Copy
+// (no container was made to write) it only closes the pipes, and nil
+// Pipes close nothing. Copy and Close are called from one goroutine, or
+// ordered by the caller.
 func (p *Pipes) Close(grace time.Duration) {
+	if p == nil {
+		return
+	}
+	if !p.copying {
+		p.closeFiles()
+		return
+	}
 	for _, f := range p.hold {
 		f.Close()
 	}

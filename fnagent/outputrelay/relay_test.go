@@ -81,6 +81,9 @@ func TestRelayCarriesEachStreamToItsPipe(t *testing.T) {
 	if got := errOut.String(); got != "two\nfour\n" {
 		t.Fatalf("stderr's pipe carried %q, want \"two\\nfour\\n\"", got)
 	}
+	if n, want := p.Carried(), int64(len(out.String())+len(errOut.String())); n != want {
+		t.Fatalf("Carried %d, want the %d bytes the writers got", n, want)
+	}
 }
 
 func TestRelayPassesArgumentsEnvironmentAndExitCode(t *testing.T) {
@@ -141,6 +144,16 @@ func TestCloseWithNoWriterEndsAtOnce(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Close waited although no container ever opened the pipes")
 	}
+}
+
+func TestCloseWithoutCopy(t *testing.T) {
+	p, err := Make(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close(time.Minute) // no copy to wait for: returns at once
+	var none *Pipes
+	none.Close(time.Minute)
 }
 
 func TestCloseBoundsAWriterLeftOpen(t *testing.T) {
