@@ -22,6 +22,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/mercator/mercator/dockerengine"
+	"github.com/mercator/mercator/fnagent/internal/callconn"
 	"github.com/mercator/mercator/fnagent/internal/fdksocket"
 	"github.com/mercator/mercator/internal/cputime"
 )
@@ -297,7 +298,7 @@ func benchSockets(t *testing.T, e *Engine, key string) []string {
 	e.mu.Lock()
 	var dirs []string
 	for c := range e.containers {
-		if c.pool.key == key && c.transport != nil {
+		if c.pool.key == key && c.conn != nil {
 			dirs = append(dirs, c.sockDir)
 		}
 	}
@@ -318,32 +319,41 @@ func benchSockets(t *testing.T, e *Engine, key string) []string {
 }
 
 // floor makes direct HTTP/1.1 calls to containers' sockets, one client
-// per socket: the best a caller of the container could do (keep, one
-// connection kept per container, as the engine does), or a fresh
-// connection per call (how the engine called before it kept them).
+// per socket: the best a caller of the container could do (keep: one
+// connection kept per container, through the engine's own client, package
+// callconn, with none of the engine's work around it), or a fresh
+// connection per call through Go's standard transport (how the engine
+// called before it kept them).
 type floor struct {
-	transports []*http.Transport
+	clients []http.RoundTripper
+	closers []func()
 }
 
 func newFloor(socks []string, keep bool) *floor {
 	f := &floor{}
 	for _, sock := range socks {
-		f.transports = append(f.transports, &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, "unix", sock)
-			},
-			DisableKeepAlives:  !keep,
-			MaxConnsPerHost:    1,
+		dial := func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}
+		if keep {
+			cl := callconn.New(callconn.Config{Dial: dial, Idle: time.Minute, MaxHeaderBytes: 1 << 20})
+			f.clients, f.closers = append(f.clients, cl), append(f.closers, cl.Close)
+			continue
+		}
+		tr := &http.Transport{
+			DialContext:        func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+			DisableKeepAlives:  true,
 			DisableCompression: true,
-		})
+		}
+		f.clients, f.closers = append(f.clients, tr), append(f.closers, tr.CloseIdleConnections)
 	}
 	return f
 }
 
 func (f *floor) close() {
-	for _, tr := range f.transports {
-		tr.CloseIdleConnections()
+	for _, c := range f.closers {
+		c()
 	}
 }
 
@@ -360,7 +370,7 @@ func (f *floor) call(worker int, id string, body []byte) error {
 		"Fn-Call-Id":   {id},
 		"Fn-Deadline":  {time.Now().Add(20 * time.Second).UTC().Format(deadlineFormat)},
 	}
-	resp, err := f.transports[worker%len(f.transports)].RoundTrip(req)
+	resp, err := f.clients[worker%len(f.clients)].RoundTrip(req)
 	if err != nil {
 		return err
 	}

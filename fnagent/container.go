@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/mercator/mercator/fnagent/internal/callconn"
 	"github.com/mercator/mercator/fnagent/internal/fdksocket"
 	"github.com/mercator/mercator/fnagent/outputrelay"
 )
@@ -34,7 +34,7 @@ type hotContainer struct {
 	// (netns.go), "" for none; set at create, removed with it.
 	holder      string
 	sockDir     string
-	transport   *http.Transport
+	conn        *callconn.Client
 	reservation *Reservation
 	logs        *logSink
 	// exited is closed when the attach stream ends: the process is gone.
@@ -130,7 +130,7 @@ func (e *Engine) launch(p *pool, res *Reservation) (*hotContainer, error) {
 		return fail(callErr(KindInitTimeout, err, "container %s did not accept a connection on %s within %v; its output ends: %q",
 			c.name, fdksocket.Name, fn.InitTimeout, c.logs.Tail()))
 	}
-	c.transport = newTransport(c.sockDir)
+	c.conn = newCallConn(c.sockDir)
 	c.launched = times
 	// The next one, in the background (prepare.go): after this one is up,
 	// so its create does not compete with this start at the daemon.
@@ -440,8 +440,8 @@ func (e *Engine) pauseIdle(c *hotContainer, seq uint64) {
 	if c.paused || !c.pool.q.isIdle(c, seq) {
 		return
 	}
-	// See newTransport: no connection is kept across a pause.
-	c.transport.CloseIdleConnections()
+	// See newCallConn: no connection is kept across a pause.
+	c.conn.CloseIdle()
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
 	if err := e.api.ContainerPause(ctx, c.id); err != nil {
@@ -505,8 +505,8 @@ func (e *Engine) destroy(c *hotContainer, reason string) {
 			case <-time.After(5 * time.Second):
 			}
 		}
-		if c.transport != nil {
-			c.transport.CloseIdleConnections()
+		if c.conn != nil {
+			c.conn.Close()
 		}
 		if err := os.RemoveAll(c.sockDir); err != nil {
 			e.log.Warn("remove socket directory", "dir", c.sockDir, "err", err)

@@ -668,17 +668,16 @@ func (e *Engine) dispatch(ctx context.Context, p *pool, c *hotContainer, call Ca
 	var body io.Reader
 	var limited *limitedBody
 	if n, ok := inMemoryLen(call.Body); ok && n <= fn.MaxRequestBytes {
-		// Within the limit as it is, and passed unwrapped: the transport
-		// writes a body it knows to be in memory together with the
-		// request's head, where it flushes the head of any other body on
-		// its own first (a second write, and a second wake-up of the
-		// container, per call).
+		// Within the limit as it is, and passed unwrapped: a body known
+		// to be in memory is written together with the request's head in
+		// the call's goroutine (package callconn), where any other body is
+		// written beside the response's read by a goroutine of its own.
 		body = call.Body
 	} else if call.Body != nil {
 		limited = &limitedBody{r: call.Body, left: fn.MaxRequestBytes}
 		body = limited
 	}
-	resp, err := c.transport.RoundTrip(newContainerRequest(ctx, call, deadline, body, length))
+	resp, err := c.conn.RoundTrip(newContainerRequest(ctx, call, deadline, body, length))
 	if err != nil {
 		if limited != nil && limited.exceeded.Load() {
 			e.release(p, c, false, "request too big")
@@ -689,7 +688,7 @@ func (e *Engine) dispatch(ctx context.Context, p *pool, c *hotContainer, call Ca
 		return cerr
 	}
 	// The body is closed before the container is released, so its
-	// connection is back in the transport (or closed) by the time another
+	// connection is back with its client (or closed) by the time another
 	// call takes the container.
 	defer resp.Body.Close()
 	keep, reason, cerr, lost := relay(w, resp, fn.MaxResponseBytes, report)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mercator/mercator/fnagent/internal/callconn"
 	"github.com/mercator/mercator/fnagent/internal/fdksocket"
 )
 
@@ -51,44 +52,28 @@ func containerEnv(fn FunctionConfig) []string {
 	return env
 }
 
-// newTransport makes the HTTP transport of one container: one connection
-// to its socket, kept between calls, because a container serves one call
-// at a time and a fresh connection per call (a connect, a close and the
-// transport's two goroutines) was a quarter of the engine's CPU per call.
-//
-// The transport drops the connection whenever its last call did not end
-// cleanly: on an error, when the call's context ends (a timeout, the
-// caller gone), and when a response is closed before its end was read. A
-// connection is reused only after a response read to its end, so nothing
-// an abandoned call writes late can be read as the next call's response;
-// and the engine removes a container after any such call anyway (see
-// dispatch). The transport also drops a connection the server closes
-// while it is idle.
+// newCallConn makes the HTTP client of one container (package callconn):
+// one connection to its socket, kept between calls, because a container
+// serves one call at a time and a fresh connection per call (a connect and
+// a close) was a quarter of the engine's CPU per call.
 //
 // Fn's lesson is never to keep an idle connection longer than the FDK
 // keeps it: an FDK's server closing it just as a call is sent fails that
-// call. So the connection is closed after keepIdle without a call, well
-// under the keep-alive timeouts of HTTP servers FDKs use (Node's 5s,
-// gunicorn's 2s; Go's has none), and before the container is paused,
-// because a server's idle timer that ran out during the pause fires the
-// moment it is unpaused, which is when the next call arrives.
-func newTransport(dir string) *http.Transport {
-	return &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return fdksocket.Dial(ctx, dir)
-		},
-		// One connection: a call waits for the previous call's connection
-		// to be back rather than dialing a second one beside it.
-		MaxConnsPerHost:        1,
-		MaxIdleConnsPerHost:    1,
-		IdleConnTimeout:        keepIdle,
-		DisableCompression:     true,
-		MaxResponseHeaderBytes: 1 << 20,
-	}
+// call. So a connection idle for keepIdle is not used again, well under
+// the keep-alive timeouts of HTTP servers FDKs use (Node's 5s, gunicorn's
+// 2s; Go's has none), and none is kept across a pause (pauseIdle), because
+// a server's idle timer that ran out during the pause fires the moment it
+// is unpaused, which is when the next call arrives.
+func newCallConn(dir string) *callconn.Client {
+	return callconn.New(callconn.Config{
+		Dial:           func(ctx context.Context) (net.Conn, error) { return fdksocket.Dial(ctx, dir) },
+		Idle:           keepIdle,
+		MaxHeaderBytes: 1 << 20,
+	})
 }
 
-// keepIdle is how long a container's idle connection is kept; see
-// newTransport.
+// keepIdle is how long an idle connection to a container may be used
+// again; see newCallConn.
 const keepIdle = time.Second
 
 // hopByHop are the headers that describe one connection, never a call.
