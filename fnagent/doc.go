@@ -78,7 +78,9 @@
 //     may have closed, and bytes a timed-out call writes late can only reach
 //     a connection that is already closed. A container whose call timed out
 //     (or whose caller gave up) is also replaced, not reused, because the
-//     FDK may still be running the abandoned handler.
+//     FDK may still be running the abandoned handler. The call's own
+//     goroutine writes the request and reads the response (package
+//     callconn): no goroutine of a transport is woken on a hot call.
 //   - Function containers run with the "none" log driver: the engine reads
 //     their output from the attach stream and keeps each call's, so the
 //     daemon stores none of it (an FDK writes two lines per call; see Logs).
