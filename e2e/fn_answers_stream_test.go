@@ -33,17 +33,30 @@ func (c *cluster) fnInvokes(route string) float64 {
 
 // answersTap finds the connections that carry a call answers stream.
 type answersTap struct {
-	mu      sync.Mutex
-	streams []uint64
+	mu       sync.Mutex
+	streams  []uint64
+	switched map[uint64]bool // the replica took the connection (101)
 }
 
 func (a *answersTap) Data(conn uint64, dir faultproxy.Direction, p []byte) faultproxy.Verdict {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if dir == faultproxy.ClientToServer && bytes.Contains(p, []byte("POST "+nodeproto.PathCallAnswers)) {
-		a.mu.Lock()
 		a.streams = append(a.streams, conn)
-		a.mu.Unlock()
+	}
+	if dir == faultproxy.ServerToClient && bytes.HasPrefix(p, []byte("HTTP/1.1 101 Switching Protocols")) {
+		if a.switched == nil {
+			a.switched = map[uint64]bool{}
+		}
+		a.switched[conn] = true
 	}
 	return faultproxy.Forward
+}
+
+func (a *answersTap) tookConn(conn uint64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.switched[conn]
 }
 
 func (a *answersTap) Closed(uint64) {}
@@ -55,7 +68,7 @@ func (a *answersTap) all() []uint64 {
 }
 
 // TestFunctionInvokesRideTheAnswersStream: once a node's call answers
-// stream is up, hot calls' commands go down it (its answer) rather than the
+// stream is up (on its connection, taken whole), hot calls' commands go down it (its answer) rather than the
 // session, and their answers come back up it. Then the stream's connection
 // is silenced with calls' commands on it and cut: the control plane sends
 // those commands again down the session, and every call ends with the
@@ -87,6 +100,9 @@ func TestFunctionInvokesRideTheAnswersStream(t *testing.T) {
 	streams := tap.all()
 	if len(streams) != 1 {
 		t.Fatalf("%d call answers streams opened, want 1", len(streams))
+	}
+	if !tap.tookConn(streams[0]) {
+		t.Fatal("the replica did not take the stream's connection (no 101 Switching Protocols)")
 	}
 	t.Logf("commands by route: answers_stream %v, session %v", c.fnInvokes("answers_stream"), c.fnInvokes("session"))
 

@@ -63,6 +63,10 @@ type agentFunctions struct {
 	jobs chan func() // to an idle worker
 
 	answers map[string]*answerStream // by replica URL, under mu (functions_answers.go)
+	// answersOnBody holds, by replica URL, until when its streams are
+	// opened on a request body (it declined the connection), under mu.
+	answersOnBody map[string]time.Time
+	answersIdle   time.Duration // answersIdle when zero; tests shorten it
 }
 
 // WithFunctions makes the agent serve invoke commands through engine, whose

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,16 +25,24 @@ import (
 // queued while one write is under way go together in the next, one TLS
 // record for several answers. A stream idle for answersIdle is ended (the
 // control plane takes one silent for callstream.Idle, 2 min, for dead), and
-// opened again by the next call.
+// opened again by the next call. The stream takes its connection whole
+// when the replica agrees (nodeproto.CallAnswersUpgrade), else it rides a
+// request's body and its answer.
 
 const (
-	// answersIdle ends a stream that carried nothing for that long.
+	// answersIdle ends a stream that carried nothing for that long
+	// (agentFunctions.answersIdle in tests).
 	answersIdle = 15 * time.Second
 	// answersOpen bounds the wait for the stream's head.
 	answersOpen = 5 * time.Second
 	// answersRetry is how long after a stream could not be opened the
 	// agent posts answers before it tries again.
 	answersRetry = 30 * time.Second
+	// answersOnBody is how long after a replica declined to take the
+	// stream's connection (nodeproto.CallAnswersUpgrade) the agent opens
+	// its streams to it on a request body without asking again: a replica
+	// upgraded meanwhile is asked again after that.
+	answersOnBody = 10 * time.Minute
 )
 
 var errAnswersOpen = errors.New("the control plane did not answer the call answers stream's head in time")
@@ -48,7 +57,8 @@ type answerStream struct {
 	ready   bool          // the control plane answered the head
 	retryAt time.Time     // when broken, when a new one may be opened
 	opened  chan struct{} // closed once the head came back, or the open failed
-	pw      *io.PipeWriter
+	w       io.Writer     // where frames go: the connection, or the request body's pipe
+	idle    time.Duration // answersIdle
 	frames  *combiner.Writer
 	last    time.Time // when a frame was last queued; guarded by frames' lock
 }
@@ -81,9 +91,9 @@ func (f *agentFunctions) answerStreamFor(ctx context.Context, a *Agent, url stri
 	if f.answers == nil {
 		f.answers = map[string]*answerStream{}
 	}
-	st = &answerStream{opened: make(chan struct{})}
+	st = &answerStream{opened: make(chan struct{}), idle: cmp.Or(f.answersIdle, answersIdle)}
 	st.frames = combiner.New(func(p []byte) error {
-		_, err := st.pw.Write(p) // pw is set before the stream is ready
+		_, err := st.w.Write(p) // w is set before the stream is ready
 		return err
 	})
 	f.answers[url] = st
@@ -130,15 +140,34 @@ func (st *answerStream) fail(now time.Time, retry time.Duration) {
 }
 
 // runAnswerStream opens the stream to url and writes what is queued until
-// it breaks or stays idle for answersIdle.
+// it breaks or stays idle for answersIdle: on the connection itself when
+// the replica takes it (nodeproto.CallAnswersUpgrade), which spares the
+// HTTP client's goroutine that copies a request body to the connection,
+// else on a request body.
 func (f *agentFunctions) runAnswerStream(ctx context.Context, a *Agent, url string, st *answerStream) {
-	pr, pw := io.Pipe()
-	st.pw = pw
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(url, "/")+nodeproto.PathCallAnswers, pr)
+	f.mu.Lock()
+	onBody := a.now().Before(f.answersOnBody[url])
+	f.mu.Unlock()
+	if !onBody {
+		if !f.runAnswerConn(ctx, a, url, st) {
+			return
+		}
+		a.logger.Debug("call answers stream: the control plane does not take the connection; streaming on a request body", "url", url)
+		f.mu.Lock()
+		if f.answersOnBody == nil {
+			f.answersOnBody = map[string]time.Time{}
+		}
+		f.answersOnBody[url] = a.now().Add(answersOnBody)
+		f.mu.Unlock()
+	}
+	f.runAnswerBody(ctx, a, url, st)
+}
+
+// answersRequest is the stream's request to url, body its body.
+func answersRequest(ctx context.Context, a *Agent, url string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(url, "/")+nodeproto.PathCallAnswers, body)
 	if err != nil {
-		st.fail(a.now(), answersRetry)
-		close(st.opened)
-		return
+		return nil, err
 	}
 	nodeID, tok := a.creds()
 	req.Header.Set(nodeproto.HeaderNodeID, nodeID)
@@ -146,6 +175,86 @@ func (f *agentFunctions) runAnswerStream(ctx context.Context, a *Agent, url stri
 	req.Header.Set("User-Agent", "mercator-agent")
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.Header.Set(nodeproto.HeaderCallInvokes, nodeproto.CallInvokesBinary)
+	return req, nil
+}
+
+// runAnswerConn runs the stream on the connection itself. declined says
+// the replica answered without taking it (one that predates it): the
+// caller opens the stream on a body instead.
+func (f *agentFunctions) runAnswerConn(ctx context.Context, a *Agent, url string, st *answerStream) (declined bool) {
+	openCtx, cancelOpen := context.WithCancel(ctx)
+	defer cancelOpen()
+	req, err := answersRequest(openCtx, a, url, http.NoBody)
+	if err != nil {
+		st.fail(a.now(), answersRetry)
+		close(st.opened)
+		return false
+	}
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", nodeproto.CallAnswersUpgrade)
+	giveUp := time.AfterFunc(answersOpen, cancelOpen)
+	resp, err := f.client.Do(req)
+	inTime := giveUp.Stop()
+	if err == nil && resp.StatusCode != http.StatusSwitchingProtocols {
+		if resp.StatusCode == http.StatusOK {
+			// Its answer ends as soon as it read the empty body, and may
+			// carry invokes until then: each is run.
+			if resp.Header.Get(nodeproto.HeaderCallInvokes) == nodeproto.CallInvokesBinary {
+				a.readInvokes(ctx, url, resp.Body)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return true
+		}
+		resp.Body.Close()
+		a.logger.Debug("call answers stream refused; posting answers", "url", url, "status", resp.Status)
+		err = fmt.Errorf("status %s", resp.Status)
+	}
+	var conn io.ReadWriteCloser
+	if err == nil {
+		var ok bool
+		if conn, ok = resp.Body.(io.ReadWriteCloser); !ok || !inTime || resp.Header.Get(nodeproto.HeaderCallInvokes) != nodeproto.CallInvokesBinary {
+			resp.Body.Close()
+			err = errAnswersOpen
+		}
+	}
+	if err != nil {
+		a.logger.Debug("call answers stream", "url", url, "err", err)
+		st.fail(a.now(), answersRetry)
+		close(st.opened)
+		return false
+	}
+	defer conn.Close()
+	st.w = conn
+	st.open(a.now())
+	ended := make(chan struct{})
+	go func() {
+		a.readInvokes(ctx, url, conn)
+		close(ended)
+	}()
+	st.carry(ctx, a, ended, func() {
+		// The replica reads to the end frame, writes what it still had,
+		// and closes its own side: the reader above reads up to that.
+		// (No frame is written after: the frames are closed.)
+		_, err := conn.Write(nodeproto.AppendCallAnswersEnd(nil))
+		if cw, ok := conn.(interface{ CloseWrite() error }); err != nil || !ok || cw.CloseWrite() != nil {
+			conn.Close()
+		}
+	}, func(error) { conn.Close() })
+	return false
+}
+
+// runAnswerBody runs the stream on a request body, the replica's answer
+// carrying the invokes.
+func (f *agentFunctions) runAnswerBody(ctx context.Context, a *Agent, url string, st *answerStream) {
+	pr, pw := io.Pipe()
+	st.w = pw
+	req, err := answersRequest(ctx, a, url, pr)
+	if err != nil {
+		st.fail(a.now(), answersRetry)
+		close(st.opened)
+		return
+	}
 	// A refusal (an older control plane's 404, a limit's 429) is written
 	// only after the server tried to read the body, which never ends: the
 	// head must come back within answersOpen, or the open is given up.
@@ -169,14 +278,10 @@ func (f *agentFunctions) runAnswerStream(ctx context.Context, a *Agent, url stri
 		pr.CloseWithError(io.ErrClosedPipe)
 		return
 	}
-	st.last = a.now() // before any frame: the stream is not ready yet
-	st.mu.Lock()
-	st.ready = true
-	st.mu.Unlock()
-	close(st.opened)
 	// The control plane ends its answer only when it stops reading; until
 	// then the answer may carry invokes (nodeproto.HeaderCallInvokes),
 	// whose answers may then ride this stream.
+	st.open(a.now())
 	ended := make(chan struct{})
 	go func() {
 		if resp.Header.Get(nodeproto.HeaderCallInvokes) == nodeproto.CallInvokesBinary {
@@ -186,18 +291,42 @@ func (f *agentFunctions) runAnswerStream(ctx context.Context, a *Agent, url stri
 		resp.Body.Close()
 		close(ended)
 	}()
-	idle := time.NewTimer(answersIdle)
+	st.carry(ctx, a, ended, func() { pw.Close() }, func(err error) {
+		if ctx.Err() != nil {
+			pw.CloseWithError(err)
+		} else {
+			pr.CloseWithError(err)
+		}
+	})
+}
+
+// open makes the stream take frames: before its invokes are read, so the
+// answers to the first of them ride it.
+func (st *answerStream) open(now time.Time) {
+	st.last = now // before any frame: the stream is not ready yet
+	st.mu.Lock()
+	st.ready = true
+	st.mu.Unlock()
+	close(st.opened)
+}
+
+// carry runs an open stream: it ends the stream (end) once it carried
+// nothing for its idle time with no write under way, and returns once the
+// replica ended its side (ended), after end or on its own, or ctx ended;
+// abort then stops writes under way.
+func (st *answerStream) carry(ctx context.Context, a *Agent, ended <-chan struct{}, end func(), abort func(error)) {
+	idle := time.NewTimer(st.idle)
 	defer idle.Stop()
 	for {
 		select {
 		case <-idle.C:
 		case <-ended:
 			st.fail(a.now(), 0)
-			pr.CloseWithError(io.ErrClosedPipe)
+			abort(io.ErrClosedPipe)
 			return
 		case <-ctx.Done():
 			st.fail(a.now(), 0)
-			pw.CloseWithError(ctx.Err())
+			abort(ctx.Err())
 			return
 		}
 		// Ended once quiet for answersIdle with no write under way,
@@ -205,16 +334,16 @@ func (f *agentFunctions) runAnswerStream(ctx context.Context, a *Agent, url stri
 		var wait time.Duration
 		if !st.frames.CloseIfIdle(func() bool {
 			quiet := a.now().Sub(st.last)
-			wait = answersIdle - quiet
-			return quiet >= answersIdle
+			wait = st.idle - quiet
+			return quiet >= st.idle
 		}) {
 			if wait <= 0 { // a write under way: look again later
-				wait = answersIdle
+				wait = st.idle
 			}
 			idle.Reset(wait)
 			continue
 		}
-		pw.Close() // the next call opens another
+		end() // the next call opens another
 		<-ended
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -69,10 +70,16 @@ func readAnswers(body io.Reader, frames chan<- nodeproto.CallAnswer) {
 // and for a command that does not allow it, the answer is posted.
 func TestAnswersRideTheStream(t *testing.T) {
 	frames := make(chan nodeproto.CallAnswer, 4)
-	var opens atomic.Int32
+	var opens, declined atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != nodeproto.PathCallAnswers || r.Header.Get(nodeproto.HeaderNodeID) != "n1" || r.Header.Get("Authorization") != "Bearer tok" {
 			http.Error(w, "unexpected "+r.URL.Path, http.StatusBadRequest)
+			return
+		}
+		if asksConn(r) {
+			declined.Add(1) // as a replica that predates it: an answer, and the empty body read
+			answerHead(w, false)
+			io.Copy(io.Discard, r.Body)
 			return
 		}
 		opens.Add(1)
@@ -111,10 +118,21 @@ func TestAnswersRideTheStream(t *testing.T) {
 	if got := <-frames; got.Rendezvous != "rv-2" || got.ErrorKind != "busy" || got.ErrorMessage != "no container free" {
 		t.Fatalf("second frame %+v", got)
 	}
-	if n := opens.Load(); n != 1 {
-		t.Fatalf("%d streams opened, want 1", n)
+	if n, d := opens.Load(), declined.Load(); n != 1 || d != 1 {
+		t.Fatalf("%d streams opened after %d declined connections, want 1 after 1", n, d)
+	}
+	// A new stream to the replica that declined goes on a body at once.
+	f.answers[srv.URL].fail(a.now(), 0)
+	f.answerOnStream(ctx, a, inv, ok)
+	<-f.answers[srv.URL].opened
+	if n, d := opens.Load(), declined.Load(); n != 2 || d != 1 {
+		t.Fatalf("%d streams opened after %d declined connections, want 2 after 1: the replica was asked again", n, d)
 	}
 }
+
+// asksConn reports whether r asks for the stream's connection
+// (nodeproto.CallAnswersUpgrade).
+func asksConn(r *http.Request) bool { return r.Header.Get("Upgrade") == nodeproto.CallAnswersUpgrade }
 
 // TestAnswersPostedToAnOlderControlPlane: a replica that does not serve
 // the stream (404) gets posts, and is not asked again at every call.
@@ -158,6 +176,11 @@ func TestInvokesComeDownTheStream(t *testing.T) {
 			http.NotFound(w, r)
 			return
 		}
+		if asksConn(r) {
+			answerHead(w, true) // a replica that predates it
+			io.Copy(io.Discard, r.Body)
+			return
+		}
 		asked <- r.Header.Get(nodeproto.HeaderCallInvokes) == nodeproto.CallInvokesBinary
 		rc := answerHead(w, true)
 		inv := &nodeproto.InvokeCommand{CallID: "c-9", Rendezvous: "rv-9", URL: "http://" + r.Host, AnswerStream: true}
@@ -181,5 +204,91 @@ func TestInvokesComeDownTheStream(t *testing.T) {
 	case again := <-frames:
 		t.Fatalf("a second answer %+v: the command ran twice", again)
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestAnswersRideTheConnection: a replica that takes the stream's
+// connection (nodeproto.CallAnswersUpgrade) gets the answer frames on it
+// and writes invokes onto it; the agent runs each once, its answer riding
+// the connection back. At its idle end the agent closes its side only, so
+// an invoke the replica wrote meanwhile is still read and run (its answer
+// posted: the stream takes no more), and the next answer opens a new
+// connection. Nothing went on a request body.
+func TestAnswersRideTheConnection(t *testing.T) {
+	frames := make(chan nodeproto.CallAnswer, 8)
+	posted := make(chan string, 8)
+	closedByAgent := make(chan struct{})
+	var conns, bodies atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/response") {
+			posted <- r.URL.Path
+			return
+		}
+		if !asksConn(r) || r.Header.Get(nodeproto.HeaderCallInvokes) != nodeproto.CallInvokesBinary {
+			bodies.Add(1)
+			http.Error(w, "not on the connection", http.StatusBadRequest)
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + nodeproto.CallAnswersUpgrade +
+			"\r\n" + nodeproto.HeaderCallInvokes + ": " + nodeproto.CallInvokesBinary + "\r\n\r\n")
+		first := conns.Add(1) == 1
+		invoke := func(rv string) []byte {
+			return nodeproto.AppendInvokeFrame(nil, 0, &nodeproto.InvokeCommand{CallID: "c-" + rv, Rendezvous: rv, URL: "http://" + r.Host, AnswerStream: true})
+		}
+		if first {
+			frame := invoke("rv-9")
+			brw.Write(append(frame, frame...)) // the same command twice
+		}
+		brw.Flush()
+		readAnswers(brw.Reader, frames) // until the agent closes its side
+		if first {
+			close(closedByAgent)
+			conn.Write(invoke("rv-10")) // written after the agent's end
+			conn.(*net.TCPConn).CloseWrite()
+			io.Copy(io.Discard, conn)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	a, ctx := answersTestAgent(t)
+	f := a.functions
+	f.answersIdle = 200 * time.Millisecond
+	inv := nodeproto.InvokeCommand{Rendezvous: "rv-1", URL: srv.URL, AnswerStream: true}
+	f.answerOnStream(ctx, a, inv, nodeproto.CallAnswer{Status: 200})
+	<-f.answers[srv.URL].opened
+	if !f.answerOnStream(ctx, a, inv, nodeproto.CallAnswer{Status: 201}) {
+		t.Fatal("an answer was not taken by the stream on the connection")
+	}
+	got := map[string]nodeproto.CallAnswer{}
+	for range 2 {
+		a := <-frames
+		got[a.Rendezvous] = a
+	}
+	if got["rv-1"].Status != 201 || got["rv-9"].ErrorKind != "refused" {
+		t.Fatalf("frames %+v, want rv-1's answer and rv-9 refused as fenced", got)
+	}
+	<-closedByAgent
+	if p := <-posted; p != nodeproto.PathCalls+"rv-10/response" {
+		t.Fatalf("posted %s, want rv-10's answer: the invoke written after the agent's end must run", p)
+	}
+	select {
+	case extra := <-frames:
+		t.Fatalf("another frame %+v: rv-9 ran twice, or an answer rode an ended stream", extra)
+	case p := <-posted:
+		t.Fatalf("another post %s", p)
+	case <-time.After(100 * time.Millisecond):
+	}
+	// The next answer opens a new connection.
+	waitUntil(t, "a second connection", func() bool {
+		f.answerOnStream(ctx, a, inv, nodeproto.CallAnswer{Status: 202})
+		return conns.Load() == 2
+	})
+	if n := bodies.Load(); n != 0 {
+		t.Fatalf("%d streams on a request body, want none", n)
 	}
 }

@@ -65,6 +65,28 @@ const (
 	CallInvokesBinary = "invoke-1"
 )
 
+// The stream on the connection itself.
+//
+// An agent asking for invokes may also ask for the stream to take its
+// connection whole (HTTP/1.1's upgrade: Connection: Upgrade, Upgrade:
+// CallAnswersUpgrade, an empty body). A replica that takes it answers
+// 101 Switching Protocols (with HeaderCallInvokes echoed), and from then
+// on the agent writes answer frames and the replica invoke frames
+// straight onto the connection, the same frames without HTTP/1.1's chunks
+// around them: no writer goroutine on the agent's side (its HTTP client
+// copies a streamed request body from a goroutine of its own) and no
+// chunked reader and flush through the response's writers on the
+// replica's. The agent ends the stream with an end frame
+// (AppendCallAnswersEnd) and closes its side, as it would end the
+// request's body (a connection's end alone could be a cut, after which
+// the replica sends its unanswered invokes again on the session); the
+// replica then closes its own side once nothing more is written, and the
+// agent reads every invoke frame up to that end. A replica that predates this,
+// or cannot take the connection, answers the request as any other (200,
+// its empty body read at once): the agent then opens the stream as
+// before, on a request body, and keeps to that for the replica.
+const CallAnswersUpgrade = "mercator-call-answers-1"
+
 // MaxCallAnswerFrame bounds one frame: 64 KiB of body (nodeagent's
 // coalesceMax) with room for headers. An answer that would not fit is
 // posted instead.
@@ -74,7 +96,18 @@ const MaxCallAnswerFrame = 256 << 10
 const (
 	frameResponse = 1
 	frameError    = 2
+	frameEnd      = 3
 )
+
+// ErrCallAnswersEnd is ReadCallAnswer's answer to the end frame
+// (AppendCallAnswersEnd), with which an agent ends a stream on its
+// connection (CallAnswersUpgrade): there, unlike on a request's body,
+// the connection's end cannot tell a clean end from a cut.
+var ErrCallAnswersEnd = errors.New("the call answers stream's end")
+
+// AppendCallAnswersEnd appends the end frame to dst: a length of 1 and
+// its type.
+func AppendCallAnswersEnd(dst []byte) []byte { return append(dst, 1, frameEnd) }
 
 // CallAnswer is one whole answer on the call answers stream: a response
 // (Status, Header, Body) or, when ErrorKind is set, a call that ended
@@ -141,7 +174,8 @@ var ErrCallAnswerFrame = errors.New("malformed call answer frame")
 // ReadCallAnswer reads the next frame from r into buf's storage (grown as
 // needed and returned for the next call; the answer's Body aliases it, so
 // it is valid until buf is reused). io.EOF at a frame's boundary is the
-// stream's clean end; anything else malformed is ErrCallAnswerFrame.
+// stream's clean end, and so is ErrCallAnswersEnd, the end frame's;
+// anything else malformed is ErrCallAnswerFrame.
 func ReadCallAnswer(r *bufio.Reader, buf []byte) (CallAnswer, []byte, error) {
 	n, err := binary.ReadUvarint(r)
 	if err == io.EOF {
@@ -159,6 +193,9 @@ func ReadCallAnswer(r *bufio.Reader, buf []byte) (CallAnswer, []byte, error) {
 	buf = buf[:n]
 	if _, err := io.ReadFull(r, buf); err != nil {
 		return CallAnswer{}, buf, fmt.Errorf("%w: %d bytes: %v", ErrCallAnswerFrame, n, err)
+	}
+	if n == 1 && buf[0] == frameEnd {
+		return CallAnswer{}, buf, ErrCallAnswersEnd
 	}
 	a, err := DecodeCallAnswer(buf)
 	return a, buf, err

@@ -1,7 +1,6 @@
 package callstream
 
 import (
-	"net/http"
 	"sync"
 	"time"
 
@@ -23,18 +22,14 @@ type Invokes struct {
 // writeTimeout bounds one write of invoke frames. A variable for tests.
 var writeTimeout = 2 * time.Second
 
-func newInvokes(w http.ResponseWriter, rc *http.ResponseController) *Invokes {
+// newInvokes writes frames with write, from the senders' goroutines.
+// write must not block for long (writeTimeout): an agent that stops
+// reading (a connection gone silent) breaks the stream instead, and the
+// commands go down the session.
+func newInvokes(write func(p []byte) error) *Invokes {
 	iv := &Invokes{broken: make(chan struct{})}
 	iv.frames = combiner.New(func(p []byte) error {
-		// A sender writes on its caller's goroutine, so no write may
-		// block for long: an agent that stops reading (a connection
-		// gone silent) breaks the stream instead, and the commands go
-		// down the session.
-		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-		_, err := w.Write(p)
-		if err == nil {
-			err = rc.Flush()
-		}
+		err := write(p)
 		if err != nil {
 			iv.breakOff()
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -16,37 +17,83 @@ import (
 	"github.com/mercator/mercator/nodeproto"
 )
 
+// agentEnd is the agent's side of one call answers stream that asks for
+// invokes, and what the test watches of the replica's.
+type agentEnd struct {
+	iv      *Invokes      // what the handler attached
+	invokes io.Reader     // where the invoke frames arrive
+	end     func()        // the agent ends the stream cleanly
+	cut     func()        // the connection cut under it
+	close   func()        // the agent closes its end (TLS's own clean close, no end frame)
+	ended   chan struct{} // closed when Serve returned
+}
+
+// modes are the stream's two ways: on a request's body and its answer,
+// and on the connection itself (nodeproto.CallAnswersUpgrade).
+var modes = []struct {
+	name   string
+	onConn bool
+}{{"on a body", false}, {"on the connection", true}}
+
 // invokesStream serves one call answers stream that asks for invokes, over
-// TLS and HTTP/1.1 as agents speak it, and returns the Invokes the handler
-// attached, the answer (whose body carries the frames), the request body's
-// writer (the agent's end), a channel closed when Serve returned, and a
-// cancel that cuts the client's connection.
-func invokesStream(t *testing.T) (*Invokes, *http.Response, *io.PipeWriter, <-chan struct{}, context.CancelFunc) {
+// TLS and HTTP/1.1 as agents speak it, on the connection when onConn.
+func invokesStream(t *testing.T, onConn bool) agentEnd {
 	t.Helper()
 	attached := make(chan *Invokes, 1)
-	ended := make(chan struct{})
+	e := agentEnd{ended: make(chan struct{})}
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer close(ended)
+		defer close(e.ended)
 		Serve(w, r, slog.New(slog.NewTextHandler(io.Discard, nil)), "n1", func(nodeproto.CallAnswer) {},
 			func(iv *Invokes) func() { attached <- iv; return func() {} })
 	}))
 	t.Cleanup(srv.Close)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	// The raw connection, to cut it as a network would (no TLS alert).
+	var raw net.Conn
+	tr := srv.Client().Transport.(*http.Transport).Clone()
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		raw = c
+		return c, err
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	var body io.Reader = http.NoBody
 	pr, pw := io.Pipe()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+nodeproto.PathCallAnswers, pr)
+	if !onConn {
+		body = pr
+	}
+	req, err := http.NewRequest(http.MethodPost, srv.URL+nodeproto.PathCallAnswers, body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set(nodeproto.HeaderCallInvokes, nodeproto.CallInvokesBinary)
-	resp, err := srv.Client().Do(req)
-	if err != nil || resp.StatusCode != http.StatusOK {
+	want := http.StatusOK
+	if onConn {
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", nodeproto.CallAnswersUpgrade)
+		want = http.StatusSwitchingProtocols
+	}
+	resp, err := tr.RoundTrip(req)
+	if err != nil || resp.StatusCode != want {
 		t.Fatalf("head: %v %v", resp, err)
 	}
 	if resp.Header.Get(nodeproto.HeaderCallInvokes) != nodeproto.CallInvokesBinary {
 		t.Fatal("the answer's head does not say invokes may come")
 	}
-	return <-attached, resp, pw, ended, cancel
+	t.Cleanup(func() { resp.Body.Close() })
+	e.iv, e.invokes, e.cut, e.close = <-attached, resp.Body, func() { raw.Close() }, func() { resp.Body.Close() }
+	e.end = func() { pw.Close() }
+	if onConn {
+		e.end = func() {
+			conn := resp.Body.(io.ReadWriteCloser)
+			if _, err := conn.Write(nodeproto.AppendCallAnswersEnd(nil)); err != nil {
+				t.Error(err)
+			}
+			if err := conn.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	return e
 }
 
 // readInvokeFrames reads n invoke frames from r.
@@ -86,7 +133,14 @@ func readInvokeFrames(t *testing.T, r *bufio.Reader, n int) []nodeproto.Command 
 // the stream closes it cleanly (Broken stays open) and later sends are
 // refused, for the caller to use the session.
 func TestInvokesReachTheAgentOnce(t *testing.T) {
-	iv, resp, pw, ended, _ := invokesStream(t)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { invokesReachTheAgentOnce(t, m.onConn) })
+	}
+}
+
+func invokesReachTheAgentOnce(t *testing.T, onConn bool) {
+	e := invokesStream(t, onConn)
+	iv := e.iv
 	const senders, each = 8, 50
 	var wg sync.WaitGroup
 	for g := 0; g < senders; g++ {
@@ -103,7 +157,8 @@ func TestInvokesReachTheAgentOnce(t *testing.T) {
 		}()
 	}
 	seen := map[string]int{}
-	for _, cmd := range readInvokeFrames(t, bufio.NewReader(resp.Body), senders*each) {
+	br := bufio.NewReader(e.invokes)
+	for _, cmd := range readInvokeFrames(t, br, senders*each) {
 		if cmd.FencingToken != 7 || string(cmd.Invoke.Body) != "body" || !cmd.Invoke.AnswerStream {
 			t.Fatalf("frame %+v %+v", cmd, cmd.Invoke)
 		}
@@ -118,11 +173,12 @@ func TestInvokesReachTheAgentOnce(t *testing.T) {
 	if len(seen) != senders*each {
 		t.Fatalf("%d distinct invokes arrived, want %d", len(seen), senders*each)
 	}
-	pw.Close() // the agent ends the stream
-	<-ended
-	if rest, _ := io.ReadAll(resp.Body); len(rest) != 0 {
+	e.end() // the agent ends the stream, and reads to the replica's end
+	if rest, _ := io.ReadAll(br); len(rest) != 0 {
 		t.Fatalf("%d bytes after the last frame", len(rest))
 	}
+	e.close()
+	<-e.ended
 	select {
 	case <-iv.Broken():
 		t.Fatal("a stream the agent ended is said to be broken")
@@ -137,16 +193,31 @@ func TestInvokesReachTheAgentOnce(t *testing.T) {
 // away before the agent ended it says so (the callers waiting on it send
 // again by the session) and takes no more.
 func TestInvokesBrokenWhenTheConnectionIsCut(t *testing.T) {
-	iv, _, _, ended, cut := invokesStream(t)
-	if !iv.Send(1, &nodeproto.InvokeCommand{Rendezvous: "rv-1"}) {
-		t.Fatal("an open stream refused an invoke")
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			e := invokesStream(t, m.onConn)
+			if !e.iv.Send(1, &nodeproto.InvokeCommand{Rendezvous: "rv-1"}) {
+				t.Fatal("an open stream refused an invoke")
+			}
+			e.cut()
+			<-e.iv.Broken()
+			<-e.ended
+			if e.iv.Send(1, &nodeproto.InvokeCommand{Rendezvous: "rv-2"}) {
+				t.Fatal("a broken stream took an invoke")
+			}
+		})
 	}
-	cut()
-	<-iv.Broken()
-	<-ended
-	if iv.Send(1, &nodeproto.InvokeCommand{Rendezvous: "rv-2"}) {
-		t.Fatal("a broken stream took an invoke")
-	}
+	// On the connection only the end frame ends the stream cleanly: a
+	// connection closed without it (even with TLS's own close) is a cut.
+	t.Run("closed without the end frame", func(t *testing.T) {
+		e := invokesStream(t, true)
+		if !e.iv.Send(1, &nodeproto.InvokeCommand{Rendezvous: "rv-1"}) {
+			t.Fatal("an open stream refused an invoke")
+		}
+		e.close()
+		<-e.iv.Broken()
+		<-e.ended
+	})
 }
 
 // TestNoInvokesUnlessAsked: a stream that does not ask, or a handler
@@ -190,19 +261,23 @@ func TestNoInvokesUnlessAsked(t *testing.T) {
 func TestInvokesBrokenWhenTheAgentStopsReading(t *testing.T) {
 	defer func(d time.Duration) { writeTimeout = d }(writeTimeout)
 	writeTimeout = 200 * time.Millisecond
-	iv, _, _, _, _ := invokesStream(t) // the answer is never read
-	big := &nodeproto.InvokeCommand{Rendezvous: "rv", Body: bytes.Repeat([]byte("x"), 1<<20), BodyInline: true}
-	for i := 0; ; i++ {
-		if i == 1024 { // 1 GiB: far past any socket buffer
-			t.Fatal("1 GiB of frames written to an agent that reads none")
-		}
-		if !iv.Send(1, big) {
-			break
-		}
-	}
-	select {
-	case <-iv.Broken():
-	default:
-		t.Fatal("a stream that refused a send is not said to be broken")
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			iv := invokesStream(t, m.onConn).iv // the invokes are never read
+			big := &nodeproto.InvokeCommand{Rendezvous: "rv", Body: bytes.Repeat([]byte("x"), 1<<20), BodyInline: true}
+			for i := 0; ; i++ {
+				if i == 1024 { // 1 GiB: far past any socket buffer
+					t.Fatal("1 GiB of frames written to an agent that reads none")
+				}
+				if !iv.Send(1, big) {
+					break
+				}
+			}
+			select {
+			case <-iv.Broken():
+			default:
+				t.Fatal("a stream that refused a send is not said to be broken")
+			}
+		})
 	}
 }
