@@ -146,11 +146,10 @@ func serveConn(ctx context.Context, conn net.Conn, brw *bufio.ReadWriter, log *s
 		// agent reads up to this end, then wait for the agent's own
 		// close: closing with its end unread would reset the connection,
 		// and could take those frames with it.
-		if cw, ok := conn.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
+		if cw, ok := conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			_ = conn.SetReadDeadline(time.Now().Add(closeWait))
+			_, _ = io.Copy(io.Discard, brw.Reader)
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(closeWait))
-		_, _ = io.Copy(io.Discard, brw.Reader)
 	}
 }
 

@@ -35,6 +35,7 @@
 package limits
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -198,6 +199,15 @@ type limitConn struct {
 	net.Conn
 	once    sync.Once
 	release func()
+}
+
+// CloseWrite half-closes the connection when the one under it can (a
+// TCP connection; a hijacked call answers stream ends so).
+func (c *limitConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
 }
 
 func (c *limitConn) Close() error {

@@ -288,3 +288,40 @@ func TestCheckNamesTheFlagToFix(t *testing.T) {
 		}
 	}
 }
+
+// TestListenerConnectionsHalfClose: a connection of the capped listener,
+// taken from the server (as a call answers stream takes its own), can
+// close its writing side alone: the client reads its end, and can still
+// write to it.
+func TestListenerConnectionsHalfClose(t *testing.T) {
+	got := make(chan string, 1)
+	addr := serve(t, Options{MaxConns: 2}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("bye")
+		brw.Flush()
+		if err := conn.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+			t.Error(err)
+		}
+		rest, _ := io.ReadAll(brw)
+		got <- string(rest)
+	}), nil)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if b, err := io.ReadAll(c); err != nil || string(b) != "bye" {
+		t.Fatalf("read %q, %v; want bye and the server's end", b, err)
+	}
+	io.WriteString(c, "after")
+	c.(*net.TCPConn).CloseWrite()
+	if s := <-got; s != "after" {
+		t.Fatalf("server read %q after its half-close, want after", s)
+	}
+}
