@@ -264,21 +264,35 @@ func rawClient(sock string) *Client {
 
 const okResponse = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
-// A connection the container closed while idle fails the next request's
-// write; the request is sent again on a new one, and served once.
-func TestClosedWhileIdleIsSentAgain(t *testing.T) {
-	var served atomic.Int64
-	sock, conns := rawServer(t, func(n int, c net.Conn) {
-		defer c.Close()
-		br := bufio.NewReader(c)
+// answerEach reads c's requests in turn, each whole, and writes reply(i)
+// to the i-th (from 1); it closes c once reply says "" (the request read
+// but never answered), or after the first answer when once.
+func answerEach(c net.Conn, once bool, reply func(i int) string) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for i := 1; ; i++ {
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			return
 		}
 		io.Copy(io.Discard, req.Body)
-		served.Add(1)
-		io.WriteString(c, okResponse)
-		// then close while idle
+		r := reply(i)
+		if r == "" {
+			return
+		}
+		io.WriteString(c, r)
+		if once {
+			return
+		}
+	}
+}
+
+// A connection the container closed while idle fails the next request's
+// write; the request is sent again on a new one, and served once.
+func TestClosedWhileIdleIsSentAgain(t *testing.T) {
+	var served atomic.Int64
+	sock, conns := rawServer(t, func(n int, c net.Conn) {
+		answerEach(c, true, func(int) string { served.Add(1); return okResponse }) // then closed while idle
 	})
 	cl := rawClient(sock)
 	defer cl.Close()
@@ -297,19 +311,12 @@ func TestClosedWhileIdleIsSentAgain(t *testing.T) {
 func TestReadButUnansweredIsNotSentAgain(t *testing.T) {
 	var read atomic.Int64
 	sock, _ := rawServer(t, func(n int, c net.Conn) {
-		defer c.Close()
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			io.Copy(io.Discard, req.Body)
+		answerEach(c, false, func(int) string {
 			if read.Add(1) == 2 {
-				return // the second call dies unanswered
+				return "" // the second call dies unanswered
 			}
-			io.WriteString(c, okResponse)
-		}
+			return okResponse
+		})
 	})
 	cl := rawClient(sock)
 	defer cl.Close()
@@ -338,16 +345,9 @@ func TestHeadersBounded(t *testing.T) {
 
 func TestInformationalResponsesSkipped(t *testing.T) {
 	sock, _ := rawServer(t, func(n int, c net.Conn) {
-		defer c.Close()
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			io.Copy(io.Discard, req.Body)
-			io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"+okResponse)
-		}
+		answerEach(c, false, func(int) string {
+			return "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + okResponse
+		})
 	})
 	cl := rawClient(sock)
 	defer cl.Close()
@@ -360,14 +360,7 @@ func TestInformationalResponsesSkipped(t *testing.T) {
 
 func TestConnectionCloseIsHonoured(t *testing.T) {
 	sock, conns := rawServer(t, func(n int, c net.Conn) {
-		defer c.Close()
-		br := bufio.NewReader(c)
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			return
-		}
-		io.Copy(io.Discard, req.Body)
-		io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end")
+		answerEach(c, true, func(int) string { return "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end" })
 	})
 	cl := rawClient(sock)
 	defer cl.Close()
