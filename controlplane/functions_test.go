@@ -544,6 +544,27 @@ func TestInvokeErrorsMapToFn(t *testing.T) {
 	}
 }
 
+// TestInvokeInterimStatusIsNoAnswer: a node that passes on a function's
+// informational status (1xx, an agent that predates its check) gets the
+// call answered 502 invalid_response, not a 1xx followed by a 200 the
+// function never chose.
+func TestInvokeInterimStatusIsNoAnswer(t *testing.T) {
+	f := newFnFixture(t)
+	f.startNode("n1", func(n *fakeNode, inv nodeproto.InvokeCommand) {
+		req := n.request("POST", inv, "/response", strings.NewReader("body"))
+		req.Header.Set(nodeproto.HeaderCallStatus, "103")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+	_, fn := f.deploy("app", api.Fn{Name: "f"})
+	status, _, body := f.do("POST", "/invoke/"+fn.ID, "x")
+	var e api.FnError
+	if err := json.Unmarshal(body, &e); err != nil || status != http.StatusBadGateway || e.Kind != "invalid_response" || !strings.Contains(e.Detail, "103") {
+		t.Fatalf("a 103 answer = %d %s (%v), want 502 invalid_response", status, body, err)
+	}
+}
+
 // TestInvokeSpillsOnBusy: the function's first node in rendezvous order
 // answers busy; the call moves to the next, told to wait there.
 func TestInvokeSpillsOnBusy(t *testing.T) {

@@ -135,14 +135,17 @@ func containerStatus(code int) (kind Kind, keep bool) {
 }
 
 // userStatus is the function's own status: Fn-Http-Status, 200 without it.
+// It must be a final status: an informational one (1xx) would reach the
+// caller as an interim response, and the body after it under a 200 the
+// function never chose.
 func userStatus(h http.Header) (int, error) {
 	v := h.Get("Fn-Http-Status")
 	if v == "" {
 		return http.StatusOK, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 100 || n > 999 {
-		return 0, fmt.Errorf("Fn-Http-Status %q is not an HTTP status", v)
+	if err != nil || n < 200 || n > 999 {
+		return 0, fmt.Errorf("Fn-Http-Status %q is not a final HTTP status (200 to 999)", v)
 	}
 	return n, nil
 }

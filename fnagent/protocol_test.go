@@ -49,12 +49,12 @@ func TestStatusContract(t *testing.T) {
 			t.Errorf("containerStatus(%d) = %q, %v; want %q, %v", code, kind, keep, want.kind, want.keep)
 		}
 	}
-	for v, want := range map[string]int{"": 200, "404": 404, "201": 201} {
+	for v, want := range map[string]int{"": 200, "404": 404, "201": 201, "200": 200, "999": 999} {
 		if got, err := userStatus(http.Header{"Fn-Http-Status": {v}}); err != nil || got != want {
 			t.Errorf("userStatus(%q) = %d, %v", v, got, err)
 		}
 	}
-	for _, bad := range []string{"teapot", "42", "1000"} {
+	for _, bad := range []string{"teapot", "42", "1000", "100", "103", "199"} {
 		if _, err := userStatus(http.Header{"Fn-Http-Status": {bad}}); err == nil {
 			t.Errorf("userStatus(%q) accepted", bad)
 		}

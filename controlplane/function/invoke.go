@@ -81,6 +81,9 @@ const (
 	kindTimeout     = "timeout"
 	kindCanceled    = "canceled"
 	kindUnavailable = "unavailable"
+	// kindInvalidResponse is the engine's for a container's answer outside
+	// the contract (fnagent.KindInvalidResponse).
+	kindInvalidResponse = "invalid_response"
 )
 
 // topicInvoke carries an invoke command reference to the replica holding
@@ -391,7 +394,7 @@ func callStatus(kind string) (int, string) {
 		// Fn says this of any call whose container's answer did not
 		// arrive: a crash, an OOM kill, a broken connection.
 		return http.StatusBadGateway, "error receiving function response"
-	case "invalid_response":
+	case kindInvalidResponse:
 		return http.StatusBadGateway, "invalid function response"
 	case "request_too_big":
 		return http.StatusRequestEntityTooLarge, "Request content too large"

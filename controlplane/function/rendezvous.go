@@ -2,6 +2,7 @@ package function
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -172,6 +173,14 @@ func (s *Service) callResponse(w http.ResponseWriter, r *http.Request, c httpapi
 		httpapi.WriteError(w, failure.Invalid(nodeproto.HeaderCallStatus, "%q is not an HTTP status", r.Header.Get(nodeproto.HeaderCallStatus)))
 		return
 	}
+	if status < 200 {
+		if !rv.deliver(interimAnswer(status)) {
+			writeFnJSON(w, http.StatusGone, api.ErrorOf(failure.Conflict("call attempt %s is over", rv.id)))
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	header := http.Header{}
 	for k, vs := range r.Header {
 		if name, ok := strings.CutPrefix(k, nodeproto.HeaderCallHeader); ok && name != "" {
@@ -206,6 +215,15 @@ func (s *Service) callLog(w http.ResponseWriter, r *http.Request, c httpapi.Node
 	w.WriteHeader(http.StatusOK)
 }
 
+// interimAnswer is the answer to a call whose function answered an
+// informational status (1xx): no final response, as Fn's contract has it
+// (an agent that predates its check passes one on). Written as it is, it
+// would reach the caller as an interim response followed by a 200 the
+// function never chose.
+func interimAnswer(status int) *callAnswer {
+	return &callAnswer{kind: kindInvalidResponse, message: fmt.Sprintf("the function answered status %d, not a final HTTP status", status)}
+}
+
 // callAnswers takes a node's call answers stream (package callstream):
 // each frame is delivered to its rendezvous as a POST to …/response
 // would be; one for a rendezvous that is unknown, over, or another
@@ -219,7 +237,9 @@ func (s *Service) callAnswers(w http.ResponseWriter, r *http.Request, c httpapi.
 		rv := v.(*rendezvous)
 		rv.fetched.Store(true)
 		a := &callAnswer{kind: f.ErrorKind, message: f.ErrorMessage}
-		if f.ErrorKind == "" { // the agent's engine names headers canonically, as a POST's would be
+		if f.ErrorKind == "" && f.Status < 200 {
+			a = interimAnswer(f.Status)
+		} else if f.ErrorKind == "" { // the agent's engine names headers canonically, as a POST's would be
 			a = &callAnswer{status: f.Status, header: f.Header, length: int64(len(f.Body)), body: bytes.NewReader(f.Body),
 				trailer: http.Header(nil).Clone, done: make(chan error, 1)}
 		}
