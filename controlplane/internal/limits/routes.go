@@ -25,9 +25,10 @@ var (
 	// overlaps the stream the server has not noticed is dead.
 	Session = Class{Name: "session stream", Body: httpapi.MaxBody, Stream: true, PerCaller: SessionsPerNode}
 	// CallAnswers: a node's call answers stream (nodeproto.PathCallAnswers),
-	// a long request body of whole function answers, which its handler
-	// reads under an idle deadline of its own (package callstream);
-	// counted with the node's session streams.
+	// a long request body of whole function answers, or the connection
+	// itself once upgraded, which its handler reads under an idle deadline
+	// of its own (package callstream); counted with the node's session
+	// streams for as long as the handler holds it.
 	CallAnswers = Class{Name: "call answers stream", Body: Unbounded, Stream: true, PerCaller: SessionsPerNode}
 	// NodeEvents and NodeLogs: a node's posts, limited per node and by the
 	// node body budget.
