@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/callkind"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/supervise"
@@ -192,15 +193,15 @@ func (s *Service) claim(ctx context.Context, n int) ([]store.Call, error) {
 func finish(c *store.Call, now time.Time, kind, message string) {
 	c.Status, c.ErrorKind, c.Error = api.CallError, kind, message
 	if c.ErrorKind == "" {
-		c.ErrorKind = kindUnavailable
+		c.ErrorKind = callkind.Unavailable
 	}
 	c.CompletedAt, c.Due, c.Claim = &now, time.Time{}, ""
 }
 
 // retryableDurable are the ways a delivery can end that say nothing about
 // the function: it is delivered again.
-var retryableDurable = map[string]bool{kindBusy: true, kindNoCapacity: true, kindUnreachable: true, kindRefused: true,
-	kindUnavailable: true, kindNodeLost: true, kindCanceled: true, "capacity_timeout": true}
+var retryableDurable = map[string]bool{callkind.Busy: true, callkind.NoCapacity: true, callkind.Unreachable: true, callkind.Refused: true,
+	callkind.Unavailable: true, callkind.NodeLost: true, callkind.Canceled: true, "capacity_timeout": true}
 
 // bufferSink keeps a durable call's response, up to limit bytes.
 type bufferSink struct {
@@ -234,7 +235,7 @@ func (s *Service) deliver(ctx context.Context, c store.Call) {
 			s.release(c)
 			return
 		}
-		s.record(c, callOutcome{kind: kindUnavailable, message: err.Error(), retryable: true}, nil)
+		s.record(c, callOutcome{kind: callkind.Unavailable, message: err.Error(), retryable: true}, nil)
 		return
 	}
 	body := c.Body

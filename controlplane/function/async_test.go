@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/callkind"
 	"github.com/mercator/mercator/store"
 	"github.com/mercator/mercator/store/memstore"
 )
@@ -140,7 +141,7 @@ func TestDurableDeliveryCap(t *testing.T) {
 			if len(claimed) == 1 {
 				deliveries++
 				if !(crashLast && deliveries == asyncMaxAttempts) {
-					f.a.record(claimed[0], callOutcome{kind: kindNodeLost, message: "node lost"}, nil)
+					f.a.record(claimed[0], callOutcome{kind: callkind.NodeLost, message: "node lost"}, nil)
 					// The last delivery's failure ends the call then, not at
 					// a later claim.
 					if done := f.call(t).Status == api.CallError; done != (deliveries == asyncMaxAttempts) {
@@ -155,8 +156,8 @@ func TestDurableDeliveryCap(t *testing.T) {
 		if deliveries != asyncMaxAttempts || c.Status != api.CallError || c.Attempts != asyncMaxAttempts || c.CompletedAt == nil {
 			t.Fatalf("crash on the last: %v: %d deliveries, call %+v; want %d deliveries and then an error", crashLast, deliveries, c.FnCall, asyncMaxAttempts)
 		}
-		if !crashLast && c.ErrorKind != kindNodeLost {
-			t.Errorf("error kind %q, want the last delivery's %q", c.ErrorKind, kindNodeLost)
+		if !crashLast && c.ErrorKind != callkind.NodeLost {
+			t.Errorf("error kind %q, want the last delivery's %q", c.ErrorKind, callkind.NodeLost)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/callkind"
 	"github.com/mercator/mercator/controlplane/internal/fnheader"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/nodeproto"
@@ -69,21 +70,6 @@ const (
 	cacheTTL = time.Second
 	// logWait bounds the wait for a durable call's log after its response.
 	logWait = 5 * time.Second
-)
-
-// Kinds a call can end with beyond fnagent's (api.FnError.Kind).
-const (
-	kindBusy        = "busy"
-	kindNoCapacity  = "no_capacity"
-	kindNodeLost    = "node_lost"
-	kindUnreachable = "unreachable"
-	kindRefused     = "refused"
-	kindTimeout     = "timeout"
-	kindCanceled    = "canceled"
-	kindUnavailable = "unavailable"
-	// kindInvalidResponse is the engine's for a container's answer outside
-	// the contract (fnagent.KindInvalidResponse).
-	kindInvalidResponse = "invalid_response"
 )
 
 // topicInvoke carries an invoke command reference to the replica holding
@@ -170,7 +156,7 @@ type callOutcome struct {
 func (s *Service) dispatch(ctx context.Context, c *fnCall) callOutcome {
 	nodes, fitting, err := s.candidates(ctx, c.entry)
 	if err != nil {
-		return callOutcome{kind: kindUnavailable, message: err.Error(), retryable: true}
+		return callOutcome{kind: callkind.Unavailable, message: err.Error(), retryable: true}
 	}
 	if len(nodes) == 0 {
 		msg := fmt.Sprintf("no ready node can hold the function (it needs %v)", c.entry.need)
@@ -181,7 +167,7 @@ func (s *Service) dispatch(ctx context.Context, c *fnCall) callOutcome {
 		if fitting > 0 {
 			msg = fmt.Sprintf("%d nodes can hold the function (it needs %v) but none is connected to this control plane", fitting, c.entry.need)
 		}
-		return callOutcome{kind: kindNoCapacity, message: msg, retryable: true}
+		return callOutcome{kind: callkind.NoCapacity, message: msg, retryable: true}
 	}
 	tries := c.entry.tries(len(nodes))
 	var out callOutcome
@@ -202,7 +188,7 @@ func (s *Service) dispatch(ctx context.Context, c *fnCall) callOutcome {
 func (s *Service) attempt(ctx context.Context, c *fnCall, n scheduler.FunctionNode, spec nodeproto.FunctionSpec, last bool) callOutcome {
 	remaining := c.deadline.Sub(s.now())
 	if remaining <= 0 {
-		return callOutcome{kind: kindTimeout, message: "the call's deadline passed before a node took it", nodeID: n.ID}
+		return callOutcome{kind: callkind.Timeout, message: "the call's deadline passed before a node took it", nodeID: n.ID}
 	}
 	cmd := nodeproto.InvokeCommand{
 		CallID: c.id, Rendezvous: httpapi.NewID("rv-"), URL: s.replicaURL(), Function: &spec,
@@ -227,7 +213,7 @@ func (s *Service) attempt(ctx context.Context, c *fnCall, n scheduler.FunctionNo
 	lost, held, sent := s.host.Send(n.ID, nodeproto.Command{Kind: nodeproto.KindInvoke, Invoke: &cmd})
 	if held {
 		if !sent {
-			return callOutcome{kind: kindBusy, message: "the node's session is backed up", nodeID: n.ID, retryable: true}
+			return callOutcome{kind: callkind.Busy, message: "the node's session is backed up", nodeID: n.ID, retryable: true}
 		}
 		sessionDone = lost
 		route := "session"
@@ -239,13 +225,13 @@ func (s *Service) attempt(ctx context.Context, c *fnCall, n scheduler.FunctionNo
 		s.metrics.invokes.WithLabelValues("replica").Inc()
 		if err := s.publish(n.ID, nodeproto.InvokeCommand{CallID: cmd.CallID, Rendezvous: cmd.Rendezvous, URL: cmd.URL,
 			ContentLength: cmd.ContentLength, Timeout: cmd.Timeout, NoWait: cmd.NoWait, Logs: cmd.Logs}); err != nil {
-			return callOutcome{kind: kindUnreachable, message: "publish to the node's replica: " + err.Error(), nodeID: n.ID, retryable: true}
+			return callOutcome{kind: callkind.Unreachable, message: "publish to the node's replica: " + err.Error(), nodeID: n.ID, retryable: true}
 		}
 		t := time.NewTimer(pickupTimeout)
 		defer t.Stop()
 		pickup = t.C
 	} else {
-		return callOutcome{kind: kindUnreachable, message: "the node is not connected", nodeID: n.ID, retryable: true}
+		return callOutcome{kind: callkind.Unreachable, message: "the node is not connected", nodeID: n.ID, retryable: true}
 	}
 
 	timer := time.NewTimer(remaining + AnswerGrace)
@@ -263,32 +249,32 @@ func (s *Service) attempt(ctx context.Context, c *fnCall, n scheduler.FunctionNo
 				}
 			case <-sessionDone:
 				if rv.abandon() {
-					return callOutcome{kind: kindNodeLost, message: "the node's session ended before it answered"}
+					return callOutcome{kind: callkind.NodeLost, message: "the node's session ended before it answered"}
 				}
 				return s.relay(c, rv)
 			case <-pickup:
 				pickup = nil
 				if !rv.fetched.Load() && rv.abandon() {
-					return callOutcome{kind: kindUnreachable, message: "no agent took the command within " + pickupTimeout.String(), retryable: true}
+					return callOutcome{kind: callkind.Unreachable, message: "no agent took the command within " + pickupTimeout.String(), retryable: true}
 				}
 			case <-ctx.Done():
 				if rv.abandon() {
 					if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-						return callOutcome{kind: kindTimeout, message: "the call's deadline passed"}
+						return callOutcome{kind: callkind.Timeout, message: "the call's deadline passed"}
 					}
-					return callOutcome{kind: kindCanceled, message: "the caller went away"}
+					return callOutcome{kind: callkind.Canceled, message: "the caller went away"}
 				}
 				return s.relay(c, rv)
 			case <-timer.C:
 				if rv.abandon() {
-					return callOutcome{kind: kindTimeout, message: "the node did not answer by the call's deadline"}
+					return callOutcome{kind: callkind.Timeout, message: "the node did not answer by the call's deadline"}
 				}
 				return s.relay(c, rv)
 			}
 		}
 	}()
 	out.nodeID = n.ID
-	if out.kind == kindBusy || out.kind == kindRefused {
+	if out.kind == callkind.Busy || out.kind == callkind.Refused {
 		out.retryable = !rv.taken.Load()
 	}
 	if c.logs && out.started {
@@ -348,7 +334,7 @@ func (s *Service) relay(c *fnCall, rv *rendezvous) callOutcome {
 		n, rerr := a.body.Read(buf)
 		if n > 0 {
 			if _, werr := c.sink.Write(buf[:n]); werr != nil {
-				out.kind, out.message, done = kindCanceled, "writing to the caller: "+werr.Error(), werr
+				out.kind, out.message, done = callkind.Canceled, "writing to the caller: "+werr.Error(), werr
 				break
 			}
 			if !whole {
@@ -362,7 +348,7 @@ func (s *Service) relay(c *fnCall, rv *rendezvous) callOutcome {
 			break
 		}
 		if rerr != nil {
-			out.kind, out.message, done = kindNodeLost, "the node's response broke off: "+rerr.Error(), rerr
+			out.kind, out.message, done = callkind.NodeLost, "the node's response broke off: "+rerr.Error(), rerr
 			break
 		}
 	}
@@ -371,42 +357,6 @@ func (s *Service) relay(c *fnCall, rv *rendezvous) callOutcome {
 }
 
 // Invoke.
-
-// callStatus is the status and Fn's message for a call that ended with
-// kind before its response began.
-func callStatus(kind string) (int, string) {
-	switch kind {
-	case kindBusy, kindNoCapacity, kindUnreachable, kindRefused, kindUnavailable, "capacity_timeout":
-		return http.StatusServiceUnavailable, "Timed out - server too busy"
-	case kindTimeout:
-		return http.StatusGatewayTimeout, "Timed out"
-	case "image_pull_timeout":
-		return http.StatusGatewayTimeout, "Image pull timed out"
-	case "image_pull_failed":
-		return http.StatusBadGateway, "Failed to pull image"
-	case "container_init_failed":
-		return http.StatusBadGateway, "Container failed to initialize, please ensure you are using the latest fdk and check the logs"
-	case "container_init_timeout":
-		return http.StatusGatewayTimeout, "Container initialization timed out, please ensure you are using the latest fdk and check the logs"
-	case "function_failed":
-		return http.StatusBadGateway, "function failed"
-	case "out_of_memory", "no_response", kindNodeLost:
-		// Fn says this of any call whose container's answer did not
-		// arrive: a crash, an OOM kill, a broken connection.
-		return http.StatusBadGateway, "error receiving function response"
-	case kindInvalidResponse:
-		return http.StatusBadGateway, "invalid function response"
-	case "request_too_big":
-		return http.StatusRequestEntityTooLarge, "Request content too large"
-	case "response_too_big":
-		return http.StatusBadGateway, "function response body too large"
-	case "invalid":
-		return http.StatusBadRequest, "Invalid function configuration"
-	case kindCanceled:
-		return 499, "Client cancelled context"
-	}
-	return http.StatusInternalServerError, "internal server error"
-}
 
 func (s *Service) fnInvoke(w http.ResponseWriter, r *http.Request) {
 	e, err := s.lookupInvoked(r)
@@ -526,10 +476,10 @@ func (s *Service) invokeSync(w http.ResponseWriter, r *http.Request, e *fnEntry,
 		s.log.Warn("function call broke off after its response began", "fn", e.fn.ID, "call", callID, "node", out.nodeID, "kind", out.kind, "err", out.message)
 		panic(http.ErrAbortHandler)
 	}
-	if out.kind == kindCanceled && r.Context().Err() != nil {
+	if out.kind == callkind.Canceled && r.Context().Err() != nil {
 		return
 	}
-	status, msg := callStatus(out.kind)
+	status, msg := callkind.Status(out.kind)
 	w.Header().Set("Fn-Call-Id", callID)
 	writeFnJSON(w, status, api.FnError{Message: msg, Kind: out.kind, Detail: out.message})
 }

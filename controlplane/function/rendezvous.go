@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/callkind"
 	"github.com/mercator/mercator/controlplane/internal/callstream"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/failure"
@@ -221,7 +222,7 @@ func (s *Service) callLog(w http.ResponseWriter, r *http.Request, c httpapi.Node
 // would reach the caller as an interim response followed by a 200 the
 // function never chose.
 func interimAnswer(status int) *callAnswer {
-	return &callAnswer{kind: kindInvalidResponse, message: fmt.Sprintf("the function answered status %d, not a final HTTP status", status)}
+	return &callAnswer{kind: callkind.InvalidResponse, message: fmt.Sprintf("the function answered status %d, not a final HTTP status", status)}
 }
 
 // callAnswers takes a node's call answers stream (package callstream):
