@@ -186,8 +186,7 @@ func (f *agentFunctions) runAnswerConn(ctx context.Context, a *Agent, url string
 	defer cancelOpen()
 	req, err := answersRequest(openCtx, a, url, http.NoBody)
 	if err != nil {
-		st.fail(a.now(), answersRetry)
-		close(st.opened)
+		st.openFailed(a.now())
 		return false
 	}
 	req.Header.Set("Connection", "Upgrade")
@@ -220,8 +219,7 @@ func (f *agentFunctions) runAnswerConn(ctx context.Context, a *Agent, url string
 	}
 	if err != nil {
 		a.logger.Debug("call answers stream", "url", url, "err", err)
-		st.fail(a.now(), answersRetry)
-		close(st.opened)
+		st.openFailed(a.now())
 		return false
 	}
 	defer conn.Close()
@@ -251,8 +249,7 @@ func (f *agentFunctions) runAnswerBody(ctx context.Context, a *Agent, url string
 	st.w = pw
 	req, err := answersRequest(ctx, a, url, pr)
 	if err != nil {
-		st.fail(a.now(), answersRetry)
-		close(st.opened)
+		st.openFailed(a.now())
 		return
 	}
 	// A refusal (an older control plane's 404, a limit's 429) is written
@@ -273,8 +270,7 @@ func (f *agentFunctions) runAnswerBody(ctx context.Context, a *Agent, url string
 		} else {
 			a.logger.Debug("call answers stream", "url", url, "err", err)
 		}
-		st.fail(a.now(), answersRetry)
-		close(st.opened)
+		st.openFailed(a.now())
 		pr.CloseWithError(io.ErrClosedPipe)
 		return
 	}
@@ -292,12 +288,16 @@ func (f *agentFunctions) runAnswerBody(ctx context.Context, a *Agent, url string
 		close(ended)
 	}()
 	st.carry(ctx, a, ended, func() { pw.Close() }, func(err error) {
-		if ctx.Err() != nil {
-			pw.CloseWithError(err)
-		} else {
-			pr.CloseWithError(err)
-		}
+		pr.CloseWithError(err) // a frame's write under way fails
+		pw.CloseWithError(err) // and the request's body with it
 	})
+}
+
+// openFailed marks a stream that could not be opened broken until
+// answersRetry, and lets its waiters go.
+func (st *answerStream) openFailed(now time.Time) {
+	st.fail(now, answersRetry)
+	close(st.opened)
 }
 
 // open makes the stream take frames: before its invokes are read, so the
