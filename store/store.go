@@ -84,7 +84,11 @@ type Tx interface {
 	NodesSeen(seen map[string]time.Time) (before map[string]time.Time, err error)
 	// CheckEpoch fails with failure.ErrFenced unless epoch is the current
 	// scheduling epoch (Store.Lead), and keeps it current until the
-	// transaction ends.
+	// transaction ends. A store may make the check with the transaction's
+	// last writes instead (PostgreSQL's UpdateLocked sends them together:
+	// store/sqlstore/held.go); the ErrFenced then comes from Update or
+	// UpdateLocked itself. Either way a transaction that checked a
+	// superseded epoch commits nothing.
 	CheckEpoch(epoch int64) error
 	GetNode(id string) (Node, error)
 	// LockNode is GetNode in a write transaction that also holds the

@@ -189,12 +189,31 @@ func (t *txn) PutRuns(runs []store.Run) error {
 			}
 		}
 	}
+	const update = `UPDATE runs AS r SET created_sec = v.cs, created_nsec = v.cns, status = v.status, doc = v.doc, finished_sec = v.fin
+		FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[]) AS v(id, cs, cns, status, doc, fin)
+		WHERE r.id = v.id RETURNING r.id`
+	updateArgs := []any{c.ids, c.secs, c.nsecs, c.statuses, c.docs, c.finished}
+	if t.holding() && len(forget) == 0 && !hasRepeats(c.ids) {
+		// Every run was read (locked) or written here: the update
+		// cannot miss, and the index rows dropped and added are apart.
+		unit := []heldWrite{{table: "runs", query: update, args: updateArgs, returns: len(c.ids), what: "run", id: c.ids[0]}}
+		if len(drop[0]) > 0 {
+			unit = append(unit, heldWrite{table: "run_nodes", query: dropRunNodes, args: []any{drop[0], drop[1]}, returns: -1, what: "run", id: drop[0][0]})
+		}
+		if len(add[0]) > 0 {
+			unit = append(unit, heldWrite{table: "run_nodes", query: addRunNodes, args: []any{add[0], add[1]}, returns: -1, what: "run", id: add[0][0]})
+		}
+		if err := t.hold(unit...); err != nil {
+			return err
+		}
+		for _, r := range runs {
+			t.noteRunNodes(r.ID, record.NodeIDs(r))
+		}
+		return nil
+	}
 	updated := map[string]bool{}
 	var id string
-	err = t.listRows("run", `UPDATE runs AS r SET created_sec = v.cs, created_nsec = v.cns, status = v.status, doc = v.doc, finished_sec = v.fin
-		FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[]) AS v(id, cs, cns, status, doc, fin)
-		WHERE r.id = v.id RETURNING r.id`, []any{c.ids, c.secs, c.nsecs, c.statuses, c.docs, c.finished},
-		func() error { updated[id] = true; return nil }, &id)
+	err = t.listRows("run", update, updateArgs, func() error { updated[id] = true; return nil }, &id)
 	if err != nil {
 		return err
 	}
@@ -209,18 +228,38 @@ func (t *txn) PutRuns(runs []store.Run) error {
 		}
 	}
 	if len(drop[0]) > 0 {
-		if _, err := t.exec("index", "run", drop[0][0], `DELETE FROM run_nodes WHERE (run_id, node_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, drop[0], drop[1]); err != nil {
+		if _, err := t.exec("index", "run", drop[0][0], dropRunNodes, drop[0], drop[1]); err != nil {
 			return err
 		}
 	}
 	return t.indexRuns(runs, add)
 }
 
+// The run_nodes statements of the batch forms: (run, node) pairs dropped
+// and added.
+const (
+	dropRunNodes = `DELETE FROM run_nodes WHERE (run_id, node_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`
+	addRunNodes  = `INSERT INTO run_nodes (run_id, node_id) SELECT * FROM unnest($1::text[], $2::text[])`
+)
+
+// hasRepeats reports whether a batch names one ID twice: its rows would be
+// written twice by one statement, which PostgreSQL does only once.
+func hasRepeats(ids []string) bool {
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			return true
+		}
+		seen[id] = true
+	}
+	return false
+}
+
 // indexRuns inserts the (run, node) pairs of add into run_nodes in one
 // statement and notes each run's nodes as now indexed (txn.runNodes).
 func (t *txn) indexRuns(runs []store.Run, add [2][]string) error {
 	if len(add[0]) > 0 {
-		if _, err := t.exec("index", "run", add[0][0], `INSERT INTO run_nodes (run_id, node_id) SELECT * FROM unnest($1::text[], $2::text[])`, add[0], add[1]); err != nil {
+		if _, err := t.exec("index", "run", add[0][0], addRunNodes, add[0], add[1]); err != nil {
 			return err
 		}
 	}
@@ -260,12 +299,15 @@ func (t *txn) PutOperations(ops []store.Operation) error {
 		}
 		secs[i], nsecs[i] = op.CreatedAt.Unix(), int64(op.CreatedAt.Nanosecond())
 	}
-	_, err := t.exec("put", "operation", ids[0],
-		`INSERT INTO operations (id, node_id, pending, created_sec, created_nsec, doc)
+	const upsert = `INSERT INTO operations (id, node_id, pending, created_sec, created_nsec, doc)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::bigint[], $5::bigint[], $6::text[])
 		ON CONFLICT (id) DO UPDATE SET node_id = excluded.node_id, pending = excluded.pending,
-		  created_sec = excluded.created_sec, created_nsec = excluded.created_nsec, doc = excluded.doc`,
-		ids, nodes, pending, secs, nsecs, docs)
+		  created_sec = excluded.created_sec, created_nsec = excluded.created_nsec, doc = excluded.doc`
+	if t.holding() { // an upsert cannot miss
+		return t.hold(heldWrite{table: "operations", query: upsert, args: []any{ids, nodes, pending, secs, nsecs, docs},
+			returns: -1, what: "operation", id: ids[0]})
+	}
+	_, err := t.exec("put", "operation", ids[0], upsert, ids, nodes, pending, secs, nsecs, docs)
 	return err
 }
 

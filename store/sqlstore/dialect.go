@@ -54,6 +54,9 @@ type dialect struct {
 	// uniqueViolation reports whether err is a unique or primary key
 	// constraint failure.
 	uniqueViolation func(err error) bool
+	// holdWrites makes UpdateLocked's transactions hold back the writes
+	// whose outcome they know, to send them as one statement (held.go).
+	holdWrites bool
 	// arrays is set when the database takes array parameters (unnest,
 	// = ANY), which the batch forms of the placement path use (batch.go).
 	arrays bool

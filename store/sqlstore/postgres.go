@@ -73,9 +73,10 @@ const postgresMaxAttempts = 64
 // the price of waiting); that is why decisions that write are made inside
 // Update, where reads are serializable, and never on what a View saw.
 var postgresDialect = &dialect{
-	name:   "postgres",
-	arrays: true,
-	driver: "pgx",
+	name:       "postgres",
+	arrays:     true,
+	holdWrites: true,
+	driver:     "pgx",
 	types: strings.NewReplacer(
 		"{{BLOB}}", "BYTEA",
 	),

@@ -340,10 +340,12 @@ func TestOpenPostgresHidesPassword(t *testing.T) {
 }
 
 // TestPostgresLeadWaitsForThePlacementInFlight is the fence's other half:
-// a replica (a) in the middle of a placement transaction that checked its
-// epoch is not overtaken by another (b) starting to lead. b's Lead waits,
-// seen by the database as waiting on a lock, until a's transaction commits;
-// a's next transaction is refused; what a committed is there for b to read.
+// a replica (a) in the middle of a transaction that checked its epoch (an
+// Update, which checks at once) is not overtaken by another (b) starting to
+// lead. b's Lead waits, seen by the database as waiting on a lock, until a's
+// transaction commits; a's next transaction is refused; what a committed is
+// there for b to read. (An UpdateLocked checks with its last writes:
+// TestPostgresLeadRefusesTheHeldPlacementInFlight.)
 func TestPostgresLeadWaitsForThePlacementInFlight(t *testing.T) {
 	a, dsn := postgresDB.open(t)
 	b, err := Open(t.Context(), dsn)
@@ -359,7 +361,7 @@ func TestPostgresLeadWaitsForThePlacementInFlight(t *testing.T) {
 	checked, commit := make(chan struct{}), make(chan struct{})
 	placed := make(chan error, 1)
 	go func() {
-		placed <- a.UpdateLocked(ctx, func(tx store.Tx) error {
+		placed <- a.Update(ctx, func(tx store.Tx) error {
 			if err := tx.CheckEpoch(epoch); err != nil {
 				return err
 			}
@@ -417,5 +419,60 @@ func TestPostgresLeadWaitsForThePlacementInFlight(t *testing.T) {
 	}
 	if err := b.View(ctx, func(tx store.Tx) error { _, err := tx.GetNode("placed-by-a"); return err }); err != nil {
 		t.Fatalf("b does not see what a committed before b led: %v", err)
+	}
+}
+
+// TestPostgresLeadRefusesTheHeldPlacementInFlight: an UpdateLocked holds its
+// epoch check back to send it with its last writes (held.go), so a replica
+// (a) whose placement is in flight when another (b) starts to lead does not
+// hold b back: b leads at once, and a's placement, rows locked and writes
+// held, is refused as it commits and leaves nothing behind.
+func TestPostgresLeadRefusesTheHeldPlacementInFlight(t *testing.T) {
+	a, dsn := postgresDB.open(t)
+	b, err := Open(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := t.Context()
+	epoch, err := a.Lead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Update(ctx, func(tx store.Tx) error { return tx.PutNode(store.Node{ID: "node-of-a"}) }); err != nil {
+		t.Fatal(err)
+	}
+	checked, commit := make(chan struct{}), make(chan struct{})
+	placed := make(chan error, 1)
+	go func() {
+		placed <- a.UpdateLocked(ctx, func(tx store.Tx) error {
+			if err := tx.CheckEpoch(epoch); err != nil {
+				return err
+			}
+			if _, err := tx.GetNodes([]string{"node-of-a"}); err != nil { // locked
+				return err
+			}
+			if err := tx.PutOperations([]store.Operation{{ID: "op-of-a", NodeID: "node-of-a", CreatedAt: time.Now()}}); err != nil {
+				return err
+			}
+			close(checked)
+			<-commit
+			return nil
+		})
+	}()
+	<-checked
+	next, err := b.Lead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next <= epoch {
+		t.Fatalf("b's epoch %d is not after a's %d", next, epoch)
+	}
+	close(commit)
+	if err := <-placed; !errors.Is(err, failure.ErrFenced) {
+		t.Fatalf("a's placement under epoch %d, committing after b led = %v, want ErrFenced", epoch, err)
+	}
+	if err := b.View(ctx, func(tx store.Tx) error { _, err := tx.GetOperation("op-of-a"); return err }); !errors.Is(err, failure.ErrNotFound) {
+		t.Fatalf("a's refused placement left its operation behind (%v)", err)
 	}
 }

@@ -249,6 +249,9 @@ func (s *Store) update(ctx context.Context, fn func(tx store.Tx) error, lockRows
 		stmtCtx = context.WithoutCancel(ctx)
 	}
 	t := &txn{ctx: stmtCtx, tx: sqlTx, d: s.d, write: true, lockRows: lockRows, stmts: s.stmts}
+	if lockRows && s.d.holdWrites {
+		t.held = &held{tables: map[string]bool{}}
+	}
 	committed := false
 	defer func() {
 		t.done = true
@@ -257,6 +260,9 @@ func (s *Store) update(ctx context.Context, fn func(tx store.Tx) error, lockRows
 		}
 	}()
 	if err := fn(t); err != nil {
+		return t.conflict != nil || s.d.retryable(err), err
+	}
+	if err := t.sendHeld(true); err != nil {
 		return t.conflict != nil || s.d.retryable(err), err
 	}
 	t.done = true

@@ -100,6 +100,9 @@ func (c *stmtCache) close() {
 // execContext, queryContext and queryRowContext are the transaction's
 // ExecContext, QueryContext and QueryRowContext through the cache.
 func (t *txn) execContext(query string, args ...any) (sql.Result, error) {
+	if err := t.sendHeld(false); err != nil {
+		return nil, err
+	}
 	if st := t.stmts.get(query); st != nil {
 		return t.tx.StmtContext(t.ctx, st).ExecContext(t.ctx, args...)
 	}
@@ -107,6 +110,9 @@ func (t *txn) execContext(query string, args ...any) (sql.Result, error) {
 }
 
 func (t *txn) queryContext(query string, args ...any) (*sql.Rows, error) {
+	if err := t.sendHeld(false); err != nil {
+		return nil, err
+	}
 	if st := t.stmts.get(query); st != nil {
 		return t.tx.StmtContext(t.ctx, st).QueryContext(t.ctx, args...)
 	}
@@ -114,6 +120,9 @@ func (t *txn) queryContext(query string, args ...any) (*sql.Rows, error) {
 }
 
 func (t *txn) queryRowContext(query string, args ...any) *sql.Row {
+	// A failed send aborted the transaction: the query then fails, and the
+	// commit returns the send's error (held.err).
+	_ = t.sendHeld(false)
 	if st := t.stmts.get(query); st != nil {
 		return t.tx.StmtContext(t.ctx, st).QueryRowContext(t.ctx, args...)
 	}

@@ -44,6 +44,9 @@ type txn struct {
 	// observation, a result) change none, and rewriting its rows was two
 	// statements each.
 	runNodes map[string][]string
+	// held is the writes held back to travel together (held.go):
+	// PostgreSQL's UpdateLocked transactions; nil otherwise.
+	held *held
 }
 
 // noteRunNodes records r's indexed nodes (see txn.runNodes).

@@ -135,3 +135,70 @@ func testCreateRuns(t *testing.T, s store.Store) {
 		})
 	}
 }
+
+// testLockedWritesInOrder: inside one UpdateLocked, what the batch writes
+// wrote is what every later read sees (a store may hold such writes back to
+// send them together: store/sqlstore/held.go), a later write of the same
+// run wins, a transaction that fails keeps none of them, and one that
+// checked a superseded epoch keeps none either.
+func testLockedWritesInOrder(t *testing.T, s store.Store) {
+	update(t, s, func(tx store.Tx) error {
+		must(t, tx.PutNode(sampleNode("node-a")))
+		must(t, tx.PutNode(sampleNode("node-b")))
+		return tx.CreateRun(sampleRun("run-1", at(0), api.RunQueued))
+	})
+	placed := sampleRun("run-1", at(0), api.RunPlaced, "node-a")
+	moved := sampleRun("run-1", at(0), api.RunRunning, "node-b")
+	op := sampleOperation("op-1", "node-a", at(time.Minute))
+	writes := func(tx store.Tx) {
+		must1[[]store.Run](t)(tx.GetRuns([]string{"run-1"}))
+		must(t, tx.PutRuns([]store.Run{placed}))
+		must(t, tx.PutOperations([]store.Operation{op}))
+		same(t, "run-1 read after its PutRuns", must1[store.Run](t)(tx.GetRun("run-1")), placed)
+		onA := must1[[]store.Run](t)(tx.ListRuns(store.ListRunsOptions{NodeID: "node-a"}))
+		wantIDs(t, "runs on node-a after PutRuns", ids(onA, func(r store.Run) string { return r.ID }), []string{"run-1"})
+		pending := must1[[]store.Operation](t)(tx.PendingOperations("node-a"))
+		wantIDs(t, "pending on node-a after PutOperations", ids(pending, func(o store.Operation) string { return o.ID }), []string{"op-1"})
+		must(t, tx.PutRuns([]store.Run{moved}))
+	}
+	kept := func(name string, want store.Run, wantOps []string) {
+		view(t, s, func(tx store.Tx) error {
+			same(t, name+": run-1", must1[store.Run](t)(tx.GetRun("run-1")), want)
+			got := must1[[]store.Operation](t)(tx.PendingOperations("node-a"))
+			wantIDs(t, name+": pending on node-a", ids(got, func(o store.Operation) string { return o.ID }), wantOps)
+			return nil
+		})
+	}
+	queued := sampleRun("run-1", at(0), api.RunQueued)
+	errFailed := errors.New("the caller's failure")
+	if err := s.UpdateLocked(t.Context(), func(tx store.Tx) error { writes(tx); return errFailed }); !errors.Is(err, errFailed) {
+		t.Fatalf("a failing UpdateLocked = %v, want its own error", err)
+	}
+	kept("after a failed transaction", queued, nil)
+
+	stale, err := s.Lead(t.Context())
+	must(t, err)
+	_, err = s.Lead(t.Context())
+	must(t, err)
+	err = s.UpdateLocked(t.Context(), func(tx store.Tx) error {
+		if err := tx.CheckEpoch(stale); err != nil {
+			return err
+		}
+		writes(tx)
+		return nil
+	})
+	if !errors.Is(err, failure.ErrFenced) {
+		t.Fatalf("an UpdateLocked under a superseded epoch = %v, want ErrFenced", err)
+	}
+	kept("after a fenced transaction", queued, nil)
+
+	must(t, s.UpdateLocked(t.Context(), func(tx store.Tx) error { writes(tx); return nil }))
+	kept("after a committed transaction", moved, []string{"op-1"})
+	view(t, s, func(tx store.Tx) error {
+		for node, want := range map[string][]string{"node-a": nil, "node-b": {"run-1"}} {
+			got := must1[[]store.Run](t)(tx.ListRuns(store.ListRunsOptions{NodeID: node}))
+			wantIDs(t, "committed: runs on "+node, ids(got, func(r store.Run) string { return r.ID }), want)
+		}
+		return nil
+	})
+}

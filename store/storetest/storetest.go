@@ -103,6 +103,7 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opts Opti
 		{"NodesSeen", testNodesSeen},
 		{"NodeVersions", testNodeVersions},
 		{"Batches", testBatches},
+		{"LockedWritesInOrder", testLockedWritesInOrder},
 		{"CreateRuns", testCreateRuns},
 	}
 	for _, tc := range tests {

@@ -1,0 +1,87 @@
+package sqlstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/store"
+)
+
+func TestRenumber(t *testing.T) {
+	for _, c := range []struct {
+		query string
+		by    int
+		want  string
+	}{
+		{"SELECT $1", 0, "SELECT $1"},
+		{"unnest($1::text[], $2::bigint[]) WHERE a = $10", 3, "unnest($4::text[], $5::bigint[]) WHERE a = $13"},
+		{"no parameters", 7, "no parameters"},
+	} {
+		if got := renumber(c.query, c.by); got != c.want {
+			t.Errorf("renumber(%q, %d) = %q, want %q", c.query, c.by, got, c.want)
+		}
+	}
+}
+
+// TestHeldStatement: held writes become one statement, each a WITH query
+// numbering its parameters after the ones before, the row the counts the
+// returning ones must match and, with epoch, the epoch read FOR SHARE.
+func TestHeldStatement(t *testing.T) {
+	query, args := heldStatement([]heldWrite{
+		{query: "UPDATE runs SET doc = $2 WHERE id = $1 RETURNING id", args: []any{"r", "d"}, returns: 1},
+		{query: "INSERT INTO operations (id) VALUES ($1)", args: []any{"op"}, returns: -1},
+	}, true)
+	want := "WITH w0 AS (UPDATE runs SET doc = $2 WHERE id = $1 RETURNING id), w1 AS (INSERT INTO operations (id) VALUES ($3)), " +
+		"e AS (SELECT epoch FROM scheduling_epoch WHERE id = 1 FOR SHARE) SELECT (SELECT count(*) FROM w0), COALESCE((SELECT epoch FROM e), 0)"
+	if query != want || len(args) != 3 || args[2] != "op" {
+		t.Errorf("heldStatement =\n%s %v\nwant\n%s [r d op]", query, args, want)
+	}
+	if query, _ := heldStatement(nil, true); query != "WITH e AS (SELECT epoch FROM scheduling_epoch WHERE id = 1 FOR SHARE) SELECT COALESCE((SELECT epoch FROM e), 0)" {
+		t.Errorf("an epoch check alone = %s", query)
+	}
+}
+
+// TestPostgresHoldsPlacementWrites: a placement's writes in an UpdateLocked
+// on PostgreSQL (its runs read locked, then written, its operations, its
+// epoch check) are held and leave in one statement as it commits; the
+// store's conformance suite (LockedWritesInOrder) checks what they write.
+func TestPostgresHoldsPlacementWrites(t *testing.T) {
+	s, _ := postgresDB.open(t)
+	ctx := t.Context()
+	epoch, err := s.Lead(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := store.Run{Run: api.Run{ID: "run-1", Status: api.RunQueued, CreatedAt: time.Unix(1, 0).UTC()}}
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.CreateRun(run) }); err != nil {
+		t.Fatal(err)
+	}
+	var heldWrites, heldEpochs int
+	err = s.UpdateLocked(ctx, func(tx store.Tx) error {
+		if err := tx.CheckEpoch(epoch); err != nil {
+			return err
+		}
+		if _, err := tx.GetRuns([]string{"run-1"}); err != nil {
+			return err
+		}
+		placed := run
+		placed.Status = api.RunPlaced
+		placed.Attempts = []api.Attempt{{Number: 1, NodeID: "node-a"}}
+		if err := tx.PutOperations([]store.Operation{{ID: "op-1", NodeID: "node-a", CreatedAt: time.Unix(2, 0).UTC()}}); err != nil {
+			return err
+		}
+		if err := tx.PutRuns([]store.Run{placed}); err != nil {
+			return err
+		}
+		h := tx.(*txn).held
+		heldWrites, heldEpochs = len(h.writes), len(h.epochs)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if heldWrites != 3 || heldEpochs != 1 {
+		t.Errorf("held %d writes and %d epoch checks before the commit, want 3 (operations, runs, run_nodes) and 1", heldWrites, heldEpochs)
+	}
+}
