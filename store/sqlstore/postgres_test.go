@@ -339,6 +339,22 @@ func TestOpenPostgresHidesPassword(t *testing.T) {
 	}
 }
 
+// leaderAndReplica opens two Stores on one fresh schema, as two replicas,
+// the first leading under the returned epoch.
+func leaderAndReplica(t *testing.T) (a, b *Store, epoch int64) {
+	t.Helper()
+	a, dsn := postgresDB.open(t)
+	b, err := Open(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if epoch, err = a.Lead(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, epoch
+}
+
 // TestPostgresLeadWaitsForThePlacementInFlight is the fence's other half:
 // a replica (a) in the middle of a transaction that checked its epoch (an
 // Update, which checks at once) is not overtaken by another (b) starting to
@@ -347,17 +363,8 @@ func TestOpenPostgresHidesPassword(t *testing.T) {
 // there for b to read. (An UpdateLocked checks with its last writes:
 // TestPostgresLeadRefusesTheHeldPlacementInFlight.)
 func TestPostgresLeadWaitsForThePlacementInFlight(t *testing.T) {
-	a, dsn := postgresDB.open(t)
-	b, err := Open(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b, epoch := leaderAndReplica(t)
 	ctx := t.Context()
-	epoch, err := a.Lead(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	checked, commit := make(chan struct{}), make(chan struct{})
 	placed := make(chan error, 1)
 	go func() {
@@ -413,7 +420,7 @@ func TestPostgresLeadWaitsForThePlacementInFlight(t *testing.T) {
 	if next <= epoch {
 		t.Fatalf("b's epoch %d is not after a's %d", next, epoch)
 	}
-	err = a.UpdateLocked(ctx, func(tx store.Tx) error { return tx.CheckEpoch(epoch) })
+	err := a.UpdateLocked(ctx, func(tx store.Tx) error { return tx.CheckEpoch(epoch) })
 	if !errors.Is(err, failure.ErrFenced) {
 		t.Fatalf("a's next placement under epoch %d = %v, want ErrFenced", epoch, err)
 	}
@@ -428,17 +435,8 @@ func TestPostgresLeadWaitsForThePlacementInFlight(t *testing.T) {
 // hold b back: b leads at once, and a's placement, rows locked and writes
 // held, is refused as it commits and leaves nothing behind.
 func TestPostgresLeadRefusesTheHeldPlacementInFlight(t *testing.T) {
-	a, dsn := postgresDB.open(t)
-	b, err := Open(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b, epoch := leaderAndReplica(t)
 	ctx := t.Context()
-	epoch, err := a.Lead(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := a.Update(ctx, func(tx store.Tx) error { return tx.PutNode(store.Node{ID: "node-of-a"}) }); err != nil {
 		t.Fatal(err)
 	}
