@@ -1,10 +1,13 @@
 package sqlstore
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/store"
 )
 
@@ -83,5 +86,37 @@ func TestPostgresHoldsPlacementWrites(t *testing.T) {
 	}
 	if heldWrites != 3 || heldEpochs != 1 {
 		t.Errorf("held %d writes and %d epoch checks before the commit, want 3 (operations, runs, run_nodes) and 1", heldWrites, heldEpochs)
+	}
+}
+
+// TestPostgresHeldSendFailureIsTheError: when held writes fail as they are
+// sent (here a statement on a table that does not exist), the transaction
+// is aborted and commits nothing, and Update's error is that failure, not
+// the "transaction is aborted" of the statement that caused the send,
+// whether fn returned that statement's error or swallowed it.
+func TestPostgresHeldSendFailureIsTheError(t *testing.T) {
+	s, _ := postgresDB.open(t)
+	for _, swallow := range []bool{false, true} {
+		err := s.UpdateLocked(t.Context(), func(tx store.Tx) error {
+			if err := tx.PutNode(store.Node{ID: "kept-if-committed"}); err != nil {
+				return err
+			}
+			tt := tx.(*txn)
+			if err := tt.hold(heldWrite{table: "nowhere", query: "INSERT INTO no_such_table (id) VALUES ($1)", args: []any{"x"}, returns: -1, what: "thing", id: "x"}); err != nil {
+				return err
+			}
+			_, err := tx.GetNode("kept-if-committed") // sends the held write first
+			if swallow {
+				return nil
+			}
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), "no_such_table") {
+			t.Errorf("swallowed %v: UpdateLocked = %v, want the failed send's error", swallow, err)
+		}
+	}
+	err := s.View(t.Context(), func(tx store.Tx) error { _, err := tx.GetNode("kept-if-committed"); return err })
+	if !errors.Is(err, failure.ErrNotFound) {
+		t.Errorf("a transaction whose send failed kept its writes (%v)", err)
 	}
 }

@@ -260,6 +260,11 @@ func (s *Store) update(ctx context.Context, fn func(tx store.Tx) error, lockRows
 		}
 	}()
 	if err := fn(t); err != nil {
+		if t.held != nil && t.held.err != nil {
+			// A send of held writes failed and aborted the transaction:
+			// what fn met after it was only that.
+			err = t.held.err
+		}
 		return t.conflict != nil || s.d.retryable(err), err
 	}
 	if err := t.sendHeld(true); err != nil {
