@@ -14,10 +14,13 @@ import (
 // rows a locked transaction read stay locked across each. A chunk of
 // placements checked its scheduling epoch, read its nodes and runs, and
 // wrote its operations, its runs and their node index: eight round trips
-// with BEGIN and COMMIT, six of them under its node locks. Measured inside
-// the leader on the 2-core machine of the 100,000-run hold, each took 4-7 ms
-// at the median (PostgreSQL's backend waiting for a core), and the chunks'
-// statements were nearly all of the pass.
+// with BEGIN and COMMIT, six of them under its node locks. With PostgreSQL
+// on another machine each is at least the network's round trip; held, a
+// chunk is five, three under its locks, and commits 1.45x as many chunks a
+// second at 0.5-2 ms of added latency (TestPostgresPlacementBench). On one
+// 2-core machine shared with the fleet it changed nothing: there each round
+// trip waits for the control plane's turn on a core (docs/performance.md,
+// "What the leader waits on").
 //
 // The writes whose outcome the transaction already knows are held and sent
 // as one statement (data-modifying WITH queries), just before the next
