@@ -84,35 +84,34 @@ func (t *txn) GetNodes(ids []string) ([]store.Node, error) {
 }
 
 func (t *txn) GetRuns(ids []string) ([]store.Run, error) {
-	ids = t.storable(ids)
-	if !t.batched() {
-		return store.GetEach(ids, t.GetRun)
-	}
-	out := make([]store.Run, 0, len(ids))
-	var id string
-	var doc []byte
-	err := t.listRows("run", `SELECT id, doc FROM runs WHERE id = ANY($1) ORDER BY id`+t.lockSuffix("runs"), []any{ids}, func() error {
-		r, err := decode[store.Run]("run", id, doc)
-		if err == nil && t.write {
-			t.noteRunNodes(id, record.NodeIDs(r))
+	runs, err := getDocs(t, "run", "runs", ids, t.GetRun)
+	if err == nil && t.write {
+		for _, r := range runs {
+			t.noteRunNodes(r.ID, record.NodeIDs(r))
 		}
-		out = append(out, r)
-		return err
-	}, &id, &doc)
-	return out, err
+	}
+	return runs, err
 }
 
 func (t *txn) GetOperations(ids []string) ([]store.Operation, error) {
+	return getDocs(t, "operation", "operations", ids, t.GetOperation)
+}
+
+// getDocs is the records of table (an id and a doc column) among ids, in
+// ID order, once each, missing ones skipped: one statement where the
+// database takes arrays (locking the rows in UpdateLocked), else get for
+// each.
+func getDocs[T any](t *txn, what, table string, ids []string, get func(string) (T, error)) ([]T, error) {
 	ids = t.storable(ids)
 	if !t.batched() {
-		return store.GetEach(ids, t.GetOperation)
+		return store.GetEach(ids, get)
 	}
-	out := make([]store.Operation, 0, len(ids))
+	out := make([]T, 0, len(ids))
 	var id string
 	var doc []byte
-	err := t.listRows("operation", `SELECT id, doc FROM operations WHERE id = ANY($1) ORDER BY id`+t.lockSuffix("operations"), []any{ids}, func() error {
-		op, err := decode[store.Operation]("operation", id, doc)
-		out = append(out, op)
+	err := t.listRows(what, `SELECT id, doc FROM `+table+` WHERE id = ANY($1) ORDER BY id`+t.lockSuffix(table), []any{ids}, func() error {
+		v, err := decode[T](what, id, doc)
+		out = append(out, v)
 		return err
 	}, &id, &doc)
 	return out, err
