@@ -126,7 +126,11 @@ func (t *txn) sendHeld(commit bool) error {
 		dest = append(dest, &one)
 	}
 	if err := t.tx.QueryRowContext(t.ctx, query, args...).Scan(dest...); err != nil {
-		h.err = t.dbError(err, "write", writes[0].what, writes[0].id)
+		what, id := "scheduling epoch", "1" // an epoch check alone
+		if len(writes) > 0 {
+			what, id = writes[0].what, writes[0].id
+		}
+		h.err = t.dbError(err, "write", what, id)
 		return h.err
 	}
 	i := 0

@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -118,5 +119,27 @@ func TestPostgresHeldSendFailureIsTheError(t *testing.T) {
 	err := s.View(t.Context(), func(tx store.Tx) error { _, err := tx.GetNode("kept-if-committed"); return err })
 	if !errors.Is(err, failure.ErrNotFound) {
 		t.Errorf("a transaction whose send failed kept its writes (%v)", err)
+	}
+}
+
+// TestPostgresHeldEpochCheckAloneFails: a transaction holding only its
+// epoch check, whose send fails (its context ended before the commit),
+// returns the failure and commits nothing.
+func TestPostgresHeldEpochCheckAloneFails(t *testing.T) {
+	s, _ := postgresDB.open(t)
+	epoch, err := s.Lead(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	err = s.UpdateLocked(ctx, func(tx store.Tx) error {
+		if err := tx.CheckEpoch(epoch); err != nil {
+			return err
+		}
+		cancel()
+		return nil
+	})
+	if err == nil {
+		t.Fatal("an UpdateLocked whose epoch check could not be sent committed")
 	}
 }
