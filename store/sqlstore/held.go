@@ -107,23 +107,10 @@ func (t *txn) sendHeld(commit bool) error {
 		h.epochs = nil
 	}
 	clear(h.tables)
-	query, args := heldStatement(writes, len(epochs) > 0)
-	counts := make([]int64, 0, len(writes)+1)
-	dest := make([]any, 0, cap(counts))
-	for _, w := range writes {
-		if w.returns >= 0 {
-			counts = append(counts, 0)
-		}
-	}
-	if len(epochs) > 0 {
-		counts = append(counts, 0)
-	}
+	query, args, cols := heldStatement(writes, len(epochs) > 0)
+	counts, dest := make([]int64, cols), make([]any, cols)
 	for i := range counts {
-		dest = append(dest, &counts[i])
-	}
-	if len(dest) == 0 {
-		var one int64
-		dest = append(dest, &one)
+		dest[i] = &counts[i]
 	}
 	if err := t.tx.QueryRowContext(t.ctx, query, args...).Scan(dest...); err != nil {
 		what, id := "scheduling epoch", "1" // an epoch check alone
@@ -156,13 +143,13 @@ func (t *txn) sendHeld(commit bool) error {
 	return nil
 }
 
-// heldStatement is writes as one statement: each a WITH query, the
-// statement's row the count of rows each returning write returned and,
-// with epoch, the current scheduling epoch read FOR SHARE.
-func heldStatement(writes []heldWrite, epoch bool) (string, []any) {
+// heldStatement is writes as one statement, its arguments and how many
+// columns its row has: each write a WITH query, the row the count of rows
+// each returning write returned and, with epoch, the current scheduling
+// epoch read FOR SHARE (or a constant 1 when there is neither).
+func heldStatement(writes []heldWrite, epoch bool) (query string, args []any, cols int) {
 	var b strings.Builder
-	var args []any
-	var cols []string
+	var row []string
 	for i, w := range writes {
 		if i == 0 {
 			b.WriteString("WITH ")
@@ -172,7 +159,7 @@ func heldStatement(writes []heldWrite, epoch bool) (string, []any) {
 		fmt.Fprintf(&b, "w%d AS (%s)", i, renumber(w.query, len(args)))
 		args = append(args, w.args...)
 		if w.returns >= 0 {
-			cols = append(cols, fmt.Sprintf("(SELECT count(*) FROM w%d)", i))
+			row = append(row, fmt.Sprintf("(SELECT count(*) FROM w%d)", i))
 		}
 	}
 	if epoch {
@@ -182,14 +169,14 @@ func heldStatement(writes []heldWrite, epoch bool) (string, []any) {
 			b.WriteString(", ")
 		}
 		b.WriteString("e AS (SELECT epoch FROM scheduling_epoch WHERE id = 1 FOR SHARE)")
-		cols = append(cols, "COALESCE((SELECT epoch FROM e), 0)")
+		row = append(row, "COALESCE((SELECT epoch FROM e), 0)")
 	}
-	if len(cols) == 0 {
-		cols = append(cols, "1")
+	if len(row) == 0 {
+		row = append(row, "1")
 	}
 	b.WriteString(" SELECT ")
-	b.WriteString(strings.Join(cols, ", "))
-	return b.String(), args
+	b.WriteString(strings.Join(row, ", "))
+	return b.String(), args, len(row)
 }
 
 // renumber adds by to the number of every parameter ($N) in query.

@@ -32,16 +32,16 @@ func TestRenumber(t *testing.T) {
 // numbering its parameters after the ones before, the row the counts the
 // returning ones must match and, with epoch, the epoch read FOR SHARE.
 func TestHeldStatement(t *testing.T) {
-	query, args := heldStatement([]heldWrite{
+	query, args, cols := heldStatement([]heldWrite{
 		{query: "UPDATE runs SET doc = $2 WHERE id = $1 RETURNING id", args: []any{"r", "d"}, returns: 1},
 		{query: "INSERT INTO operations (id) VALUES ($1)", args: []any{"op"}, returns: -1},
 	}, true)
 	want := "WITH w0 AS (UPDATE runs SET doc = $2 WHERE id = $1 RETURNING id), w1 AS (INSERT INTO operations (id) VALUES ($3)), " +
 		"e AS (SELECT epoch FROM scheduling_epoch WHERE id = 1 FOR SHARE) SELECT (SELECT count(*) FROM w0), COALESCE((SELECT epoch FROM e), 0)"
-	if query != want || len(args) != 3 || args[2] != "op" {
-		t.Errorf("heldStatement =\n%s %v\nwant\n%s [r d op]", query, args, want)
+	if query != want || len(args) != 3 || args[2] != "op" || cols != 2 {
+		t.Errorf("heldStatement =\n%s %v (%d columns)\nwant\n%s [r d op] (2 columns)", query, args, cols, want)
 	}
-	if query, _ := heldStatement(nil, true); query != "WITH e AS (SELECT epoch FROM scheduling_epoch WHERE id = 1 FOR SHARE) SELECT COALESCE((SELECT epoch FROM e), 0)" {
+	if query, _, _ := heldStatement(nil, true); query != "WITH e AS (SELECT epoch FROM scheduling_epoch WHERE id = 1 FOR SHARE) SELECT COALESCE((SELECT epoch FROM e), 0)" {
 		t.Errorf("an epoch check alone = %s", query)
 	}
 }
