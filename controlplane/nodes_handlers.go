@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -204,17 +205,9 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
-// inviteNode creates the node if it is new and a single-use invitation for
-// it, revoking the node's older unused invitations (so a forgotten one
-// cannot enroll later and cut the node off). Inviting an enrolled node
-// again is how an agent that lost its credential comes back, and a removed
-// one is brought back; the next enrollment fences the old one out.
+// inviteNode answers POST /v1/nodes/{id}/invitations (InviteNode).
 func (s *Server) inviteNode(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := ValidateNodeID(id); err != nil {
-		httpapi.WriteError(w, err)
-		return
-	}
 	var req api.InvitationRequest
 	if r.ContentLength != 0 {
 		if err := httpapi.Decode(r, httpapi.MaxBody, &req); err != nil {
@@ -222,20 +215,39 @@ func (s *Server) inviteNode(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ttl := s.cfg.InvitationTTL
 	if req.TTLSeconds < 0 || req.TTLSeconds > 30*24*3600 {
 		httpapi.WriteError(w, failure.Invalid("ttl_seconds", "must be from 1 to 2592000 (30 days), or 0 for the default"))
 		return
 	}
-	if req.TTLSeconds > 0 {
-		ttl = time.Duration(req.TTLSeconds) * time.Second
+	inv, err := s.InviteNode(r.Context(), id, time.Duration(req.TTLSeconds)*time.Second)
+	if err != nil {
+		httpapi.WriteError(w, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusCreated, inv)
+}
+
+// InviteNode creates the node if it is new and a single-use invitation for
+// it, valid for ttl (0: Config.InvitationTTL), revoking the node's older
+// unused invitations (so a forgotten one cannot enroll later and cut the
+// node off). Inviting an enrolled node again is how an agent that lost its
+// credential comes back, and a removed one is brought back; the next
+// enrollment fences the old one out. The token is in the answer only: the
+// store keeps its hash. `mercator server --local-agent` calls it for the
+// agent in its own process, which no operator hands a token to.
+func (s *Server) InviteNode(ctx context.Context, id string, ttl time.Duration) (api.Invitation, error) {
+	if err := ValidateNodeID(id); err != nil {
+		return api.Invitation{}, err
+	}
+	if ttl <= 0 {
+		ttl = s.cfg.InvitationTTL
 	}
 	now := s.now()
 	// The CA fingerprint in front lets an agent given only this token trust
 	// exactly this control plane (pki.JoinToken).
 	tok := pki.JoinToken(s.cfg.CAFingerprint, "mci_"+httpapi.RandomToken())
 	inv := store.Invitation{TokenHash: httpapi.HashToken(tok), NodeID: id, CreatedAt: now, ExpiresAt: now.Add(ttl)}
-	err := s.batch(r.Context(), func(tx store.Tx) error {
+	err := s.batch(ctx, func(tx store.Tx) error {
 		n, err := tx.GetNode(id)
 		if errors.Is(err, failure.ErrNotFound) {
 			n, err = store.Node{ID: id, CreatedAt: now}, tx.PutNode(store.Node{ID: id, CreatedAt: now})
@@ -252,11 +264,25 @@ func (s *Server) inviteNode(w http.ResponseWriter, r *http.Request) {
 		return tx.CreateInvitation(inv)
 	})
 	if err != nil {
-		httpapi.WriteError(w, err)
-		return
+		return api.Invitation{}, err
 	}
 	cmd := fmt.Sprintf("mercator agent --control-plane %s --node-id %s --state /var/lib/mercator/agent --token-file TOKEN_FILE  # put the token in TOKEN_FILE (mode 0600) first", s.cfg.PublicURL, id)
-	httpapi.WriteJSON(w, http.StatusCreated, api.Invitation{NodeID: id, Token: tok, ExpiresAt: inv.ExpiresAt, Command: cmd})
+	return api.Invitation{NodeID: id, Token: tok, ExpiresAt: inv.ExpiresAt, Command: cmd}, nil
+}
+
+// NodeRemoved says whether node id was removed (`mercator node rm`) and
+// not invited since; an unknown node is not removed.
+func (s *Server) NodeRemoved(ctx context.Context, id string) (bool, error) {
+	var removed bool
+	err := s.store.View(ctx, func(tx store.Tx) error {
+		n, err := tx.GetNode(id)
+		if errors.Is(err, failure.ErrNotFound) {
+			return nil
+		}
+		removed = err == nil && n.RemovedAt != nil
+		return err
+	})
+	return removed, err
 }
 
 // updateNode applies change to a node in one transaction and answers with

@@ -72,6 +72,13 @@ type AgentOptions struct {
 	// output kept per Run container. Nil means
 	// dockerengine.DefaultContainment.
 	Containment *dockerengine.Containment
+
+	// InProcess says the agent shares its process with a control plane
+	// (`mercator server --local-agent`, `mercator dev`): it then never
+	// upgrades itself, since replacing the binary and exec'ing it would
+	// replace the control plane too; upgrade the server instead. An
+	// upgrade command is refused with the reason (nodeagent).
+	InProcess bool
 }
 
 // RunAgent wires one Docker client, the Docker runtime over it, the state
@@ -109,13 +116,17 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	// An upgrade drains the function engine just before its exec (set
 	// once the engine runs; agentupgrade.Config.Quiesce).
 	var drain atomic.Pointer[func()]
-	upgrader, err := startUpgrader(ctx, o, roots, func() {
-		if f := drain.Load(); f != nil {
-			(*f)()
+	var upgrade []nodeagent.Option
+	if !o.InProcess {
+		upgrader, err := startUpgrader(ctx, o, roots, func() {
+			if f := drain.Load(); f != nil {
+				(*f)()
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("self-upgrade: %w", err)
 		}
-	})
-	if err != nil {
-		return fmt.Errorf("self-upgrade: %w", err)
+		upgrade = append(upgrade, nodeagent.WithUpgrader(upgrader))
 	}
 	rt, err := agentRuntime(o, roots)
 	if err != nil {
@@ -133,7 +144,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	}
 	defer state.Close()
 	hc := AgentHTTPClient(roots, nil)
-	aopts := []nodeagent.Option{nodeagent.WithLogger(o.Logger), nodeagent.WithTLS(pki.ClientTLSConfig(roots)), nodeagent.WithUpgrader(upgrader)}
+	aopts := append([]nodeagent.Option{nodeagent.WithLogger(o.Logger), nodeagent.WithTLS(pki.ClientTLSConfig(roots))}, upgrade...)
 	if o.Heartbeat > 0 {
 		aopts = append(aopts, nodeagent.WithHeartbeat(o.Heartbeat))
 	}

@@ -26,7 +26,7 @@ func TestFnCountFlags(t *testing.T) {
 		parse := func(args ...string) (int, error) {
 			fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
-			get := functionFlags(fs)
+			get := functionFlags(fs, "")
 			if err := fs.Parse(args); err != nil {
 				return 0, err
 			}
@@ -56,7 +56,7 @@ func TestFnOutputRelayFlag(t *testing.T) {
 	parse := func(args ...string) (string, error) {
 		fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		get := functionFlags(fs)
+		get := functionFlags(fs, "")
 		if err := fs.Parse(args); err != nil {
 			return "", err
 		}

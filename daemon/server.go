@@ -72,6 +72,13 @@ type ServerOptions struct {
 	// credential was removed with `mercator token rm`). Over HTTPS the CA
 	// clients pin is in CAFile(DataDir).
 	Ready func(url, tokenFile string)
+	// LocalAgent, when set, is the node agent for this machine, run in
+	// the server's own process (`mercator server --local-agent NODE_ID`,
+	// runLocalAgent): LocalAgent.NodeID is its node; the server fills in
+	// where to reach it and enrolls it. One process then serves the API
+	// and runs the work, as Fn's fnserver does, and a function call
+	// crosses no process boundary between the two.
+	LocalAgent *AgentOptions
 }
 
 // RunServer opens the store, makes sure an admin credential exists, and
@@ -169,7 +176,26 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	if o.Ready != nil {
 		o.Ready(url, tokenFile)
 	}
-	return srv.Serve(ctx, l)
+	if o.LocalAgent == nil {
+		return srv.Serve(ctx, l)
+	}
+	// The agent stops with the server, and the server's return waits for
+	// it: closing, it removes its function containers, which a process
+	// that exited first would leave running.
+	agent := *o.LocalAgent
+	if agent.Logger == nil {
+		agent.Logger = o.Logger.With("component", "agent", "node", agent.NodeID)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	agentDone := make(chan struct{})
+	go func() {
+		defer close(agentDone)
+		runLocalAgent(ctx, srv, url, agent)
+	}()
+	err = srv.Serve(ctx, l)
+	cancel()
+	<-agentDone
+	return err
 }
 
 // listen opens the listener RunServer serves (o.Listener, or one on

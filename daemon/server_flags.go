@@ -42,7 +42,13 @@ func ServerFlags(fs *flag.FlagSet, env func(string) string, span func(string) (t
 	releaseKey := fs.String("release-key", "", "`file` of the Ed25519 public key (PEM, or 32 bytes raw or base64) every agent release must be signed with (docs/upgrades.md); without it releases are checked by SHA-256 only")
 	limits := LimitFlags(fs) // timeouts, connection and request caps
 	retention := RetentionFlags(fs, span)
+	localAgent := fs.String("local-agent", "", "also run the node agent for this machine, in the server's process, as node `ID` (the server enrolls it; its flags are `mercator agent`'s named --"+LocalAgentPrefix+"…, e.g. --"+LocalAgentPrefix+"fn-memory; docs/guide.md)")
+	agentOptions := LocalAgentFlags(fs)
 	return func() (ServerOptions, error) {
+		var err error
+		if o.LocalAgent, err = localAgentOptions(fs, *localAgent, agentOptions); err != nil {
+			return o, err
+		}
 		if *insecure != "" {
 			o.InsecureRegistries = strings.Split(*insecure, ",")
 		}

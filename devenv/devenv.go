@@ -101,11 +101,11 @@ func Run(ctx context.Context, o Options) error {
 
 	serverDir := filepath.Join(o.DataDir, "server")
 	ready := make(chan [2]string, 1)
-	errc := make(chan error, 2)
-	// On the way out the control plane and the agent are stopped and
-	// waited for: the agent removes its function containers and its
-	// network namespace holders as it closes, which a process that
-	// returned at once cut short, leaving them running.
+	errc := make(chan error, 1)
+	// On the way out the control plane is stopped and waited for: it
+	// waits for its agent, which removes its function containers and its
+	// network namespace holders as it closes, and a process that returned
+	// at once would cut that short, leaving them running.
 	running := 1
 	defer func() {
 		cancel()
@@ -115,6 +115,12 @@ func Run(ctx context.Context, o Options) error {
 		errc <- daemon.RunServer(ctx, daemon.ServerOptions{
 			DataDir: serverDir, Listen: o.Listen, Logger: o.Logger.With("component", "server"),
 			Ready: func(url, tokenFile string) { ready <- [2]string{url, tokenFile} },
+			// The local agent in the server's process (--local-agent),
+			// enrolled by the server itself.
+			LocalAgent: &daemon.AgentOptions{
+				NodeID: o.NodeID, StateDir: filepath.Join(o.DataDir, "agent"), ArtifactRoot: filepath.Join(o.DataDir, "artifacts"),
+				Logger: o.Logger.With("component", "agent"), Functions: nodeagent.FunctionsOptions{OutputRelay: daemon.OutputRelayAuto},
+			},
 		})
 	}()
 	var url, tokenFile string
@@ -127,34 +133,12 @@ func Run(ctx context.Context, o Options) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	tokenData, err := os.ReadFile(tokenFile)
-	if err != nil {
-		return err
-	}
 	caFile := daemon.CAFile(serverDir)
-	admin, err := client.NewFromConfig(client.Config{Addr: url, Token: string(trimNewline(tokenData)), CAFile: caFile})
-	if err != nil {
-		return err
-	}
-	invCtx, invCancel := context.WithTimeout(ctx, 10*time.Second)
-	inv, err := admin.InviteNode(invCtx, o.NodeID, 0)
-	invCancel()
-	if err != nil {
-		return fmt.Errorf("invite the local node: %w", err)
-	}
 	if o.ContextPath != "" {
 		if err := client.SaveContext(o.ContextPath, "dev", client.Context{Addr: url, TokenFile: tokenFile, CAFile: caFile}, true); err != nil {
 			return fmt.Errorf("write the CLI context file: %w", err)
 		}
 	}
-	running++
-	go func() {
-		errc <- daemon.RunAgent(ctx, daemon.AgentOptions{
-			ControlPlaneURL: url, NodeID: o.NodeID, StateDir: filepath.Join(o.DataDir, "agent"),
-			Invitation: inv.Token, ArtifactRoot: filepath.Join(o.DataDir, "artifacts"), Logger: o.Logger.With("component", "agent"),
-			Functions: nodeagent.FunctionsOptions{OutputRelay: daemon.OutputRelayAuto},
-		})
-	}()
 	fmt.Fprintf(o.Out, "mercator dev is up\n  control plane  %s\n  admin token    %s\n  CA             %s\n  registry       %s\n  node           %s (local Docker)\n  data           %s\n",
 		url, tokenFile, caFile, orNone(registryAddr), o.NodeID, o.DataDir)
 	if o.ContextPath != "" {
@@ -190,13 +174,6 @@ func waitStopped(errc <-chan error, n int, limit time.Duration) {
 			return
 		}
 	}
-}
-
-func trimNewline(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r' || b[len(b)-1] == ' ') {
-		b = b[:len(b)-1]
-	}
-	return b
 }
 
 func orNone(s string) string {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/daemon"
+	"github.com/mercator/mercator/nodeagent"
 	"github.com/mercator/mercator/internal/cputime"
 	"github.com/mercator/mercator/internal/testimage"
 )
@@ -55,8 +56,8 @@ import (
 //	MERCATOR_FN_PEER_BENCH=/path/to/fnserver go test ./e2e -run TestFunctionFnPeerBench -v -count=1
 //
 // MERCATOR_FN_PEER_ROUNDS sets the rounds (default 3);
-// MERCATOR_FN_PEER_INPROC=1 runs the agent in the test's process, for
-// profiling; MERCATOR_FN_PEER_AGENT_FLAGS adds flags to the agent's process
+// MERCATOR_FN_PEER_INPROC=1 runs the agent in the server's process, as
+// `mercator server --local-agent` does (one process, as Fn's fnserver is); MERCATOR_FN_PEER_AGENT_FLAGS adds flags to the agent's process
 // (e.g. "--default-cpu 0" for no CPU quota, as Fn sets none, or
 // "--fn-output-relay off"). It needs wrk on PATH (Debian's package wrk).
 func TestFunctionFnPeerBench(t *testing.T) {
@@ -70,13 +71,26 @@ func TestFunctionFnPeerBench(t *testing.T) {
 	}
 	rounds, seconds := envPositive("MERCATOR_FN_PEER_ROUNDS", 3), envPositive("MERCATOR_FN_PEER_SECONDS", 10)
 
-	c := startClusterWith(t, 10*time.Second, func(o *daemon.ServerOptions) { o.InsecureHTTP = false })
 	// The agent in a process of its own, or with MERCATOR_FN_PEER_INPROC=1
-	// in this one (go test -cpuprofile then profiles control plane and
-	// agent together).
-	agentPID, where := 0, "agent in the test's process"
-	if os.Getenv("MERCATOR_FN_PEER_INPROC") != "" {
-		c.startAgent("peer")
+	// in the server's (`mercator server --local-agent`, its output relay
+	// the static mercator binary as that command's own executable would
+	// be; go test -cpuprofile then profiles control plane and agent
+	// together).
+	local, localNode := os.Getenv("MERCATOR_FN_PEER_INPROC") != "", uniqueNodeID(t, "peer")
+	c := startClusterWith(t, 10*time.Second, func(o *daemon.ServerOptions) {
+		o.InsecureHTTP = false
+		if local {
+			o.LocalAgent = &daemon.AgentOptions{NodeID: localNode, StateDir: filepath.Join(o.DataDir, "agent"), Heartbeat: time.Second,
+				Functions: nodeagent.FunctionsOptions{MemoryBytes: 2 << 30, OutputRelay: buildMercator(t)}}
+		}
+	})
+	agentPID, where := 0, "agent in the server's process (mercator server --local-agent)"
+	if local {
+		t.Cleanup(func() { removeContainers(t, []string{localNode}) })
+		c.waitFor("the local agent's node ready", func() bool {
+			n, err := c.client.GetNode(c.ctx, localNode)
+			return err == nil && n.Status == "ready" && n.Facts != nil
+		})
 	} else {
 		flags := append([]string{"--fn-memory", "2GiB"}, strings.Fields(os.Getenv("MERCATOR_FN_PEER_AGENT_FLAGS"))...)
 		agentPID, where = c.startProcessAgent("peer", flags...).cmd.Process.Pid, "agent in its own process"
