@@ -25,9 +25,9 @@ import (
 
 	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/daemon"
-	"github.com/mercator/mercator/nodeagent"
 	"github.com/mercator/mercator/internal/cputime"
 	"github.com/mercator/mercator/internal/testimage"
+	"github.com/mercator/mercator/nodeagent"
 )
 
 // TestFunctionFnPeerBench measures hot calls of the same fdk-go function
