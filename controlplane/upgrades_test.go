@@ -214,3 +214,33 @@ func TestRolloutRetentionKeepsTheNewest(t *testing.T) {
 		t.Fatalf("%d rollouts kept, newest %s, oldest %s", len(list.Rollouts), list.Rollouts[0].ID, list.Rollouts[len(list.Rollouts)-1].ID)
 	}
 }
+
+// TestRolloutPassesOverAnAgentInTheServersProcess: a node whose agent runs
+// in the control plane's process (NoSelfUpgrade) is left out of a rollout
+// of every node, and naming it is refused with the reason.
+func TestRolloutPassesOverAnAgentInTheServersProcess(t *testing.T) {
+	f := newUpgradeFixture(t, nil)
+	ctx := context.Background()
+	if _, err := f.push("v2", []byte("bin"), nil); err != nil {
+		t.Fatal(err)
+	}
+	f.addNode(t, "a", nodeproto.VersionUpgrade)
+	f.addNode(t, "local", nodeproto.VersionUpgrade)
+	if err := f.st.Update(ctx, func(tx store.Tx) error {
+		n, err := tx.GetNode("local")
+		if err != nil {
+			return err
+		}
+		n.Facts.NoSelfUpgrade = true
+		return tx.PutNode(n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.StartRollout(ctx, api.RolloutRequest{Nodes: []string{"local"}}); !errors.Is(err, failure.ErrInvalid) || !strings.Contains(err.Error(), "upgraded with the server") {
+		t.Errorf("a rollout naming the local node: %v", err)
+	}
+	ro, err := f.client.StartRollout(ctx, api.RolloutRequest{All: true})
+	if err != nil || len(ro.Nodes) != 1 || ro.Nodes[0].ID != "a" {
+		t.Fatalf("a rollout of every node: %+v, %v", ro.Nodes, err)
+	}
+}

@@ -15,7 +15,7 @@ import (
 // own process, enrolled by the server with no invitation handed to
 // anyone. A Run and a function call go through it on real Docker;
 // `mercator node rm` stops it and `mercator node invite` brings it back,
-// enrolled by the server again.
+// enrolled by the server again. It reports that it cannot upgrade itself.
 func TestServerLocalAgent(t *testing.T) {
 	node := uniqueNodeID(t, "local")
 	c := startClusterWith(t, 10*time.Second, func(o *daemon.ServerOptions) {
@@ -35,6 +35,9 @@ func TestServerLocalAgent(t *testing.T) {
 		return n.FencingToken
 	}
 	first := fence()
+	if n, _ := c.client.GetNode(c.ctx, node); n.Facts == nil || (*n.Facts)["no_self_upgrade"] != true {
+		t.Errorf("the local agent does not say it cannot upgrade itself: facts %v", n.Facts)
+	}
 
 	run := c.wait(c.submit(api.RunSpec{Command: []string{"lines", "2"}}).ID)
 	if run.Status != api.RunSucceeded || run.Attempts[0].NodeID != node {

@@ -413,6 +413,7 @@ func (a *Agent) factsLoop(ctx context.Context) {
 			facts.CapabilityVersion = nodeproto.Version
 			facts.Functions = a.functionFacts()
 			facts.Labels = a.labels // labels.go
+			facts.NoSelfUpgrade = a.upgrader == nil
 			a.keepGPUs(facts.Accelerators)
 			if last == nil || !reflect.DeepEqual(*last, facts) {
 				if id, err := a.state.NextEventID(); err == nil {

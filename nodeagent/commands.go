@@ -145,7 +145,7 @@ func (a *Agent) apply(ctx context.Context, cmd nodeproto.Command, result *nodepr
 			return failure.Invalid("upgrade_agent", "command carries no payload")
 		}
 		if a.upgrader == nil {
-			return failure.Invalid("upgrade_agent", "this agent was started without self-upgrade (it cannot replace its own binary)")
+			return failure.Invalid("upgrade_agent", "this agent was started without self-upgrade (it cannot replace its own binary; one in the control plane's process, mercator server --local-agent, is upgraded with the server)")
 		}
 		return a.upgrader.Upgrade(ctx, cmd.OperationID, *cmd.UpgradeAgent)
 	}

@@ -205,6 +205,11 @@ type NodeFacts struct {
 	// (`mercator agent --label KEY=VALUE`); an operator's `node label`
 	// overrides them. Runs' constraints and projects' pools select on them.
 	Labels map[string]string `json:"labels,omitempty"`
+	// NoSelfUpgrade says the agent cannot replace its own binary: it runs
+	// in the control plane's process (`mercator server --local-agent`,
+	// `mercator dev`), which an upgrade would replace too. A rollout of
+	// every node passes over it; one that names it is refused.
+	NoSelfUpgrade bool `json:"no_self_upgrade,omitempty"`
 }
 
 // HeldArtifact is one Artifact content a node holds, by digest, with the

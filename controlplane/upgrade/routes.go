@@ -303,8 +303,11 @@ func (s *Service) releaseFor(tx store.Tx, version, platform string) (store.Agent
 	return slices.MaxFunc(rels, func(a, b store.AgentRelease) int { return a.CreatedAt.Compare(b.CreatedAt) }), nil
 }
 
-// rolloutNodes lists the rollout's nodes: those named (each must exist and
-// not be removed), or every ready node.
+// rolloutNodes lists the rollout's nodes: those named (each must exist, not
+// be removed and upgrade itself), or every ready node that upgrades itself.
+// A node whose agent cannot (nodeproto.NodeFacts.NoSelfUpgrade: it runs in
+// the control plane's process) is upgraded with the server, never by a
+// rollout, which would otherwise stop at it.
 func rolloutNodes(tx store.Tx, req api.RolloutRequest, ready func(store.Node) bool) ([]store.RolloutNode, error) {
 	var out []store.RolloutNode
 	if req.All {
@@ -313,12 +316,12 @@ func rolloutNodes(tx store.Tx, req api.RolloutRequest, ready func(store.Node) bo
 			return nil, err
 		}
 		for _, n := range nodes {
-			if ready(n) {
+			if ready(n) && !noSelfUpgrade(n) {
 				out = append(out, store.RolloutNode{ID: n.ID, State: store.RolloutNodePending})
 			}
 		}
 		if len(out) == 0 {
-			return nil, failure.Invalid("all", "no node is ready")
+			return nil, failure.Invalid("all", "no node is ready to upgrade itself")
 		}
 		return out, nil
 	}
@@ -330,6 +333,9 @@ func rolloutNodes(tx store.Tx, req api.RolloutRequest, ready func(store.Node) bo
 		}
 		if n.RemovedAt != nil {
 			return nil, failure.Invalid("nodes", "node %s was removed", id)
+		}
+		if noSelfUpgrade(n) {
+			return nil, failure.Invalid("nodes", "node %s runs its agent in the control plane's process (mercator server --local-agent) and is upgraded with the server, not by a rollout", id)
 		}
 		if !seen[id] {
 			seen[id] = true
@@ -379,3 +385,6 @@ func (s *Service) getRollout(w http.ResponseWriter, r *http.Request) {
 	}
 	httpapi.WriteJSON(w, http.StatusOK, rolloutView(ro))
 }
+
+// noSelfUpgrade says n's agent reported it cannot replace its own binary.
+func noSelfUpgrade(n store.Node) bool { return n.Facts != nil && n.Facts.NoSelfUpgrade }
