@@ -50,7 +50,12 @@ the CA with `+"`mercator context add … --ca-file DATA_DIR/ca.pem`"+` or
 --ca-fingerprint. Replicas sharing PostgreSQL share one CA: give every
 replica the same --tls-ca-cert and --tls-ca-key (`+"`mercator ca create DIR`"+`),
 or the same --tls-cert and --tls-key. Plain HTTP only with --insecure-http,
-on a loopback address.`)
+on a loopback address.
+
+--local-agent NODE_ID also runs the node agent for this machine in the
+server's process, enrolled by the server itself (one process, as Fn's
+fnserver is; docs/guide.md). Its flags are `+"`mercator agent`"+`'s, named
+--agent-… (--agent-state, --agent-fn-memory, --agent-label, …).`)
 	options := daemon.ServerFlags(fs.FlagSet, inv.Env, command.ParseSpan)
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
 	if pos, err := fs.Parse(args); err != nil {
