@@ -184,7 +184,7 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	// that exited first would leave running.
 	agent := *o.LocalAgent
 	if agent.Logger == nil {
-		agent.Logger = o.Logger.With("component", "agent", "node", agent.NodeID)
+		agent.Logger = o.Logger.With("component", "agent")
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	agentDone := make(chan struct{})
