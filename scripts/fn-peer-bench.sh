@@ -15,6 +15,9 @@
 #   FNSERVER  an fnserver binary to use instead of building one
 #   MERCATOR_FN_PEER_ROUNDS, MERCATOR_FN_PEER_SECONDS  rounds (default 3) and
 #             seconds per phase (default 10)
+#   MERCATOR_FN_PEER_INPROC=1  the agent in the server's process, as
+#             `mercator server --local-agent` runs it (Fn's own shape: one
+#             process); without it, the agent in a process of its own
 #   MERCATOR_FN_PEER_AGENT_FLAGS  extra flags for Mercator's agent process, e.g.
 #             "--default-cpu 0" (no CPU quota, as on Fn) or "--fn-output-relay off"
 #
