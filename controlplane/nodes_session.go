@@ -225,9 +225,9 @@ func (s *Server) sessionWait(ctx context.Context, st *sessionStream, woken <-cha
 				}
 			}
 			st.flusher.Flush()
-		case cmd := <-st.live.Commands:
+		case <-st.live.Ready():
 			// An invoke is not an operation: no store read follows it.
-			if st.live.Forward(st.w, st.enc, st.flusher, cmd) != nil {
+			if st.live.Forward(st.w, st.enc, st.flusher) != nil {
 				return false
 			}
 		}

@@ -20,16 +20,57 @@ import (
 type Session struct {
 	nodeID  string
 	fencing uint64
-	// cmds holds pointers: a slot per queued call costs a word, not a
-	// command (a thousand slots of nodeproto.Command were 60 KB a session, the
-	// largest part of a replica's memory at ten thousand nodes).
-	// Commands is what the stream sends besides operations.
-	Commands chan *nodeproto.Command
-	done     chan struct{}
+	// queued is what the stream sends besides operations, at most
+	// MaxQueued; ready has a token while it is not empty. A slice that
+	// grows with what is queued, not a channel with a slot for every
+	// command that might be: a channel of 1,024 pointers was 8 KiB a
+	// session whatever it held, 80 MB at ten thousand nodes and 400 MB at
+	// fifty thousand, and the collector scanned all of it every cycle.
+	mu     sync.Mutex
+	queued []*nodeproto.Command
+	ready  chan struct{}
+	done   chan struct{}
 	// binary: the agent reads invokes as binary frames
 	// (nodeproto.HeaderSessionBinary, nodeproto/invokebin.go).
 	binary bool
 	frame  []byte // reused for them
+	spare  []*nodeproto.Command
+}
+
+// MaxQueued is the most commands a session holds unsent: past it Send
+// reports the node backed up, and the call goes elsewhere or fails busy.
+const MaxQueued = 1024
+
+// Ready has a value while commands are queued for the stream: the stream's
+// loop selects on it, then calls Forward.
+func (ls *Session) Ready() <-chan struct{} { return ls.ready }
+
+// enqueue queues cmd unless MaxQueued are queued.
+func (ls *Session) enqueue(cmd *nodeproto.Command) bool {
+	ls.mu.Lock()
+	if len(ls.queued) >= MaxQueued {
+		ls.mu.Unlock()
+		return false
+	}
+	ls.queued = append(ls.queued, cmd)
+	ls.mu.Unlock()
+	select {
+	case ls.ready <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// take returns what is queued, in order, leaving the queue empty; the
+// slice is the session's until the next take.
+func (ls *Session) take() []*nodeproto.Command {
+	clear(ls.spare) // the commands sent last time, let go
+	ls.mu.Lock()
+	out := ls.queued
+	ls.queued = ls.spare[:0]
+	ls.mu.Unlock()
+	ls.spare = out
+	return out
 }
 
 // Registry is the latest session of each node held here. The zero value
@@ -78,7 +119,7 @@ func (l *Registry) AttachInvokes(nodeID string, fencing uint64, send func(fencin
 // to write, and a call in flight on a dead node must fail promptly.
 func (l *Registry) Attach(nodeID string, fencing uint64, r *http.Request) *Session {
 	io.Copy(io.Discard, io.LimitReader(r.Body, httpapi.MaxBody))
-	ls := &Session{nodeID: nodeID, fencing: fencing, Commands: make(chan *nodeproto.Command, 1024), done: make(chan struct{}),
+	ls := &Session{nodeID: nodeID, fencing: fencing, ready: make(chan struct{}, 1), done: make(chan struct{}),
 		binary: r.Header.Get(nodeproto.HeaderSessionBinary) == nodeproto.SessionBinaryInvoke}
 	l.mu.Lock()
 	if l.sessions == nil {
@@ -121,34 +162,31 @@ func (l *Registry) Send(nodeID string, cmd nodeproto.Command) (lost <-chan struc
 	if rt != nil && rt.fencing == ls.fencing && cmd.Kind == nodeproto.KindInvoke && cmd.Invoke != nil && rt.send(ls.fencing, cmd.Invoke) {
 		return ls.done, true, true
 	}
-	select {
-	case ls.Commands <- &cmd:
-		return ls.done, true, true
-	default:
-		return ls.done, true, false
-	}
+	return ls.done, true, ls.enqueue(&cmd)
 }
 
-// Forward writes cmd to the session stream w, with every other command
-// already queued, and flushes once. Invokes go as binary frames to an
-// agent that reads them, as JSON (enc, which writes to w) otherwise.
-func (ls *Session) Forward(w io.Writer, enc *json.Encoder, f http.Flusher, cmd *nodeproto.Command) error {
+// Forward writes every command queued to the session stream w, taking
+// more as they come while it writes, and flushes once. Invokes go as
+// binary frames to an agent that reads them, as JSON (enc, which writes to
+// w) otherwise. Only the stream's own goroutine calls it.
+func (ls *Session) Forward(w io.Writer, enc *json.Encoder, f http.Flusher) error {
 	for {
-		var err error
-		if ls.binary && cmd.Kind == nodeproto.KindInvoke && cmd.Invoke != nil {
-			ls.frame = nodeproto.AppendInvokeFrame(ls.frame[:0], cmd.FencingToken, cmd.Invoke)
-			_, err = w.Write(ls.frame)
-		} else {
-			err = enc.Encode(cmd)
-		}
-		if err != nil {
-			return err
-		}
-		select {
-		case cmd = <-ls.Commands:
-		default:
+		cmds := ls.take()
+		if len(cmds) == 0 {
 			f.Flush()
 			return nil
+		}
+		for _, cmd := range cmds {
+			var err error
+			if ls.binary && cmd.Kind == nodeproto.KindInvoke && cmd.Invoke != nil {
+				ls.frame = nodeproto.AppendInvokeFrame(ls.frame[:0], cmd.FencingToken, cmd.Invoke)
+				_, err = w.Write(ls.frame)
+			} else {
+				err = enc.Encode(cmd)
+			}
+			if err != nil {
+				return err
+			}
 		}
 	}
 }

@@ -1,6 +1,9 @@
 package livesession
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -23,10 +26,15 @@ func TestSend(t *testing.T) {
 	if !held || !sent {
 		t.Fatalf("send to a held session: held %v sent %v", held, sent)
 	}
-	if cmd := <-ls.Commands; cmd.FencingToken != 2 || cmd.Kind != nodeproto.KindInvoke {
-		t.Errorf("sent %+v, want an invoke under fencing token 2", cmd)
+	select {
+	case <-ls.Ready():
+	default:
+		t.Fatal("a command was queued and the stream was not told")
 	}
-	for range cap(ls.Commands) {
+	if cmds := ls.take(); len(cmds) != 1 || cmds[0].FencingToken != 2 || cmds[0].Kind != nodeproto.KindInvoke {
+		t.Errorf("sent %+v, want an invoke under fencing token 2", cmds)
+	}
+	for range MaxQueued {
 		l.Send("n1", nodeproto.Command{Kind: nodeproto.KindCallLog})
 	}
 	if _, held, sent := l.Send("n1", nodeproto.Command{Kind: nodeproto.KindCallLog}); !held || sent {
@@ -70,15 +78,16 @@ func TestInvokesTakeTheAttachedRoute(t *testing.T) {
 	}
 	ls := reg.Attach("n1", 5, httptest.NewRequest("POST", "/", strings.NewReader("")))
 	sessionGot := func() string {
-		select {
-		case cmd := <-ls.Commands:
-			if cmd.Invoke == nil {
-				return string(cmd.Kind)
-			}
-			return cmd.Invoke.Rendezvous
-		default:
+		cmds := ls.take()
+		switch {
+		case len(cmds) == 0:
 			return ""
+		case len(cmds) > 1:
+			t.Fatalf("%d commands queued, want one", len(cmds))
+		case cmds[0].Invoke == nil:
+			return string(cmds[0].Kind)
 		}
+		return cmds[0].Invoke.Rendezvous
 	}
 	lost, held, sent := reg.Send("n1", invoke("rv-1"))
 	if !held || !sent || lost == nil || len(routed) != 1 || routed[0] != "rv-1" || tokens[0] != 5 || sessionGot() != "" {
@@ -111,4 +120,47 @@ func TestInvokesTakeTheAttachedRoute(t *testing.T) {
 		t.Fatal("an earlier attachment's detach removed a later one")
 	}
 	later()
+}
+
+// flushes counts Flush calls.
+type flushes int
+
+func (f *flushes) Flush() { *f++ }
+
+// TestForwardSendsWhatIsQueuedInOrder: Forward writes every queued command
+// in the order sent, under the session's fencing token, and flushes once;
+// with nothing queued it writes nothing; the queue holds no more than
+// MaxQueued, and empties as it is sent so more can be queued.
+func TestForwardSendsWhatIsQueuedInOrder(t *testing.T) {
+	var l Registry
+	ls := l.Attach("n1", 7, httptest.NewRequest("POST", "/", nil))
+	for i := range MaxQueued + 1 {
+		_, _, sent := l.Send("n1", nodeproto.Command{Kind: nodeproto.KindCallLog, OperationID: fmt.Sprint(i)})
+		if sent != (i < MaxQueued) {
+			t.Fatalf("command %d: sent %v", i, sent)
+		}
+	}
+	var buf bytes.Buffer
+	var f flushes
+	if err := ls.Forward(&buf, json.NewEncoder(&buf), &f); err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(&buf)
+	for i := range MaxQueued {
+		var cmd nodeproto.Command
+		if err := dec.Decode(&cmd); err != nil || cmd.OperationID != fmt.Sprint(i) || cmd.FencingToken != 7 {
+			t.Fatalf("command %d on the stream: %+v, %v", i, cmd, err)
+		}
+	}
+	if dec.More() || f != 1 {
+		t.Errorf("more on the stream, or %d flushes, want 1", f)
+	}
+	if _, _, sent := l.Send("n1", nodeproto.Command{Kind: nodeproto.KindCallLog}); !sent {
+		t.Error("the queue did not empty as it was sent")
+	}
+	buf.Reset()
+	ls.take()
+	if err := ls.Forward(&buf, json.NewEncoder(&buf), &f); err != nil || buf.Len() != 0 {
+		t.Errorf("forward with nothing queued wrote %q, %v", buf.String(), err)
+	}
 }
