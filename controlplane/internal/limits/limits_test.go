@@ -325,3 +325,40 @@ func TestListenerConnectionsHalfClose(t *testing.T) {
 		t.Fatalf("server read %q after its half-close, want after", s)
 	}
 }
+
+// TestServerHeaderTables: a server with Options.Server's settings speaks
+// HTTP/2 with its header tables bounded, and headers that repeat, and one
+// larger than a table, still arrive whole on every request of a
+// connection.
+func TestServerHeaderTables(t *testing.T) {
+	big := strings.Repeat("x", 3*HeaderTableSize)
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor != 2 || r.Header.Get("Authorization") != "Bearer token" || r.Header.Get("X-Big") != big {
+			http.Error(w, fmt.Sprintf("proto %d, headers %d bytes", r.ProtoMajor, len(r.Header.Get("X-Big"))), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("X-Big", big)
+	}))
+	ts.EnableHTTP2 = true
+	Options{}.Defaults().Server(ts.Config)
+	if ts.Config.HTTP2.MaxDecoderHeaderTableSize != HeaderTableSize || ts.Config.HTTP2.MaxEncoderHeaderTableSize != HeaderTableSize {
+		t.Fatalf("HTTP/2 config %+v", ts.Config.HTTP2)
+	}
+	ts.StartTLS()
+	defer ts.Close()
+	c := ts.Client()
+	for i := range 5 {
+		req, _ := http.NewRequest("GET", ts.URL, nil)
+		req.Header.Set("Authorization", "Bearer token")
+		req.Header.Set("X-Big", big)
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || res.ProtoMajor != 2 || res.Header.Get("X-Big") != big {
+			t.Fatalf("request %d: %s %s %q", i, res.Proto, res.Status, body)
+		}
+	}
+}
