@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/mercator/mercator/api"
@@ -159,8 +160,8 @@ func (s *sim) report(ctx context.Context, h *holdState) *Report {
 		ProcessCPUCores: (h.cpu1 - h.cpu0).Seconds() / hold.Seconds(),
 		RSSPeakMB:       float64(h.rssPeak) / (1 << 20),
 	}
-	if cfg.DB != "" {
-		rep.Store = "postgres"
+	if strings.HasPrefix(cfg.DB, "postgres://") || strings.HasPrefix(cfg.DB, "postgresql://") {
+		rep.Store = "postgres" // --db sqlite://PATH stays "sqlite"
 	}
 	if len(s.shards) == 0 {
 		rep.Machine = fmt.Sprintf("%d CPU cores, shared by the control plane (%d replica(s)) and all %d simulated agents, in one process", rep.CPUs, cfg.Replicas, cfg.Nodes)
