@@ -270,21 +270,6 @@ func (s *Server) InviteNode(ctx context.Context, id string, ttl time.Duration) (
 	return api.Invitation{NodeID: id, Token: tok, ExpiresAt: inv.ExpiresAt, Command: cmd}, nil
 }
 
-// NodeRemoved says whether node id was removed (`mercator node rm`) and
-// not invited since; an unknown node is not removed.
-func (s *Server) NodeRemoved(ctx context.Context, id string) (bool, error) {
-	var removed bool
-	err := s.store.View(ctx, func(tx store.Tx) error {
-		n, err := tx.GetNode(id)
-		if errors.Is(err, failure.ErrNotFound) {
-			return nil
-		}
-		removed = err == nil && n.RemovedAt != nil
-		return err
-	})
-	return removed, err
-}
-
 // updateNode applies change to a node in one transaction and answers with
 // the node as it then is.
 func (s *Server) updateNode(w http.ResponseWriter, r *http.Request, change func(n *store.Node) error) {

@@ -14,6 +14,7 @@ import (
 	"github.com/mercator/mercator/controlplane"
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/nodeagent"
+	"github.com/mercator/mercator/store"
 )
 
 // localInvitationTTL bounds the invitation the server mints for its own
@@ -50,6 +51,42 @@ func localAgentURL(serverURL string) (string, error) {
 	return u.String(), nil
 }
 
+// serveWithLocalAgent serves srv on l as RunServer does, with
+// o.LocalAgent beside it (runLocalAgent). The agent stops with the
+// server, and the return waits for it: closing, it removes its function
+// containers, which a process that exited first would leave running.
+func serveWithLocalAgent(ctx context.Context, srv *controlplane.Server, st store.Store, l net.Listener, url string, o ServerOptions) error {
+	agent := *o.LocalAgent
+	if agent.Logger == nil {
+		agent.Logger = o.Logger.With("component", "agent")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	agentDone := make(chan struct{})
+	go func() {
+		defer close(agentDone)
+		runLocalAgent(ctx, srv, st, url, agent)
+	}()
+	err := srv.Serve(ctx, l)
+	cancel()
+	<-agentDone
+	return err
+}
+
+// nodeRemoved says whether node id was removed (`mercator node rm`) and
+// not invited since; an unknown node is not removed.
+func nodeRemoved(ctx context.Context, st store.Store, id string) (bool, error) {
+	var removed bool
+	err := st.View(ctx, func(tx store.Tx) error {
+		n, err := tx.GetNode(id)
+		if errors.Is(err, failure.ErrNotFound) {
+			return nil
+		}
+		removed = err == nil && n.RemovedAt != nil
+		return err
+	})
+	return removed, err
+}
+
 // runLocalAgent runs o (`mercator server --local-agent`) in this process
 // until ctx ends: the node `mercator agent` would be on this machine, with
 // the server enrolling it itself. It never ends the server: an agent that
@@ -61,7 +98,7 @@ func localAgentURL(serverURL string) (string, error) {
 // the flag, which is the operator saying again that this machine is the
 // node). It returns once the agent has stopped, its function containers
 // removed.
-func runLocalAgent(ctx context.Context, srv *controlplane.Server, serverURL string, o AgentOptions) {
+func runLocalAgent(ctx context.Context, srv *controlplane.Server, st store.Store, serverURL string, o AgentOptions) {
 	log := o.Logger
 	var err error
 	if o.ControlPlaneURL, err = localAgentURL(serverURL); err != nil {
@@ -73,7 +110,7 @@ func runLocalAgent(ctx context.Context, srv *controlplane.Server, serverURL stri
 	for ctx.Err() == nil {
 		wait := localAgentRetry
 		o.Invitation = ""
-		removed, err := srv.NodeRemoved(ctx, o.NodeID)
+		removed, err := nodeRemoved(ctx, st, o.NodeID)
 		switch {
 		case err != nil:
 			log.Warn("local agent: read its node", "node", o.NodeID, "err", err)

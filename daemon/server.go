@@ -179,23 +179,7 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	if o.LocalAgent == nil {
 		return srv.Serve(ctx, l)
 	}
-	// The agent stops with the server, and the server's return waits for
-	// it: closing, it removes its function containers, which a process
-	// that exited first would leave running.
-	agent := *o.LocalAgent
-	if agent.Logger == nil {
-		agent.Logger = o.Logger.With("component", "agent")
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	agentDone := make(chan struct{})
-	go func() {
-		defer close(agentDone)
-		runLocalAgent(ctx, srv, url, agent)
-	}()
-	err = srv.Serve(ctx, l)
-	cancel()
-	<-agentDone
-	return err
+	return serveWithLocalAgent(ctx, srv, st, l, url, o)
 }
 
 // listen opens the listener RunServer serves (o.Listener, or one on
