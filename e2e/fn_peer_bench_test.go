@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -27,7 +28,6 @@ import (
 	"github.com/mercator/mercator/daemon"
 	"github.com/mercator/mercator/internal/cputime"
 	"github.com/mercator/mercator/internal/testimage"
-	"github.com/mercator/mercator/nodeagent"
 )
 
 // TestFunctionFnPeerBench measures hot calls of the same fdk-go function
@@ -57,9 +57,10 @@ import (
 //
 // MERCATOR_FN_PEER_ROUNDS sets the rounds (default 3);
 // MERCATOR_FN_PEER_INPROC=1 runs the agent in the server's process, as
-// `mercator server --local-agent` does (one process, as Fn's fnserver is); MERCATOR_FN_PEER_AGENT_FLAGS adds flags to the agent's process
-// (e.g. "--default-cpu 0" for no CPU quota, as Fn sets none, or
-// "--fn-output-relay off"). It needs wrk on PATH (Debian's package wrk).
+// `mercator server --local-agent` does (one process, as Fn's fnserver
+// is); MERCATOR_FN_PEER_AGENT_FLAGS adds `mercator agent` flags to the
+// agent, in either place (e.g. "--default-cpu 0" for no CPU quota, as Fn
+// sets none, or "--fn-output-relay off"). It needs wrk on PATH (Debian's package wrk).
 func TestFunctionFnPeerBench(t *testing.T) {
 	fnBin := os.Getenv("MERCATOR_FN_PEER_BENCH")
 	if fnBin == "" {
@@ -77,11 +78,12 @@ func TestFunctionFnPeerBench(t *testing.T) {
 	// be; go test -cpuprofile then profiles control plane and agent
 	// together).
 	local, localNode := os.Getenv("MERCATOR_FN_PEER_INPROC") != "", uniqueNodeID(t, "peer")
+	flags := append([]string{"--fn-memory", "2GiB"}, strings.Fields(os.Getenv("MERCATOR_FN_PEER_AGENT_FLAGS"))...)
 	c := startClusterWith(t, 10*time.Second, func(o *daemon.ServerOptions) {
 		o.InsecureHTTP = false
 		if local {
-			o.LocalAgent = &daemon.AgentOptions{NodeID: localNode, StateDir: filepath.Join(o.DataDir, "agent"), Heartbeat: time.Second,
-				Functions: nodeagent.FunctionsOptions{MemoryBytes: 2 << 30, OutputRelay: buildMercator(t)}}
+			o.LocalAgent = localAgentFromFlags(t, localNode, append([]string{"--state", filepath.Join(o.DataDir, "agent"),
+				"--heartbeat", "1s", "--fn-output-relay", buildMercator(t)}, flags...))
 		}
 	})
 	agentPID, where := 0, "agent in the server's process (mercator server --local-agent)"
@@ -92,7 +94,6 @@ func TestFunctionFnPeerBench(t *testing.T) {
 			return err == nil && n.Status == "ready" && n.Facts != nil
 		})
 	} else {
-		flags := append([]string{"--fn-memory", "2GiB"}, strings.Fields(os.Getenv("MERCATOR_FN_PEER_AGENT_FLAGS"))...)
 		agentPID, where = c.startProcessAgent("peer", flags...).cmd.Process.Pid, "agent in its own process"
 	}
 	pinned := c.publish("fn-fdk")
@@ -479,4 +480,29 @@ func envPositive(name string, def int) int {
 		return n
 	}
 	return def
+}
+
+// localAgentFromFlags is the agent `mercator server --local-agent node`
+// runs given `mercator agent` flags, each passed as the server's
+// --agent-… flag.
+func localAgentFromFlags(t *testing.T, node string, agentFlags []string) *daemon.AgentOptions {
+	t.Helper()
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	options := daemon.LocalAgentFlags(fs)
+	var args []string
+	for _, f := range agentFlags {
+		if name, ok := strings.CutPrefix(f, "--"); ok {
+			f = "--" + daemon.LocalAgentPrefix + name
+		}
+		args = append(args, f)
+	}
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	a, err := options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.NodeID = node
+	return &a
 }
