@@ -93,11 +93,9 @@ func nodeRemoved(ctx context.Context, st store.Store, id string) (bool, error) {
 // stops (Docker gone, its session refused) is logged and started again
 // after a growing wait, enrolled anew when its state holds no session, so
 // the control plane keeps serving the rest of the fleet meanwhile. A node
-// removed with `mercator node rm` is left stopped, and is enrolled again
-// once `mercator node invite` brings it back (or the server restarts with
-// the flag, which is the operator saying again that this machine is the
-// node). It returns once the agent has stopped, its function containers
-// removed.
+// removed with `mercator node rm` is left stopped, across restarts too,
+// and is enrolled again once `mercator node invite` brings it back. It
+// returns once the agent has stopped, its function containers removed.
 func runLocalAgent(ctx context.Context, srv *controlplane.Server, st store.Store, serverURL string, o AgentOptions) {
 	log := o.Logger
 	var err error
