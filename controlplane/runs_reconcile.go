@@ -200,15 +200,20 @@ func (s *Server) placeChunk() int {
 // reads only the queue (and, at most once per liveness flush period, the
 // nodes' records).
 func (s *Server) reconcile(ctx context.Context) error {
-	nodes, err := s.nodeList(ctx, s.nodeListAge())
-	if err != nil {
-		return err
-	}
 	queued, err := s.queuedRuns(ctx)
 	if err != nil {
 		return err
 	}
-	lost, drained := s.judgeNodes(nodes, waitingIn(queued) > 0)
+	placing := waitingIn(queued) > 0
+	var lost map[string]time.Time
+	var drained map[string]bool
+	if s.judgeMayBeDue(placing) {
+		nodes, err := s.nodeList(ctx, s.nodeListAge())
+		if err != nil {
+			return err
+		}
+		lost, drained = s.judgeNodes(nodes, placing)
+	}
 	refreshed := false
 	if len(lost) > 0 || len(drained) > 0 {
 		if err := s.refreshUsage(ctx); err != nil {
@@ -285,7 +290,7 @@ func waitingIn(queued []store.Run) int {
 func (s *Server) judgeNodes(nodes []store.Node, placing bool) (lost map[string]time.Time, drained map[string]bool) {
 	lost, drained = map[string]time.Time{}, map[string]bool{}
 	v := &s.schedView
-	if time.Since(v.at) < s.live.FlushPeriod() && (!placing || sameNodes(nodes, v.from)) {
+	if s.judgedLately() && (!placing || sameNodes(nodes, v.from)) {
 		return lost, drained
 	}
 	now := s.now()
@@ -306,6 +311,23 @@ func (s *Server) judgeNodes(nodes []store.Node, placing bool) (lost map[string]t
 	v.from, v.at = nodes, time.Now()
 	s.metrics.SetGPUStates(factcheck.CountStates(nodes))
 	return lost, drained
+}
+
+// judgedLately reports whether the nodes were judged within the liveness
+// flush period.
+func (s *Server) judgedLately() bool {
+	return time.Since(s.schedView.at) < s.live.FlushPeriod()
+}
+
+// judgeMayBeDue reports whether judgeNodes might judge at this pass, so
+// that a pass which will not skips reading the nodes' copy: each read that
+// follows this replica's own writes of node records builds a new list of
+// every node (schedcopy.Copy.Nodes), and a fleet enrolling onto an empty
+// queue wrote records at every pass. At 10,000 nodes on PostgreSQL those
+// lists were 7% of the control plane's CPU while the fleet came up, and
+// the larger part of its allocations over a 100,000-run hold.
+func (s *Server) judgeMayBeDue(placing bool) bool {
+	return placing || !s.judgedLately()
 }
 
 // commitPlacements commits placements in one transaction, returning how

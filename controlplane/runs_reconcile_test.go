@@ -109,3 +109,51 @@ func TestPlacementsOfAReplicaThatNoLongerLeadsAreRefused(t *testing.T) {
 		t.Fatalf("after the leader's pass the run is %s with %d attempts, want placed once", run.Status, len(run.Attempts))
 	}
 }
+
+// TestIdlePassLeavesTheNodesCopyAlone: a reconcile pass with nothing
+// queued and the nodes judged within the liveness flush period does not
+// read the copy of the nodes' records, so a fleet enrolling onto an empty
+// queue does not have every pass copy every node to take in the records
+// it just wrote (schedcopy.Copy.Nodes). A pass that will place, or whose
+// judgement is due, takes them in, and places on the node just written.
+func TestIdlePassLeavesTheNodesCopyAlone(t *testing.T) {
+	f := newRunsFixture(t)
+	ctx := context.Background()
+	f.putNode("small", 512<<20, nodeproto.Version) // too little memory for the run below
+	if err := f.srv.reconcile(ctx); err != nil {   // the first pass judges
+		t.Fatal(err)
+	}
+	if n := f.srv.sched.Patched(); n != 0 {
+		t.Fatalf("after the first pass %d node records are not taken in, want 0", n)
+	}
+
+	f.putNode("big", 64<<30, nodeproto.Version)
+	if err := f.srv.reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.srv.sched.Patched(); n != 1 {
+		t.Fatalf("an idle pass within the flush period took in the node records (%d left, want 1)", n)
+	}
+
+	var run api.Run
+	f.want(http.StatusCreated, &run, "POST", "/v1/runs", specAt(0, "reg/app:1"))
+	if err := f.srv.reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.srv.sched.Patched(); n != 0 {
+		t.Fatalf("a placing pass left %d node records out, want 0", n)
+	}
+	f.want(http.StatusOK, &run, "GET", "/v1/runs/"+run.ID, nil)
+	if run.Status != api.RunPlaced || len(run.Attempts) != 1 || run.Attempts[0].NodeID != "big" {
+		t.Fatalf("run after the placing pass: status %s, attempts %+v (reason %q), want placed on big", run.Status, run.Attempts, run.Reason)
+	}
+
+	f.putNode("later", 64<<30, nodeproto.Version)
+	f.srv.schedView.at = time.Now().Add(-time.Hour) // the judgement is due
+	if err := f.srv.reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.srv.sched.Patched(); n != 0 {
+		t.Fatalf("a pass whose judgement was due left %d node records out, want 0", n)
+	}
+}

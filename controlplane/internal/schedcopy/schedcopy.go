@@ -394,6 +394,14 @@ func (c *Copy) PatchNodes(nodes map[string]store.Node) {
 	}
 }
 
+// Patched is how many records PatchNodes noted that no Nodes has taken in
+// yet: what the next Nodes will merge, copying every node to do so.
+func (c *Copy) Patched() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.patches)
+}
+
 // ForgetNodes makes the next Nodes read the store.
 func (c *Copy) ForgetNodes() {
 	c.mu.Lock()
