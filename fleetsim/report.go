@@ -153,7 +153,7 @@ func (s *sim) report(ctx context.Context, h *holdState) *Report {
 		UpConnections: s.upConns.report(), UpProcessCPU: s.upCPU.Seconds(), HoldConnections: h.conns1.sub(h.conns0).report(),
 		EnrollmentsPerS: float64(cfg.Nodes) / s.enrollSpan.Seconds(), FleetUp: s.fleetUp.Seconds(),
 		HeartbeatsPerS: rec.heartbeatRate(), HeartbeatsExpectedPerS: float64(cfg.Nodes) / cfg.Heartbeat.Seconds(),
-		HeartbeatErrors: rec.heartbeatErrors.Load(), HeartbeatLapses: rec.heartbeatLapses.Load(),
+		HeartbeatErrors: rec.heartbeatErrors.Load(), HeartbeatLapses: rec.heartbeatLapses.Load(), HeartbeatGapMaxMS: ms(rec.maxHeartbeatGap()),
 		Commands: rec.commands.Load(), Redeliveries: rec.redeliveries.Load(), SubmitBatch: cfg.SubmitBatch, SubmitErrors: h.submitErrors.Load(),
 		EventsIngestedPerS: (s.sum(appliedSeries) - h.events0) / hold.Seconds(),
 		LaunchesDuplicated: rec.launches.Duplicates(), AgentsStopped: rec.stopped.Load(), AgentProcesses: len(s.shards), HTTP2: cfg.HTTP2,
@@ -184,7 +184,7 @@ func (s *sim) report(ctx context.Context, h *holdState) *Report {
 }
 
 // reportNodes reports the nodes not ready at the end, as the control plane
-// shows them, and the longest heartbeat gap.
+// shows them.
 func (s *sim) reportNodes(ctx context.Context, rep *Report) {
 	if list, err := s.admin.ListNodes(ctx); err == nil {
 		for _, n := range list.Nodes {
@@ -197,13 +197,6 @@ func (s *sim) reportNodes(ctx context.Context, rep *Report) {
 		rep.UnreachableAtEnd = -1
 	}
 	rep.MissedLeases = rep.LeaseLapses + max(rep.UnreachableAtEnd, 0)
-	var maxGap time.Duration
-	for _, n := range s.rec.nodes {
-		n.mu.Lock()
-		maxGap = max(maxGap, n.maxGap)
-		n.mu.Unlock()
-	}
-	rep.HeartbeatGapMaxMS = ms(maxGap)
 }
 
 // reportRuns reports command delivery, submissions and how long runs took
@@ -342,6 +335,16 @@ func (s *sim) reportLogs(rep *Report) {
 	s.rec.mu.Unlock()
 }
 
+// http2Note says how --http2 agents reach the replicas, which a real
+// fleet does not: nodesPerConn agents share each connection.
+func http2Note(tls bool) string {
+	how := "plaintext HTTP/2 with prior knowledge"
+	if tls {
+		how = "HTTP/2 over TLS"
+	}
+	return fmt.Sprintf("agents share connections, %d to a connection, their streams multiplexed (%s), where each real agent holds a connection of its own", nodesPerConn, how)
+}
+
 // reportNotes says how the simulation was configured where that changes
 // how its figures read.
 func (s *sim) reportNotes(rep *Report) {
@@ -354,7 +357,7 @@ func (s *sim) reportNotes(rep *Report) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("runs submitted to %d projects in turn (quotas splitting the fleet's CPU and memory, weights 1–3, a quarter of the calls at priority 10): the scheduler plans by project", cfg.Projects))
 	}
 	if cfg.HTTP2 {
-		rep.Notes = append(rep.Notes, "agents speak plaintext HTTP/2 with prior knowledge, streams multiplexed over a few connections per agent process, instead of one HTTP/1.1 connection per agent")
+		rep.Notes = append(rep.Notes, http2Note(s.tls != nil))
 	}
 	if cfg.NoFsync {
 		rep.Notes = append(rep.Notes, "AGENT STATE WITHOUT FSYNC: the simulated agents' bbolt files skip fsync (nodeagent.WithoutFsync); real agents fsync every write")

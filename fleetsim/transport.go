@@ -491,6 +491,21 @@ func (r *recorder) heartbeat(n int, at time.Time) {
 	nr.mu.Unlock()
 }
 
+// maxHeartbeatGap is the longest time so far between two successful
+// heartbeats of one node, as its agent saw them. The report reads it with
+// the count of gaps over the lease, at the hold's end: read later, it
+// took in gaps while the report itself loaded the machine (listing 50,000
+// nodes), which the count did not, and the two disagreed.
+func (r *recorder) maxHeartbeatGap() time.Duration {
+	var out time.Duration
+	for _, n := range r.nodes {
+		n.mu.Lock()
+		out = max(out, n.maxGap)
+		n.mu.Unlock()
+	}
+	return out
+}
+
 // heartbeatRate is the fleet's sustained heartbeat rate during the hold:
 // the sum over nodes of each node's rate between its first and last
 // heartbeat in the hold. Counting heartbeats in a window instead would
