@@ -1,13 +1,9 @@
 package controlplane
 
 import (
-	"net/url"
-	"strconv"
 	"time"
 
-	"github.com/mercator/mercator/api"
 	"github.com/mercator/mercator/controlplane/internal/placement"
-	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/lifecycle"
 	"github.com/mercator/mercator/store"
 )
@@ -48,37 +44,4 @@ func (s *Server) replaceLostRun(tx store.Tx, run *store.Run, lostSince func(node
 		return true, err
 	}
 	return false, nil
-}
-
-// logAttempt is the attempt whose log a request for run's logs asks for:
-// ?attempt=N; for a gang, the member of ?rank=K (0 unless given) in its
-// latest set; otherwise the latest attempt. 0 is "not placed yet".
-func logAttempt(run api.Run, q url.Values) (int, error) {
-	if v := q.Get("attempt"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > len(run.Attempts) {
-			return 0, failure.Invalid("attempt", "run %s has attempts 1 to %d", run.ID, len(run.Attempts))
-		}
-		return n, nil
-	}
-	rank := 0
-	if v := q.Get("rank"); v != "" {
-		if !lifecycle.Gang(&run) {
-			return 0, failure.Invalid("rank", "run %s is not a gang (it has no ranks); ask for an attempt instead", run.ID)
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n >= run.Nodes {
-			return 0, failure.Invalid("rank", "run %s is a gang of %d: its ranks are 0 to %d, not %q", run.ID, run.Nodes, run.Nodes-1, v)
-		}
-		rank = n
-	}
-	if !lifecycle.Gang(&run) {
-		return len(run.Attempts), nil
-	}
-	for _, a := range lifecycle.Members(&run) {
-		if a.Rank == rank {
-			return a.Number, nil
-		}
-	}
-	return 0, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mercator/mercator/api"
+	"github.com/mercator/mercator/controlplane/internal/gang"
 	"github.com/mercator/mercator/controlplane/internal/httpapi"
 	"github.com/mercator/mercator/controlplane/internal/nodereport"
 	"github.com/mercator/mercator/controlplane/internal/runsecrets"
@@ -439,7 +440,7 @@ func (s *Server) runLogs(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
-	attempt, err := logAttempt(run, q) // runs_gang.go: ?attempt, or a gang's ?rank
+	attempt, err := gang.LogAttempt(run, q.Get("attempt"), q.Get("rank"))
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -456,7 +457,7 @@ func (s *Server) runLogs(w http.ResponseWriter, r *http.Request) {
 			if run, err = s.readRun(ctx, id); err != nil {
 				return
 			}
-			attempt, _ = logAttempt(run, q)
+			attempt, _ = gang.LogAttempt(run, q.Get("attempt"), q.Get("rank"))
 		}
 		var data []byte
 		if attempt > 0 {

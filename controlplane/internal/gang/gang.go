@@ -3,7 +3,8 @@
 // plan's placements grouped into units that commit whole (Units, Chunks: a
 // gang's members are never split across transactions), the rendezvous
 // address (MasterAddr) and each member's launch with its rank variables
-// (Env, Launch). The run's state across its attempt sets is package
+// (Env, Launch), and which member's log a request for a gang's logs asks
+// for (LogAttempt). The run's state across its attempt sets is package
 // lifecycle's (gang.go); this package decides nothing about it and does no
 // I/O. Only package controlplane imports it.
 package gang
