@@ -99,7 +99,7 @@ func RunServer(ctx context.Context, o ServerOptions) error {
 	if o.Listen == "" {
 		o.Listen = "127.0.0.1:7070"
 	}
-	if !strings.HasPrefix(o.DB, "sqlite://") && !strings.HasPrefix(o.DB, "postgres://") && !strings.HasPrefix(o.DB, "postgresql://") {
+	if !strings.HasPrefix(o.DB, "sqlite://") && !sqlstore.IsPostgres(o.DB) {
 		return fmt.Errorf("--db %q: want sqlite://PATH or postgres://USER:PASSWORD@HOST/DB", sqlstore.Redacted(o.DB))
 	}
 	postgres := sharedDSN(o.DB) != ""

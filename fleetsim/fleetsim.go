@@ -55,7 +55,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +64,7 @@ import (
 	"github.com/mercator/mercator/failure"
 	"github.com/mercator/mercator/internal/cputime"
 	"github.com/mercator/mercator/internal/registrytest"
+	"github.com/mercator/mercator/store/sqlstore"
 )
 
 // Config is one simulation. Zero values take the defaults named on each
@@ -246,7 +246,7 @@ func (c *Config) defaults() error {
 // postgres reports whether the store is PostgreSQL. Each simulation then
 // runs in a schema of its own, dropped at the end (freshSchema).
 func (c Config) postgres() bool {
-	return strings.HasPrefix(c.DB, "postgres://") || strings.HasPrefix(c.DB, "postgresql://")
+	return sqlstore.IsPostgres(c.DB)
 }
 
 // Run runs one simulation and reports what it measured. It returns an

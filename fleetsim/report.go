@@ -6,7 +6,6 @@ import (
 	"io"
 	"runtime"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/mercator/mercator/api"
@@ -160,7 +159,7 @@ func (s *sim) report(ctx context.Context, h *holdState) *Report {
 		ProcessCPUCores: (h.cpu1 - h.cpu0).Seconds() / hold.Seconds(),
 		RSSPeakMB:       float64(h.rssPeak) / (1 << 20),
 	}
-	if strings.HasPrefix(cfg.DB, "postgres://") || strings.HasPrefix(cfg.DB, "postgresql://") {
+	if cfg.postgres() {
 		rep.Store = "postgres" // --db sqlite://PATH stays "sqlite"
 	}
 	if len(s.shards) == 0 {

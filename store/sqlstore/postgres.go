@@ -117,8 +117,9 @@ func pgCode(err error) string {
 	return ""
 }
 
-// isPostgres reports whether dsn names a PostgreSQL database.
-func isPostgres(dsn string) bool {
+// IsPostgres reports whether dsn names a PostgreSQL database
+// (postgres:// or postgresql://).
+func IsPostgres(dsn string) bool {
 	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
 }
 
@@ -159,7 +160,7 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 // PostgreSQL URL's password is replaced by "xxxxx", even in a URL that does
 // not parse; anything else is returned unchanged.
 func Redacted(dsn string) string {
-	if !isPostgres(dsn) {
+	if !IsPostgres(dsn) {
 		return dsn
 	}
 	if u, err := url.Parse(dsn); err == nil {

@@ -84,7 +84,7 @@ type Store struct {
 // Open fails with an error wrapping ErrSchemaTooNew when the database was
 // migrated by a newer binary.
 func Open(ctx context.Context, dsn string) (*Store, error) {
-	if isPostgres(dsn) {
+	if IsPostgres(dsn) {
 		return openPostgres(ctx, dsn)
 	}
 	d, path, err := parseDSN(dsn)
